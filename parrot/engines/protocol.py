@@ -1,0 +1,225 @@
+"""The engine protocol: Fill / Generate / FreeContext / stats (the paper's universal engine).
+
+Every engine — the builtin PyTorch runner, the simulated engine, an engine in another process
+reached over HTTP — implements `Engine`. The manager only ever talks to this interface.
+
+Contexts: a context is a KV-cache sequence named by `context_id` (a string chosen by the caller,
+unique per engine). A Fill or Generate on a context that does not exist yet creates it; when
+`parent_context_id` is given the new context forks the parent's KV cache (the parent's full
+blocks are shared, never recomputed; its partial last block is copied). Forking from a context
+that is still being filled waits for that fill to finish. Freeing a parent does not disturb its
+children (blocks are reference counted).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Mapping
+
+from parrot.errors import InvalidRequestError
+from parrot.sampling import SamplingParams
+
+MAX_CONTEXT_ID_LEN = 256
+
+
+def check_context_id(value: Any, name: str = "context_id", *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, str) or not value or len(value) > MAX_CONTEXT_ID_LEN:
+        raise InvalidRequestError(
+            f"{name} must be a non-empty string of at most {MAX_CONTEXT_ID_LEN} characters, "
+            f"got {value!r}")
+
+
+@dataclass(frozen=True)
+class FillRequest:
+    """Append tokens (or text, tokenized by the engine) to a context."""
+
+    context_id: str
+    parent_context_id: str | None = None
+    token_ids: tuple[int, ...] | None = None
+    text: str | None = None
+
+    def __post_init__(self) -> None:
+        check_context_id(self.context_id)
+        check_context_id(self.parent_context_id, "parent_context_id", optional=True)
+        if (self.token_ids is None) == (self.text is None):
+            raise InvalidRequestError("fill needs exactly one of token_ids and text")
+        if self.token_ids is not None and not all(
+                isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.token_ids):
+            raise InvalidRequestError("token_ids must be non-negative integers")
+        if self.text is not None and not isinstance(self.text, str):
+            raise InvalidRequestError("text must be a string")
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "FillRequest":
+        token_ids = data.get("token_ids")
+        if token_ids is not None and not isinstance(token_ids, list):
+            raise InvalidRequestError("token_ids must be a list of integers")
+        return cls(context_id=data.get("context_id"),  # type: ignore[arg-type]
+                   parent_context_id=data.get("parent_context_id"),
+                   token_ids=None if token_ids is None else tuple(token_ids),
+                   text=data.get("text"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"context_id": self.context_id, "parent_context_id": self.parent_context_id,
+                "token_ids": None if self.token_ids is None else list(self.token_ids),
+                "text": self.text}
+
+
+@dataclass(frozen=True)
+class FillResult:
+    context_id: str
+    num_filled_tokens: int  # tokens this fill appended
+    context_len: int        # tokens in the context now, inherited prefix included
+
+    def to_json(self) -> dict[str, Any]:
+        return {"context_id": self.context_id, "num_filled_tokens": self.num_filled_tokens,
+                "context_len": self.context_len}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "FillResult":
+        return cls(str(data["context_id"]), int(data["num_filled_tokens"]),
+                   int(data["context_len"]))
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """Decode into a context until a stop condition; the generated tokens stay in the context."""
+
+    context_id: str
+    parent_context_id: str | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+    def __post_init__(self) -> None:
+        check_context_id(self.context_id)
+        check_context_id(self.parent_context_id, "parent_context_id", optional=True)
+        if not isinstance(self.sampling, SamplingParams):
+            raise InvalidRequestError("sampling must be SamplingParams")
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "GenerateRequest":
+        return cls(context_id=data.get("context_id"),  # type: ignore[arg-type]
+                   parent_context_id=data.get("parent_context_id"),
+                   sampling=SamplingParams.from_json(data.get("sampling")))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"context_id": self.context_id, "parent_context_id": self.parent_context_id,
+                "sampling": self.sampling.to_json()}
+
+
+@dataclass(frozen=True)
+class GenerateChunk:
+    """One streamed piece of a Generate. The last chunk has `finish_reason` set."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: str | None = None  # "length" | "stop" | "eos" when finished
+
+    @property
+    def is_finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"text": self.text, "token_ids": list(self.token_ids),
+                "finish_reason": self.finish_reason}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "GenerateChunk":
+        return cls(str(data["text"]), tuple(int(t) for t in data["token_ids"]),
+                   data.get("finish_reason"))
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: str
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """What an engine reports about itself (policies see it through EngineView)."""
+
+    num_running: int          # sequences in the running batch
+    num_waiting: int          # requests queued inside the engine
+    num_blocks_total: int     # KV blocks (simulated engines report their token budget / block)
+    num_blocks_free: int
+    block_size: int
+    num_tokens_in_use: int    # tokens held by live contexts
+    num_contexts: int
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "EngineStats":
+        return cls(**{k: int(data[k]) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """Static facts about an engine, fetched once when it registers."""
+
+    name: str
+    kind: str                 # "builtin" | "simulated" | ...
+    model: str
+    max_context_len: int
+    block_size: int
+    num_blocks_total: int
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "EngineInfo":
+        return cls(name=str(data["name"]), kind=str(data["kind"]), model=str(data["model"]),
+                   max_context_len=int(data["max_context_len"]),
+                   block_size=int(data["block_size"]),
+                   num_blocks_total=int(data["num_blocks_total"]))
+
+
+class Engine(ABC):
+    """The protocol every engine implements (in-process or over HTTP)."""
+
+    @abstractmethod
+    async def start(self) -> None:
+        """Start background work (the batching loop); idempotent."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Stop background work; pending requests fail with EngineUnavailableError."""
+
+    @abstractmethod
+    async def info(self) -> EngineInfo: ...
+
+    @abstractmethod
+    async def fill(self, request: FillRequest) -> FillResult:
+        """Append tokens/text to a context (creating/forking it). Returns once it is in KV."""
+
+    @abstractmethod
+    def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        """Stream the generated text; the last chunk carries finish_reason."""
+
+    async def generate_all(self, request: GenerateRequest) -> GenerateResult:
+        """Run a Generate to completion and return the whole text."""
+        texts: list[str] = []
+        token_ids: list[int] = []
+        finish_reason = "length"
+        async for chunk in self.generate(request):
+            texts.append(chunk.text)
+            token_ids.extend(chunk.token_ids)
+            if chunk.finish_reason is not None:
+                finish_reason = chunk.finish_reason
+        return GenerateResult("".join(texts), tuple(token_ids), finish_reason)
+
+    @abstractmethod
+    async def free_context(self, context_id: str) -> None:
+        """Drop a context; its blocks return to the pool when no other context shares them."""
+
+    @abstractmethod
+    async def stats(self) -> EngineStats: ...
+
+    async def healthz(self) -> bool:
+        return True

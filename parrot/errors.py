@@ -1,0 +1,117 @@
+"""Typed errors shared by the manager, the engines and the frontend.
+
+Every error a client can cause maps to a 4xx status and the wire form
+`{"error": {"type": <class name>, "message": ...}}`; `error_from_wire` turns that form back into
+the same exception class on the other side of an HTTP hop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ParrotError(Exception):
+    """Base class; `status` is the HTTP status the error is served with."""
+
+    status: int = 500
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"error": {"type": type(self).__name__, "message": str(self)}}
+
+
+class InvalidRequestError(ParrotError):
+    """The request is malformed: bad JSON, a missing field, an invalid value."""
+
+    status = 400
+
+
+class TemplateSyntaxError(InvalidRequestError):
+    """The prompt template does not parse (unclosed `{{`, unknown kind, duplicate output...)."""
+
+
+class UnauthorizedError(ParrotError):
+    """Missing or wrong bearer token."""
+
+    status = 401
+
+
+class NotFoundError(ParrotError):
+    """An unknown session, variable, call or engine context."""
+
+    status = 404
+
+
+class ConflictError(ParrotError):
+    """The request contradicts existing state (second producer, cycle, value already set)."""
+
+    status = 409
+
+
+class PayloadTooLargeError(ParrotError):
+    status = 413
+
+
+class CallFailedError(ParrotError):
+    """A variable cannot get a value because the call producing it (or one upstream) failed."""
+
+    status = 424
+
+
+class GetTimeoutError(ParrotError):
+    """A `get` waited longer than its timeout; the variable may still become ready later."""
+
+    status = 408
+
+
+class EngineError(ParrotError):
+    """An engine could not carry out a protocol operation."""
+
+    status = 500
+
+
+class UnknownContextError(EngineError, NotFoundError):
+    status = 404
+
+
+class ContextExistsError(EngineError, ConflictError):
+    status = 409
+
+
+class PromptTooLongError(EngineError, InvalidRequestError):
+    status = 400
+
+
+class OutOfKVCacheError(EngineError):
+    """The engine cannot hold the context even after waiting; retry elsewhere or later."""
+
+    status = 503
+
+
+class EngineUnavailableError(EngineError):
+    """The engine process is down or unreachable."""
+
+    status = 503
+
+
+_WIRE_TYPES: dict[str, type[ParrotError]] = {
+    cls.__name__: cls
+    for cls in (
+        ParrotError, InvalidRequestError, TemplateSyntaxError, UnauthorizedError, NotFoundError,
+        ConflictError, PayloadTooLargeError, CallFailedError, GetTimeoutError, EngineError,
+        UnknownContextError, ContextExistsError, PromptTooLongError, OutOfKVCacheError,
+        EngineUnavailableError,
+    )
+}
+
+
+def error_from_wire(payload: Any, status: int) -> ParrotError:
+    """Rebuild the typed error from a JSON error body (unknown shapes become ParrotError)."""
+    try:
+        err = payload["error"]
+        cls = _WIRE_TYPES.get(err["type"], ParrotError)
+        exc = cls(str(err["message"]))
+    except (KeyError, TypeError):
+        exc = ParrotError(f"HTTP {status}: {payload!r}")
+    if type(exc) is ParrotError:
+        exc.status = status
+    return exc

@@ -1,0 +1,18 @@
+"""Scheduling policies: one ABC (`Policy`), read-only views, and a registry by name."""
+
+from parrot.policies.base import CallView, EngineView, Placement, Policy, PolicyParams
+from parrot.policies.params import PolicyConfigError
+from parrot.policies.registry import PolicyRegistry, default_registry
+
+
+def builtin_policies() -> list[type[Policy]]:
+    """Every policy shipped with Parrot (registered by `default_registry`)."""
+    from parrot.policies.least_queue import LeastQueuePolicy
+
+    policies: list[type[Policy]] = [LeastQueuePolicy]
+    # The paper's other policies are added here as their modules land.
+    return policies
+
+
+__all__ = ["CallView", "EngineView", "Placement", "Policy", "PolicyParams", "PolicyConfigError",
+           "PolicyRegistry", "default_registry", "builtin_policies"]

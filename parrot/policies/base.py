@@ -1,0 +1,93 @@
+"""The policy interface: read-only views in, typed placements out.
+
+A policy sees the calls that are ready to run and a snapshot of every engine; it decides which
+calls go where *now*. Calls it leaves out stay queued and are offered again at the next
+scheduling round (when a call finishes, a new call becomes ready or an engine joins). A policy
+holds no reference into the manager or the engines: everything it may use is in these views.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping, Sequence
+
+from parrot.types import Criterion
+
+
+@dataclass(frozen=True)
+class CallView:
+    """What a policy may know about one ready call."""
+
+    call_id: str
+    session_id: str
+    criterion: Criterion | None          # deduced objective; None when nothing asked yet
+    task_group: str | None               # id of the group of parallel calls it belongs to
+    task_group_size: int                 # number of calls in that group (1 when none)
+    prefix_hashes: tuple[str, ...]       # cumulative prompt hashes at each variable boundary
+    num_tokens: int                      # estimate: prompt tokens + max output tokens
+    topo_rank: int                       # depth in its session's DAG (0 = no producer upstream)
+    arrival_seq: int                     # order in which calls became ready (FIFO tie-break)
+
+
+@dataclass(frozen=True)
+class EngineView:
+    """A snapshot of one engine as the manager sees it (manager-side accounting)."""
+
+    engine_id: str
+    num_running_calls: int               # calls placed on it and not finished
+    num_tokens_in_use: int               # sum of num_tokens of those calls
+    latency_capacity: int                # token load under which latency calls stay fast
+    throughput_capacity: int             # token load a throughput engine may be filled to
+    speed: float                         # relative speed (FastChat's queue_length / speed)
+    num_latency_calls: int               # of the running calls, how many are LATENCY
+    num_throughput_calls: int            # ... and how many are THROUGHPUT
+    task_groups: frozenset[str]          # task groups with a call on this engine
+    cached_prefixes: frozenset[str]      # prefix hashes with a context on (or going to) it
+    is_healthy: bool = True
+
+    @property
+    def mode(self) -> Criterion | None:
+        """The criterion this engine is serving now (None when idle or mixed-equal)."""
+        if self.num_latency_calls > self.num_throughput_calls:
+            return Criterion.LATENCY
+        if self.num_throughput_calls > self.num_latency_calls:
+            return Criterion.THROUGHPUT
+        return None
+
+
+@dataclass(frozen=True)
+class Placement:
+    call_id: str
+    engine_id: str
+
+
+@dataclass(frozen=True)
+class PolicyParams:
+    """Base for a policy's parameters; subclasses add validated fields (see `Policy.Params`)."""
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> "PolicyParams":
+        from parrot.policies.params import parse_params
+
+        return parse_params(cls, data or {})
+
+
+class Policy(ABC):
+    """A scheduling policy. Subclasses set `name`, optionally `Params`, and implement schedule."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[PolicyParams]] = PolicyParams
+
+    def __init__(self, params: PolicyParams | None = None) -> None:
+        self.params = params if params is not None else self.Params()
+
+    @abstractmethod
+    def schedule(self, *, calls: Sequence[CallView],
+                 engines: Sequence[EngineView]) -> list[Placement]:
+        """Return placements for some of `calls` (each at most once) on `engines`.
+
+        `calls` come in the manager's priority order (topological rank, then arrival). A call
+        left out stays queued. Placements must name call and engine ids from the arguments.
+        """
+

@@ -1,0 +1,61 @@
+"""Policies by name: built-ins register themselves; `module:Class` loads a user's policy."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Mapping
+
+from parrot.policies.base import Policy
+from parrot.policies.params import PolicyConfigError
+
+
+class PolicyRegistry:
+    def __init__(self) -> None:
+        self._by_name: dict[str, type[Policy]] = {}
+
+    def register(self, cls: type[Policy]) -> type[Policy]:
+        name = getattr(cls, "name", None)
+        if not isinstance(name, str) or not name:
+            raise PolicyConfigError(f"{cls.__qualname__} must set a non-empty `name`")
+        if name in self._by_name and self._by_name[name] is not cls:
+            raise PolicyConfigError(f"policy name {name!r} is already registered "
+                                    f"by {self._by_name[name].__qualname__}")
+        self._by_name[name] = cls
+        return cls
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self._by_name)
+
+    def resolve(self, name: str) -> type[Policy]:
+        """A registered name, or `package.module:ClassName` of a Policy subclass."""
+        if not isinstance(name, str) or not name:
+            raise PolicyConfigError(f"policy name must be a non-empty string, got {name!r}")
+        if name in self._by_name:
+            return self._by_name[name]
+        if ":" not in name:
+            raise PolicyConfigError(
+                f"unknown policy {name!r}; known: {self.names} (or 'module:Class')")
+        module_name, _, attr = name.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise PolicyConfigError(f"cannot import policy module {module_name!r}: {exc}") from None
+        cls = getattr(module, attr, None)
+        if not (isinstance(cls, type) and issubclass(cls, Policy)):
+            raise PolicyConfigError(f"{name!r} is not a parrot.policies.Policy subclass")
+        return cls
+
+    def create(self, name: str, params: Mapping[str, Any] | None = None) -> Policy:
+        cls = self.resolve(name)
+        return cls(cls.Params.from_mapping(params))
+
+
+def default_registry() -> PolicyRegistry:
+    """A registry holding every built-in policy."""
+    from parrot.policies import builtin_policies
+
+    registry = PolicyRegistry()
+    for cls in builtin_policies():
+        registry.register(cls)
+    return registry

@@ -1,0 +1,108 @@
+"""Sampling parameters: one validated dataclass shared by the wire API, the manager and engines."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping
+
+from parrot.errors import InvalidRequestError
+
+MAX_STOP_STRINGS = 16
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one output is decoded.
+
+    temperature 0 means greedy; top_k 0 means no top-k cut; top_p 1.0 means no nucleus cut.
+    Generation stops at max_tokens, at a stop string (excluded from the text), at a stop token
+    id, or at the model's EOS unless ignore_eos.
+    """
+
+    max_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.max_tokens, int) and not isinstance(self.max_tokens, bool)
+               and 1 <= self.max_tokens <= 1_000_000, "max_tokens", self.max_tokens,
+               "an integer in [1, 1000000]")
+        _check(_is_number(self.temperature) and 0.0 <= self.temperature <= 100.0,
+               "temperature", self.temperature, "a number in [0, 100]")
+        _check(_is_number(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", self.top_p,
+               "a number in (0, 1]")
+        _check(isinstance(self.top_k, int) and not isinstance(self.top_k, bool) and self.top_k >= 0,
+               "top_k", self.top_k, "an integer >= 0 (0 disables top-k)")
+        _check(self.seed is None or (isinstance(self.seed, int) and not isinstance(self.seed, bool)
+                                     and 0 <= self.seed < 2**63),
+               "seed", self.seed, "null or an integer in [0, 2**63)")
+        _check(isinstance(self.stop, tuple) and len(self.stop) <= MAX_STOP_STRINGS
+               and all(isinstance(s, str) and s for s in self.stop),
+               "stop", self.stop, f"a list of at most {MAX_STOP_STRINGS} non-empty strings")
+        _check(isinstance(self.stop_token_ids, tuple)
+               and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                       for t in self.stop_token_ids),
+               "stop_token_ids", self.stop_token_ids, "a list of non-negative integers")
+        _check(isinstance(self.ignore_eos, bool), "ignore_eos", self.ignore_eos, "a boolean")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> "SamplingParams":
+        """Parse the wire form; unknown keys and bad values raise InvalidRequestError."""
+        if data is None:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise InvalidRequestError(f"sampling must be an object, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InvalidRequestError(
+                f"unknown sampling field(s) {unknown}; allowed: {sorted(known)}")
+        kwargs = dict(data)
+        for key in ("stop", "stop_token_ids"):
+            if key in kwargs:
+                value = kwargs[key]
+                if isinstance(value, str) and key == "stop":
+                    value = [value]
+                if not isinstance(value, (list, tuple)):
+                    raise InvalidRequestError(f"sampling.{key} must be a list, got {value!r}")
+                kwargs[key] = tuple(value)
+        if "temperature" in kwargs and isinstance(kwargs["temperature"], int) \
+                and not isinstance(kwargs["temperature"], bool):
+            kwargs["temperature"] = float(kwargs["temperature"])
+        if "top_p" in kwargs and isinstance(kwargs["top_p"], int) \
+                and not isinstance(kwargs["top_p"], bool):
+            kwargs["top_p"] = float(kwargs["top_p"])
+        return cls(**kwargs)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["stop"] = list(self.stop)
+        data["stop_token_ids"] = list(self.stop_token_ids)
+        return data
+
+    def merged(self, override: Mapping[str, Any] | None) -> "SamplingParams":
+        """These parameters with the fields of `override` (wire form) replacing them."""
+        if not override:
+            return self
+        base = self.to_json()
+        base.update(override)
+        return SamplingParams.from_json(base)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def _check(ok: bool, name: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise InvalidRequestError(f"invalid sampling.{name}={value!r}: must be {allowed}")
+

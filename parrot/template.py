@@ -1,0 +1,124 @@
+"""The prompt-template grammar, shared by the frontend and the manager.
+
+A template is text with placeholders `{{input:name}}` and `{{output:name}}`. A `{{` that starts
+`{{<word>:` opens a placeholder and must close with `}}`; any other `{{` is literal text (so
+prompts may contain JSON or code). Names are identifiers. An output appears exactly once; an
+input may appear several times (same value); a name cannot be both input and output of one
+template (the call would consume its own result).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal, Mapping
+
+from parrot.errors import TemplateSyntaxError
+
+MAX_TEMPLATE_CHARS = 4_000_000
+
+_OPEN = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*:")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+KINDS = ("input", "output")
+
+
+@dataclass(frozen=True)
+class Text:
+    text: str
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    kind: Literal["input", "output"]
+    name: str
+
+    @property
+    def is_output(self) -> bool:
+        return self.kind == "output"
+
+
+Segment = Text | Placeholder
+
+
+@dataclass(frozen=True)
+class Template:
+    source: str
+    segments: tuple[Segment, ...]
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        """Input names in order of first appearance."""
+        seen: dict[str, None] = {}
+        for seg in self.segments:
+            if isinstance(seg, Placeholder) and not seg.is_output:
+                seen.setdefault(seg.name)
+        return tuple(seen)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(seg.name for seg in self.segments
+                     if isinstance(seg, Placeholder) and seg.is_output)
+
+    def render(self, values: Mapping[str, str]) -> str:
+        """Fill every placeholder from `values` (the baseline client renders prompts itself)."""
+        return "".join(seg.text if isinstance(seg, Text) else values[seg.name]
+                       for seg in self.segments)
+
+    def prefix_before_first_output(self, values: Mapping[str, str]) -> str:
+        parts = []
+        for seg in self.segments:
+            if isinstance(seg, Placeholder) and seg.is_output:
+                break
+            parts.append(seg.text if isinstance(seg, Text) else values[seg.name])
+        return "".join(parts)
+
+
+def parse_template(source: str) -> Template:
+    """Parse a template; raises TemplateSyntaxError with the position of the problem."""
+    if not isinstance(source, str):
+        raise TemplateSyntaxError(f"prompt must be a string, got {type(source).__name__}")
+    if len(source) > MAX_TEMPLATE_CHARS:
+        raise TemplateSyntaxError(f"prompt has {len(source)} characters; at most "
+                                  f"{MAX_TEMPLATE_CHARS} are allowed")
+    segments: list[Segment] = []
+    outputs: set[str] = set()
+    inputs: set[str] = set()
+    pos = 0
+    text_start = 0
+    while True:
+        match = _OPEN.search(source, pos)
+        if match is None:
+            break
+        kind = match.group(1)
+        close = source.find("}}", match.end())
+        if close < 0:
+            raise TemplateSyntaxError(
+                f"unclosed placeholder at character {match.start()}: {source[match.start():match.start() + 40]!r}")
+        if kind not in KINDS:
+            raise TemplateSyntaxError(
+                f"unknown placeholder kind {kind!r} at character {match.start()}; "
+                f"allowed: {list(KINDS)}")
+        name = source[match.end():close].strip()
+        if not _NAME.fullmatch(name):
+            raise TemplateSyntaxError(
+                f"invalid placeholder name {name!r} at character {match.start()}: "
+                "names are identifiers ([A-Za-z_][A-Za-z0-9_]*)")
+        if kind == "output":
+            if name in outputs:
+                raise TemplateSyntaxError(f"duplicate output placeholder {name!r}")
+            outputs.add(name)
+        else:
+            inputs.add(name)
+        if match.start() > text_start:
+            segments.append(Text(source[text_start:match.start()]))
+        segments.append(Placeholder(kind, name))  # type: ignore[arg-type]
+        pos = text_start = close + 2
+    if text_start < len(source):
+        segments.append(Text(source[text_start:]))
+    both = inputs & outputs
+    if both:
+        raise TemplateSyntaxError(
+            f"placeholder(s) {sorted(both)} are both input and output of one call (a cycle)")
+    if not outputs:
+        raise TemplateSyntaxError("a template needs at least one {{output:name}} placeholder")
+    return Template(source, tuple(segments))
