@@ -1,0 +1,471 @@
+"""A simulated engine: real context/KV-block bookkeeping, a latency model instead of a model.
+
+It emulates continuous batching: one batching task per engine runs iterations; each iteration
+decodes one token for every running Generate and prefills a chunk of the running Fills under a
+token budget (`max_num_batched_tokens`, decodes count one token each), then sleeps for the time
+the latency model gives (see latency_model.py). All timing goes through the running asyncio loop
+(`asyncio.sleep`, events), so the engine runs unchanged on a virtual-clock loop.
+
+Tokens: the simulated tokenizer counts ceil(len(text) / 4) tokens for a text (the manager
+estimates the same way). A Generate produces exactly `max_tokens` tokens (stop strings are not
+honoured) of deterministic filler: 4-character word-like pieces chosen by a hash of
+(context_id, seed, position in the context).
+
+Memory: a request reserves every block it will need when it is admitted (fill: its tokens;
+generate: max_tokens), so admitted requests never stall. Requests are admitted first come,
+first served; one that does not fit waits until a FreeContext returns blocks. One that could
+never fit (more blocks than the engine has) fails with OutOfKVCacheError. A fork shares the
+parent's full blocks (reference counted) and copies its partial last block; the inherited
+tokens are not prefilled again. With `shared_prefix_decode` a decode batch reads a shared
+prefix once (the shared-prefix kernel); otherwise once per sequence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import hashlib
+import logging
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterable, Mapping
+
+import yaml
+
+from parrot.engines.latency_model import EngineConfigError, LatencyModel
+from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
+                                     GenerateChunk, GenerateRequest)
+from parrot.errors import (ContextExistsError, EngineError, EngineUnavailableError,
+                           InvalidRequestError, OutOfKVCacheError, PromptTooLongError,
+                           UnknownContextError)
+
+log = logging.getLogger(__name__)
+
+CHARS_PER_TOKEN = 4
+PROFILE_DIR = Path(__file__).resolve().parents[2] / "configs" / "profiles"
+_PROFILE_METADATA_KEYS = ("description", "hardware", "source")
+_LATENCY_KEYS = tuple(f.name for f in fields(LatencyModel))
+_DECODE_FORMULA_KEYS = ("decode_base_ms", "decode_per_seq_ms", "decode_per_token_ms")
+# 2000 four-character pieces: " " + consonant + vowel + consonant.
+_VOCAB = tuple(f" {a}{b}{c}" for a in "bcdfghjklmnprstvwxyz" for b in "aeiou"
+               for c in "bcdfghjklmnprstvwxyz")
+
+
+def count_tokens(text: str) -> int:
+    """The simulated tokenizer: ceil(len(text) / 4)."""
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+def filler_token(context_id: str, seed: int | None, position: int) -> int:
+    digest = hashlib.blake2b(f"{context_id}|{seed}|{position}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % len(_VOCAB)
+
+
+def detokenize(token_ids: Iterable[int]) -> str:
+    return "".join(_VOCAB[t] for t in token_ids)
+
+
+@dataclass(frozen=True)
+class SimulatedEngineConfig:
+    model: str = "simulated"
+    max_context_len: int = 8192
+    block_size: int = 16
+    num_blocks: int = 4096
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    shared_prefix_decode: bool = True
+    latency: LatencyModel = field(default_factory=LatencyModel)
+    profile: str | None = None  # where the latency defaults came from, for information
+
+    def __post_init__(self) -> None:
+        for key in ("max_context_len", "block_size", "num_blocks", "max_num_seqs",
+                    "max_num_batched_tokens"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise EngineConfigError(f"simulated engine: {key}={value!r} must be an integer >= 1")
+        if not isinstance(self.model, str) or not self.model:
+            raise EngineConfigError(f"simulated engine: model={self.model!r} must be a string")
+        if not isinstance(self.shared_prefix_decode, bool):
+            raise EngineConfigError(
+                f"simulated engine: shared_prefix_decode={self.shared_prefix_decode!r} "
+                "must be a boolean")
+
+    @classmethod
+    def from_mapping(cls, params: Mapping[str, Any] | None) -> "SimulatedEngineConfig":
+        """Parse YAML/JSON params. `profile` (a path, or a name in configs/profiles/) supplies
+        defaults that the other keys override."""
+        if params is None:
+            params = {}
+        if not isinstance(params, Mapping):
+            raise EngineConfigError(f"simulated engine: params must be a mapping, got {params!r}")
+        merged: dict[str, Any] = {}
+        profile = params.get("profile")
+        if profile is not None:
+            merged.update(load_profile(profile))
+        merged.update({k: v for k, v in params.items() if k != "profile"})
+        engine_keys = {f.name for f in fields(cls)} - {"latency", "profile"}
+        unknown = sorted(set(merged) - engine_keys - set(_LATENCY_KEYS))
+        if unknown:
+            raise EngineConfigError(f"simulated engine: unknown key(s) {unknown}; allowed: "
+                                    f"{sorted(engine_keys | set(_LATENCY_KEYS) | {'profile'})}")
+        latency_kwargs = {k: merged.pop(k) for k in _LATENCY_KEYS if k in merged}
+        if "decode_table" in latency_kwargs:
+            clash = sorted(set(_DECODE_FORMULA_KEYS) & set(latency_kwargs))
+            if clash:
+                raise EngineConfigError(
+                    f"simulated engine: {clash} conflict with decode_table; give one or the other")
+            latency_kwargs["decode_table"] = LatencyModel.parse_table(latency_kwargs["decode_table"])
+        try:
+            return cls(latency=LatencyModel(**latency_kwargs),
+                       profile=None if profile is None else str(profile), **merged)
+        except TypeError as exc:  # pragma: no cover - unknown keys are caught above
+            raise EngineConfigError(f"simulated engine: {exc}") from None
+
+
+def load_profile(profile: Any) -> dict[str, Any]:
+    """Read a latency profile YAML (a path, or the name of a file in configs/profiles/)."""
+    if not isinstance(profile, str) or not profile:
+        raise EngineConfigError(f"profile: {profile!r} must be a path or a profile name")
+    path = Path(profile)
+    if not path.is_file():
+        path = PROFILE_DIR / (profile if profile.endswith(".yaml") else f"{profile}.yaml")
+    if not path.is_file():
+        known = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+        raise EngineConfigError(f"profile: {profile!r} is not a file nor one of {known}")
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict):
+        raise EngineConfigError(f"profile {path}: must be a YAML mapping")
+    if "profile" in data:
+        raise EngineConfigError(f"profile {path}: a profile cannot name another profile")
+    return {k: v for k, v in data.items() if k not in _PROFILE_METADATA_KEYS}
+
+
+class BlockPool:
+    """Reference-counted KV blocks (simulated: ids only)."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks_total = num_blocks
+        self._free = list(range(num_blocks - 1, -1, -1))
+        self._refs = [0] * num_blocks
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._free)
+
+    def can_allocate(self, n: int) -> bool:
+        return n <= len(self._free)
+
+    def allocate(self, n: int) -> list[int]:
+        assert self.can_allocate(n), (n, len(self._free))
+        blocks = [self._free.pop() for _ in range(n)]
+        for b in blocks:
+            self._refs[b] = 1
+        return blocks
+
+    def share(self, blocks: Iterable[int]) -> None:
+        for b in blocks:
+            assert self._refs[b] > 0, b
+            self._refs[b] += 1
+
+    def release(self, blocks: Iterable[int]) -> None:
+        for b in blocks:
+            assert self._refs[b] > 0, b
+            self._refs[b] -= 1
+            if self._refs[b] == 0:
+                self._free.append(b)
+
+
+@dataclass(eq=False)
+class _Context:
+    context_id: str
+    length: int = 0
+    blocks: list[int] = field(default_factory=list)  # shared full prefix blocks first
+
+
+class _Kind(enum.Enum):
+    FILL = "fill"
+    GENERATE = "generate"
+
+
+@dataclass(eq=False)
+class _Request:
+    """One Fill or Generate inside the engine; `event` is the single-slot collector's signal."""
+
+    kind: _Kind
+    context_id: str
+    parent_id: str | None
+    num_tokens: int  # fill: tokens to prefill; generate: max_tokens
+    seed: int | None = None
+    num_done: int = 0
+    context: _Context | None = None
+    new_token_ids: list[int] = field(default_factory=list)  # generated, not yet streamed
+    final_len: int = 0
+    is_finished: bool = False
+    error: BaseException | None = None
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class SimulatedEngine(Engine):
+    def __init__(self, name: str, config: SimulatedEngineConfig | None = None) -> None:
+        self.name = name
+        self.config = config or SimulatedEngineConfig()
+        self._pool = BlockPool(self.config.num_blocks)
+        self._contexts: dict[str, _Context] = {}
+        self._claimed: set[str] = set()  # context ids with a queued or running request
+        self._waiting: list[_Request] = []
+        self._running: list[_Request] = []
+        self._wakeup: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # ---- Engine protocol -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._ensure_started()
+
+    async def close(self) -> None:
+        self._closed = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self._fail_all(EngineUnavailableError(f"engine {self.name!r} is closed"))
+
+    async def info(self) -> EngineInfo:
+        c = self.config
+        return EngineInfo(self.name, "simulated", c.model, c.max_context_len, c.block_size,
+                          c.num_blocks)
+
+    async def fill(self, request: FillRequest) -> FillResult:
+        n = len(request.token_ids) if request.token_ids is not None else count_tokens(request.text or "")
+        req = self._submit(_Request(_Kind.FILL, request.context_id, request.parent_context_id, n))
+        try:
+            await req.event.wait()
+        except asyncio.CancelledError:
+            self._abort(req)
+            raise
+        if req.error is not None:
+            raise req.error
+        return FillResult(request.context_id, n, req.final_len)
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        sampling = request.sampling
+        req = self._submit(_Request(_Kind.GENERATE, request.context_id,
+                                    request.parent_context_id, sampling.max_tokens, sampling.seed))
+        try:
+            while True:
+                await req.event.wait()
+                req.event.clear()
+                if req.error is not None:
+                    raise req.error
+                token_ids, req.new_token_ids = req.new_token_ids, []
+                if req.is_finished:
+                    yield GenerateChunk(detokenize(token_ids), tuple(token_ids), "length")
+                    return
+                if token_ids:
+                    yield GenerateChunk(detokenize(token_ids), tuple(token_ids))
+        finally:
+            if not req.is_finished:
+                self._abort(req)  # consumer went away (or the request failed): free the slot
+
+    async def free_context(self, context_id: str) -> None:
+        pending = [r for r in self._waiting + self._running if r.context_id == context_id]
+        if context_id not in self._contexts and not pending:
+            raise UnknownContextError(f"unknown context {context_id!r}")
+        for req in pending:
+            self._abort(req, UnknownContextError(f"context {context_id!r} was freed while in use"))
+        ctx = self._contexts.pop(context_id, None)
+        if ctx is not None:
+            self._pool.release(ctx.blocks)
+        self._wake()
+
+    async def stats(self) -> EngineStats:
+        return EngineStats(num_running=len(self._running), num_waiting=len(self._waiting),
+                           num_blocks_total=self._pool.num_blocks_total,
+                           num_blocks_free=self._pool.num_free_blocks,
+                           block_size=self.config.block_size,
+                           num_tokens_in_use=self._unique_tokens(self._contexts.values()),
+                           num_contexts=len(self._contexts))
+
+    async def healthz(self) -> bool:
+        return not self._closed
+
+    # ---- the batching loop -----------------------------------------------------------------
+
+    async def _run(self) -> None:
+        assert self._wakeup is not None
+        latency = self.config.latency
+        try:
+            while True:
+                self._admit()
+                if not self._running:
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                    continue
+                decodes, prefills = self._plan()
+                kv_tokens = (self._unique_tokens(r.context for r in decodes)  # type: ignore[misc]
+                             if self.config.shared_prefix_decode
+                             else sum(r.context.length for r in decodes))  # type: ignore[union-attr]
+                await asyncio.sleep(latency.iteration_seconds(
+                    len(decodes), kv_tokens, sum(n for _, n in prefills)))
+                self._apply(decodes, prefills)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug: make sure no waiter hangs
+            log.exception("simulated engine %s: batching loop failed", self.name)
+            self._closed = True
+            self._fail_all(EngineError(f"engine {self.name!r} failed: {exc!r}"))
+
+    def _plan(self) -> tuple[list[_Request], list[tuple[_Request, int]]]:
+        decodes = [r for r in self._running if r.kind is _Kind.GENERATE]
+        budget = self.config.max_num_batched_tokens - len(decodes)
+        prefills = []
+        for req in self._running:
+            if budget <= 0:
+                break
+            if req.kind is _Kind.FILL:
+                chunk = min(budget, req.num_tokens - req.num_done)
+                prefills.append((req, chunk))
+                budget -= chunk
+        return decodes, prefills
+
+    def _apply(self, decodes: list[_Request], prefills: list[tuple[_Request, int]]) -> None:
+        for req in decodes:
+            if req.is_finished or req.error is not None or req.context is None:
+                continue  # aborted during the iteration
+            ctx = req.context
+            req.new_token_ids.append(filler_token(ctx.context_id, req.seed, ctx.length))
+            ctx.length += 1
+            req.num_done += 1
+            req.event.set()
+            if req.num_done == req.num_tokens:
+                self._finish(req)
+        for req, chunk in prefills:
+            if req.is_finished or req.error is not None or req.context is None:
+                continue
+            req.context.length += chunk
+            req.num_done += chunk
+            if req.num_done == req.num_tokens:
+                self._finish(req)
+
+    def _admit(self) -> None:
+        """Move waiting requests into the running batch, first come first served for memory."""
+        bs = self.config.block_size
+        for req in list(self._waiting):
+            if len(self._running) >= self.config.max_num_seqs:
+                return
+            ctx = self._contexts.get(req.context_id)
+            parent = None
+            if ctx is None and req.parent_id is not None:
+                if req.parent_id in self._claimed:
+                    continue  # the parent is still being filled: fork once it is done
+                parent = self._contexts.get(req.parent_id)
+                if parent is None:
+                    self._abort(req, UnknownContextError(f"unknown parent context {req.parent_id!r}"))
+                    continue
+            base_len = ctx.length if ctx else parent.length if parent else 0
+            try:
+                self._check_fits(req, base_len)
+            except EngineError as exc:
+                self._abort(req, exc)
+                continue
+            final_blocks = -(-(base_len + req.num_tokens) // bs)
+            shared = parent.blocks[:parent.length // bs] if parent else []
+            held = len(ctx.blocks) if ctx else len(shared)
+            if not self._pool.can_allocate(final_blocks - held):
+                return  # wait until a FreeContext returns blocks
+            if ctx is None:
+                self._pool.share(shared)
+                ctx = self._contexts[req.context_id] = _Context(req.context_id, base_len,
+                                                                list(shared))
+            ctx.blocks.extend(self._pool.allocate(final_blocks - held))
+            req.context = ctx
+            self._waiting.remove(req)
+            self._running.append(req)
+            if req.num_tokens == 0:
+                self._finish(req)
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def _submit(self, req: _Request) -> _Request:
+        if self._closed:
+            raise EngineUnavailableError(f"engine {self.name!r} is closed")
+        self._ensure_started()
+        if req.context_id in self._claimed:
+            raise ContextExistsError(f"context {req.context_id!r} is busy with another request")
+        ctx = self._contexts.get(req.context_id)
+        if ctx is None and req.parent_id is not None:
+            if req.parent_id == req.context_id:
+                raise InvalidRequestError("a context cannot be its own parent")
+            if req.parent_id not in self._contexts and req.parent_id not in self._claimed:
+                raise UnknownContextError(f"unknown parent context {req.parent_id!r}")
+        parent = self._contexts.get(req.parent_id) if req.parent_id is not None else None
+        self._check_fits(req, ctx.length if ctx else parent.length if parent else 0)
+        self._claimed.add(req.context_id)
+        self._waiting.append(req)
+        self._wake()
+        return req
+
+    def _check_fits(self, req: _Request, base_len: int) -> None:
+        c = self.config
+        final_len = base_len + req.num_tokens
+        if final_len > c.max_context_len:
+            raise PromptTooLongError(
+                f"context {req.context_id!r} would hold {final_len} tokens ({base_len} + "
+                f"{req.num_tokens} to {req.kind.value}); max_context_len is {c.max_context_len}")
+        if -(-final_len // c.block_size) > c.num_blocks:
+            raise OutOfKVCacheError(
+                f"context {req.context_id!r} needs {final_len} tokens of KV cache; the engine "
+                f"has only {c.num_blocks} blocks of {c.block_size}")
+
+    def _unique_tokens(self, contexts: Iterable[_Context]) -> int:
+        """Tokens held by `contexts`, a shared (always full) block counted once."""
+        bs = self.config.block_size
+        full_blocks: set[int] = set()
+        partial = 0
+        for ctx in contexts:
+            full_blocks.update(ctx.blocks[:ctx.length // bs])
+            partial += ctx.length % bs
+        return len(full_blocks) * bs + partial
+
+    def _finish(self, req: _Request) -> None:
+        assert req.context is not None
+        req.is_finished = True
+        req.final_len = req.context.length
+        self._running.remove(req)
+        self._claimed.discard(req.context_id)
+        req.event.set()
+
+    def _abort(self, req: _Request, exc: BaseException | None = None) -> None:
+        """Take a request out of the engine; its context keeps the tokens done so far."""
+        if req.is_finished or req.error is not None:
+            return
+        req.error = exc or EngineError("request aborted")
+        if req in self._waiting:
+            self._waiting.remove(req)
+        if req in self._running:
+            self._running.remove(req)
+            ctx = req.context
+            if ctx is not None and self._contexts.get(ctx.context_id) is ctx:
+                keep = -(-ctx.length // self.config.block_size)
+                self._pool.release(ctx.blocks[keep:])  # unused reservation
+                del ctx.blocks[keep:]
+        self._claimed.discard(req.context_id)
+        req.event.set()
+        self._wake()
+
+    def _fail_all(self, exc: BaseException) -> None:
+        for req in self._waiting + self._running:
+            self._abort(req, exc)
+
+    def _wake(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def _ensure_started(self) -> None:
+        if self._closed:
+            raise EngineUnavailableError(f"engine {self.name!r} is closed")
+        if self._task is None:
+            self._wakeup = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"simulated-engine-{self.name}")
