@@ -7,10 +7,13 @@ from parrot.policies.registry import PolicyRegistry, default_registry
 
 def builtin_policies() -> list[type[Policy]]:
     """Every policy shipped with Parrot (registered by `default_registry`)."""
+    from parrot.policies.app_centric import AppCentricPolicy
+    from parrot.policies.latency_centric import LatencyCentricPolicy
     from parrot.policies.least_queue import LeastQueuePolicy
+    from parrot.policies.throughput_centric import ThroughputCentricPolicy
 
-    policies: list[type[Policy]] = [LeastQueuePolicy]
-    # The paper's other policies are added here as their modules land.
+    policies: list[type[Policy]] = [AppCentricPolicy, LeastQueuePolicy, LatencyCentricPolicy,
+                                    ThroughputCentricPolicy]
     return policies
 
 

@@ -4,6 +4,7 @@ bad key or value and what is allowed."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import typing
 from typing import Any, Mapping, TypeVar
 
@@ -52,4 +53,30 @@ def _coerce(owner: str, key: str, hint: Any, value: Any) -> Any:
         if not isinstance(value, str):
             raise bad
         return value
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        if isinstance(value, hint):
+            return value
+        try:
+            return hint(value)
+        except ValueError:
+            raise PolicyConfigError(f"{owner}.{key}: {value!r} is not one of "
+                                    f"{[m.value for m in hint]}") from None
     return value
+
+
+def check_number(owner: str, key: str, value: Any, *, minimum: float,
+                 maximum: float | None = None, integer: bool = False,
+                 exclusive_minimum: bool = False) -> None:
+    """Raise PolicyConfigError naming `value` and the allowed range unless it is in range.
+
+    For a Params dataclass's __post_init__, so direct construction is validated too.
+    """
+    kind = "integer" if integer else "number"
+    low = f"> {minimum}" if exclusive_minimum else f">= {minimum}"
+    allowed = f"{kind} {low}" + (f" and <= {maximum}" if maximum is not None else "")
+    ok_type = (isinstance(value, int) if integer else isinstance(value, (int, float)))
+    if isinstance(value, bool) or not ok_type:
+        raise PolicyConfigError(f"{owner}.{key}: {value!r} is not valid; allowed: {allowed}")
+    too_low = value <= minimum if exclusive_minimum else value < minimum
+    if too_low or (maximum is not None and value > maximum) or value != value:
+        raise PolicyConfigError(f"{owner}.{key}: {value!r} is out of range; allowed: {allowed}")

@@ -1,0 +1,39 @@
+"""Tiny factories for policy tests: a CallView or an EngineView from a few keywords."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from parrot.policies import CallView, EngineView, Placement
+from parrot.types import Criterion
+
+LAT = Criterion.LATENCY
+THR = Criterion.THROUGHPUT
+
+
+def make_call(call_id: str, *, criterion: Criterion | None = LAT, tokens: int = 1000,
+              group: str | None = None, group_size: int = 1,
+              prefixes: Iterable[str] = (), session: str = "s", seq: int = 0) -> CallView:
+    return CallView(call_id=call_id, session_id=session, criterion=criterion, task_group=group,
+                    task_group_size=group_size if group else 1,
+                    prefix_hashes=tuple(prefixes), num_tokens=tokens, topo_rank=0,
+                    arrival_seq=seq)
+
+
+def make_engine(engine_id: str, *, tokens: int = 0, lat: int = 0, thr: int = 0,
+                other: int = 0, lat_cap: int = 4096, thr_cap: int = 32768,
+                groups: Iterable[str] = (), prefixes: Iterable[str] = (),
+                healthy: bool = True, speed: float = 1.0) -> EngineView:
+    """`lat`/`thr`/`other`: running calls by criterion (other = no criterion)."""
+    return EngineView(engine_id=engine_id, num_running_calls=lat + thr + other,
+                      num_tokens_in_use=tokens, latency_capacity=lat_cap,
+                      throughput_capacity=thr_cap, speed=speed, num_latency_calls=lat,
+                      num_throughput_calls=thr, task_groups=frozenset(groups),
+                      cached_prefixes=frozenset(prefixes), is_healthy=healthy)
+
+
+def by_call(placements: list[Placement]) -> dict[str, str]:
+    """call_id -> engine_id, checking no call was placed twice."""
+    result = {p.call_id: p.engine_id for p in placements}
+    assert len(result) == len(placements), placements
+    return result

@@ -1,0 +1,90 @@
+"""latency_centric and throughput_centric: capped pools, no affinity."""
+
+from __future__ import annotations
+
+import pytest
+
+from parrot.policies import PolicyConfigError, default_registry
+from parrot.policies.latency_centric import LatencyCentricParams, LatencyCentricPolicy
+from parrot.policies.throughput_centric import ThroughputCentricParams, ThroughputCentricPolicy
+from policy_factories import THR, by_call, make_call, make_engine
+
+
+def latency(calls, engines, **params):
+    policy = LatencyCentricPolicy(LatencyCentricParams(**params))
+    return by_call(policy.schedule(calls=calls, engines=engines))
+
+
+def throughput(calls, engines, **params):
+    policy = ThroughputCentricPolicy(ThroughputCentricParams(**params))
+    return by_call(policy.schedule(calls=calls, engines=engines))
+
+
+def test_latency_centric_picks_least_loaded_engine_with_room():
+    engines = [make_engine("e0", tokens=2000, lat=2), make_engine("e1", tokens=1000, lat=1),
+               make_engine("e2", tokens=1500, lat=1)]
+    calls = [make_call(f"c{i}") for i in range(4)]
+    # loads 2000/1000/1500: c0 -> e1 (2000), c1 -> e2 (2500), c2 -> e0 (3000), c3 -> e1.
+    assert latency(calls, engines) == {"c0": "e1", "c1": "e2", "c2": "e0", "c3": "e1"}
+
+
+def test_latency_centric_treats_throughput_calls_alike_and_respects_capacity():
+    engines = [make_engine("e0", tokens=3000, thr=1, thr_cap=100000)]
+    assert latency([make_call("x", criterion=THR, tokens=1096)], engines) == {"x": "e0"}
+    assert latency([make_call("x", criterion=THR, tokens=1097)], engines) == {}
+    assert latency([make_call("x", tokens=1097)], engines, token_capacity=6144) == {"x": "e0"}
+
+
+def test_latency_centric_ignores_prefixes():
+    engines = [make_engine("e0", tokens=500, lat=1),
+               make_engine("e1", tokens=1000, lat=1, prefixes={"sys"})]
+    assert latency([make_call("x", prefixes=["sys"])], engines) == {"x": "e0"}
+
+
+def test_throughput_centric_packs_onto_most_loaded_engine_with_room():
+    engines = [make_engine("e0", tokens=10000, thr=1), make_engine("e1", tokens=30000, thr=1),
+               make_engine("e2")]
+    calls = [make_call("a", tokens=2000), make_call("b", tokens=2000)]
+    # a fills e1 to 32000; b no longer fits there and goes to the next fullest, e0.
+    assert throughput(calls, engines) == {"a": "e1", "b": "e0"}
+
+
+def test_throughput_centric_respects_capacity():
+    engines = [make_engine("e0", tokens=1000, thr=1)]
+    calls = [make_call(f"c{i}", tokens=1000) for i in range(3)]
+    assert throughput(calls, engines, token_capacity=3000) == {"c0": "e0", "c1": "e0"}
+
+
+@pytest.mark.parametrize("schedule", [latency, throughput])
+def test_idle_engine_accepts_one_oversized_call(schedule):
+    calls = [make_call("huge", tokens=10**6), make_call("huge2", tokens=10**6)]
+    assert schedule(calls, [make_engine("e0")]) == {"huge": "e0"}
+    assert schedule(calls, [make_engine("e0", tokens=1, lat=1)]) == {}
+
+
+@pytest.mark.parametrize("schedule", [latency, throughput])
+def test_unhealthy_engines_are_skipped(schedule):
+    engines = [make_engine("e0", healthy=False), make_engine("e1", tokens=100, lat=1)]
+    assert schedule([make_call("x")], engines) == {"x": "e1"}
+
+
+@pytest.mark.parametrize("name", ["latency_centric", "throughput_centric"])
+@pytest.mark.parametrize("value, message", [
+    (0, "token_capacity: 0 is out of range; allowed: integer >= 1"),
+    (-5, "-5 is out of range"),
+    (True, "True is not a valid int"),
+    ("4096", "'4096' is not a valid int"),
+])
+def test_token_capacity_validation(name, value, message):
+    with pytest.raises(PolicyConfigError) as info:
+        default_registry().create(name, {"token_capacity": value})
+    assert message in str(info.value)
+
+
+def test_defaults_match_the_paper():
+    registry = default_registry()
+    assert registry.create("latency_centric").params == LatencyCentricParams(token_capacity=4096)
+    assert registry.create("throughput_centric").params == ThroughputCentricParams(
+        token_capacity=32768)
+    with pytest.raises(PolicyConfigError, match="allowed: integer >= 1"):
+        LatencyCentricParams(token_capacity=2.5)  # type: ignore[arg-type]
