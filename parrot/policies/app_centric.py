@@ -70,16 +70,23 @@ class _Slot:
     load: int
     num_calls: int
     num_by_criterion: dict[Criterion, int]
-    task_groups: set[str] = field(default_factory=set)
-    prefixes: set[str] = field(default_factory=set)
+    # What this round placed here; the snapshot's own sets are read, never copied (an
+    # engine may hold many cached prefixes).
+    placed_task_groups: set[str] = field(default_factory=set)
+    placed_prefixes: set[str] = field(default_factory=set)
 
     @classmethod
     def of(cls, view: EngineView, index: int) -> "_Slot":
         return cls(view=view, index=index, load=view.num_tokens_in_use,
                    num_calls=view.num_running_calls,
                    num_by_criterion={Criterion.LATENCY: view.num_latency_calls,
-                                     Criterion.THROUGHPUT: view.num_throughput_calls},
-                   task_groups=set(view.task_groups), prefixes=set(view.cached_prefixes))
+                                     Criterion.THROUGHPUT: view.num_throughput_calls})
+
+    def holds_task_group(self, task_group: str) -> bool:
+        return task_group in self.placed_task_groups or task_group in self.view.task_groups
+
+    def holds_prefix(self, prefix: str) -> bool:
+        return prefix in self.placed_prefixes or prefix in self.view.cached_prefixes
 
     @property
     def is_idle(self) -> bool:
@@ -103,8 +110,8 @@ class _Slot:
         self.num_calls += 1
         self.num_by_criterion[criterion] += 1
         if call.task_group is not None:
-            self.task_groups.add(call.task_group)
-        self.prefixes.update(call.prefix_hashes)
+            self.placed_task_groups.add(call.task_group)
+        self.placed_prefixes.update(call.prefix_hashes)
 
 
 class AppCentricPolicy(Policy):
@@ -134,7 +141,7 @@ class AppCentricPolicy(Policy):
 
     def _place(self, call: CallView, criterion: Criterion, slots: list[_Slot]) -> _Slot | None:
         if call.task_group is not None and self.params.colocate_task_groups:
-            holders = [s for s in slots if call.task_group in s.task_groups]
+            holders = [s for s in slots if s.holds_task_group(call.task_group)]
             if holders:
                 fitting = [s for s in holders if s.has_room(call.num_tokens, criterion)]
                 if fitting:
@@ -157,7 +164,7 @@ class AppCentricPolicy(Policy):
             return None
         fraction = self.params.affinity_max_load_fraction
         for prefix in reversed(call.prefix_hashes):
-            holders = [s for s in slots if prefix in s.prefixes
+            holders = [s for s in slots if s.holds_prefix(prefix)
                        and not self._conflicts(s, criterion)
                        and s.has_room(num_tokens, criterion, fraction)]
             if holders:
