@@ -1,0 +1,304 @@
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from engine_vclock import run_virtual
+from parrot.engines.latency_model import EngineConfigError, LatencyModel
+from parrot.engines.protocol import FillRequest, GenerateRequest
+from parrot.engines.simulated import (SimulatedEngine, SimulatedEngineConfig, count_tokens,
+                                      load_profile)
+from parrot.errors import (ContextExistsError, EngineUnavailableError, OutOfKVCacheError,
+                           PromptTooLongError, UnknownContextError)
+from parrot.sampling import SamplingParams
+
+ITER_MS = 10.0
+
+
+def make_engine(**params: object) -> SimulatedEngine:
+    base: dict[str, object] = {"decode_base_ms": ITER_MS, "decode_per_token_ms": 0.0,
+                               "prefill_per_token_ms": 0.0}
+    base.update(params)
+    return SimulatedEngine("sim", SimulatedEngineConfig.from_mapping(base))
+
+
+def gen(ctx: str, n: int, parent: str | None = None, seed: int | None = None) -> GenerateRequest:
+    return GenerateRequest(ctx, parent, SamplingParams(max_tokens=n, seed=seed))
+
+
+def fill(ctx: str, n: int, parent: str | None = None) -> FillRequest:
+    return FillRequest(ctx, parent, token_ids=tuple(range(n)))
+
+
+def now() -> float:
+    return asyncio.get_running_loop().time()
+
+
+# ---- timing ------------------------------------------------------------------------------------
+
+def test_generate_at_batch_one_takes_n_iterations() -> None:
+    async def main() -> None:
+        engine = make_engine()
+        start = now()
+        chunks = [c async for c in engine.generate(gen("a", 7))]
+        assert now() - start == pytest.approx(7 * ITER_MS / 1000, abs=1e-12)
+        assert len(chunks) == 7
+        assert [c.finish_reason for c in chunks] == [None] * 6 + ["length"]
+        text = "".join(c.text for c in chunks)
+        assert len(text) == 28 and count_tokens(text) == 7
+        assert sum(len(c.token_ids) for c in chunks) == 7
+        await engine.close()
+    run_virtual(main)
+
+
+def test_concurrent_generates_batch_together() -> None:
+    async def main() -> None:
+        engine = make_engine(decode_per_seq_ms=1.0)
+        start = now()
+        ends: list[float] = []
+
+        async def one(ctx: str) -> None:
+            await engine.generate_all(gen(ctx, 5))
+            ends.append(now() - start)
+        await asyncio.gather(one("a"), one("b"))
+        # both in every iteration: 5 iterations of base + 2 seqs
+        assert ends == pytest.approx([5 * (ITER_MS + 2) / 1000] * 2, abs=1e-12)
+        await engine.close()
+    run_virtual(main)
+
+
+def test_decode_time_grows_with_batch_tokens() -> None:
+    async def main() -> None:
+        engine = make_engine(decode_per_token_ms=0.01)
+        await engine.fill(fill("p", 100))  # prefill is free in this model
+        start = now()
+        await engine.generate_all(gen("p", 3))
+        # iterations read 100, 101, 102 tokens of KV
+        expected = sum(ITER_MS + 0.01 * t for t in (100, 101, 102)) / 1000
+        assert now() - start == pytest.approx(expected, abs=1e-12)
+        await engine.close()
+    run_virtual(main)
+
+
+def test_chunked_prefill_costs_per_token_under_budget() -> None:
+    async def main() -> None:
+        engine = make_engine(prefill_per_token_ms=0.1, max_num_batched_tokens=256)
+        start = now()
+        result = await engine.fill(fill("a", 1000))
+        assert (result.num_filled_tokens, result.context_len) == (1000, 1000)
+        assert now() - start == pytest.approx(0.1, abs=1e-12)
+        # a decode runs alongside the prefill chunks: each iteration pays both
+        start = now()
+        await asyncio.gather(engine.generate_all(gen("a", 2)), engine.fill(fill("b", 510)))
+        # it1: decode + 255 prefill; it2: decode + 255 prefill
+        assert now() - start == pytest.approx(2 * (ITER_MS + 25.5) / 1000, abs=1e-12)
+        await engine.close()
+    run_virtual(main)
+
+
+def test_text_fill_counts_four_chars_per_token() -> None:
+    async def main() -> None:
+        engine = make_engine()
+        assert (await engine.fill(FillRequest("a", text="abcdefghi"))).num_filled_tokens == 3
+        assert (await engine.fill(FillRequest("a", text=""))).context_len == 3
+        await engine.close()
+    run_virtual(main)
+
+
+def test_zero_latency_takes_no_time() -> None:
+    async def main() -> None:
+        engine = SimulatedEngine("z", SimulatedEngineConfig.from_mapping({"zero_latency": True}))
+        await engine.fill(fill("a", 5000))
+        result = await engine.generate_all(gen("a", 50))
+        assert len(result.token_ids) == 50 and now() == 0.0
+        await engine.close()
+    run_virtual(main)
+
+
+def test_output_is_deterministic_per_context_and_seed() -> None:
+    async def main() -> None:
+        engine = make_engine(zero_latency=True)
+        a = await engine.generate_all(gen("x", 6, seed=1))
+        await engine.free_context("x")
+        b = await engine.generate_all(gen("x", 6, seed=1))
+        c = await engine.generate_all(gen("y", 6, seed=1))
+        assert a == b and a.text != c.text
+        await engine.close()
+    run_virtual(main)
+
+
+# ---- contexts and blocks -----------------------------------------------------------------------
+
+def test_fork_skips_prefill_and_shares_full_blocks() -> None:
+    async def main() -> None:
+        engine = make_engine(prefill_per_token_ms=0.1, block_size=16, num_blocks=100)
+        await engine.fill(fill("parent", 1000))  # 62 full blocks + 1 partial
+        assert (await engine.stats()).num_blocks_free == 100 - 63
+        start = now()
+        result = await engine.fill(fill("child", 100, parent="parent"))
+        assert result.context_len == 1100
+        assert now() - start == pytest.approx(100 * 0.1 / 1000, abs=1e-12)
+        stats = await engine.stats()
+        # child: 62 shared + ceil(1100/16) - 62 = 7 own blocks (copied partial included)
+        assert stats.num_blocks_free == 100 - 63 - 7
+        assert stats.num_tokens_in_use == 62 * 16 + 8 + 1100 - 62 * 16
+        assert stats.num_contexts == 2
+        await engine.free_context("parent")
+        assert (await engine.stats()).num_blocks_free == 100 - 69  # shared blocks stay
+        await engine.free_context("child")
+        assert (await engine.stats()).num_blocks_free == 100
+        await engine.close()
+    run_virtual(main)
+
+
+def test_shared_prefix_is_read_once_per_decode_batch() -> None:
+    async def main() -> None:
+        for shared, kv in ((True, 320), (False, 2 * 320)):
+            engine = make_engine(decode_per_token_ms=0.01, shared_prefix_decode=shared)
+            await engine.fill(fill("p", 320))
+            start = now()
+            await asyncio.gather(engine.generate_all(gen("a", 1, parent="p")),
+                                 engine.generate_all(gen("b", 1, parent="p")))
+            assert now() - start == pytest.approx((ITER_MS + 0.01 * kv) / 1000, abs=1e-12)
+            await engine.close()
+    run_virtual(main)
+
+
+def test_fork_waits_for_the_parent_fill() -> None:
+    async def main() -> None:
+        engine = make_engine(prefill_per_token_ms=1.0, max_num_batched_tokens=10)
+        parent = asyncio.ensure_future(engine.fill(fill("p", 30)))
+        await asyncio.sleep(0)
+        child = await engine.fill(fill("c", 5, parent="p"))
+        assert child.context_len == 35 and (await parent).context_len == 30
+        await engine.close()
+    run_virtual(main)
+
+
+def test_requests_wait_for_blocks_until_a_context_is_freed() -> None:
+    async def main() -> None:
+        engine = make_engine(block_size=16, num_blocks=10)
+        await engine.fill(fill("a", 120))  # 8 blocks
+        waiting = asyncio.ensure_future(engine.fill(fill("b", 64)))  # 4 blocks
+        await asyncio.sleep(1.0)
+        stats = await engine.stats()
+        assert not waiting.done() and (stats.num_waiting, stats.num_running) == (1, 0)
+        await engine.free_context("a")
+        assert (await waiting).context_len == 64
+        assert (await engine.stats()).num_blocks_free == 6
+        await engine.close()
+    run_virtual(main)
+
+
+def test_error_cases() -> None:
+    async def main() -> None:
+        engine = make_engine(max_context_len=100, block_size=16, num_blocks=4)
+        with pytest.raises(UnknownContextError):
+            await engine.fill(fill("c", 1, parent="nope"))
+        with pytest.raises(UnknownContextError):
+            await engine.generate_all(gen("c", 1, parent="nope"))
+        with pytest.raises(UnknownContextError):
+            await engine.free_context("nope")
+        with pytest.raises(PromptTooLongError):
+            await engine.fill(fill("c", 101))
+        with pytest.raises(OutOfKVCacheError):
+            await engine.fill(fill("c", 65))  # 5 blocks > 4, can never fit
+        await engine.fill(fill("c", 10))
+        with pytest.raises(PromptTooLongError):
+            await engine.generate_all(gen("c", 91))
+        busy = asyncio.ensure_future(engine.generate_all(gen("c", 3)))
+        await asyncio.sleep(0)
+        with pytest.raises(ContextExistsError):
+            await engine.fill(fill("c", 1))
+        assert (await busy).finish_reason == "length"
+        assert (await engine.stats()).num_contexts == 1
+        await engine.close()
+        with pytest.raises(EngineUnavailableError):
+            await engine.fill(fill("d", 1))
+    run_virtual(main)
+
+
+def test_abandoned_stream_frees_the_context() -> None:
+    async def main() -> None:
+        engine = make_engine()
+        stream = engine.generate(gen("a", 100))
+        await anext(stream)
+        await stream.aclose()
+        stats = await engine.stats()
+        assert (stats.num_running, stats.num_waiting) == (0, 0)
+        assert stats.num_blocks_free == stats.num_blocks_total - 1  # reservation returned
+        assert (await engine.fill(fill("a", 1))).context_len == 2
+        await engine.close()
+    run_virtual(main)
+
+
+def test_free_while_running_fails_the_request_and_close_fails_waiters() -> None:
+    async def main() -> None:
+        engine = make_engine()
+        running = asyncio.ensure_future(engine.generate_all(gen("a", 100)))
+        await asyncio.sleep(0.05)
+        await engine.free_context("a")
+        with pytest.raises(UnknownContextError):
+            await running
+        pending = asyncio.ensure_future(engine.generate_all(gen("b", 100)))
+        await asyncio.sleep(0.05)
+        await engine.close()
+        with pytest.raises(EngineUnavailableError):
+            await pending
+    run_virtual(main)
+
+
+def test_max_num_seqs_queues_the_rest() -> None:
+    async def main() -> None:
+        engine = make_engine(max_num_seqs=1)
+        first = asyncio.ensure_future(engine.generate_all(gen("a", 3)))
+        second = asyncio.ensure_future(engine.generate_all(gen("b", 3)))
+        await asyncio.sleep(0.001)
+        stats = await engine.stats()
+        assert (stats.num_running, stats.num_waiting) == (1, 1)
+        await asyncio.gather(first, second)
+        assert now() == pytest.approx(6 * ITER_MS / 1000, abs=1e-12)
+        await engine.close()
+    run_virtual(main)
+
+
+# ---- configuration -----------------------------------------------------------------------------
+
+def test_a100_profile_matches_the_paper_setting() -> None:
+    config = SimulatedEngineConfig.from_mapping({"profile": "a100_llama13b"})
+    model = config.latency
+    assert model.decode_ms(1, 6144) == pytest.approx(40.0)
+    assert 20.0 <= model.decode_ms(1, 0) <= 25.0
+    assert model.decode_ms(8, 12288) > 2 * 40.0 * 0.75
+    assert 0.1 <= model.prefill_per_token_ms <= 0.2
+    assert config.model == "llama-13b"
+    # explicit keys override the profile's
+    assert SimulatedEngineConfig.from_mapping(
+        {"profile": "a100_llama13b", "num_blocks": 7}).num_blocks == 7
+    assert "decode_table" in load_profile("a100_llama13b")
+
+
+def test_table_interpolates_and_extrapolates() -> None:
+    model = LatencyModel(decode_table=((0, 10.0), (100, 20.0), (200, 40.0)))
+    assert model.decode_ms(1, 50) == 15.0
+    assert model.decode_ms(1, 300) == 60.0
+    assert model.decode_ms(0, 300) == 0.0
+    assert model.iteration_seconds(0, 0, 10) == pytest.approx(0.0015)
+
+
+@pytest.mark.parametrize("params, words", [
+    ({"num_blocks": 0}, "num_blocks=0"),
+    ({"block_size": "16"}, "block_size='16'"),
+    ({"bogus": 1}, "bogus"),
+    ({"decode_base_ms": -1}, "decode_base_ms"),
+    ({"zero_latency": "yes"}, "zero_latency"),
+    ({"decode_table": [[0, 1.0]]}, "decode_table"),
+    ({"decode_table": [[10, 1.0], [5, 2.0]]}, "decode_table"),
+    ({"decode_table": [[0, 1.0], [5, 2.0]], "decode_base_ms": 3}, "decode_base_ms"),
+    ({"profile": "no_such_profile"}, "no_such_profile"),
+    ({"shared_prefix_decode": 1}, "shared_prefix_decode"),
+])
+def test_config_errors_name_the_bad_key(params: dict[str, object], words: str) -> None:
+    with pytest.raises(EngineConfigError, match=words.replace("[", r"\[")):
+        SimulatedEngineConfig.from_mapping(params)
