@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import AbstractSet, Any, ClassVar, Mapping, Sequence
 
 from parrot.types import Criterion
 
@@ -43,7 +43,7 @@ class EngineView:
     num_latency_calls: int               # of the running calls, how many are LATENCY
     num_throughput_calls: int            # ... and how many are THROUGHPUT
     task_groups: frozenset[str]          # task groups with a call on this engine
-    cached_prefixes: frozenset[str]      # prefix hashes with a context on (or going to) it
+    cached_prefixes: AbstractSet[str]    # prefix hashes with a context on (or going to) it
     is_healthy: bool = True
 
     @property

@@ -1,0 +1,141 @@
+"""The serve configuration (policies.yaml): parsed once at the edge into frozen dataclasses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from parrot.errors import InvalidRequestError
+
+ENGINE_KINDS = ("builtin", "simulated", "remote")
+
+
+class ConfigError(InvalidRequestError):
+    """The configuration file is invalid; the message names the key and what is allowed."""
+
+
+@dataclass(frozen=True)
+class ManagerConfig:
+    host: str = "127.0.0.1"
+    port: int = 9000
+    max_body_bytes: int = 8 * 1024 * 1024     # larger request bodies get 413
+    max_get_timeout_s: float = 3600.0         # longest a `get` may long-poll
+    default_get_timeout_s: float = 600.0
+    max_call_retries: int = 2                 # re-dispatches after an engine failure
+    admin_token: str | None = None            # required by POST /v1/engines when set
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.port, int) and 0 <= self.port < 65536, "manager.port",
+                 self.port, "an integer in [0, 65535]")
+        _require(isinstance(self.max_body_bytes, int) and self.max_body_bytes >= 1024,
+                 "manager.max_body_bytes", self.max_body_bytes, "an integer >= 1024")
+        _require(_is_pos(self.max_get_timeout_s), "manager.max_get_timeout_s",
+                 self.max_get_timeout_s, "a positive number")
+        _require(_is_pos(self.default_get_timeout_s), "manager.default_get_timeout_s",
+                 self.default_get_timeout_s, "a positive number")
+        _require(isinstance(self.max_call_retries, int) and self.max_call_retries >= 0,
+                 "manager.max_call_retries", self.max_call_retries, "an integer >= 0")
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """One engine: started by parrot-serve (builtin/simulated) or reached by URL (remote)."""
+
+    name: str
+    kind: str = "simulated"
+    url: str | None = None
+    latency_capacity: int = 6144       # token load under which latency calls stay fast
+    throughput_capacity: int = 32768   # token load a throughput engine may be filled to
+    speed: float = 1.0                 # relative speed, for least-queue style policies
+    in_process: bool = False           # run inside the manager's process (tests, simulation)
+    params: Mapping[str, Any] = field(default_factory=dict)  # passed to the engine factory
+
+    def __post_init__(self) -> None:
+        where = f"engines[{self.name!r}]"
+        _require(isinstance(self.name, str) and self.name.replace("-", "").replace("_", "")
+                 .isalnum(), "engines[].name", self.name, "letters, digits, '-' and '_'")
+        _require(self.kind in ENGINE_KINDS, f"{where}.kind", self.kind, f"one of {ENGINE_KINDS}")
+        _require((self.kind == "remote") == (self.url is not None), f"{where}.url", self.url,
+                 "set exactly when kind is 'remote'")
+        for key in ("latency_capacity", "throughput_capacity"):
+            value = getattr(self, key)
+            _require(isinstance(value, int) and value > 0, f"{where}.{key}", value,
+                     "a positive integer (tokens)")
+        _require(_is_pos(self.speed), f"{where}.speed", self.speed, "a positive number")
+        _require(isinstance(self.params, Mapping), f"{where}.params", self.params, "a mapping")
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    name: str = "least_queue"
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    manager: ManagerConfig = field(default_factory=ManagerConfig)
+    policy: PolicySpec = field(default_factory=PolicySpec)
+    engines: tuple[EngineSpec, ...] = ()
+
+    def __post_init__(self) -> None:
+        names = [e.name for e in self.engines]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        _require(not dupes, "engines[].name", dupes, "unique names")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], *, base_dir: Path | None = None) -> "ServeConfig":
+        _require(isinstance(data, Mapping), "<root>", type(data).__name__, "a mapping")
+        _no_unknown(data, ("manager", "policy", "engines"), "<root>")
+        manager = ManagerConfig(**_section(data.get("manager"), ManagerConfig, "manager"))
+        policy_data = _section(data.get("policy"), PolicySpec, "policy")
+        policy = PolicySpec(**policy_data)
+        engines_data = data.get("engines") or []
+        _require(isinstance(engines_data, list), "engines", engines_data, "a list")
+        engines = []
+        for i, item in enumerate(engines_data):
+            fields_ = _section(item, EngineSpec, f"engines[{i}]")
+            params = dict(fields_.get("params") or {})
+            # Relative file paths in engine params (profiles, model folders) are relative to
+            # the config file, so a config works from any working directory.
+            for key in ("profile", "model_path"):
+                if base_dir is not None and isinstance(params.get(key), str) \
+                        and not Path(params[key]).is_absolute():
+                    params[key] = str((base_dir / params[key]).resolve())
+            fields_["params"] = params
+            engines.append(EngineSpec(**fields_))
+        return cls(manager, policy, tuple(engines))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ServeConfig":
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read config {str(path)!r}: {exc}") from None
+        return cls.from_mapping(data or {}, base_dir=path.parent)
+
+
+def _section(value: Any, cls: type, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    _require(isinstance(value, Mapping), where, value, "a mapping")
+    _no_unknown(value, tuple(cls.__dataclass_fields__), where)
+    return dict(value)
+
+
+def _no_unknown(data: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+
+
+def _is_pos(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _require(ok: bool, key: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(f"invalid {key}={value!r}: must be {allowed}")

@@ -1,0 +1,72 @@
+"""Lowering one call onto one engine: prefix contexts, then Fill / Generate in a private context.
+
+The prompt before the first output is split at variable boundaries into prefix pieces whose
+contexts are shared through `EngineContexts` (forked, never recomputed). From the first output
+on, the call works in its own context forked from the deepest prefix context: pending text is
+filled, each output is generated (its tokens stay in the context, so later text follows what the
+model said), and its value is published the moment it exists — consumers of an early output of a
+multi-output call start before the call finishes.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from parrot.core.engine_pool import EngineState
+from parrot.core.nodes import Call, OutputBinding
+from parrot.core.prefix import prefix_pieces
+from parrot.engines.protocol import FillRequest, GenerateRequest
+from parrot.errors import OutOfKVCacheError
+from parrot.template import Placeholder, Text
+from parrot.transforms import apply_transforms
+
+OutputSink = Callable[[Call, OutputBinding, str], None]
+
+
+async def run_call(call: Call, engine: EngineState, publish: OutputSink) -> None:
+    """Run `call` on `engine`, publishing each output value through `publish`."""
+    try:
+        await _run_once(call, engine, publish)
+    except OutOfKVCacheError:
+        # Cached prefixes of finished calls may be what fills the engine: drop them, retry once.
+        if await engine.contexts.evict_all() == 0:
+            raise
+        await _run_once(call, engine, publish)
+
+
+async def _run_once(call: Call, engine: EngineState, publish: OutputSink) -> None:
+    pieces = prefix_pieces(call.template, call.rendered_inputs)
+    chain = await engine.contexts.acquire(pieces)
+    context_id = f"c-{call.call_id}-{call.attempts}"
+    parent = chain.leaf_id
+    created = False
+    try:
+        segments = call.template.segments
+        first_output = next(i for i, s in enumerate(segments)
+                            if isinstance(s, Placeholder) and s.is_output)
+        pending: list[str] = []
+        for seg in segments[first_output:]:
+            if isinstance(seg, Text):
+                pending.append(seg.text)
+            elif not seg.is_output:
+                pending.append(call.rendered_inputs[seg.name])
+            else:
+                if pending:
+                    await engine.engine.fill(FillRequest(
+                        context_id=context_id, parent_context_id=None if created else parent,
+                        text="".join(pending)))
+                    created, pending = True, []
+                binding = call.outputs[seg.name]
+                result = await engine.engine.generate_all(GenerateRequest(
+                    context_id=context_id, parent_context_id=None if created else parent,
+                    sampling=binding.sampling))
+                created = True
+                publish(call, binding, apply_transforms(binding.transforms, result.text))
+        # Text after the last output conditions nothing: it is never sent to the engine.
+    finally:
+        engine.contexts.release(chain)
+        if created:
+            try:
+                await engine.engine.free_context(context_id)
+            except Exception:  # noqa: BLE001 - a lost engine has freed it already
+                pass

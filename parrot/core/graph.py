@@ -1,0 +1,113 @@
+"""A session's dataflow DAG (networkx): variable → consuming call → produced variable.
+
+Node ids are the variables' and calls' ids (`v-…`, `r-…`); each node holds its object under the
+attribute "obj". The paper's primitives are `get_producer`, `get_consumers` and `get_perf_obj`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import networkx as nx
+
+from parrot.core.nodes import Call, Variable
+from parrot.errors import ConflictError
+from parrot.types import Criterion
+
+
+class SessionGraph:
+    def __init__(self) -> None:
+        self._g = nx.DiGraph()
+
+    # --- building -----------------------------------------------------------------------------
+
+    def add_variable(self, var: Variable) -> None:
+        self._g.add_node(var.var_id, obj=var)
+
+    def add_call(self, call: Call) -> None:
+        """Insert a call with its edges; refuses (and leaves the graph as it was) on a cycle."""
+        input_ids = {b.var_id for b in call.inputs.values()}
+        output_ids = [b.var_id for b in call.outputs.values()]
+        for out_id in output_ids:
+            if out_id in input_ids:
+                raise ConflictError(f"variable {out_id} is both an input and an output of "
+                                    "the call (a cycle)")
+            for in_id in input_ids:
+                if nx.has_path(self._g, out_id, in_id):
+                    raise ConflictError(f"output {out_id} already flows into input {in_id}: "
+                                        "the call would close a cycle")
+        self._g.add_node(call.call_id, obj=call)
+        for in_id in input_ids:
+            self._g.add_edge(in_id, call.call_id)
+        for out_id in output_ids:
+            self._g.add_edge(call.call_id, out_id)
+
+    # --- the paper's primitives ----------------------------------------------------------------
+
+    def get_producer(self, var_id: str) -> Call | None:
+        for pred in self._g.predecessors(var_id):
+            return self._g.nodes[pred]["obj"]
+        return None
+
+    def get_consumers(self, var_id: str) -> list[Call]:
+        return [self._g.nodes[c]["obj"] for c in self._g.successors(var_id)]
+
+    def get_perf_obj(self, var_id: str) -> Criterion | None:
+        """The deduced criterion of a variable: a `get`'s seed, else what its consumers demand."""
+        var: Variable = self._g.nodes[var_id]["obj"]
+        if var.criterion is not None:
+            return var.criterion
+        demands = {c.demand for c in self.get_consumers(var_id)}
+        if Criterion.LATENCY in demands:
+            return Criterion.LATENCY
+        if Criterion.THROUGHPUT in demands:
+            return Criterion.THROUGHPUT
+        return None
+
+    # --- traversal ---------------------------------------------------------------------------
+
+    def input_producers(self, call: Call) -> list[Call]:
+        producers = (self.get_producer(b.var_id) for b in call.inputs.values())
+        seen: dict[str, Call] = {}
+        for p in producers:
+            if p is not None:
+                seen.setdefault(p.call_id, p)
+        return list(seen.values())
+
+    def output_variables(self, call: Call) -> list[Variable]:
+        return [self._g.nodes[b.var_id]["obj"] for b in call.outputs.values()]
+
+    def calls_in_topological_order(self) -> Iterator[Call]:
+        for node in nx.topological_sort(self._g):
+            obj = self._g.nodes[node]["obj"]
+            if isinstance(obj, Call):
+                yield obj
+
+    def is_ancestor(self, upstream: Call, downstream: Call) -> bool:
+        return nx.has_path(self._g, upstream.call_id, downstream.call_id)
+
+    def downstream_calls(self, call: Call) -> Iterator[Call]:
+        for node in nx.descendants(self._g, call.call_id):
+            obj = self._g.nodes[node]["obj"]
+            if isinstance(obj, Call):
+                yield obj
+
+    def __contains__(self, node_id: str) -> bool:
+        return node_id in self._g
+
+    # --- introspection -----------------------------------------------------------------------
+
+    def to_node_link(self) -> dict[str, Any]:
+        """Node-link JSON: {directed, nodes: [{id, kind, ...}], links: [{source, target}]}."""
+        nodes = []
+        for node_id, data in self._g.nodes(data=True):
+            obj = data["obj"]
+            if isinstance(obj, Call):
+                nodes.append({"id": node_id, **obj.to_node()})
+            else:
+                nodes.append({"id": node_id, "kind": "variable", "name": obj.name,
+                              "ready": obj.is_ready,
+                              "criterion": (c.value if (c := self.get_perf_obj(node_id)) else None),
+                              "error": None if obj.error is None else str(obj.error)})
+        links = [{"source": u, "target": v} for u, v in self._g.edges()]
+        return {"directed": True, "multigraph": False, "nodes": nodes, "links": links}

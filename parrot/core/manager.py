@@ -1,0 +1,343 @@
+"""The manager: sessions, the call lifecycle over each session's DAG, and the engines.
+
+One asyncio loop. `Manager.step`-style flow: a call becomes READY when its last input arrives →
+the scheduler asks the policy where ready calls go → `_dispatch` starts a task that lowers the
+call onto its engine → each output value set wakes exactly the consumers of that variable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import secrets
+
+from parrot.core.config import EngineSpec, ManagerConfig
+from parrot.core.deduction import deduce
+from parrot.core.engine_pool import EnginePool, EngineState
+from parrot.core.executor import run_call
+from parrot.core.nodes import Call, InputBinding, OutputBinding, Variable
+from parrot.core.prefix import PrefixIndex, prefix_pieces
+from parrot.core.requests import SubmitRequest
+from parrot.core.scheduler import Scheduler
+from parrot.core.sessions import Session, SessionStore
+from parrot.engines.protocol import Engine
+from parrot.errors import (CallFailedError, ConflictError, EngineUnavailableError,
+                           GetTimeoutError, InvalidRequestError, NotFoundError, ParrotError)
+from parrot.policies.base import Policy
+from parrot.template import parse_template
+from parrot.transforms import TransformError, apply_transforms
+from parrot.types import CallState, Criterion
+
+log = logging.getLogger(__name__)
+
+CHARS_PER_TOKEN = 4  # the manager's token estimate (engines report exact counts themselves)
+
+
+class Manager:
+    def __init__(self, policy: Policy, config: ManagerConfig | None = None) -> None:
+        self.config = config or ManagerConfig()
+        self.sessions = SessionStore()
+        self.engines = EnginePool()
+        self.prefix_index = PrefixIndex()
+        self.scheduler = Scheduler(policy, self.engines, self._dispatch, self._deduce_dirty)
+        self._dirty: set[Session] = set()
+        self._arrivals = itertools.count()
+        self._scheduler_task: asyncio.Task | None = None
+        self._probes: set[asyncio.Task] = set()
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._scheduler_task is None:
+            self._scheduler_task = asyncio.create_task(self.scheduler.run_forever(),
+                                                       name="parrot-scheduler")
+
+    async def close(self) -> None:
+        for session in self.sessions:
+            self._drop_session(session)
+        for task in list(self._probes):
+            task.cancel()
+        if self._scheduler_task is not None:
+            self._scheduler_task.cancel()
+            await asyncio.gather(self._scheduler_task, return_exceptions=True)
+            self._scheduler_task = None
+
+    async def add_engine(self, spec: EngineSpec, engine: Engine) -> EngineState:
+        """Register a started engine (in-process, launched, or joining by URL)."""
+        info = await engine.info()
+        state = self.engines.add(spec, engine, info)
+        log.info("engine %s joined (%s, %s)", spec.name, info.kind, info.model)
+        self.scheduler.wake()
+        return state
+
+    # --- sessions and variables -----------------------------------------------------------
+
+    def create_session(self) -> Session:
+        return self.sessions.create()
+
+    def authenticate(self, session_id: str, token: str | None) -> Session:
+        return self.sessions.authenticate(session_id, token)
+
+    def delete_session(self, session: Session) -> None:
+        self.sessions.pop(session.session_id)
+        self._drop_session(session)
+
+    def _drop_session(self, session: Session) -> None:
+        gone = NotFoundError(f"session {session.session_id} was deleted")
+        for call in session.calls.values():
+            self.scheduler.discard(call)
+            if call.state in (CallState.PENDING, CallState.READY):
+                call.state = CallState.FAILED
+        for task in session.tasks.values():
+            task.cancel()
+        for var in session.variables.values():
+            var.fail(gone)
+        self._dirty.discard(session)
+
+    def create_variable(self, session: Session, name: str, value: str | None) -> Variable:
+        if not isinstance(name, str) or not name or len(name) > 256:
+            raise InvalidRequestError("variable 'name' must be a string of 1 to 256 characters")
+        var = Variable(f"v-{secrets.token_hex(8)}", session.session_id, name)
+        session.variables[var.var_id] = var
+        session.graph.add_variable(var)
+        if value is not None:
+            self._publish_value(session, var, value)
+        return var
+
+    def set_variable(self, session: Session, var_id: str, value: str) -> None:
+        var = session.variable(var_id)
+        if var.producer is not None:
+            raise ConflictError(f"variable {var_id} is produced by call {var.producer}; "
+                                "it cannot be set by the client")
+        if var.is_finished:
+            raise ConflictError(f"variable {var_id} already has a value")
+        self._publish_value(session, var, value)
+
+    async def get(self, session: Session, var_id: str, criterion: Criterion,
+                  timeout: float | None = None) -> str:
+        var = session.variable(var_id)
+        if var.criterion is not criterion and var.criterion is not Criterion.LATENCY:
+            var.criterion = criterion  # a latency get outranks a throughput one
+            session.has_criteria = True
+            self._mark_dirty(session)
+        limit = min(timeout or self.config.default_get_timeout_s, self.config.max_get_timeout_s)
+        if not var.is_finished:
+            try:
+                await asyncio.wait_for(var.ready.wait(), limit)
+            except asyncio.TimeoutError:
+                raise GetTimeoutError(f"variable {var_id} not ready after {limit:g} s") from None
+        if var.error is not None:
+            raise var.error
+        assert var.value is not None
+        return var.value
+
+    def graph(self, session: Session) -> dict:
+        if session.needs_deduction:
+            self._deduce(session)
+        return session.graph.to_node_link()
+
+    # --- submit -------------------------------------------------------------------------------
+
+    def submit(self, session: Session, request: SubmitRequest) -> Call:
+        template = parse_template(request.prompt)
+        specs = {p.name: p for p in request.placeholders}
+        unknown = sorted(set(specs) - set(template.input_names) - set(template.output_names))
+        if unknown:
+            raise InvalidRequestError(f"placeholder(s) {unknown} are not in the prompt")
+        for name in template.input_names:
+            if name not in specs or specs[name].is_output:
+                raise InvalidRequestError(f"input placeholder {name!r} needs a binding "
+                                          "(semantic_var_id or value)")
+        for name in template.output_names:
+            if name in specs and not specs[name].is_output:
+                raise InvalidRequestError(f"placeholder {name!r} is an output in the prompt")
+        # Validate every reference before changing any state.
+        input_vars = {n: session.variable(specs[n].semantic_var_id) for n in template.input_names
+                      if specs[n].semantic_var_id is not None}
+        output_vars: dict[str, Variable | None] = {}
+        for name in template.output_names:
+            spec = specs.get(name)
+            var = session.variable(spec.semantic_var_id) if spec and spec.semantic_var_id else None
+            if var is not None and (var.producer is not None or var.is_finished):
+                raise ConflictError(f"variable {var.var_id} already has a producer or a value")
+            output_vars[name] = var
+        if len({id(v) for v in output_vars.values() if v is not None}) < \
+                sum(v is not None for v in output_vars.values()):
+            raise ConflictError("two outputs of one call are bound to the same variable")
+
+        call_id = f"r-{secrets.token_hex(8)}"
+        inputs: dict[str, InputBinding] = {}
+        for name in template.input_names:
+            spec = specs[name]
+            var = input_vars.get(name)
+            if var is None:  # a literal value becomes a ready variable of its own
+                var = self.create_variable(session, name, None)
+                var.set_value(spec.value)  # type: ignore[arg-type]
+            inputs[name] = InputBinding(name, var.var_id, spec.transforms)
+        outputs: dict[str, OutputBinding] = {}
+        for name in template.output_names:
+            spec = specs.get(name)
+            var = output_vars[name] or self.create_variable(session, name, None)
+            outputs[name] = OutputBinding(
+                name, var.var_id, request.sampling.merged(spec.sampling if spec else None),
+                spec.transforms if spec else ())
+        call = Call(call_id, session.session_id, template, inputs, outputs,
+                    arrival_seq=next(self._arrivals))
+        session.graph.add_call(call)  # raises on a cycle, before anything refers to the call
+        for binding in outputs.values():
+            session.variable(binding.var_id).producer = call_id
+        session.calls[call_id] = call
+        call.mark("submitted", asyncio.get_running_loop().time())
+        producers = session.graph.input_producers(call)
+        call.topo_rank = 1 + max((p.topo_rank for p in producers), default=-1)
+        self._mark_dirty(session)
+        failed = [session.variables[b.var_id] for b in inputs.values()
+                  if session.variables[b.var_id].error is not None]
+        call.num_missing_inputs = sum(not session.variables[b.var_id].is_ready
+                                      for b in inputs.values())
+        if failed:
+            self._fail_call(session, call, CallFailedError(
+                f"input {failed[0].name!r} failed: {failed[0].error}"))
+        elif call.num_missing_inputs == 0:
+            self._make_ready(session, call)
+        return call
+
+    # --- the call lifecycle ------------------------------------------------------------------
+
+    def _make_ready(self, session: Session, call: Call) -> None:
+        try:
+            call.rendered_inputs = {
+                name: apply_transforms(b.transforms, session.variables[b.var_id].value or "")
+                for name, b in call.inputs.items()}
+        except TransformError as exc:
+            self._fail_call(session, call, CallFailedError(f"input transform failed: {exc}"))
+            return
+        call.prefix_hashes = tuple(p.prefix_hash for p in
+                                   prefix_pieces(call.template, call.rendered_inputs))
+        prompt_chars = len(call.template.render(
+            {**call.rendered_inputs, **{n: "" for n in call.outputs}}))
+        call.num_tokens = -(-prompt_chars // CHARS_PER_TOKEN) + sum(
+            b.sampling.max_tokens for b in call.outputs.values())
+        call.state = CallState.READY
+        call.mark("ready", asyncio.get_running_loop().time())
+        self.prefix_index.add(call.call_id, call.prefix_hashes)
+        self.scheduler.enqueue(call)
+
+    def _dispatch(self, call: Call, engine: EngineState) -> None:
+        session = self._session_of(call)
+        call.state = CallState.RUNNING
+        call.engine_id = engine.engine_id
+        call.mark("dispatched", asyncio.get_running_loop().time())
+        engine.add_call(call)
+        session.tasks[call.call_id] = asyncio.create_task(
+            self._run(session, call, engine), name=f"call-{call.call_id}")
+
+    async def _run(self, session: Session, call: Call, engine: EngineState) -> None:
+        published: list[str] = []
+
+        def publish(call_: Call, binding: OutputBinding, value: str) -> None:
+            published.append(binding.name)
+            self._publish_value(session, session.variables[binding.var_id], value)
+
+        requeue = False
+        try:
+            await run_call(call, engine, publish)
+            call.state = CallState.DONE
+            engine.num_calls_done += 1
+        except asyncio.CancelledError:
+            call.state = CallState.FAILED
+            call.error = "cancelled (session deleted or manager stopped)"
+            raise
+        except EngineUnavailableError as exc:
+            self._mark_unhealthy(engine, exc)
+            call.attempts += 1
+            requeue = not published and call.attempts <= self.config.max_call_retries
+            if not requeue:
+                self._fail_call(session, call, CallFailedError(f"engine {engine.engine_id} "
+                                                               f"failed: {exc}"))
+        except (ParrotError, TransformError) as exc:
+            self._fail_call(session, call, CallFailedError(f"{type(exc).__name__}: {exc}"))
+        except Exception as exc:  # noqa: BLE001 - one bad call must not take the manager down
+            log.exception("call %s crashed", call.call_id)
+            self._fail_call(session, call, CallFailedError(f"internal error: {exc!r}"))
+        finally:
+            call.mark("finished", asyncio.get_running_loop().time())
+            engine.remove_call(call)
+            session.tasks.pop(call.call_id, None)
+            if requeue:
+                call.state, call.engine_id = CallState.READY, None
+                self.scheduler.enqueue(call)
+            else:
+                self.prefix_index.remove(call.call_id, call.prefix_hashes)
+            self.scheduler.wake()
+
+    def _publish_value(self, session: Session, var: Variable, value: str) -> None:
+        var.set_value(value)
+        for consumer in session.graph.get_consumers(var.var_id):
+            consumer.num_missing_inputs -= 1
+            if consumer.num_missing_inputs == 0 and consumer.state is CallState.PENDING:
+                self._make_ready(session, consumer)
+
+    def _fail_call(self, session: Session, call: Call, error: ParrotError) -> None:
+        """Fail a call and, transitively, every call and variable downstream of it."""
+        pending = [(call, error)]
+        while pending:
+            failing, cause = pending.pop()
+            if failing.state.is_finished:
+                continue
+            self.scheduler.discard(failing)
+            failing.state, failing.error = CallState.FAILED, str(cause)
+            for var in session.graph.output_variables(failing):
+                var.fail(cause)
+                for consumer in session.graph.get_consumers(var.var_id):
+                    if consumer.state in (CallState.PENDING, CallState.READY):
+                        pending.append((consumer, CallFailedError(
+                            f"input {var.name!r} failed: {cause}")))
+
+    def _mark_unhealthy(self, engine: EngineState, exc: Exception) -> None:
+        if engine.is_healthy:
+            log.warning("engine %s unavailable (%s); its calls are re-dispatched",
+                        engine.engine_id, exc)
+            engine.is_healthy = False
+            engine.contexts.forget_all()
+            task = asyncio.create_task(self._probe(engine), name=f"probe-{engine.engine_id}")
+            self._probes.add(task)
+            task.add_done_callback(self._probes.discard)
+
+    async def _probe(self, engine: EngineState) -> None:
+        """Wait (with backoff) until a failed engine answers healthz again."""
+        delay = 0.5
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                if await engine.engine.healthz():
+                    break
+            except ParrotError:
+                pass
+            delay = min(delay * 2, 10.0)
+        log.info("engine %s is healthy again", engine.engine_id)
+        engine.is_healthy = True
+        self.scheduler.wake()
+
+    # --- deduction -------------------------------------------------------------------------
+
+    def _mark_dirty(self, session: Session) -> None:
+        session.needs_deduction = True
+        # Until a `get` seeds a criterion every call deduces to None: nothing to recompute
+        # per round (the graph endpoint still deduces on demand for task groups).
+        if session.has_criteria:
+            self._dirty.add(session)
+            self.scheduler.wake()
+
+    def _deduce_dirty(self) -> None:
+        while self._dirty:
+            self._deduce(self._dirty.pop())
+
+    def _deduce(self, session: Session) -> None:
+        deduce(session.graph)
+        session.needs_deduction = False
+        self._dirty.discard(session)
+
+    def _session_of(self, call: Call) -> Session:
+        return self.sessions.get(call.session_id)

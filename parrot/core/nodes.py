@@ -1,0 +1,99 @@
+"""The two kinds of node of a session's DAG: Semantic Variables and LLM calls."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from parrot.errors import ParrotError
+from parrot.sampling import SamplingParams
+from parrot.template import Template
+from parrot.transforms import Transform
+from parrot.types import CallState, Criterion
+
+
+@dataclass(eq=False)
+class Variable:
+    """A Semantic Variable: a value some call produces (or the client sets) and others consume."""
+
+    var_id: str
+    session_id: str
+    name: str
+    value: str | None = None
+    error: ParrotError | None = None
+    producer: str | None = None               # call id, None for client-set variables
+    criterion: Criterion | None = None        # set by a `get` (seed of deduction)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def is_ready(self) -> bool:
+        return self.value is not None
+
+    @property
+    def is_finished(self) -> bool:
+        return self.value is not None or self.error is not None
+
+    def set_value(self, value: str) -> None:
+        assert not self.is_finished, f"variable {self.var_id} set twice"
+        self.value = value
+        self.ready.set()
+
+    def fail(self, error: ParrotError) -> None:
+        if self.is_finished:
+            return
+        self.error = error
+        self.ready.set()
+
+
+@dataclass(frozen=True)
+class InputBinding:
+    name: str
+    var_id: str
+    transforms: tuple[Transform, ...] = ()
+
+
+@dataclass(frozen=True)
+class OutputBinding:
+    name: str
+    var_id: str
+    sampling: SamplingParams
+    transforms: tuple[Transform, ...] = ()
+
+
+@dataclass(eq=False)
+class Call:
+    """One LLM call: a template, its bound inputs/outputs and its runtime state."""
+
+    call_id: str
+    session_id: str
+    template: Template
+    inputs: dict[str, InputBinding]           # by placeholder name
+    outputs: dict[str, OutputBinding]         # by placeholder name, template order
+    state: CallState = CallState.PENDING
+    num_missing_inputs: int = 0
+    criterion: Criterion | None = None        # what the scheduler honours
+    demand: Criterion | None = None           # what downstream needs (before task grouping)
+    task_group: str | None = None
+    task_group_size: int = 1
+    topo_rank: int = 0
+    engine_id: str | None = None
+    prefix_hashes: tuple[str, ...] = ()
+    rendered_inputs: dict[str, str] = field(default_factory=dict)  # after input transforms
+    num_tokens: int = 0                       # estimate for capacity accounting
+    attempts: int = 0
+    arrival_seq: int = 0
+    error: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def mark(self, event: str, now: float) -> None:
+        self.timings[event] = now
+
+    def to_node(self) -> dict[str, Any]:
+        return {"kind": "call", "prompt": self.template.source, "state": self.state.value,
+                "criterion": self.criterion.value if self.criterion else None,
+                "task_group": self.task_group, "engine": self.engine_id,
+                "prefix_hashes": list(self.prefix_hashes), "timings": dict(self.timings),
+                "error": self.error,
+                "inputs": {n: b.var_id for n, b in self.inputs.items()},
+                "outputs": {n: b.var_id for n, b in self.outputs.items()}}

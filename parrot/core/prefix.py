@@ -1,0 +1,73 @@
+"""PrefixHash: hashes of a call's rendered prompt at every variable boundary, and an index.
+
+Two calls share a prefix exactly when their cumulative hashes at some boundary are equal; the
+manager co-locates them and forks the engine context of that prefix instead of recomputing it.
+Only the part of the prompt before the first output can be shared (later text depends on what
+the call generates).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Mapping
+
+from parrot.template import Placeholder, Template, Text
+
+HASH_BYTES = 12
+
+
+@dataclass(frozen=True)
+class PrefixPiece:
+    """A piece of prompt text that ends at a variable boundary, with the cumulative hash there."""
+
+    text: str
+    prefix_hash: str
+
+
+def prefix_pieces(template: Template, values: Mapping[str, str]) -> tuple[PrefixPiece, ...]:
+    """Split the prompt before the first output into boundary-to-boundary pieces.
+
+    Each piece's hash covers the whole rendered prompt up to its end, so equal hashes mean
+    equal prefixes. Empty pieces are dropped (they add no boundary worth a context).
+    """
+    hasher = hashlib.blake2b(digest_size=HASH_BYTES)
+    pieces: list[PrefixPiece] = []
+    for seg in template.segments:
+        if isinstance(seg, Placeholder) and seg.is_output:
+            break
+        text = seg.text if isinstance(seg, Text) else values[seg.name]
+        if not text:
+            continue
+        hasher.update(text.encode("utf-8"))
+        # A separator after each piece keeps "ab"+"c" and "a"+"bc" apart: the boundaries are
+        # where contexts are forked, so they are part of the identity of a prefix.
+        hasher.update(b"\x00")
+        pieces.append(PrefixPiece(text, hasher.copy().hexdigest()))
+    return tuple(pieces)
+
+
+class PrefixIndex:
+    """hash → ids of the calls (queued or running) whose prompt has that prefix; O(1) lookups."""
+
+    def __init__(self) -> None:
+        self._calls: dict[str, set[str]] = defaultdict(set)
+
+    def add(self, call_id: str, hashes: tuple[str, ...]) -> None:
+        for h in hashes:
+            self._calls[h].add(call_id)
+
+    def remove(self, call_id: str, hashes: tuple[str, ...]) -> None:
+        for h in hashes:
+            ids = self._calls.get(h)
+            if ids is not None:
+                ids.discard(call_id)
+                if not ids:
+                    del self._calls[h]
+
+    def calls_with(self, prefix_hash: str) -> frozenset[str]:
+        return frozenset(self._calls.get(prefix_hash, ()))
+
+    def __len__(self) -> int:
+        return len(self._calls)

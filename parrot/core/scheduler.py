@@ -1,0 +1,89 @@
+"""The scheduling round: ready calls → policy.schedule() → dispatch onto engines.
+
+Event-driven: anything that can change a decision (a call becomes ready, a call finishes, an
+engine joins or recovers, a `get` changes criteria) calls `wake()`; the loop then runs one
+`step()` for everything that happened meanwhile. No polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from typing import Callable
+
+from parrot.core.engine_pool import EnginePool, EngineState
+from parrot.core.nodes import Call
+from parrot.policies.base import CallView, Policy
+from parrot.types import CallState
+
+log = logging.getLogger(__name__)
+
+Dispatch = Callable[[Call, EngineState], None]
+
+
+class Scheduler:
+    def __init__(self, policy: Policy, pool: EnginePool, dispatch: Dispatch,
+                 before_round: Callable[[], None]) -> None:
+        self.policy = policy
+        self._pool = pool
+        self._dispatch = dispatch
+        self._before_round = before_round
+        self._ready: dict[str, Call] = {}
+        self._wakeup = asyncio.Event()
+        # (seconds spent deciding, calls placed) per round, for benchmarks and /v1/stats.
+        self.round_stats: deque[tuple[float, int]] = deque(maxlen=100_000)
+
+    @property
+    def num_ready(self) -> int:
+        return len(self._ready)
+
+    def enqueue(self, call: Call) -> None:
+        assert call.state is CallState.READY
+        self._ready[call.call_id] = call
+        self.wake()
+
+    def discard(self, call: Call) -> None:
+        self._ready.pop(call.call_id, None)
+
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    async def run_forever(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            try:
+                self.step()
+            except Exception:  # noqa: BLE001 - a policy bug must not stop scheduling forever
+                log.exception("scheduling round failed; ready calls stay queued")
+
+    def step(self) -> int:
+        """One scheduling round; returns how many calls were placed."""
+        if not self._ready or not len(self._pool):
+            return 0
+        started = time.perf_counter()
+        self._before_round()
+        calls = sorted(self._ready.values(), key=lambda c: (c.topo_rank, c.arrival_seq))
+        views = [_call_view(c) for c in calls]
+        placements = self.policy.schedule(calls=views, engines=self._pool.views())
+        placed = 0
+        for placement in placements:
+            call = self._ready.pop(placement.call_id, None)
+            if call is None:
+                log.error("policy %s placed unknown or already placed call %r",
+                          self.policy.name, placement.call_id)
+                continue
+            engine = self._pool.get(placement.engine_id)
+            self._dispatch(call, engine)
+            placed += 1
+        self.round_stats.append((time.perf_counter() - started, placed))
+        return placed
+
+
+def _call_view(call: Call) -> CallView:
+    return CallView(call_id=call.call_id, session_id=call.session_id, criterion=call.criterion,
+                    task_group=call.task_group, task_group_size=call.task_group_size,
+                    prefix_hashes=call.prefix_hashes, num_tokens=call.num_tokens,
+                    topo_rank=call.topo_rank, arrival_seq=call.arrival_seq)

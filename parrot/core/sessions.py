@@ -1,0 +1,62 @@
+"""Sessions: a bearer token each, and the variables, calls and DAG only that session may see."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import secrets
+from dataclasses import dataclass, field
+
+from parrot.core.graph import SessionGraph
+from parrot.core.nodes import Call, Variable
+from parrot.errors import NotFoundError, UnauthorizedError
+
+
+@dataclass(eq=False)
+class Session:
+    session_id: str
+    token: str
+    graph: SessionGraph = field(default_factory=SessionGraph)
+    variables: dict[str, Variable] = field(default_factory=dict)
+    calls: dict[str, Call] = field(default_factory=dict)
+    tasks: dict[str, asyncio.Task] = field(default_factory=dict)  # running call tasks
+    needs_deduction: bool = False
+    has_criteria: bool = False    # some `get` seeded a criterion: deduction has work to do
+
+    def variable(self, var_id: str) -> Variable:
+        """A variable of this session; other sessions' ids are indistinguishable from unknown."""
+        var = self.variables.get(var_id)
+        if var is None:
+            raise NotFoundError(f"unknown semantic variable {var_id!r} in this session")
+        return var
+
+
+class SessionStore:
+    def __init__(self) -> None:
+        self._sessions: dict[str, Session] = {}
+
+    def create(self) -> Session:
+        session = Session(session_id=f"s-{secrets.token_hex(8)}", token=secrets.token_urlsafe(24))
+        self._sessions[session.session_id] = session
+        return session
+
+    def authenticate(self, session_id: str, token: str | None) -> Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise NotFoundError(f"unknown session {session_id!r}")
+        if token is None or not hmac.compare_digest(token.encode(), session.token.encode()):
+            raise UnauthorizedError("missing or wrong bearer token for this session")
+        return session
+
+    def get(self, session_id: str) -> Session:
+        """Internal lookup (no token): for the manager's own bookkeeping only."""
+        return self._sessions[session_id]
+
+    def pop(self, session_id: str) -> Session:
+        return self._sessions.pop(session_id)
+
+    def __iter__(self):
+        return iter(list(self._sessions.values()))
+
+    def __len__(self) -> int:
+        return len(self._sessions)

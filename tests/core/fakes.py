@@ -1,0 +1,74 @@
+"""Test doubles for manager tests: an in-process engine that records the protocol traffic."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
+                                     GenerateChunk, GenerateRequest)
+from parrot.errors import ContextExistsError, EngineUnavailableError, UnknownContextError
+
+
+@dataclass
+class RecordingEngine(Engine):
+    """Keeps each context's full text; Generate answers `gen(<hash of the context text>)`.
+
+    `delay` seconds per operation (on the loop clock) lets tests overlap calls; `fail_next`
+    makes the next operation raise EngineUnavailableError.
+    """
+
+    name: str = "fake"
+    delay: float = 0.0
+    outputs: dict[str, str] = field(default_factory=dict)   # context text suffix -> answer
+    contexts: dict[str, str] = field(default_factory=dict)
+    log: list[tuple[str, str, str | None]] = field(default_factory=list)
+    fail_next: int = 0
+
+    async def start(self) -> None: ...
+    async def close(self) -> None: ...
+
+    async def info(self) -> EngineInfo:
+        return EngineInfo(self.name, "fake", "fake", 1 << 20, 16, 1 << 16)
+
+    def _open(self, context_id: str, parent: str | None) -> str:
+        if self.fail_next:
+            self.fail_next -= 1
+            raise EngineUnavailableError("injected failure")
+        if context_id in self.contexts:
+            if parent is not None:
+                raise ContextExistsError(context_id)
+            return self.contexts[context_id]
+        if parent is not None and parent not in self.contexts:
+            raise UnknownContextError(parent)
+        self.contexts[context_id] = self.contexts[parent] if parent else ""
+        return self.contexts[context_id]
+
+    async def fill(self, request: FillRequest) -> FillResult:
+        await asyncio.sleep(self.delay)
+        self._open(request.context_id, request.parent_context_id)
+        self.log.append(("fill", request.context_id, request.parent_context_id))
+        self.contexts[request.context_id] += request.text or ""
+        n = -(-len(request.text or "") // 4)
+        return FillResult(request.context_id, n, -(-len(self.contexts[request.context_id]) // 4))
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        await asyncio.sleep(self.delay)
+        text = self._open(request.context_id, request.parent_context_id)
+        self.log.append(("generate", request.context_id, request.parent_context_id))
+        answer = next((v for k, v in self.outputs.items() if text.endswith(k)), None)
+        if answer is None:
+            answer = "gen(" + hashlib.sha1(text.encode()).hexdigest()[:8] + ")"
+        self.contexts[request.context_id] += answer
+        yield GenerateChunk(answer, (1,), "length")
+
+    async def free_context(self, context_id: str) -> None:
+        if context_id not in self.contexts:
+            raise UnknownContextError(context_id)
+        del self.contexts[context_id]
+        self.log.append(("free", context_id, None))
+
+    async def stats(self) -> EngineStats:
+        return EngineStats(0, 0, 1 << 16, 1 << 16, 16, 0, len(self.contexts))
