@@ -1,0 +1,57 @@
+"""Build an engine by kind: the one place that knows every backend.
+
+    simulated  SimulatedEngine, params as in SimulatedEngineConfig.from_mapping
+    builtin    the PyTorch engine, parrot.engines.builtin.create_engine(name, params)
+               (imported only when asked for: it pulls in torch)
+    remote     HttpEngine to an engine process, params {url, connect_timeout_s?,
+               request_timeout_s?}
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from parrot.engines.latency_model import EngineConfigError
+from parrot.engines.protocol import Engine
+
+ENGINE_KINDS = ("simulated", "builtin", "remote")
+_REMOTE_KEYS = ("url", "connect_timeout_s", "request_timeout_s")
+
+
+def create_engine(kind: str, name: str, params: Mapping[str, Any] | None = None) -> Engine:
+    params = {} if params is None else params
+    if not isinstance(params, Mapping):
+        raise EngineConfigError(f"engine {name!r}: params must be a mapping, got {params!r}")
+    if kind == "simulated":
+        from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig
+        return SimulatedEngine(name, SimulatedEngineConfig.from_mapping(params))
+    if kind == "builtin":
+        try:
+            from parrot.engines.builtin import create_engine as create_builtin
+        except ImportError as exc:
+            raise EngineConfigError(f"engine {name!r}: the builtin engine is unavailable "
+                                    f"({exc}); install parrot-serve[engine]") from exc
+        return create_builtin(name, params)
+    if kind == "remote":
+        return _remote(name, params)
+    raise EngineConfigError(f"unknown engine kind {kind!r}; known kinds: {list(ENGINE_KINDS)}")
+
+
+def _remote(name: str, params: Mapping[str, Any]) -> Engine:
+    from parrot.engines.client import HttpEngine
+
+    unknown = sorted(set(params) - set(_REMOTE_KEYS))
+    if unknown:
+        raise EngineConfigError(
+            f"remote engine {name!r}: unknown key(s) {unknown}; allowed: {list(_REMOTE_KEYS)}")
+    if "url" not in params:
+        raise EngineConfigError(f"remote engine {name!r}: params need 'url'")
+    kwargs = {}
+    for key in ("connect_timeout_s", "request_timeout_s"):
+        if key in params:
+            value = params[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise EngineConfigError(
+                    f"remote engine {name!r}: {key}={value!r} must be a number > 0")
+            kwargs[key] = float(value)
+    return HttpEngine(str(params["url"]), name=name, **kwargs)

@@ -1,0 +1,190 @@
+"""The engine process's HTTP face: an aiohttp app that serves any `Engine`.
+
+Routes (JSON bodies are the protocol dataclasses' `to_json` forms):
+
+    POST /v1/engine/fill          FillRequest                 -> FillResult
+    POST /v1/engine/generate      GenerateRequest + "stream"  -> {text, token_ids, finish_reason}
+                                  stream=true: NDJSON, one GenerateChunk per line; an error after
+                                  the first line becomes a last line {"error": {type, message}}
+    POST /v1/engine/free_context  {context_id}                -> {context_id}
+    GET  /v1/engine/stats                                     -> EngineStats
+    GET  /v1/engine/info                                      -> EngineInfo
+    GET  /healthz                                             -> {ok: true} (503 when unhealthy)
+
+Errors are `{"error": {"type", "message"}}` with the error's status (parrot.errors); malformed
+JSON is 400, a body over `max_body_bytes` 413, anything unexpected 500. The server never dies
+on bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from aiohttp import web
+
+from parrot.engines.protocol import Engine, FillRequest, GenerateChunk, GenerateRequest
+from parrot.errors import (InvalidRequestError, NotFoundError, ParrotError,
+                           PayloadTooLargeError)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+NDJSON = "application/x-ndjson"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def create_app(engine: Engine, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               manage_engine: bool = True) -> web.Application:
+    """Build the app. With `manage_engine` the app starts the engine on startup and closes it
+    on cleanup; otherwise the caller owns the engine's lifecycle."""
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[_error_middleware])
+    routes = _Routes(engine)
+    app.router.add_post("/v1/engine/fill", routes.fill)
+    app.router.add_post("/v1/engine/generate", routes.generate)
+    app.router.add_post("/v1/engine/free_context", routes.free_context)
+    app.router.add_get("/v1/engine/stats", routes.stats)
+    app.router.add_get("/v1/engine/info", routes.info)
+    app.router.add_get("/healthz", routes.healthz)
+    if manage_engine:
+        async def lifecycle(_: web.Application) -> AsyncIterator[None]:
+            await engine.start()
+            yield
+            await engine.close()
+        app.cleanup_ctx.append(lifecycle)
+    return app
+
+
+class _Routes:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    async def fill(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        result = await self.engine.fill(_parse(FillRequest.from_json, body))
+        return web.json_response(result.to_json())
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        body = await _json_body(request)
+        stream = body.pop("stream", False)
+        if not isinstance(stream, bool):
+            raise InvalidRequestError(f"stream must be a boolean, got {stream!r}")
+        gen_request = _parse(GenerateRequest.from_json, body)
+        if not stream:
+            result = await self.engine.generate_all(gen_request)
+            return web.json_response({"text": result.text, "token_ids": list(result.token_ids),
+                                      "finish_reason": result.finish_reason})
+        chunks = self.engine.generate(gen_request)
+        try:
+            # The first chunk comes before the response starts, so that errors found up front
+            # (unknown context, busy, too long) keep their HTTP status.
+            first = await anext(chunks, None)
+            response = web.StreamResponse(headers={"Content-Type": NDJSON})
+            await response.prepare(request)
+            await _stream(response, first, chunks)
+            return response
+        finally:
+            await chunks.aclose()  # a client that went away aborts the request in the engine
+
+    async def free_context(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        context_id = body.get("context_id")
+        if not isinstance(context_id, str) or not context_id:
+            raise InvalidRequestError(f"context_id must be a non-empty string, got {context_id!r}")
+        await self.engine.free_context(context_id)
+        return web.json_response({"context_id": context_id})
+
+    async def stats(self, _: web.Request) -> web.Response:
+        return web.json_response((await self.engine.stats()).to_json())
+
+    async def info(self, _: web.Request) -> web.Response:
+        return web.json_response((await self.engine.info()).to_json())
+
+    async def healthz(self, _: web.Request) -> web.Response:
+        ok = await self.engine.healthz()
+        return web.json_response({"ok": ok}, status=200 if ok else 503)
+
+
+async def _stream(response: web.StreamResponse, first: GenerateChunk | None,
+                  chunks: AsyncIterator[GenerateChunk]) -> None:
+    try:
+        chunk = first
+        try:
+            while chunk is not None:
+                await response.write(_line(chunk.to_json()))
+                if chunk.is_finished:
+                    break
+                chunk = await anext(chunks, None)
+        except ParrotError as exc:
+            await response.write(_line(exc.to_wire()))
+        except Exception as exc:
+            if _is_disconnect(exc):
+                raise
+            log.exception("generate stream failed")
+            await response.write(_line(ParrotError(f"internal error: {exc!r}").to_wire()))
+        await response.write_eof()
+    except Exception as exc:
+        if not _is_disconnect(exc):
+            raise
+        # the client went away; the caller's aclose() aborts the request in the engine
+        log.info("generate stream closed by the client: %r", exc)
+
+
+def _is_disconnect(exc: BaseException) -> bool:
+    # aiohttp raises ClientConnectionResetError (a ConnectionResetError) writing to a closed peer
+    return isinstance(exc, ConnectionError)
+
+
+def _line(payload: dict[str, Any]) -> bytes:
+    return (json.dumps(payload, separators=(",", ":")) + "\n").encode()
+
+
+def _parse(parser: Callable[[Any], Any], body: dict[str, Any]) -> Any:
+    try:
+        return parser(body)
+    except ParrotError:
+        raise
+    except (TypeError, ValueError, KeyError) as exc:
+        raise InvalidRequestError(f"malformed request: {exc}") from None
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise PayloadTooLargeError(f"request body too large: {exc.text}") from None
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidRequestError(f"body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidRequestError(f"body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def _error_response(exc: ParrotError) -> web.Response:
+    return web.json_response(exc.to_wire(), status=exc.status)
+
+
+@web.middleware
+async def _error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ParrotError as exc:
+        if exc.status >= 500:
+            log.warning("%s %s failed: %r", request.method, request.path, exc)
+        return _error_response(exc)
+    except web.HTTPRequestEntityTooLarge as exc:
+        return _error_response(PayloadTooLargeError(exc.text or "request body too large"))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        cls = NotFoundError if exc.status == 404 else InvalidRequestError
+        body = {"error": {"type": cls.__name__, "message": f"{request.method} {request.path}: "
+                                                            f"{exc.reason}"}}
+        return web.json_response(body, status=exc.status)
+    except Exception as exc:
+        log.exception("%s %s: unexpected error", request.method, request.path)
+        return _error_response(ParrotError(f"internal error: {exc!r}"))

@@ -1,0 +1,234 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from typing import Any, AsyncIterator
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from parrot.engines.client import HttpEngine
+from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
+                                     GenerateChunk, GenerateRequest)
+from parrot.engines.server import create_app
+from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig
+from parrot.errors import (ContextExistsError, EngineUnavailableError, InvalidRequestError,
+                           OutOfKVCacheError, PromptTooLongError, UnknownContextError)
+from parrot.sampling import SamplingParams
+
+SMALL = {"zero_latency": True, "max_context_len": 256, "block_size": 16, "num_blocks": 8}
+SLOW = {"decode_base_ms": 5.0, "decode_per_token_ms": 0.0}
+
+
+async def serve(engine: Engine, **app_kwargs: Any) -> tuple[TestServer, HttpEngine]:
+    server = TestServer(create_app(engine, **app_kwargs))
+    await server.start_server()
+    return server, HttpEngine(str(server.make_url("")), name="remote")
+
+
+def sim(params: dict[str, Any]) -> SimulatedEngine:
+    return SimulatedEngine("sim", SimulatedEngineConfig.from_mapping(params))
+
+
+def gen(ctx: str, n: int, parent: str | None = None) -> GenerateRequest:
+    return GenerateRequest(ctx, parent, SamplingParams(max_tokens=n, seed=3))
+
+
+async def test_protocol_round_trip() -> None:
+    engine = sim(SMALL)
+    server, client = await serve(engine)
+    try:
+        assert await client.healthz()
+        info = await client.info()
+        assert (info.name, info.kind, info.max_context_len, info.num_blocks_total) == \
+            ("sim", "simulated", 256, 8)
+        filled = await client.fill(FillRequest("p", text="x" * 40))
+        assert filled == FillResult("p", 10, 10)
+        chunks = [c async for c in client.generate(gen("c", 5, parent="p"))]
+        assert chunks[-1].finish_reason == "length"
+        assert all(c.finish_reason is None for c in chunks[:-1])
+        streamed = "".join(c.text for c in chunks)
+        assert len(streamed) == 20
+        # the same request in one response (non-streaming) gives the same text
+        whole = await client.generate_all(gen("d", 5, parent="p"))
+        local = await engine.generate_all(gen("c2", 5, parent="p"))
+        assert len(whole.text) == 20 and whole.finish_reason == "length"
+        assert len(whole.token_ids) == len(local.token_ids) == 5
+        stats = await client.stats()
+        assert (stats.num_contexts, stats.num_running, stats.block_size) == (4, 0, 16)
+        assert stats == await engine.stats()
+        await client.free_context("c")
+        assert (await client.stats()).num_contexts == 3
+    finally:
+        await client.close()
+        await server.close()
+    assert not await engine.healthz()  # the app closed the engine it manages
+
+
+async def test_typed_errors_cross_the_wire() -> None:
+    engine = sim({**SMALL, "zero_latency": False, **SLOW})
+    server, client = await serve(engine)
+    try:
+        with pytest.raises(UnknownContextError):
+            await client.fill(FillRequest("a", "missing", text="hi"))
+        with pytest.raises(UnknownContextError):
+            await client.free_context("missing")
+        with pytest.raises(UnknownContextError):
+            await anext(client.generate(gen("a", 1, parent="missing")))
+        with pytest.raises(PromptTooLongError):
+            await client.fill(FillRequest("a", token_ids=tuple(range(257))))
+        with pytest.raises(OutOfKVCacheError):
+            await client.generate_all(gen("a", 200))  # 13 blocks > 8
+        stream = client.generate(gen("busy", 100))
+        assert (await anext(stream)).finish_reason is None
+        with pytest.raises(ContextExistsError):
+            await client.fill(FillRequest("busy", text="x"))
+        await stream.aclose()
+    finally:
+        await client.close()
+        await server.close()
+
+
+async def raw(server: TestServer, method: str, path: str, data: bytes | None = None
+              ) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as session:
+        async with session.request(method, server.make_url(path), data=data) as resp:
+            return resp.status, await resp.json(content_type=None)
+
+
+@pytest.mark.parametrize("method, path, body, status, error_type", [
+    ("POST", "/v1/engine/fill", b"{not json", 400, "InvalidRequestError"),
+    ("POST", "/v1/engine/fill", b"[1, 2]", 400, "InvalidRequestError"),
+    ("POST", "/v1/engine/fill", b"\xff\xfe", 400, "InvalidRequestError"),
+    ("POST", "/v1/engine/fill", b'{"context_id": "a"}', 400, "InvalidRequestError"),
+    ("POST", "/v1/engine/fill", b'{"context_id": "a", "token_ids": [-1]}', 400,
+     "InvalidRequestError"),
+    ("POST", "/v1/engine/fill", b'{"context_id": "a", "token_ids": "abc"}', 400,
+     "InvalidRequestError"),
+    ("POST", "/v1/engine/generate", b'{"context_id": "a", "sampling": {"max_tokens": 0}}', 400,
+     "InvalidRequestError"),
+    ("POST", "/v1/engine/generate", b'{"context_id": "a", "sampling": {"bogus": 1}}', 400,
+     "InvalidRequestError"),
+    ("POST", "/v1/engine/generate", b'{"context_id": "a", "stream": "yes"}', 400,
+     "InvalidRequestError"),
+    ("POST", "/v1/engine/free_context", b'{}', 400, "InvalidRequestError"),
+    ("POST", "/v1/engine/fill", b'{"context_id": "a", "text": "' + b"x" * 5000 + b'"}', 413,
+     "PayloadTooLargeError"),
+    ("GET", "/v1/engine/nope", None, 404, "NotFoundError"),
+    ("GET", "/v1/engine/fill", None, 405, "InvalidRequestError"),
+])
+async def test_bad_input_gets_a_json_error_and_the_server_lives(
+        method: str, path: str, body: bytes | None, status: int, error_type: str) -> None:
+    server, client = await serve(sim(SMALL), max_body_bytes=4096)
+    try:
+        got_status, payload = await raw(server, method, path, body)
+        assert (got_status, payload["error"]["type"]) == (status, error_type)
+        assert payload["error"]["message"]
+        assert await client.healthz()
+    finally:
+        await client.close()
+        await server.close()
+
+
+class _FailsMidStream(Engine):
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def info(self) -> EngineInfo:
+        return EngineInfo("f", "fake", "m", 1, 1, 1)
+
+    async def fill(self, request: FillRequest) -> FillResult:
+        raise RuntimeError("boom")
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        yield GenerateChunk("abcd", (1,))
+        raise UnknownContextError("context vanished")
+
+    async def free_context(self, context_id: str) -> None: ...
+
+    async def stats(self) -> EngineStats:
+        return EngineStats(0, 0, 1, 1, 1, 0, 0)
+
+
+async def test_error_mid_stream_is_a_final_error_line() -> None:
+    server, client = await serve(_FailsMidStream())
+    try:
+        received = []
+        with pytest.raises(UnknownContextError, match="vanished"):
+            async for chunk in client.generate(gen("a", 5)):
+                received.append(chunk)
+        assert received == [GenerateChunk("abcd", (1,))]
+        async with aiohttp.ClientSession() as session:
+            body = {**gen("a", 5).to_json(), "stream": True}
+            async with session.post(server.make_url("/v1/engine/generate"), json=body) as resp:
+                assert resp.status == 200
+                assert resp.headers["Content-Type"].startswith("application/x-ndjson")
+                lines = [json.loads(line) for line in (await resp.read()).splitlines()]
+        assert lines[0]["text"] == "abcd"
+        assert lines[-1] == {"error": {"type": "UnknownContextError",
+                                       "message": "context vanished"}}
+        # an unexpected exception is a 500 with the JSON error form
+        status, payload = await raw(server, "POST", "/v1/engine/fill",
+                                    json.dumps({"context_id": "a", "text": "x"}).encode())
+        assert (status, payload["error"]["type"]) == (500, "ParrotError")
+    finally:
+        await client.close()
+        await server.close()
+
+
+async def _until_idle(engine: SimulatedEngine) -> None:
+    for _ in range(200):
+        stats = await engine.stats()
+        if stats.num_running == 0 and stats.num_waiting == 0:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"engine still busy: {await engine.stats()}")
+
+
+async def test_client_disconnect_mid_stream_frees_the_engine() -> None:
+    engine = sim(SLOW)
+    server, client = await serve(engine)
+    try:
+        async with aiohttp.ClientSession() as session:
+            body = {**gen("a", 5_000).to_json(), "stream": True}
+            resp = await session.post(server.make_url("/v1/engine/generate"), json=body)
+            assert json.loads(await resp.content.readline())["finish_reason"] is None
+            resp.close()  # drop the connection mid-stream
+        await _until_idle(engine)
+        assert (await client.fill(FillRequest("a", text="more"))).context_len < 5_000
+        # the same through the client: leaving the stream early aborts the request
+        stream = client.generate(gen("b", 5_000))
+        await anext(stream)
+        await stream.aclose()
+        await _until_idle(engine)
+    finally:
+        await client.close()
+        await server.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def test_unreachable_engine_is_unavailable() -> None:
+    client = HttpEngine(f"http://127.0.0.1:{_free_port()}", connect_timeout_s=1.0)
+    try:
+        with pytest.raises(EngineUnavailableError):
+            await client.fill(FillRequest("a", text="x"))
+        with pytest.raises(EngineUnavailableError):
+            await anext(client.generate(gen("a", 1)))
+        assert not await client.healthz()
+        with pytest.raises(EngineUnavailableError, match="not healthy"):
+            await client.wait_healthy(0.1)
+    finally:
+        await client.close()
+
+
+def test_client_rejects_a_bad_url() -> None:
+    with pytest.raises(InvalidRequestError):
+        HttpEngine("localhost:8000")
