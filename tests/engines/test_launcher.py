@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from pathlib import Path
+
+import pytest
+
+from parrot.cli.engine import load_params
+from parrot.engines.launcher import (EngineLaunchError, EngineProcess, EngineSpec,
+                                     launch_engines, stop_engines)
+from parrot.engines.protocol import FillRequest, GenerateRequest
+from parrot.sampling import SamplingParams
+
+
+async def test_engines_start_serve_and_stop() -> None:
+    specs = [EngineSpec("e0", "simulated", {"zero_latency": True}),
+             EngineSpec("e1", "simulated", {"zero_latency": True, "num_blocks": 64})]
+    engines = await launch_engines(specs, startup_timeout_s=30)
+    try:
+        assert [e.name for e in engines] == ["e0", "e1"]
+        assert len({e.url for e in engines}) == 2
+        info = await engines[1].engine.info()
+        assert (info.name, info.kind, info.num_blocks_total) == ("e1", "simulated", 64)
+        await engines[0].engine.fill(FillRequest("p", text="abcd" * 10))
+        result = await engines[0].engine.generate_all(
+            GenerateRequest("c", "p", SamplingParams(max_tokens=4)))
+        assert len(result.text) == 16
+    finally:
+        await stop_engines(engines)
+    # SIGTERM is a clean shutdown
+    assert [e.process.returncode for e in engines] == [0, 0]
+    assert not await engines[0].engine.healthz()
+
+
+async def test_a_failed_start_reports_the_stderr_tail() -> None:
+    good = EngineSpec("good", "simulated", {"zero_latency": True})
+    bad = EngineSpec("bad", "simulated", {"num_blocks": 0})
+    with pytest.raises(EngineLaunchError) as info:
+        await launch_engines([good, bad], startup_timeout_s=30)
+    message = str(info.value)
+    assert "'bad'" in message and "num_blocks=0" in message and "exit code 2" in message
+
+
+async def test_stop_kills_after_the_grace_period() -> None:
+    process = EngineProcess(EngineSpec("e", "simulated", {}), grace_s=0.2)
+    await process.start()
+    assert process.pid is not None
+    # make the engine ignore SIGTERM: stop() has to fall back to SIGKILL
+    process._proc.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
+    assert await process.stop() == -signal.SIGKILL
+
+
+def test_duplicate_names_are_rejected() -> None:
+    spec = EngineSpec("same", "simulated")
+    with pytest.raises(EngineLaunchError, match="duplicate"):
+        asyncio.run(launch_engines([spec, spec]))
+
+
+def test_cli_reads_params_from_yaml_or_json(tmp_path: Path) -> None:
+    config = tmp_path / "engine.yaml"
+    config.write_text("profile: a100_llama13b\nnum_blocks: 100\n")
+    assert load_params(argparse.Namespace(config=str(config), params=None)) == \
+        {"profile": "a100_llama13b", "num_blocks": 100}
+    assert load_params(argparse.Namespace(config=None, params='{"zero_latency": true}')) == \
+        {"zero_latency": True}
+    with pytest.raises(ValueError, match="mapping"):
+        load_params(argparse.Namespace(config=None, params="[1]"))
