@@ -1,1 +1,17 @@
-"""Parrot."""
+"""Parrot: application-aware LLM serving with Semantic Variables.
+
+    import parrot
+
+    @parrot.semantic_function(max_tokens=64)
+    def summarize(doc, summary):
+        '''Summarize: {{input:doc}} Summary: {{output:summary}}'''
+"""
+
+from parrot.frontend import (SemanticFunction, SemanticVariable, Session, semantic_function)
+from parrot.types import Criterion
+
+LATENCY = Criterion.LATENCY
+THROUGHPUT = Criterion.THROUGHPUT
+
+__all__ = ["semantic_function", "SemanticFunction", "SemanticVariable", "Session", "Criterion",
+           "LATENCY", "THROUGHPUT"]

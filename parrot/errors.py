@@ -93,13 +93,19 @@ class EngineUnavailableError(EngineError):
     status = 503
 
 
+class ManagerUnavailableError(ParrotError):
+    """The frontend cannot reach the manager."""
+
+    status = 503
+
+
 _WIRE_TYPES: dict[str, type[ParrotError]] = {
     cls.__name__: cls
     for cls in (
         ParrotError, InvalidRequestError, TemplateSyntaxError, UnauthorizedError, NotFoundError,
         ConflictError, PayloadTooLargeError, CallFailedError, GetTimeoutError, EngineError,
         UnknownContextError, ContextExistsError, PromptTooLongError, OutOfKVCacheError,
-        EngineUnavailableError,
+        EngineUnavailableError, ManagerUnavailableError,
     )
 }
 

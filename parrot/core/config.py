@@ -101,9 +101,10 @@ class ServeConfig:
             # Relative file paths in engine params (profiles, model folders) are relative to
             # the config file, so a config works from any working directory.
             for key in ("profile", "model_path"):
-                if base_dir is not None and isinstance(params.get(key), str) \
-                        and not Path(params[key]).is_absolute():
-                    params[key] = str((base_dir / params[key]).resolve())
+                value = params.get(key)
+                if base_dir is not None and isinstance(value, str) \
+                        and not Path(value).is_absolute() and (base_dir / value).exists():
+                    params[key] = str((base_dir / value).resolve())
             fields_["params"] = params
             engines.append(EngineSpec(**fields_))
         return cls(manager, policy, tuple(engines))

@@ -1,0 +1,103 @@
+"""`@semantic_function`: a prompt template with Semantic Variables, called like a function.
+
+    @parrot.semantic_function(max_tokens=100)
+    def summarize(doc, summary):
+        '''Summarize this document: {{input:doc}}
+        Summary: {{output:summary}}'''
+
+    with parrot.Session(url) as s:
+        summary = summarize(doc=text)        # returns a SemanticVariable at once
+        print(summary.get(perf=parrot.LATENCY))
+
+Inputs are plain strings or SemanticVariables returned by earlier calls (the value then flows
+inside the service). A function with several outputs returns a tuple in template order.
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from parrot.errors import InvalidRequestError
+from parrot.sampling import SamplingParams
+from parrot.template import Template, parse_template
+from parrot.transforms import parse_transforms
+
+
+@dataclass(frozen=True)
+class SemanticFunction:
+    name: str
+    template: Template
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    output_sampling: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    transforms: Mapping[str, list[Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        names = set(self.template.input_names) | set(self.template.output_names)
+        for key in (*self.output_sampling, *self.transforms):
+            if key not in names:
+                raise InvalidRequestError(f"{self.name}: {key!r} is not a placeholder of the "
+                                          f"prompt (placeholders: {sorted(names)})")
+        for key, spec in self.transforms.items():
+            parse_transforms(spec, f"{self.name}.{key}")  # fail at definition, not at run time
+        for key, override in self.output_sampling.items():
+            if key not in self.template.output_names:
+                raise InvalidRequestError(f"{self.name}: sampling given for input {key!r}")
+            self.sampling.merged(override)
+
+    def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """Map positional and keyword arguments onto the input placeholders."""
+        inputs = self.template.input_names
+        if len(args) > len(inputs):
+            raise TypeError(f"{self.name}() takes {len(inputs)} inputs {list(inputs)}, "
+                            f"got {len(args)} positional arguments")
+        bound = dict(zip(inputs, args))
+        for key, value in kwargs.items():
+            if key not in inputs:
+                raise TypeError(f"{self.name}() got an unexpected input {key!r}; "
+                                f"inputs: {list(inputs)}")
+            if key in bound:
+                raise TypeError(f"{self.name}() got input {key!r} twice")
+            bound[key] = value
+        missing = [n for n in inputs if n not in bound]
+        if missing:
+            raise TypeError(f"{self.name}() is missing input(s) {missing}")
+        return bound
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from parrot.frontend.session import current_session
+
+        outputs = current_session().call_function(self, self.bind(args, kwargs))
+        return outputs[0] if len(outputs) == 1 else outputs
+
+
+def semantic_function(fn: Callable | None = None, *, prompt: str | None = None,
+                      outputs: Mapping[str, Mapping[str, Any]] | None = None,
+                      transforms: Mapping[str, list[Any]] | None = None,
+                      **sampling: Any) -> Any:
+    """Decorator (bare or with arguments) or factory: `semantic_function(prompt=..., name=...)`.
+
+    Keyword arguments that are sampling fields (max_tokens, temperature, ...) apply to every
+    output; `outputs={"name": {...}}` overrides them per output; `transforms={"placeholder":
+    [...]}` sets per-placeholder transforms.
+    """
+    name = sampling.pop("name", None)
+    params = SamplingParams.from_json(sampling)
+
+    def build(func: Callable | None) -> SemanticFunction:
+        source = prompt if prompt is not None else inspect.getdoc(func) if func else None
+        if not source:
+            raise InvalidRequestError("a semantic function needs a prompt (docstring or prompt=)")
+        if prompt is not None:
+            source = textwrap.dedent(prompt).strip("\n")
+        return SemanticFunction(name or (func.__name__ if func else "semantic_function"),
+                                parse_template(source), params, dict(outputs or {}),
+                                dict(transforms or {}))
+
+    if fn is not None:
+        return build(fn)
+    if prompt is not None:
+        return build(None)
+    return build

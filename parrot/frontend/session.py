@@ -1,0 +1,205 @@
+"""The client's Session: submits semantic-function calls and reads Semantic Variables.
+
+Calls return `SemanticVariable` handles at once; the submissions run as tasks in order on the
+session's event loop (the running one for `async with`, a private one for `with`, driven by the
+blocking `get`). Two modes:
+
+* "parrot" — the template and its variable bindings go to the service; dependent calls run
+  inside it; only `submit` and `get` cross the network.
+* "baseline" — request-level serving as with LangChain + FastChat: the client waits for each
+  input value, renders the prompt itself and sends one plain completion per call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from typing import Any, Coroutine
+
+from parrot.errors import InvalidRequestError
+from parrot.frontend.function import SemanticFunction
+from parrot.frontend.transport import (Delay, HttpTransport, InProcessTransport,
+                                       SessionCredentials, Transport)
+from parrot.frontend.variable import SemanticVariable
+from parrot.template import Text
+from parrot.transforms import apply_transforms, parse_transforms
+from parrot.types import Criterion
+
+MODES = ("parrot", "baseline")
+_current: contextvars.ContextVar["Session"] = contextvars.ContextVar("parrot_session")
+
+
+def current_session() -> "Session":
+    try:
+        return _current.get()
+    except LookupError:
+        raise RuntimeError("semantic functions must be called inside a parrot.Session") from None
+
+
+class Session:
+    def __init__(self, url: str | None = None, *, manager: Any = None,
+                 transport: Transport | None = None, mode: str = "parrot",
+                 delay: Delay | None = None) -> None:
+        if mode not in MODES:
+            raise InvalidRequestError(f"unknown session mode {mode!r}; allowed: {list(MODES)}")
+        if sum(x is not None for x in (url, manager, transport)) != 1:
+            raise InvalidRequestError("give exactly one of url, manager and transport")
+        if transport is None:
+            transport = (HttpTransport(url, delay) if url is not None
+                         else InProcessTransport(manager, delay))
+        self.transport = transport
+        self.mode = mode
+        self.credentials: SessionCredentials | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._owns_loop = False
+        self._last_submit: asyncio.Future | None = None
+        self._tasks: list[asyncio.Future] = []
+        self._token: contextvars.Token | None = None
+
+    # --- context management ---------------------------------------------------------------
+
+    async def __aenter__(self) -> "Session":
+        self._loop = asyncio.get_running_loop()
+        await self._open()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self._close()
+
+    def __enter__(self) -> "Session":
+        self._loop, self._owns_loop = asyncio.new_event_loop(), True
+        self.run(self._open())
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        try:
+            self.run(self._close())
+        finally:
+            assert self._loop is not None
+            self._loop.close()
+
+    async def _open(self) -> None:
+        reply = await self.transport.request("POST", "/v1/sessions", {})
+        self.credentials = SessionCredentials(reply["session_id"], reply["token"])
+        self._token = _current.set(self)
+
+    async def _close(self) -> None:
+        if self._token is not None:
+            _current.reset(self._token)
+            self._token = None
+        # Let queued submissions finish (or fail) before the session goes away.
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        try:
+            await self.request("DELETE", f"/v1/sessions/{self.session_id}")
+        finally:
+            await self.transport.close()
+
+    @property
+    def session_id(self) -> str:
+        assert self.credentials is not None, "the session is not open"
+        return self.credentials.session_id
+
+    def run(self, coro: Coroutine) -> Any:
+        """Run a coroutine to completion on a synchronous session's private loop."""
+        assert self._loop is not None and self._owns_loop, "run() is for `with Session()`"
+        return self._loop.run_until_complete(coro)
+
+    async def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict:
+        assert self.credentials is not None
+        if body is not None:
+            body = {"session_id": self.session_id, **body}
+        return await self.transport.request(method, path, body, self.credentials.token)
+
+    # --- variables ---------------------------------------------------------------------
+
+    def variable(self, name: str = "var", value: str | None = None) -> SemanticVariable:
+        """A client-created variable; set it later with `var.set(value)` to release consumers."""
+        var = SemanticVariable(self, name)
+        var._bind(self._spawn(self._create_variable(name, value)))
+        return var
+
+    async def _create_variable(self, name: str, value: str | None) -> str:
+        body: dict[str, Any] = {"name": name}
+        if value is not None:
+            body["value"] = value
+        return (await self.request("POST", "/v1/variables", body))["semantic_var_id"]
+
+    async def graph(self) -> dict:
+        return await self.request("GET", f"/v1/sessions/{self.session_id}/graph")
+
+    # --- calls -------------------------------------------------------------------------
+
+    def call_function(self, fn: SemanticFunction,
+                      inputs: dict[str, Any]) -> tuple[SemanticVariable, ...]:
+        outputs = tuple(SemanticVariable(self, name) for name in fn.template.output_names)
+        previous = self._last_submit
+        submit = (self._submit_parrot if self.mode == "parrot" else self._submit_baseline)
+        task = self._spawn(submit(fn, inputs, outputs, previous))
+        self._last_submit = task
+        return outputs
+
+    def _spawn(self, coro: Coroutine) -> asyncio.Future:
+        assert self._loop is not None, "the session is not open"
+        task = self._loop.create_task(coro)
+        self._tasks.append(task)
+        return task
+
+    async def _submit_parrot(self, fn: SemanticFunction, inputs: dict[str, Any],
+                             outputs: tuple[SemanticVariable, ...],
+                             previous: asyncio.Future | None) -> None:
+        if previous is not None:  # keep the service's view in program order
+            await asyncio.gather(previous, return_exceptions=True)
+        placeholders = []
+        for name, value in inputs.items():
+            spec: dict[str, Any] = {"name": name, "in_out": "input"}
+            if isinstance(value, SemanticVariable):
+                spec["semantic_var_id"] = await value.aid()
+            else:
+                spec["value"] = str(value)
+            placeholders.append(spec)
+        for name in fn.template.output_names:
+            spec = {"name": name, "in_out": "output"}
+            if name in fn.output_sampling:
+                spec["sampling"] = dict(fn.output_sampling[name])
+            placeholders.append(spec)
+        for spec in placeholders:
+            if spec["name"] in fn.transforms:
+                spec["transforms"] = fn.transforms[spec["name"]]
+        await self._submit_and_bind(fn.template.source, placeholders, fn, outputs)
+
+    async def _submit_baseline(self, fn: SemanticFunction, inputs: dict[str, Any],
+                               outputs: tuple[SemanticVariable, ...],
+                               previous: asyncio.Future | None) -> None:
+        # Request-level: every input value comes back to the client first (a `get` each),
+        # then the client renders the prompt and sends it as one plain completion.
+        values = {name: (await value.aget(Criterion.LATENCY))
+                  if isinstance(value, SemanticVariable) else str(value)
+                  for name, value in inputs.items()}
+        for name, spec in fn.transforms.items():
+            if name in values:
+                values[name] = apply_transforms(parse_transforms(spec, name), values[name])
+        rendered = "".join(
+            seg.text if isinstance(seg, Text) else
+            values[seg.name] if not seg.is_output else "{{output:%s}}" % seg.name
+            for seg in fn.template.segments)
+        placeholders = [{"name": name, "in_out": "output",
+                         **({"sampling": dict(fn.output_sampling[name])}
+                            if name in fn.output_sampling else {}),
+                         **({"transforms": fn.transforms[name]} if name in fn.transforms else {})}
+                        for name in fn.template.output_names]
+        await self._submit_and_bind(rendered, placeholders, fn, outputs)
+
+    async def _submit_and_bind(self, prompt: str, placeholders: list[dict], fn: SemanticFunction,
+                               outputs: tuple[SemanticVariable, ...]) -> None:
+        try:
+            reply = await self.request("POST", "/v1/submit", {
+                "prompt": prompt, "placeholders": placeholders,
+                "sampling": fn.sampling.to_json()})
+        except BaseException as exc:
+            for var in outputs:
+                var._fail(exc)
+            raise
+        ids = {p["name"]: p["semantic_var_id"] for p in reply["placeholders"]}
+        for var in outputs:
+            var._resolve(ids[var.name])
+

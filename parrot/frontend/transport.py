@@ -1,0 +1,98 @@
+"""How the frontend reaches the manager: over HTTP, or in-process (tests and simulation).
+
+Both speak the wire API's JSON shapes, so the in-process transport exercises the same request
+parsing as the HTTP server. An optional `delay` emulates the client↔service network: every
+message pays `delay()` seconds on the loop clock (the paper's 200–300 ms baseline setting).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import aiohttp
+
+from parrot.errors import ManagerUnavailableError, error_from_wire
+
+Delay = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class SessionCredentials:
+    session_id: str
+    token: str
+
+
+class Transport(ABC):
+    def __init__(self, delay: Delay | None = None) -> None:
+        self._delay = delay
+        self.num_messages = 0
+
+    async def _network(self) -> None:
+        self.num_messages += 1
+        if self._delay is not None:
+            await asyncio.sleep(self._delay())
+
+    async def request(self, method: str, path: str, body: dict[str, Any] | None = None,
+                      token: str | None = None) -> dict[str, Any]:
+        await self._network()
+        return await self._request(method, path, body, token)
+
+    @abstractmethod
+    async def _request(self, method: str, path: str, body: dict[str, Any] | None,
+                       token: str | None) -> dict[str, Any]: ...
+
+    async def close(self) -> None: ...
+
+
+class HttpTransport(Transport):
+    def __init__(self, base_url: str, delay: Delay | None = None,
+                 timeout_s: float = 3600.0) -> None:
+        super().__init__(delay)
+        self.base_url = base_url.rstrip("/")
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._http: aiohttp.ClientSession | None = None
+
+    async def _request(self, method: str, path: str, body: dict[str, Any] | None,
+                       token: str | None) -> dict[str, Any]:
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=self._timeout)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        try:
+            async with self._http.request(method, self.base_url + path, json=body,
+                                          headers=headers) as resp:
+                text = await resp.text()
+                try:
+                    payload = json.loads(text) if text else {}
+                except json.JSONDecodeError:
+                    payload = {"error": {"type": "ParrotError", "message": text[:500]}}
+                if resp.status >= 400:
+                    raise error_from_wire(payload, resp.status)
+                return payload
+        except aiohttp.ClientError as exc:
+            raise ManagerUnavailableError(f"cannot reach the manager at {self.base_url}: "
+                                         f"{exc}") from None
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+
+class InProcessTransport(Transport):
+    """Calls a Manager object in the same event loop, through the wire API's JSON shapes."""
+
+    def __init__(self, manager: Any, delay: Delay | None = None) -> None:
+        super().__init__(delay)
+        from parrot.core.wire import WireAPI  # the manager side of this transport
+
+        self._api = WireAPI(manager)
+
+    async def _request(self, method: str, path: str, body: dict[str, Any] | None,
+                       token: str | None) -> dict[str, Any]:
+        # Round-trip through JSON so nothing is shared by reference with the manager.
+        body = json.loads(json.dumps(body)) if body is not None else None
+        return json.loads(json.dumps(await self._api.handle(method, path, body, token)))

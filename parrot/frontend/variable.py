@@ -1,0 +1,72 @@
+"""SemanticVariable: the client's handle on a value that lives in the service."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from parrot.types import Criterion
+
+if TYPE_CHECKING:
+    from parrot.frontend.session import Session
+
+
+class SemanticVariable:
+    """A handle returned at once by a call; its id arrives when the submission is accepted.
+
+    `await var.aget(perf=LATENCY)` (or the blocking `var.get()` in a `with Session()` block)
+    returns the value; the criterion tells the service how the client will use it, and the
+    service deduces the objectives of every call upstream from it.
+    """
+
+    def __init__(self, session: "Session", name: str) -> None:
+        self.session = session
+        self.name = name
+        self._id: asyncio.Future[str] = session._loop.create_future()  # type: ignore[union-attr]
+
+    def __repr__(self) -> str:
+        ident = self._id.result() if self._id.done() and not self._id.exception() else "pending"
+        return f"SemanticVariable({self.name!r}, {ident})"
+
+    def _bind(self, creation: asyncio.Future) -> None:
+        def done(task: asyncio.Future) -> None:
+            if task.cancelled() or task.exception() is not None:
+                self._fail(task.exception() or asyncio.CancelledError())
+            else:
+                self._resolve(task.result())
+        creation.add_done_callback(done)
+
+    def _resolve(self, var_id: str) -> None:
+        if not self._id.done():
+            self._id.set_result(var_id)
+
+    def _fail(self, exc: BaseException) -> None:
+        if not self._id.done():
+            self._id.set_exception(exc)
+
+    async def aid(self) -> str:
+        """The service's id of this variable (waits for its submission)."""
+        return await asyncio.shield(self._id)
+
+    @property
+    def id(self) -> str | None:
+        return self._id.result() if self._id.done() and not self._id.exception() else None
+
+    async def aget(self, perf: Criterion | str = Criterion.LATENCY,
+                   timeout: float | None = None) -> str:
+        criterion = Criterion.parse(perf.value if isinstance(perf, Criterion) else perf)
+        body: dict[str, Any] = {"semantic_var_id": await self.aid(),
+                                "criteria": criterion.value}
+        if timeout is not None:
+            body["timeout"] = timeout
+        return (await self.session.request("POST", "/v1/get", body))["value"]
+
+    def get(self, perf: Criterion | str = Criterion.LATENCY, timeout: float | None = None) -> str:
+        """Blocking get, for `with parrot.Session(...)` (synchronous) sessions."""
+        return self.session.run(self.aget(perf, timeout))
+
+    async def aset(self, value: str) -> None:
+        await self.session.request("POST", f"/v1/variables/{await self.aid()}", {"value": value})
+
+    def set(self, value: str) -> None:
+        self.session.run(self.aset(value))

@@ -1,0 +1,166 @@
+"""The manager's HTTP API against DESIGN.md, with a raw aiohttp client (no frontend)."""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+
+from parrot.core.config import ServeConfig
+from parrot.core.server import ParrotServer
+
+CONFIG = {
+    "manager": {"max_body_bytes": 64 * 1024},
+    "policy": {"name": "least_queue"},
+    "engines": [{"name": "sim-0", "kind": "simulated", "in_process": True,
+                 "params": {"zero_latency": True}}],
+}
+
+
+@pytest.fixture
+async def server():
+    srv = ParrotServer(ServeConfig.from_mapping(CONFIG))
+    await srv.start(port=0)
+    yield srv
+    await srv.stop()
+
+
+@pytest.fixture
+async def http(server):
+    async with aiohttp.ClientSession(base_url=server.url) as client:
+        yield client
+
+
+async def new_session(http) -> tuple[str, dict]:
+    async with http.post("/v1/sessions") as resp:
+        assert resp.status == 200
+        data = await resp.json()
+    return data["session_id"], {"Authorization": f"Bearer {data['token']}"}
+
+
+async def post(http, path, body, headers=None, raw=None):
+    kwargs = {"data": raw} if raw is not None else {"json": body}
+    async with http.post(path, headers=headers, **kwargs) as resp:
+        return resp.status, await resp.json()
+
+
+async def test_chain_of_ten_calls_only_final_get(http):
+    sid, auth = await new_session(http)
+    status, first = await post(http, "/v1/submit", {
+        "session_id": sid, "prompt": "Step 0 of {{input:doc}}: {{output:out}}",
+        "placeholders": [{"name": "doc", "in_out": "input", "value": "a document"}],
+        "sampling": {"max_tokens": 4}}, auth)
+    assert status == 200
+    var = first["placeholders"][-1]["semantic_var_id"]
+    for i in range(1, 10):
+        status, reply = await post(http, "/v1/submit", {
+            "session_id": sid, "prompt": f"Step {i}: improve {{{{input:prev}}}} -> {{{{output:out}}}}",
+            "placeholders": [{"name": "prev", "in_out": "input", "semantic_var_id": var}],
+            "sampling": {"max_tokens": 4}}, auth)
+        assert status == 200, reply
+        var = reply["placeholders"][-1]["semantic_var_id"]
+    status, got = await post(http, "/v1/get", {"session_id": sid, "semantic_var_id": var,
+                                               "criteria": "latency", "timeout": 30}, auth)
+    assert status == 200 and len(got["value"]) == 16  # 4 simulated tokens of 4 characters
+    async with http.get(f"/v1/sessions/{sid}/graph", headers=auth) as resp:
+        graph = await resp.json()
+    calls = [n for n in graph["nodes"] if n["kind"] == "call"]
+    assert len(calls) == 10
+    assert {c["state"] for c in calls} == {"done"}
+    assert {c["criterion"] for c in calls} == {"latency"}  # a chain is one critical path
+    assert {c["task_group"] for c in calls} == {None}
+    assert all(c["engine"] == "sim-0" and c["timings"]["finished"] >= c["timings"]["ready"]
+               for c in calls)
+    assert len(graph["links"]) == 10 + 10  # input edge and output edge per call
+
+
+@pytest.mark.parametrize("body, status, kind", [
+    ({"prompt": "{{input:x} {{output:y}}", "placeholders": []}, 400, "TemplateSyntaxError"),
+    ({"prompt": "{{inp:x}} {{output:y}}", "placeholders": []}, 400, "TemplateSyntaxError"),
+    ({"prompt": "{{output:y}} {{output:y}}", "placeholders": []}, 400, "TemplateSyntaxError"),
+    ({"prompt": "{{input:x}} {{output:y}}", "placeholders": []}, 400, "InvalidRequestError"),
+    ({"prompt": "{{input:x}} {{output:y}}",
+      "placeholders": [{"name": "x", "in_out": "input", "semantic_var_id": "v-unknown"}]},
+     404, "NotFoundError"),
+    ({"prompt": "{{input:x}} {{output:x}}", "placeholders": []}, 400, "TemplateSyntaxError"),
+    ({"prompt": "{{input:x}} {{output:y}}",
+      "placeholders": [{"name": "x", "in_out": "input", "value": "v"}],
+      "sampling": {"temperature": -1}}, 400, "InvalidRequestError"),
+    ({"prompt": "{{input:x}} {{output:y}}",
+      "placeholders": [{"name": "x", "in_out": "input", "value": "v"},
+                       {"name": "y", "in_out": "output", "sampling": {"top_p": 0}}]},
+     400, "InvalidRequestError"),
+    ({"prompt": "{{input:x}} {{output:y}}",
+      "placeholders": [{"name": "x", "in_out": "input", "value": "v"},
+                       {"name": "zz", "in_out": "input", "value": "v"}]},
+     400, "InvalidRequestError"),
+])
+async def test_submit_errors_are_json_4xx(http, body, status, kind):
+    sid, auth = await new_session(http)
+    got_status, reply = await post(http, "/v1/submit", {"session_id": sid, **body}, auth)
+    assert (got_status, reply["error"]["type"]) == (status, kind), reply
+    async with http.get("/healthz") as resp:
+        assert resp.status == 200
+
+
+async def test_auth_and_session_errors(http):
+    sid, auth = await new_session(http)
+    other_sid, other_auth = await new_session(http)
+    body = {"session_id": sid, "name": "x", "value": "1"}
+    assert (await post(http, "/v1/variables", body))[0] == 401
+    assert (await post(http, "/v1/variables", body, other_auth))[0] == 401
+    assert (await post(http, "/v1/variables", {**body, "session_id": "s-nope"}, auth))[0] == 404
+    status, created = await post(http, "/v1/variables", body, auth)
+    assert status == 200
+    # Another session's variable is invisible (indistinguishable from unknown).
+    status, reply = await post(http, "/v1/get", {"session_id": other_sid, "semantic_var_id":
+                                                 created["semantic_var_id"]}, other_auth)
+    assert (status, reply["error"]["type"]) == (404, "NotFoundError")
+    status, reply = await post(http, "/v1/get", {"session_id": sid, "semantic_var_id":
+                                                 created["semantic_var_id"],
+                                                 "criteria": "fast"}, auth)
+    assert status == 400 and "criteria" in reply["error"]["message"]
+
+
+async def test_malformed_and_oversize_bodies(http):
+    sid, auth = await new_session(http)
+    status, reply = await post(http, "/v1/submit", None, auth, raw=b"{not json")
+    assert (status, reply["error"]["type"]) == (400, "InvalidRequestError")
+    status, reply = await post(http, "/v1/submit", None, auth, raw=b"x" * (65 * 1024))
+    assert status == 413 and reply["error"]["type"] == "PayloadTooLargeError"
+    status, reply = await post(http, "/v1/submit", [1, 2], auth)
+    assert status == 400
+    async with http.get("/v1/nothing") as resp:
+        assert resp.status == 404 and (await resp.json())["error"]["type"] == "NotFoundError"
+
+
+async def test_second_producer_and_cycle_are_conflicts(http):
+    sid, auth = await new_session(http)
+    _, var = await post(http, "/v1/variables", {"session_id": sid, "name": "v"}, auth)
+    vid = var["semantic_var_id"]
+    ok = {"session_id": sid, "prompt": "{{input:a}} {{output:b}}",
+          "placeholders": [{"name": "a", "in_out": "input", "value": "1"},
+                           {"name": "b", "in_out": "output", "semantic_var_id": vid}]}
+    status, first = await post(http, "/v1/submit", ok, auth)
+    assert status == 200
+    status, reply = await post(http, "/v1/submit", ok, auth)
+    assert (status, reply["error"]["type"]) == (409, "ConflictError")
+    # b (= vid) -> c, then a call consuming c that writes a variable upstream of it: a cycle.
+    _, upstream = await post(http, "/v1/variables", {"session_id": sid, "name": "u"}, auth)
+    uid = upstream["semantic_var_id"]
+    status, mid = await post(http, "/v1/submit", {
+        "session_id": sid, "prompt": "{{input:u}} {{output:c}}",
+        "placeholders": [{"name": "u", "in_out": "input", "semantic_var_id": uid}]}, auth)
+    cid = mid["placeholders"][-1]["semantic_var_id"]
+    status, reply = await post(http, "/v1/submit", {
+        "session_id": sid, "prompt": "{{input:c}} {{output:u}}",
+        "placeholders": [{"name": "c", "in_out": "input", "semantic_var_id": cid},
+                         {"name": "u", "in_out": "output", "semantic_var_id": uid}]}, auth)
+    assert (status, reply["error"]["type"]) == (409, "ConflictError")
+
+
+async def test_delete_session_fails_waiters(http):
+    sid, auth = await new_session(http)
+    async with http.delete(f"/v1/sessions/{sid}", headers=auth) as resp:
+        assert resp.status == 200
+    status, reply = await post(http, "/v1/variables", {"session_id": sid, "name": "x"}, auth)
+    assert status == 404

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import pytest
+
+import parrot
+from parrot.core.config import EngineSpec
+from parrot.core.manager import Manager
+from parrot.errors import CallFailedError, InvalidRequestError, TemplateSyntaxError
+from parrot.policies.least_queue import LeastQueuePolicy
+from tests.core.fakes import RecordingEngine
+
+
+@parrot.semantic_function(max_tokens=8)
+def summarize(doc, summary):
+    """Summarize: {{input:doc}} Summary: {{output:summary}}"""
+
+
+@parrot.semantic_function(max_tokens=8)
+def combine(a, b, out):
+    """Combine {{input:a}} and {{input:b}} into {{output:out}}"""
+
+
+@pytest.fixture
+async def manager():
+    mgr = Manager(LeastQueuePolicy())
+    await mgr.start()
+    await mgr.add_engine(EngineSpec(name="e0", in_process=True), RecordingEngine())
+    yield mgr
+    await mgr.close()
+
+
+async def test_async_session_chain_and_transport_messages(manager):
+    async with parrot.Session(manager=manager) as session:
+        s1 = summarize("first document")
+        s2 = summarize(doc=s1)
+        value = await s2.aget(parrot.LATENCY)
+        assert value.startswith("gen(")
+        graph = await session.graph()
+    calls = [n for n in graph["nodes"] if n["kind"] == "call"]
+    assert [c["state"] for c in calls] == ["done", "done"]
+    # create session, 2 submits, 1 get, the graph, delete: values never came to the client.
+    assert session.transport.num_messages == 6
+
+
+async def test_multi_output_function_returns_tuple(manager):
+    pair = parrot.semantic_function(prompt="Q: {{input:q}} A1: {{output:a}} A2: {{output:b}}",
+                                    max_tokens=4)
+    async with parrot.Session(manager=manager):
+        a, b = pair(q="why")
+        assert (await a.aget()) != (await b.aget())
+
+
+async def test_client_variable_and_failure_reaches_waiter(manager):
+    extract = parrot.semantic_function(
+        prompt="{{input:x}} -> {{output:y}}", transforms={"y": [{"type": "json_path",
+                                                                  "path": "a"}]})
+    async with parrot.Session(manager=manager) as session:
+        x = session.variable("x")
+        y = extract(x=x)
+        await x.aset("hello")
+        with pytest.raises(CallFailedError, match="no JSON object"):
+            await y.aget()
+
+
+def test_sync_session_over_in_process_manager_is_rejected_without_loop():
+    with pytest.raises(RuntimeError, match="inside a parrot.Session"):
+        summarize("x")
+
+
+def test_definition_errors_are_typed():
+    with pytest.raises(TemplateSyntaxError):
+        parrot.semantic_function(prompt="{{input:x} {{output:y}}")
+    with pytest.raises(InvalidRequestError):
+        parrot.semantic_function(prompt="{{input:x}} {{output:y}}", outputs={"zz": {}})
+    with pytest.raises(InvalidRequestError):
+        parrot.semantic_function(prompt="{{input:x}} {{output:y}}", temperature=-1)
+    with pytest.raises(TypeError, match="missing input"):
+        combine.bind(("a",), {})
