@@ -3,13 +3,16 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine_vclock import run_virtual
 from parrot.engines.latency_model import EngineConfigError, LatencyModel
 from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.engines.simulated import (SimulatedEngine, SimulatedEngineConfig, count_tokens,
                                       load_profile)
-from parrot.errors import (ContextExistsError, EngineUnavailableError, OutOfKVCacheError,
+from parrot.errors import (ContextExistsError, EngineUnavailableError, InvalidRequestError,
+                           OutOfKVCacheError,
                            PromptTooLongError, UnknownContextError)
 from parrot.sampling import SamplingParams
 
@@ -302,3 +305,41 @@ def test_table_interpolates_and_extrapolates() -> None:
 def test_config_errors_name_the_bad_key(params: dict[str, object], words: str) -> None:
     with pytest.raises(EngineConfigError, match=words.replace("[", r"\[")):
         SimulatedEngineConfig.from_mapping(params)
+
+
+# ---- block accounting under random operations ----------------------------------------------------
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["fill", "fork", "gen", "free"]),
+                          st.integers(0, 5), st.integers(0, 5), st.integers(0, 40)),
+                max_size=30))
+def test_blocks_are_conserved(ops: list[tuple[str, int, int, int]]) -> None:
+    async def main() -> None:
+        engine = SimulatedEngine("h", SimulatedEngineConfig.from_mapping(
+            {"zero_latency": True, "block_size": 4, "num_blocks": 1000}))
+        for op, a, b, n in ops:
+            ctx, other = f"c{a}", f"c{b}"
+            try:
+                if op == "fill":
+                    await engine.fill(fill(ctx, n))
+                elif op == "fork":
+                    await engine.fill(fill(ctx, n, parent=other))
+                elif op == "gen":
+                    await engine.generate_all(gen(ctx, n + 1))
+                else:
+                    await engine.free_context(ctx)
+            except (UnknownContextError, InvalidRequestError):
+                pass
+            stats = await engine.stats()
+            assert 0 <= stats.num_blocks_free <= stats.num_blocks_total
+            assert (stats.num_running, stats.num_waiting) == (0, 0)
+            held = stats.num_blocks_total - stats.num_blocks_free
+            # every held block carries a token (nothing reserved is left behind) and no more
+            assert (held - 1) * 4 < stats.num_tokens_in_use + 4 * stats.num_contexts
+            assert stats.num_tokens_in_use <= held * 4
+        for ctx in list(engine._contexts):
+            await engine.free_context(ctx)
+        assert (await engine.stats()).num_blocks_free == 1000
+        assert engine._pool._refs == [0] * 1000
+        await engine.close()
+    run_virtual(main)
