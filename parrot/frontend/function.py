@@ -15,6 +15,7 @@ inside the service). A function with several outputs returns a tuple in template
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import textwrap
 from dataclasses import dataclass, field
@@ -65,6 +66,10 @@ class SemanticFunction:
         if missing:
             raise TypeError(f"{self.name}() is missing input(s) {missing}")
         return bound
+
+    def options(self, **sampling: Any) -> "SemanticFunction":
+        """This function with some sampling fields replaced (e.g. `fn.options(max_tokens=20)`)."""
+        return dataclasses.replace(self, sampling=self.sampling.merged(sampling))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from parrot.frontend.session import current_session
