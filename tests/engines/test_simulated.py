@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine_vclock import run_virtual
 from parrot.engines.latency_model import EngineConfigError, LatencyModel
 from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.engines.simulated import (SimulatedEngine, SimulatedEngineConfig, count_tokens,
@@ -15,6 +14,7 @@ from parrot.errors import (ContextExistsError, EngineUnavailableError, InvalidRe
                            OutOfKVCacheError,
                            PromptTooLongError, UnknownContextError)
 from parrot.sampling import SamplingParams
+from parrot.sim.clock import run_virtual
 
 ITER_MS = 10.0
 
@@ -52,7 +52,7 @@ def test_generate_at_batch_one_takes_n_iterations() -> None:
         assert len(text) == 28 and count_tokens(text) == 7
         assert sum(len(c.token_ids) for c in chunks) == 7
         await engine.close()
-    run_virtual(main)
+    run_virtual(main())
 
 
 def test_concurrent_generates_batch_together() -> None:
@@ -68,7 +68,7 @@ def test_concurrent_generates_batch_together() -> None:
         # both in every iteration: 5 iterations of base + 2 seqs
         assert ends == pytest.approx([5 * (ITER_MS + 2) / 1000] * 2, abs=1e-12)
         await engine.close()
-    run_virtual(main)
+    run_virtual(main())
 
 
 def test_decode_time_grows_with_batch_tokens() -> None:
@@ -81,7 +81,7 @@ def test_decode_time_grows_with_batch_tokens() -> None:
         expected = sum(ITER_MS + 0.01 * t for t in (100, 101, 102)) / 1000
         assert now() - start == pytest.approx(expected, abs=1e-12)
         await engine.close()
-    run_virtual(main)
+    run_virtual(main())
 
 
 def test_chunked_prefill_costs_per_token_under_budget() -> None:
@@ -97,7 +97,7 @@ def test_chunked_prefill_costs_per_token_under_budget() -> None:
         # it1: decode + 255 prefill; it2: decode + 255 prefill
         assert now() - start == pytest.approx(2 * (ITER_MS + 25.5) / 1000, abs=1e-12)
         await engine.close()
-    run_virtual(main)
+    run_virtual(main())
 
 
 def test_text_fill_counts_four_chars_per_token() -> None:
@@ -106,7 +106,7 @@ def test_text_fill_counts_four_chars_per_token() -> None:
         assert (await engine.fill(FillRequest("a", text="abcdefghi"))).num_filled_tokens == 3
         assert (await engine.fill(FillRequest("a", text=""))).context_len == 3
         await engine.close()
-    run_virtual(main)
+    run_virtual(main())
 
 
 def test_zero_latency_takes_no_time() -> None:
@@ -116,7 +116,7 @@ def test_zero_latency_takes_no_time() -> None:
         result = await engine.generate_all(gen("a", 50))
         assert len(result.token_ids) == 50 and now() == 0.0
         await engine.close()
-    run_virtual(main)
+    run_virtual(main())
 
 
 def test_output_is_deterministic_per_context_and_seed() -> None:
@@ -128,7 +128,7 @@ def test_output_is_deterministic_per_context_and_seed() -> None:
         c = await engine.generate_all(gen("y", 6, seed=1))
         assert a == b and a.text != c.text
         await engine.close()
-    run_virtual(main)
+    run_virtual(main())
 
 
 # ---- contexts and blocks -----------------------------------------------------------------------
@@ -152,7 +152,7 @@ def test_fork_skips_prefill_and_shares_full_blocks() -> None:
         await engine.free_context("child")
         assert (await engine.stats()).num_blocks_free == 100
         await engine.close()
-    run_virtual(main)
+    run_virtual(main())
 
 
 def test_shared_prefix_is_read_once_per_decode_batch() -> None:
@@ -165,7 +165,7 @@ def test_shared_prefix_is_read_once_per_decode_batch() -> None:
                                  engine.generate_all(gen("b", 1, parent="p")))
             assert now() - start == pytest.approx((ITER_MS + 0.01 * kv) / 1000, abs=1e-12)
             await engine.close()
-    run_virtual(main)
+    run_virtual(main())
 
 
 def test_fork_waits_for_the_parent_fill() -> None:
@@ -176,7 +176,7 @@ def test_fork_waits_for_the_parent_fill() -> None:
         child = await engine.fill(fill("c", 5, parent="p"))
         assert child.context_len == 35 and (await parent).context_len == 30
         await engine.close()
-    run_virtual(main)
+    run_virtual(main())
 
 
 def test_requests_wait_for_blocks_until_a_context_is_freed() -> None:
@@ -191,7 +191,7 @@ def test_requests_wait_for_blocks_until_a_context_is_freed() -> None:
         assert (await waiting).context_len == 64
         assert (await engine.stats()).num_blocks_free == 6
         await engine.close()
-    run_virtual(main)
+    run_virtual(main())
 
 
 def test_error_cases() -> None:
@@ -219,7 +219,7 @@ def test_error_cases() -> None:
         await engine.close()
         with pytest.raises(EngineUnavailableError):
             await engine.fill(fill("d", 1))
-    run_virtual(main)
+    run_virtual(main())
 
 
 def test_abandoned_stream_frees_the_context() -> None:
@@ -233,7 +233,7 @@ def test_abandoned_stream_frees_the_context() -> None:
         assert stats.num_blocks_free == stats.num_blocks_total - 1  # reservation returned
         assert (await engine.fill(fill("a", 1))).context_len == 2
         await engine.close()
-    run_virtual(main)
+    run_virtual(main())
 
 
 def test_free_while_running_fails_the_request_and_close_fails_waiters() -> None:
@@ -249,7 +249,7 @@ def test_free_while_running_fails_the_request_and_close_fails_waiters() -> None:
         await engine.close()
         with pytest.raises(EngineUnavailableError):
             await pending
-    run_virtual(main)
+    run_virtual(main())
 
 
 def test_max_num_seqs_queues_the_rest() -> None:
@@ -263,7 +263,7 @@ def test_max_num_seqs_queues_the_rest() -> None:
         await asyncio.gather(first, second)
         assert now() == pytest.approx(6 * ITER_MS / 1000, abs=1e-12)
         await engine.close()
-    run_virtual(main)
+    run_virtual(main())
 
 
 # ---- configuration -----------------------------------------------------------------------------
@@ -342,4 +342,4 @@ def test_blocks_are_conserved(ops: list[tuple[str, int, int, int]]) -> None:
         assert (await engine.stats()).num_blocks_free == 1000
         assert engine._pool._refs == [0] * 1000
         await engine.close()
-    run_virtual(main)
+    run_virtual(main())
