@@ -199,6 +199,8 @@ class _Request:
     num_done: int = 0
     context: _Context | None = None
     new_token_ids: list[int] = field(default_factory=list)  # generated, not yet streamed
+    start_len: int = 0
+    created_context: bool = False
     final_len: int = 0
     is_finished: bool = False
     error: BaseException | None = None
@@ -374,6 +376,7 @@ class SimulatedEngine(Engine):
             held = len(ctx.blocks) if ctx else len(shared)
             if not self._pool.can_allocate(final_blocks - held):
                 return  # wait until a FreeContext returns blocks
+            req.start_len, req.created_context = base_len, ctx is None
             if ctx is None:
                 self._pool.share(shared)
                 ctx = self._contexts[req.context_id] = _Context(req.context_id, base_len,
@@ -437,7 +440,9 @@ class SimulatedEngine(Engine):
         req.event.set()
 
     def _abort(self, req: _Request, exc: BaseException | None = None) -> None:
-        """Take a request out of the engine; its context keeps the tokens done so far."""
+        """Take a request out of the engine. An aborted Fill leaves no trace (a context it
+        created is dropped, one it appended to is cut back); an aborted Generate's context keeps
+        the tokens already streamed."""
         if req.is_finished or req.error is not None:
             return
         req.error = exc or EngineError("request aborted")
@@ -447,9 +452,15 @@ class SimulatedEngine(Engine):
             self._running.remove(req)
             ctx = req.context
             if ctx is not None and self._contexts.get(ctx.context_id) is ctx:
-                keep = -(-ctx.length // self.config.block_size)
-                self._pool.release(ctx.blocks[keep:])  # unused reservation
-                del ctx.blocks[keep:]
+                if req.kind is _Kind.FILL and req.created_context:
+                    del self._contexts[ctx.context_id]
+                    self._pool.release(ctx.blocks)
+                else:
+                    if req.kind is _Kind.FILL:
+                        ctx.length = req.start_len
+                    keep = -(-ctx.length // self.config.block_size)
+                    self._pool.release(ctx.blocks[keep:])  # unused reservation
+                    del ctx.blocks[keep:]
         self._claimed.discard(req.context_id)
         req.event.set()
         self._wake()

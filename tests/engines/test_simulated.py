@@ -343,3 +343,21 @@ def test_blocks_are_conserved(ops: list[tuple[str, int, int, int]]) -> None:
         assert engine._pool._refs == [0] * 1000
         await engine.close()
     run_virtual(main())
+
+
+def test_a_cancelled_fill_leaves_no_trace() -> None:
+    async def main() -> None:
+        engine = make_engine(prefill_per_token_ms=1.0, max_num_batched_tokens=16)
+        await engine.fill(fill("a", 20))
+        for ctx in ("a", "new"):
+            task = asyncio.ensure_future(engine.fill(fill(ctx, 100)))
+            await asyncio.sleep(0.05)  # part of it is prefilled
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        stats = await engine.stats()
+        assert (stats.num_contexts, stats.num_tokens_in_use, stats.num_running) == (1, 20, 0)
+        assert stats.num_blocks_free == stats.num_blocks_total - 2
+        assert (await engine.fill(fill("new", 3))).context_len == 3
+        await engine.close()
+    run_virtual(main())
