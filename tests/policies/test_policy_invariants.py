@@ -1,0 +1,72 @@
+"""Properties every built-in policy keeps, on random clusters and call lists."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from parrot.policies import builtin_policies
+from parrot.policies.app_centric import AppCentricPolicy
+from parrot.types import Criterion
+from policy_factories import make_call, make_engine
+
+CRITERIA = st.sampled_from([Criterion.LATENCY, Criterion.THROUGHPUT, None])
+
+
+@st.composite
+def clusters(draw):
+    engines = []
+    for i in range(draw(st.integers(0, 4))):
+        lat_cap = draw(st.sampled_from([2048, 4096]))
+        thr_cap = draw(st.sampled_from([8192, 16384]))
+        lat, thr = draw(st.integers(0, 2)), draw(st.integers(0, 2))
+        cap = lat_cap if lat else thr_cap
+        tokens = draw(st.integers(0, cap)) if lat + thr else 0
+        engines.append(make_engine(
+            f"e{i}", tokens=tokens, lat=lat, thr=thr, lat_cap=lat_cap, thr_cap=thr_cap,
+            groups=draw(st.sets(st.sampled_from(["g0", "g1"]))) if lat + thr else (),
+            prefixes=draw(st.sets(st.sampled_from(["a", "a/b", "c"]))),
+            healthy=draw(st.booleans()) or i == 0))
+    calls = []
+    for i in range(draw(st.integers(0, 12))):
+        group = draw(st.sampled_from([None, "g0", "g1"]))
+        calls.append(make_call(
+            f"c{i}", criterion=draw(CRITERIA), tokens=draw(st.integers(1, 20000)),
+            group=group, group_size=draw(st.integers(1, 6)),
+            prefixes=draw(st.sampled_from([(), ("a",), ("a", "a/b"), ("c",)])), seq=i))
+    return engines, calls
+
+
+@settings(max_examples=100, deadline=None)
+@given(clusters(), st.sampled_from(builtin_policies()))
+def test_placements_are_valid_and_nothing_starves(cluster, policy_cls):
+    engines, calls = cluster
+    placements = policy_cls().schedule(calls=calls, engines=engines)
+    call_ids = [p.call_id for p in placements]
+    assert len(call_ids) == len(set(call_ids))
+    assert set(call_ids) <= {c.call_id for c in calls}
+    healthy = {e.engine_id for e in engines if e.is_healthy}
+    assert {p.engine_id for p in placements} <= healthy
+    # Calls are placed in the order given.
+    order = {c.call_id: i for i, c in enumerate(calls)}
+    assert call_ids == sorted(call_ids, key=order.__getitem__)
+    if calls and any(e.is_healthy and e.num_running_calls == 0 for e in engines):
+        assert placements
+
+
+@settings(max_examples=100, deadline=None)
+@given(clusters())
+def test_app_centric_respects_capacities(cluster):
+    engines, calls = cluster
+    placements = AppCentricPolicy().schedule(calls=calls, engines=engines)
+    by_id = {c.call_id: c for c in calls}
+    for engine in engines:
+        mine = [by_id[p.call_id] for p in placements if p.engine_id == engine.engine_id]
+        if not mine or (engine.num_running_calls == 0 and len(mine) == 1):
+            continue  # an idle engine may take one call of any size
+        load = engine.num_tokens_in_use + sum(c.num_tokens for c in mine)
+        serves_latency = engine.num_latency_calls > 0 or any(
+            c.criterion is Criterion.LATENCY or (c.criterion is None and c.task_group is None)
+            for c in mine)
+        cap = engine.latency_capacity if serves_latency else engine.throughput_capacity
+        assert load <= cap, (engine, mine)
