@@ -13,14 +13,20 @@ decode step reads). Decode time is either the formula
 piecewise-linear interpolation of measured (batch tokens, ms) points, extrapolated past the last
 point with the last segment's slope. An iteration without decodes pays no decode time.
 `zero_latency` makes every iteration take no time (benchmarks of the manager).
+
+This module also holds the simulated engine's whole configuration (`SimulatedEngineConfig`,
+parsed once from YAML/JSON params, optionally on top of a profile in configs/profiles/).
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
 
 from parrot.errors import InvalidRequestError
 
@@ -103,3 +109,84 @@ def _interpolate(table: tuple[tuple[int, float], ...], x: int) -> float:
     lo, hi = (table[i - 1], table[i]) if i < len(table) else (table[-2], table[-1])
     slope = (hi[1] - lo[1]) / (hi[0] - lo[0])
     return lo[1] + slope * (x - lo[0])
+
+
+PROFILE_DIR = Path(__file__).resolve().parents[2] / "configs" / "profiles"
+_PROFILE_METADATA_KEYS = ("description", "hardware", "source")
+_DECODE_FORMULA_KEYS = ("decode_base_ms", "decode_per_seq_ms", "decode_per_token_ms")
+
+
+@dataclass(frozen=True)
+class SimulatedEngineConfig:
+    model: str = "simulated"
+    max_context_len: int = 8192
+    block_size: int = 16
+    num_blocks: int = 4096
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    shared_prefix_decode: bool = True
+    latency: LatencyModel = field(default_factory=LatencyModel)
+    profile: str | None = None  # where the latency defaults came from, for information
+
+    def __post_init__(self) -> None:
+        for key in ("max_context_len", "block_size", "num_blocks", "max_num_seqs",
+                    "max_num_batched_tokens"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise EngineConfigError(f"simulated engine: {key}={value!r} must be an integer >= 1")
+        if not isinstance(self.model, str) or not self.model:
+            raise EngineConfigError(f"simulated engine: model={self.model!r} must be a string")
+        if not isinstance(self.shared_prefix_decode, bool):
+            raise EngineConfigError(
+                f"simulated engine: shared_prefix_decode={self.shared_prefix_decode!r} "
+                "must be a boolean")
+
+    @classmethod
+    def from_mapping(cls, params: Mapping[str, Any] | None) -> "SimulatedEngineConfig":
+        """Parse YAML/JSON params. `profile` (a path, or a name in configs/profiles/) supplies
+        defaults that the other keys override."""
+        if params is None:
+            params = {}
+        if not isinstance(params, Mapping):
+            raise EngineConfigError(f"simulated engine: params must be a mapping, got {params!r}")
+        merged: dict[str, Any] = {}
+        profile = params.get("profile")
+        if profile is not None:
+            merged.update(load_profile(profile))
+        merged.update({k: v for k, v in params.items() if k != "profile"})
+        latency_keys = {f.name for f in fields(LatencyModel)}
+        engine_keys = {f.name for f in fields(cls)} - {"latency", "profile"}
+        unknown = sorted(set(merged) - engine_keys - latency_keys)
+        if unknown:
+            raise EngineConfigError(f"simulated engine: unknown key(s) {unknown}; allowed: "
+                                    f"{sorted(engine_keys | latency_keys | {'profile'})}")
+        latency_kwargs = {k: merged.pop(k) for k in latency_keys if k in merged}
+        if "decode_table" in latency_kwargs:
+            clash = sorted(set(_DECODE_FORMULA_KEYS) & set(latency_kwargs))
+            if clash:
+                raise EngineConfigError(
+                    f"simulated engine: {clash} conflict with decode_table; give one or the other")
+            latency_kwargs["decode_table"] = LatencyModel.parse_table(latency_kwargs["decode_table"])
+        try:
+            return cls(latency=LatencyModel(**latency_kwargs),
+                       profile=None if profile is None else str(profile), **merged)
+        except TypeError as exc:  # pragma: no cover - unknown keys are caught above
+            raise EngineConfigError(f"simulated engine: {exc}") from None
+
+
+def load_profile(profile: Any) -> dict[str, Any]:
+    """Read a latency profile YAML (a path, or the name of a file in configs/profiles/)."""
+    if not isinstance(profile, str) or not profile:
+        raise EngineConfigError(f"profile: {profile!r} must be a path or a profile name")
+    path = Path(profile)
+    if not path.is_file():
+        path = PROFILE_DIR / (profile if profile.endswith(".yaml") else f"{profile}.yaml")
+    if not path.is_file():
+        known = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+        raise EngineConfigError(f"profile: {profile!r} is not a file nor one of {known}")
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict):
+        raise EngineConfigError(f"profile {path}: must be a YAML mapping")
+    if "profile" in data:
+        raise EngineConfigError(f"profile {path}: a profile cannot name another profile")
+    return {k: v for k, v in data.items() if k not in _PROFILE_METADATA_KEYS}
