@@ -4,7 +4,8 @@ Ready calls are visited in the order given (topological rank, then arrival); eac
 the first of:
 
 1. **its task group's engine**: the engine already holding a call of its group, or, for a new
-   group, an engine with room for the whole group (`task_group_size × num_tokens`), so parallel
+   group, an engine with room for the whole group (`task_group_size × num_tokens` under the
+   capacity for the call's criterion, THROUGHPUT for deduced groups), so parallel
    calls feeding one consumer are batched together and finish together;
 2. **a prefix-sharing engine**: deepest prefix hash first, an engine that has (or is getting,
    this round) a context with that prefix, so the engine forks the KV cache instead of
@@ -31,8 +32,8 @@ from parrot.types import Criterion
 
 @dataclass(frozen=True)
 class AppCentricParams(PolicyParams):
-    # Objective of a call nobody asked about yet (no `get` reached it). A call in a task
-    # group is THROUGHPUT when unset: a group is scheduled for its completion time.
+    # Objective of a call nobody asked about yet (no `get` reached it). The manager counts
+    # such calls as LATENCY in EngineView, so that default keeps both sides consistent.
     default_criterion: Criterion = Criterion.LATENCY
     # Prefix affinity sends a call to an engine only while that engine's load after placing
     # it stays under this fraction of the capacity that applies there; past it the call
@@ -133,11 +134,7 @@ class AppCentricPolicy(Policy):
         return placements
 
     def _criterion(self, call: CallView) -> Criterion:
-        if call.criterion is not None:
-            return call.criterion
-        if call.task_group is not None:
-            return Criterion.THROUGHPUT
-        return self.params.default_criterion
+        return call.criterion if call.criterion is not None else self.params.default_criterion
 
     def _place(self, call: CallView, criterion: Criterion, slots: list[_Slot]) -> _Slot | None:
         if call.task_group is not None and self.params.colocate_task_groups:

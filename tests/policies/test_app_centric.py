@@ -41,10 +41,18 @@ def test_new_task_group_needs_room_for_the_whole_group():
     assert schedule([make_call("solo", criterion=THR)], engines) == {"solo": "e0"}
 
 
-def test_task_group_with_no_criterion_is_throughput():
-    engines = [make_engine("e0", tokens=500, lat=1), make_engine("e1", tokens=500, thr=1)]
-    calls = [make_call("g0", criterion=None, group="g", group_size=2)]
-    assert schedule(calls, engines) == {"g0": "e1"}
+def test_task_group_room_is_measured_with_the_calls_criterion():
+    # 3 x 1500 tokens fit e0 under throughput capacity but not under latency capacity.
+    engines = [make_engine("e0", tokens=500, thr=1), make_engine("e1", tokens=500, lat=1)]
+    group = [make_call(f"g{i}", criterion=THR, group="g", group_size=3, tokens=1500)
+             for i in range(3)]
+    assert schedule(group, engines) == {"g0": "e0", "g1": "e0", "g2": "e0"}
+    # With no criterion a member counts as LATENCY (the default), like in the manager's views:
+    # no engine has latency room for the whole group, so members are placed one by one: two
+    # on the latency engine, the third on the throughput engine as the only one left with room.
+    untyped = [make_call(f"u{i}", criterion=None, group="u", group_size=3, tokens=1500)
+               for i in range(3)]
+    assert schedule(untyped, engines) == {"u0": "e1", "u1": "e1", "u2": "e0"}
 
 
 def test_full_group_engine_sends_member_elsewhere_instead_of_waiting():
