@@ -1,0 +1,36 @@
+"""The builtin engine: a LLaMA-family runner with a paged KV cache, context fork and
+continuous batching, implementing `parrot.engines.protocol.Engine` in-process.
+
+Modules, in data-flow order (docs/ENGINE.md has the details):
+  config        BuiltinEngineConfig, parsed from the engine's YAML mapping
+  loader        model spec -> shape, weights, tokenizer (prepare: build the SmolLM2 cache)
+  engine        the async Engine: admission, the batching loop, streaming
+  scheduler     continuous batching: decode steps + prefill chunks under budgets, eviction
+  block_manager reference-counted KV blocks, fork / release
+  context       contexts and work items;  outputs / detokenizer / sampler: tokens -> chunks
+  runner        batch -> tensors -> forward -> sampled tokens
+  model, rope, attention, cascade, kv_cache   the forward pass over the paged KV cache
+
+Importing this package is cheap: torch and transformers load in `create_engine`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
+
+if TYPE_CHECKING:
+    from parrot.engines.protocol import Engine
+
+__all__ = ["BuiltinConfigError", "BuiltinEngineConfig", "create_engine"]
+
+
+def create_engine(name: str, params: Mapping[str, Any] | None) -> "Engine":
+    """Build a builtin engine from its YAML mapping (blocking: loads the model).
+
+    Bad keys or values raise BuiltinConfigError (an InvalidRequestError) naming them."""
+    config = BuiltinEngineConfig.from_mapping(params)
+    from parrot.engines.builtin.build import build_engine
+
+    return build_engine(name, config)

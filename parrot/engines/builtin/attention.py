@@ -1,0 +1,133 @@
+"""Attention over the paged KV cache: the metadata of one step and the two compute paths.
+
+Per layer, K and V caches are [num_blocks, block_size, num_kv_heads, head_dim]. A step's tokens
+come as one flat batch: the decode rows first (one token each), then the prefill chunks.
+* decode: the Triton kernels of `parrot_kernels` on CUDA when importable (the shared-prefix
+  kernel when the step found groups sharing a long prefix), else a batched torch path that
+  gathers each row's blocks through its block table.
+* prefill: torch SDPA per chunk (a few chunks per step), causal over the chunk's context.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class SharedPrefixMeta:
+    """Decode rows grouped so each group's shared prefix is read once (see cascade.py)."""
+
+    group_indptr: torch.Tensor          # [G + 1] int32
+    prefix_block_tables: torch.Tensor   # [G, max_prefix_blocks] int32
+    prefix_lens: torch.Tensor           # [G] int32
+    suffix_block_tables: torch.Tensor   # [B, max_suffix_blocks] int32
+    suffix_lens: torch.Tensor           # [B] int32
+
+
+@dataclass
+class PrefillChunk:
+    """Rows [row_start, row_end) of the flat batch hold positions [pos_start, pos_start + n)."""
+
+    row_start: int
+    row_end: int
+    pos_start: int
+    block_table: torch.Tensor           # [num_blocks_of_this_context] int64
+
+
+@dataclass
+class AttentionMetadata:
+    slot_mapping: torch.Tensor          # [T] int64: block * block_size + offset of each token
+    num_decode: int                     # rows [0, num_decode) are decodes
+    decode_block_tables: torch.Tensor | None  # [num_decode, max_blocks] int32
+    decode_seq_lens: torch.Tensor | None      # [num_decode] int32, the new token included
+    shared_prefix: SharedPrefixMeta | None
+    prefills: list[PrefillChunk]
+
+
+DecodeFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionMetadata, float],
+                    torch.Tensor]
+
+
+def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+             slot_mapping: torch.Tensor) -> None:
+    """k/v [T, Hkv, D] into the caches at slot_mapping [T]."""
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k)
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v)
+
+
+def decode_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                 meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """q [B, Hq, D] -> [B, Hq, D]; each row attends its own seq_len tokens."""
+    assert meta.decode_block_tables is not None and meta.decode_seq_lens is not None
+    tables, lens = meta.decode_block_tables.long(), meta.decode_seq_lens
+    batch, num_heads, head_dim = q.shape
+    num_kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
+    length = tables.shape[1] * block_size
+    # index_select, not k_cache[tables]: advanced indexing is much slower on the CPU
+    flat = tables.view(-1)
+    k = k_cache.index_select(0, flat).view(batch, length, num_kv_heads, head_dim).transpose(1, 2)
+    v = v_cache.index_select(0, flat).view(batch, length, num_kv_heads, head_dim).transpose(1, 2)
+    valid = torch.arange(length, device=q.device)[None, :] < lens[:, None]   # [B, L]
+    group = num_heads // num_kv_heads
+    qg = q.view(batch, num_kv_heads, group, head_dim)                        # [B, Hkv, G, D]
+    out = F.scaled_dot_product_attention(qg, k, v, attn_mask=valid[:, None, None, :],
+                                         scale=scale)
+    return out.reshape(batch, num_heads, head_dim)
+
+
+def prefill_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                  v_cache: torch.Tensor, chunk: PrefillChunk, scale: float) -> torch.Tensor:
+    """One chunk: q/k/v [n, H, D] are its fresh rows; earlier positions come from the cache."""
+    n = chunk.row_end - chunk.row_start
+    qs = q[chunk.row_start:chunk.row_end].transpose(0, 1)[None]              # [1, Hq, n, D]
+    if chunk.pos_start == 0:
+        ks = k[chunk.row_start:chunk.row_end].transpose(0, 1)[None]
+        vs = v[chunk.row_start:chunk.row_end].transpose(0, 1)[None]
+        out = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale,
+                                             enable_gqa=True)
+    else:
+        length = chunk.pos_start + n
+        num_blocks = -(-length // k_cache.shape[1])
+        table = chunk.block_table[:num_blocks]
+        ks = k_cache.index_select(0, table).flatten(0, 1)[:length].transpose(0, 1)[None]
+        vs = v_cache.index_select(0, table).flatten(0, 1)[:length].transpose(0, 1)[None]
+        positions = torch.arange(chunk.pos_start, length, device=q.device)
+        mask = torch.arange(length, device=q.device)[None, :] <= positions[:, None]
+        out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=scale,
+                                             enable_gqa=True)
+    return out[0].transpose(0, 1)                                              # [n, Hq, D]
+
+
+def load_kernels() -> ModuleType | None:
+    """`parrot_kernels` if importable and it has the decode wrapper, else None."""
+    try:
+        module = importlib.import_module("parrot_kernels")
+    except ImportError:
+        return None
+    return module if hasattr(module, "paged_decode_attention") else None
+
+
+def make_decode_fn(kernels: ModuleType | None) -> DecodeFn:
+    """The decode path: the Triton kernels when given, else decode_torch."""
+    if kernels is None:
+        return decode_torch
+
+    def decode_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                      meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        sp = meta.shared_prefix
+        if sp is not None and hasattr(kernels, "shared_prefix_decode_attention"):
+            out = kernels.shared_prefix_decode_attention(
+                q, k_cache, v_cache, sp.group_indptr, sp.prefix_block_tables, sp.prefix_lens,
+                sp.suffix_block_tables, sp.suffix_lens, scale)
+        else:
+            out = kernels.paged_decode_attention(q, k_cache, v_cache, meta.decode_block_tables,
+                                                 meta.decode_seq_lens, scale)
+        return out[0] if isinstance(out, tuple) else out
+
+    return decode_triton

@@ -1,0 +1,130 @@
+"""KV blocks: a reference-counted allocator and the per-context operations on block tables.
+
+A context's block table covers its computed tokens, densely packed: token i lives in block
+table[i // block_size] at offset i % block_size. A fork shares the parent's *full* computed
+blocks (reference +1) and copies its partial last block into a fresh block, so a context only
+ever writes into blocks it owns alone. Allocation comes in check/act pairs and every mutation
+keeps the invariants: reference counts >= 0, a block is free iff its count is 0,
+free + used = total.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class HasBlocks(Protocol):
+    block_table: list[int]
+    num_computed: int
+
+
+class BlockAllocator:
+    def __init__(self, num_blocks: int) -> None:
+        if num_blocks < 1:
+            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
+        self.num_blocks_total = num_blocks
+        self._ref_counts = [0] * num_blocks
+        self._free: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() gives 0, 1, ...
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks_total - len(self._free)
+
+    def ref_count(self, block: int) -> int:
+        return self._ref_counts[block]
+
+    def can_allocate(self, n: int) -> bool:
+        return n <= len(self._free)
+
+    def allocate(self, n: int) -> list[int]:
+        assert self.can_allocate(n), f"allocate({n}) with {len(self._free)} free blocks"
+        blocks = [self._free.pop() for _ in range(n)]
+        for b in blocks:
+            assert self._ref_counts[b] == 0, f"free block {b} had ref count {self._ref_counts[b]}"
+            self._ref_counts[b] = 1
+        return blocks
+
+    def incref(self, block: int) -> None:
+        assert self._ref_counts[block] > 0, f"incref of free block {block}"
+        self._ref_counts[block] += 1
+
+    def decref(self, block: int) -> None:
+        assert self._ref_counts[block] > 0, f"decref of free block {block} (double free)"
+        self._ref_counts[block] -= 1
+        if self._ref_counts[block] == 0:
+            self._free.append(block)
+
+    def check_invariants(self) -> None:
+        free = set(self._free)
+        assert len(free) == len(self._free), "a block is on the free list twice"
+        assert all(c >= 0 for c in self._ref_counts), "negative reference count"
+        for b, count in enumerate(self._ref_counts):
+            assert (count == 0) == (b in free), f"block {b}: ref count {count}, free={b in free}"
+        assert self.num_free_blocks + self.num_used_blocks == self.num_blocks_total
+
+
+class BlockManager:
+    """Block-table operations for contexts; pending fork copies wait for the next step."""
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        self.allocator = BlockAllocator(num_blocks)
+        self.block_size = block_size
+        self._pending_copies: list[tuple[int, int]] = []  # (src, dst); src holds an extra ref
+
+    def blocks_needed(self, ctx: HasBlocks, num_tokens: int) -> int:
+        """Blocks ctx must gain so that its table covers num_tokens tokens."""
+        return max(0, -(-num_tokens // self.block_size) - len(ctx.block_table))
+
+    def can_grow(self, ctx: HasBlocks, num_tokens: int) -> bool:
+        return self.allocator.can_allocate(self.blocks_needed(ctx, num_tokens))
+
+    def grow(self, ctx: HasBlocks, num_tokens: int) -> None:
+        ctx.block_table.extend(self.allocator.allocate(self.blocks_needed(ctx, num_tokens)))
+
+    def fork(self, parent: HasBlocks, child: HasBlocks) -> None:
+        """child (empty) takes parent's computed KV: full blocks shared, partial block copied.
+
+        Without a free block for the copy, the child shares the full blocks only and will
+        recompute the partial tail (a fork never fails for lack of memory)."""
+        assert not child.block_table and child.num_computed == 0, "fork into a non-empty context"
+        num_full = parent.num_computed // self.block_size
+        shared = parent.block_table[:num_full]
+        for b in shared:
+            self.allocator.incref(b)
+        child.block_table = list(shared)
+        child.num_computed = num_full * self.block_size
+        partial = parent.num_computed - child.num_computed
+        if partial and self.allocator.can_allocate(1):
+            src = parent.block_table[num_full]
+            (dst,) = self.allocator.allocate(1)
+            self.allocator.incref(src)  # keep src alive until the copy has run
+            self._pending_copies.append((src, dst))
+            child.block_table.append(dst)
+            child.num_computed = parent.num_computed
+
+    def release(self, ctx: HasBlocks) -> int:
+        """Drop ctx's blocks (its KV must be recomputed to be used again); returns how many
+        blocks went back to the free pool."""
+        before = self.allocator.num_free_blocks
+        for b in ctx.block_table:
+            self.allocator.decref(b)
+        ctx.block_table = []
+        ctx.num_computed = 0
+        return self.allocator.num_free_blocks - before
+
+    def take_copies(self) -> list[tuple[int, int]]:
+        """The copies the next step must run before its forward pass."""
+        copies, self._pending_copies = self._pending_copies, []
+        return copies
+
+    def copies_done(self, copies: list[tuple[int, int]]) -> None:
+        for src, _dst in copies:
+            self.allocator.decref(src)
+
+    @property
+    def num_pending_copies(self) -> int:
+        return len(self._pending_copies)

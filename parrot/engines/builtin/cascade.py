@@ -1,0 +1,59 @@
+"""Find decode rows that share a prefix of KV blocks, for the shared-prefix decode kernel.
+
+Forked contexts share their parent's full blocks, so rows forked from one parent have block
+tables that start with the same block ids. Rows are grouped by their first block; a group whose
+common full-block prefix holds at least `min_tokens` tokens and has at least `min_group` rows
+reads that prefix once. Every other row forms a group of its own with an empty prefix.
+Pure Python over lists, so the planning is unit-tested without a kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PrefixPlan:
+    order: list[int]                    # decode rows, group members contiguous
+    group_sizes: list[int]              # rows per group, in order
+    prefix_blocks: list[int]            # shared full blocks per group (0: no sharing)
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.group_sizes)
+
+
+def plan_shared_prefix(tables: list[list[int]], seq_lens: list[int], block_size: int, *,
+                       min_tokens: int, min_group: int) -> PrefixPlan | None:
+    """A grouping of the rows, or None when no group is worth the shared-prefix kernel."""
+    buckets: dict[int, list[int]] = {}
+    for row, table in enumerate(tables):
+        if table:
+            buckets.setdefault(table[0], []).append(row)
+    order: list[int] = []
+    sizes: list[int] = []
+    prefixes: list[int] = []
+    grouped: set[int] = set()
+    for rows in buckets.values():
+        if len(rows) < min_group:
+            continue
+        # Only full blocks strictly before each row's last token can be shared.
+        limit = min((seq_lens[r] - 1) // block_size for r in rows)
+        common = 0
+        first = tables[rows[0]]
+        while common < limit and all(tables[r][common] == first[common] for r in rows):
+            common += 1
+        if common * block_size < min_tokens:
+            continue
+        order.extend(rows)
+        sizes.append(len(rows))
+        prefixes.append(common)
+        grouped.update(rows)
+    if not sizes:
+        return None
+    for row in range(len(tables)):
+        if row not in grouped:
+            order.append(row)
+            sizes.append(1)
+            prefixes.append(0)
+    return PrefixPlan(order, sizes, prefixes)

@@ -1,0 +1,122 @@
+"""Contexts (named KV sequences) and the work items (one Fill or Generate) that run on them.
+
+A context holds its tokens and how many of them are in the KV cache (`num_computed`). Between
+operations every token but the last is computed; the last one is *pending* and is the input of
+the next decode step (a Generate's first step samples from it; a Fill computes it as part of
+its chunk). So a Fill never has to keep logits around, and a fork inherits the pending token.
+A context that lost its blocks (evicted or preempted) simply has num_computed = 0 and is
+recomputed from its tokens when next used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from parrot.engines.builtin.detokenizer import TextStream
+from parrot.engines.protocol import GenerateChunk
+from parrot.sampling import SamplingParams
+
+
+@dataclass(eq=False)
+class Context:
+    context_id: str
+    parent_id: str | None                 # as created; a later request naming another fails
+    token_ids: list[int] = field(default_factory=list)
+    num_computed: int = 0
+    block_table: list[int] = field(default_factory=list)
+    owner: "Work | None" = None           # the operation in progress (the context is busy)
+    fork_from: "Context | None" = None    # parent to fork from when the first work starts
+    num_waiting_children: int = 0         # forks that still need this context's blocks
+    is_freed: bool = False
+    last_used: int = 0                    # iteration counter, for LRU eviction
+
+    @property
+    def is_busy(self) -> bool:
+        return self.owner is not None
+
+    @property
+    def target_computed(self) -> int:
+        """Tokens that must be in KV for the context to be at rest (all but the pending one)."""
+        return max(len(self.token_ids) - 1, 0)
+
+
+class WorkKind(enum.Enum):
+    FILL = "fill"
+    GENERATE = "generate"
+
+
+class WorkState(enum.Enum):
+    WAITING = "waiting"     # queued: parent busy, or not yet scheduled
+    RUNNING = "running"     # has been scheduled at least once
+    DONE = "done"
+    FAILED = "failed"
+
+    @property
+    def is_finished(self) -> bool:
+        return self in (WorkState.DONE, WorkState.FAILED)
+
+
+@dataclass(eq=False)
+class Work:
+    kind: WorkKind
+    context: Context
+    seq: int                                      # admission order (FCFS)
+    new_tokens: list[int] = field(default_factory=list)        # fill: appended when it starts
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    generator: torch.Generator | None = None
+    tokenizer: Any = None                         # for the text stream (None: ids only)
+    stream: TextStream | None = None              # made when a Generate starts
+    num_generated: int = 0
+    state: WorkState = WorkState.WAITING
+    is_started: bool = False                      # fork done and new tokens appended
+    fill_result: "asyncio.Future[Any] | None" = None
+    chunks: "asyncio.Queue[GenerateChunk | BaseException] | None" = None
+
+    @property
+    def is_fill(self) -> bool:
+        return self.kind is WorkKind.FILL
+
+    @property
+    def is_decoding(self) -> bool:
+        """A Generate whose context is computed up to its pending token (one token per step)."""
+        ctx = self.context
+        return (not self.is_fill and self.is_started
+                and ctx.num_computed == len(ctx.token_ids) - 1)
+
+    def chunk_end(self) -> int:
+        """Where this work's next chunk of computation ends (exclusive), before budgets."""
+        ctx = self.context
+        return ctx.target_computed if self.is_fill else len(ctx.token_ids)
+
+    # -- delivery to the caller (all on the event loop) -------------------------------------
+
+    def emit(self, chunk: GenerateChunk) -> None:
+        assert self.chunks is not None
+        self.chunks.put_nowait(chunk)
+        if chunk.is_finished:
+            self._finish(WorkState.DONE)
+
+    def complete_fill(self, result: Any) -> None:
+        assert self.fill_result is not None
+        if not self.fill_result.done():
+            self.fill_result.set_result(result)
+        self._finish(WorkState.DONE)
+
+    def fail(self, exc: BaseException) -> None:
+        if self.state.is_finished:
+            return
+        if self.fill_result is not None and not self.fill_result.done():
+            self.fill_result.set_exception(exc)
+        if self.chunks is not None:
+            self.chunks.put_nowait(exc)
+        self._finish(WorkState.FAILED)
+
+    def _finish(self, state: WorkState) -> None:
+        self.state = state
+        if self.context.owner is self:
+            self.context.owner = None

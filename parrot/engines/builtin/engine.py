@@ -1,0 +1,237 @@
+"""BuiltinEngine: the Engine protocol in-process over a real model.
+
+One batching task per engine runs `_run`: schedule -> model step (in a worker thread, the one
+blocking boundary) -> postprocess. When there is no work it waits on an asyncio.Event that
+admissions and frees set; nothing polls. Requests hand results back through a future (Fill) or
+a queue of chunks (Generate) per work item.
+
+Context rules (the protocol docstring, made exact):
+* Fill on an unknown id creates the context (forking `parent_context_id` if given); Generate
+  on an unknown id needs a parent (else UnknownContextError) and forks it.
+* A parent that does not exist (never created, or freed) -> UnknownContextError. A fork of a
+  parent that is busy (being filled or generated into) waits until it is idle.
+* A request naming an existing context with a *different* parent_context_id, or a Fill/Generate
+  on a context that already has a request in progress -> ContextExistsError. Naming the same
+  parent again (or none) just appends to the existing context.
+* FreeContext of an unknown id -> UnknownContextError; freeing a busy context fails the request
+  in progress with UnknownContextError. Children keep the blocks they share.
+* A context longer than max_context_len -> PromptTooLongError; Generate stops with "length"
+  when the context window is full. Token ids outside the vocabulary, or stop strings without a
+  tokenizer -> InvalidRequestError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import Any, AsyncIterator
+
+import torch
+
+from parrot.engines.builtin.context import Context, Work, WorkKind
+from parrot.engines.builtin.runner import ModelRunner
+from parrot.engines.builtin.sampler import make_generator
+from parrot.engines.builtin.scheduler import Batch, Scheduler
+from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
+                                     GenerateChunk, GenerateRequest)
+from parrot.errors import (ContextExistsError, EngineError, EngineUnavailableError,
+                           InvalidRequestError, PromptTooLongError, UnknownContextError)
+
+log = logging.getLogger(__name__)
+
+_TOKENIZE_INLINE_CHARS = 4096  # longer texts are tokenized in a worker thread
+
+
+class BuiltinEngine(Engine):
+    def __init__(self, name: str, model_name: str, runner: ModelRunner, scheduler: Scheduler,
+                 tokenizer: Any | None, vocab_size: int, seed: int) -> None:
+        self._name, self._model_name = name, model_name
+        self._runner, self._scheduler = runner, scheduler
+        self._tokenizer = tokenizer
+        self._vocab_size = vocab_size
+        self._rng = random.Random(seed)
+        self._seq = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._step_in_flight = False
+        bos = getattr(tokenizer, "bos_token_id", None)
+        self._bos: int | None = (bos if tokenizer is not None and bos is not None
+                                 and tokenizer("x").input_ids[:1] == [bos] else None)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._closing:
+            raise EngineUnavailableError(f"engine {self._name!r} is closed")
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"builtin-engine-{self._name}")
+
+    async def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task  # finishes the step in flight, then returns
+            self._task = None
+        for work in self._scheduler.works:
+            work.fail(EngineUnavailableError(f"engine {self._name!r} closed"))
+        self._scheduler.works.clear()
+
+    async def info(self) -> EngineInfo:
+        blocks = self._scheduler.blocks
+        return EngineInfo(name=self._name, kind="builtin", model=self._model_name,
+                          max_context_len=self._scheduler.max_context_len,
+                          block_size=blocks.block_size,
+                          num_blocks_total=blocks.allocator.num_blocks_total)
+
+    async def stats(self) -> EngineStats:
+        s = self._scheduler
+        alloc = s.blocks.allocator
+        return EngineStats(num_running=s.num_running, num_waiting=s.num_waiting,
+                           num_blocks_total=alloc.num_blocks_total,
+                           num_blocks_free=alloc.num_free_blocks, block_size=s.blocks.block_size,
+                           num_tokens_in_use=sum(len(c.token_ids) for c in s.contexts.values()),
+                           num_contexts=len(s.contexts))
+
+    async def healthz(self) -> bool:
+        return not self._closing and (self._task is None or not self._task.done())
+
+    # -- the protocol ---------------------------------------------------------------------------
+
+    async def fill(self, request: FillRequest) -> FillResult:
+        await self.start()
+        if request.token_ids is not None:
+            tokens = list(request.token_ids)
+        else:
+            assert request.text is not None
+            tokens = await self._tokenize(request.text)
+        if self._bos is not None and request.parent_context_id is None \
+                and request.context_id not in self._scheduler.contexts:
+            tokens.insert(0, self._bos)
+        work = self._admit(WorkKind.FILL, request.context_id, request.parent_context_id, tokens)
+        work.fill_result = asyncio.get_running_loop().create_future()
+        self._scheduler.add(work)
+        self._wake.set()
+        try:
+            return await work.fill_result
+        finally:
+            if not work.state.is_finished:  # cancelled: the context keeps what was computed
+                work.fail(EngineError("fill abandoned by its caller"))
+                self._wake.set()
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        await self.start()
+        params = request.sampling
+        if params.stop and self._tokenizer is None:
+            raise InvalidRequestError("stop strings need a tokenizer; this model has none")
+        self._check_token_ids(params.stop_token_ids, "sampling.stop_token_ids")
+        work = self._admit(WorkKind.GENERATE, request.context_id, request.parent_context_id, [])
+        work.sampling = params
+        if not params.is_greedy:
+            seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
+            work.generator = make_generator(seed, self._runner.device)
+        work.chunks = asyncio.Queue()
+        self._scheduler.add(work)
+        self._wake.set()
+        try:
+            while True:
+                item = await work.chunks.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.is_finished:
+                    return
+        finally:
+            if not work.state.is_finished:  # the caller stopped reading: abort
+                work.fail(EngineError("generate abandoned by its caller"))
+                self._wake.set()
+
+    async def free_context(self, context_id: str) -> None:
+        ctx = self._scheduler.contexts.get(context_id)
+        if ctx is None:
+            raise UnknownContextError(f"unknown context {context_id!r}")
+        self._scheduler.free(ctx, defer=self._step_in_flight)
+        self._wake.set()
+
+    # -- admission ------------------------------------------------------------------------------
+
+    def _admit(self, kind: WorkKind, context_id: str, parent_id: str | None,
+               tokens: list[int]) -> Work:
+        """Validate a request against the engine's state and make its work item."""
+        if self._closing:
+            raise EngineUnavailableError(f"engine {self._name!r} is closed")
+        self._check_token_ids(tokens, "token_ids")
+        contexts = self._scheduler.contexts
+        ctx = contexts.get(context_id)
+        if ctx is not None:
+            if parent_id is not None and parent_id != ctx.parent_id:
+                raise ContextExistsError(
+                    f"context {context_id!r} exists with parent {ctx.parent_id!r}, "
+                    f"not {parent_id!r}")
+            if ctx.is_busy:
+                raise ContextExistsError(
+                    f"context {context_id!r} is busy with a {ctx.owner.kind.value}")  # type: ignore[union-attr]
+            base_len = len(ctx.token_ids)
+            parent = None
+        else:
+            if parent_id is None and kind is WorkKind.GENERATE:
+                raise UnknownContextError(
+                    f"unknown context {context_id!r} (generate needs an existing context or "
+                    "a parent_context_id)")
+            parent = contexts.get(parent_id) if parent_id is not None else None
+            if parent_id is not None and parent is None:
+                raise UnknownContextError(f"unknown parent context {parent_id!r}")
+            base_len = len(parent.token_ids) if parent is not None else 0
+        limit = self._scheduler.max_context_len
+        if base_len + len(tokens) > limit:
+            raise PromptTooLongError(
+                f"context {context_id!r} would hold {base_len + len(tokens)} tokens; "
+                f"max_context_len is {limit}")
+        if ctx is None:
+            ctx = Context(context_id, parent_id, fork_from=parent)
+            if parent is not None:
+                parent.num_waiting_children += 1
+            contexts[context_id] = ctx
+        self._seq += 1
+        return Work(kind, ctx, self._seq, new_tokens=tokens, tokenizer=self._tokenizer)
+
+    def _check_token_ids(self, tokens: Any, what: str) -> None:
+        bad = [t for t in tokens if t >= self._vocab_size]
+        if bad:
+            raise InvalidRequestError(
+                f"{what} {bad[:5]} outside the vocabulary of {self._vocab_size} tokens")
+
+    async def _tokenize(self, text: str) -> list[int]:
+        if self._tokenizer is None:
+            raise InvalidRequestError("this model has no tokenizer; send token_ids")
+        if len(text) <= _TOKENIZE_INLINE_CHARS:
+            return self._encode(text)
+        return await asyncio.to_thread(self._encode, text)
+
+    def _encode(self, text: str) -> list[int]:
+        assert self._tokenizer is not None
+        return list(self._tokenizer(text, add_special_tokens=False).input_ids)
+
+    # -- the batching loop ------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._closing:
+            self._wake.clear()
+            batch = self._scheduler.schedule()
+            if batch is None:
+                await self._wake.wait()
+                continue
+            await self._step(batch)
+
+    async def _step(self, batch: Batch) -> None:
+        self._step_in_flight = True
+        try:
+            sampled = await asyncio.to_thread(self._runner.step, batch)  # the blocking boundary
+        except Exception as exc:  # a failed step fails its requests, never the loop
+            log.exception("model step failed")
+            self._scheduler.fail_batch(batch, EngineError(f"model step failed: {exc!r}"))
+        else:
+            self._scheduler.postprocess(batch, sampled)
+        finally:
+            self._step_in_flight = False

@@ -1,0 +1,106 @@
+"""The LLaMA forward pass over a flat token batch and the paged KV cache.
+
+RMSNorm -> fused QKV -> RoPE -> write K/V into the cache -> attention (attention.py) -> o_proj
+-> residual -> RMSNorm -> fused gate/up -> SiLU * up -> down -> residual, per layer; weights
+come from an HF-named state dict (q/k/v and gate/up are concatenated once at load time so a
+layer is three matmuls plus the output projection).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from parrot.engines.builtin.attention import (AttentionMetadata, DecodeFn, prefill_torch,
+                                              write_kv)
+from parrot.engines.builtin.rope import apply_rope, cos_sin_table, inv_frequencies
+from parrot.engines.builtin.shapes import ModelShape
+
+
+@dataclass
+class LayerWeights:
+    input_norm: torch.Tensor     # [H]
+    qkv: torch.Tensor            # [(Hq + 2 Hkv) D, H]
+    o_proj: torch.Tensor         # [H, Hq D]
+    post_norm: torch.Tensor      # [H]
+    gate_up: torch.Tensor        # [2 I, H]
+    down: torch.Tensor           # [H, I]
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x [T, H]; computed in float32 like HF LlamaRMSNorm."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+class LlamaModel:
+    def __init__(self, shape: ModelShape, state: dict[str, torch.Tensor], decode_fn: DecodeFn,
+                 max_positions: int) -> None:
+        self.shape = shape
+        self._decode = decode_fn
+        self.embed = state["model.embed_tokens.weight"]
+        self.final_norm = state["model.norm.weight"]
+        self.lm_head = state.get("lm_head.weight", self.embed)
+        self.layers = [self._layer(state, i) for i in range(shape.num_layers)]
+        self.dtype, self.device = self.embed.dtype, self.embed.device
+        inv_freq = inv_frequencies(shape.head_dim, shape.rope_theta, shape.rope_scaling)
+        self.cos, self.sin = cos_sin_table(inv_freq, max_positions, self.dtype, self.device)
+        self.scale = shape.head_dim ** -0.5
+        self._q_size = shape.num_heads * shape.head_dim
+        self._kv_size = shape.num_kv_heads * shape.head_dim
+
+    @staticmethod
+    def _layer(state: dict[str, torch.Tensor], i: int) -> LayerWeights:
+        p = f"model.layers.{i}."
+        # pop: the fused copies replace the originals (no double memory when nobody else holds
+        # the state dict).
+        qkv = torch.cat([state.pop(p + f"self_attn.{n}_proj.weight") for n in "qkv"])
+        gate_up = torch.cat([state.pop(p + "mlp.gate_proj.weight"),
+                             state.pop(p + "mlp.up_proj.weight")])
+        return LayerWeights(state[p + "input_layernorm.weight"], qkv,
+                            state[p + "self_attn.o_proj.weight"],
+                            state[p + "post_attention_layernorm.weight"], gate_up,
+                            state[p + "mlp.down_proj.weight"])
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+                meta: AttentionMetadata) -> torch.Tensor:
+        """input_ids, positions [T] -> final hidden states [T, H] (K/V written into the cache)."""
+        s = self.shape
+        eps = s.rms_norm_eps
+        x = F.embedding(input_ids, self.embed)                        # [T, H]
+        cos = self.cos.index_select(0, positions)                     # [T, D]
+        sin = self.sin.index_select(0, positions)
+        t = x.shape[0]
+        for layer, (k_cache, v_cache) in zip(self.layers, kv_caches):
+            h = rms_norm(x, layer.input_norm, eps)
+            qkv = F.linear(h, layer.qkv)                              # [T, (Hq + 2 Hkv) D]
+            q, k, v = qkv.split([self._q_size, self._kv_size, self._kv_size], dim=-1)
+            q = apply_rope(q.view(t, s.num_heads, s.head_dim), cos, sin)
+            k = apply_rope(k.view(t, s.num_kv_heads, s.head_dim), cos, sin)
+            v = v.view(t, s.num_kv_heads, s.head_dim)
+            write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
+            attn = self._attention(q, k, v, k_cache, v_cache, meta)   # [T, Hq, D]
+            x = x + F.linear(attn.reshape(t, self._q_size), layer.o_proj)
+            h = rms_norm(x, layer.post_norm, eps)
+            gate, up = F.linear(h, layer.gate_up).chunk(2, dim=-1)    # [T, I] each
+            x = x + F.linear(F.silu(gate) * up, layer.down)
+        return rms_norm(x, self.final_norm, eps)
+
+    def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   meta: AttentionMetadata) -> torch.Tensor:
+        nd = meta.num_decode
+        if not meta.prefills:
+            return self._decode(q, k_cache, v_cache, meta, self.scale)
+        parts = [self._decode(q[:nd], k_cache, v_cache, meta, self.scale)] if nd else []
+        parts += [prefill_torch(q, k, v, k_cache, v_cache, chunk, self.scale)
+                  for chunk in meta.prefills]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [N, H] -> float32 logits [N, V]."""
+        return F.linear(hidden, self.lm_head).float()

@@ -1,0 +1,44 @@
+"""Sampling the next token of each row: greedy rows in one argmax, the others one by one with
+their own torch.Generator (a per-request seed must not depend on who shares the batch)."""
+
+from __future__ import annotations
+
+import torch
+
+from parrot.sampling import SamplingParams
+
+
+def make_generator(seed: int, device: torch.device) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def filter_logits(logits: torch.Tensor, temperature: float, top_k: int,
+                  top_p: float) -> torch.Tensor:
+    """One row [V] float32 -> probabilities [V] after temperature, top-k and top-p."""
+    logits = logits / temperature
+    if 0 < top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, descending=True)
+        cumulative = torch.cumsum(sorted_probs, dim=-1)
+        # keep the smallest prefix whose mass reaches top_p (always at least the top token)
+        drop = (cumulative - sorted_probs) >= top_p
+        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
+        probs = probs / probs.sum()
+    return probs
+
+
+def sample(logits: torch.Tensor, params: list[SamplingParams],
+           generators: list[torch.Generator | None]) -> list[int]:
+    """logits [N, V] float32 -> N token ids."""
+    tokens = torch.argmax(logits, dim=-1)
+    out = tokens.tolist()
+    for row, (p, gen) in enumerate(zip(params, generators)):
+        if p.is_greedy:
+            continue
+        probs = filter_logits(logits[row], p.temperature, p.top_k, p.top_p)
+        out[row] = int(torch.multinomial(probs, 1, generator=gen).item())
+    return out

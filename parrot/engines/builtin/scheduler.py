@@ -1,0 +1,238 @@
+"""Continuous batching: each iteration picks decode steps and prefill chunks under budgets.
+
+Order of an iteration (`schedule`):
+1. apply deferred frees, drop finished (done, failed, abandoned) work;
+2. start waiting work whose parent is idle (fork the parent's blocks, append the fill's tokens);
+3. decodes first (one token per Generate that is caught up, oldest first), then prefill chunks
+   (Fills, and Generates whose context must be (re)computed), oldest first, within
+   max_batch_tokens and max_num_seqs;
+4. KV blocks: a chunk that does not fit evicts idle contexts (least recently used first), then
+   preempts the newest running work not in this batch (its KV is recomputed later); if nothing
+   can be freed the chunk waits. Work that can never be served fails with OutOfKVCacheError.
+`postprocess` applies a step's result: computed counts, sampled tokens, finished work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from parrot.engines.builtin.block_manager import BlockManager
+from parrot.engines.builtin.context import Context, Work
+from parrot.engines.builtin.detokenizer import TextStream
+from parrot.engines.builtin.outputs import process_token
+from parrot.engines.protocol import FillResult
+from parrot.errors import (InvalidRequestError, OutOfKVCacheError, PromptTooLongError,
+                           UnknownContextError)
+
+
+@dataclass
+class ScheduledChunk:
+    work: Work
+    start: int                  # positions [start, end) of the context are computed
+    end: int
+    token_ids: list[int]        # the context's tokens at those positions
+    block_table: list[int]      # snapshot covering [0, end)
+    sample: bool                # sample the next token from the last position
+
+
+@dataclass
+class Batch:
+    chunks: list[ScheduledChunk]            # decodes (one token each) first, then prefills
+    copies: list[tuple[int, int]]           # fork copies to run before the forward pass
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(c.end - c.start for c in self.chunks)
+
+
+class Scheduler:
+    def __init__(self, blocks: BlockManager, *, max_batch_tokens: int, max_num_seqs: int,
+                 max_context_len: int, eos_token_ids: tuple[int, ...]) -> None:
+        self.blocks = blocks
+        self.max_batch_tokens = max_batch_tokens
+        self.max_num_seqs = max_num_seqs
+        self.max_context_len = max_context_len
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.works: list[Work] = []             # admitted and unfinished, FCFS
+        self.contexts: dict[str, Context] = {}  # live (not freed) contexts by id
+        self._freed: list[Context] = []          # freed, blocks not yet released
+        self._iteration = 0
+
+    # -- admission and freeing (called by the engine, on the loop) --------------------------
+
+    def add(self, work: Work) -> None:
+        work.context.owner = work
+        self.works.append(work)
+
+    def free(self, ctx: Context, *, defer: bool) -> None:
+        """Forget ctx now; release its blocks now, or at the next iteration when a step that
+        may use them is in flight."""
+        del self.contexts[ctx.context_id]
+        ctx.is_freed = True
+        if ctx.fork_from is not None:  # never started: it no longer pins its parent's blocks
+            ctx.fork_from.num_waiting_children -= 1
+            ctx.fork_from = None
+        if ctx.owner is not None:
+            ctx.owner.fail(UnknownContextError(
+                f"context {ctx.context_id!r} was freed while a request was using it"))
+        self._freed.append(ctx)
+        if not defer:
+            self._release_freed()
+
+    @property
+    def num_running(self) -> int:
+        return sum(1 for w in self.works if w.is_started)
+
+    @property
+    def num_waiting(self) -> int:
+        return sum(1 for w in self.works if not w.is_started)
+
+    # -- one iteration ------------------------------------------------------------------------
+
+    def schedule(self) -> Batch | None:
+        self._iteration += 1
+        self._release_freed()
+        self.works = [w for w in self.works if not w.state.is_finished]
+        for work in list(self.works):
+            if not work.is_started:
+                self._start(work)
+        self.works = [w for w in self.works if not w.state.is_finished]
+        chunks = self._pick_chunks()
+        copies = self.blocks.take_copies()
+        if not chunks:
+            stuck = [w for w in self.works if w.is_started]
+            if stuck and not copies:
+                # Nothing runs and nothing will free blocks: the oldest work can never fit.
+                stuck[0].fail(OutOfKVCacheError(
+                    f"context {stuck[0].context.context_id!r} needs more KV blocks than the "
+                    f"engine can free ({self.blocks.allocator.num_blocks_total} in total)"))
+                self.works.remove(stuck[0])
+            if not copies:
+                return None
+        return Batch(chunks, copies)
+
+    def _release_freed(self) -> None:
+        still: list[Context] = []
+        for ctx in self._freed:
+            if ctx.num_waiting_children:
+                still.append(ctx)   # a waiting fork still needs its blocks
+            else:
+                self.blocks.release(ctx)
+        self._freed = still
+
+    def _start(self, work: Work) -> None:
+        """Fork from the parent once it is idle and append the fill's tokens."""
+        ctx = work.context
+        parent = ctx.fork_from
+        if parent is not None:
+            if parent.is_busy:
+                return
+            ctx.token_ids = list(parent.token_ids)
+            self.blocks.fork(parent, ctx)
+            ctx.fork_from = None
+            parent.num_waiting_children -= 1
+            if parent.is_freed:
+                self._release_freed()
+        ctx.token_ids.extend(work.new_tokens)
+        if not work.is_fill:
+            work.stream = TextStream(work.tokenizer, ctx.token_ids, work.sampling.stop)
+        work.is_started = True
+        ctx.last_used = self._iteration
+        if len(ctx.token_ids) > self.max_context_len:
+            work.fail(PromptTooLongError(
+                f"context {ctx.context_id!r} would hold {len(ctx.token_ids)} tokens; "
+                f"max_context_len is {self.max_context_len}"))
+        elif not work.is_fill and not ctx.token_ids:
+            work.fail(InvalidRequestError(
+                f"generate on context {ctx.context_id!r}, which holds no tokens"))
+        elif not work.is_fill and len(ctx.token_ids) >= self.max_context_len:
+            work.fail(PromptTooLongError(
+                f"context {ctx.context_id!r} already fills max_context_len "
+                f"{self.max_context_len}; nothing can be generated"))
+        elif work.is_fill and ctx.num_computed >= ctx.target_computed:
+            self._complete_fill(work)
+
+    def _pick_chunks(self) -> list[ScheduledChunk]:
+        budget, seats = self.max_batch_tokens, self.max_num_seqs
+        chunks: list[ScheduledChunk] = []
+        protected: set[int] = set()
+        started = [w for w in self.works if w.is_started]
+        decodes = [w for w in started if w.is_decoding]
+        prefills = [w for w in started if not w.is_decoding]
+        for work in decodes + prefills:
+            if budget == 0 or seats == 0:
+                break
+            ctx = work.context
+            start = ctx.num_computed
+            end = min(work.chunk_end(), start + budget)
+            if end <= start:
+                continue
+            end = self._fit(ctx, start, end, protected)
+            if end <= start:
+                continue
+            sample = not work.is_fill and end == len(ctx.token_ids)
+            chunks.append(ScheduledChunk(work, start, end, ctx.token_ids[start:end],
+                                         list(ctx.block_table), sample))
+            protected.add(id(ctx))
+            ctx.last_used = self._iteration
+            budget -= end - start
+            seats -= 1
+        return chunks
+
+    def _fit(self, ctx: Context, start: int, end: int, protected: set[int]) -> int:
+        """Grow ctx's blocks to cover [0, end), evicting if needed; returns the end that fits."""
+        protected = protected | {id(ctx)}
+        while not self.blocks.can_grow(ctx, end):
+            if self._evict_one(protected):
+                continue
+            # Take what fits in the blocks we have plus the free ones.
+            bs = self.blocks.block_size
+            capacity = (len(ctx.block_table) + self.blocks.allocator.num_free_blocks) * bs
+            end = min(end, capacity)
+            break
+        if end > start:
+            self.blocks.grow(ctx, end)
+        return end
+
+    def _evict_one(self, protected: set[int]) -> bool:
+        """Release the blocks of one idle context (LRU), else of the newest running work."""
+        alloc = self.blocks.allocator
+        idle = [c for c in self.contexts.values()
+                if not c.is_busy and c.block_table and id(c) not in protected]
+        if idle:
+            owning = [c for c in idle if any(alloc.ref_count(b) == 1 for b in c.block_table)]
+            victim = min(owning or idle, key=lambda c: c.last_used)
+            self.blocks.release(victim)
+            return True
+        for work in reversed(self.works):
+            ctx = work.context
+            if work.is_started and ctx.block_table and id(ctx) not in protected:
+                self.blocks.release(ctx)
+                return True
+        return False
+
+    # -- applying a step's result -----------------------------------------------------------
+
+    def postprocess(self, batch: Batch, sampled: list[int | None]) -> None:
+        """sampled[i] is the token drawn for batch.chunks[i] (None where not sampling)."""
+        self.blocks.copies_done(batch.copies)
+        for chunk, token in zip(batch.chunks, sampled):
+            work, ctx = chunk.work, chunk.work.context
+            if ctx.is_freed:
+                continue
+            live = not work.state.is_finished
+            if chunk.sample and token is not None and live:
+                work.emit(process_token(work, token, self.eos_token_ids, self.max_context_len))
+            ctx.num_computed = min(chunk.end, ctx.target_computed)
+            if live and work.is_fill and ctx.num_computed >= ctx.target_computed:
+                self._complete_fill(work)
+
+    def fail_batch(self, batch: Batch, exc: BaseException) -> None:
+        """A step raised: its work fails, its contexts keep only what was computed before."""
+        self.blocks.copies_done(batch.copies)
+        for chunk in batch.chunks:
+            chunk.work.fail(exc)
+
+    def _complete_fill(self, work: Work) -> None:
+        ctx = work.context
+        work.complete_fill(FillResult(ctx.context_id, len(work.new_tokens), len(ctx.token_ids)))
