@@ -10,8 +10,10 @@ Rules (the paper, section 5.1):
   member's criterion is THROUGHPUT even when the consumer is latency-critical. Calls before the
   group keep the demand (they are on the critical path).
 
-`deduce(graph)` recomputes every call of a session in reverse topological order; the manager
-runs it lazily, once per scheduling round, for sessions whose graph or `get`s changed.
+`deduce(graph)` recomputes a session's calls in reverse topological order; the manager runs it
+lazily, once per scheduling round, for sessions whose graph or `get`s changed, and only over the
+calls that have not finished (finished calls keep the criterion they ran with), so the cost
+follows the live part of the DAG, not the session's history.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ def strongest(criteria: set[Criterion | None]) -> Criterion | None:
     return None
 
 
-def deduce(graph: SessionGraph) -> None:
-    calls = list(graph.calls_in_topological_order())
+def deduce(graph: SessionGraph, *, active_only: bool = True) -> None:
+    calls = graph.calls_in_topological_order(active_only=active_only)
     for call in calls:
         call.task_group, call.task_group_size = None, 1
     for call in reversed(calls):
@@ -39,17 +41,18 @@ def deduce(graph: SessionGraph) -> None:
         # The call's consumer (visited earlier) may have put it in a task group.
         grouped = call.task_group is not None and call.demand is not None
         call.criterion = Criterion.THROUGHPUT if grouped else call.demand
-        _group_parallel_producers(graph, call)
+        _group_parallel_producers(graph, call, active_only)
 
 
-def _group_parallel_producers(graph: SessionGraph, consumer: Call) -> None:
+def _group_parallel_producers(graph: SessionGraph, consumer: Call, active_only: bool) -> None:
     """Mark the consumer's independent input producers as one THROUGHPUT task group.
 
     Visited in reverse topological order, so each producer's demand is computed after this
     (its consumer's) criterion is known; a producer already grouped by a later consumer keeps
     that first group.
     """
-    producers = [p for p in graph.input_producers(consumer) if p.task_group is None]
+    producers = [p for p in graph.input_producers(consumer)
+                 if p.task_group is None and not (active_only and p.state.is_finished)]
     if len(producers) < 2:
         return
     # Only producers that do not depend on one another run in parallel.

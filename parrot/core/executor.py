@@ -14,28 +14,59 @@ from typing import Callable
 
 from parrot.core.engine_pool import EngineState
 from parrot.core.nodes import Call, OutputBinding
-from parrot.core.prefix import prefix_pieces
+from parrot.core.prefix import PrefixPiece
 from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.errors import OutOfKVCacheError
 from parrot.template import Placeholder, Text
 from parrot.transforms import apply_transforms
 
 OutputSink = Callable[[Call, OutputBinding, str], None]
+IsShared = Callable[[str], bool]
+
+# A prefix shorter than about one KV block (16 tokens) saves nothing when forked.
+MIN_SHARED_PREFIX_CHARS = 64
 
 
-async def run_call(call: Call, engine: EngineState, publish: OutputSink) -> None:
+def plan_prefix_contexts(pieces: tuple[PrefixPiece, ...],
+                         is_shared: IsShared) -> tuple[tuple[PrefixPiece, ...], str]:
+    """Which boundaries get a cached context of their own, and the text left for the call.
+
+    A boundary gets a context when the prefix up to it is long enough to be worth a fork and it
+    is either the template's leading constant text (a system prompt: shared by every call of the
+    function) or a prefix known to recur (cached on the engine or seen in another call). Pieces
+    in between are merged forward, so a call makes as few engine round trips as it can.
+    """
+    contexts: list[PrefixPiece] = []
+    pending: list[str] = []
+    chars = 0
+    for i, piece in enumerate(pieces):
+        pending.append(piece.text)
+        chars += len(piece.text)
+        leading = i == 0 and piece.is_template_text
+        if chars >= MIN_SHARED_PREFIX_CHARS and (leading or is_shared(piece.prefix_hash)):
+            contexts.append(PrefixPiece("".join(pending), piece.prefix_hash))
+            pending = []
+    return tuple(contexts), "".join(pending)
+
+
+async def run_call(call: Call, engine: EngineState, publish: OutputSink,
+                   is_shared: IsShared) -> None:
     """Run `call` on `engine`, publishing each output value through `publish`."""
+    def shared(prefix_hash: str) -> bool:
+        return prefix_hash in engine.contexts.prefix_hashes or is_shared(prefix_hash)
+
     try:
-        await _run_once(call, engine, publish)
+        await _run_once(call, engine, publish, shared)
     except OutOfKVCacheError:
         # Cached prefixes of finished calls may be what fills the engine: drop them, retry once.
         if await engine.contexts.evict_all() == 0:
             raise
-        await _run_once(call, engine, publish)
+        await _run_once(call, engine, publish, shared)
 
 
-async def _run_once(call: Call, engine: EngineState, publish: OutputSink) -> None:
-    pieces = prefix_pieces(call.template, call.rendered_inputs)
+async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
+                    is_shared: IsShared) -> None:
+    pieces, head = plan_prefix_contexts(call.prefix_pieces, is_shared)
     chain = await engine.contexts.acquire(pieces)
     context_id = f"c-{call.call_id}-{call.attempts}"
     parent = chain.leaf_id
@@ -44,7 +75,7 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink) -> Non
         segments = call.template.segments
         first_output = next(i for i, s in enumerate(segments)
                             if isinstance(s, Placeholder) and s.is_output)
-        pending: list[str] = []
+        pending: list[str] = [head] if head else []
         for seg in segments[first_output:]:
             if isinstance(seg, Text):
                 pending.append(seg.text)

@@ -18,6 +18,12 @@ from parrot.types import Criterion
 class SessionGraph:
     def __init__(self) -> None:
         self._g = nx.DiGraph()
+        # Hot-path adjacency kept beside the networkx graph (which serves the path queries):
+        # the executor asks for producers and consumers on every value, deduction every round.
+        self._producer: dict[str, Call] = {}
+        self._consumers: dict[str, list[Call]] = {}
+        self._calls: list[Call] = []
+        self._active: list[Call] = []  # calls not finished yet (compacted lazily)
 
     # --- building -----------------------------------------------------------------------------
 
@@ -39,18 +45,35 @@ class SessionGraph:
         self._g.add_node(call.call_id, obj=call)
         for in_id in input_ids:
             self._g.add_edge(in_id, call.call_id)
+            self._consumers.setdefault(in_id, []).append(call)
         for out_id in output_ids:
             self._g.add_edge(call.call_id, out_id)
+            self._producer[out_id] = call
+        self._calls.append(call)
+        self._active.append(call)
+        call.topo_rank = 1 + max((p.topo_rank for p in self.input_producers(call)), default=-1)
+        self._raise_downstream_ranks(call)
+
+    def _raise_downstream_ranks(self, call: Call) -> None:
+        """Keep rank(consumer) > rank(producer): an output bound to a variable that already has
+        consumers (created by the client, consumed, and only then given a producer) pushes
+        those consumers' ranks up."""
+        stack = [call]
+        while stack:
+            producer = stack.pop()
+            for var_id in (b.var_id for b in producer.outputs.values()):
+                for consumer in self._consumers.get(var_id, ()):
+                    if consumer.topo_rank <= producer.topo_rank:
+                        consumer.topo_rank = producer.topo_rank + 1
+                        stack.append(consumer)
 
     # --- the paper's primitives ----------------------------------------------------------------
 
     def get_producer(self, var_id: str) -> Call | None:
-        for pred in self._g.predecessors(var_id):
-            return self._g.nodes[pred]["obj"]
-        return None
+        return self._producer.get(var_id)
 
     def get_consumers(self, var_id: str) -> list[Call]:
-        return [self._g.nodes[c]["obj"] for c in self._g.successors(var_id)]
+        return self._consumers.get(var_id, [])
 
     def get_perf_obj(self, var_id: str) -> Criterion | None:
         """The deduced criterion of a variable: a `get`'s seed, else what its consumers demand."""
@@ -75,13 +98,20 @@ class SessionGraph:
         return list(seen.values())
 
     def output_variables(self, call: Call) -> list[Variable]:
-        return [self._g.nodes[b.var_id]["obj"] for b in call.outputs.values()]
+        nodes = self._g.nodes
+        return [nodes[b.var_id]["obj"] for b in call.outputs.values()]
 
-    def calls_in_topological_order(self) -> Iterator[Call]:
-        for node in nx.topological_sort(self._g):
-            obj = self._g.nodes[node]["obj"]
-            if isinstance(obj, Call):
-                yield obj
+    def calls_in_topological_order(self, *, active_only: bool = False) -> list[Call]:
+        """Calls sorted by topological rank (a producer's rank is below its consumers').
+
+        With `active_only`, only calls that have not finished: the ones whose criteria can
+        still matter to the scheduler. Everything upstream of an active call is either active
+        or done, so the active calls form a closed suffix for deduction.
+        """
+        if active_only:
+            self._active = [c for c in self._active if not c.state.is_finished]
+            return sorted(self._active, key=lambda c: c.topo_rank)
+        return sorted(self._calls, key=lambda c: c.topo_rank)
 
     def is_ancestor(self, upstream: Call, downstream: Call) -> bool:
         return nx.has_path(self._g, upstream.call_id, downstream.call_id)

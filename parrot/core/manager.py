@@ -133,8 +133,7 @@ class Manager:
         return var.value
 
     def graph(self, session: Session) -> dict:
-        if session.needs_deduction:
-            self._deduce(session)
+        deduce(session.graph, active_only=False)  # the whole DAG, finished calls included
         return session.graph.to_node_link()
 
     # --- submit -------------------------------------------------------------------------------
@@ -189,8 +188,6 @@ class Manager:
             session.variable(binding.var_id).producer = call_id
         session.calls[call_id] = call
         call.mark("submitted", asyncio.get_running_loop().time())
-        producers = session.graph.input_producers(call)
-        call.topo_rank = 1 + max((p.topo_rank for p in producers), default=-1)
         self._mark_dirty(session)
         failed = [session.variables[b.var_id] for b in inputs.values()
                   if session.variables[b.var_id].error is not None]
@@ -213,8 +210,8 @@ class Manager:
         except TransformError as exc:
             self._fail_call(session, call, CallFailedError(f"input transform failed: {exc}"))
             return
-        call.prefix_hashes = tuple(p.prefix_hash for p in
-                                   prefix_pieces(call.template, call.rendered_inputs))
+        call.prefix_pieces = prefix_pieces(call.template, call.rendered_inputs)
+        call.prefix_hashes = tuple(p.prefix_hash for p in call.prefix_pieces)
         prompt_chars = len(call.template.render(
             {**call.rendered_inputs, **{n: "" for n in call.outputs}}))
         call.num_tokens = -(-prompt_chars // CHARS_PER_TOKEN) + sum(
@@ -242,7 +239,7 @@ class Manager:
 
         requeue = False
         try:
-            await run_call(call, engine, publish)
+            await run_call(call, engine, publish, self.prefix_index.is_recurring)
             call.state = CallState.DONE
             engine.num_calls_done += 1
         except asyncio.CancelledError:

@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from parrot.core.prefix import PrefixPiece
 from parrot.errors import ParrotError
 from parrot.sampling import SamplingParams
 from parrot.template import Template
@@ -78,6 +79,7 @@ class Call:
     task_group_size: int = 1
     topo_rank: int = 0
     engine_id: str | None = None
+    prefix_pieces: tuple[PrefixPiece, ...] = ()  # the prompt before the first output
     prefix_hashes: tuple[str, ...] = ()
     rendered_inputs: dict[str, str] = field(default_factory=dict)  # after input transforms
     num_tokens: int = 0                       # estimate for capacity accounting

@@ -9,7 +9,7 @@ the call generates).
 from __future__ import annotations
 
 import hashlib
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -18,12 +18,16 @@ from parrot.template import Placeholder, Template, Text
 HASH_BYTES = 12
 
 
+MAX_REMEMBERED_PREFIXES = 1 << 16
+
+
 @dataclass(frozen=True)
 class PrefixPiece:
     """A piece of prompt text that ends at a variable boundary, with the cumulative hash there."""
 
     text: str
     prefix_hash: str
+    is_template_text: bool = False  # constant text of the template (not an input's value)
 
 
 def prefix_pieces(template: Template, values: Mapping[str, str]) -> tuple[PrefixPiece, ...]:
@@ -44,19 +48,32 @@ def prefix_pieces(template: Template, values: Mapping[str, str]) -> tuple[Prefix
         # A separator after each piece keeps "ab"+"c" and "a"+"bc" apart: the boundaries are
         # where contexts are forked, so they are part of the identity of a prefix.
         hasher.update(b"\x00")
-        pieces.append(PrefixPiece(text, hasher.copy().hexdigest()))
+        pieces.append(PrefixPiece(text, hasher.copy().hexdigest(), isinstance(seg, Text)))
     return tuple(pieces)
 
 
 class PrefixIndex:
-    """hash → ids of the calls (queued or running) whose prompt has that prefix; O(1) lookups."""
+    """hash → ids of the calls (queued or running) whose prompt has that prefix; O(1) lookups.
 
-    def __init__(self) -> None:
+    It also remembers (bounded, least recently seen forgotten first) how many calls ever had
+    each prefix, so a prefix that recurs is worth a context of its own on the engine.
+    """
+
+    def __init__(self, max_remembered: int = MAX_REMEMBERED_PREFIXES) -> None:
         self._calls: dict[str, set[str]] = defaultdict(set)
+        self._occurrences: OrderedDict[str, int] = OrderedDict()
+        self._max_remembered = max_remembered
 
     def add(self, call_id: str, hashes: tuple[str, ...]) -> None:
         for h in hashes:
             self._calls[h].add(call_id)
+            self._occurrences[h] = self._occurrences.pop(h, 0) + 1
+        while len(self._occurrences) > self._max_remembered:
+            self._occurrences.popitem(last=False)
+
+    def is_recurring(self, prefix_hash: str) -> bool:
+        """Whether at least two calls (now or recently) had this prefix."""
+        return self._occurrences.get(prefix_hash, 0) >= 2
 
     def remove(self, call_id: str, hashes: tuple[str, ...]) -> None:
         for h in hashes:

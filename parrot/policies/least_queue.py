@@ -7,6 +7,7 @@ calls finish (FastChat's controller never decremented them).
 
 from __future__ import annotations
 
+import heapq
 from typing import Sequence
 
 from parrot.policies.base import CallView, EngineView, Placement, Policy
@@ -17,15 +18,16 @@ class LeastQueuePolicy(Policy):
 
     def schedule(self, *, calls: Sequence[CallView],
                  engines: Sequence[EngineView]) -> list[Placement]:
-        healthy = [e for e in engines if e.is_healthy]
-        if not healthy:
-            return []
-        queue = {e.engine_id: e.num_running_calls for e in healthy}
-        speed = {e.engine_id: e.speed for e in healthy}
+        # A heap of (queue length / speed, engine order): O(log engines) per call; ties go to
+        # the engine given first.
+        heap = [(e.num_running_calls / e.speed, i, e.num_running_calls, e)
+                for i, e in enumerate(engines) if e.is_healthy]
+        heapq.heapify(heap)
         placements = []
         for call in calls:
-            # Ties go to the first engine in the given order (engine ids are sorted).
-            engine_id = min(queue, key=lambda eid: queue[eid] / speed[eid])
-            queue[engine_id] += 1
-            placements.append(Placement(call.call_id, engine_id))
+            if not heap:
+                break
+            _, order, queue, engine = heap[0]
+            placements.append(Placement(call.call_id, engine.engine_id))
+            heapq.heapreplace(heap, ((queue + 1) / engine.speed, order, queue + 1, engine))
         return placements

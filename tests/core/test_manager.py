@@ -25,23 +25,42 @@ async def test_chain_values_flow_inside_the_service(manager, engine):
                                for c in manager.engines.get("e0").contexts.prefix_hashes.values()}
 
 
-async def test_shared_prefix_is_filled_once(manager, engine):
+SYSTEM = "You are a helpful assistant that answers questions about parrots briefly. "
+
+
+async def test_shared_system_prompt_is_filled_once(manager, engine):
     session = manager.create_session()
-    calls = [submit(manager, session, "SYSTEM PROMPT. {{input:q}} {{output:a}}", q=f"q{i}")
+    calls = [submit(manager, session, SYSTEM + "{{input:q}} {{output:a}}", q=f"q{i}")
              for i in range(3)]
     for call in calls:
         await manager.get(session, out(call, "a"), Criterion.LATENCY)
     fills = [c for c in engine.log if c[0] == "fill"]
-    # One context for the shared system prompt, one per question forked from it.
+    # One cached context for the system prompt; each call forks it into its private context
+    # and fills only its own question there (a unique value is not worth a context).
     roots = [f for f in fills if f[2] is None]
-    assert len(roots) == 1
-    assert len(fills) == 1 + 3 + 3  # system prompt, each question, the " " before the output
-    question_fills = [f for f in fills if engine.contexts.get(f[1], "").endswith(("q0", "q1", "q2"))]
-    assert len(question_fills) == 3
-    assert {f[2] for f in question_fills} == {roots[0][1]}
-    # Each call's private context forks its deepest prefix context and is freed at the end.
+    assert len(roots) == 1 and roots[0][1].startswith("p-")
+    assert engine.contexts[roots[0][1]] == SYSTEM
+    private = [f for f in fills if f[1].startswith("c-")]
+    assert len(private) == 3 and {f[2] for f in private} == {roots[0][1]}
     frees = [c for c in engine.log if c[0] == "free"]
     assert len(frees) == 3 and all(f[1].startswith("c-") for f in frees)
+    assert list(engine.contexts) == [roots[0][1]]  # the prefix stays cached
+
+
+async def test_recurring_input_prefix_gets_its_own_context(manager, engine):
+    session = manager.create_session()
+    document = "A long shared document about parrots and their many colourful feathers. " * 2
+    first = submit(manager, session, "Doc: {{input:d}} Q1 {{output:a}}", d=document)
+    await manager.get(session, out(first, "a"), Criterion.LATENCY)
+    second = submit(manager, session, "Doc: {{input:d}} Q2 {{output:a}}", d=document)
+    third = submit(manager, session, "Doc: {{input:d}} Q3 {{output:a}}", d=document)
+    for call in (second, third):
+        await manager.get(session, out(call, "a"), Criterion.LATENCY)
+    cached = [cid for cid, text in engine.contexts.items() if cid.startswith("p-")]
+    # The first call saw the document once; the second and third share a context for it.
+    assert [engine.contexts[c] for c in cached] == ["Doc: " + document]
+    forks = [f for f in engine.log if f[0] == "fill" and f[2] == cached[0]]
+    assert len(forks) == 2
 
 
 async def test_failure_propagates_downstream(manager, engine):

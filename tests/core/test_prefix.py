@@ -1,0 +1,42 @@
+from parrot.core.executor import plan_prefix_contexts
+from parrot.core.prefix import PrefixIndex, prefix_pieces
+from parrot.template import parse_template
+
+SYSTEM = "S" * 80
+
+
+def test_hashes_are_cumulative_and_boundary_aware():
+    t = parse_template(SYSTEM + "{{input:q}} tail {{output:a}} after {{input:z}}")
+    a = prefix_pieces(t, {"q": "x", "z": "ignored"})
+    b = prefix_pieces(t, {"q": "y", "z": "other"})
+    assert [p.text for p in a] == [SYSTEM, "x", " tail "]
+    assert a[0].prefix_hash == b[0].prefix_hash and a[1].prefix_hash != b[1].prefix_hash
+    assert [p.is_template_text for p in a] == [True, False, True]
+    # "ab" + "c" and "a" + "bc" render alike but have different boundaries.
+    t2 = parse_template("{{input:x}}{{input:y}} {{output:o}}")
+    h1 = prefix_pieces(t2, {"x": "ab", "y": "c"})[1].prefix_hash
+    h2 = prefix_pieces(t2, {"x": "a", "y": "bc"})[1].prefix_hash
+    assert h1 != h2
+
+
+def test_plan_merges_unshared_pieces():
+    t = parse_template(SYSTEM + "{{input:q}} tail {{output:a}}")
+    pieces = prefix_pieces(t, {"q": "question"})
+    contexts, head = plan_prefix_contexts(pieces, lambda h: False)
+    assert [c.text for c in contexts] == [SYSTEM] and head == "question tail "
+    contexts, head = plan_prefix_contexts(pieces, lambda h: h == pieces[1].prefix_hash)
+    assert [c.text for c in contexts] == [SYSTEM, "question"] and head == " tail "
+    short = prefix_pieces(parse_template("Hi {{input:q}} {{output:a}}"), {"q": "x"})
+    assert plan_prefix_contexts(short, lambda h: True) == ((), "Hi x ")
+
+
+def test_index_tracks_live_calls_and_recurrence():
+    index = PrefixIndex(max_remembered=2)
+    index.add("r1", ("h1", "h2"))
+    assert index.calls_with("h1") == {"r1"} and not index.is_recurring("h1")
+    index.add("r2", ("h1",))
+    assert index.calls_with("h1") == {"r1", "r2"} and index.is_recurring("h1")
+    index.remove("r1", ("h1", "h2"))
+    assert index.calls_with("h2") == frozenset() and index.is_recurring("h1")
+    index.add("r3", ("h3",))  # remembers at most two hashes: h2 (oldest) is forgotten
+    assert len(index) == 2 and not index.is_recurring("h2")
