@@ -74,6 +74,7 @@ class BlockManager:
         self.allocator = BlockAllocator(num_blocks)
         self.block_size = block_size
         self._pending_copies: list[tuple[int, int]] = []  # (src, dst); src holds an extra ref
+        self._running_copies: list[tuple[int, int]] = []  # taken by a step, not yet done
 
     def blocks_needed(self, ctx: HasBlocks, num_tokens: int) -> int:
         """Blocks ctx must gain so that its table covers num_tokens tokens."""
@@ -119,12 +120,14 @@ class BlockManager:
     def take_copies(self) -> list[tuple[int, int]]:
         """The copies the next step must run before its forward pass."""
         copies, self._pending_copies = self._pending_copies, []
+        self._running_copies.extend(copies)
         return copies
 
     def copies_done(self, copies: list[tuple[int, int]]) -> None:
-        for src, _dst in copies:
-            self.allocator.decref(src)
+        for pair in copies:
+            self._running_copies.remove(pair)
+            self.allocator.decref(pair[0])
 
-    @property
-    def num_pending_copies(self) -> int:
-        return len(self._pending_copies)
+    def pending_copy_sources(self) -> list[int]:
+        """Blocks pinned as the source of a copy that has not run yet."""
+        return [src for src, _dst in self._pending_copies + self._running_copies]

@@ -1,8 +1,14 @@
-"""Assemble a BuiltinEngine from its config: load -> model -> KV cache -> scheduler -> engine."""
+"""Assemble a BuiltinEngine from its config: load -> model -> KV cache -> scheduler -> engine.
+
+`load_bundle` (slow: weights) and `build_engine` (fast: KV cache, scheduler) are separate so
+tests and benchmarks can run several engines over one loaded model.
+"""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -11,54 +17,72 @@ from parrot.engines.builtin.block_manager import BlockManager
 from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
 from parrot.engines.builtin.engine import BuiltinEngine
 from parrot.engines.builtin.kv_cache import KVCache, num_blocks_for
-from parrot.engines.builtin.loader import LoadedModel, load_model, resolve_device, resolve_dtype
+from parrot.engines.builtin.loader import load_model, resolve_device, resolve_dtype
 from parrot.engines.builtin.model import LlamaModel
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.scheduler import Scheduler
+from parrot.engines.builtin.shapes import ModelShape
 
 log = logging.getLogger(__name__)
 
 
-def build_engine(name: str, config: BuiltinEngineConfig,
-                 loaded: LoadedModel | None = None) -> BuiltinEngine:
-    """Blocking (loads weights). `loaded` lets tests and benchmarks share one loaded model;
-    its state dict is consumed (the fused weights replace the per-projection ones)."""
+@dataclass
+class ModelBundle:
+    """A loaded model, ready to serve any number of engines (one at a time)."""
+
+    name: str
+    shape: ModelShape
+    model: LlamaModel
+    tokenizer: Any | None
+    eos_token_ids: tuple[int, ...]
+    uses_kernels: bool
+
+
+def load_bundle(config: BuiltinEngineConfig) -> ModelBundle:
     device = resolve_device(config.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise BuiltinConfigError(f"invalid builtin engine device={config.device!r}: "
                                  "CUDA is not available")
-    dtype = resolve_dtype(config.dtype, device)
-    if config.num_threads is not None:
-        torch.set_num_threads(config.num_threads)
-    if loaded is None:
-        loaded = load_model(config, device, dtype)
-    shape = loaded.shape
+    if config.attention_backend == "triton" and device.type != "cuda":
+        raise BuiltinConfigError("attention_backend='triton' needs device cuda")
     kernels = None
     if device.type == "cuda" and config.attention_backend in ("auto", "triton"):
         kernels = load_kernels()
         if kernels is None and config.attention_backend == "triton":
             raise BuiltinConfigError("attention_backend='triton' but parrot_kernels is not "
                                      "importable")
-    elif config.attention_backend == "triton":
-        raise BuiltinConfigError("attention_backend='triton' needs device cuda")
-    num_blocks = num_blocks_for(config, shape, dtype, device)
+    if config.num_threads is not None:
+        torch.set_num_threads(config.num_threads)
+    loaded = load_model(config, device, resolve_dtype(config.dtype, device))
+    model = LlamaModel(loaded.shape, loaded.state_dict, make_decode_fn(kernels),
+                       max_positions=loaded.shape.max_position_embeddings)
+    return ModelBundle(loaded.name, loaded.shape, model, loaded.tokenizer,
+                       loaded.eos_token_ids, kernels is not None)
+
+
+def build_engine(name: str, config: BuiltinEngineConfig,
+                 bundle: ModelBundle | None = None) -> BuiltinEngine:
+    """Blocking when it loads the model (bundle None)."""
+    if bundle is None:
+        bundle = load_bundle(config)
+    model = bundle.model
+    num_blocks = num_blocks_for(config, bundle.shape, model.dtype, model.device)
     capacity = num_blocks * config.block_size
-    max_context_len = min(config.max_context_len or shape.max_position_embeddings, capacity)
-    if config.max_context_len is not None and config.max_context_len > capacity:
-        log.warning("max_context_len %d capped to the KV cache's %d tokens",
-                    config.max_context_len, capacity)
-    model = LlamaModel(shape, loaded.state_dict, make_decode_fn(kernels),
-                       max_positions=max(max_context_len, shape.max_position_embeddings))
-    kv_cache = KVCache(shape, num_blocks, config.block_size, dtype, device)
-    runner = ModelRunner(model, kv_cache, use_shared_prefix=kernels is not None,
+    limit = min(config.max_context_len or bundle.shape.max_position_embeddings,
+                bundle.shape.max_position_embeddings)
+    max_context_len = min(limit, capacity)
+    if config.max_context_len is not None and max_context_len < limit:
+        log.warning("max_context_len %d capped to the KV cache's %d tokens", limit, capacity)
+    kv_cache = KVCache(bundle.shape, num_blocks, config.block_size, model.dtype, model.device)
+    runner = ModelRunner(model, kv_cache, use_shared_prefix=bundle.uses_kernels,
                          shared_prefix_min_tokens=config.shared_prefix_min_tokens,
                          shared_prefix_min_group=config.shared_prefix_min_group)
     scheduler = Scheduler(BlockManager(num_blocks, config.block_size),
                           max_batch_tokens=config.max_batch_tokens,
                           max_num_seqs=config.max_num_seqs, max_context_len=max_context_len,
-                          eos_token_ids=loaded.eos_token_ids)
+                          eos_token_ids=bundle.eos_token_ids)
     log.info("builtin engine %r: %s on %s (%s), %d KV blocks of %d, attention %s", name,
-             loaded.name, device, dtype, num_blocks, config.block_size,
-             "triton" if kernels is not None else "torch")
-    return BuiltinEngine(name, loaded.name, runner, scheduler, loaded.tokenizer,
-                         shape.vocab_size, config.seed)
+             bundle.name, model.device, model.dtype, num_blocks, config.block_size,
+             "triton" if bundle.uses_kernels else "torch")
+    return BuiltinEngine(name, bundle.name, runner, scheduler, bundle.tokenizer,
+                         bundle.shape.vocab_size, config.seed)

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from parrot.errors import InvalidRequestError
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 RANDOM_SHAPES = ("tiny", "llama-7b", "llama-13b")
 DEFAULT_MODEL = "smollm2"

@@ -79,6 +79,21 @@ class Scheduler:
         if not defer:
             self._release_freed()
 
+    def check_invariants(self) -> None:
+        """Allocator invariants, and every block's reference count equals the number of block
+        tables (live or freed-but-pinned contexts) and pending fork copies holding it."""
+        alloc = self.blocks.allocator
+        alloc.check_invariants()
+        holders = [0] * alloc.num_blocks_total
+        for ctx in list(self.contexts.values()) + self._freed:
+            for b in ctx.block_table:
+                holders[b] += 1
+        for src in self.blocks.pending_copy_sources():
+            holders[src] += 1
+        for b, count in enumerate(holders):
+            assert alloc.ref_count(b) == count, (
+                f"block {b}: ref count {alloc.ref_count(b)}, held {count} times")
+
     @property
     def num_running(self) -> int:
         return sum(1 for w in self.works if w.is_started)
