@@ -12,7 +12,7 @@ the slots of a row into the final output. Inside the loops scores are kept in ba
 import triton
 import triton.language as tl
 
-LN2 = 0.6931471805599453
+LN2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
@@ -175,12 +175,14 @@ def _decode_partial_kernel(
     stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_tb, stride_pb,
     stride_ob, stride_oh,
     KVH: tl.constexpr, GQA: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr,
-    PREFIX_TILES: tl.constexpr, ROW_HAS_PREFIX: tl.constexpr, DIRECT_OUT: tl.constexpr,
-    USE_DOT: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    TILE_BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, PREFIX_TILES: tl.constexpr,
+    ROW_PROGRAMS: tl.constexpr, ROW_HAS_PREFIX: tl.constexpr,
+    DIRECT_OUT: tl.constexpr, USE_DOT: tl.constexpr,
 ):
-    """One launch for all partials: the first n_tile_programs programs are prefix tiles
-    (PREFIX_TILES), the rest per-row programs. Tiles come first: they are the longer ones."""
+    """Partials. With PREFIX_TILES the first n_tile_programs programs are prefix tiles (they
+    are the longer ones, so they start first); with ROW_PROGRAMS the rest are per-row programs.
+    Both in one launch overlap the two parts, at the register count of the larger."""
     pid = tl.program_id(0)
     row_pid = pid
     if PREFIX_TILES:
@@ -190,16 +192,17 @@ def _decode_partial_kernel(
                 pid, q_ptr, k_ptr, v_ptr, indptr_ptr, ptables_ptr, plens_ptr, ws_out_ptr,
                 ws_lse_ptr, scale_log2, B, G, n_tiles, prefix_split_len,
                 stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_pb,
-                KVH, GQA, HEAD_DIM, PAGE, BLOCK_M, BLOCK_N, BLOCK_G)
-    if row_pid >= 0:
-        _row_partial(
-            row_pid, q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, indptr_ptr,
-            ptables_ptr, plens_ptr, ws_out_ptr, ws_lse_ptr, out_ptr,
-            scale_log2, B, G, row_split_len, row_slot_offset,
-            stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_tb, stride_pb,
-            stride_ob, stride_oh,
-            KVH, GQA, HEAD_DIM, PAGE, BLOCK_H, BLOCK_N, BLOCK_G,
-            ROW_HAS_PREFIX, DIRECT_OUT, USE_DOT)
+                KVH, GQA, HEAD_DIM, PAGE, BLOCK_M, TILE_BLOCK_N, BLOCK_G)
+    if ROW_PROGRAMS:
+        if row_pid >= 0:
+            _row_partial(
+                row_pid, q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, indptr_ptr,
+                ptables_ptr, plens_ptr, ws_out_ptr, ws_lse_ptr, out_ptr,
+                scale_log2, B, G, row_split_len, row_slot_offset,
+                stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_tb, stride_pb,
+                stride_ob, stride_oh,
+                KVH, GQA, HEAD_DIM, PAGE, BLOCK_H, BLOCK_N, BLOCK_G,
+                ROW_HAS_PREFIX, DIRECT_OUT, USE_DOT)
 
 
 @triton.jit

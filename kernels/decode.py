@@ -33,8 +33,10 @@ CASCADE_MIN_SAVED_TOKENS = 2048
 class KernelTuning:
     """Launch knobs; the defaults are what the H200 benchmark chose (docs/KERNELS.md)."""
     split_tokens: int | None = None  # KV tokens per program (rounded to block_n); None: auto
-    block_n: int = 64  # KV tokens per loop step
+    block_n: int = 64  # KV tokens per loop step of the per-row programs
+    tile_block_n: int = 64  # KV tokens per loop step of the prefix tiles
     block_m: int = 64  # prefix tile rows: (requests of one group) x (GQA heads), >= 16
+    fuse: bool = True  # prefix tiles and per-row programs in one launch (else two)
     use_dot: bool | None = None  # per-row programs use tl.dot (GQA heads padded to 16)
     num_warps: int = 4
     num_stages: int = 2
@@ -84,7 +86,6 @@ def _plan(batch: int, groups: int, kvh: int, gqa: int, max_prefix: int, max_rows
           cascade: bool, row_has_prefix: bool, tuning: KernelTuning, device: torch.device
           ) -> _Plan:
     """max_rows: KV tokens a per-row program may see (suffix, or prefix + suffix)."""
-    bn = tuning.block_n
     target = PROGRAMS_PER_SM * _num_sms(device)
     n_tiles = groups + max(batch - groups, 0) // max(1, tuning.block_m // gqa) if cascade else 0
     if tuning.split_tokens is not None:
@@ -92,8 +93,9 @@ def _plan(batch: int, groups: int, kvh: int, gqa: int, max_prefix: int, max_rows
     else:
         work = n_tiles * kvh * max_prefix + batch * kvh * max_rows
         chunk = max(MIN_SPLIT_TOKENS, _cdiv(work, target))
-    p_splits, p_len = _splits(max_prefix, chunk, bn) if cascade else (0, bn)
-    r_splits, r_len = _splits(max_rows, chunk, bn)
+    p_splits, p_len = (_splits(max_prefix, chunk, tuning.tile_block_n) if cascade
+                       else (0, tuning.tile_block_n))
+    r_splits, r_len = _splits(max_rows, chunk, tuning.block_n)
     return _Plan(n_tiles, p_splits, p_len, r_splits, r_len, row_has_prefix)
 
 
@@ -201,18 +203,26 @@ def _launch(plan: _Plan, tuning: KernelTuning, q, k_cache, v_cache, tables, lens
     else:
         ws_out = ws_lse = q  # never touched; not `out`: the interpreter writes args back
     n_tile_programs = plan.n_tiles * kvh * plan.prefix_splits
-    grid = (n_tile_programs + batch * kvh * plan.row_splits,)
-    jit._decode_partial_kernel[grid](
-        q, k_cache, v_cache, tables, lens, indptr, ptables, plens, ws_out, ws_lse, out,
-        scale * LOG2E, batch, groups, n_tile_programs, max(plan.n_tiles, 1),
-        plan.prefix_split_len, plan.row_split_len, plan.prefix_splits if plan.n_tiles else 0,
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        tables.stride(0), ptables.stride(0), out.stride(0), out.stride(1),
-        KVH=kvh, GQA=gqa, HEAD_DIM=d, PAGE=page, BLOCK_H=block_h, BLOCK_M=block_m,
-        BLOCK_N=tuning.block_n, BLOCK_G=triton_next_pow2(groups + 1),
-        PREFIX_TILES=plan.n_tiles > 0, ROW_HAS_PREFIX=plan.row_has_prefix,
-        DIRECT_OUT=plan.direct_out, USE_DOT=use_dot,
-        num_warps=tuning.num_warps, num_stages=tuning.num_stages)
+    n_row_programs = batch * kvh * plan.row_splits
+
+    def partials(grid: int, n_tp: int, tiles: bool, rows: bool) -> None:
+        jit._decode_partial_kernel[(grid,)](
+            q, k_cache, v_cache, tables, lens, indptr, ptables, plens, ws_out, ws_lse, out,
+            scale * LOG2E, batch, groups, n_tp, max(plan.n_tiles, 1), plan.prefix_split_len,
+            plan.row_split_len, plan.prefix_splits if plan.n_tiles else 0,
+            q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            tables.stride(0), ptables.stride(0), out.stride(0), out.stride(1),
+            KVH=kvh, GQA=gqa, HEAD_DIM=d, PAGE=page, BLOCK_H=block_h, BLOCK_M=block_m,
+            BLOCK_N=tuning.block_n, TILE_BLOCK_N=tuning.tile_block_n,
+            BLOCK_G=triton_next_pow2(groups + 1), PREFIX_TILES=tiles, ROW_PROGRAMS=rows,
+            ROW_HAS_PREFIX=plan.row_has_prefix, DIRECT_OUT=plan.direct_out, USE_DOT=use_dot,
+            num_warps=tuning.num_warps, num_stages=tuning.num_stages)
+
+    if n_tile_programs and not tuning.fuse:
+        partials(n_tile_programs, n_tile_programs, True, False)
+        partials(n_row_programs, 0, False, True)
+    else:
+        partials(n_tile_programs + n_row_programs, n_tile_programs, n_tile_programs > 0, True)
     if slots:
         jit._merge_splits_kernel[(batch * hq,)](
             ws_out, ws_lse, out, batch, slots, out.stride(0), out.stride(1),
