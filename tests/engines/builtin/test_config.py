@@ -1,0 +1,42 @@
+"""BuiltinEngineConfig parsing: errors name the bad key or value and the allowed ones."""
+
+from __future__ import annotations
+
+import pytest
+
+from parrot.engines.builtin import BuiltinConfigError, BuiltinEngineConfig
+from parrot.errors import InvalidRequestError
+
+
+def test_defaults_and_alias():
+    config = BuiltinEngineConfig.from_mapping({"max_num_batched_tokens": 512})
+    assert (config.model, config.block_size, config.max_batch_tokens) == ("smollm2", 16, 512)
+    assert BuiltinEngineConfig.from_mapping(None) == BuiltinEngineConfig()
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"modle": "tiny"}, "unknown builtin engine key 'modle'; allowed: ["),
+    ({"dtype": "fp8"}, "invalid builtin engine dtype='fp8': must be one of ['auto', "),
+    ({"device": "tpu"}, "invalid builtin engine device='tpu'"),
+    ({"block_size": 0}, "invalid builtin engine block_size=0: must be an integer in [1, 1024]"),
+    ({"num_blocks": 8, "kv_cache_tokens": 1024}, "at most one of num_blocks, kv_cache_tokens"),
+    ({"kv_cache_fraction": 1.5}, "invalid builtin engine kv_cache_fraction=1.5"),
+    ({"max_batch_tokens": True}, "invalid builtin engine max_batch_tokens=True"),
+    ({"attention_backend": "cuda"}, "must be one of ['auto', 'torch', 'triton']"),
+    ({"shared_prefix_min_group": 1}, "shared_prefix_min_group=1: must be an integer >= 2"),
+])
+def test_bad_values_are_named(params, message):
+    with pytest.raises(BuiltinConfigError) as info:
+        BuiltinEngineConfig.from_mapping(params)
+    assert message in str(info.value)
+    assert isinstance(info.value, InvalidRequestError)
+
+
+def test_import_is_cheap():
+    import subprocess
+    import sys
+
+    code = ("import sys, parrot.engines.builtin; "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
