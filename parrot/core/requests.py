@@ -11,6 +11,7 @@ from parrot.transforms import Transform, parse_transforms
 from parrot.types import Criterion
 
 MAX_PLACEHOLDERS = 1024
+MAX_BATCH_CALLS = 4096
 MAX_VALUE_CHARS = 4_000_000
 
 
@@ -107,6 +108,45 @@ class GetRequest:
             raise InvalidRequestError(f"get: 'timeout' must be a positive number, got {timeout!r}")
         return cls(session_id_of(body), var_id,
                    Criterion.parse(body.get("criteria", "latency")), timeout)
+
+
+def batch_items(body: Any) -> list[Any]:
+    """The `calls` list of a submit_batch body."""
+    calls = _object(body, "request body").get("calls")
+    if not isinstance(calls, list) or not 1 <= len(calls) <= MAX_BATCH_CALLS:
+        raise InvalidRequestError(f"submit_batch: 'calls' must be a list of 1 to "
+                                  f"{MAX_BATCH_CALLS} submit objects")
+    return calls
+
+
+def resolve_batch_refs(item: Any, index: int, earlier: list[dict[str, Any]]) -> dict[str, Any]:
+    """Replace `{"ref": {"call": j, "output": name}}` bindings (an output of an earlier call of
+    the same batch, which has no id on the client yet) by that output's semantic_var_id."""
+    call = dict(_object(item, f"calls[{index}]"))
+    placeholders = call.get("placeholders", [])
+    if not isinstance(placeholders, list):
+        return call
+    resolved = []
+    for spec in placeholders:
+        if isinstance(spec, Mapping) and "ref" in spec:
+            ref = spec["ref"]
+            if not (isinstance(ref, Mapping) and isinstance(ref.get("call"), int)
+                    and isinstance(ref.get("output"), str) and 0 <= ref["call"] < index):
+                raise InvalidRequestError(f"calls[{index}]: 'ref' must be {{call: <index of an "
+                                          f"earlier call>, output: <name>}}, got {ref!r}")
+            target = earlier[ref["call"]]
+            if "error" in target:
+                raise InvalidRequestError(f"calls[{index}] uses an output of calls[{ref['call']}]"
+                                          ", which was rejected")
+            ids = {p["name"]: p["semantic_var_id"] for p in target["placeholders"]}
+            if ref["output"] not in ids:
+                raise InvalidRequestError(f"calls[{index}]: calls[{ref['call']}] has no "
+                                          f"placeholder {ref['output']!r}")
+            spec = {k: v for k, v in spec.items() if k != "ref"}
+            spec["semantic_var_id"] = ids[ref["output"]]
+        resolved.append(spec)
+    call["placeholders"] = resolved
+    return call
 
 
 def session_id_of(body: Mapping[str, Any]) -> str:

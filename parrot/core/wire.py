@@ -11,9 +11,11 @@ from typing import Any, Awaitable, Callable
 
 from parrot.core.config import EngineSpec
 from parrot.core.manager import Manager
-from parrot.core.requests import GetRequest, SubmitRequest, optional_value, session_id_of
+from parrot.core.nodes import Call
+from parrot.core.requests import (GetRequest, SubmitRequest, batch_items, optional_value,
+                                  resolve_batch_refs, session_id_of)
 from parrot.core.sessions import Session
-from parrot.errors import InvalidRequestError, NotFoundError, UnauthorizedError
+from parrot.errors import InvalidRequestError, NotFoundError, ParrotError, UnauthorizedError
 
 Body = Any
 Reply = dict[str, Any]
@@ -31,6 +33,7 @@ class WireAPI:
             ("DELETE", re.compile(r"/v1/sessions/(?P<sid>[^/]+)"), self.delete_session),
             ("GET", re.compile(r"/v1/sessions/(?P<sid>[^/]+)/graph"), self.graph),
             ("POST", re.compile(r"/v1/submit"), self.submit),
+            ("POST", re.compile(r"/v1/submit_batch"), self.submit_batch),
             ("POST", re.compile(r"/v1/variables"), self.create_variable),
             ("POST", re.compile(r"/v1/variables/(?P<vid>[^/]+)"), self.set_variable),
             ("POST", re.compile(r"/v1/get"), self.get),
@@ -77,10 +80,29 @@ class WireAPI:
 
     async def submit(self, match: re.Match, body: Body, token: str | None) -> Reply:
         session = self._session(body, token)
-        call = self.manager.submit(session, SubmitRequest.from_json(body))
+        return self._submit_reply(self.manager.submit(session, SubmitRequest.from_json(body)))
+
+    @staticmethod
+    def _submit_reply(call: Call) -> Reply:
         placeholders = [{"name": b.name, "semantic_var_id": b.var_id}
                         for b in (*call.inputs.values(), *call.outputs.values())]
         return {"request_id": call.call_id, "placeholders": placeholders}
+
+    async def submit_batch(self, match: re.Match, body: Body, token: str | None) -> Reply:
+        """Several submits in one message, in order; a call may bind an output of an earlier
+        call of the batch with `{"ref": {"call": j, "output": name}}`. Each call is accepted or
+        rejected on its own: `results[i]` is a submit reply or an `{"error": ...}` object."""
+        session = self._session(body, token)
+        results: list[Reply] = []
+        for index, item in enumerate(batch_items(body)):
+            try:
+                resolved = resolve_batch_refs(item, index, results)
+                resolved["session_id"] = session.session_id
+                results.append(self._submit_reply(
+                    self.manager.submit(session, SubmitRequest.from_json(resolved))))
+            except ParrotError as exc:
+                results.append(exc.to_wire())
+        return {"results": results}
 
     async def create_variable(self, match: re.Match, body: Body, token: str | None) -> Reply:
         session = self._session(body, token)

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from dataclasses import dataclass
 from typing import Any, Coroutine
 
-from parrot.errors import InvalidRequestError
+from parrot.errors import InvalidRequestError, error_from_wire
 from parrot.frontend.function import SemanticFunction
 from parrot.frontend.transport import (Delay, HttpTransport, InProcessTransport,
                                        SessionCredentials, Transport)
@@ -26,6 +27,13 @@ from parrot.transforms import apply_transforms, parse_transforms
 from parrot.types import Criterion
 
 MODES = ("parrot", "baseline")
+
+
+@dataclass(frozen=True)
+class _PendingCall:
+    fn: SemanticFunction
+    inputs: dict[str, Any]
+    outputs: tuple[SemanticVariable, ...]
 _current: contextvars.ContextVar["Session"] = contextvars.ContextVar("parrot_session")
 
 
@@ -53,40 +61,50 @@ class Session:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._owns_loop = False
         self._last_submit: asyncio.Future | None = None
+        self._batch: list[_PendingCall] = []
         self._tasks: list[asyncio.Future] = []
         self._token: contextvars.Token | None = None
 
     # --- context management ---------------------------------------------------------------
 
+    # The "current session" context variable is set and reset here, in the caller's context,
+    # not inside the open/close coroutines (a sync session runs those as tasks with their own
+    # context copy).
+
     async def __aenter__(self) -> "Session":
         self._loop = asyncio.get_running_loop()
         await self._open()
+        self._token = _current.set(self)
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
+        self._reset_current()
         await self._close()
 
     def __enter__(self) -> "Session":
         self._loop, self._owns_loop = asyncio.new_event_loop(), True
         self.run(self._open())
+        self._token = _current.set(self)
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
+        self._reset_current()
         try:
             self.run(self._close())
         finally:
             assert self._loop is not None
             self._loop.close()
 
-    async def _open(self) -> None:
-        reply = await self.transport.request("POST", "/v1/sessions", {})
-        self.credentials = SessionCredentials(reply["session_id"], reply["token"])
-        self._token = _current.set(self)
-
-    async def _close(self) -> None:
+    def _reset_current(self) -> None:
         if self._token is not None:
             _current.reset(self._token)
             self._token = None
+
+    async def _open(self) -> None:
+        reply = await self.transport.request("POST", "/v1/sessions", {})
+        self.credentials = SessionCredentials(reply["session_id"], reply["token"])
+
+    async def _close(self) -> None:
         # Let queued submissions finish (or fail) before the session goes away.
         await asyncio.gather(*self._tasks, return_exceptions=True)
         try:
@@ -132,10 +150,14 @@ class Session:
     def call_function(self, fn: SemanticFunction,
                       inputs: dict[str, Any]) -> tuple[SemanticVariable, ...]:
         outputs = tuple(SemanticVariable(self, name) for name in fn.template.output_names)
-        previous = self._last_submit
-        submit = (self._submit_parrot if self.mode == "parrot" else self._submit_baseline)
-        task = self._spawn(submit(fn, inputs, outputs, previous))
-        self._last_submit = task
+        if self.mode == "baseline":
+            self._spawn(self._submit_baseline(fn, inputs, outputs))
+            return outputs
+        # Parrot mode: calls made before the loop next runs travel in one submit_batch
+        # message, in program order (one network round trip for a whole DAG).
+        self._batch.append(_PendingCall(fn, inputs, outputs))
+        if len(self._batch) == 1:
+            self._last_submit = self._spawn(self._flush(self._last_submit))
         return outputs
 
     def _spawn(self, coro: Coroutine) -> asyncio.Future:
@@ -144,15 +166,40 @@ class Session:
         self._tasks.append(task)
         return task
 
-    async def _submit_parrot(self, fn: SemanticFunction, inputs: dict[str, Any],
-                             outputs: tuple[SemanticVariable, ...],
-                             previous: asyncio.Future | None) -> None:
+    async def _flush(self, previous: asyncio.Future | None) -> None:
         if previous is not None:  # keep the service's view in program order
             await asyncio.gather(previous, return_exceptions=True)
+        batch, self._batch = self._batch, []
+        produced = {id(var): (index, var.name) for index, pending in enumerate(batch)
+                    for var in pending.outputs}
+        try:
+            calls = [await self._call_body(pending, produced) for pending in batch]
+            reply = await self.request("POST", "/v1/submit_batch", {"calls": calls})
+        except BaseException as exc:
+            for pending in batch:
+                for var in pending.outputs:
+                    var._fail(exc)
+            raise
+        for pending, result in zip(batch, reply["results"]):
+            if "error" in result:
+                error = error_from_wire(result, 400)
+                for var in pending.outputs:
+                    var._fail(error)
+                continue
+            ids = {p["name"]: p["semantic_var_id"] for p in result["placeholders"]}
+            for var in pending.outputs:
+                var._resolve(ids[var.name])
+
+    async def _call_body(self, pending: "_PendingCall",
+                         produced: dict[int, tuple[int, str]]) -> dict[str, Any]:
+        fn = pending.fn
         placeholders = []
-        for name, value in inputs.items():
+        for name, value in pending.inputs.items():
             spec: dict[str, Any] = {"name": name, "in_out": "input"}
-            if isinstance(value, SemanticVariable):
+            if isinstance(value, SemanticVariable) and id(value) in produced:
+                index, output = produced[id(value)]
+                spec["ref"] = {"call": index, "output": output}
+            elif isinstance(value, SemanticVariable):
                 spec["semantic_var_id"] = await value.aid()
             else:
                 spec["value"] = str(value)
@@ -165,11 +212,11 @@ class Session:
         for spec in placeholders:
             if spec["name"] in fn.transforms:
                 spec["transforms"] = fn.transforms[spec["name"]]
-        await self._submit_and_bind(fn.template.source, placeholders, fn, outputs)
+        return {"prompt": fn.template.source, "placeholders": placeholders,
+                "sampling": fn.sampling.to_json()}
 
     async def _submit_baseline(self, fn: SemanticFunction, inputs: dict[str, Any],
-                               outputs: tuple[SemanticVariable, ...],
-                               previous: asyncio.Future | None) -> None:
+                               outputs: tuple[SemanticVariable, ...]) -> None:
         # Request-level: every input value comes back to the client first (a `get` each),
         # then the client renders the prompt and sends it as one plain completion.
         values = {name: (await value.aget(Criterion.LATENCY))

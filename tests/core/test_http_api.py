@@ -164,3 +164,30 @@ async def test_delete_session_fails_waiters(http):
         assert resp.status == 200
     status, reply = await post(http, "/v1/variables", {"session_id": sid, "name": "x"}, auth)
     assert status == 404
+
+
+async def test_submit_batch_with_refs_and_a_rejected_call(http):
+    sid, auth = await new_session(http)
+    status, reply = await post(http, "/v1/submit_batch", {"session_id": sid, "calls": [
+        {"prompt": "A {{input:x}} {{output:a}}",
+         "placeholders": [{"name": "x", "in_out": "input", "value": "1"}]},
+        {"prompt": "B {{input:a}} {{output:b}}",
+         "placeholders": [{"name": "a", "in_out": "input", "ref": {"call": 0, "output": "a"}}]},
+        {"prompt": "C {{input:x} {{output:c}}", "placeholders": []},
+        {"prompt": "D {{input:c}} {{output:d}}",
+         "placeholders": [{"name": "c", "in_out": "input", "ref": {"call": 2, "output": "c"}}]},
+        {"prompt": "E {{input:a}} {{output:e}}",
+         "placeholders": [{"name": "a", "in_out": "input", "ref": {"call": 4, "output": "a"}}]},
+    ]}, auth)
+    assert status == 200
+    results = reply["results"]
+    assert [("error" in r) for r in results] == [False, False, True, True, True]
+    assert results[2]["error"]["type"] == "TemplateSyntaxError"
+    assert "rejected" in results[3]["error"]["message"]
+    a_id = results[0]["placeholders"][-1]["semantic_var_id"]
+    assert results[1]["placeholders"][0]["semantic_var_id"] == a_id
+    b_id = results[1]["placeholders"][-1]["semantic_var_id"]
+    status, got = await post(http, "/v1/get", {"session_id": sid, "semantic_var_id": b_id}, auth)
+    assert status == 200
+    status, reply = await post(http, "/v1/submit_batch", {"session_id": sid, "calls": []}, auth)
+    assert status == 400

@@ -5,7 +5,8 @@ import pytest
 import parrot
 from parrot.core.config import EngineSpec
 from parrot.core.manager import Manager
-from parrot.errors import CallFailedError, InvalidRequestError, TemplateSyntaxError
+from parrot.errors import (CallFailedError, InvalidRequestError, NotFoundError,
+                           TemplateSyntaxError)
 from parrot.policies.least_queue import LeastQueuePolicy
 from tests.core.fakes import RecordingEngine
 
@@ -38,8 +39,8 @@ async def test_async_session_chain_and_transport_messages(manager):
         graph = await session.graph()
     calls = [n for n in graph["nodes"] if n["kind"] == "call"]
     assert [c["state"] for c in calls] == ["done", "done"]
-    # create session, 2 submits, 1 get, the graph, delete: values never came to the client.
-    assert session.transport.num_messages == 6
+    # create session, one submit_batch with both calls, 1 get, the graph, delete.
+    assert session.transport.num_messages == 5
 
 
 async def test_multi_output_function_returns_tuple(manager):
@@ -76,3 +77,62 @@ def test_definition_errors_are_typed():
         parrot.semantic_function(prompt="{{input:x}} {{output:y}}", temperature=-1)
     with pytest.raises(TypeError, match="missing input"):
         combine.bind(("a",), {})
+
+
+async def test_baseline_mode_fetches_every_intermediate_value(manager):
+    async with parrot.Session(manager=manager, mode="baseline") as session:
+        s1 = summarize("first document")
+        s2 = summarize(doc=s1)
+        value = await s2.aget(parrot.LATENCY)
+        graph = await session.graph()
+    assert value.startswith("gen(")
+    # create, submit 1, get s1 (to render call 2), submit 2, get s2, graph, delete.
+    assert session.transport.num_messages == 7
+    calls = [n for n in graph["nodes"] if n["kind"] == "call"]
+    # The service saw two unrelated completions: the second prompt holds the rendered value.
+    assert all("{{input:" not in c["prompt"] for c in calls)
+    assert len(graph["links"]) == 2
+
+
+async def test_rejected_call_in_a_batch_fails_only_its_outputs(manager):
+    async with parrot.Session(manager=manager) as other:
+        foreign = other.variable("secret", "value of another session")
+        await foreign.aid()
+        async with parrot.Session(manager=manager):
+            good = summarize("doc")
+            rejected = summarize(doc=foreign)  # another session's variable: invisible here
+            after = summarize(doc=good)
+            with pytest.raises(NotFoundError):
+                await rejected.aget()
+            assert (await after.aget()).startswith("gen(")
+
+
+def test_sync_session_over_http(tmp_path):
+    import asyncio
+
+    from parrot.core.config import ServeConfig
+    from parrot.core.server import ParrotServer
+
+    loop = asyncio.new_event_loop()
+    server = ParrotServer(ServeConfig.from_mapping({"engines": [
+        {"name": "s", "kind": "simulated", "in_process": True,
+         "params": {"zero_latency": True}}]}))
+    url = loop.run_until_complete(server.start(port=0))
+    import threading
+
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        with parrot.Session(url) as session:
+            s1 = summarize("a document")
+            s2 = summarize(doc=s1)
+            assert len(s2.get()) == 8 * 4
+            var = session.variable("later")
+            out = summarize(doc=var)
+            var.set("now")
+            assert len(out.get(parrot.THROUGHPUT)) == 32
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
