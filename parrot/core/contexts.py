@@ -57,15 +57,12 @@ class EngineContexts:
         self._ids = itertools.count()
         self.num_hits = 0
         self.num_misses = 0
+        self.num_cached_tokens = 0   # tokens held by the contexts of this cache (kept current)
 
     @property
     def prefix_hashes(self) -> "OrderedDict[str, PrefixContext]":
         """Live mapping (do not mutate) of the hashes with a context on this engine."""
         return self._by_hash
-
-    @property
-    def num_cached_tokens(self) -> int:
-        return sum(c.num_tokens for c in self._by_hash.values())
 
     def num_evictable_tokens(self) -> int:
         return sum(c.num_tokens for c in self._by_hash.values() if c.is_evictable)
@@ -112,6 +109,7 @@ class EngineContexts:
             error = task.exception()
         if error is None:
             ctx.num_tokens = task.result().num_filled_tokens
+            self.num_cached_tokens += ctx.num_tokens
             ctx.filled.set_result(None)
             return
         # A failed fill leaves no context behind; later calls with this prefix try again.
@@ -145,6 +143,7 @@ class EngineContexts:
 
     async def _free(self, ctx: PrefixContext) -> None:
         del self._by_hash[ctx.prefix_hash]
+        self.num_cached_tokens -= ctx.num_tokens
         parent = self._parent.pop(ctx.context_id, None)
         if parent is not None:
             parent.children -= 1
@@ -157,3 +156,4 @@ class EngineContexts:
         """The engine was lost: its contexts are gone with it."""
         self._by_hash.clear()
         self._parent.clear()
+        self.num_cached_tokens = 0

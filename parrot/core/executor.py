@@ -55,6 +55,12 @@ async def run_call(call: Call, engine: EngineState, publish: OutputSink,
     def shared(prefix_hash: str) -> bool:
         return prefix_hash in engine.contexts.prefix_hashes or is_shared(prefix_hash)
 
+    # Cached prefixes stay on the engine until it needs the memory: make room for this call
+    # (least recently used first) when the manager's accounting says it would not fit.
+    overflow = (engine.num_tokens_in_use + engine.contexts.num_cached_tokens
+                - engine.kv_capacity_tokens)
+    if overflow > 0:
+        await engine.contexts.evict(overflow)
     try:
         await _run_once(call, engine, publish, shared)
     except OutOfKVCacheError:

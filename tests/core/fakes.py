@@ -26,12 +26,13 @@ class RecordingEngine(Engine):
     contexts: dict[str, str] = field(default_factory=dict)
     log: list[tuple[str, str, str | None]] = field(default_factory=list)
     fail_next: int = 0
+    capacity_blocks: int = 1 << 16
 
     async def start(self) -> None: ...
     async def close(self) -> None: ...
 
     async def info(self) -> EngineInfo:
-        return EngineInfo(self.name, "fake", "fake", 1 << 20, 16, 1 << 16)
+        return EngineInfo(self.name, "fake", "fake", 1 << 20, 16, self.capacity_blocks)
 
     def _open(self, context_id: str, parent: str | None) -> str:
         if self.fail_next:

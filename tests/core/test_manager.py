@@ -6,7 +6,9 @@ import pytest
 
 from parrot.errors import CallFailedError, ConflictError, GetTimeoutError, NotFoundError
 from parrot.types import CallState, Criterion
+from parrot.core.config import EngineSpec
 from tests.core.conftest import out, submit
+from tests.core.fakes import RecordingEngine
 
 
 async def test_chain_values_flow_inside_the_service(manager, engine):
@@ -94,3 +96,19 @@ async def test_set_variable_releases_consumers(manager, engine):
         manager.set_variable(session, var.var_id, "again")
     with pytest.raises(ConflictError):
         manager.set_variable(session, out(call, "o"), "forged")
+
+
+async def test_cached_prefixes_are_evicted_lru_when_the_engine_needs_memory(manager):
+    small = RecordingEngine(name="small")
+    small.capacity_blocks = 8  # 8 blocks of 16 tokens = 128 tokens of KV
+    await manager.add_engine(EngineSpec(name="small", in_process=True), small)
+    session = manager.create_session()
+    prompts = [f"{chr(65 + i)}" * 200 + " {{input:q}} {{output:a}}" for i in range(3)]
+    for prompt in prompts:  # each leading prompt is 50 tokens and stays cached afterwards
+        call = submit(manager, session, prompt, q="x")
+        await manager.get(session, out(call, "a"), Criterion.LATENCY)
+    cached = [text for cid, text in small.contexts.items() if cid.startswith("p-")]
+    # Each call is estimated at 51 prompt + 64 output tokens; with one 51-token prefix cached
+    # that exceeds 128, so each new call evicts the previous call's prefix.
+    assert cached == ["C" * 200 + " "]
+    assert any(op == "free" and cid.startswith("p-") for op, cid, _ in small.log)
