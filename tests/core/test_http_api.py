@@ -191,3 +191,46 @@ async def test_submit_batch_with_refs_and_a_rejected_call(http):
     assert status == 200
     status, reply = await post(http, "/v1/submit_batch", {"session_id": sid, "calls": []}, auth)
     assert status == 400
+
+
+async def test_engine_joins_by_url_and_serves_calls(server, http):
+    from aiohttp import web
+
+    from parrot.engines.server import create_app as engine_app
+    from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig
+
+    engine = SimulatedEngine("joiner", SimulatedEngineConfig.from_mapping({"zero_latency": True}))
+    runner = web.AppRunner(engine_app(engine))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        status, reply = await post(http, "/v1/engines", {"name": "joiner",
+                                                         "url": f"http://127.0.0.1:{port}",
+                                                         "latency_capacity": 100})
+        assert status == 200 and reply == {"registered": "joiner"}
+        status, reply = await post(http, "/v1/engines", {"name": "joiner",
+                                                         "url": f"http://127.0.0.1:{port}"})
+        assert (status, reply["error"]["type"]) == (409, "ConflictError")
+        status, reply = await post(http, "/v1/engines", {"name": "x", "url": "http://e",
+                                                         "latency_capacity": -1})
+        assert status == 400
+        async with http.get("/v1/engines") as resp:
+            names = [e["name"] for e in (await resp.json())["engines"]]
+        assert names == ["sim-0", "joiner"]
+        # Make the joiner the only healthy choice, then run a call through it.
+        server.manager.engines.get("sim-0").is_healthy = False
+        sid, auth = await new_session(http)
+        _, sub = await post(http, "/v1/submit", {
+            "session_id": sid, "prompt": "{{input:x}} {{output:y}}",
+            "placeholders": [{"name": "x", "in_out": "input", "value": "hi"}]}, auth)
+        status, got = await post(http, "/v1/get", {
+            "session_id": sid, "semantic_var_id": sub["placeholders"][-1]["semantic_var_id"]},
+            auth)
+        assert status == 200 and len(got["value"]) == 64 * 4
+        async with http.get(f"/v1/sessions/{sid}/graph", headers=auth) as resp:
+            graph = await resp.json()
+        assert [n["engine"] for n in graph["nodes"] if n["kind"] == "call"] == ["joiner"]
+    finally:
+        await runner.cleanup()
