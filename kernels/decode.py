@@ -24,9 +24,10 @@ LOG2E = 1.4426950408889634
 MIN_SPLIT_TOKENS = 256  # shortest KV range worth a program of its own
 PROGRAMS_PER_SM = 4  # split KV until there are about this many programs per SM
 # "auto" runs the cascade (prefix tiles + per-row suffixes + merge) only when sharing saves at
-# least this many KV tokens per kv head, (B - G) * max_prefix_len; otherwise per-row programs
-# read prefix ++ suffix directly (no merge launch, no workspace).
-CASCADE_MIN_SAVED_TOKENS = 2048
+# least this many bytes of KV reads, (B - G) * max_prefix_len * (K+V bytes per token);
+# below it the prefix is small enough that the per-row kernel reads it from L2 anyway, and
+# per-row programs reading prefix ++ suffix directly (no merge launch) are as fast.
+CASCADE_MIN_SAVED_BYTES = 16 * 2**20
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,9 @@ class KernelTuning:
     tile_block_n: int = 64  # KV tokens per loop step of the prefix tiles
     block_m: int = 64  # prefix tile rows: (requests of one group) x (GQA heads), >= 16
     fuse: bool = True  # prefix tiles and per-row programs in one launch (else two)
-    use_dot: bool | None = None  # per-row programs use tl.dot (GQA heads padded to 16)
+    use_dot: bool = True  # per-row programs: tl.dot, GQA heads padded to 16 (else CUDA cores)
     num_warps: int = 4
+    tile_num_warps: int | None = None  # prefix tiles' warps when not fused (None: num_warps)
     num_stages: int = 2
 
 
@@ -99,14 +101,16 @@ def _plan(batch: int, groups: int, kvh: int, gqa: int, max_prefix: int, max_rows
     return _Plan(n_tiles, p_splits, p_len, r_splits, r_len, row_has_prefix)
 
 
-def choose_shared_prefix_strategy(batch: int, num_groups: int, max_prefix_tokens: int) -> str:
+def choose_shared_prefix_strategy(batch: int, num_groups: int, max_prefix_tokens: int,
+                                  kv_token_bytes: int) -> str:
     """The "auto" dispatch: "cascade" when sharing saves enough KV reads, else "per_row".
 
-    Host-known sizes only (max_prefix_tokens = prefix table width x block size), so the choice
-    is fixed for a CUDA-graph bucket.
+    kv_token_bytes: K + V bytes of one token of one layer (2 * Hkv * D * itemsize). Host-known
+    sizes only (max_prefix_tokens = prefix table width x block size), so the choice is fixed
+    for a CUDA-graph bucket.
     """
-    saved = (batch - num_groups) * max_prefix_tokens
-    return "cascade" if saved >= CASCADE_MIN_SAVED_TOKENS else "per_row"
+    saved = (batch - num_groups) * max_prefix_tokens * kv_token_bytes
+    return "cascade" if saved >= CASCADE_MIN_SAVED_BYTES else "per_row"
 
 
 def _shared_plan(q, k_cache, group_indptr, prefix_block_tables, suffix_block_tables,
@@ -118,7 +122,8 @@ def _shared_plan(q, k_cache, group_indptr, prefix_block_tables, suffix_block_tab
     max_prefix = prefix_block_tables.shape[1] * page
     max_suffix = suffix_block_tables.shape[1] * page
     if strategy == "auto":
-        strategy = choose_shared_prefix_strategy(batch, groups, max_prefix)
+        token_bytes = 2 * kvh * k_cache.shape[3] * k_cache.element_size()
+        strategy = choose_shared_prefix_strategy(batch, groups, max_prefix, token_bytes)
     cascade = max_prefix > 0 and strategy == "cascade"
     rows = max_suffix if cascade else max_prefix + max_suffix
     return _plan(batch, groups, kvh, q.shape[1] // kvh, max_prefix, rows, cascade,
@@ -186,7 +191,7 @@ def _launch(plan: _Plan, tuning: KernelTuning, q, k_cache, v_cache, tables, lens
     kvh, page = k_cache.shape[2], k_cache.shape[1]
     gqa = hq // kvh
     groups = indptr.shape[0] - 1
-    use_dot = tuning.use_dot if tuning.use_dot is not None else gqa > 1
+    use_dot = tuning.use_dot
     block_h = max(16, triton_next_pow2(gqa)) if use_dot else triton_next_pow2(gqa)
     block_m = max(tuning.block_m, triton_next_pow2(gqa))
     if out is None:
@@ -205,7 +210,7 @@ def _launch(plan: _Plan, tuning: KernelTuning, q, k_cache, v_cache, tables, lens
     n_tile_programs = plan.n_tiles * kvh * plan.prefix_splits
     n_row_programs = batch * kvh * plan.row_splits
 
-    def partials(grid: int, n_tp: int, tiles: bool, rows: bool) -> None:
+    def partials(grid: int, n_tp: int, tiles: bool, rows: bool, num_warps: int) -> None:
         jit._decode_partial_kernel[(grid,)](
             q, k_cache, v_cache, tables, lens, indptr, ptables, plens, ws_out, ws_lse, out,
             scale * LOG2E, batch, groups, n_tp, max(plan.n_tiles, 1), plan.prefix_split_len,
@@ -216,13 +221,15 @@ def _launch(plan: _Plan, tuning: KernelTuning, q, k_cache, v_cache, tables, lens
             BLOCK_N=tuning.block_n, TILE_BLOCK_N=tuning.tile_block_n,
             BLOCK_G=triton_next_pow2(groups + 1), PREFIX_TILES=tiles, ROW_PROGRAMS=rows,
             ROW_HAS_PREFIX=plan.row_has_prefix, DIRECT_OUT=plan.direct_out, USE_DOT=use_dot,
-            num_warps=tuning.num_warps, num_stages=tuning.num_stages)
+            num_warps=num_warps, num_stages=tuning.num_stages)
 
     if n_tile_programs and not tuning.fuse:
-        partials(n_tile_programs, n_tile_programs, True, False)
-        partials(n_row_programs, 0, False, True)
+        partials(n_tile_programs, n_tile_programs, True, False,
+                 tuning.tile_num_warps or tuning.num_warps)
+        partials(n_row_programs, 0, False, True, tuning.num_warps)
     else:
-        partials(n_tile_programs + n_row_programs, n_tile_programs, n_tile_programs > 0, True)
+        partials(n_tile_programs + n_row_programs, n_tile_programs, n_tile_programs > 0, True,
+                 tuning.num_warps)
     if slots:
         jit._merge_splits_kernel[(batch * hq,)](
             ws_out, ws_lse, out, batch, slots, out.stride(0), out.stride(1),
@@ -268,7 +275,7 @@ def shared_prefix_decode_attention(q, k_cache, v_cache, group_indptr, prefix_blo
     tl.dot tile per (tile, kv head, prefix split)) and per-row suffix programs in one launch,
     then a merge launch. "per_row": each row reads prefix ++ suffix itself (the paged kernel
     with a two-part table). "auto" picks per_row when sharing saves few tokens (see
-    CASCADE_MIN_SAVED_TOKENS) -- the dispatch heuristic that keeps it never slower than paged.
+    CASCADE_MIN_SAVED_BYTES) -- the dispatch heuristic that keeps it never slower than paged.
     """
     _check(q, k_cache, v_cache, (prefix_block_tables, suffix_block_tables, group_indptr,
                                  prefix_lens, suffix_lens), out)

@@ -62,7 +62,8 @@ def decode_constexprs(*, kvh=32, gqa=1, head_dim=128, page=16, block_h=1, block_
 def ci_cases(jit) -> dict:
     """A few launch configurations the wrappers produce, one per distinct code path."""
     return {
-        "fused MHA, elementwise rows": (jit._decode_partial_kernel, decode_constexprs(), 4),
+        "fused MHA, dot rows": (jit._decode_partial_kernel, decode_constexprs(
+            block_h=16, use_dot=True), 4),
         "fused GQA 4, dot rows, prefix": (jit._decode_partial_kernel, decode_constexprs(
             kvh=8, gqa=4, block_h=16, use_dot=True, row_has_prefix=True), 4),
         "paged direct, GQA 3 elementwise": (jit._decode_partial_kernel, decode_constexprs(

@@ -15,8 +15,8 @@ CONFIGS = [(1, 64, 16, torch.float16), (3, 128, 32, torch.float16),
 GROUPS = dict(group_sizes=[1, 2, 3], prefix_blocks=[2, 0, 3], suffix_lens=[0, 1, 19, 1, 0, 40])
 # block_m=16 makes several row tiles per group (2 rows a tile at GQA 8), split_tokens=16
 # several prefix and suffix splits: the multi-program paths run on small shapes (and the
-# two-launch variant; the default launches tiles and rows together).
-SMALL_TILES = KernelTuning(split_tokens=16, block_m=16, block_n=16, fuse=False)
+# two-launch variant, CUDA-core rows; the default launches tiles and rows together).
+SMALL_TILES = KernelTuning(split_tokens=16, block_m=16, block_n=16, fuse=False, use_dot=False)
 
 
 def _run(batch, **kwargs):
