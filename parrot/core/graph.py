@@ -30,10 +30,9 @@ class SessionGraph:
     def add_variable(self, var: Variable) -> None:
         self._g.add_node(var.var_id, obj=var)
 
-    def add_call(self, call: Call) -> None:
-        """Insert a call with its edges; refuses (and leaves the graph as it was) on a cycle."""
-        input_ids = {b.var_id for b in call.inputs.values()}
-        output_ids = [b.var_id for b in call.outputs.values()]
+    def check_acyclic(self, input_ids: list[str], output_ids: list[str]) -> None:
+        """Raise ConflictError if a call reading `input_ids` and writing `output_ids` (existing
+        variables) would close a cycle."""
         for out_id in output_ids:
             if out_id in input_ids:
                 raise ConflictError(f"variable {out_id} is both an input and an output of "
@@ -42,6 +41,11 @@ class SessionGraph:
                 if nx.has_path(self._g, out_id, in_id):
                     raise ConflictError(f"output {out_id} already flows into input {in_id}: "
                                         "the call would close a cycle")
+
+    def add_call(self, call: Call) -> None:
+        """Insert a checked call (see `check_acyclic`) with its edges."""
+        input_ids = {b.var_id for b in call.inputs.values()}
+        output_ids = [b.var_id for b in call.outputs.values()]
         self._g.add_node(call.call_id, obj=call)
         for in_id in input_ids:
             self._g.add_edge(in_id, call.call_id)

@@ -21,11 +21,11 @@ from parrot.core.prefix import PrefixIndex, prefix_pieces
 from parrot.core.requests import SubmitRequest
 from parrot.core.scheduler import Scheduler
 from parrot.core.sessions import Session, SessionStore
+from parrot.core.submission import check_submit
 from parrot.engines.protocol import Engine
 from parrot.errors import (CallFailedError, ConflictError, EngineUnavailableError,
                            GetTimeoutError, InvalidRequestError, NotFoundError, ParrotError)
 from parrot.policies.base import Policy
-from parrot.template import parse_template
 from parrot.transforms import TransformError, apply_transforms
 from parrot.types import CallState, Criterion
 
@@ -139,37 +139,13 @@ class Manager:
     # --- submit -------------------------------------------------------------------------------
 
     def submit(self, session: Session, request: SubmitRequest) -> Call:
-        template = parse_template(request.prompt)
-        specs = {p.name: p for p in request.placeholders}
-        unknown = sorted(set(specs) - set(template.input_names) - set(template.output_names))
-        if unknown:
-            raise InvalidRequestError(f"placeholder(s) {unknown} are not in the prompt")
-        for name in template.input_names:
-            if name not in specs or specs[name].is_output:
-                raise InvalidRequestError(f"input placeholder {name!r} needs a binding "
-                                          "(semantic_var_id or value)")
-        for name in template.output_names:
-            if name in specs and not specs[name].is_output:
-                raise InvalidRequestError(f"placeholder {name!r} is an output in the prompt")
-        # Validate every reference before changing any state.
-        input_vars = {n: session.variable(specs[n].semantic_var_id) for n in template.input_names
-                      if specs[n].semantic_var_id is not None}
-        output_vars: dict[str, Variable | None] = {}
-        for name in template.output_names:
-            spec = specs.get(name)
-            var = session.variable(spec.semantic_var_id) if spec and spec.semantic_var_id else None
-            if var is not None and (var.producer is not None or var.is_finished):
-                raise ConflictError(f"variable {var.var_id} already has a producer or a value")
-            output_vars[name] = var
-        if len({id(v) for v in output_vars.values() if v is not None}) < \
-                sum(v is not None for v in output_vars.values()):
-            raise ConflictError("two outputs of one call are bound to the same variable")
-
+        checked = check_submit(session, request)  # every mistake is raised before any change
+        template, specs = checked.template, checked.specs
         call_id = f"r-{secrets.token_hex(8)}"
         inputs: dict[str, InputBinding] = {}
         for name in template.input_names:
             spec = specs[name]
-            var = input_vars.get(name)
+            var = checked.input_vars.get(name)
             if var is None:  # a literal value becomes a ready variable of its own
                 var = self.create_variable(session, name, None)
                 var.set_value(spec.value)  # type: ignore[arg-type]
@@ -177,13 +153,13 @@ class Manager:
         outputs: dict[str, OutputBinding] = {}
         for name in template.output_names:
             spec = specs.get(name)
-            var = output_vars[name] or self.create_variable(session, name, None)
+            var = checked.output_vars[name] or self.create_variable(session, name, None)
             outputs[name] = OutputBinding(
                 name, var.var_id, request.sampling.merged(spec.sampling if spec else None),
                 spec.transforms if spec else ())
         call = Call(call_id, session.session_id, template, inputs, outputs,
                     arrival_seq=next(self._arrivals))
-        session.graph.add_call(call)  # raises on a cycle, before anything refers to the call
+        session.graph.add_call(call)
         for binding in outputs.values():
             session.variable(binding.var_id).producer = call_id
         session.calls[call_id] = call
