@@ -14,6 +14,7 @@ import sys
 from parrot.core.config import ServeConfig
 from parrot.core.server import ParrotServer
 from parrot.errors import ParrotError
+from parrot.policies.registry import default_registry
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = ServeConfig.load(args.config)
+        # Validate the policy and its parameters now: a typo stops us before engines start.
+        default_registry().create(config.policy.name, config.policy.params)
     except ParrotError as exc:
         print(f"parrot-serve: {exc}", file=sys.stderr)
         return 2
