@@ -120,6 +120,7 @@ def make_decode_fn(kernels: ModuleType | None) -> DecodeFn:
 
     def decode_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                       meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        q = q.contiguous()  # q is a strided view of the fused q/k projection
         sp = meta.shared_prefix
         if sp is not None and hasattr(kernels, "shared_prefix_decode_attention"):
             out = kernels.shared_prefix_decode_attention(

