@@ -38,9 +38,9 @@ def deduce(graph: SessionGraph, *, active_only: bool = True) -> None:
     for call in reversed(calls):
         call.demand = strongest({graph.get_perf_obj(v.var_id)
                                  for v in graph.output_variables(call)})
-        # The call's consumer (visited earlier) may have put it in a task group.
-        grouped = call.task_group is not None and call.demand is not None
-        call.criterion = Criterion.THROUGHPUT if grouped else call.demand
+        # The call's consumer (visited earlier) may have put it in a task group: a group is
+        # waited for as a whole, so its members run for throughput even before any `get`.
+        call.criterion = Criterion.THROUGHPUT if call.task_group is not None else call.demand
         _group_parallel_producers(graph, call, active_only)
 
 

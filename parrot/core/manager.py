@@ -119,7 +119,6 @@ class Manager:
         var = session.variable(var_id)
         if var.criterion is not criterion and var.criterion is not Criterion.LATENCY:
             var.criterion = criterion  # a latency get outranks a throughput one
-            session.has_criteria = True
             self._mark_dirty(session)
         limit = min(timeout or self.config.default_get_timeout_s, self.config.max_get_timeout_s)
         if not var.is_finished:
@@ -296,12 +295,11 @@ class Manager:
     # --- deduction -------------------------------------------------------------------------
 
     def _mark_dirty(self, session: Session) -> None:
+        # Deduced lazily, once per scheduling round. Even before any `get`, deduction finds the
+        # task groups (calls submitted together are placed together from the first round).
         session.needs_deduction = True
-        # Until a `get` seeds a criterion every call deduces to None: nothing to recompute
-        # per round (the graph endpoint still deduces on demand for task groups).
-        if session.has_criteria:
-            self._dirty.add(session)
-            self.scheduler.wake()
+        self._dirty.add(session)
+        self.scheduler.wake()
 
     def _deduce_dirty(self) -> None:
         while self._dirty:

@@ -21,7 +21,6 @@ class Session:
     calls: dict[str, Call] = field(default_factory=dict)
     tasks: dict[str, asyncio.Task] = field(default_factory=dict)  # running call tasks
     needs_deduction: bool = False
-    has_criteria: bool = False    # some `get` seeded a criterion: deduction has work to do
 
     def variable(self, var_id: str) -> Variable:
         """A variable of this session; other sessions' ids are indistinguishable from unknown."""

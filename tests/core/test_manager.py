@@ -112,3 +112,16 @@ async def test_cached_prefixes_are_evicted_lru_when_the_engine_needs_memory(mana
     # that exceeds 128, so each new call evicts the previous call's prefix.
     assert cached == ["C" * 200 + " "]
     assert any(op == "free" and cid.startswith("p-") for op, cid, _ in small.log)
+
+
+async def test_task_group_is_known_before_any_get(manager, engine):
+    session = manager.create_session()
+    maps = [submit(manager, session, "Map {{input:c}} {{output:p}}", c=f"chunk{i}")
+            for i in range(3)]
+    reduce_ = submit(manager, session, "Reduce {{input:a}} {{input:b}} {{input:c}} {{output:r}}",
+                     a=out(maps[0], "p"), b=out(maps[1], "p"), c=out(maps[2], "p"))
+    manager.scheduler.step()  # the first round, before the client's `get` arrives
+    assert {m.task_group for m in maps} == {f"tg-{reduce_.call_id}"}
+    assert {m.criterion for m in maps} == {Criterion.THROUGHPUT}
+    assert reduce_.criterion is None  # nothing demanded yet: the policy's default applies
+    await manager.get(session, out(reduce_, "r"), Criterion.LATENCY)
