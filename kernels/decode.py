@@ -22,20 +22,27 @@ from .reference import (reference_merge_attention_states, reference_paged_decode
 
 LOG2E = 1.4426950408889634
 MIN_SPLIT_TOKENS = 256  # shortest KV range worth a program of its own
-PROGRAMS_PER_SM = 4  # split KV until there are about this many programs per SM
+# Split KV until there are about this many programs per SM. Per-row launches want many
+# (wave tails; H200: 4 splits beat 1 at B=64, 6200 tokens); the cascade wants few, long
+# prefix splits (each split adds a slot of B x Hq x D fp32 partials to write and merge).
+ROW_PROGRAMS_PER_SM = 16
+CASCADE_PROGRAMS_PER_SM = 4
 # "auto" runs the cascade (prefix tiles + per-row suffixes + merge) only when sharing saves at
 # least this many bytes of KV reads, (B - G) * max_prefix_len * (K+V bytes per token);
 # below it the prefix is small enough that the per-row kernel reads it from L2 anyway, and
 # per-row programs reading prefix ++ suffix directly (no merge launch) are as fast.
-CASCADE_MIN_SAVED_BYTES = 16 * 2**20
+CASCADE_MIN_SAVED_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
 class KernelTuning:
     """Launch knobs; the defaults are what the H200 benchmark chose (docs/KERNELS.md)."""
     split_tokens: int | None = None  # KV tokens per program (rounded to block_n); None: auto
-    block_n: int = 64  # KV tokens per loop step of the per-row programs
-    tile_block_n: int = 64  # KV tokens per loop step of the prefix tiles
+    # KV tokens per loop step of the per-row programs; None: 128 alone, 64 beside prefix tiles
+    block_n: int | None = None
+    # KV tokens per loop step of the prefix tiles; None: 32 when the per-row work dominates
+    # (fewer registers, more per-row programs resident), 64 when the tiles' tl.dot dominates
+    tile_block_n: int | None = None
     block_m: int = 64  # prefix tile rows: (requests of one group) x (GQA heads), >= 16
     fuse: bool = True  # prefix tiles and per-row programs in one launch (else two)
     use_dot: bool = True  # per-row programs: tl.dot, GQA heads padded to 16 (else CUDA cores)
@@ -52,6 +59,8 @@ class _Plan:
     row_splits: int
     row_split_len: int
     row_has_prefix: bool  # per-row programs read their group's prefix themselves
+    block_n: int
+    tile_block_n: int
 
     @property
     def direct_out(self) -> bool:
@@ -88,17 +97,19 @@ def _plan(batch: int, groups: int, kvh: int, gqa: int, max_prefix: int, max_rows
           cascade: bool, row_has_prefix: bool, tuning: KernelTuning, device: torch.device
           ) -> _Plan:
     """max_rows: KV tokens a per-row program may see (suffix, or prefix + suffix)."""
-    target = PROGRAMS_PER_SM * _num_sms(device)
     n_tiles = groups + max(batch - groups, 0) // max(1, tuning.block_m // gqa) if cascade else 0
+    tile_work, row_work = n_tiles * kvh * max_prefix, batch * kvh * max_rows
+    block_n = tuning.block_n or (64 if cascade else 128)
+    tile_block_n = tuning.tile_block_n or (32 if row_work >= tile_work else 64)
     if tuning.split_tokens is not None:
         chunk = tuning.split_tokens
     else:
-        work = n_tiles * kvh * max_prefix + batch * kvh * max_rows
-        chunk = max(MIN_SPLIT_TOKENS, _cdiv(work, target))
-    p_splits, p_len = (_splits(max_prefix, chunk, tuning.tile_block_n) if cascade
-                       else (0, tuning.tile_block_n))
-    r_splits, r_len = _splits(max_rows, chunk, tuning.block_n)
-    return _Plan(n_tiles, p_splits, p_len, r_splits, r_len, row_has_prefix)
+        per_sm = CASCADE_PROGRAMS_PER_SM if cascade else ROW_PROGRAMS_PER_SM
+        chunk = max(MIN_SPLIT_TOKENS, _cdiv(tile_work + row_work, per_sm * _num_sms(device)))
+    p_splits, p_len = _splits(max_prefix, chunk, tile_block_n) if cascade else (0, tile_block_n)
+    r_splits, r_len = _splits(max_rows, chunk, block_n)
+    return _Plan(n_tiles, p_splits, p_len, r_splits, r_len, row_has_prefix, block_n,
+                 tile_block_n)
 
 
 def choose_shared_prefix_strategy(batch: int, num_groups: int, max_prefix_tokens: int,
@@ -218,7 +229,7 @@ def _launch(plan: _Plan, tuning: KernelTuning, q, k_cache, v_cache, tables, lens
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             tables.stride(0), ptables.stride(0), out.stride(0), out.stride(1),
             KVH=kvh, GQA=gqa, HEAD_DIM=d, PAGE=page, BLOCK_H=block_h, BLOCK_M=block_m,
-            BLOCK_N=tuning.block_n, TILE_BLOCK_N=tuning.tile_block_n,
+            BLOCK_N=plan.block_n, TILE_BLOCK_N=plan.tile_block_n,
             BLOCK_G=triton_next_pow2(groups + 1), PREFIX_TILES=tiles, ROW_PROGRAMS=rows,
             ROW_HAS_PREFIX=plan.row_has_prefix, DIRECT_OUT=plan.direct_out, USE_DOT=use_dot,
             num_warps=num_warps, num_stages=tuning.num_stages)

@@ -63,7 +63,9 @@ def ci_cases(jit) -> dict:
     """A few launch configurations the wrappers produce, one per distinct code path."""
     return {
         "fused MHA, dot rows": (jit._decode_partial_kernel, decode_constexprs(
-            block_h=16, use_dot=True), 4),
+            block_h=16, use_dot=True, tile_block_n=32), 4),
+        "paged MHA, dot rows, block_n 128": (jit._decode_partial_kernel, decode_constexprs(
+            tiles=False, block_h=16, use_dot=True, block_n=128, direct_out=True), 4),
         "fused GQA 4, dot rows, prefix": (jit._decode_partial_kernel, decode_constexprs(
             kvh=8, gqa=4, block_h=16, use_dot=True, row_has_prefix=True), 4),
         "paged direct, GQA 3 elementwise": (jit._decode_partial_kernel, decode_constexprs(
