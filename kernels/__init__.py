@@ -5,9 +5,10 @@ torch only; Triton is imported on the first kernel launch (so ``TRITON_INTERPRET
 set until then). On CPU tensors without ``TRITON_INTERPRET=1`` the public functions fall back
 to the PyTorch references (fp32), so callers never need a GPU to import or call them.
 """
-from .decode import (KernelTuning, choose_shared_prefix_strategy, merge_attention_states,
-                     paged_decode_attention, paged_decode_workspace_numel, shared_prefix_decode_attention,
-                     shared_prefix_decode_workspace_numel)
+from .decode import (merge_attention_states, paged_decode_attention,
+                     shared_prefix_decode_attention)
+from .plan import (KernelTuning, choose_shared_prefix_strategy, paged_decode_workspace_numel,
+                   shared_prefix_decode_workspace_numel)
 from .reference import (reference_merge_attention_states, reference_paged_decode_attention,
                         reference_shared_prefix_decode_attention)
 

@@ -201,7 +201,6 @@ def sweep(timer) -> list[str]:
                     ms = f"failed: {type(e).__name__}"
                 lines.append(f"| {b}/{p}/{s}/{kvh} | {kernel} | {name} | {ms} |")
                 print(lines[-1], flush=True)
-        del sh, runs
         torch.cuda.empty_cache()
     return lines
 
