@@ -1,0 +1,248 @@
+"""parrot-bench: compare scheduling policies and frontend modes on one workload.
+
+    parrot-bench --workload chain_summary --compare app_centric,least_queue:baseline --out DIR
+    parrot-bench --workload map_reduce --compare app_centric,latency_centric --out DIR
+    parrot-bench --workload chain_summary --mode live --config policies.yaml --out DIR
+
+Simulation (default) runs a Manager and N simulated engines (latency profile of LLaMA-13B on an
+A100 by default) on a virtual clock: deterministic for a seed, minutes of traffic in seconds.
+Live mode starts parrot-serve from --config with each policy and runs the same workload over
+HTTP in real time. Writes DIR/results.json and PNG plots; prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from parrot.sim.cluster import ClusterConfigError, ClusterSpec
+from parrot.sim.compare import (CompareError, Settings, Variant, VariantRun, parse_variants,
+                                results_json, run_variant)
+from parrot.sim.workloads.apps import WORKLOADS
+from parrot.sim.workloads.base import AppRecord
+from parrot.sim.workloads.spec import WorkloadConfigError, WorkloadSpec
+
+DEFAULT_COMPARE = {
+    "chain_summary": "app_centric,least_queue:baseline",
+    "chain_summary_bg": "app_centric,app_centric_fifo,least_queue:baseline",
+    "map_reduce": "app_centric,latency_centric,latency_centric:baseline",
+}
+DEFAULT_CHAT_RATE = {"chain_summary_bg": 1.0}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="parrot-bench", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
+    p.add_argument("--compare", help="comma-separated policy[:parrot|baseline] items "
+                   "(default depends on the workload, e.g. app_centric,least_queue:baseline)")
+    p.add_argument("--mode", choices=("sim", "live"), default="sim")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--engines", type=int, default=1, help="simulated engines (sim mode)")
+    p.add_argument("--out", required=True, type=Path, help="output directory")
+    p.add_argument("--reference", help="variant the speedups are relative to "
+                   "(default: the last one of --compare)")
+    w = p.add_argument_group("workload")
+    w.add_argument("--apps", type=int, default=1, help="main applications, one after another")
+    w.add_argument("--doc-tokens", type=int, default=20_480)
+    w.add_argument("--chunk-tokens", type=int, default=1024)
+    w.add_argument("--output-tokens", type=int, default=50)
+    w.add_argument("--chat-rate", type=float, help="background chat requests/s "
+                   "(default 1.0 for chain_summary_bg, else 0)")
+    w.add_argument("--chat-prompt-tokens", default="128:1024", metavar="LOW:HIGH")
+    w.add_argument("--chat-output-tokens", default="64:512", metavar="LOW:HIGH")
+    w.add_argument("--max-chat-s", type=float, default=3600.0,
+                   help="no chat arrives after this many seconds")
+    c = p.add_argument_group("cluster")
+    c.add_argument("--profile", default="a100_llama13b",
+                   help="latency profile (name in configs/profiles/ or a path)")
+    c.add_argument("--latency-capacity", type=int, default=6144)
+    c.add_argument("--throughput-capacity", type=int, default=32768)
+    c.add_argument("--network-delay-ms", default="200:300", metavar="LOW:HIGH",
+                   help="uniform delay of every client-service message")
+    c.add_argument("--policy-param", action="append", default=[], metavar="POLICY.KEY=VALUE",
+                   help="e.g. latency_centric.token_capacity=4096 (repeatable)")
+    c.add_argument("--config", help="live mode: parrot-serve YAML (default policies.yaml)")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def _range(parser: argparse.ArgumentParser, option: str, text: str,
+           kind: type = int) -> tuple[Any, Any]:
+    try:
+        low, high = (kind(x) for x in text.split(":"))
+    except ValueError:
+        parser.error(f"{option}: {text!r} is not valid; expected LOW:HIGH, e.g. 200:300")
+    return low, high
+
+
+def _policy_params(parser: argparse.ArgumentParser,
+                   items: Sequence[str]) -> dict[str, dict[str, Any]]:
+    params: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        policy, dot, name = key.rpartition(".")
+        if not sep or not dot or not policy or not name:
+            parser.error(f"--policy-param: {item!r} is not valid; expected POLICY.KEY=VALUE, "
+                         "e.g. latency_centric.token_capacity=4096")
+        params.setdefault(policy, {})[name] = yaml.safe_load(value)
+    return params
+
+
+def parse_settings(parser: argparse.ArgumentParser,
+                   args: argparse.Namespace) -> tuple[Settings, list[Variant], Variant]:
+    try:
+        variants = parse_variants(args.compare or DEFAULT_COMPARE[args.workload])
+        chat_rate = args.chat_rate if args.chat_rate is not None \
+            else DEFAULT_CHAT_RATE.get(args.workload, 0.0)
+        workload = WorkloadSpec(
+            doc_tokens=args.doc_tokens, chunk_tokens=args.chunk_tokens,
+            output_tokens=args.output_tokens, num_apps=args.apps, chat_rate=chat_rate,
+            chat_prompt_tokens=_range(parser, "--chat-prompt-tokens", args.chat_prompt_tokens),
+            chat_output_tokens=_range(parser, "--chat-output-tokens", args.chat_output_tokens),
+            max_chat_s=args.max_chat_s, seed=args.seed)
+        low, high = _range(parser, "--network-delay-ms", args.network_delay_ms, float)
+        cluster = ClusterSpec(num_engines=args.engines, profile=args.profile,
+                              latency_capacity=args.latency_capacity,
+                              throughput_capacity=args.throughput_capacity,
+                              network_delay_s=(low / 1000.0, high / 1000.0))
+        settings = Settings(args.workload, args.mode == "live", args.seed, cluster, workload,
+                            _policy_params(parser, args.policy_param), args.config)
+        for variant in variants:  # unknown policies and bad params fail before any run
+            ClusterSpec(policy=variant.registry_name, policy_params=settings.params_for(variant),
+                        profile=args.profile)
+        unused = sorted(set(settings.policy_params) - {v.policy for v in variants})
+        if unused:
+            raise CompareError(f"--policy-param: {unused} not in --compare "
+                               f"{[v.policy for v in variants]}")
+        reference = variants[-1]
+        if args.reference is not None:
+            matches = [v for v in variants if args.reference in (v.label, v.policy)]
+            if len(matches) != 1:
+                raise CompareError(f"--reference: {args.reference!r} must name one variant of "
+                                   f"{[v.label for v in variants]}")
+            reference = matches[0]
+    except (CompareError, WorkloadConfigError, ClusterConfigError, ValueError) as exc:
+        parser.error(str(exc))
+    return settings, variants, reference
+
+
+class Progress:
+    """A one-line text progress bar on stderr."""
+
+    def __init__(self, num_variants: int, num_apps: int, quiet: bool) -> None:
+        self.num_variants, self.num_apps, self.quiet = num_variants, num_apps, quiet
+        self.index, self.label, self.done, self.chats = 0, "", 0, 0
+        self.started = time.perf_counter()
+
+    def begin(self, index: int, label: str) -> None:
+        self.index, self.label, self.done, self.chats = index, label, 0, 0
+        self.started = time.perf_counter()
+        self._draw()
+
+    def app(self, record: AppRecord) -> None:
+        if record.is_main:
+            self.done += 1
+        else:
+            self.chats += 1
+        if record.is_main or self.chats % 25 == 0:
+            self._draw()
+
+    def end(self, status: str) -> None:
+        self._draw(f" {status} in {time.perf_counter() - self.started:.1f}s\n")
+
+    def _draw(self, tail: str = "") -> None:
+        if self.quiet:
+            return
+        width = 24
+        filled = int(width * self.done / max(self.num_apps, 1))
+        chats = f" +{self.chats} chats" if self.chats else ""
+        sys.stderr.write(f"\r[{self.index}/{self.num_variants}] {self.label:<32} "
+                         f"[{'#' * filled}{'.' * (width - filled)}] "
+                         f"{self.done}/{self.num_apps} apps{chats}{tail}")
+        sys.stderr.flush()
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def format_table(results: dict[str, Any]) -> str:
+    head = ("variant", "status", "apps", "mean s", "p50 s", "p99 s", "s/out-tok",
+            "tok/s", "prefix hit", "speedup")
+    rows = [head]
+    for label, v in results["variants"].items():
+        lat = v["e2e_latency_s"]
+        norm = (v.get("normalized_latency_s_per_token") or {}).get("mean")
+        rate = (v.get("throughput") or {}).get("output_tokens_per_s")
+        hit = v.get("prefix_hit_rate")
+        rows.append((label, v["status"], _fmt(v.get("num_apps")), _fmt(lat["mean"]),
+                     _fmt(lat["p50"]), _fmt(lat["p99"]), _fmt(norm, 4), _fmt(rate, 1),
+                     "-" if hit is None else f"{hit:.0%}",
+                     _fmt(results["speedup_vs_reference"][label]) + "x"
+                     if results["speedup_vs_reference"][label] else "-"))
+        bg = v.get("background")
+        if bg:
+            bl = bg["e2e_latency_s"]
+            bn = bg["normalized_latency_s_per_token"]["mean"]
+            rows.append(("  background chat", "", _fmt(bg["num_apps"]), _fmt(bl["mean"]),
+                         _fmt(bl["p50"]), _fmt(bl["p99"]), _fmt(bn, 4), "", "", ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                       for i, (cell, w) in enumerate(zip(row, widths))) for row in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    title = (f"{results['workload']} ({results['mode']}, seed {results['seed']}); "
+             f"speedup = mean E2E of {results['reference']} / mean E2E")
+    return "\n".join([title, *lines])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    settings, variants, reference = parse_settings(parser, args)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        parser.error(f"--out: cannot create {str(args.out)!r}: {exc}")
+    progress = Progress(len(variants), settings.workload_spec.num_apps, args.quiet)
+    runs: list[VariantRun] = []
+    for i, variant in enumerate(variants, 1):
+        progress.begin(i, variant.label)
+        run = run_variant(settings, variant, on_app=progress.app)
+        progress.end(run.status)
+        runs.append(run)
+    results = results_json(settings, runs, reference)
+    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    table = format_table(results)
+    (args.out / "table.txt").write_text(table + "\n")
+    print(table)
+    if not args.no_plots:
+        _plots(settings, runs, args.out)
+    print(f"\nwrote {args.out / 'results.json'}")
+    return 0 if all(r.status == "ok" for r in runs) else 1
+
+
+def _plots(settings: Settings, runs: list[VariantRun], out: Path) -> None:
+    from parrot.sim.plots import latency_cdf, timeline
+
+    ok = [r for r in runs if r.result is not None]
+    title = f"{settings.workload} ({'live' if settings.live else 'sim'})"
+    latency_cdf([(r.variant.label, r.records) for r in ok], out / "latency_cdf.png", title)
+    for r in ok:
+        name = r.variant.label.replace(":", "_").replace(".", "_").replace("/", "_")
+        timeline(r.variant.label, r.records, out / f"timeline_{name}.png", title)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Figures of one run: end-to-end latency per application, throughput, prefix hits.
+
+Pure functions of a `RunResult`; the JSON shape they produce is what results.json holds per
+variant (see docs/BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Sequence
+
+from parrot.sim.workloads.base import AppRecord
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), linear between closest ranks (numpy's default)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def distribution(values: Sequence[float]) -> dict[str, float | None]:
+    if not values:
+        return {"mean": None, "p50": None, "p99": None}
+    return {"mean": sum(values) / len(values), "p50": percentile(values, 50),
+            "p99": percentile(values, 99)}
+
+
+def _apps_summary(records: Sequence[AppRecord]) -> dict[str, Any]:
+    ok = [r for r in records if r.error is None]
+    return {
+        "num_apps": len(records),
+        "num_failed": len(records) - len(ok),
+        "e2e_latency_s": distribution([r.latency_s for r in ok]),
+        "normalized_latency_s_per_token": distribution(
+            [r.latency_s / r.output_tokens for r in ok if r.output_tokens]),
+        "output_tokens": sum(r.output_tokens for r in ok),
+    }
+
+
+def prefix_stats(engines: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    hits = sum(e.get("prefix_hits", 0) for e in engines)
+    misses = sum(e.get("prefix_misses", 0) for e in engines)
+    return {"prefix_hits": hits, "prefix_misses": misses,
+            "prefix_hit_rate": hits / (hits + misses) if hits + misses else None}
+
+
+def summarize(records: Sequence[AppRecord], engines: Sequence[dict[str, Any]],
+              duration_s: float) -> dict[str, Any]:
+    """The per-variant figures: the main applications' latencies first, then chat, engines."""
+    main = [r for r in records if r.is_main]
+    background = [r for r in records if not r.is_main]
+    summary = _apps_summary(main)
+    calls = [c for r in main for c in r.calls
+             if c.ready is not None and c.dispatched is not None]
+    summary["queue_s_per_call"] = distribution([c.dispatched - c.ready for c in calls])
+    all_tokens = sum(r.output_tokens for r in records if r.error is None)
+    summary["throughput"] = {
+        "duration_s": duration_s,
+        "apps_per_s": len(main) / duration_s if duration_s > 0 else None,
+        "output_tokens_per_s": all_tokens / duration_s if duration_s > 0 else None,
+    }
+    if background:
+        summary["background"] = _apps_summary(background)
+    summary.update(prefix_stats(engines))
+    summary["engines"] = list(engines)
+    return summary

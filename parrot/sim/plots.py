@@ -1,0 +1,91 @@
+"""PNG plots of a comparison (matplotlib, Agg backend; imported only when plotting)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from parrot.sim.workloads.base import AppRecord
+
+KIND_COLORS = {"chain_summary": "tab:blue", "map_reduce": "tab:green", "chat": "tab:gray"}
+MAX_BARS = 20_000  # keep huge runs plottable; the earliest calls are drawn
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def latency_cdf(runs: Sequence[tuple[str, Sequence[AppRecord]]], path: Path,
+                title: str) -> None:
+    """CDF of the main applications' end-to-end latency (and background chat, dashed)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (label, records) in enumerate(runs):
+        color = f"C{i}"
+        for is_main, style in ((True, "-"), (False, "--")):
+            values = sorted(r.latency_s for r in records
+                            if r.is_main == is_main and r.error is None)
+            if not values:
+                continue
+            ys = [(k + 1) / len(values) for k in range(len(values))]
+            name = label if is_main else f"{label} (background chat)"
+            ax.step(values, ys, style, where="post", color=color, label=name)
+    ax.set_xlabel("end-to-end latency per application (s)")
+    ax.set_ylabel("fraction of applications")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def timeline(label: str, records: Sequence[AppRecord], path: Path, title: str) -> None:
+    """One row per engine; a bar per call from dispatch to finish, coloured by application
+    kind (the main apps get distinct shades), hatched when the call ran as THROUGHPUT."""
+    plt = _pyplot()
+    calls = sorted((c for r in records for c in r.calls
+                    if c.engine and c.dispatched is not None and c.finished is not None),
+                   key=lambda c: c.dispatched)[:MAX_BARS]
+    engines = sorted({c.engine for c in calls}, key=_engine_order)
+    row = {e: i for i, e in enumerate(engines)}
+    origin = min((r.started for r in records), default=0.0)
+    main_ids = sorted({r.app_id for r in records if r.is_main})
+    shade = {app: i for i, app in enumerate(main_ids)}
+    height = max(2.5, min(0.35 * len(engines) + 1.5, 24))
+    fig, ax = plt.subplots(figsize=(11, height))
+    seen: set[str] = set()
+    for call in calls:
+        is_main = call.app_id in shade
+        color = KIND_COLORS.get(call.kind, "tab:orange")
+        if is_main and len(main_ids) > 1:
+            color = plt.get_cmap("tab10")(shade[call.app_id] % 10)
+        throughput = call.criterion == "throughput"
+        key = f"{call.kind} ({call.criterion or 'none'})"
+        ax.barh(row[call.engine] + (0.0 if is_main else 0.2), call.finished - call.dispatched,
+                left=call.dispatched - origin, height=0.5 if is_main else 0.25,
+                color=color, alpha=0.85 if is_main else 0.4, edgecolor="black",
+                linewidth=0.3, hatch="//" if throughput else None,
+                label=None if key in seen else key)
+        seen.add(key)
+    ax.set_yticks(range(len(engines)), engines, fontsize=7 if len(engines) > 16 else 9)
+    ax.invert_yaxis()
+    ax.set_xlabel("time since the run started (s)")
+    ax.set_title(f"{title}: {label}")
+    if seen:
+        ax.legend(fontsize=8, loc="upper right")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _engine_order(name: str) -> tuple[str, int]:
+    stem, _, number = name.rpartition("-")
+    return (stem, int(number)) if number.isdigit() else (name, 0)

@@ -1,0 +1,179 @@
+"""The benchmark applications: chain summary, map-reduce summary and background chat.
+
+Each takes an `Env` (a simulated or live cluster) and a `WorkloadSpec` and returns one
+`AppRecord` per application. The application code is the same in parrot and baseline mode
+(the Session decides how calls reach the service), with one documented exception in
+map-reduce.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import parrot
+from parrot.sim.workloads.base import AppRecord, Env, app_session, get_latency, sampling
+from parrot.sim.workloads.documents import CHARS_PER_TOKEN, chunk_document, stdlib_document
+from parrot.sim.workloads.spec import WorkloadSpec
+
+FIRST_SUMMARY = """\
+Summarize the following text in one or two sentences.
+Text: {{input:chunk}}
+Summary: {{output:summary}}"""
+
+REFINE_SUMMARY = """\
+Here is a summary of a document so far: {{input:previous}}
+Continue it with the main point of the next part of the document, in one or two sentences.
+Next part: {{input:chunk}}
+Updated summary: {{output:summary}}"""
+
+MAP_SUMMARY = """\
+Summarize the following text in one sentence.
+Text: {{input:chunk}}
+Summary: {{output:summary}}"""
+
+CHAT = """\
+You are a helpful assistant. Answer the user's message.
+User: {{input:message}}
+Assistant: {{output:reply}}"""
+
+
+def documents(spec: WorkloadSpec) -> list[list[str]]:
+    """`num_apps` different documents of `doc_tokens` tokens each (consecutive windows of the
+    stdlib documentation, wrapping around), already split into chunks."""
+    # A literal "{{name:" would read as a placeholder once the baseline client renders it.
+    text = stdlib_document().replace("{{", "{ {")
+    width = spec.doc_tokens * CHARS_PER_TOKEN
+    if width > len(text):
+        raise ValueError(f"doc_tokens: {spec.doc_tokens} is more than the whole document "
+                         f"(~{len(text) // CHARS_PER_TOKEN} tokens)")
+    docs = []
+    for i in range(spec.num_apps):
+        start = (i * width) % (len(text) - width + 1)
+        docs.append(chunk_document(text[start:start + width], spec.chunk_tokens))
+    return docs
+
+
+async def chain_summary(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
+    """Applications one after another (the paper's single-app setting); with `chat_rate` > 0,
+    background chat arrives meanwhile."""
+    docs = await asyncio.to_thread(documents, spec)  # tokenising is blocking work
+    chat = BackgroundChat(env, spec) if spec.chat_rate > 0 else None
+    records: list[AppRecord] = []
+    if chat is not None:
+        chat.start()
+    try:
+        for i, chunks in enumerate(docs):
+            records.append(await _one_chain(env, f"chain-{i}", chunks, spec.output_tokens))
+    finally:
+        if chat is not None:
+            records.extend(await chat.stop())
+    return records
+
+
+async def _one_chain(env: Env, app_id: str, chunks: list[str], output_tokens: int) -> AppRecord:
+    first = parrot.semantic_function(prompt=FIRST_SUMMARY, name="first_summary",
+                                     **sampling(output_tokens))
+    refine = parrot.semantic_function(prompt=REFINE_SUMMARY, name="refine_summary",
+                                      **sampling(output_tokens))
+    async with app_session(env, app_id, "chain_summary", is_main=True,
+                           output_tokens=output_tokens * len(chunks)) as record:
+        summary = first(chunk=chunks[0])
+        for chunk in chunks[1:]:
+            summary = refine(previous=summary, chunk=chunk)
+        await get_latency(summary)
+        record.finished = env.now()
+    return record
+
+
+async def map_reduce(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
+    docs = await asyncio.to_thread(documents, spec)
+    chat = BackgroundChat(env, spec) if spec.chat_rate > 0 else None
+    records: list[AppRecord] = []
+    if chat is not None:
+        chat.start()
+    try:
+        for i, chunks in enumerate(docs):
+            records.append(await _one_map_reduce(env, f"mapreduce-{i}", chunks,
+                                                 spec.output_tokens))
+    finally:
+        if chat is not None:
+            records.extend(await chat.stop())
+    return records
+
+
+async def _one_map_reduce(env: Env, app_id: str, chunks: list[str],
+                          output_tokens: int) -> AppRecord:
+    mapper = parrot.semantic_function(prompt=MAP_SUMMARY, name="map_summary",
+                                      **sampling(output_tokens))
+    parts_text = "\n".join(f"- {{{{input:part{i}}}}}" for i in range(len(chunks)))
+    reducer = parrot.semantic_function(
+        prompt=("Combine these partial summaries of one document into a short overall "
+                f"summary.\n{parts_text}\nOverall summary: {{{{output:summary}}}}"),
+        name="reduce_summary", **sampling(output_tokens))
+    async with app_session(env, app_id, "map_reduce", is_main=True,
+                           output_tokens=output_tokens * (len(chunks) + 1)) as record:
+        parts = [mapper(chunk=chunk) for chunk in chunks]
+        if env.mode == "baseline":
+            # LangChain's map step returns every map's completion to the client at once; the
+            # frontend's baseline would instead `get` a consumer's inputs one after another
+            # (one network delay each, serially), which no real client pays. Fetch them
+            # concurrently, then render the reduce with the values, as LangChain does.
+            values = await asyncio.gather(*(get_latency(p) for p in parts))
+            final = reducer(**{f"part{i}": v for i, v in enumerate(values)})
+        else:
+            final = reducer(**{f"part{i}": part for i, part in enumerate(parts)})
+        await get_latency(final)
+        record.finished = env.now()
+    return record
+
+
+class BackgroundChat:
+    """Poisson arrivals of single latency-sensitive chat calls, until `stop()`."""
+
+    def __init__(self, env: Env, spec: WorkloadSpec) -> None:
+        self._env, self._spec = env, spec
+        self._rng = random.Random(f"chat|{spec.seed}")
+        self._text = stdlib_document()
+        self._arrivals: asyncio.Task | None = None
+        self._chats: list[asyncio.Task[AppRecord]] = []
+
+    def start(self) -> None:
+        self._arrivals = asyncio.create_task(self._arrive(), name="background-chat")
+
+    async def stop(self) -> list[AppRecord]:
+        """No new arrivals; wait for the chats in flight (their latencies are reported)."""
+        assert self._arrivals is not None
+        self._arrivals.cancel()
+        await asyncio.gather(self._arrivals, return_exceptions=True)
+        return list(await asyncio.gather(*self._chats))
+
+    async def _arrive(self) -> None:
+        spec, rng = self._spec, self._rng
+        loop = asyncio.get_running_loop()
+        horizon = loop.time() + spec.max_chat_s
+        for i in range(1_000_000):
+            await asyncio.sleep(rng.expovariate(spec.chat_rate))
+            if loop.time() > horizon:
+                return
+            prompt_tokens = rng.randint(*spec.chat_prompt_tokens)
+            output_tokens = rng.randint(*spec.chat_output_tokens)
+            start = rng.randrange(len(self._text) - prompt_tokens * CHARS_PER_TOKEN)
+            message = self._text[start:start + prompt_tokens * CHARS_PER_TOKEN]
+            self._chats.append(asyncio.create_task(
+                self._chat(f"chat-{i}", message, output_tokens), name=f"chat-{i}"))
+
+    async def _chat(self, app_id: str, message: str, output_tokens: int) -> AppRecord:
+        chat = parrot.semantic_function(prompt=CHAT, name="chat", **sampling(output_tokens))
+        async with app_session(self._env, app_id, "chat", is_main=False,
+                               output_tokens=output_tokens) as record:
+            await get_latency(chat(message=message))
+            record.finished = self._env.now()
+        return record
+
+
+WORKLOADS = {
+    "chain_summary": chain_summary,
+    "chain_summary_bg": chain_summary,   # the same app; the CLI sets a chat rate
+    "map_reduce": map_reduce,
+}

@@ -1,0 +1,112 @@
+"""What a workload sees of the cluster it runs on, and what it records per application.
+
+A workload is an async function `run(env, spec) -> list[AppRecord]`. It opens one frontend
+Session per application through `env.session(app_id)` (parrot or baseline mode, with the
+network delay of that application already attached), measures end-to-end latency on the
+loop's clock (virtual in simulation, real in live mode) and fetches the session's graph before
+closing it, so the per-call timings and engines survive for the timeline plot.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Protocol
+
+import parrot
+from parrot.frontend.session import Session
+from parrot.sim.network import NetworkDelay
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One LLM call as the service ran it (from the session graph)."""
+
+    app_id: str
+    kind: str                       # the application's kind: chain_summary, chat, map_reduce
+    engine: str | None
+    criterion: str | None
+    submitted: float | None
+    ready: float | None             # all inputs known: queued for the policy from here
+    dispatched: float | None
+    finished: float | None
+    state: str
+
+
+@dataclass
+class AppRecord:
+    """One application run: its end-to-end latency and how many tokens it generated."""
+
+    app_id: str
+    kind: str
+    is_main: bool                   # the app under test (chat traffic is background)
+    started: float
+    finished: float
+    output_tokens: int
+    calls: list[CallRecord] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def latency_s(self) -> float:
+        return self.finished - self.started
+
+    def to_json(self) -> dict[str, Any]:
+        return {"app_id": self.app_id, "kind": self.kind, "is_main": self.is_main,
+                "started": self.started, "finished": self.finished,
+                "latency_s": self.latency_s, "output_tokens": self.output_tokens,
+                "num_calls": len(self.calls), "error": self.error}
+
+
+class Env(Protocol):
+    """The cluster a workload runs against (simulated or live)."""
+
+    mode: str                                   # "parrot" or "baseline"
+
+    def new_session(self, app_id: str) -> tuple[Session, NetworkDelay]: ...
+
+    def now(self) -> float: ...
+
+    def app_done(self, record: AppRecord) -> None: ...
+
+
+def sampling(max_tokens: int) -> dict[str, Any]:
+    """Fixed-length outputs, so every mode and engine generates the same number of tokens."""
+    return {"max_tokens": max_tokens, "ignore_eos": True}
+
+
+@asynccontextmanager
+async def app_session(env: Env, app_id: str, kind: str, *, is_main: bool,
+                      output_tokens: int) -> AsyncIterator[AppRecord]:
+    """Open a session for one application and time it; the body sets `record.finished`
+    (when the final `get` returns). The graph is read (without network delay) before the
+    session is deleted."""
+    session, network = env.new_session(app_id)
+    record = AppRecord(app_id, kind, is_main, env.now(), float("nan"), output_tokens)
+    async with session:
+        try:
+            yield record
+        except Exception as exc:  # noqa: BLE001 - a failed app is reported, not fatal
+            record.error = f"{type(exc).__name__}: {exc}"
+            record.finished = env.now()
+        network.stop()  # reading the graph and closing are bookkeeping, not the application
+        record.calls = calls_of(app_id, kind, await session.graph())
+    env.app_done(record)
+
+
+def calls_of(app_id: str, kind: str, graph: dict[str, Any]) -> list[CallRecord]:
+    calls = []
+    for node in graph.get("nodes", []):
+        if node.get("kind") != "call":
+            continue
+        timings = node.get("timings") or {}
+        calls.append(CallRecord(app_id, kind, node.get("engine"), node.get("criterion"),
+                                timings.get("submitted"), timings.get("ready"),
+                                timings.get("dispatched"), timings.get("finished"),
+                                node.get("state", "")))
+    calls.sort(key=lambda c: (c.dispatched is None, c.dispatched or 0.0))
+    return calls
+
+
+async def get_latency(var: parrot.SemanticVariable) -> str:
+    return await var.aget(parrot.LATENCY)
+
