@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import yaml
 
+from parrot.errors import InvalidRequestError
 from parrot.sim.cluster import ClusterConfigError, ClusterSpec
 from parrot.sim.compare import (CompareError, Settings, Variant, VariantRun, parse_variants,
                                 results_json, run_variant)
@@ -117,13 +118,13 @@ def parse_settings(parser: argparse.ArgumentParser,
                               network_delay_s=(low / 1000.0, high / 1000.0))
         settings = Settings(args.workload, args.mode == "live", args.seed, cluster, workload,
                             _policy_params(parser, args.policy_param), args.config)
-        for variant in variants:  # unknown policies and bad params fail before any run
-            ClusterSpec(policy=variant.registry_name, policy_params=settings.params_for(variant),
-                        profile=args.profile)
         unused = sorted(set(settings.policy_params) - {v.policy for v in variants})
         if unused:
             raise CompareError(f"--policy-param: {unused} not in --compare "
                                f"{[v.policy for v in variants]}")
+        for variant in variants:  # unknown policies and bad params fail before any run
+            ClusterSpec(policy=variant.registry_name, policy_params=settings.params_for(variant),
+                        profile=args.profile)
         reference = variants[-1]
         if args.reference is not None:
             matches = [v for v in variants if args.reference in (v.label, v.policy)]
@@ -131,7 +132,8 @@ def parse_settings(parser: argparse.ArgumentParser,
                 raise CompareError(f"--reference: {args.reference!r} must name one variant of "
                                    f"{[v.label for v in variants]}")
             reference = matches[0]
-    except (CompareError, WorkloadConfigError, ClusterConfigError, ValueError) as exc:
+    except (CompareError, WorkloadConfigError, ClusterConfigError, ValueError,
+            InvalidRequestError) as exc:  # policy and engine config errors are the latter
         parser.error(str(exc))
     return settings, variants, reference
 

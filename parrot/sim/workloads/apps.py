@@ -42,7 +42,9 @@ def documents(spec: WorkloadSpec) -> list[list[str]]:
     """`num_apps` different documents of `doc_tokens` tokens each (consecutive windows of the
     stdlib documentation, wrapping around), already split into chunks."""
     # A literal "{{name:" would read as a placeholder once the baseline client renders it.
-    text = stdlib_document().replace("{{", "{ {")
+    text = stdlib_document()
+    while "{{" in text:
+        text = text.replace("{{", "{ {")
     width = spec.doc_tokens * CHARS_PER_TOKEN
     if width > len(text):
         raise ValueError(f"doc_tokens: {spec.doc_tokens} is more than the whole document "
