@@ -11,12 +11,15 @@ come as one flat batch: the decode rows first (one token each), then the prefill
 from __future__ import annotations
 
 import importlib
+import logging
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -109,6 +112,9 @@ def load_kernels() -> ModuleType | None:
     try:
         module = importlib.import_module("parrot_kernels")
     except ImportError:
+        return None
+    except Exception:  # a broken install must not take the engine down: torch path
+        log.exception("parrot_kernels failed to import; using the torch decode path")
         return None
     return module if hasattr(module, "paged_decode_attention") else None
 

@@ -218,7 +218,13 @@ class BuiltinEngine(Engine):
     async def _run(self) -> None:
         while not self._closing:
             self._wake.clear()
-            batch = self._scheduler.schedule()
+            try:
+                batch = self._scheduler.schedule()
+            except Exception as exc:  # a bug in scheduling: fail what is queued, keep serving
+                log.exception("scheduling failed")
+                for work in self._scheduler.works:
+                    work.fail(EngineError(f"scheduling failed: {exc!r}"))
+                continue
             if batch is None:
                 await self._wake.wait()
                 continue

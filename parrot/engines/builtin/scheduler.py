@@ -148,24 +148,27 @@ class Scheduler:
             parent.num_waiting_children -= 1
             if parent.is_freed:
                 self._release_freed()
-        ctx.token_ids.extend(work.new_tokens)
-        if not work.is_fill:
-            work.stream = TextStream(work.tokenizer, ctx.token_ids, work.sampling.stop)
         work.is_started = True
         ctx.last_used = self._iteration
-        if len(ctx.token_ids) > self.max_context_len:
+        new_len = len(ctx.token_ids) + len(work.new_tokens)
+        if new_len > self.max_context_len:  # the parent grew while this fork waited
             work.fail(PromptTooLongError(
-                f"context {ctx.context_id!r} would hold {len(ctx.token_ids)} tokens; "
+                f"context {ctx.context_id!r} would hold {new_len} tokens; "
                 f"max_context_len is {self.max_context_len}"))
-        elif not work.is_fill and not ctx.token_ids:
+            return
+        ctx.token_ids.extend(work.new_tokens)
+        if work.is_fill:
+            if ctx.num_computed >= ctx.target_computed:
+                self._complete_fill(work)
+        elif not ctx.token_ids:
             work.fail(InvalidRequestError(
                 f"generate on context {ctx.context_id!r}, which holds no tokens"))
-        elif not work.is_fill and len(ctx.token_ids) >= self.max_context_len:
+        elif len(ctx.token_ids) >= self.max_context_len:
             work.fail(PromptTooLongError(
                 f"context {ctx.context_id!r} already fills max_context_len "
                 f"{self.max_context_len}; nothing can be generated"))
-        elif work.is_fill and ctx.num_computed >= ctx.target_computed:
-            self._complete_fill(work)
+        else:
+            work.stream = TextStream(work.tokenizer, ctx.token_ids, work.sampling.stop)
 
     def _pick_chunks(self) -> list[ScheduledChunk]:
         budget, seats = self.max_batch_tokens, self.max_num_seqs

@@ -62,7 +62,7 @@ class ModelShape:
         """The LlamaConfig kwargs of this shape (to build the HF model for comparisons)."""
         rope = {"rope_type": "default", **dict(self.rope_scaling), "rope_theta": self.rope_theta}
         return dict(
-            model_type="llama", num_hidden_layers=self.num_layers, hidden_size=self.hidden_size,
+            num_hidden_layers=self.num_layers, hidden_size=self.hidden_size,
             num_attention_heads=self.num_heads, num_key_value_heads=self.num_kv_heads,
             intermediate_size=self.intermediate_size, vocab_size=self.vocab_size,
             head_dim=self.head_dim, rms_norm_eps=self.rms_norm_eps, rope_theta=self.rope_theta,
