@@ -237,7 +237,12 @@ class BuiltinEngine(Engine):
         except Exception as exc:  # a failed step fails its requests, never the loop
             log.exception("model step failed")
             self._scheduler.fail_batch(batch, EngineError(f"model step failed: {exc!r}"))
-        else:
-            self._scheduler.postprocess(batch, sampled)
+            return
         finally:
             self._step_in_flight = False
+        try:
+            self._scheduler.postprocess(batch, sampled)
+        except Exception as exc:
+            log.exception("postprocessing a step failed")
+            for chunk in batch.chunks:
+                chunk.work.fail(EngineError(f"postprocessing failed: {exc!r}"))

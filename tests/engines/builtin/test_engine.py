@@ -10,8 +10,8 @@ import pytest
 
 from parrot.engines.builtin.engine import BuiltinEngine
 from parrot.engines.protocol import FillRequest, GenerateRequest
-from parrot.errors import (ContextExistsError, InvalidRequestError, PromptTooLongError,
-                           UnknownContextError)
+from parrot.errors import (ContextExistsError, EngineError, InvalidRequestError,
+                           PromptTooLongError, UnknownContextError)
 from parrot.sampling import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=6, ignore_eos=True)
@@ -267,3 +267,22 @@ async def test_info_and_stats(tiny_bundle, make_engine):
     stats = await engine.stats()
     assert (stats.num_blocks_free, stats.num_contexts, stats.num_waiting) == (32, 0, 0)
     assert await engine.healthz()
+
+
+async def test_a_failing_model_step_fails_only_its_requests(tiny_bundle, make_engine):
+    engine = make_engine(tiny_bundle)
+    await fill(engine, "a", prompt(12, 5))
+    real_step = engine._runner.step
+    calls = []
+
+    def broken_once(batch):
+        calls.append(len(batch.chunks))
+        if len(calls) == 1:
+            raise RuntimeError("device lost")
+        return real_step(batch)
+
+    engine._runner.step = broken_once
+    with pytest.raises(EngineError, match="device lost"):
+        await generate(engine, "a")
+    assert len(await generate(engine, "a")) == 6               # same context, served again
+    engine._scheduler.check_invariants()
