@@ -27,8 +27,6 @@ import logging
 import random
 from typing import Any, AsyncIterator
 
-import torch
-
 from parrot.engines.builtin.context import Context, Work, WorkKind
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.sampler import make_generator
