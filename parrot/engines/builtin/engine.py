@@ -167,9 +167,9 @@ class BuiltinEngine(Engine):
                 raise ContextExistsError(
                     f"context {context_id!r} exists with parent {ctx.parent_id!r}, "
                     f"not {parent_id!r}")
-            if ctx.is_busy:
+            if ctx.owner is not None:
                 raise ContextExistsError(
-                    f"context {context_id!r} is busy with a {ctx.owner.kind.value}")  # type: ignore[union-attr]
+                    f"context {context_id!r} is busy with a {ctx.owner.kind.value}")
             base_len = len(ctx.token_ids)
             parent = None
         else:
