@@ -1,0 +1,189 @@
+"""Record a latency profile of the builtin engine for the simulated engine (one command).
+
+    python scripts/record_profile.py --model llama-13b --device cuda --out configs/profiles/h200_llama13b.yaml
+    python scripts/record_profile.py --model smollm2 --device cpu --quick --out /tmp/smollm2_cpu.yaml
+
+Measures, through the engine protocol (so scheduler and batching overheads are included):
+
+* prefill: Fill contexts of several lengths; `prefill_per_token_ms` is the slope of a
+  least-squares line of time vs. tokens (the fixed per-call cost is left out, as the
+  simulated engine charges prefill per token);
+* decode: for each batch size B, fill B independent contexts of L tokens, then run B
+  Generates of S tokens concurrently; one iteration's time is the elapsed time / S, at
+  `batch tokens` = B × (L + S/2), the mean KV length the iterations read.
+
+Writes a YAML in the format of configs/profiles/a100_llama13b.yaml (decode_table of
+[batch_tokens, ms] points, strictly increasing) and checks that SimulatedEngineConfig loads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from parrot.engines.latency_model import SimulatedEngineConfig  # noqa: E402
+from parrot.engines.protocol import Engine, FillRequest, GenerateRequest  # noqa: E402
+from parrot.sampling import SamplingParams  # noqa: E402
+
+FULL = {"prefill_lens": [128, 512, 1024, 2048], "batch_sizes": [1, 2, 4, 8, 16, 32, 64],
+        "context_len": 512, "decode_steps": 16, "repeats": 2}
+QUICK = {"prefill_lens": [32, 96], "batch_sizes": [1, 2, 4], "context_len": 64,
+         "decode_steps": 4, "repeats": 1}
+
+
+def token_ids(n: int, salt: int) -> tuple[int, ...]:
+    """Deterministic ids well inside any LLaMA-family vocabulary (>= 32000)."""
+    return tuple(100 + (salt * 7919 + i * 31) % 30_000 for i in range(n))
+
+
+async def timed(coro: Any) -> float:
+    started = time.perf_counter()
+    await coro
+    return time.perf_counter() - started
+
+
+async def measure_prefill(engine: Engine, lens: list[int], repeats: int) -> float:
+    """ms per prefilled token: the slope of time vs. length."""
+    xs, ys = [], []
+    await engine.fill(FillRequest("warmup", token_ids=token_ids(lens[0], 0)))  # lazy init
+    await engine.free_context("warmup")
+    for r in range(repeats):
+        for n in lens:
+            cid = f"prefill-{n}-{r}"
+            ys.append(await timed(engine.fill(FillRequest(cid, token_ids=token_ids(n, n + r)))))
+            xs.append(n)
+            await engine.free_context(cid)
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = (sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys))
+             / sum((x - mean_x) ** 2 for x in xs))
+    return max(slope, 0.0) * 1000.0
+
+
+async def measure_decode(engine: Engine, batch: int, context_len: int, steps: int,
+                         repeats: int) -> tuple[int, float]:
+    """(batch tokens, ms per iteration) for `batch` sequences of `context_len` tokens."""
+    best = float("inf")
+    for r in range(repeats):
+        ids = [f"dec-{batch}-{r}-{i}" for i in range(batch)]
+        await asyncio.gather(*(engine.fill(FillRequest(cid, token_ids=token_ids(context_len, i)))
+                               for i, cid in enumerate(ids)))
+        sampling = SamplingParams(max_tokens=steps, ignore_eos=True)
+        elapsed = await timed(asyncio.gather(*(
+            engine.generate_all(GenerateRequest(cid, sampling=sampling)) for cid in ids)))
+        best = min(best, elapsed)
+        for cid in ids:
+            await engine.free_context(cid)
+    return batch * (context_len + steps // 2), best / steps * 1000.0
+
+
+def hardware(device: str) -> str:
+    try:
+        import torch
+
+        if device.startswith("cuda") or (device == "auto" and torch.cuda.is_available()):
+            return torch.cuda.get_device_name()
+    except ImportError:
+        pass
+    return f"{platform.processor() or platform.machine()} CPU"
+
+
+def to_yaml(profile: dict[str, Any], comment: str) -> str:
+    lines = [f"# {line}" if line else "#" for line in comment.splitlines()]
+    for key in ("description", "hardware", "source", "model"):
+        lines.append(f"{key}: {profile[key]!s}" if key == "model"
+                     else f"{key}: {profile[key]!r}".replace("'", '"'))
+    for key in ("max_context_len", "block_size", "num_blocks"):
+        lines.append(f"{key}: {profile[key]}")
+    lines.append(f"prefill_per_token_ms: {profile['prefill_per_token_ms']:.4f}")
+    lines.append("decode_table:")
+    lines += [f"  - [{x}, {ms:.2f}]" for x, ms in profile["decode_table"]]
+    return "\n".join(lines) + "\n"
+
+
+async def record(args: argparse.Namespace) -> dict[str, Any]:
+    from parrot.engines.builtin import create_engine
+
+    plan = dict(QUICK if args.quick else FULL)
+    if args.batch_sizes:
+        plan["batch_sizes"] = args.batch_sizes
+    if args.context_len:
+        plan["context_len"] = args.context_len
+    params: dict[str, Any] = {"model": args.model, "device": args.device, "dtype": args.dtype}
+    if args.kv_cache_tokens:
+        params["kv_cache_tokens"] = args.kv_cache_tokens
+    needed = max(plan["batch_sizes"]) * (plan["context_len"] + plan["decode_steps"] + 16)
+    if "kv_cache_tokens" not in params and args.device == "cpu":
+        params["kv_cache_tokens"] = max(needed, max(plan["prefill_lens"]) * 2, 4096)
+    print(f"loading {args.model} on {args.device} ...", file=sys.stderr)
+    engine = await asyncio.to_thread(create_engine, "profile", params)
+    await engine.start()
+    try:
+        info = await engine.info()
+        print(f"prefill at {plan['prefill_lens']} tokens ...", file=sys.stderr)
+        prefill_ms = await measure_prefill(engine, plan["prefill_lens"], plan["repeats"])
+        points: dict[int, float] = {}
+        for batch in plan["batch_sizes"]:
+            x, ms = await measure_decode(engine, batch, plan["context_len"],
+                                         plan["decode_steps"], plan["repeats"])
+            points[x] = ms
+            print(f"decode batch {batch:3d}: {x:6d} batch tokens  {ms:8.2f} ms/iteration",
+                  file=sys.stderr)
+    finally:
+        await engine.close()
+    return {
+        "description": f"{info.model} on {hardware(args.device)}, recorded by "
+                       f"scripts/record_profile.py{' --quick' if args.quick else ''}",
+        "hardware": hardware(args.device),
+        "source": f"record_profile {datetime.date.today().isoformat()} device={args.device} "
+                  f"dtype={args.dtype} context_len={plan['context_len']} "
+                  f"decode_steps={plan['decode_steps']}",
+        "model": info.model,
+        "max_context_len": info.max_context_len,
+        "block_size": info.block_size,
+        "num_blocks": info.num_blocks_total,
+        "prefill_per_token_ms": prefill_ms,
+        "decode_table": sorted(points.items()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smollm2",
+                        help="smollm2, llama-13b (random weights), a folder or a .gguf")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--out", type=Path, required=True, help="profile YAML to write")
+    parser.add_argument("--quick", action="store_true", help="a small grid (CPU smoke run)")
+    parser.add_argument("--batch-sizes", type=int, nargs="+")
+    parser.add_argument("--context-len", type=int)
+    parser.add_argument("--kv-cache-tokens", type=int)
+    args = parser.parse_args(argv)
+    if args.batch_sizes and (min(args.batch_sizes) < 1 or len(set(args.batch_sizes))
+                             != len(args.batch_sizes)):
+        parser.error(f"--batch-sizes: {args.batch_sizes} must be distinct integers >= 1")
+    if len(args.batch_sizes or FULL["batch_sizes"]) < 2:
+        parser.error("--batch-sizes: need at least two batch sizes for a decode table")
+    profile = asyncio.run(record(args))
+    comment = ("Latency profile of the simulated engine, measured on the builtin engine.\n"
+               "decode_table: [batch tokens (sum of the decoding sequences' context lengths), "
+               "ms per iteration].\nprefill_per_token_ms: slope of fill time vs. tokens.")
+    text = to_yaml(profile, comment)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    SimulatedEngineConfig.from_mapping({"profile": str(args.out)})  # loads as a profile
+    print(text, end="")
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
