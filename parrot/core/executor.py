@@ -32,8 +32,8 @@ def plan_prefix_contexts(pieces: tuple[PrefixPiece, ...],
     """Which boundaries get a cached context of their own, and the text left for the call.
 
     A boundary gets a context when the prefix up to it is long enough to be worth a fork and it
-    is either the template's leading constant text (a system prompt: shared by every call of the
-    function) or a prefix known to recur (cached on the engine or seen in another call). Pieces
+    is either the template's leading constant text followed by more prompt (a system prompt:
+    shared by every call of the function) or a prefix known to recur (cached on the engine or seen in another call). Pieces
     in between are merged forward, so a call makes as few engine round trips as it can.
     """
     contexts: list[PrefixPiece] = []
@@ -42,7 +42,9 @@ def plan_prefix_contexts(pieces: tuple[PrefixPiece, ...],
     for i, piece in enumerate(pieces):
         pending.append(piece.text)
         chars += len(piece.text)
-        leading = i == 0 and piece.is_template_text
+        # The template's leading text is worth a context when calls of the same function can
+        # continue it differently, i.e. when more prompt follows it before the output.
+        leading = i == 0 and piece.is_template_text and i < len(pieces) - 1
         if chars >= MIN_SHARED_PREFIX_CHARS and (leading or is_shared(piece.prefix_hash)):
             contexts.append(PrefixPiece("".join(pending), piece.prefix_hash))
             pending = []

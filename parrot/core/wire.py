@@ -16,6 +16,7 @@ from parrot.core.requests import (GetRequest, SubmitRequest, batch_items, option
                                   resolve_batch_refs, session_id_of)
 from parrot.core.sessions import Session
 from parrot.errors import InvalidRequestError, NotFoundError, ParrotError, UnauthorizedError
+from parrot.types import Criterion
 
 Body = Any
 Reply = dict[str, Any]
@@ -79,8 +80,21 @@ class WireAPI:
         return self.manager.graph(self.manager.authenticate(match["sid"], token))
 
     async def submit(self, match: re.Match, body: Body, token: str | None) -> Reply:
+        """Submit one call. With `"wait": true` the reply comes when the call's outputs exist
+        and carries them (`values`): a plain blocking completion, as request-level clients
+        (the baseline) use it."""
         session = self._session(body, token)
-        return self._submit_reply(self.manager.submit(session, SubmitRequest.from_json(body)))
+        body = dict(body)
+        wait = body.pop("wait", False)
+        if not isinstance(wait, bool):
+            raise InvalidRequestError(f"submit: 'wait' must be a boolean, got {wait!r}")
+        call = self.manager.submit(session, SubmitRequest.from_json(body))
+        reply = self._submit_reply(call)
+        if wait:
+            reply["values"] = {name: await self.manager.get(session, b.var_id,
+                                                            Criterion.LATENCY)
+                               for name, b in call.outputs.items()}
+        return reply
 
     @staticmethod
     def _submit_reply(call: Call) -> Reply:

@@ -7,7 +7,8 @@ blocking `get`). Two modes:
 * "parrot" — the template and its variable bindings go to the service; dependent calls run
   inside it; only `submit` and `get` cross the network.
 * "baseline" — request-level serving as with LangChain + FastChat: the client waits for each
-  input value, renders the prompt itself and sends one plain completion per call.
+  input value, renders the prompt itself and sends one blocking completion per call (a submit
+  with `wait`, whose reply carries the generated text).
 """
 
 from __future__ import annotations
@@ -217,8 +218,9 @@ class Session:
 
     async def _submit_baseline(self, fn: SemanticFunction, inputs: dict[str, Any],
                                outputs: tuple[SemanticVariable, ...]) -> None:
-        # Request-level: every input value comes back to the client first (a `get` each),
-        # then the client renders the prompt and sends it as one plain completion.
+        # Request-level: the client holds every input value (it came back with the reply of
+        # the completion that produced it), renders the prompt itself and sends it as one
+        # plain blocking completion.
         values = {name: (await value.aget(Criterion.LATENCY))
                   if isinstance(value, SemanticVariable) else str(value)
                   for name, value in inputs.items()}
@@ -234,19 +236,16 @@ class Session:
                             if name in fn.output_sampling else {}),
                          **({"transforms": fn.transforms[name]} if name in fn.transforms else {})}
                         for name in fn.template.output_names]
-        await self._submit_and_bind(rendered, placeholders, fn, outputs)
-
-    async def _submit_and_bind(self, prompt: str, placeholders: list[dict], fn: SemanticFunction,
-                               outputs: tuple[SemanticVariable, ...]) -> None:
+        # One blocking completion per call (`wait`): the reply carries the generated values.
         try:
             reply = await self.request("POST", "/v1/submit", {
-                "prompt": prompt, "placeholders": placeholders,
-                "sampling": fn.sampling.to_json()})
+                "prompt": rendered, "placeholders": placeholders,
+                "sampling": fn.sampling.to_json(), "wait": True})
         except BaseException as exc:
             for var in outputs:
                 var._fail(exc)
             raise
         ids = {p["name"]: p["semantic_var_id"] for p in reply["placeholders"]}
         for var in outputs:
+            var._known(reply["values"][var.name])
             var._resolve(ids[var.name])
-

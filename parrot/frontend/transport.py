@@ -2,7 +2,9 @@
 
 Both speak the wire API's JSON shapes, so the in-process transport exercises the same request
 parsing as the HTTP server. An optional `delay` emulates the client↔service network: every
-message pays `delay()` seconds on the loop clock (the paper's 200–300 ms baseline setting).
+message pays a round trip of `delay()` seconds on the loop clock (the paper's 200–300 ms
+setting), half on the way to the service and half on the way back — so a long-polling `get`
+pays its return leg after the value exists, as over a real network.
 """
 
 from __future__ import annotations
@@ -31,15 +33,17 @@ class Transport(ABC):
         self._delay = delay
         self.num_messages = 0
 
-    async def _network(self) -> None:
-        self.num_messages += 1
-        if self._delay is not None:
-            await asyncio.sleep(self._delay())
-
     async def request(self, method: str, path: str, body: dict[str, Any] | None = None,
                       token: str | None = None) -> dict[str, Any]:
-        await self._network()
-        return await self._request(method, path, body, token)
+        self.num_messages += 1
+        one_way = self._delay() / 2 if self._delay is not None else 0.0
+        if one_way:
+            await asyncio.sleep(one_way)
+        try:
+            return await self._request(method, path, body, token)
+        finally:  # the answer (or the error) travels back too
+            if one_way:
+                await asyncio.sleep(one_way)
 
     @abstractmethod
     async def _request(self, method: str, path: str, body: dict[str, Any] | None,

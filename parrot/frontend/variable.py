@@ -23,6 +23,7 @@ class SemanticVariable:
         self.session = session
         self.name = name
         self._id: asyncio.Future[str] = session._loop.create_future()  # type: ignore[union-attr]
+        self._value: str | None = None  # values never change: once known, no more messages
 
     def __repr__(self) -> str:
         ident = self._id.result() if self._id.done() and not self._id.exception() else "pending"
@@ -52,14 +53,20 @@ class SemanticVariable:
     def id(self) -> str | None:
         return self._id.result() if self._id.done() and not self._id.exception() else None
 
+    def _known(self, value: str) -> None:
+        self._value = value
+
     async def aget(self, perf: Criterion | str = Criterion.LATENCY,
                    timeout: float | None = None) -> str:
         criterion = Criterion.parse(perf.value if isinstance(perf, Criterion) else perf)
-        body: dict[str, Any] = {"semantic_var_id": await self.aid(),
-                                "criteria": criterion.value}
+        var_id = await self.aid()
+        if self._value is not None:
+            return self._value
+        body: dict[str, Any] = {"semantic_var_id": var_id, "criteria": criterion.value}
         if timeout is not None:
             body["timeout"] = timeout
-        return (await self.session.request("POST", "/v1/get", body))["value"]
+        self._value = (await self.session.request("POST", "/v1/get", body))["value"]
+        return self._value
 
     def get(self, perf: Criterion | str = Criterion.LATENCY, timeout: float | None = None) -> str:
         """Blocking get, for `with parrot.Session(...)` (synchronous) sessions."""

@@ -234,3 +234,17 @@ async def test_engine_joins_by_url_and_serves_calls(server, http):
         assert [n["engine"] for n in graph["nodes"] if n["kind"] == "call"] == ["joiner"]
     finally:
         await runner.cleanup()
+
+
+async def test_submit_with_wait_is_a_blocking_completion(http):
+    sid, auth = await new_session(http)
+    status, reply = await post(http, "/v1/submit", {
+        "session_id": sid, "prompt": "Q {{output:a}} then {{output:b}}", "wait": True,
+        "placeholders": [{"name": "a", "in_out": "output", "sampling": {"max_tokens": 2}},
+                         {"name": "b", "in_out": "output", "sampling": {"max_tokens": 3}}]},
+        auth)
+    assert status == 200
+    assert {k: len(v) for k, v in reply["values"].items()} == {"a": 8, "b": 12}
+    status, reply = await post(http, "/v1/submit", {
+        "session_id": sid, "prompt": "{{output:a}}", "wait": "yes"}, auth)
+    assert status == 400 and "wait" in reply["error"]["message"]

@@ -40,3 +40,11 @@ def test_index_tracks_live_calls_and_recurrence():
     assert index.calls_with("h2") == frozenset() and index.is_recurring("h1")
     index.add("r3", ("h3",))  # remembers at most two hashes: h2 (oldest) is forgotten
     assert len(index) == 2 and not index.is_recurring("h2")
+
+
+def test_a_whole_constant_prompt_is_not_cached_unless_it_recurs():
+    # A rendered prompt (baseline mode) is all template text: caching it only pays if repeated.
+    pieces = prefix_pieces(parse_template(SYSTEM + " question? {{output:a}}"), {})
+    assert plan_prefix_contexts(pieces, lambda h: False) == ((), SYSTEM + " question? ")
+    contexts, head = plan_prefix_contexts(pieces, lambda h: True)
+    assert [c.text for c in contexts] == [SYSTEM + " question? "] and head == ""

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 import parrot
@@ -79,15 +81,16 @@ def test_definition_errors_are_typed():
         combine.bind(("a",), {})
 
 
-async def test_baseline_mode_fetches_every_intermediate_value(manager):
+async def test_baseline_mode_brings_every_intermediate_value_to_the_client(manager):
     async with parrot.Session(manager=manager, mode="baseline") as session:
         s1 = summarize("first document")
         s2 = summarize(doc=s1)
         value = await s2.aget(parrot.LATENCY)
         graph = await session.graph()
     assert value.startswith("gen(")
-    # create, submit 1, get s1 (to render call 2), submit 2, get s2, graph, delete.
-    assert session.transport.num_messages == 7
+    # create, completion 1 (its reply carries s1, which the client renders into call 2),
+    # completion 2, graph, delete.
+    assert session.transport.num_messages == 5
     calls = [n for n in graph["nodes"] if n["kind"] == "call"]
     # The service saw two unrelated completions: the second prompt holds the rendered value.
     assert all("{{input:" not in c["prompt"] for c in calls)
@@ -136,3 +139,24 @@ def test_sync_session_over_http(tmp_path):
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+def test_network_delay_is_split_between_request_and_reply():
+    from parrot.frontend.transport import Transport
+    from parrot.sim.clock import run_virtual
+
+    class SlowService(Transport):
+        async def _request(self, method, path, body, token):
+            arrived.append(asyncio.get_running_loop().time())
+            await asyncio.sleep(1.0)  # the service works for a second
+            return {}
+
+    arrived: list[float] = []
+
+    async def main() -> float:
+        transport = SlowService(delay=lambda: 0.5)
+        await transport.request("POST", "/v1/get", {})
+        return asyncio.get_running_loop().time()
+
+    assert run_virtual(main()) == 1.5
+    assert arrived == [0.25]
