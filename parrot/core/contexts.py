@@ -49,23 +49,27 @@ class ContextChain:
 
 
 class EngineContexts:
-    def __init__(self, engine: Engine, engine_id: str) -> None:
+    def __init__(self, engine: Engine, engine_id: str, block_size: int = 16) -> None:
         self._engine = engine
         self._engine_id = engine_id
+        self._block_size = block_size
         self._by_hash: OrderedDict[str, PrefixContext] = OrderedDict()  # LRU order
         self._parent: dict[str, PrefixContext | None] = {}
         self._ids = itertools.count()
         self.num_hits = 0
         self.num_misses = 0
-        self.num_cached_tokens = 0   # tokens held by the contexts of this cache (kept current)
+        # KV held by this cache's contexts, in tokens of whole blocks (kept current).
+        self.num_cached_tokens = 0
 
     @property
     def prefix_hashes(self) -> "OrderedDict[str, PrefixContext]":
         """Live mapping (do not mutate) of the hashes with a context on this engine."""
         return self._by_hash
 
-    def num_evictable_tokens(self) -> int:
-        return sum(c.num_tokens for c in self._by_hash.values() if c.is_evictable)
+    def footprint(self, num_tokens: int) -> int:
+        """KV a context of `num_tokens` own tokens holds: whole blocks, plus the partial block
+        a fork copies from its parent."""
+        return (-(-num_tokens // self._block_size) + 1) * self._block_size
 
     async def acquire(self, pieces: tuple[PrefixPiece, ...]) -> ContextChain:
         """Reference (creating where missing) the contexts of every piece, in order."""
@@ -109,7 +113,7 @@ class EngineContexts:
             error = task.exception()
         if error is None:
             ctx.num_tokens = task.result().num_filled_tokens
-            self.num_cached_tokens += ctx.num_tokens
+            self.num_cached_tokens += self.footprint(ctx.num_tokens)
             ctx.filled.set_result(None)
             return
         # A failed fill leaves no context behind; later calls with this prefix try again.
@@ -128,13 +132,13 @@ class EngineContexts:
         chain.contexts.clear()
 
     async def evict(self, num_tokens: int) -> int:
-        """Free least-recently-used unreferenced contexts until `num_tokens` are freed."""
+        """Free least-recently-used unreferenced contexts until `num_tokens` of KV are freed."""
         freed = 0
         while freed < num_tokens:
             victim = next((c for c in self._by_hash.values() if c.is_evictable), None)
             if victim is None:
                 break
-            freed += victim.num_tokens
+            freed += self.footprint(victim.num_tokens)
             await self._free(victim)
         return freed
 
@@ -143,7 +147,7 @@ class EngineContexts:
 
     async def _free(self, ctx: PrefixContext) -> None:
         del self._by_hash[ctx.prefix_hash]
-        self.num_cached_tokens -= ctx.num_tokens
+        self.num_cached_tokens -= self.footprint(ctx.num_tokens)
         parent = self._parent.pop(ctx.context_id, None)
         if parent is not None:
             parent.children -= 1

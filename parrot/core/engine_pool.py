@@ -63,6 +63,14 @@ class EngineState:
     def kv_capacity_tokens(self) -> int:
         return self.info.num_blocks_total * self.info.block_size
 
+    def kv_overflow_tokens(self) -> int:
+        """How much KV (tokens of whole blocks) the running calls and the cached prefix contexts
+        need beyond the engine's cache, by the manager's accounting (a running call may round
+        up to a block and copy a parent's partial block: two blocks of slack each)."""
+        rounding = 2 * self.info.block_size * len(self.running)
+        return (self.num_tokens_in_use + rounding + self.contexts.num_cached_tokens
+                - self.kv_capacity_tokens)
+
     def add_call(self, call: Call) -> None:
         assert call.call_id not in self.running
         # Remember what was counted: re-deduction may change the call's criterion later.
@@ -124,7 +132,8 @@ class EnginePool:
     def add(self, spec: EngineSpec, engine: Engine, info: EngineInfo) -> EngineState:
         if spec.name in self._engines:
             raise ConflictError(f"an engine named {spec.name!r} is already registered")
-        state = EngineState(spec, engine, info, EngineContexts(engine, spec.name))
+        state = EngineState(spec, engine, info,
+                            EngineContexts(engine, spec.name, info.block_size))
         self._engines[spec.name] = state
         return state
 

@@ -59,8 +59,7 @@ async def run_call(call: Call, engine: EngineState, publish: OutputSink,
 
     # Cached prefixes stay on the engine until it needs the memory: make room for this call
     # (least recently used first) when the manager's accounting says it would not fit.
-    overflow = (engine.num_tokens_in_use + engine.contexts.num_cached_tokens
-                - engine.kv_capacity_tokens)
+    overflow = engine.kv_overflow_tokens()  # this call is already counted as running
     if overflow > 0:
         await engine.contexts.evict(overflow)
     try:
