@@ -65,8 +65,11 @@ class Scheduler:
             return 0
         started = time.perf_counter()
         self._before_round()
-        calls = sorted(self._ready.values(), key=lambda c: (c.topo_rank, c.arrival_seq))
-        views = [_call_view(c) for c in calls]
+        # First ready, first offered. Ready calls never depend on one another (a call is ready
+        # only once its inputs exist), so this is a topological order too; ordering by DAG
+        # depth instead would starve the later steps of a long chain behind a stream of new
+        # shallow calls (e.g. chat traffic).
+        views = [_call_view(c) for c in self._ready.values()]
         placements = self.policy.schedule(calls=views, engines=self._pool.views())
         placed = 0
         for placement in placements:

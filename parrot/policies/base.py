@@ -87,7 +87,7 @@ class Policy(ABC):
                  engines: Sequence[EngineView]) -> list[Placement]:
         """Return placements for some of `calls` (each at most once) on `engines`.
 
-        `calls` come in the manager's priority order (topological rank, then arrival). A call
-        left out stays queued. Placements must name call and engine ids from the arguments.
+        `calls` come in the manager's priority order: the order in which they became ready
+        (first come, first served). A call left out stays queued. Placements must name call and engine ids from the arguments.
         """
 
