@@ -53,10 +53,12 @@ def percentile(values: list[float], q: float) -> float:
 
 async def decision_latency(policy_name: str, trials: int) -> dict[str, float]:
     manager = Manager(default_registry().create(policy_name), ManagerConfig())
+    engines = []
     for i in range(NUM_ENGINES):
         engine = SimulatedEngine(f"sim-{i}", SimulatedEngineConfig.from_mapping(
             {"zero_latency": True, "num_blocks": 1 << 16}))
         await engine.start()
+        engines.append(engine)
         await manager.add_engine(EngineSpec(name=f"sim-{i}", in_process=True,
                                             throughput_capacity=1 << 20,
                                             latency_capacity=1 << 20), engine)
@@ -89,6 +91,8 @@ async def decision_latency(policy_name: str, trials: int) -> dict[str, float]:
         for session in sessions:
             manager.delete_session(session)
     await manager.close()
+    for engine in engines:
+        await engine.close()
     return {"per_call_p50_us": percentile(per_call, 50) * 1e6,
             "per_call_p99_us": percentile(per_call, 99) * 1e6,
             "round_p50_ms": percentile(per_round, 50) * 1e3,
