@@ -1,7 +1,8 @@
 """Chain summary: each step summarizes the next chunk together with the summary so far.
 
 The summaries flow from call to call inside the service; the client only submits the chain and
-gets the final summary (one `get`).
+gets the final summary (one `get`). The chunk comes before the previous summary in the prompt, so
+the service can prefill it while the previous step is still generating (prefill ahead).
 
     python examples/chain_summary.py --url http://127.0.0.1:9000 --chunks 4
 """
@@ -21,9 +22,9 @@ Text: {{input:chunk}}
 Summary: {{output:summary}}""", name="first_summary")
 
 refine_summary = parrot.semantic_function(prompt="""\
-Here is a summary of a document so far: {{input:previous}}
-Continue it with the main point of the next part of the document, in one or two sentences.
-Next part: {{input:chunk}}
+Here is the next part of a document: {{input:chunk}}
+Here is a summary of the document so far: {{input:previous}}
+Update the summary with the main point of the new part, in one or two sentences.
 Updated summary: {{output:summary}}""", name="refine_summary")
 
 

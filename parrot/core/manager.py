@@ -17,6 +17,7 @@ from parrot.core.deduction import deduce
 from parrot.core.engine_pool import EnginePool, EngineState
 from parrot.core.executor import run_call
 from parrot.core.nodes import Call, InputBinding, OutputBinding, Variable
+from parrot.core.prefill_ahead import prefill_ahead
 from parrot.core.prefix import PrefixIndex, prefix_pieces
 from parrot.core.requests import SubmitRequest
 from parrot.core.scheduler import Scheduler
@@ -44,7 +45,7 @@ class Manager:
         self._dirty: set[Session] = set()
         self._arrivals = itertools.count()
         self._scheduler_task: asyncio.Task | None = None
-        self._probes: set[asyncio.Task] = set()
+        self._background: set[asyncio.Task] = set()
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -56,7 +57,7 @@ class Manager:
     async def close(self) -> None:
         for session in self.sessions:
             self._drop_session(session)
-        for task in list(self._probes):
+        for task in list(self._background):
             task.cancel()
         if self._scheduler_task is not None:
             self._scheduler_task.cancel()
@@ -204,6 +205,12 @@ class Manager:
         engine.add_call(call)
         session.tasks[call.call_id] = asyncio.create_task(
             self._run(session, call, engine), name=f"call-{call.call_id}")
+        for var in session.graph.output_variables(call):
+            for consumer in session.graph.get_consumers(var.var_id):
+                if consumer.state is CallState.PENDING and not consumer.prefilled_ahead:
+                    consumer.prefilled_ahead = True
+                    self._spawn_background(prefill_ahead(session, consumer, engine),
+                                           f"prefill-ahead-{consumer.call_id}")
 
     async def _run(self, session: Session, call: Call, engine: EngineState) -> None:
         published: list[str] = []
@@ -273,9 +280,13 @@ class Manager:
                         engine.engine_id, exc)
             engine.is_healthy = False
             engine.contexts.forget_all()
-            task = asyncio.create_task(self._probe(engine), name=f"probe-{engine.engine_id}")
-            self._probes.add(task)
-            task.add_done_callback(self._probes.discard)
+            self._spawn_background(self._probe(engine), f"probe-{engine.engine_id}")
+
+    def _spawn_background(self, coro, name: str) -> None:
+        """A task the manager owns (kept referenced, cancelled on close)."""
+        task = asyncio.create_task(coro, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _probe(self, engine: EngineState) -> None:
         """Wait (with backoff) until a failed engine answers healthz again."""

@@ -84,6 +84,7 @@ class Call:
     rendered_inputs: dict[str, str] = field(default_factory=dict)  # after input transforms
     num_tokens: int = 0                       # estimate for capacity accounting
     attempts: int = 0
+    prefilled_ahead: bool = False             # its certain prefix was filled while it waited
     arrival_seq: int = 0
     error: str | None = None
     timings: dict[str, float] = field(default_factory=dict)

@@ -34,13 +34,15 @@ def prefix_pieces(template: Template, values: Mapping[str, str]) -> tuple[Prefix
     """Split the prompt before the first output into boundary-to-boundary pieces.
 
     Each piece's hash covers the whole rendered prompt up to its end, so equal hashes mean
-    equal prefixes. Empty pieces are dropped (they add no boundary worth a context).
+    equal prefixes. Empty pieces are dropped (they add no boundary worth a context). For a call
+    whose inputs are not all known, the pieces stop at the first missing input: the prefix that
+    is already certain.
     """
     hasher = hashlib.blake2b(digest_size=HASH_BYTES)
     pieces: list[PrefixPiece] = []
     for seg in template.segments:
-        if isinstance(seg, Placeholder) and seg.is_output:
-            break
+        if isinstance(seg, Placeholder) and (seg.is_output or seg.name not in values):
+            break  # an output, or (for a call still waiting) an input not known yet
         text = seg.text if isinstance(seg, Text) else values[seg.name]
         if not text:
             continue

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+from parrot.types import Criterion
+from tests.core.conftest import out, submit
+
+CHUNK = "A long chunk of a document about parrots. " * 30  # ~1,300 characters
+
+
+async def test_waiting_consumer_prefix_is_filled_while_producer_runs(manager, engine):
+    engine.delay = 0.01
+    session = manager.create_session()
+    first = submit(manager, session, "Summarize: {{input:c}} Summary: {{output:s}}", c="short")
+    second = submit(manager, session,
+                    "Next part: {{input:chunk}} Summary so far: {{input:prev}} New: {{output:s}}",
+                    chunk=CHUNK, prev=out(first, "s"))
+    await manager.get(session, out(second, "s"), Criterion.LATENCY)
+    ops = [(op, cid) for op, cid, _ in engine.log]
+    ahead = [cid for op, cid in ops if op == "fill" and cid.startswith("p-")
+             and engine.contexts.get(cid, "").endswith(" Summary so far: ")]
+    assert len(ahead) == 1
+    assert engine.contexts[ahead[0]] == "Next part: " + CHUNK + " Summary so far: "
+    # Filled before the producer's Generate finished, and forked by the consumer afterwards.
+    first_generate = ops.index(("generate", f"c-{first.call_id}-0"))
+    assert ops.index(("fill", ahead[0])) < first_generate + 1
+    consumer_fill = [entry for entry in engine.log
+                     if entry[0] == "fill" and entry[1] == f"c-{second.call_id}-0"]
+    assert consumer_fill == [("fill", f"c-{second.call_id}-0", ahead[0])]
+    assert second.prefilled_ahead
+
+
+async def test_short_certain_prefix_is_not_prefilled(manager, engine):
+    session = manager.create_session()
+    first = submit(manager, session, "A {{input:c}} {{output:s}}", c="x")
+    second = submit(manager, session, "B {{input:prev}} {{output:s}}", prev=out(first, "s"))
+    await manager.get(session, out(second, "s"), Criterion.LATENCY)
+    assert not [cid for op, cid, _ in engine.log if op == "fill" and cid.startswith("p-")]
