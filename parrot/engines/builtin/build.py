@@ -16,6 +16,7 @@ from parrot.engines.builtin.attention import load_kernels, make_decode_fn
 from parrot.engines.builtin.block_manager import BlockManager
 from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
 from parrot.engines.builtin.engine import BuiltinEngine
+from parrot.engines.builtin.graphs import DecodeGraphs
 from parrot.engines.builtin.kv_cache import KVCache, num_blocks_for
 from parrot.engines.builtin.loader import (LoadedModel, load_model, resolve_device,
                                            resolve_dtype)
@@ -77,16 +78,27 @@ def build_engine(name: str, config: BuiltinEngineConfig,
     max_context_len = min(limit, capacity)
     if config.max_context_len is not None and max_context_len < limit:
         log.warning("max_context_len %d capped to the KV cache's %d tokens", limit, capacity)
-    kv_cache = KVCache(bundle.shape, num_blocks, config.block_size, model.dtype, model.device)
+    # Graphs replay the Triton kernels' fixed launch plans; the torch decode path would gather
+    # whole padded tables, so it stays eager (as does everything on the CPU).
+    use_graphs = config.cuda_graphs and model.device.type == "cuda" and bundle.uses_kernels
+    kv_cache = KVCache(bundle.shape, num_blocks, config.block_size, model.dtype, model.device,
+                       scratch_block=use_graphs)
+    max_blocks = -(-max_context_len // config.block_size)
+    graphs = None
+    if use_graphs:
+        graphs = DecodeGraphs(model, kv_cache, max_width=max_blocks,
+                              max_batch=min(config.cuda_graph_max_batch, config.max_num_seqs))
     runner = ModelRunner(model, kv_cache, use_shared_prefix=bundle.uses_kernels,
                          shared_prefix_min_tokens=config.shared_prefix_min_tokens,
-                         shared_prefix_min_group=config.shared_prefix_min_group)
+                         shared_prefix_min_group=config.shared_prefix_min_group,
+                         max_blocks=max_blocks, graphs=graphs)
     scheduler = Scheduler(BlockManager(num_blocks, config.block_size),
                           max_batch_tokens=config.max_batch_tokens,
                           max_num_seqs=config.max_num_seqs, max_context_len=max_context_len,
                           eos_token_ids=bundle.eos_token_ids)
-    log.info("builtin engine %r: %s on %s (%s), %d KV blocks of %d, attention %s", name,
-             bundle.name, model.device, model.dtype, num_blocks, config.block_size,
-             "triton" if bundle.uses_kernels else "torch")
+    log.info("builtin engine %r: %s on %s (%s), %d KV blocks of %d, attention %s, "
+             "CUDA graphs %s", name, bundle.name, model.device, model.dtype, num_blocks,
+             config.block_size, "triton" if bundle.uses_kernels else "torch",
+             "on" if use_graphs else "off")
     return BuiltinEngine(name, bundle.name, runner, scheduler, bundle.tokenizer,
                          bundle.shape.vocab_size, config.seed)

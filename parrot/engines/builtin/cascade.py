@@ -57,3 +57,30 @@ def plan_shared_prefix(tables: list[list[int]], seq_lens: list[int], block_size:
             sizes.append(1)
             prefixes.append(0)
     return PrefixPlan(order, sizes, prefixes)
+
+
+@dataclass(frozen=True)
+class GroupedRows:
+    """The shared-prefix kernel's inputs as host lists (rows already in plan order)."""
+
+    indptr: list[int]                   # [G + 1]: rows indptr[g]:indptr[g + 1] form group g
+    prefix_tables: list[list[int]]      # [G][shared blocks]
+    prefix_lens: list[int]              # [G] tokens (whole blocks)
+    suffix_tables: list[list[int]]      # [B][own blocks after the prefix]
+    suffix_lens: list[int]              # [B] tokens after the prefix (the new token included)
+
+
+def split_groups(tables: list[list[int]], seq_lens: list[int], group_sizes: list[int],
+                 prefix_blocks: list[int], block_size: int) -> GroupedRows:
+    """Cut each row's table into its group's shared prefix and its own suffix."""
+    indptr, prefix_tables, prefix_lens, suffix_tables, suffix_lens = [0], [], [], [], []
+    row = 0
+    for size, blocks in zip(group_sizes, prefix_blocks):
+        prefix_tables.append(tables[row][:blocks])
+        prefix_lens.append(blocks * block_size)
+        for r in range(row, row + size):
+            suffix_tables.append(tables[r][blocks:])
+            suffix_lens.append(seq_lens[r] - blocks * block_size)
+        row += size
+        indptr.append(row)
+    return GroupedRows(indptr, prefix_tables, prefix_lens, suffix_tables, suffix_lens)

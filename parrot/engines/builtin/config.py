@@ -35,6 +35,8 @@ class BuiltinEngineConfig:
       left after the weights: free GPU memory on CUDA, MemAvailable on the CPU). With none, the
       CPU gets kv_cache_tokens=16384 and CUDA kv_cache_fraction=0.8.
     max_context_len: defaults to the model's position limit, capped by the KV cache size.
+    cuda_graphs: capture decode-only steps in CUDA graphs (graphs.py) when the engine runs on
+      CUDA with the Triton kernels; ignored otherwise (always eager on the CPU).
     """
 
     model: str = DEFAULT_MODEL
@@ -50,6 +52,8 @@ class BuiltinEngineConfig:
     attention_backend: str = "auto"   # auto: triton kernels on CUDA when importable, else torch
     shared_prefix_min_tokens: int = 256  # decode groups sharing at least this many tokens
     shared_prefix_min_group: int = 2     # ... and this many sequences use the shared-prefix kernel
+    cuda_graphs: bool = True          # decode steps in CUDA graphs (CUDA + Triton kernels only)
+    cuda_graph_max_batch: int = 64    # largest graph batch bucket; bigger decode steps run eager
     tokenizer: str | None = None      # for random shapes: "smollm2" or a tokenizer folder
     seed: int = 0                     # random weights; sampling without a per-request seed
     num_threads: int | None = None    # torch CPU threads (None: torch's default)
@@ -92,6 +96,10 @@ class BuiltinEngineConfig:
                "shared_prefix_min_tokens", self.shared_prefix_min_tokens, "an integer >= 1")
         _check(_is_int(self.shared_prefix_min_group) and self.shared_prefix_min_group >= 2,
                "shared_prefix_min_group", self.shared_prefix_min_group, "an integer >= 2")
+        _check(isinstance(self.cuda_graphs, bool), "cuda_graphs", self.cuda_graphs,
+               "true or false")
+        _check(_is_int(self.cuda_graph_max_batch) and 1 <= self.cuda_graph_max_batch <= 1024,
+               "cuda_graph_max_batch", self.cuda_graph_max_batch, "an integer in [1, 1024]")
         _check(self.tokenizer is None or (isinstance(self.tokenizer, str) and self.tokenizer),
                "tokenizer", self.tokenizer, "null, 'smollm2' or a tokenizer folder")
         _check(_is_int(self.seed) and self.seed >= 0, "seed", self.seed, "an integer >= 0")

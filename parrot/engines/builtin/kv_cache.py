@@ -2,6 +2,8 @@
 
 One tensor [num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]; layer i's K and V
 caches are views of it with the kernels' layout [num_blocks, block_size, num_kv_heads, head_dim].
+With `scratch_block`, one more block (index num_blocks, never handed out by the block manager)
+takes the K/V writes of the padding rows of a CUDA-graph batch (graphs.py).
 """
 
 from __future__ import annotations
@@ -51,9 +53,11 @@ def num_blocks_for(config: BuiltinEngineConfig, shape: ModelShape, dtype: torch.
 
 class KVCache:
     def __init__(self, shape: ModelShape, num_blocks: int, block_size: int, dtype: torch.dtype,
-                 device: torch.device) -> None:
+                 device: torch.device, *, scratch_block: bool = False) -> None:
         self.num_blocks, self.block_size = num_blocks, block_size
-        self.data = torch.zeros(shape.num_layers, 2, num_blocks, block_size, shape.num_kv_heads,
+        self.scratch_block: int | None = num_blocks if scratch_block else None
+        total = num_blocks + int(scratch_block)
+        self.data = torch.zeros(shape.num_layers, 2, total, block_size, shape.num_kv_heads,
                                 shape.head_dim, dtype=dtype, device=device)
         self.layers = [(self.data[i, 0], self.data[i, 1]) for i in range(shape.num_layers)]
 

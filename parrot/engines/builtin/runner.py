@@ -1,5 +1,8 @@
 """ModelRunner: one scheduled Batch -> input tensors -> forward pass -> sampled tokens.
 
+A decode-only step runs in a CUDA graph when the engine has them (graphs.py); everything
+else (prefill chunks, mixed steps, batches over the largest bucket, the CPU) runs eagerly.
+
 `step` is the blocking call the engine makes through `asyncio.to_thread`; it reads only the
 Batch (snapshots taken on the loop) and the sampling state of the works in it.
 """
@@ -11,11 +14,29 @@ from dataclasses import dataclass
 import torch
 
 from parrot.engines.builtin.attention import AttentionMetadata, PrefillChunk, SharedPrefixMeta
-from parrot.engines.builtin.cascade import plan_shared_prefix
+from parrot.engines.builtin.cascade import GroupedRows, plan_shared_prefix, split_groups
+from parrot.engines.builtin.graphs import DecodeGraphs, DecodeRows, width_bucket
 from parrot.engines.builtin.kv_cache import KVCache
 from parrot.engines.builtin.model import LlamaModel
 from parrot.engines.builtin.sampler import sample
 from parrot.engines.builtin.scheduler import Batch, ScheduledChunk
+
+
+@dataclass
+class HostInputs:
+    """One step as host lists; rows: the decodes (grouped when sharing a prefix), then the
+    prefill chunks."""
+
+    token_ids: list[int]
+    positions: list[int]
+    slots: list[int]
+    decode_tables: list[list[int]]   # blocks covering each decode row's seq_len
+    decode_lens: list[int]
+    groups: GroupedRows | None
+    prefills: list[tuple[int, int, int, list[int]]]  # row_start, row_end, pos_start, blocks
+    order: list[int]                 # batch.chunks index of each chunk, in row order
+    sample_rows: list[int]           # row of the last token of each sampling chunk
+    sample_chunks: list[int]         # batch.chunks index of each sampling chunk
 
 
 @dataclass
@@ -30,7 +51,8 @@ class StepInputs:
 
 class ModelRunner:
     def __init__(self, model: LlamaModel, kv_cache: KVCache, *, use_shared_prefix: bool,
-                 shared_prefix_min_tokens: int, shared_prefix_min_group: int) -> None:
+                 shared_prefix_min_tokens: int, shared_prefix_min_group: int,
+                 max_blocks: int | None = None, graphs: DecodeGraphs | None = None) -> None:
         self.model = model
         self.kv = kv_cache
         self.device = model.device
@@ -38,6 +60,13 @@ class ModelRunner:
         self.use_shared_prefix = use_shared_prefix
         self.min_tokens = shared_prefix_min_tokens
         self.min_group = shared_prefix_min_group
+        # The kernel path pads decode tables to power-of-two widths: the kernels' launch plan
+        # depends on the widths, and bucketing them gives a step the same plan eagerly and in
+        # a CUDA graph (graphs.py), so both compute bitwise the same. The torch path gathers
+        # every column, so it keeps exact widths.
+        self.bucket_widths = use_shared_prefix
+        self.max_blocks = max_blocks
+        self.graphs = graphs
 
     @torch.inference_mode()
     def step(self, batch: Batch) -> list[int | None]:
@@ -47,27 +76,38 @@ class ModelRunner:
         sampled: list[int | None] = [None] * len(batch.chunks)
         if not batch.chunks:
             return sampled
-        inputs = self.prepare(batch)
-        hidden = self.model.forward(inputs.input_ids, inputs.positions, self.kv.layers,
-                                    inputs.meta)
-        if inputs.sample_rows:
-            rows = torch.tensor(inputs.sample_rows, device=self.device)
+        host = self.prepare_host(batch)
+        hidden = None
+        if self.graphs is not None and not host.prefills:
+            hidden = self.graphs.run(DecodeRows(host.token_ids, host.positions, host.slots,
+                                                host.decode_tables, host.decode_lens,
+                                                host.groups))
+        if hidden is None:
+            inputs = self.to_device(host)
+            hidden = self.model.forward(inputs.input_ids, inputs.positions, self.kv.layers,
+                                        inputs.meta)
+        if host.sample_rows:
+            rows = torch.tensor(host.sample_rows, device=self.device)
             logits = self.model.logits(hidden.index_select(0, rows))          # [N, V]
-            works = [batch.chunks[i].work for i in inputs.sample_chunks]
+            works = [batch.chunks[i].work for i in host.sample_chunks]
             tokens = sample(logits, [w.sampling for w in works], [w.generator for w in works])
-            for i, token in zip(inputs.sample_chunks, tokens):
+            for i, token in zip(host.sample_chunks, tokens):
                 sampled[i] = token
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return sampled
 
     def prepare(self, batch: Batch) -> StepInputs:
+        """The eager step's device inputs."""
+        return self.to_device(self.prepare_host(batch))
+
+    def prepare_host(self, batch: Batch) -> HostInputs:
         chunks = batch.chunks
         decode = [i for i, c in enumerate(chunks) if c.end - c.start == 1]
         prefill = [i for i, c in enumerate(chunks) if c.end - c.start > 1]
         tables = [chunks[i].block_table[:self._num_blocks(chunks[i].end)] for i in decode]
         lens = [chunks[i].end for i in decode]
-        shared = None
+        groups = None
         if self.use_shared_prefix and len(decode) >= self.min_group:
             plan = plan_shared_prefix(tables, lens, self.block_size, min_tokens=self.min_tokens,
                                       min_group=self.min_group)
@@ -75,34 +115,42 @@ class ModelRunner:
                 decode = [decode[r] for r in plan.order]
                 tables = [tables[r] for r in plan.order]
                 lens = [lens[r] for r in plan.order]
-                shared = self._shared_prefix_meta(tables, lens, plan.group_sizes,
-                                                  plan.prefix_blocks)
+                groups = split_groups(tables, lens, plan.group_sizes, plan.prefix_blocks,
+                                      self.block_size)
         order = decode + prefill
-        ids: list[int] = []
-        positions: list[int] = []
-        slots: list[int] = []
-        sample_rows: list[int] = []
-        sample_chunks: list[int] = []
-        prefills: list[PrefillChunk] = []
+        host = HostInputs([], [], [], tables, lens, groups, [], order, [], [])
         for i in order:
             c = chunks[i]
-            row = len(ids)
-            ids.extend(c.token_ids)
-            positions.extend(range(c.start, c.end))
-            slots.extend(self._slots(c))
+            row = len(host.token_ids)
+            host.token_ids.extend(c.token_ids)
+            host.positions.extend(range(c.start, c.end))
+            host.slots.extend(self._slots(c))
             if c.end - c.start > 1:
-                prefills.append(PrefillChunk(row, len(ids), c.start, self._tensor(
-                    c.block_table[:self._num_blocks(c.end)])))
+                host.prefills.append((row, len(host.token_ids), c.start,
+                                      c.block_table[:self._num_blocks(c.end)]))
             if c.sample:
-                sample_rows.append(len(ids) - 1)
-                sample_chunks.append(i)
+                host.sample_rows.append(len(host.token_ids) - 1)
+                host.sample_chunks.append(i)
+        return host
+
+    def to_device(self, host: HostInputs) -> StepInputs:
+        has_decode = bool(host.decode_lens)
+        g = host.groups
+        shared = None if g is None else SharedPrefixMeta(
+            group_indptr=self._tensor(g.indptr, torch.int32),
+            prefix_block_tables=self._padded(g.prefix_tables),
+            prefix_lens=self._tensor(g.prefix_lens, torch.int32),
+            suffix_block_tables=self._padded(g.suffix_tables),
+            suffix_lens=self._tensor(g.suffix_lens, torch.int32))
+        prefills = [PrefillChunk(start, end, pos, self._tensor(table))
+                    for start, end, pos, table in host.prefills]
         meta = AttentionMetadata(
-            slot_mapping=self._tensor(slots), num_decode=len(decode),
-            decode_block_tables=self._padded(tables) if decode else None,
-            decode_seq_lens=self._tensor(lens, torch.int32) if decode else None,
+            slot_mapping=self._tensor(host.slots), num_decode=len(host.decode_lens),
+            decode_block_tables=self._padded(host.decode_tables) if has_decode else None,
+            decode_seq_lens=self._tensor(host.decode_lens, torch.int32) if has_decode else None,
             shared_prefix=shared, prefills=prefills)
-        return StepInputs(self._tensor(ids), self._tensor(positions), meta, order, sample_rows,
-                          sample_chunks)
+        return StepInputs(self._tensor(host.token_ids), self._tensor(host.positions), meta,
+                          host.order, host.sample_rows, host.sample_chunks)
 
     def _num_blocks(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -115,26 +163,8 @@ class ModelRunner:
         return torch.tensor(values, dtype=dtype, device=self.device)
 
     def _padded(self, tables: list[list[int]]) -> torch.Tensor:
-        """[B, max_blocks] int32, padded with block 0 (masked out by the sequence lengths)."""
+        """[rows, width] int32, padded with block 0 (masked out by the sequence lengths)."""
         width = max(1, max(len(t) for t in tables))
+        if self.bucket_widths:
+            width = width_bucket(width, self.max_blocks)
         return self._tensor([t + [0] * (width - len(t)) for t in tables], torch.int32)
-
-    def _shared_prefix_meta(self, tables: list[list[int]], lens: list[int], sizes: list[int],
-                            prefix_blocks: list[int]) -> SharedPrefixMeta:
-        bs = self.block_size
-        indptr, prefix_tables, prefix_lens, suffix_tables, suffix_lens = [0], [], [], [], []
-        row = 0
-        for size, pblocks in zip(sizes, prefix_blocks):
-            prefix_tables.append(tables[row][:pblocks])
-            prefix_lens.append(pblocks * bs)
-            for r in range(row, row + size):
-                suffix_tables.append(tables[r][pblocks:])
-                suffix_lens.append(lens[r] - pblocks * bs)
-            row += size
-            indptr.append(row)
-        return SharedPrefixMeta(
-            group_indptr=self._tensor(indptr, torch.int32),
-            prefix_block_tables=self._padded(prefix_tables),
-            prefix_lens=self._tensor(prefix_lens, torch.int32),
-            suffix_block_tables=self._padded(suffix_tables),
-            suffix_lens=self._tensor(suffix_lens, torch.int32))

@@ -37,14 +37,14 @@ async def test_shared_prefix_kernel_path_matches_torch_path(make_engine):
     common = dict(block_size=4, shared_prefix_min_tokens=8, shared_prefix_min_group=2)
     kernel_engine = make_engine(kernel_bundle, **common)
     calls = []
-    original = kernel_engine._runner.prepare
+    original = kernel_engine._runner.prepare_host
 
     def spy(batch):
-        inputs = original(batch)
-        calls.append(inputs.meta.shared_prefix is not None)
-        return inputs
+        host = original(batch)
+        calls.append(host.groups is not None)
+        return host
 
-    kernel_engine._runner.prepare = spy
+    kernel_engine._runner.prepare_host = spy
     expected = await run_forks(make_engine(torch_bundle, **common))
     assert await run_forks(kernel_engine) == expected
     assert any(calls)                                   # some decode steps used the groups

@@ -1,0 +1,230 @@
+"""CUDA graphs for decode-only steps (gpt-fast / vLLM style).
+
+A decode step of a 7B model is ~15 kernels per layer; launched eagerly from Python it costs
+~30 ms on an H200 whatever the batch, 10x the weight-read floor. Here the forward pass of a
+decode-only step is captured once per bucket and replayed:
+
+* buckets: batch B -> the next power of two (capped at `max_batch`); block-table widths -> the
+  next power of two (capped at the context's block count); for shared-prefix steps also the
+  group count G -> the next power of two (at most the batch bucket). The kernels' launch plan
+  reads only these shapes (kernels/plan.py), so it is fixed per bucket. The eager kernel path
+  pads its tables to the same width buckets (runner.py), so an unpadded batch gets the same
+  plan, and bitwise the same result, in a graph and eagerly.
+* static buffers, allocated once for the largest bucket: token ids, positions, slots, block
+  tables, lengths, and the group metadata (indptr, prefix/suffix tables and lengths). A bucket's
+  graph reads leading slices of them. A replay copies the step's host lists into them.
+* padding rows (B < bucket): token 0 at position 0, writing its K/V into the KV cache's scratch
+  block, attending that one slot; they join the last group of a shared-prefix step, and padding
+  groups are empty. Table entries past a row's length are never read, so only the used columns
+  are written.
+* graphs are captured lazily, on a bucket's first step (an eager warm-up first: Triton compiles
+  outside the capture), into one memory pool shared by all buckets; they replay one at a time.
+  The LM head and sampling stay eager on the graph's hidden states (one small GEMM).
+
+`capture=False` runs the same buffers and padding without capturing (the CPU tests).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from parrot.engines.builtin.attention import AttentionMetadata, SharedPrefixMeta
+from parrot.engines.builtin.cascade import GroupedRows
+from parrot.engines.builtin.kv_cache import KVCache
+from parrot.engines.builtin.model import LlamaModel
+
+log = logging.getLogger(__name__)
+
+# (batch bucket, group bucket (0: paged), prefix table width (0: paged), table width)
+GraphKey = tuple[int, int, int, int]
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def batch_bucket(n: int, max_batch: int) -> int | None:
+    """The graph batch size for n decode rows, or None when n is over the largest bucket."""
+    return None if n > max_batch else min(next_pow2(n), max_batch)
+
+
+def width_bucket(width: int, max_width: int | None) -> int:
+    """Block-table width (blocks) the kernel path pads `width` to."""
+    padded = next_pow2(max(1, width))
+    return padded if max_width is None else max(width, min(padded, max_width))
+
+
+@dataclass(frozen=True)
+class DecodeRows:
+    """A decode-only step as host lists, one entry per row in batch order."""
+
+    token_ids: list[int]
+    positions: list[int]
+    slots: list[int]
+    tables: list[list[int]]             # blocks covering each row's seq_len
+    seq_lens: list[int]                 # the new token included
+    groups: GroupedRows | None          # rows grouped for the shared-prefix kernel
+
+
+def graph_key(rows: DecodeRows, max_batch: int, max_width: int) -> GraphKey | None:
+    """The bucket of a step, or None when it cannot run in a graph."""
+    bb = batch_bucket(len(rows.token_ids), max_batch)
+    if bb is None:
+        return None
+    g = rows.groups
+    if g is None:
+        width = max(len(t) for t in rows.tables)
+        return None if width > max_width else (bb, 0, 0, width_bucket(width, max_width))
+    num_groups = len(g.prefix_lens)
+    pwidth = max(len(t) for t in g.prefix_tables)
+    swidth = max(len(t) for t in g.suffix_tables)
+    if num_groups > bb or max(pwidth, swidth) > max_width:
+        return None
+    return (bb, min(next_pow2(num_groups), bb), width_bucket(pwidth, max_width),
+            width_bucket(swidth, max_width))
+
+
+@dataclass
+class _Graph:
+    forward: Callable[[], torch.Tensor]  # the eager step over the static buffers
+    graph: torch.cuda.CUDAGraph | None = None
+    hidden: torch.Tensor | None = None   # the graph's output [bucket, H]
+
+    def replay(self) -> torch.Tensor:
+        if self.graph is None:
+            return self.forward()
+        self.graph.replay()
+        assert self.hidden is not None
+        return self.hidden
+
+
+class DecodeGraphs:
+    """Static decode buffers and one graph per bucket, captured on first use."""
+
+    def __init__(self, model: LlamaModel, kv_cache: KVCache, *, max_batch: int, max_width: int,
+                 capture: bool = True) -> None:
+        if kv_cache.scratch_block is None:
+            raise ValueError("CUDA graphs need a KV cache with a scratch block")
+        self.model, self.kv = model, kv_cache
+        self.max_batch, self.max_width = max_batch, max_width
+        self.capture = capture
+        self.scratch_block = kv_cache.scratch_block
+        self.num_replays = 0
+        self._graphs: dict[GraphKey, _Graph] = {}
+        self._failed: set[GraphKey] = set()
+        self._pool = torch.cuda.graph_pool_handle() if capture else None
+        dev, b, w = model.device, max_batch, max_width
+
+        def buf(*shape: int, dtype: torch.dtype = torch.int32) -> torch.Tensor:
+            return torch.zeros(*shape, dtype=dtype, device=dev)
+
+        self.input_ids = buf(b, dtype=torch.int64)
+        self.positions = buf(b, dtype=torch.int64)
+        self.slots = buf(b, dtype=torch.int64)
+        self.tables = buf(b, w)         # paged tables, or the suffix tables of a grouped step
+        self.seq_lens = buf(b)          # paged lengths, or the suffix lengths
+        self.indptr = buf(b + 1)
+        self.prefix_tables = buf(b, w)
+        self.prefix_lens = buf(b)
+
+    @property
+    def num_graphs(self) -> int:
+        return len(self._graphs)
+
+    def run(self, rows: DecodeRows) -> torch.Tensor | None:
+        """Final hidden states [n, H] of the step's n rows, or None: run it eagerly."""
+        key = graph_key(rows, self.max_batch, self.max_width)
+        if key is None:
+            return None
+        if key in self._failed:
+            return None
+        self.fill(rows, key)
+        graph = self._graphs.get(key)
+        if graph is None:
+            try:
+                graph = self._capture(key)
+            except Exception:  # never fail a request for a graph: this bucket runs eagerly
+                log.exception("CUDA graph capture failed for bucket %s; running it eagerly",
+                              key)
+                self._failed.add(key)
+                return None
+            self._graphs[key] = graph
+        self.num_replays += 1
+        return graph.replay()[:len(rows.token_ids)]
+
+    def fill(self, rows: DecodeRows, key: GraphKey) -> None:
+        """Copy the step into the static buffers, padded to the bucket."""
+        bb, gb = key[0], key[1]
+        n = len(rows.token_ids)
+        pad = bb - n
+        scratch = self.scratch_block
+        self._copy(self.input_ids, rows.token_ids + [0] * pad)
+        self._copy(self.positions, rows.positions + [0] * pad)
+        self._copy(self.slots, rows.slots + [scratch * self.kv.block_size] * pad)
+        g = rows.groups
+        if g is None:
+            self._copy_tables(self.tables, rows.tables + [[scratch]] * pad)
+            self._copy(self.seq_lens, rows.seq_lens + [1] * pad)
+            return
+        num_groups = len(g.prefix_lens)
+        indptr = g.indptr + [n] * (gb - num_groups)
+        indptr[-1] = bb                 # padding rows join the last group
+        self._copy(self.indptr, indptr)
+        self._copy_tables(self.prefix_tables, g.prefix_tables + [[]] * (gb - num_groups))
+        self._copy(self.prefix_lens, g.prefix_lens + [0] * (gb - num_groups))
+        self._copy_tables(self.tables, g.suffix_tables + [[scratch]] * pad)
+        self._copy(self.seq_lens, g.suffix_lens + [1] * pad)
+
+    def meta(self, key: GraphKey) -> AttentionMetadata:
+        """The attention metadata of a bucket: views of the static buffers."""
+        bb, gb, pwidth, width = key
+        shared = None
+        if gb:
+            shared = SharedPrefixMeta(
+                group_indptr=self.indptr[:gb + 1], prefix_block_tables=self.prefix_tables[
+                    :gb, :pwidth], prefix_lens=self.prefix_lens[:gb],
+                suffix_block_tables=self.tables[:bb, :width], suffix_lens=self.seq_lens[:bb])
+        return AttentionMetadata(
+            slot_mapping=self.slots[:bb], num_decode=bb,
+            decode_block_tables=None if gb else self.tables[:bb, :width],
+            decode_seq_lens=None if gb else self.seq_lens[:bb], shared_prefix=shared,
+            prefills=[])
+
+    def _capture(self, key: GraphKey) -> _Graph:
+        bb = key[0]
+        meta = self.meta(key)
+        ids, positions = self.input_ids[:bb], self.positions[:bb]
+
+        def forward() -> torch.Tensor:
+            return self.model.forward(ids, positions, self.kv.layers, meta)   # [bb, H]
+
+        entry = _Graph(forward)
+        if not self.capture:
+            return entry
+        # The warm-up runs the step itself (the buffers hold it): it writes the same K/V the
+        # replay writes again, and compiles the Triton kernels outside the capture.
+        with torch.cuda.device(self.model.device):
+            forward()
+            torch.cuda.synchronize()
+            entry.graph = torch.cuda.CUDAGraph()
+            # thread_local: the step runs in a worker thread while the event loop's thread
+            # may touch CUDA (e.g. a new request's torch.Generator).
+            with torch.cuda.graph(entry.graph, pool=self._pool,
+                                  capture_error_mode="thread_local"):
+                entry.hidden = forward()
+        return entry
+
+    @staticmethod
+    def _copy(dst: torch.Tensor, values: list[int]) -> None:
+        dst[:len(values)].copy_(torch.tensor(values, dtype=dst.dtype))
+
+    @staticmethod
+    def _copy_tables(dst: torch.Tensor, tables: list[list[int]]) -> None:
+        """Rows into dst[:len(tables), :widest]; columns past a row's own are never read."""
+        width = max(1, max(len(t) for t in tables))
+        dst[:len(tables), :width].copy_(torch.tensor([t + [0] * (width - len(t)) for t in tables],
+                                                     dtype=dst.dtype))

@@ -1,0 +1,185 @@
+"""CUDA-graph decode: buckets, static-buffer filling and padding, and the graph path end to end
+on the CPU with `capture=False` (same buffers, padding and kernel plans; no capture). The
+capture itself needs a GPU (scripts/bench_engine*.py compare graphs and eager there)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from parrot.engines.builtin.attention import make_decode_fn
+from parrot.engines.builtin.build import load_bundle
+from parrot.engines.builtin.cascade import split_groups
+from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
+from parrot.engines.builtin.graphs import (DecodeGraphs, DecodeRows, batch_bucket, graph_key,
+                                           width_bucket)
+from parrot.engines.builtin.kv_cache import KVCache
+from parrot.engines.protocol import FillRequest, GenerateRequest
+from parrot.sampling import SamplingParams
+
+BS = 4
+
+
+def test_batch_buckets():
+    assert [batch_bucket(n, 64) for n in (1, 2, 3, 5, 8, 9, 33, 64)] == [1, 2, 4, 8, 8, 16, 64,
+                                                                         64]
+    assert batch_bucket(65, 64) is None
+    assert batch_bucket(5, 6) == 6 and batch_bucket(6, 6) == 6 and batch_bucket(7, 6) is None
+
+
+def test_width_buckets():
+    assert [width_bucket(w, 256) for w in (0, 1, 3, 33, 200, 256)] == [1, 1, 4, 64, 256, 256]
+    assert width_bucket(33, 40) == 40           # capped at the context's block count
+    assert width_bucket(3, None) == 4
+    assert width_bucket(300, 256) == 300         # over the cap: exact (eager only)
+
+
+def paged_rows(n: int) -> DecodeRows:
+    tables = [[10 + r, 20 + r, 30 + r][:1 + r % 3] for r in range(n)]
+    lens = [len(t) * BS - 1 for t in tables]
+    return DecodeRows([100 + r for r in range(n)], [x - 1 for x in lens],
+                      [t[-1] * BS + (x - 1) % BS for t, x in zip(tables, lens)], tables, lens,
+                      None)
+
+
+def grouped_rows() -> DecodeRows:
+    # rows 0-1 share the 2-block prefix [5, 6]; row 2 is alone
+    tables = [[5, 6, 7], [5, 6, 8], [9]]
+    lens = [10, 11, 2]
+    groups = split_groups(tables, lens, [2, 1], [2, 0], BS)
+    return DecodeRows([1, 2, 3], [9, 10, 1], [7 * BS + 1, 8 * BS + 2, 9 * BS + 1], tables, lens,
+                      groups)
+
+
+def test_graph_keys():
+    assert graph_key(paged_rows(3), 64, 16) == (4, 0, 0, 4)
+    assert graph_key(paged_rows(1), 64, 16) == (1, 0, 0, 1)
+    assert graph_key(paged_rows(3), 2, 16) is None          # over the largest bucket
+    assert graph_key(paged_rows(3), 64, 2) is None          # wider than the context can be
+    assert graph_key(grouped_rows(), 64, 16) == (4, 2, 2, 1)
+
+
+@pytest.fixture(scope="module")
+def kernel_bundle():
+    kernels = pytest.importorskip("parrot_kernels")
+    bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
+                                             num_blocks=64))
+    bundle.model._decode = make_decode_fn(kernels)
+    bundle.uses_kernels = True
+    return bundle
+
+
+def make_graphs(bundle, num_blocks: int, max_batch: int, max_width: int) -> DecodeGraphs:
+    kv = KVCache(bundle.shape, num_blocks, BS, bundle.model.dtype, bundle.model.device,
+                 scratch_block=True)
+    return DecodeGraphs(bundle.model, kv, max_batch=max_batch, max_width=max_width,
+                        capture=False)
+
+
+def test_fill_pads_paged_rows(kernel_bundle):
+    graphs = make_graphs(kernel_bundle, 40, 8, 16)
+    rows = paged_rows(3)
+    key = graph_key(rows, 8, 16)
+    graphs.fill(rows, key)
+    scratch = graphs.scratch_block
+    assert scratch == 40
+    assert graphs.input_ids[:4].tolist() == [100, 101, 102, 0]
+    assert graphs.positions[:4].tolist() == rows.positions + [0]
+    assert graphs.slots[:4].tolist() == rows.slots + [scratch * BS]
+    assert graphs.tables[:4, :3].tolist() == [[10, 0, 0], [11, 21, 0], [12, 22, 32],
+                                              [scratch, 0, 0]]
+    assert graphs.seq_lens[:4].tolist() == rows.seq_lens + [1]
+    meta = graphs.meta(key)
+    assert meta.decode_block_tables.shape == (4, 4) and meta.shared_prefix is None
+
+
+def test_fill_pads_groups(kernel_bundle):
+    graphs = make_graphs(kernel_bundle, 40, 8, 16)
+    rows = grouped_rows()
+    key = graph_key(rows, 8, 16)
+    graphs.fill(rows, key)
+    scratch = graphs.scratch_block
+    assert graphs.indptr[:3].tolist() == [0, 2, 4]         # the padding row joins group 1
+    assert graphs.prefix_lens[:2].tolist() == [2 * BS, 0]
+    assert graphs.prefix_tables[:1, :2].tolist() == [[5, 6]]
+    assert graphs.tables[:4, :1].tolist() == [[7], [8], [9], [scratch]]
+    assert graphs.seq_lens[:4].tolist() == [2, 3, 2, 1]
+    # three groups in a bucket of four: one empty padding group before the padding rows' one
+    rows3 = DecodeRows(rows.token_ids, rows.positions, rows.slots, rows.tables, rows.seq_lens,
+                       split_groups(rows.tables, rows.seq_lens, [1, 1, 1], [0, 0, 0], BS))
+    key3 = graph_key(rows3, 8, 16)
+    assert key3[:2] == (4, 4)
+    graphs.fill(rows3, key3)
+    assert graphs.indptr[:5].tolist() == [0, 1, 2, 3, 4]
+    assert graphs.prefix_lens[:4].tolist() == [0, 0, 0, 0]
+    meta = graphs.meta(key3)
+    assert meta.shared_prefix.group_indptr.shape == (5,)
+    assert meta.decode_block_tables is None
+
+
+def test_graph_replays_the_eager_step(kernel_bundle):
+    """One padded paged step through the static buffers == the eager kernel-path step."""
+    from parrot.engines.builtin.attention import AttentionMetadata
+
+    graphs = make_graphs(kernel_bundle, 40, 8, 16)
+    kv = graphs.kv
+    torch.manual_seed(0)
+    kv.data.normal_()
+    before = kv.data.clone()
+    rows = paged_rows(3)
+    hidden = graphs.run(rows).clone()
+    assert graphs.num_graphs == 1 and graphs.num_replays == 1 and hidden.shape[0] == 3
+    after_graph = kv.data.clone()
+    kv.data.copy_(before)
+    meta = AttentionMetadata(
+        torch.tensor(rows.slots), 3,
+        torch.tensor([t + [0] * (4 - len(t)) for t in rows.tables], dtype=torch.int32),
+        torch.tensor(rows.seq_lens, dtype=torch.int32), None, [])
+    expected = kernel_bundle.model.forward(torch.tensor(rows.token_ids),
+                                           torch.tensor(rows.positions), kv.layers, meta)
+    real = torch.ones(kv.num_blocks + 1, dtype=torch.bool)
+    real[graphs.scratch_block] = False              # only the padding row wrote there
+    # close, not equal: the padded GEMMs (M = 4 vs 3) may round differently
+    torch.testing.assert_close(after_graph[:, :, real], kv.data[:, :, real])
+    torch.testing.assert_close(hidden, expected, rtol=1e-5, atol=1e-5)
+
+
+async def run_forks(engine) -> list[tuple[int, ...]]:
+    await engine.fill(FillRequest("sys", token_ids=tuple(range(10, 31))))   # 21 tokens
+    for i in range(3):
+        await engine.fill(FillRequest(f"c{i}", "sys", token_ids=(40 + i, 50 + i)))
+    await engine.fill(FillRequest("lone", token_ids=(7, 8, 9)))
+    results = await asyncio.gather(*(
+        engine.generate_all(GenerateRequest(c, sampling=SamplingParams(max_tokens=n,
+                                                                       ignore_eos=True)))
+        for c, n in (("c0", 6), ("lone", 3), ("c1", 5), ("c2", 6))))   # 4 -> 3 -> 2 rows
+    return [r.token_ids for r in results]
+
+
+async def test_engine_with_graphs_matches_eager(make_engine, kernel_bundle):
+    common = dict(block_size=BS, shared_prefix_min_tokens=8, shared_prefix_min_group=2,
+                  num_blocks=64)
+    expected = await run_forks(make_engine(kernel_bundle, **common))
+    engine = make_engine(kernel_bundle, **common)
+    runner = engine._runner
+    runner.graphs = graphs = make_graphs(kernel_bundle, 64, 4, runner.max_blocks)
+    runner.kv = graphs.kv
+    assert await run_forks(engine) == expected
+    assert graphs.num_replays > 0
+    assert any(key[1] for key in graphs._graphs)          # a shared-prefix bucket ran
+    assert any(key[0] > 1 for key in graphs._graphs)
+
+
+def test_config_keys():
+    assert BuiltinEngineConfig().cuda_graphs is True
+    with pytest.raises(BuiltinConfigError, match="cuda_graphs"):
+        BuiltinEngineConfig(cuda_graphs="yes")
+    with pytest.raises(BuiltinConfigError, match="cuda_graph_max_batch"):
+        BuiltinEngineConfig(cuda_graph_max_batch=0)
+
+
+def test_cpu_engine_has_no_graphs(make_engine, tiny_bundle):
+    engine = make_engine(tiny_bundle)
+    assert engine._runner.graphs is None and engine._runner.kv.scratch_block is None
