@@ -10,8 +10,10 @@ tokens, greedily, EOS ignored. Decode time per output token (TPOT):
   concurrently; TPOT = generate wall time / new tokens (its first step is already a decode: a
   filled context's last token is pending).
 * HF: generate(N new tokens) - generate(1 new token) (= prefill + first token), over N - 1.
-Throughput = B / TPOT. "same tokens as HF": how many leading greedy tokens of the first prompt
-agree between the two (bf16 random weights may drift apart after a few tokens); "one request
+On CUDA the engine runs twice, CUDA graphs off (eager) and on; "engine tok/s", the HF
+ratios and "same tokens as HF" use the graphs mode, and "greedy tokens graphs =
+eager" counts equal tokens of all B requests. Throughput = B / TPOT. "same tokens as HF":
+how many leading greedy tokens of the first prompt agree between the two (bf16 random weights may drift apart after a few tokens); "one request
 at a time" compares the engine's throughput at batch B with HF serving the same requests one
 after another (its batch-1 speed), the request-level baseline of the paper.
 Runs alternate engine / HF `--repeats` times; the best run counts (the CPU machine is shared,
@@ -125,18 +127,20 @@ def load(torch, name: str, device: str):
 
 
 async def engine_run(torch, bundle, device: str, prompts: list[list[int]], new: int,
-                     block_size: int = 16) -> tuple[float, float, list[int]]:
-    """(prefill seconds, decode seconds for `new` tokens of every prompt, tokens of the
-    first prompt)."""
+                     block_size: int = 16, graphs: bool = False
+                     ) -> tuple[float, float, list[list[int]], int]:
+    """(prefill seconds, decode seconds for `new` tokens of every prompt, tokens of every
+    prompt, decode steps replayed from CUDA graphs)."""
     from parrot.engines.builtin.build import build_engine
     from parrot.engines.builtin.config import BuiltinEngineConfig
     from parrot.engines.protocol import FillRequest, GenerateRequest
     from parrot.sampling import SamplingParams
 
-    per_seq = -(-(len(prompts[0]) + new + 1) // block_size)
+    per_seq = -(-(len(prompts[0]) + new + 1) // block_size) + 2  # + a warm-up fork's blocks
     config = BuiltinEngineConfig(model=bundle.name, device=device, block_size=block_size,
                                  num_blocks=len(prompts) * per_seq + 8,
-                                 max_num_seqs=max(64, len(prompts)), max_batch_tokens=4096)
+                                 max_num_seqs=max(64, len(prompts)), max_batch_tokens=4096,
+                                 cuda_graphs=graphs)
     engine = build_engine("bench", config, bundle)
     try:
         t0 = time.perf_counter()
@@ -144,6 +148,15 @@ async def engine_run(torch, bundle, device: str, prompts: list[list[int]], new: 
                                for i, p in enumerate(prompts)))
         sync(torch, device)
         t1 = time.perf_counter()
+        # Warm-up at this batch size on throwaway forks (Triton compiles; with graphs, the
+        # bucket's graph is captured, as a server would at start-up), outside the timing.
+        warm = SamplingParams(max_tokens=2, ignore_eos=True)
+        await asyncio.gather(*(engine.generate_all(GenerateRequest(
+            f"w{i}", parent_context_id=f"c{i}", sampling=warm)) for i in range(len(prompts))))
+        for i in range(len(prompts)):
+            await engine.free_context(f"w{i}")
+        sync(torch, device)
+        t_warm = time.perf_counter()
         params = SamplingParams(max_tokens=new, ignore_eos=True)
         results = await asyncio.gather(*(engine.generate_all(GenerateRequest(f"c{i}",
                                                                               sampling=params))
@@ -151,9 +164,10 @@ async def engine_run(torch, bundle, device: str, prompts: list[list[int]], new: 
         sync(torch, device)
         t2 = time.perf_counter()
         assert all(len(r.token_ids) == new for r in results)
+        graph_steps = engine._runner.graphs.num_replays if engine._runner.graphs else 0
     finally:
         await engine.close()
-    return t1 - t0, t2 - t1, list(results[0].token_ids)
+    return t1 - t0, t2 - t_warm, [list(r.token_ids) for r in results], graph_steps
 
 
 def hf_run(torch, hf, device: str, prompts: list[list[int]], new: int
@@ -211,8 +225,10 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
     rows = []
-    header = ("| model | dtype | batch | prompt | new | engine TPOT ms | engine tok/s | "
-              "HF TPOT ms | HF tok/s | engine/HF throughput | engine prefill s | "
+    modes = [False, True] if args.device == "cuda" else [False]   # CUDA graphs off / on
+    header = ("| model | dtype | batch | prompt | new | engine eager TPOT ms | "
+              "engine graphs TPOT ms | graphs speedup | engine tok/s | HF TPOT ms | HF tok/s | "
+              "engine/HF throughput | engine prefill s | greedy tokens graphs = eager | "
               "same tokens as HF | engine vs HF one request at a time |")
     print(header)
     for name in args.models:
@@ -223,26 +239,45 @@ def main(argv: list[str] | None = None) -> int:
             gen = torch.Generator().manual_seed(batch)
             prompts = torch.randint(100, min(vocab, 30000), (batch, args.prompt_len),
                                     generator=gen).tolist()
-            best_engine, best_hf, prefill = float("inf"), float("inf"), 0.0
-            asyncio.run(engine_run(torch, bundle, args.device, prompts[:1], 4))     # warm-up
+            best = {mode: float("inf") for mode in modes}
+            tokens: dict[bool, list[list[int]]] = {}
+            graph_steps = 0
+            best_hf, prefill = float("inf"), 0.0
+            for mode in modes:                                                     # warm-up
+                asyncio.run(engine_run(torch, bundle, args.device, prompts[:1], 4, graphs=mode))
             hf_run(torch, hf, args.device, prompts[:1], 3)
             for _ in range(args.repeats):
-                pre, dec, ours = asyncio.run(engine_run(torch, bundle, args.device, prompts,
-                                                        args.new_tokens))
-                if dec / args.new_tokens < best_engine:
-                    best_engine, prefill = dec / args.new_tokens, pre
+                for mode in modes:
+                    pre, dec, toks, steps = asyncio.run(engine_run(
+                        torch, bundle, args.device, prompts, args.new_tokens, graphs=mode))
+                    tokens[mode] = toks
+                    best[mode] = min(best[mode], dec / args.new_tokens)
+                    if not mode:
+                        prefill = pre
+                    else:
+                        graph_steps = steps
                 seconds, theirs = hf_run(torch, hf, args.device, prompts, args.new_tokens)
                 best_hf = min(best_hf, seconds / (args.new_tokens - 1))
+            engine_tpot = best[modes[-1]]
+            ours = tokens[modes[-1]][0]
             same = common_prefix(ours, theirs)
+            if len(modes) == 2:
+                equal = sum(a == b for x, y in zip(tokens[False], tokens[True])
+                            for a, b in zip(x, y))
+                graphs_cols = (f"{best[True] * 1e3:.1f} | {best[False] / best[True]:.2f}x",
+                               f"{equal}/{batch * args.new_tokens} ({graph_steps} graph steps)")
+            else:
+                graphs_cols = ("n/a | n/a", "n/a")
             if batch == 1:
                 hf_single_tpot = best_hf
             serial = ("n/a" if hf_single_tpot is None
-                      else f"{batch / best_engine * hf_single_tpot:.2f}x")
+                      else f"{batch / engine_tpot * hf_single_tpot:.2f}x")
             dtype = str(bundle.model.dtype).replace("torch.", "")
             row = (f"| {name} | {dtype} | {batch} | {args.prompt_len} | {args.new_tokens} | "
-                   f"{best_engine * 1e3:.1f} | {batch / best_engine:.1f} | "
+                   f"{best[False] * 1e3:.1f} | {graphs_cols[0]} | "
+                   f"{batch / engine_tpot:.1f} | "
                    f"{best_hf * 1e3:.1f} | {batch / best_hf:.1f} | "
-                   f"{best_hf / best_engine:.2f}x | {prefill:.2f} | "
+                   f"{best_hf / engine_tpot:.2f}x | {prefill:.2f} | {graphs_cols[1]} | "
                    f"{same}/{args.new_tokens} | {serial} |")
             print(row, flush=True)
             rows.append(row)
@@ -254,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
             f"* date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
             f"* machine: {machine(torch, args.device)}",
             f"* command: `{command}`",
-            f"* best of {args.repeats} alternating runs; greedy, EOS ignored", "",
+            f"* best of {args.repeats} alternating runs; greedy, EOS ignored; engine modes: "
+            f"{'CUDA graphs off and on' if len(modes) == 2 else 'eager'}", "",
             header, "|" + "---|" * header.count(" | ") + "---|", *rows, ""])
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)

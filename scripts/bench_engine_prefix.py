@@ -2,8 +2,9 @@
 
 B requests fork one context holding a P-token prefix (a shared system prompt) and decode
 `new` tokens each; the same run with `attention_backend=torch` (per-request attention over
-the paged cache) and `attention_backend=triton` (parrot_kernels: paged + shared-prefix
-cascade). Reports time per output step and how many greedy tokens agree.
+the paged cache), `attention_backend=triton` (parrot_kernels: paged + shared-prefix cascade)
+eagerly, and the Triton path with the decode steps in CUDA graphs. Reports time per output
+step and how many greedy tokens agree (torch vs kernels, and kernels graphs vs eager).
 
     python3 scripts/bench_engine_prefix.py [--model llama-7b] [--prefix 4000] [--batch 32]
 """
@@ -21,7 +22,7 @@ import bench_engine  # noqa: E402  (shares the import/alias helpers and the mode
 
 
 async def run(torch, bundle, device: str, backend: str, prefix: list[int], batch: int, new: int,
-              suffix: int) -> tuple[float, list[list[int]]]:
+              suffix: int, graphs: bool = False) -> tuple[float, list[list[int]], int]:
     from parrot.engines.builtin.build import build_engine
     from parrot.engines.builtin.config import BuiltinEngineConfig
     from parrot.engines.protocol import FillRequest, GenerateRequest
@@ -29,9 +30,9 @@ async def run(torch, bundle, device: str, backend: str, prefix: list[int], batch
 
     per_seq = -(-(suffix + new + 16) // 16)
     config = BuiltinEngineConfig(model=bundle.name, device=device, block_size=16,
-                                 num_blocks=len(prefix) // 16 + 2 + batch * per_seq + 16,
+                                 num_blocks=len(prefix) // 16 + 2 + 2 * batch * per_seq + 16,
                                  max_num_seqs=batch, max_batch_tokens=8192,
-                                 attention_backend=backend)
+                                 attention_backend=backend, cuda_graphs=graphs)
     engine = build_engine(f"prefix-{backend}", config, bundle)
     try:
         await engine.fill(FillRequest("system", token_ids=tuple(prefix)))
@@ -41,9 +42,13 @@ async def run(torch, bundle, device: str, backend: str, prefix: list[int], batch
             f"r{i}", parent_context_id="system",
             token_ids=tuple(torch.randint(0, vocab, (suffix,), generator=g).tolist())))
             for i in range(batch)))
-        # Warm-up (kernel compilation) on a throwaway child.
-        await engine.generate_all(GenerateRequest("warm", parent_context_id="r0",
-                                                  sampling=SamplingParams(max_tokens=2)))
+        # Warm-up at this batch size (kernel compilation; with graphs, the bucket's capture)
+        # on throwaway children, outside the timing.
+        warm = SamplingParams(max_tokens=2, ignore_eos=True)
+        await asyncio.gather(*(engine.generate_all(GenerateRequest(
+            f"w{i}", parent_context_id=f"r{i}", sampling=warm)) for i in range(batch)))
+        for i in range(batch):
+            await engine.free_context(f"w{i}")
         bench_engine.sync(torch, device)
         started = time.perf_counter()
         params = SamplingParams(max_tokens=new, ignore_eos=True)
@@ -52,9 +57,11 @@ async def run(torch, bundle, device: str, backend: str, prefix: list[int], batch
                                          for i in range(batch)))
         bench_engine.sync(torch, device)
         elapsed = time.perf_counter() - started
+        runner = engine._runner
+        graph_steps = runner.graphs.num_replays if runner.graphs is not None else 0
     finally:
         await engine.close()
-    return elapsed / new, [list(r.token_ids) for r in results]
+    return elapsed / new, [list(r.token_ids) for r in results], graph_steps
 
 
 def main() -> int:
@@ -81,17 +88,29 @@ def main() -> int:
              f"`python3 scripts/bench_engine_prefix.py --model {args.model} --prefix "
              f"{args.prefix} --suffix {args.suffix} --new-tokens {args.new_tokens}` "
              "(bf16, random weights, greedy)", "",
-             "| batch | torch attention ms/step | kernels ms/step | speedup | greedy tokens equal |",
-             "|---:|---:|---:|---:|---:|"]
+             "| batch | torch attention ms/step | kernels ms/step | kernels + graphs ms/step | "
+             "kernels / torch | graphs / eager kernels | greedy tokens torch = kernels | "
+             "greedy tokens graphs = eager kernels |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    cuda = args.device == "cuda"
+    kernels = "triton" if cuda else "auto"   # cpu smoke run: auto -> torch, graphs off
     for batch in args.batch:
-        t_torch, tok_torch = asyncio.run(run(torch, bundle, args.device, "torch", prefix,
-                                             batch, args.new_tokens, args.suffix))
-        t_triton, tok_triton = asyncio.run(run(torch, bundle, args.device, "triton", prefix,
-                                               batch, args.new_tokens, args.suffix))
-        same = sum(a == b for x, y in zip(tok_torch, tok_triton) for a, b in zip(x, y))
+        t_torch, tok_torch, _ = asyncio.run(run(torch, bundle, args.device, "torch", prefix,
+                                                batch, args.new_tokens, args.suffix))
+        t_triton, tok_triton, _ = asyncio.run(run(torch, bundle, args.device, kernels, prefix,
+                                                  batch, args.new_tokens, args.suffix))
+        t_graphs, tok_graphs, steps = asyncio.run(run(
+            torch, bundle, args.device, kernels, prefix, batch, args.new_tokens, args.suffix,
+            graphs=True))
+
+        def same(xs: list[list[int]], ys: list[list[int]]) -> int:
+            return sum(a == b for x, y in zip(xs, ys) for a, b in zip(x, y))
+
         total = sum(len(x) for x in tok_torch)
         lines.append(f"| {batch} | {t_torch * 1e3:.2f} | {t_triton * 1e3:.2f} | "
-                     f"{t_torch / t_triton:.2f}x | {same}/{total} |")
+                     f"{t_graphs * 1e3:.2f} | {t_torch / t_triton:.2f}x | "
+                     f"{t_triton / t_graphs:.2f}x | {same(tok_torch, tok_triton)}/{total} | "
+                     f"{same(tok_triton, tok_graphs)}/{total} ({steps} graph steps) |")
         print(lines[-1], flush=True)
     table = "\n".join(lines) + "\n"
     print(table)
