@@ -1,7 +1,6 @@
 """Compare policy/mode variants on one workload: run each, summarize, compute speedups.
 
-A variant is a policy (built-in name, a `module:Class`, or a short name from
-parrot.sim.policies) and a frontend mode: `app_centric` (parrot mode), `least_queue:baseline`.
+A variant is a policy (built-in name or a `module:Class`) and a frontend mode: `app_centric` (parrot mode), `least_queue:baseline`.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from parrot.frontend.session import MODES
 from parrot.sim.clock import VirtualClockDeadlockError
 from parrot.sim.cluster import ClusterSpec, RunResult, run_simulation
 from parrot.sim.metrics import summarize
-from parrot.sim.policies import SIM_POLICIES
 from parrot.sim.workloads.apps import WORKLOADS
 from parrot.sim.workloads.base import AppRecord
 from parrot.sim.workloads.spec import WorkloadSpec
@@ -27,7 +25,7 @@ class CompareError(ValueError):
 
 @dataclass(frozen=True)
 class Variant:
-    policy: str                 # as given (short or registry name)
+    policy: str                 # a registry name or module:Class
     mode: str = "parrot"
 
     @property
@@ -36,7 +34,7 @@ class Variant:
 
     @property
     def registry_name(self) -> str:
-        return SIM_POLICIES.get(self.policy, self.policy)
+        return self.policy
 
 
 def parse_variants(text: str) -> list[Variant]:

@@ -123,3 +123,14 @@ def test_percentile_matches_linear_interpolation():
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
     assert percentile([5.0], 99) == 5.0
     assert math.isclose(percentile(list(map(float, range(101))), 99), 99.0)
+
+
+def test_a_small_kv_cache_still_completes_with_prefix_eviction():
+    # 8 steps of ~600 tokens overflow a 3200-token cache: finished calls' cached prefixes
+    # must make room (parrot/sim/evicting.py) rather than leave requests waiting forever.
+    spec = WorkloadSpec(doc_tokens=4096, chunk_tokens=512, output_tokens=10)
+    for mode in ("baseline", "parrot"):
+        run = run_variant(Settings("chain_summary", workload_spec=spec,
+                                   cluster=ClusterSpec(engine_params={"num_blocks": 200})),
+                          Variant("least_queue", mode))
+        assert run.status == "ok" and run.records[0].error is None

@@ -2,8 +2,7 @@
 
 Each takes an `Env` (a simulated or live cluster) and a `WorkloadSpec` and returns one
 `AppRecord` per application. The application code is the same in parrot and baseline mode
-(the Session decides how calls reach the service), with one documented exception in
-map-reduce.
+(the Session decides how calls reach the service).
 """
 
 from __future__ import annotations
@@ -116,15 +115,7 @@ async def _one_map_reduce(env: Env, app_id: str, chunks: list[str],
     async with app_session(env, app_id, "map_reduce", is_main=True,
                            output_tokens=output_tokens * (len(chunks) + 1)) as record:
         parts = [mapper(chunk=chunk) for chunk in chunks]
-        if env.mode == "baseline":
-            # LangChain's map step returns every map's completion to the client at once; the
-            # frontend's baseline would instead `get` a consumer's inputs one after another
-            # (one network delay each, serially), which no real client pays. Fetch them
-            # concurrently, then render the reduce with the values, as LangChain does.
-            values = await asyncio.gather(*(get_latency(p) for p in parts))
-            final = reducer(**{f"part{i}": v for i, v in enumerate(values)})
-        else:
-            final = reducer(**{f"part{i}": part for i, part in enumerate(parts)})
+        final = reducer(**{f"part{i}": part for i, part in enumerate(parts)})
         await get_latency(final)
         record.finished = env.now()
     return record
