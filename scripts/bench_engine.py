@@ -15,7 +15,8 @@ ratios and "same tokens as HF" use the graphs mode, and "greedy tokens graphs = 
 counts equal tokens of all B requests. Throughput = B / TPOT. "same tokens as HF": how many
 leading greedy tokens of the first prompt agree between the two (bf16 random weights may
 drift apart after a few tokens); "one request at a time" compares the engine's throughput at
-batch B with HF serving the same requests one after another (its batch-1 speed), the request-level baseline of the paper.
+batch B with HF serving the same requests one after another (its batch-1 speed), the
+request-level baseline of the paper.
 Runs alternate engine / HF `--repeats` times; the best run counts (the CPU machine is shared,
 so the minimum is the least disturbed measurement).
 Works without installing the repo (imports it from the repo root) and without gguf or
