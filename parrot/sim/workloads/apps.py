@@ -20,10 +20,13 @@ Summarize the following text in one or two sentences.
 Text: {{input:chunk}}
 Summary: {{output:summary}}"""
 
+# The chunk comes first: it is known when the chain is submitted, so the service can prefill
+# it while the previous step still runs (the manager's prefill-ahead); only the short
+# previous summary is left for when it exists.
 REFINE_SUMMARY = """\
-Here is a summary of a document so far: {{input:previous}}
-Continue it with the main point of the next part of the document, in one or two sentences.
-Next part: {{input:chunk}}
+Next part of a document: {{input:chunk}}
+Summary of the document so far: {{input:previous}}
+Continue the summary with the main point of the next part, in one or two sentences.
 Updated summary: {{output:summary}}"""
 
 MAP_SUMMARY = """\
