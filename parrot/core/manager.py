@@ -157,7 +157,8 @@ class Manager:
             outputs[name] = OutputBinding(
                 name, var.var_id, request.sampling.merged(spec.sampling if spec else None),
                 spec.transforms if spec else ())
-        call = Call(call_id, session.session_id, template, inputs, outputs)
+        call = Call(call_id, session.session_id, template, inputs, outputs,
+                    arrival_seq=next(self._arrivals))
         session.graph.add_call(call)
         for binding in outputs.values():
             session.variable(binding.var_id).producer = call_id
@@ -192,7 +193,6 @@ class Manager:
         call.num_tokens = -(-prompt_chars // CHARS_PER_TOKEN) + sum(
             b.sampling.max_tokens for b in call.outputs.values())
         call.state = CallState.READY
-        call.arrival_seq = next(self._arrivals)
         call.mark("ready", asyncio.get_running_loop().time())
         self.prefix_index.add(call.call_id, call.prefix_hashes)
         self.scheduler.enqueue(call)

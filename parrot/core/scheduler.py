@@ -65,11 +65,12 @@ class Scheduler:
             return 0
         started = time.perf_counter()
         self._before_round()
-        # First ready, first offered. Ready calls never depend on one another (a call is ready
-        # only once its inputs exist), so this is a topological order too; ordering by DAG
-        # depth instead would starve the later steps of a long chain behind a stream of new
-        # shallow calls (e.g. chat traffic).
-        views = [_call_view(c) for c in self._ready.values()]
+        # Offered in submission order: an application submits its DAG up front, so this is
+        # first-come first-served per application — a long chain keeps its place ahead of
+        # traffic that arrived after it. (Ready calls never depend on each other, so any order
+        # among them is topological; ordering by DAG depth instead starved late chain steps.)
+        calls = sorted(self._ready.values(), key=lambda c: c.arrival_seq)
+        views = [_call_view(c) for c in calls]
         placements = self.policy.schedule(calls=views, engines=self._pool.views())
         placed = 0
         for placement in placements:

@@ -1,6 +1,6 @@
 """Application-centric scheduling: the paper's Algorithm 1 (Parrot, OSDI'24, section 5.4).
 
-Ready calls are visited in the order given (the order they became ready); each one goes to
+Ready calls are visited in the order given (submission order); each one goes to
 the first of:
 
 1. **its task group's engine**: the engine already holding a call of its group, or, for a new

@@ -27,7 +27,7 @@ class CallView:
     prefix_hashes: tuple[str, ...]       # cumulative prompt hashes at each variable boundary
     num_tokens: int                      # estimate: prompt tokens + max output tokens
     topo_rank: int                       # depth in its session's DAG (0 = no producer upstream)
-    arrival_seq: int                     # order in which calls became ready (FIFO tie-break)
+    arrival_seq: int                     # submission order (the manager's FCFS priority)
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class Policy(ABC):
                  engines: Sequence[EngineView]) -> list[Placement]:
         """Return placements for some of `calls` (each at most once) on `engines`.
 
-        `calls` come in the manager's priority order: the order in which they became ready
-        (first come, first served). A call left out stays queued. Placements must name call and engine ids from the arguments.
+        `calls` come in the manager's priority order: the order in which they were submitted
+        (first come, first served per application). A call left out stays queued. Placements must name call and engine ids from the arguments.
         """
 
