@@ -71,9 +71,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="uniform delay of every client-service message")
     c.add_argument("--policy-param", action="append", default=[], metavar="POLICY.KEY=VALUE",
                    help="e.g. latency_centric.token_capacity=4096 (repeatable)")
-    c.add_argument("--no-evict", action="store_true",
-                   help="sim: do not evict cached prefix contexts when KV is full (the "
-                   "manager as it is; baseline runs then deadlock, see docs/BENCHMARKS.md)")
     c.add_argument("--config", help="live mode: parrot-serve YAML (default policies.yaml)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -118,8 +115,7 @@ def parse_settings(parser: argparse.ArgumentParser,
         cluster = ClusterSpec(num_engines=args.engines, profile=args.profile,
                               latency_capacity=args.latency_capacity,
                               throughput_capacity=args.throughput_capacity,
-                              network_delay_s=(low / 1000.0, high / 1000.0),
-                              evict_cached_prefixes=not args.no_evict)
+                              network_delay_s=(low / 1000.0, high / 1000.0))
         settings = Settings(args.workload, args.mode == "live", args.seed, cluster, workload,
                             _policy_params(parser, args.policy_param), args.config)
         unused = sorted(set(settings.policy_params) - {v.policy for v in variants})

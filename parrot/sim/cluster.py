@@ -22,7 +22,6 @@ from parrot.frontend.session import MODES, Session
 from parrot.frontend.transport import InProcessTransport
 from parrot.policies.registry import default_registry
 from parrot.sim.clock import run_virtual
-from parrot.sim.evicting import EvictingEngine
 from parrot.sim.network import NetworkDelay
 from parrot.sim.workloads.base import AppRecord
 from parrot.sim.workloads.spec import WorkloadSpec
@@ -46,9 +45,6 @@ class ClusterSpec:
     latency_capacity: int = 6144
     throughput_capacity: int = 32768
     network_delay_s: tuple[float, float] = (0.2, 0.3)
-    # Evict the manager's cached prefix contexts when an engine's KV cache is full (see
-    # parrot/sim/evicting.py); off reproduces the manager's behaviour as it is.
-    evict_cached_prefixes: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.num_engines, bool) or not isinstance(self.num_engines, int) \
@@ -133,13 +129,9 @@ async def _simulate(spec: ClusterSpec, workload: WorkloadFn, workload_spec: Work
         for i in range(spec.num_engines):
             engine_spec = spec.engine_spec(i)
             engine: Engine = SimulatedEngine(engine_spec.name, config)
-            if spec.evict_cached_prefixes:
-                engine = EvictingEngine(engine)
             await engine.start()
             engines.append(engine)
-            state = await manager.add_engine(engine_spec, engine)
-            if isinstance(engine, EvictingEngine):
-                engine.contexts = state.contexts
+            await manager.add_engine(engine_spec, engine)
         env = SimEnv(manager, mode, spec, seed, on_app)
         started = asyncio.get_running_loop().time()
         records = await workload(env, workload_spec)

@@ -127,7 +127,8 @@ def test_percentile_matches_linear_interpolation():
 
 def test_a_small_kv_cache_still_completes_with_prefix_eviction():
     # 8 steps of ~600 tokens overflow a 3200-token cache: finished calls' cached prefixes
-    # must make room (parrot/sim/evicting.py) rather than leave requests waiting forever.
+    # must make room (the manager evicts LRU prefixes when its KV accounting overflows)
+    # rather than leave requests waiting forever.
     spec = WorkloadSpec(doc_tokens=4096, chunk_tokens=512, output_tokens=10)
     for mode in ("baseline", "parrot"):
         run = run_variant(Settings("chain_summary", workload_spec=spec,
