@@ -27,6 +27,16 @@ IsShared = Callable[[str], bool]
 MIN_SHARED_PREFIX_CHARS = 64
 
 
+def shareable_hashes(pieces: tuple[PrefixPiece, ...]) -> tuple[str, ...]:
+    """The hashes of the boundaries that may get a context (prefix long enough to fork)."""
+    hashes, chars = [], 0
+    for piece in pieces:
+        chars += len(piece.text)
+        if chars >= MIN_SHARED_PREFIX_CHARS:
+            hashes.append(piece.prefix_hash)
+    return tuple(hashes)
+
+
 def plan_prefix_contexts(pieces: tuple[PrefixPiece, ...],
                          is_shared: IsShared) -> tuple[tuple[PrefixPiece, ...], str]:
     """Which boundaries get a cached context of their own, and the text left for the call.

@@ -15,7 +15,7 @@ import secrets
 from parrot.core.config import EngineSpec, ManagerConfig
 from parrot.core.deduction import deduce
 from parrot.core.engine_pool import EnginePool, EngineState
-from parrot.core.executor import run_call
+from parrot.core.executor import run_call, shareable_hashes
 from parrot.core.nodes import Call, InputBinding, OutputBinding, Variable
 from parrot.core.prefill_ahead import prefill_ahead
 from parrot.core.prefix import PrefixIndex, prefix_pieces
@@ -187,7 +187,9 @@ class Manager:
             self._fail_call(session, call, CallFailedError(f"input transform failed: {exc}"))
             return
         call.prefix_pieces = prefix_pieces(call.template, call.rendered_inputs)
-        call.prefix_hashes = tuple(p.prefix_hash for p in call.prefix_pieces)
+        # Only boundaries far enough in to be worth a context are advertised to the policy:
+        # affinity to a prefix no engine would cache only piles unrelated calls together.
+        call.prefix_hashes = shareable_hashes(call.prefix_pieces)
         prompt_chars = len(call.template.render(
             {**call.rendered_inputs, **{n: "" for n in call.outputs}}))
         call.num_tokens = -(-prompt_chars // CHARS_PER_TOKEN) + sum(

@@ -48,3 +48,12 @@ def test_a_whole_constant_prompt_is_not_cached_unless_it_recurs():
     assert plan_prefix_contexts(pieces, lambda h: False) == ((), SYSTEM + " question? ")
     contexts, head = plan_prefix_contexts(pieces, lambda h: True)
     assert [c.text for c in contexts] == [SYSTEM + " question? "] and head == ""
+
+
+def test_only_boundaries_worth_a_context_are_advertised():
+    from parrot.core.executor import shareable_hashes
+
+    pieces = prefix_pieces(parse_template("Hi {{input:q}}" + "x" * 70 + " {{output:a}}"),
+                           {"q": "there"})
+    assert [len(p.text) for p in pieces] == [3, 5, 71]
+    assert shareable_hashes(pieces) == (pieces[2].prefix_hash,)
