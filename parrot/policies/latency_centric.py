@@ -1,17 +1,16 @@
 """Latency-centric baseline: every call is latency-sensitive.
 
 Each engine is capped at a small token capacity (the paper's baselines use 4096–6144 tokens to
-keep decode fast), and a call goes to the least-loaded engine that still has room. No task
-groups, no prefix affinity. A call that fits nowhere waits, except that an idle engine always
-takes one call (so a call larger than the cap still runs).
+keep decode fast), and a call goes to the least-loaded engine that still has room (see
+capped.py for the rest).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
 
-from parrot.policies.base import CallView, EngineView, Placement, Policy, PolicyParams
+from parrot.policies.base import PolicyParams
+from parrot.policies.capped import CappedPolicy
 from parrot.policies.params import check_number
 
 
@@ -25,27 +24,15 @@ class LatencyCentricParams(PolicyParams):
                      minimum=1, integer=True)
 
 
-class LatencyCentricPolicy(Policy):
+class LatencyCentricPolicy(CappedPolicy):
     name = "latency_centric"
     Params = LatencyCentricParams
     params: LatencyCentricParams
 
-    def schedule(self, *, calls: Sequence[CallView],
-                 engines: Sequence[EngineView]) -> list[Placement]:
-        healthy = [e for e in engines if e.is_healthy]
-        load = {e.engine_id: e.num_tokens_in_use for e in healthy}
-        num_calls = {e.engine_id: e.num_running_calls for e in healthy}
-        placements = []
-        for call in calls:
-            fitting = [eid for eid in load
-                       if load[eid] + call.num_tokens <= self.params.token_capacity]
-            # Least tokens first, then fewest calls; ties to the first engine given.
-            engine_id = min(fitting, key=lambda eid: (load[eid], num_calls[eid]), default=None)
-            if engine_id is None:
-                engine_id = next((eid for eid in load if num_calls[eid] == 0), None)
-            if engine_id is None:
-                continue
-            load[engine_id] += call.num_tokens
-            num_calls[engine_id] += 1
-            placements.append(Placement(call.call_id, engine_id))
-        return placements
+    @property
+    def token_capacity(self) -> int:
+        return self.params.token_capacity
+
+    @staticmethod
+    def rank(load: int, num_calls: int) -> tuple[int, ...]:
+        return (load, num_calls)  # spread: least tokens first, then fewest calls

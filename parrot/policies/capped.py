@@ -1,0 +1,45 @@
+"""The shared loop of the two capacity-capped baselines (latency_centric, throughput_centric).
+
+Every engine carries at most `token_capacity` tokens of running calls; each call goes to the
+engine with room that the subclass ranks best; a call that fits nowhere waits, except that an
+idle engine always takes one call (so a call larger than the cap still runs). No task groups,
+no prefix affinity, no criteria: that is what makes them baselines.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Sequence
+
+from parrot.policies.base import CallView, EngineView, Placement, Policy
+
+
+class CappedPolicy(Policy):
+    @property
+    @abstractmethod
+    def token_capacity(self) -> int: ...
+
+    @staticmethod
+    @abstractmethod
+    def rank(load: int, num_calls: int) -> tuple[int, ...]:
+        """Sort key of an engine with room (smallest first); ties go to the engine given first."""
+
+    def schedule(self, *, calls: Sequence[CallView],
+                 engines: Sequence[EngineView]) -> list[Placement]:
+        healthy = [e for e in engines if e.is_healthy]
+        load = {e.engine_id: e.num_tokens_in_use for e in healthy}
+        num_calls = {e.engine_id: e.num_running_calls for e in healthy}
+        placements = []
+        for call in calls:
+            fitting = [eid for eid in load
+                       if load[eid] + call.num_tokens <= self.token_capacity]
+            engine_id = min(fitting, key=lambda eid: self.rank(load[eid], num_calls[eid]),
+                            default=None)
+            if engine_id is None:
+                engine_id = next((eid for eid in load if num_calls[eid] == 0), None)
+            if engine_id is None:
+                continue
+            load[engine_id] += call.num_tokens
+            num_calls[engine_id] += 1
+            placements.append(Placement(call.call_id, engine_id))
+        return placements
