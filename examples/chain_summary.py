@@ -16,16 +16,25 @@ import time
 import parrot
 from parrot.sim.workloads.documents import chunk_document, long_document
 
+# The prompts use the chat markup of the default model (SmolLM2-Instruct, ChatML); the model
+# ends its answer with <|im_end|>, its end-of-sequence token.
 first_summary = parrot.semantic_function(prompt="""\
-Summarize the following text in one or two sentences.
-Text: {{input:chunk}}
-Summary: {{output:summary}}""", name="first_summary")
+<|im_start|>system
+You summarize documents briefly.<|im_end|>
+<|im_start|>user
+Summarize this text in one sentence:
+{{input:chunk}}<|im_end|>
+<|im_start|>assistant
+{{output:summary}}""", name="first_summary")
 
 refine_summary = parrot.semantic_function(prompt="""\
-Here is the next part of a document: {{input:chunk}}
-Here is a summary of the document so far: {{input:previous}}
-Update the summary with the main point of the new part, in one or two sentences.
-Updated summary: {{output:summary}}""", name="refine_summary")
+<|im_start|>user
+Text:
+{{input:chunk}}
+
+Summarize the text above in one sentence, continuing this summary: {{input:previous}}<|im_end|>
+<|im_start|>assistant
+{{output:summary}}""", name="refine_summary")
 
 
 async def chain_summary(chunks: list[str], max_tokens: int) -> str:
