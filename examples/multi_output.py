@@ -11,17 +11,27 @@ import asyncio
 
 import parrot
 
+# Chat markup of the default model (SmolLM2-Instruct, ChatML): the first output ends with the
+# model's end-of-turn token, which stays in the context, and the conversation goes on.
 plan_and_write = parrot.semantic_function(
     prompt="""\
+<|im_start|>user
 Task: {{input:task}}
-Write a one-line title for it: {{output:title}}
-Now write two sentences about it: {{output:body}}""",
-    outputs={"title": {"max_tokens": 16, "stop": ["\\n"]}, "body": {"max_tokens": 48}},
+Write a short title for this task.<|im_end|>
+<|im_start|>assistant
+{{output:title}}
+<|im_start|>user
+Now write two sentences about the task.<|im_end|>
+<|im_start|>assistant
+{{output:body}}""",
+    outputs={"title": {"max_tokens": 16, "stop": ["\n"]}, "body": {"max_tokens": 48}},
     transforms={"title": ["strip"]}, name="plan_and_write")
 
 translate = parrot.semantic_function(prompt="""\
-Rewrite this title in capital letters: {{input:title}}
-Result: {{output:shout}}""", max_tokens=16, name="translate")
+<|im_start|>user
+Rewrite this title in capital letters: {{input:title}}<|im_end|>
+<|im_start|>assistant
+{{output:shout}}""", max_tokens=16, name="translate")
 
 
 async def run(task: str) -> dict[str, str]:
