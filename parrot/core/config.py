@@ -26,6 +26,8 @@ class ManagerConfig:
     default_get_timeout_s: float = 600.0
     max_call_retries: int = 2                 # re-dispatches after an engine failure
     admin_token: str | None = None            # required by POST /v1/engines when set
+    session_idle_timeout_s: float = 3600.0    # a session idle this long (nothing running,
+                                              # nobody waiting) is deleted
 
     def __post_init__(self) -> None:
         _require(isinstance(self.port, int) and 0 <= self.port < 65536, "manager.port",
@@ -36,6 +38,8 @@ class ManagerConfig:
                  self.max_get_timeout_s, "a positive number")
         _require(_is_pos(self.default_get_timeout_s), "manager.default_get_timeout_s",
                  self.default_get_timeout_s, "a positive number")
+        _require(_is_pos(self.session_idle_timeout_s), "manager.session_idle_timeout_s",
+                 self.session_idle_timeout_s, "a positive number of seconds")
         _require(isinstance(self.max_call_retries, int) and self.max_call_retries >= 0,
                  "manager.max_call_retries", self.max_call_retries, "an integer >= 0")
 

@@ -75,7 +75,24 @@ class Manager:
     # --- sessions and variables -----------------------------------------------------------
 
     def create_session(self) -> Session:
-        return self.sessions.create()
+        session = self.sessions.create()
+        self._arm_expiry(session, self.config.session_idle_timeout_s)
+        return session
+
+    def _arm_expiry(self, session: Session, delay: float) -> None:
+        """One timer per session, re-armed only when it fires (not on every request)."""
+        asyncio.get_running_loop().call_later(delay, self._expire_if_idle, session)
+
+    def _expire_if_idle(self, session: Session) -> None:
+        if self.sessions.find(session.session_id) is not session:
+            return  # deleted already
+        ttl = self.config.session_idle_timeout_s
+        idle = asyncio.get_running_loop().time() - session.last_active
+        if session.tasks or session.num_waiters or idle < ttl:
+            self._arm_expiry(session, max(ttl - idle, 1e-3) if idle < ttl else ttl)
+            return
+        log.info("session %s idle for %.0f s: deleted", session.session_id, idle)
+        self.delete_session(session)
 
     def authenticate(self, session_id: str, token: str | None) -> Session:
         return self.sessions.authenticate(session_id, token)
@@ -123,10 +140,14 @@ class Manager:
             self._mark_dirty(session)
         limit = min(timeout or self.config.default_get_timeout_s, self.config.max_get_timeout_s)
         if not var.is_finished:
+            session.num_waiters += 1
             try:
                 await asyncio.wait_for(var.ready.wait(), limit)
             except asyncio.TimeoutError:
                 raise GetTimeoutError(f"variable {var_id} not ready after {limit:g} s") from None
+            finally:
+                session.num_waiters -= 1
+                session.last_active = asyncio.get_running_loop().time()
         if var.error is not None:
             raise var.error
         assert var.value is not None

@@ -21,6 +21,8 @@ class Session:
     calls: dict[str, Call] = field(default_factory=dict)
     tasks: dict[str, asyncio.Task] = field(default_factory=dict)  # running call tasks
     needs_deduction: bool = False
+    last_active: float = 0.0      # loop time of the last authenticated request
+    num_waiters: int = 0          # `get`s waiting on this session's variables
 
     def variable(self, var_id: str) -> Variable:
         """A variable of this session; other sessions' ids are indistinguishable from unknown."""
@@ -35,7 +37,8 @@ class SessionStore:
         self._sessions: dict[str, Session] = {}
 
     def create(self) -> Session:
-        session = Session(session_id=f"s-{secrets.token_hex(8)}", token=secrets.token_urlsafe(24))
+        session = Session(session_id=f"s-{secrets.token_hex(8)}", token=secrets.token_urlsafe(24),
+                          last_active=asyncio.get_running_loop().time())
         self._sessions[session.session_id] = session
         return session
 
@@ -45,7 +48,11 @@ class SessionStore:
             raise NotFoundError(f"unknown session {session_id!r}")
         if token is None or not hmac.compare_digest(token.encode(), session.token.encode()):
             raise UnauthorizedError("missing or wrong bearer token for this session")
+        session.last_active = asyncio.get_running_loop().time()
         return session
+
+    def find(self, session_id: str) -> Session | None:
+        return self._sessions.get(session_id)
 
     def get(self, session_id: str) -> Session:
         """Internal lookup (no token): for the manager's own bookkeeping only."""

@@ -125,3 +125,43 @@ async def test_task_group_is_known_before_any_get(manager, engine):
     assert {m.criterion for m in maps} == {Criterion.THROUGHPUT}
     assert reduce_.criterion is None  # nothing demanded yet: the policy's default applies
     await manager.get(session, out(reduce_, "r"), Criterion.LATENCY)
+
+
+async def test_call_on_a_failed_engine_is_redispatched_to_a_healthy_one(manager, engine):
+    backup = RecordingEngine(name="backup")
+    await manager.add_engine(EngineSpec(name="backup", in_process=True), backup)
+    engine.fail_next = 1  # e0 fails the first operation it gets, then is probed back later
+    session = manager.create_session()
+    call = submit(manager, session, "Hello {{input:x}} {{output:y}}", x="there")
+    value = await manager.get(session, out(call, "y"), Criterion.LATENCY)
+    assert value.startswith("gen(") and call.state.value == "done"
+    assert call.attempts == 1 and call.engine_id == "backup"
+    assert not manager.engines.get("e0").is_healthy
+    assert [op for op, *_ in backup.log if op == "generate"] == ["generate"]
+
+
+async def test_idle_sessions_expire_but_busy_ones_stay(engine):
+    from parrot.core.config import ManagerConfig
+    from parrot.core.manager import Manager
+    from parrot.errors import NotFoundError
+    from parrot.policies.least_queue import LeastQueuePolicy
+
+    manager = Manager(LeastQueuePolicy(), ManagerConfig(session_idle_timeout_s=0.05))
+    await manager.start()
+    await manager.add_engine(EngineSpec(name="e0", in_process=True), RecordingEngine())
+    try:
+        idle = manager.create_session()
+        busy = manager.create_session()
+        var = manager.create_variable(busy, "later", None)
+        waiter = asyncio.create_task(manager.get(busy, var.var_id, Criterion.LATENCY))
+        await asyncio.sleep(0.2)
+        with pytest.raises(NotFoundError):
+            manager.authenticate(idle.session_id, idle.token)
+        assert manager.authenticate(busy.session_id, busy.token) is busy  # a get is waiting
+        manager.set_variable(busy, var.var_id, "now")
+        assert await waiter == "now"
+        await asyncio.sleep(0.2)
+        with pytest.raises(NotFoundError):
+            manager.authenticate(busy.session_id, busy.token)
+    finally:
+        await manager.close()
