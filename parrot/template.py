@@ -64,14 +64,6 @@ class Template:
         return "".join(seg.text if isinstance(seg, Text) else values[seg.name]
                        for seg in self.segments)
 
-    def prefix_before_first_output(self, values: Mapping[str, str]) -> str:
-        parts = []
-        for seg in self.segments:
-            if isinstance(seg, Placeholder) and seg.is_output:
-                break
-            parts.append(seg.text if isinstance(seg, Text) else values[seg.name])
-        return "".join(parts)
-
 
 def parse_template(source: str) -> Template:
     """Parse a template; raises TemplateSyntaxError with the position of the problem."""

@@ -11,7 +11,6 @@ def test_segments_and_names():
                           Text(" -> "), Placeholder("output", "c"), Text("!"))
     assert t.input_names == ("a", "b") and t.output_names == ("c",)
     assert t.render({"a": "1", "b": "2", "c": "3"}) == "Hi 1 and 2 then 1 -> 3!"
-    assert t.prefix_before_first_output({"a": "1", "b": "2"}) == "Hi 1 and 2 then 1 -> "
 
 
 def test_literal_braces_are_text():

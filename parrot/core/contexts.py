@@ -43,10 +43,6 @@ class ContextChain:
     def leaf_id(self) -> str | None:
         return self.contexts[-1].context_id if self.contexts else None
 
-    @property
-    def hit_tokens(self) -> int:
-        return sum(c.num_tokens for c in self.contexts if c.refcount > 1)
-
 
 class EngineContexts:
     def __init__(self, engine: Engine, engine_id: str, block_size: int = 16) -> None:
