@@ -4,6 +4,16 @@ from __future__ import annotations
 
 import enum
 
+# The one token estimate used where no tokenizer is at hand: the manager's capacity accounting,
+# the simulated engine's tokenizer and the workloads' chunking all count this way, so their
+# numbers agree (real engines report exact counts themselves).
+CHARS_PER_TOKEN = 4
+
+
+def estimate_num_tokens(text: str) -> int:
+    """Tokens in `text` estimated at CHARS_PER_TOKEN characters each, rounded up."""
+    return -(-len(text) // CHARS_PER_TOKEN)
+
 
 class Criterion(str, enum.Enum):
     """The performance objective of a variable, and by deduction of the calls producing it."""

@@ -28,11 +28,10 @@ from parrot.errors import (CallFailedError, ConflictError, EngineUnavailableErro
                            GetTimeoutError, InvalidRequestError, NotFoundError, ParrotError)
 from parrot.policies.base import Policy
 from parrot.transforms import TransformError, apply_transforms
-from parrot.types import CallState, Criterion
+from parrot.types import CallState, Criterion, estimate_num_tokens
 
 log = logging.getLogger(__name__)
 
-CHARS_PER_TOKEN = 4  # the manager's token estimate (engines report exact counts themselves)
 
 
 class Manager:
@@ -211,9 +210,8 @@ class Manager:
         # Only boundaries far enough in to be worth a context are advertised to the policy:
         # affinity to a prefix no engine would cache only piles unrelated calls together.
         call.prefix_hashes = shareable_hashes(call.prefix_pieces)
-        prompt_chars = len(call.template.render(
-            {**call.rendered_inputs, **{n: "" for n in call.outputs}}))
-        call.num_tokens = -(-prompt_chars // CHARS_PER_TOKEN) + sum(
+        prompt = call.template.render({**call.rendered_inputs, **{n: "" for n in call.outputs}})
+        call.num_tokens = estimate_num_tokens(prompt) + sum(
             b.sampling.max_tokens for b in call.outputs.values())
         call.state = CallState.READY
         call.mark("ready", asyncio.get_running_loop().time())

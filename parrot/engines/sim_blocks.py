@@ -10,15 +10,16 @@ from __future__ import annotations
 import hashlib
 from typing import Iterable
 
-CHARS_PER_TOKEN = 4
+from parrot.types import estimate_num_tokens
+
 # 2000 four-character pieces: " " + consonant + vowel + consonant.
 _VOCAB = tuple(f" {a}{b}{c}" for a in "bcdfghjklmnprstvwxyz" for b in "aeiou"
                for c in "bcdfghjklmnprstvwxyz")
 
 
 def count_tokens(text: str) -> int:
-    """The simulated tokenizer: ceil(len(text) / 4)."""
-    return -(-len(text) // CHARS_PER_TOKEN)
+    """The simulated tokenizer: the project's shared estimate (4 characters per token)."""
+    return estimate_num_tokens(text)
 
 
 def filler_token(context_id: str, seed: int | None, position: int) -> int:

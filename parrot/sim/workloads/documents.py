@@ -15,10 +15,10 @@ functions off the event loop (`asyncio.to_thread`) when a loop is running.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Protocol, Sequence
 
-CHARS_PER_TOKEN = 4
+from parrot.types import CHARS_PER_TOKEN, estimate_num_tokens  # re-exported: the shared rule
+
 
 
 class Tokenizer(Protocol):
@@ -27,11 +27,6 @@ class Tokenizer(Protocol):
     def encode(self, text: str, *args: Any, **kwargs: Any) -> list[int]: ...
 
     def decode(self, token_ids: Sequence[int], *args: Any, **kwargs: Any) -> str: ...
-
-
-def estimate_num_tokens(text: str) -> int:
-    """Token count estimated at `CHARS_PER_TOKEN` characters per token (rounded up)."""
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
 def stdlib_document() -> str:
