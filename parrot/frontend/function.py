@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 from parrot.errors import InvalidRequestError
 from parrot.sampling import SamplingParams
 from parrot.template import Template, parse_template
-from parrot.transforms import parse_transforms
+from parrot.transforms import Transform, parse_transforms
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,9 @@ class SemanticFunction:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     output_sampling: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     transforms: Mapping[str, list[Any]] = field(default_factory=dict)
+    # `transforms` parsed once (the baseline client applies input transforms itself).
+    parsed_transforms: Mapping[str, tuple[Transform, ...]] = field(
+        init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         names = set(self.template.input_names) | set(self.template.output_names)
@@ -41,8 +44,10 @@ class SemanticFunction:
             if key not in names:
                 raise InvalidRequestError(f"{self.name}: {key!r} is not a placeholder of the "
                                           f"prompt (placeholders: {sorted(names)})")
-        for key, spec in self.transforms.items():
-            parse_transforms(spec, f"{self.name}.{key}")  # fail at definition, not at run time
+        # Parsed at definition, so a bad spec fails here, not at run time.
+        object.__setattr__(self, "parsed_transforms", {
+            key: parse_transforms(spec, f"{self.name}.{key}")
+            for key, spec in self.transforms.items()})
         for key, override in self.output_sampling.items():
             if key not in self.template.output_names:
                 raise InvalidRequestError(f"{self.name}: sampling given for input {key!r}")
@@ -66,6 +71,18 @@ class SemanticFunction:
         if missing:
             raise TypeError(f"{self.name}() is missing input(s) {missing}")
         return bound
+
+    def output_placeholders(self) -> list[dict[str, Any]]:
+        """The wire form of the output placeholders (per-output sampling and transforms)."""
+        specs = []
+        for name in self.template.output_names:
+            spec: dict[str, Any] = {"name": name, "in_out": "output"}
+            if name in self.output_sampling:
+                spec["sampling"] = dict(self.output_sampling[name])
+            if name in self.transforms:
+                spec["transforms"] = self.transforms[name]
+            specs.append(spec)
+        return specs
 
     def options(self, **sampling: Any) -> "SemanticFunction":
         """This function with some sampling fields replaced (e.g. `fn.options(max_tokens=20)`)."""

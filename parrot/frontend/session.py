@@ -23,8 +23,7 @@ from parrot.frontend.function import SemanticFunction
 from parrot.frontend.transport import (Delay, HttpTransport, InProcessTransport,
                                        SessionCredentials, Transport)
 from parrot.frontend.variable import SemanticVariable
-from parrot.template import Text
-from parrot.transforms import apply_transforms, parse_transforms
+from parrot.transforms import apply_transforms
 from parrot.types import Criterion
 
 MODES = ("parrot", "baseline")
@@ -204,15 +203,10 @@ class Session:
                 spec["semantic_var_id"] = await value.aid()
             else:
                 spec["value"] = str(value)
+            if name in fn.transforms:
+                spec["transforms"] = fn.transforms[name]
             placeholders.append(spec)
-        for name in fn.template.output_names:
-            spec = {"name": name, "in_out": "output"}
-            if name in fn.output_sampling:
-                spec["sampling"] = dict(fn.output_sampling[name])
-            placeholders.append(spec)
-        for spec in placeholders:
-            if spec["name"] in fn.transforms:
-                spec["transforms"] = fn.transforms[spec["name"]]
+        placeholders.extend(fn.output_placeholders())
         return {"prompt": fn.template.source, "placeholders": placeholders,
                 "sampling": fn.sampling.to_json()}
 
@@ -224,18 +218,13 @@ class Session:
         values = {name: (await value.aget(Criterion.LATENCY))
                   if isinstance(value, SemanticVariable) else str(value)
                   for name, value in inputs.items()}
-        for name, spec in fn.transforms.items():
+        for name, transforms in fn.parsed_transforms.items():
             if name in values:
-                values[name] = apply_transforms(parse_transforms(spec, name), values[name])
-        rendered = "".join(
-            seg.text if isinstance(seg, Text) else
-            values[seg.name] if not seg.is_output else "{{output:%s}}" % seg.name
-            for seg in fn.template.segments)
-        placeholders = [{"name": name, "in_out": "output",
-                         **({"sampling": dict(fn.output_sampling[name])}
-                            if name in fn.output_sampling else {}),
-                         **({"transforms": fn.transforms[name]} if name in fn.transforms else {})}
-                        for name in fn.template.output_names]
+                values[name] = apply_transforms(transforms, values[name])
+        # Outputs stay placeholders: the service generates them.
+        rendered = fn.template.render(
+            {**values, **{name: "{{output:%s}}" % name for name in fn.template.output_names}})
+        placeholders = fn.output_placeholders()
         # One blocking completion per call (`wait`): the reply carries the generated values.
         try:
             reply = await self.request("POST", "/v1/submit", {
