@@ -61,6 +61,12 @@ def documents(spec: WorkloadSpec) -> list[list[str]]:
 async def chain_summary(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
     """Applications one after another (the paper's single-app setting); with `chat_rate` > 0,
     background chat arrives meanwhile."""
+    return await _apps_in_sequence(env, spec, "chain", _one_chain)
+
+
+async def _apps_in_sequence(env: Env, spec: WorkloadSpec, prefix: str, one_app) -> list[AppRecord]:
+    """Run `one_app(env, app_id, chunks, output_tokens)` per document, one after another, with
+    Poisson background chat alongside when `spec.chat_rate` > 0."""
     docs = await asyncio.to_thread(documents, spec)  # tokenising is blocking work
     chat = BackgroundChat(env, spec) if spec.chat_rate > 0 else None
     records: list[AppRecord] = []
@@ -68,7 +74,7 @@ async def chain_summary(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
         chat.start()
     try:
         for i, chunks in enumerate(docs):
-            records.append(await _one_chain(env, f"chain-{i}", chunks, spec.output_tokens))
+            records.append(await one_app(env, f"{prefix}-{i}", chunks, spec.output_tokens))
     finally:
         if chat is not None:
             records.extend(await chat.stop())
@@ -91,19 +97,7 @@ async def _one_chain(env: Env, app_id: str, chunks: list[str], output_tokens: in
 
 
 async def map_reduce(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
-    docs = await asyncio.to_thread(documents, spec)
-    chat = BackgroundChat(env, spec) if spec.chat_rate > 0 else None
-    records: list[AppRecord] = []
-    if chat is not None:
-        chat.start()
-    try:
-        for i, chunks in enumerate(docs):
-            records.append(await _one_map_reduce(env, f"mapreduce-{i}", chunks,
-                                                 spec.output_tokens))
-    finally:
-        if chat is not None:
-            records.extend(await chat.stop())
-    return records
+    return await _apps_in_sequence(env, spec, "mapreduce", _one_map_reduce)
 
 
 async def _one_map_reduce(env: Env, app_id: str, chunks: list[str],
