@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_engine  # noqa: E402  (shares the import/alias helpers and the model loader)
+import bench_engine  # noqa: E402  (shares the model loader)
+from repo_imports import alias_kernels, import_parrot  # noqa: E402
 
 
 async def run(torch, bundle, device: str, backend: str, prefix: list[int], batch: int, new: int,
@@ -74,8 +75,8 @@ def main() -> int:
     parser.add_argument("--device", default="cuda", help="cuda (cpu: a smoke run of the script)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    bench_engine.import_parrot()
-    bench_engine.alias_kernels()
+    import_parrot()
+    alias_kernels()
     import torch
 
     bundle, hf = bench_engine.load(torch, args.model, args.device)

@@ -18,30 +18,18 @@ Where the repo is not pip-installed, kernels/ is loaded under its import name pa
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import pathlib
 import statistics
-import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
-
-def import_kernels():
-    try:
-        import parrot_kernels
-    except ImportError:
-        pkg = pathlib.Path(__file__).resolve().parents[1] / "kernels"
-        spec = importlib.util.spec_from_file_location(
-            "parrot_kernels", pkg / "__init__.py", submodule_search_locations=[str(pkg)])
-        parrot_kernels = importlib.util.module_from_spec(spec)
-        sys.modules["parrot_kernels"] = parrot_kernels
-        spec.loader.exec_module(parrot_kernels)
-    return parrot_kernels
+from repo_imports import alias_kernels
 
 
-pk = import_kernels()
+alias_kernels()
+import parrot_kernels as pk  # noqa: E402
 DEV = "cuda"
 DT = torch.bfloat16
 PAGE = 16

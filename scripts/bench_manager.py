@@ -40,15 +40,11 @@ from parrot.core.manager import Manager  # noqa: E402
 from parrot.core.requests import SubmitRequest  # noqa: E402
 from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig  # noqa: E402
 from parrot.policies.registry import default_registry  # noqa: E402
+from parrot.sim.metrics import percentile  # noqa: E402
 from parrot.types import Criterion  # noqa: E402
 
 NUM_ENGINES = 16
 QUEUED = 1000
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
 async def decision_latency(policy_name: str, trials: int) -> dict[str, float]:

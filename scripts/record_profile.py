@@ -27,8 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from repo_imports import alias_kernels, import_parrot  # noqa: E402
+
+import_parrot()   # without leaving the repo root (and its kernels/) on sys.path
+alias_kernels()
 
 from parrot.engines.latency_model import SimulatedEngineConfig  # noqa: E402
 from parrot.engines.protocol import Engine, FillRequest, GenerateRequest  # noqa: E402
