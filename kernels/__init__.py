@@ -1,4 +1,5 @@
-"""parrot_kernels: Triton decode-attention kernels for Parrot's builtin engine.
+"""parrot_kernels: Triton decode-attention and fused decode-layer kernels for Parrot's builtin
+engine.
 
 The repo folder ``kernels/`` ships as the import package ``parrot_kernels``. Importing it needs
 torch only; Triton is imported on the first kernel launch (so ``TRITON_INTERPRET=1`` may be
@@ -7,12 +8,20 @@ to the PyTorch references (fp32), so callers never need a GPU to import or call 
 """
 from .decode import (merge_attention_states, paged_decode_attention,
                      shared_prefix_decode_attention)
+from .fused import (add_rms_norm, reference_add_rms_norm, reference_rope_kv_write,
+                    reference_silu_mul, rope_kv_write, silu_mul)
 from .plan import (KernelTuning, choose_shared_prefix_strategy, paged_decode_workspace_numel,
                    shared_prefix_decode_workspace_numel)
 from .reference import (reference_merge_attention_states, reference_paged_decode_attention,
                         reference_shared_prefix_decode_attention)
 
 __all__ = [
+    "add_rms_norm",
+    "reference_add_rms_norm",
+    "reference_rope_kv_write",
+    "reference_silu_mul",
+    "rope_kv_write",
+    "silu_mul",
     "KernelTuning",
     "choose_shared_prefix_strategy",
     "merge_attention_states",

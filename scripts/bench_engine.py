@@ -50,10 +50,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (both sides)")
     p.add_argument("--out", type=Path, default=None, help="write the table (markdown) here")
+    p.add_argument("--suite", action="store_true",
+                   help="CUDA: the full engine suite (engine_suite.py): ceilings, start-up and "
+                        "first request, TPOT vs floor (fused, unfused, HF), throughput, "
+                        "prefill rate, shared prefix on/off")
+    p.add_argument("--prefix", type=int, default=3800, help="--suite: shared prefix tokens")
+    p.add_argument("--suffix", type=int, default=200, help="--suite: suffix tokens")
     args = p.parse_args(argv)
     cuda = args.device == "cuda"
     args.models = (args.models or ("llama-7b" if cuda else "smollm2")).split(",")
-    args.batches = [int(b) for b in (args.batches or ("1,32" if cuda else "1,16")).split(",")]
+    default_batches = "1,32,64" if args.suite else ("1,32" if cuda else "1,16")
+    args.batches = [int(b) for b in (args.batches or default_batches).split(",")]
     args.prompt_len = args.prompt_len or (512 if cuda else 64)
     args.new_tokens = args.new_tokens or (64 if cuda else 32)
     return args
@@ -193,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
+    if args.suite:
+        return suite(args, torch)
     rows = []
     modes = [False, True] if args.device == "cuda" else [False]   # CUDA graphs off / on
     header = ("| model | dtype | batch | prompt | new | engine eager TPOT ms | "
@@ -264,6 +273,34 @@ def main(argv: list[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
         print(f"wrote {args.out}")
+    return 0
+
+
+def suite(args: argparse.Namespace, torch) -> int:
+    import logging
+
+    import engine_suite
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    bundle, hf = load(torch, args.models[0], "cuda")
+    started = datetime.datetime.now(datetime.timezone.utc)
+    lines = asyncio.run(engine_suite.run_suite(
+        torch, bundle, hf, hf_run, sorted(args.batches), args.prefix, args.suffix,
+        lambda text: print(text, flush=True)))
+    command = "python3 " + " ".join(shlex.quote(a) for a in [sys.argv[0], *sys.argv[1:]])
+    import triton
+    import transformers
+
+    text = "\n".join([
+        f"# builtin engine suite ({args.models[0]}, bf16, random weights)", "",
+        f"* date: {started:%Y-%m-%d %H:%M UTC}",
+        f"* machine: {machine(torch, 'cuda')}, triton {triton.__version__}, "
+        f"transformers {transformers.__version__}",
+        f"* command: `{command}`", "", *lines])
+    print(text)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
     return 0
 
 

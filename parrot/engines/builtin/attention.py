@@ -119,6 +119,33 @@ def load_kernels() -> ModuleType | None:
     return module if hasattr(module, "paged_decode_attention") else None
 
 
+class KernelsUnavailableError(RuntimeError):
+    """CUDA was asked to run on the Triton kernels (attention_backend auto or triton) but
+    parrot_kernels does not import."""
+
+
+def choose_backend(requested: str, device_type: str, kernels_importable: bool) -> str:
+    """"triton" or "torch" for an engine on this device type.
+
+    On CUDA the torch path is ~4x slower per decode step and runs without CUDA graphs, so it
+    is never taken silently: "auto" without the kernels raises KernelsUnavailableError
+    (install the repo, or ask for attention_backend: torch to accept the slow path). On the
+    CPU "auto" is always torch (the kernels' CPU fallbacks are their slow references)."""
+    if device_type != "cuda":
+        if requested == "triton":
+            raise KernelsUnavailableError("attention_backend 'triton' needs a CUDA device")
+        return "torch"
+    if requested == "torch":
+        return "torch"
+    if kernels_importable:
+        return "triton"
+    raise KernelsUnavailableError(
+        f"attention_backend {requested!r} on CUDA but parrot_kernels does not import: the "
+        "engine would run the torch attention path without CUDA graphs (several times "
+        "slower per token). Install the repo (pip install -e '.[engine,kernels]'), or set "
+        "attention_backend: torch to run the slow path on purpose.")
+
+
 def make_decode_fn(kernels: ModuleType | None) -> DecodeFn:
     """The decode path: the Triton kernels when given, else decode_torch."""
     if kernels is None:
@@ -126,7 +153,7 @@ def make_decode_fn(kernels: ModuleType | None) -> DecodeFn:
 
     def decode_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                       meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        q = q.contiguous()  # q is a strided view of the fused q/k projection
+        # q may be a strided view of the fused projection: the kernels take its strides
         sp = meta.shared_prefix
         if sp is not None and hasattr(kernels, "shared_prefix_decode_attention"):
             out = kernels.shared_prefix_decode_attention(

@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from parrot.engines.builtin.attention import load_kernels, make_decode_fn
+from parrot.engines.builtin.attention import (KernelsUnavailableError, choose_backend,
+                                              load_kernels, make_decode_fn)
 from parrot.engines.builtin.block_manager import BlockManager
 from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
 from parrot.engines.builtin.engine import BuiltinEngine
@@ -24,6 +25,7 @@ from parrot.engines.builtin.model import LlamaModel
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.scheduler import Scheduler
 from parrot.engines.builtin.shapes import ModelShape
+from parrot.engines.builtin.warmup import WarmupReport, batch_buckets, warm_up, width_buckets
 
 log = logging.getLogger(__name__)
 
@@ -47,20 +49,25 @@ def load_bundle(config: BuiltinEngineConfig, loaded: LoadedModel | None = None) 
     if device.type == "cuda" and not torch.cuda.is_available():
         raise BuiltinConfigError(f"invalid builtin engine device={config.device!r}: "
                                  "CUDA is not available")
-    if config.attention_backend == "triton" and device.type != "cuda":
-        raise BuiltinConfigError("attention_backend='triton' needs device cuda")
-    kernels = None
-    if device.type == "cuda" and config.attention_backend in ("auto", "triton"):
-        kernels = load_kernels()
-        if kernels is None and config.attention_backend == "triton":
-            raise BuiltinConfigError("attention_backend='triton' but parrot_kernels is not "
-                                     "importable")
+    kernels = load_kernels() if device.type == "cuda" and config.attention_backend != "torch" \
+        else None
+    try:
+        backend = choose_backend(config.attention_backend, device.type, kernels is not None)
+    except KernelsUnavailableError as exc:
+        raise BuiltinConfigError(str(exc)) from None
+    if backend == "torch":
+        kernels = None
+        if device.type == "cuda":
+            log.warning("builtin engine on %s with attention_backend torch (asked for): torch "
+                        "attention, no CUDA graphs, no fused kernels -- several times slower "
+                        "per token than the Triton path", device)
     if config.num_threads is not None:
         torch.set_num_threads(config.num_threads)
     if loaded is None:
         loaded = load_model(config, device, resolve_dtype(config.dtype, device))
     model = LlamaModel(loaded.shape, loaded.state_dict, make_decode_fn(kernels),
                        max_positions=loaded.shape.max_position_embeddings)
+    model.use_fused(kernels if config.fused_ops else None)
     return ModelBundle(loaded.name, loaded.shape, model, loaded.tokenizer,
                        loaded.eos_token_ids, kernels is not None)
 
@@ -96,9 +103,29 @@ def build_engine(name: str, config: BuiltinEngineConfig,
                           max_batch_tokens=config.max_batch_tokens,
                           max_num_seqs=config.max_num_seqs, max_context_len=max_context_len,
                           eos_token_ids=bundle.eos_token_ids)
-    log.info("builtin engine %r: %s on %s (%s), %d KV blocks of %d, attention %s, "
-             "CUDA graphs %s", name, bundle.name, model.device, model.dtype, num_blocks,
-             config.block_size, "triton" if bundle.uses_kernels else "torch",
-             "on" if use_graphs else "off")
+    report = None
+    if graphs is not None and config.warmup:
+        report = warm_up(graphs, shared_prefix=bundle.uses_kernels,
+                         min_prefix_blocks=-(-config.shared_prefix_min_tokens
+                                             // config.block_size))
+    log.info("%s", startup_summary(name, bundle, num_blocks, config.block_size, graphs, report))
     return BuiltinEngine(name, bundle.name, runner, scheduler, bundle.tokenizer,
                          bundle.shape.vocab_size, config.seed)
+
+
+def startup_summary(name: str, bundle: ModelBundle, num_blocks: int, block_size: int,
+                    graphs: DecodeGraphs | None, report: WarmupReport | None) -> str:
+    """The one start-up line saying which paths this engine runs (never a silent slow one)."""
+    model = bundle.model
+    if graphs is None:
+        graph_text = "CUDA graphs off"
+    else:
+        graph_text = (f"CUDA graph buckets: batch {batch_buckets(graphs.max_batch)} x "
+                      f"{len(width_buckets(graphs.max_width))} table widths "
+                      f"(1..{graphs.max_width} blocks)")
+    return (f"builtin engine {name!r}: {bundle.name} on {model.device}, "
+            f"dtype {str(model.dtype).replace('torch.', '')}, "
+            f"attention {'triton' if bundle.uses_kernels else 'torch'}, "
+            f"{'fused' if model.fused else 'unfused'} layer ops, {graph_text}, "
+            f"{num_blocks} KV blocks of {block_size}; "
+            + (report.describe() if report is not None else "no warm-up"))

@@ -37,6 +37,9 @@ class BuiltinEngineConfig:
     max_context_len: defaults to the model's position limit, capped by the KV cache size.
     cuda_graphs: capture decode-only steps in CUDA graphs (graphs.py) when the engine runs on
       CUDA with the Triton kernels; ignored otherwise (always eager on the CPU).
+    attention_backend: "auto" is the Triton kernels on CUDA (an error when they do not import:
+      never a silent slow path) and torch on the CPU.
+    fused_ops / warmup: CUDA with the kernels only (see model.py, warmup.py).
     """
 
     model: str = DEFAULT_MODEL
@@ -54,6 +57,8 @@ class BuiltinEngineConfig:
     shared_prefix_min_group: int = 2     # ... and this many sequences use the shared-prefix kernel
     cuda_graphs: bool = True          # decode steps in CUDA graphs (CUDA + Triton kernels only)
     cuda_graph_max_batch: int = 64    # largest graph batch bucket; bigger decode steps run eager
+    fused_ops: bool = True            # norm/RoPE+KV write/SwiGLU as fused kernels (CUDA + kernels)
+    warmup: bool = True               # capture every graph bucket and compile at start (CUDA)
     tokenizer: str | None = None      # for random shapes: "smollm2" or a tokenizer folder
     seed: int = 0                     # random weights; sampling without a per-request seed
     num_threads: int | None = None    # torch CPU threads (None: torch's default)
@@ -100,6 +105,8 @@ class BuiltinEngineConfig:
                "true or false")
         _check(_is_int(self.cuda_graph_max_batch) and 1 <= self.cuda_graph_max_batch <= 1024,
                "cuda_graph_max_batch", self.cuda_graph_max_batch, "an integer in [1, 1024]")
+        _check(isinstance(self.fused_ops, bool), "fused_ops", self.fused_ops, "true or false")
+        _check(isinstance(self.warmup, bool), "warmup", self.warmup, "true or false")
         _check(self.tokenizer is None or (isinstance(self.tokenizer, str) and self.tokenizer),
                "tokenizer", self.tokenizer, "null, 'smollm2' or a tokenizer folder")
         _check(_is_int(self.seed) and self.seed >= 0, "seed", self.seed, "an integer >= 0")

@@ -17,9 +17,12 @@ decode-only step is captured once per bucket and replayed:
   block, attending that one slot; they join the last group of a shared-prefix step, and padding
   groups are empty. Table entries past a row's length are never read, so only the used columns
   are written.
-* graphs are captured lazily, on a bucket's first step (an eager warm-up first: Triton compiles
-  outside the capture), into one memory pool shared by all buckets; they replay one at a time.
-  The LM head and sampling stay eager on the graph's hidden states (one small GEMM).
+* a graph holds the whole decode step after the input copy: the forward pass, the LM head
+  (float32 logits) and the greedy argmax, so a greedy step reads back only its B token ids
+  (one device-to-host copy per step, no per-row sync); sampled rows draw from the logits.
+* graphs are captured into one memory pool shared by all buckets (they replay one at a time):
+  at start-up every paged bucket (`capture_all`, warmup.py), else on a bucket's first step
+  (an eager warm-up first, so Triton compiles outside the capture).
 
 `capture=False` runs the same buffers and padding without capturing (the CPU tests).
 """
@@ -88,18 +91,26 @@ def graph_key(rows: DecodeRows, max_batch: int, max_width: int) -> GraphKey | No
             width_bucket(swidth, max_width))
 
 
+@dataclass(frozen=True)
+class StepOutput:
+    """A decode step's results for its rows: float32 logits [n, V], greedy token ids [n]."""
+
+    logits: torch.Tensor
+    greedy: torch.Tensor
+
+
 @dataclass
 class _Graph:
-    forward: Callable[[], torch.Tensor]  # the eager step over the static buffers
+    step: Callable[[], StepOutput]        # the eager step over the static buffers
     graph: torch.cuda.CUDAGraph | None = None
-    hidden: torch.Tensor | None = None   # the graph's output [bucket, H]
+    output: StepOutput | None = None      # the graph's outputs [bucket, ...]
 
-    def replay(self) -> torch.Tensor:
+    def replay(self) -> StepOutput:
         if self.graph is None:
-            return self.forward()
+            return self.step()
         self.graph.replay()
-        assert self.hidden is not None
-        return self.hidden
+        assert self.output is not None
+        return self.output
 
 
 class DecodeGraphs:
@@ -111,7 +122,7 @@ class DecodeGraphs:
             raise ValueError("CUDA graphs need a KV cache with a scratch block")
         self.model, self.kv = model, kv_cache
         self.max_batch, self.max_width = max_batch, max_width
-        self.capture = capture
+        self.capture_graphs = capture
         self.scratch_block = kv_cache.scratch_block
         self.num_replays = 0
         self._graphs: dict[GraphKey, _Graph] = {}
@@ -135,26 +146,45 @@ class DecodeGraphs:
     def num_graphs(self) -> int:
         return len(self._graphs)
 
-    def run(self, rows: DecodeRows) -> torch.Tensor | None:
-        """Final hidden states [n, H] of the step's n rows, or None: run it eagerly."""
+    def run(self, rows: DecodeRows) -> StepOutput | None:
+        """Logits and greedy tokens of the step's n rows, or None: run it eagerly."""
         key = graph_key(rows, self.max_batch, self.max_width)
         if key is None:
             return None
         if key in self._failed:
             return None
         self.fill(rows, key)
-        graph = self._graphs.get(key)
+        graph = self._graphs.get(key) or self.capture(key)
         if graph is None:
-            try:
-                graph = self._capture(key)
-            except Exception:  # never fail a request for a graph: this bucket runs eagerly
-                log.exception("CUDA graph capture failed for bucket %s; running it eagerly",
-                              key)
-                self._failed.add(key)
-                return None
-            self._graphs[key] = graph
+            return None
         self.num_replays += 1
-        return graph.replay()[:len(rows.token_ids)]
+        out, n = graph.replay(), len(rows.token_ids)
+        return StepOutput(out.logits[:n], out.greedy[:n])
+
+    def capture(self, key: GraphKey) -> _Graph | None:
+        """Capture the bucket over what the static buffers hold now (None: capture failed,
+        logged; the bucket then runs eagerly)."""
+        if key in self._failed:
+            return None
+        try:
+            graph = self._capture(key)
+        except Exception:  # never fail a request for a graph: this bucket runs eagerly
+            log.exception("CUDA graph capture failed for bucket %s; running it eagerly", key)
+            self._failed.add(key)
+            return None
+        self._graphs[key] = graph
+        return graph
+
+    def fill_padding(self, key: GraphKey) -> None:
+        """Every row of the bucket a padding row (scratch slot, length 1; all in the last
+        group): a harmless step to capture or compile a bucket with before any request."""
+        bb, gb = key[0], key[1]
+        if not gb:
+            self.fill(DecodeRows([], [], [], [], [], None), key)
+            return
+        self.fill(DecodeRows([], [], [], [], [], GroupedRows(
+            indptr=[0] * (gb + 1), prefix_tables=[[]] * gb, prefix_lens=[0] * gb,
+            suffix_tables=[], suffix_lens=[])), key)
 
     def fill(self, rows: DecodeRows, key: GraphKey) -> None:
         """Copy the step into the static buffers, padded to the bucket."""
@@ -199,23 +229,25 @@ class DecodeGraphs:
         meta = self.meta(key)
         ids, positions = self.input_ids[:bb], self.positions[:bb]
 
-        def forward() -> torch.Tensor:
-            return self.model.forward(ids, positions, self.kv.layers, meta)   # [bb, H]
+        def step() -> StepOutput:
+            hidden = self.model.forward(ids, positions, self.kv.layers, meta)   # [bb, H]
+            logits = self.model.logits(hidden)                                 # [bb, V] fp32
+            return StepOutput(logits, torch.argmax(logits, dim=-1))
 
-        entry = _Graph(forward)
-        if not self.capture:
+        entry = _Graph(step)
+        if not self.capture_graphs:
             return entry
         # The warm-up runs the step itself (the buffers hold it): it writes the same K/V the
         # replay writes again, and compiles the Triton kernels outside the capture.
         with torch.cuda.device(self.model.device):
-            forward()
+            step()
             torch.cuda.synchronize()
             entry.graph = torch.cuda.CUDAGraph()
             # thread_local: the step runs in a worker thread while the event loop's thread
             # may touch CUDA (e.g. a new request's torch.Generator).
             with torch.cuda.graph(entry.graph, pool=self._pool,
                                   capture_error_mode="thread_local"):
-                entry.hidden = forward()
+                entry.output = step()
         return entry
 
     @staticmethod

@@ -4,11 +4,17 @@ RMSNorm -> fused QKV -> RoPE -> write K/V into the cache -> attention (attention
 -> residual -> RMSNorm -> fused gate/up -> SiLU * up -> down -> residual, per layer; weights
 come from an HF-named state dict (q/k/v and gate/up are concatenated once at load time so a
 layer is three matmuls plus the output projection).
+
+Two implementations of the elementwise parts, equal in value: PyTorch ops (the CPU, and CUDA
+without the kernels), or the fused Triton ops of `parrot_kernels` (`use_fused`): residual
+add + RMSNorm, RoPE + K/V cache write, SiLU * up as one launch each, so a decode layer is
+4 GEMMs + 3 fused kernels + attention instead of ~20 launches.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -59,6 +65,17 @@ class LlamaModel:
         self.scale = shape.head_dim ** -0.5
         self._q_size = shape.num_heads * shape.head_dim
         self._kv_size = shape.num_kv_heads * shape.head_dim
+        self._fused: ModuleType | None = None
+
+    def use_fused(self, kernels: ModuleType | None) -> None:
+        """Run the elementwise parts through these fused kernels (None: PyTorch ops)."""
+        if kernels is not None and not hasattr(kernels, "rope_kv_write"):
+            kernels = None  # an older parrot_kernels without the fused ops
+        self._fused = kernels
+
+    @property
+    def fused(self) -> bool:
+        return self._fused is not None
 
     @staticmethod
     def _layer(state: dict[str, torch.Tensor], i: int) -> LayerWeights:
@@ -77,6 +94,8 @@ class LlamaModel:
                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
                 meta: AttentionMetadata) -> torch.Tensor:
         """input_ids, positions [T] -> final hidden states [T, H] (K/V written into the cache)."""
+        if self._fused is not None:
+            return self._forward_fused(input_ids, positions, kv_caches, meta)
         s = self.shape
         eps = s.rms_norm_eps
         x = F.embedding(input_ids, self.embed)                        # [T, H]
@@ -101,6 +120,28 @@ class LlamaModel:
                 gate, up = F.linear(h, layer.gate_up).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, layer.down)
         return rms_norm(x, self.final_norm, eps)
+
+    def _forward_fused(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                       kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+                       meta: AttentionMetadata) -> torch.Tensor:
+        """forward() through the fused kernels: each residual add is fused into the RMSNorm
+        that follows it (the next layer's input norm, or the final norm)."""
+        ops, s, eps = self._fused, self.shape, self.shape.rms_norm_eps
+        assert ops is not None
+        x = F.embedding(input_ids, self.embed)                        # [T, H], updated in place
+        t = x.shape[0]
+        h = ops.add_rms_norm(x, None, self.layers[0].input_norm, eps)
+        norms = [layer.input_norm for layer in self.layers[1:]] + [self.final_norm]
+        for layer, next_norm, (k_cache, v_cache) in zip(self.layers, norms, kv_caches):
+            q, k, v = ops.rope_kv_write(F.linear(h, layer.qkv), self.cos, self.sin, positions,
+                                        meta.slot_mapping, k_cache, v_cache, s.num_heads,
+                                        s.num_kv_heads)
+            attn = self._attention(q, k, v, k_cache, v_cache, meta)   # [T, Hq, D]
+            h = ops.add_rms_norm(x, F.linear(attn.reshape(t, self._q_size), layer.o_proj),
+                                 layer.post_norm, eps)
+            act = ops.silu_mul(F.linear(h, layer.gate_up))
+            h = ops.add_rms_norm(x, F.linear(act, layer.down), next_norm, eps)
+        return h
 
     def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                    k_cache: torch.Tensor, v_cache: torch.Tensor,

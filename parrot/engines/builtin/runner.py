@@ -77,20 +77,28 @@ class ModelRunner:
         if not batch.chunks:
             return sampled
         host = self.prepare_host(batch)
-        hidden = None
+        out = None
         if self.graphs is not None and not host.prefills:
-            hidden = self.graphs.run(DecodeRows(host.token_ids, host.positions, host.slots,
-                                                host.decode_tables, host.decode_lens,
-                                                host.groups))
-        if hidden is None:
+            out = self.graphs.run(DecodeRows(host.token_ids, host.positions, host.slots,
+                                             host.decode_tables, host.decode_lens,
+                                             host.groups))
+        if out is None:
             inputs = self.to_device(host)
             hidden = self.model.forward(inputs.input_ids, inputs.positions, self.kv.layers,
                                         inputs.meta)
         if host.sample_rows:
-            rows = torch.tensor(host.sample_rows, device=self.device)
-            logits = self.model.logits(hidden.index_select(0, rows))          # [N, V]
             works = [batch.chunks[i].work for i in host.sample_chunks]
-            tokens = sample(logits, [w.sampling for w in works], [w.generator for w in works])
+            params = [w.sampling for w in works]
+            generators = [w.generator for w in works]
+            if out is not None:   # a graph step: logits and argmax of every row are computed
+                rows = (None if host.sample_rows == list(range(len(host.token_ids)))
+                        else torch.tensor(host.sample_rows, device=self.device))
+                pick = (lambda t: t) if rows is None else (lambda t: t.index_select(0, rows))
+                tokens = sample(pick(out.logits), params, generators, greedy=pick(out.greedy))
+            else:
+                rows = torch.tensor(host.sample_rows, device=self.device)
+                logits = self.model.logits(hidden.index_select(0, rows))          # [N, V]
+                tokens = sample(logits, params, generators)
             for i, token in zip(host.sample_chunks, tokens):
                 sampled[i] = token
         if self.device.type == "cuda":

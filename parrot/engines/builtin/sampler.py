@@ -32,9 +32,11 @@ def filter_logits(logits: torch.Tensor, temperature: float, top_k: int,
 
 
 def sample(logits: torch.Tensor, params: list[SamplingParams],
-           generators: list[torch.Generator | None]) -> list[int]:
-    """logits [N, V] float32 -> N token ids."""
-    tokens = torch.argmax(logits, dim=-1)
+           generators: list[torch.Generator | None],
+           greedy: torch.Tensor | None = None) -> list[int]:
+    """logits [N, V] float32 -> N token ids. `greedy`: the argmax of every row when already
+    computed on the device (a CUDA-graph step); reading it back is the step's one sync."""
+    tokens = torch.argmax(logits, dim=-1) if greedy is None else greedy
     out = tokens.tolist()
     for row, (p, gen) in enumerate(zip(params, generators)):
         if p.is_greedy:

@@ -129,8 +129,9 @@ def test_graph_replays_the_eager_step(kernel_bundle):
     kv.data.normal_()
     before = kv.data.clone()
     rows = paged_rows(3)
-    hidden = graphs.run(rows).clone()
-    assert graphs.num_graphs == 1 and graphs.num_replays == 1 and hidden.shape[0] == 3
+    out = graphs.run(rows)
+    logits, greedy = out.logits.clone(), out.greedy.clone()
+    assert graphs.num_graphs == 1 and graphs.num_replays == 1 and logits.shape[0] == 3
     after_graph = kv.data.clone()
     kv.data.copy_(before)
     meta = AttentionMetadata(
@@ -143,7 +144,9 @@ def test_graph_replays_the_eager_step(kernel_bundle):
     real[graphs.scratch_block] = False              # only the padding row wrote there
     # close, not equal: the padded GEMMs (M = 4 vs 3) may round differently
     torch.testing.assert_close(after_graph[:, :, real], kv.data[:, :, real])
-    torch.testing.assert_close(hidden, expected, rtol=1e-5, atol=1e-5)
+    expected_logits = kernel_bundle.model.logits(expected)
+    torch.testing.assert_close(logits, expected_logits, rtol=1e-5, atol=1e-5)
+    assert greedy.tolist() == expected_logits.argmax(-1).tolist()   # the step's argmax
 
 
 async def run_forks(engine) -> list[tuple[int, ...]]:

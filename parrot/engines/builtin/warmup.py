@@ -1,0 +1,110 @@
+"""Start-up warm-up on CUDA: nothing compiles or captures inside the first requests.
+
+Before `build_engine` returns (so before an engine server answers /healthz), every paged
+decode bucket (batch bucket x table-width bucket) is captured as a CUDA graph over padding
+rows, largest first so the smaller ones reuse the shared pool's memory; the shared-prefix
+attention runs once for every bucket a step can map to (batch, group count, prefix width,
+suffix width), which compiles each Triton specialisation those buckets use (their graphs are
+then captured on first use, a ~10-40 ms cost instead of seconds of JIT); and one eager
+prefill chunk initialises the prefill path (SDPA, the GEMM heuristics). Padding rows write
+their K/V only into the KV cache's scratch block, so the cache is untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+
+from parrot.engines.builtin.attention import AttentionMetadata, PrefillChunk
+from parrot.engines.builtin.graphs import DecodeGraphs, GraphKey
+
+log = logging.getLogger(__name__)
+
+
+def width_buckets(max_width: int) -> list[int]:
+    """Every table width the kernel path pads to: powers of two below max_width, then it."""
+    widths, w = [], 1
+    while w < max_width:
+        widths.append(w)
+        w *= 2
+    return widths + [max_width]
+
+
+def batch_buckets(max_batch: int) -> list[int]:
+    return width_buckets(max_batch)
+
+
+def paged_keys(max_batch: int, max_width: int) -> list[GraphKey]:
+    return [(b, 0, 0, w) for b in batch_buckets(max_batch) for w in width_buckets(max_width)]
+
+
+def shared_keys(max_batch: int, max_width: int, min_prefix_blocks: int) -> list[GraphKey]:
+    """Buckets of shared-prefix steps: group counts up to the batch bucket, prefix widths of
+    at least the shortest prefix worth sharing."""
+    widths = width_buckets(max_width)
+    prefix_widths = [w for w in widths if w >= min_prefix_blocks] or [max_width]
+    return [(b, g, p, s) for b in batch_buckets(max_batch) if b >= 2
+            for g in batch_buckets(b) for p in prefix_widths for s in widths]
+
+
+@dataclass(frozen=True)
+class WarmupReport:
+    seconds: float
+    graphs: int             # buckets captured
+    failed: int             # buckets whose capture failed (they run eagerly)
+    shared_shapes: int      # shared-prefix attention shapes compiled
+
+    def describe(self) -> str:
+        return (f"warm-up {self.seconds:.1f} s: {self.graphs} decode graphs captured"
+                f"{f' ({self.failed} failed, eager)' if self.failed else ''}, "
+                f"{self.shared_shapes} shared-prefix attention shapes compiled")
+
+
+def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
+            ) -> WarmupReport:
+    started = time.perf_counter()
+    keys = paged_keys(graphs.max_batch, graphs.max_width)
+    failed = 0
+    with torch.inference_mode():
+        for key in sorted(keys, reverse=True):
+            graphs.fill_padding(key)
+            failed += graphs.capture(key) is None
+        shared = (shared_keys(graphs.max_batch, graphs.max_width, min_prefix_blocks)
+                  if shared_prefix else [])
+        for key in shared:
+            graphs.fill_padding(key)
+            compile_attention(graphs, key)
+        prefill(graphs)
+        if graphs.model.device.type == "cuda":
+            torch.cuda.synchronize(graphs.model.device)
+    report = WarmupReport(time.perf_counter() - started, len(keys) - failed, failed,
+                          len(shared))
+    log.info("%s", report.describe())
+    return report
+
+
+def compile_attention(graphs: DecodeGraphs, key: GraphKey) -> None:
+    """Run the decode attention of one bucket on layer 0 (reads only; compiles its kernels)."""
+    model, bb = graphs.model, key[0]
+    shape = model.shape
+    q = torch.randn(bb, shape.num_heads, shape.head_dim, dtype=model.dtype, device=model.device)
+    k_cache, v_cache = graphs.kv.layers[0]
+    model._decode(q, k_cache, v_cache, graphs.meta(key), model.scale)
+
+
+def prefill(graphs: DecodeGraphs) -> None:
+    """One eager prefill chunk of block_size tokens at position 0 into the scratch block."""
+    model, bs = graphs.model, graphs.kv.block_size
+    dev = model.device
+    scratch = graphs.scratch_block
+    slots = torch.arange(scratch * bs, (scratch + 1) * bs, device=dev)
+    meta = AttentionMetadata(slot_mapping=slots, num_decode=0, decode_block_tables=None,
+                             decode_seq_lens=None, shared_prefix=None,
+                             prefills=[PrefillChunk(0, bs, 0, torch.tensor([scratch],
+                                                                           device=dev))])
+    hidden = model.forward(torch.zeros(bs, dtype=torch.int64, device=dev),
+                           torch.arange(bs, device=dev), graphs.kv.layers, meta)
+    model.logits(hidden[-1:])

@@ -1,0 +1,85 @@
+"""Start-up: the attention backend is never a silent slow path, the start-up line names what
+runs, and the warm-up captures every paged bucket without touching the KV cache."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from parrot.engines.builtin.attention import (KernelsUnavailableError, choose_backend,
+                                              make_decode_fn)
+from parrot.engines.builtin.build import load_bundle
+from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
+from parrot.engines.builtin.graphs import DecodeGraphs
+from parrot.engines.builtin.kv_cache import KVCache
+from parrot.engines.builtin.warmup import (paged_keys, shared_keys, warm_up, width_buckets)
+
+
+def test_backend_choice():
+    assert choose_backend("auto", "cuda", True) == "triton"
+    assert choose_backend("triton", "cuda", True) == "triton"
+    assert choose_backend("torch", "cuda", True) == "torch"
+    assert choose_backend("torch", "cuda", False) == "torch"      # asked for: allowed
+    assert choose_backend("auto", "cpu", True) == "torch"
+    assert choose_backend("auto", "cpu", False) == "torch"
+    with pytest.raises(KernelsUnavailableError, match="attention_backend: torch"):
+        choose_backend("auto", "cuda", False)                    # never silently slow
+    with pytest.raises(KernelsUnavailableError):
+        choose_backend("triton", "cuda", False)
+    with pytest.raises(KernelsUnavailableError, match="needs a CUDA device"):
+        choose_backend("triton", "cpu", True)
+
+
+def test_triton_on_cpu_is_a_config_error():
+    with pytest.raises(BuiltinConfigError, match="CUDA"):
+        load_bundle(BuiltinEngineConfig(model="tiny", device="cpu", attention_backend="triton"))
+
+
+def test_startup_line_names_the_paths(make_engine, tiny_bundle, caplog):
+    with caplog.at_level(logging.INFO, logger="parrot.engines.builtin.build"):
+        make_engine(tiny_bundle)
+    [line] = [r.getMessage() for r in caplog.records if "builtin engine" in r.getMessage()]
+    assert "on cpu" in line and "dtype float64" in line and "attention torch" in line
+    assert "unfused layer ops" in line and "CUDA graphs off" in line and "no warm-up" in line
+
+
+def test_config_keys():
+    config = BuiltinEngineConfig()
+    assert config.fused_ops is True and config.warmup is True
+    for key in ("fused_ops", "warmup"):
+        with pytest.raises(BuiltinConfigError, match=key):
+            BuiltinEngineConfig(**{key: "yes"})
+
+
+def test_buckets():
+    assert width_buckets(1) == [1]
+    assert width_buckets(256) == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert width_buckets(40) == [1, 2, 4, 8, 16, 32, 40]
+    assert paged_keys(2, 2) == [(1, 0, 0, 1), (1, 0, 0, 2), (2, 0, 0, 1), (2, 0, 0, 2)]
+    keys = shared_keys(4, 8, min_prefix_blocks=4)
+    assert (2, 2, 4, 1) in keys and (4, 4, 8, 8) in keys and (4, 1, 4, 2) in keys
+    assert all(k[0] >= 2 and 4 <= k[2] and k[1] <= k[0] for k in keys)
+    assert len(keys) == (2 + 3) * 2 * 4                           # (b, g) x prefix x suffix
+
+
+def test_warm_up_prepares_every_paged_bucket_and_keeps_the_cache():
+    kernels = pytest.importorskip("parrot_kernels")
+    bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
+                                             num_blocks=16))
+    bundle.model._decode = make_decode_fn(kernels)
+    bundle.model.use_fused(kernels)
+    kv = KVCache(bundle.shape, 16, 4, torch.float32, torch.device("cpu"), scratch_block=True)
+    torch.manual_seed(0)
+    kv.data.normal_()
+    before = kv.data.clone()
+    graphs = DecodeGraphs(bundle.model, kv, max_batch=2, max_width=4, capture=False)
+    report = warm_up(graphs, shared_prefix=True, min_prefix_blocks=2)
+    assert set(graphs._graphs) == set(paged_keys(2, 4))
+    assert report.graphs == len(paged_keys(2, 4)) and report.failed == 0
+    assert report.shared_shapes == len(shared_keys(2, 4, 2)) > 0
+    assert "6 decode graphs" in report.describe()
+    real = torch.ones(17, dtype=torch.bool)
+    real[graphs.scratch_block] = False
+    assert torch.equal(kv.data[:, :, real], before[:, :, real])   # only scratch was written
