@@ -129,7 +129,7 @@ async def run_suite(torch, bundle, hf, hf_run, batches: list[int], prefix: int, 
     import parrot_kernels
 
     bundle.model.use_fused(None)        # the unfused path: same kernels/graphs, PyTorch ops
-    engine, _ = make_engine(bundle, "unfused", num_blocks=9000, **common)
+    engine, _ = make_engine(bundle, "unfused", num_blocks=9000, warmup=False, **common)
     try:
         for b in batches:
             await decode_run(engine, prompts_for(b, PROMPT, b, vocab)[:b], 4, "w")
