@@ -167,7 +167,10 @@ def _prefix_tile_partial(
     tl.store(ws_out_ptr + idx[:, None] * HEAD_DIM + offs_d[None, :], o, mask=m_mask[:, None])
 
 
-@triton.jit
+# Integer arguments that only index programs or rows are not specialised (Triton would compile
+# a variant for each of ==1 / %16 == 0 / other): fewer variants to compile at engine start-up.
+@triton.jit(do_not_specialize=["B", "G", "n_tile_programs", "n_tiles", "row_slot_offset",
+                               "stride_tb", "stride_pb"])
 def _decode_partial_kernel(
     q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, indptr_ptr, ptables_ptr, plens_ptr,
     ws_out_ptr, ws_lse_ptr, out_ptr,
@@ -205,7 +208,7 @@ def _decode_partial_kernel(
                 ROW_HAS_PREFIX, DIRECT_OUT, USE_DOT)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["B", "num_slots"])
 def _merge_splits_kernel(
     ws_out_ptr, ws_lse_ptr, out_ptr, B, num_slots, stride_ob, stride_oh,
     HQ: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr,

@@ -11,10 +11,22 @@ DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEV == "cuda" els
 TOL = {torch.float32: 1e-6, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
 
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
-    assert not torch.isnan(a).any()
-    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+class Rel(float):
+    """A relative error that says, when an assertion on it fails, how the values differ."""
+
+    def __new__(cls, a: torch.Tensor, b: torch.Tensor) -> "Rel":
+        a, b = a.double(), b.double()
+        assert not torch.isnan(a).any()
+        err = super().__new__(cls, ((a - b).norm() / b.norm().clamp_min(1e-30)).item())
+        err.detail = (f"max |diff| {(a - b).abs().max().item():.3g}, "
+                      f"{(a != b).sum().item()}/{a.numel()} differ")
+        return err
+
+    def __repr__(self) -> str:
+        return f"{float(self):.3g} ({self.detail})"
+
+
+rel = Rel
 
 
 def randn(*shape, dtype, seed):

@@ -56,11 +56,14 @@ class WarmupReport:
     graphs: int             # buckets captured
     failed: int             # buckets whose capture failed (they run eagerly)
     shared_shapes: int      # shared-prefix attention shapes compiled
+    graph_seconds: float = 0.0
+    shared_seconds: float = 0.0
 
     def describe(self) -> str:
         return (f"warm-up {self.seconds:.1f} s: {self.graphs} decode graphs captured"
-                f"{f' ({self.failed} failed, eager)' if self.failed else ''}, "
-                f"{self.shared_shapes} shared-prefix attention shapes compiled")
+                f"{f' ({self.failed} failed, eager)' if self.failed else ''} "
+                f"({self.graph_seconds:.1f} s), {self.shared_shapes} shared-prefix attention "
+                f"shapes compiled ({self.shared_seconds:.1f} s)")
 
 
 def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
@@ -72,16 +75,18 @@ def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
         for key in sorted(keys, reverse=True):
             graphs.fill_padding(key)
             failed += graphs.capture(key) is None
+        captured = time.perf_counter()
         shared = (shared_keys(graphs.max_batch, graphs.max_width, min_prefix_blocks)
                   if shared_prefix else [])
         for key in shared:
             graphs.fill_padding(key)
             compile_attention(graphs, key)
+        compiled = time.perf_counter()
         prefill(graphs)
         if graphs.model.device.type == "cuda":
             torch.cuda.synchronize(graphs.model.device)
     report = WarmupReport(time.perf_counter() - started, len(keys) - failed, failed,
-                          len(shared))
+                          len(shared), captured - started, compiled - captured)
     log.info("%s", report.describe())
     return report
 

@@ -79,7 +79,7 @@ def test_warm_up_prepares_every_paged_bucket_and_keeps_the_cache():
     assert set(graphs._graphs) == set(paged_keys(2, 4))
     assert report.graphs == len(paged_keys(2, 4)) and report.failed == 0
     assert report.shared_shapes == len(shared_keys(2, 4, 2)) > 0
-    assert "6 decode graphs" in report.describe()
+    assert "6 decode graphs captured" in report.describe()
     real = torch.ones(17, dtype=torch.bool)
     real[graphs.scratch_block] = False
     assert torch.equal(kv.data[:, :, real], before[:, :, real])   # only scratch was written
