@@ -77,10 +77,14 @@ def test_rope_kv_write(dtype, t, hq, hkv, d):
                                                   cache_ref[0], cache_ref[1], hq, hkv)
     q, k, v = rope_kv_write(qkv, cos, sin, positions, slots, cache[0], cache[1], hq, hkv)
     assert q.shape == (t, hq, d) and k.shape == v.shape == (t, hkv, d)
-    for got, want in ((q, q_ref), (k, k_ref), (v, v_ref)):
-        assert rel(got, want) <= TOL[dtype] / 8
+    # Compiled (GPU), the rotation's sum of products may round once where PyTorch rounds each
+    # product (H200, fp16/bf16: ~25% of q/k values 1 ulp apart, rel ~3e-4 / 2e-3); v is a copy.
+    for got, want in ((q, q_ref), (k, k_ref)):
+        assert rel(got, want) <= TOL[dtype] / 2
+    assert torch.equal(v, v_ref)
     written = cache.view(2, -1, hkv, d)[:, slots]
-    assert rel(written, cache_ref.view(2, -1, hkv, d)[:, slots]) <= TOL[dtype] / 8
+    assert rel(written, cache_ref.view(2, -1, hkv, d)[:, slots]) <= TOL[dtype] / 2
+    assert torch.equal(written[1], cache_ref.view(2, -1, hkv, d)[1, slots])
     untouched = torch.ones(cache.view(2, -1, hkv, d).shape[1], dtype=torch.bool)
     untouched[slots.cpu()] = False
     assert torch.isnan(cache.view(2, -1, hkv, d)[:, untouched.to(DEV)]).all()

@@ -12,7 +12,8 @@ decode-only step is captured once per bucket and replayed:
   plan, and bitwise the same result, in a graph and eagerly.
 * static buffers, allocated once for the largest bucket: token ids, positions, slots, block
   tables, lengths, and the group metadata (indptr, prefix/suffix tables and lengths). A bucket's
-  graph reads leading slices of them. A replay copies the step's host lists into them.
+  graph reads leading slices of them. A replay writes the step into their host mirror and
+  copies it over in two copies (staging.py).
 * padding rows (B < bucket): token 0 at position 0, writing its K/V into the KV cache's scratch
   block, attending that one slot; they join the last group of a shared-prefix step, and padding
   groups are empty. Table entries past a row's length are never read, so only the used columns
@@ -39,6 +40,7 @@ from parrot.engines.builtin.attention import AttentionMetadata, SharedPrefixMeta
 from parrot.engines.builtin.cascade import GroupedRows
 from parrot.engines.builtin.kv_cache import KVCache
 from parrot.engines.builtin.model import LlamaModel
+from parrot.engines.builtin.staging import StaticInputs
 
 log = logging.getLogger(__name__)
 
@@ -128,19 +130,14 @@ class DecodeGraphs:
         self._graphs: dict[GraphKey, _Graph] = {}
         self._failed: set[GraphKey] = set()
         self._pool = torch.cuda.graph_pool_handle() if capture else None
-        dev, b, w = model.device, max_batch, max_width
-
-        def buf(*shape: int, dtype: torch.dtype = torch.int32) -> torch.Tensor:
-            return torch.zeros(*shape, dtype=dtype, device=dev)
-
-        self.input_ids = buf(b, dtype=torch.int64)
-        self.positions = buf(b, dtype=torch.int64)
-        self.slots = buf(b, dtype=torch.int64)
-        self.tables = buf(b, w)         # paged tables, or the suffix tables of a grouped step
-        self.seq_lens = buf(b)          # paged lengths, or the suffix lengths
-        self.indptr = buf(b + 1)
-        self.prefix_tables = buf(b, w)
-        self.prefix_lens = buf(b)
+        self.inputs = StaticInputs(max_batch, max_width, model.device)
+        views = self.inputs.views
+        self.input_ids, self.positions, self.slots = (views["input_ids"], views["positions"],
+                                                      views["slots"])
+        self.tables = views["tables"]    # paged tables, or the suffix tables of a grouped step
+        self.seq_lens = views["seq_lens"]  # paged lengths, or the suffix lengths
+        self.indptr = views["indptr"]
+        self.prefix_tables, self.prefix_lens = views["prefix_tables"], views["prefix_lens"]
 
     @property
     def num_graphs(self) -> int:
@@ -190,24 +187,25 @@ class DecodeGraphs:
         """Copy the step into the static buffers, padded to the bucket."""
         bb, gb = key[0], key[1]
         n = len(rows.token_ids)
-        pad = bb - n
         scratch = self.scratch_block
-        self._copy(self.input_ids, rows.token_ids + [0] * pad)
-        self._copy(self.positions, rows.positions + [0] * pad)
-        self._copy(self.slots, rows.slots + [scratch * self.kv.block_size] * pad)
+        h = self.inputs.host
+        h["input_ids"][:n], h["input_ids"][n:bb] = rows.token_ids, 0
+        h["positions"][:n], h["positions"][n:bb] = rows.positions, 0
+        h["slots"][:n], h["slots"][n:bb] = rows.slots, scratch * self.kv.block_size
         g = rows.groups
-        if g is None:
-            self._copy_tables(self.tables, rows.tables + [[scratch]] * pad)
-            self._copy(self.seq_lens, rows.seq_lens + [1] * pad)
-            return
-        num_groups = len(g.prefix_lens)
-        indptr = g.indptr + [n] * (gb - num_groups)
-        indptr[-1] = bb                 # padding rows join the last group
-        self._copy(self.indptr, indptr)
-        self._copy_tables(self.prefix_tables, g.prefix_tables + [[]] * (gb - num_groups))
-        self._copy(self.prefix_lens, g.prefix_lens + [0] * (gb - num_groups))
-        self._copy_tables(self.tables, g.suffix_tables + [[scratch]] * pad)
-        self._copy(self.seq_lens, g.suffix_lens + [1] * pad)
+        tables, lens = (rows.tables, rows.seq_lens) if g is None else (g.suffix_tables,
+                                                                       g.suffix_lens)
+        self.inputs.write_rows(h["tables"], tables)
+        h["tables"][n:bb, 0] = scratch
+        h["seq_lens"][:n], h["seq_lens"][n:bb] = lens, 1
+        if g is not None:
+            num_groups = len(g.prefix_lens)
+            h["indptr"][:num_groups + 1] = g.indptr
+            h["indptr"][num_groups + 1:gb + 1] = n
+            h["indptr"][gb] = bb            # padding rows join the last group
+            self.inputs.write_rows(h["prefix_tables"], g.prefix_tables)
+            h["prefix_lens"][:num_groups], h["prefix_lens"][num_groups:gb] = g.prefix_lens, 0
+        self.inputs.upload()
 
     def meta(self, key: GraphKey) -> AttentionMetadata:
         """The attention metadata of a bucket: views of the static buffers."""
@@ -249,14 +247,3 @@ class DecodeGraphs:
                                   capture_error_mode="thread_local"):
                 entry.output = step()
         return entry
-
-    @staticmethod
-    def _copy(dst: torch.Tensor, values: list[int]) -> None:
-        dst[:len(values)].copy_(torch.tensor(values, dtype=dst.dtype))
-
-    @staticmethod
-    def _copy_tables(dst: torch.Tensor, tables: list[list[int]]) -> None:
-        """Rows into dst[:len(tables), :widest]; columns past a row's own are never read."""
-        width = max(1, max(len(t) for t in tables))
-        dst[:len(tables), :width].copy_(torch.tensor([t + [0] * (width - len(t)) for t in tables],
-                                                     dtype=dst.dtype))

@@ -199,6 +199,9 @@ class Scheduler:
 
     def _fit(self, ctx: Context, start: int, end: int, protected: set[int]) -> int:
         """Grow ctx's blocks to cover [0, end), evicting if needed; returns the end that fits."""
+        if self.blocks.can_grow(ctx, end):  # the common case: no eviction, no set copy
+            self.blocks.grow(ctx, end)
+            return end
         protected = protected | {id(ctx)}
         while not self.blocks.can_grow(ctx, end):
             if self._evict_one(protected):
