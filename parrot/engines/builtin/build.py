@@ -98,7 +98,9 @@ def build_engine(name: str, config: BuiltinEngineConfig,
     runner = ModelRunner(model, kv_cache, use_shared_prefix=bundle.uses_kernels,
                          shared_prefix_min_tokens=config.shared_prefix_min_tokens,
                          shared_prefix_min_group=config.shared_prefix_min_group,
-                         max_blocks=max_blocks, graphs=graphs)
+                         max_blocks=max_blocks, graphs=graphs,
+                         eos_token_ids=frozenset(bundle.eos_token_ids),
+                         max_context_len=max_context_len)
     scheduler = Scheduler(BlockManager(num_blocks, config.block_size),
                           max_batch_tokens=config.max_batch_tokens,
                           max_num_seqs=config.max_num_seqs, max_context_len=max_context_len,

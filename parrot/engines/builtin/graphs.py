@@ -130,6 +130,8 @@ class DecodeGraphs:
         self._graphs: dict[GraphKey, _Graph] = {}
         self._failed: set[GraphKey] = set()
         self._pool = torch.cuda.graph_pool_handle() if capture else None
+        self.num_ahead_hits = 0
+        self._ahead: tuple[DecodeRows, StepOutput] | None = None   # launched, not yet used
         self.inputs = StaticInputs(max_batch, max_width, model.device)
         views = self.inputs.views
         self.input_ids, self.positions, self.slots = (views["input_ids"], views["positions"],
@@ -145,6 +147,12 @@ class DecodeGraphs:
 
     def run(self, rows: DecodeRows) -> StepOutput | None:
         """Logits and greedy tokens of the step's n rows, or None: run it eagerly."""
+        ahead, self._ahead = self._ahead, None
+        n = len(rows.token_ids)
+        if ahead is not None and ahead[0] == rows:   # launched ahead (lookahead.py): its results
+            self.num_replays += 1
+            self.num_ahead_hits += 1
+            return StepOutput(ahead[1].logits[:n], ahead[1].greedy[:n])
         key = graph_key(rows, self.max_batch, self.max_width)
         if key is None:
             return None
@@ -155,8 +163,21 @@ class DecodeGraphs:
         if graph is None:
             return None
         self.num_replays += 1
-        out, n = graph.replay(), len(rows.token_ids)
+        out = graph.replay()
         return StepOutput(out.logits[:n], out.greedy[:n])
+
+    def launch_ahead(self, rows: DecodeRows) -> None:
+        """Start `rows` (a predicted next step) on the GPU without waiting; `run` uses it only
+        for an identical step. Only buckets already captured (never a capture here)."""
+        key = graph_key(rows, self.max_batch, self.max_width)
+        graph = None if key is None else self._graphs.get(key)
+        if graph is None or key in self._failed:
+            return
+        self.fill(rows, key)
+        self._ahead = (rows, graph.replay())
+
+    def drop_ahead(self) -> None:
+        self._ahead = None
 
     def capture(self, key: GraphKey) -> _Graph | None:
         """Capture the bucket over what the static buffers hold now (None: capture failed,

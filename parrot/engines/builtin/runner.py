@@ -17,6 +17,7 @@ from parrot.engines.builtin.attention import AttentionMetadata, PrefillChunk, Sh
 from parrot.engines.builtin.cascade import GroupedRows, plan_shared_prefix, split_groups
 from parrot.engines.builtin.graphs import DecodeGraphs, DecodeRows, width_bucket
 from parrot.engines.builtin.kv_cache import KVCache
+from parrot.engines.builtin.lookahead import finishes, next_rows
 from parrot.engines.builtin.model import LlamaModel
 from parrot.engines.builtin.sampler import sample
 from parrot.engines.builtin.scheduler import Batch, ScheduledChunk
@@ -52,7 +53,9 @@ class StepInputs:
 class ModelRunner:
     def __init__(self, model: LlamaModel, kv_cache: KVCache, *, use_shared_prefix: bool,
                  shared_prefix_min_tokens: int, shared_prefix_min_group: int,
-                 max_blocks: int | None = None, graphs: DecodeGraphs | None = None) -> None:
+                 max_blocks: int | None = None, graphs: DecodeGraphs | None = None,
+                 eos_token_ids: frozenset[int] = frozenset(),
+                 max_context_len: int | None = None, launch_ahead: bool = True) -> None:
         self.model = model
         self.kv = kv_cache
         self.device = model.device
@@ -67,21 +70,25 @@ class ModelRunner:
         self.bucket_widths = use_shared_prefix
         self.max_blocks = max_blocks
         self.graphs = graphs
+        self.eos_token_ids, self.max_context_len = eos_token_ids, max_context_len
+        self.launch_ahead = launch_ahead
 
     @torch.inference_mode()
     def step(self, batch: Batch) -> list[int | None]:
         """Run fork copies, then the forward pass; sampled[i] belongs to batch.chunks[i]."""
         if batch.copies:
             self.kv.copy_blocks(batch.copies)
+            if self.graphs is not None:
+                self.graphs.drop_ahead()
         sampled: list[int | None] = [None] * len(batch.chunks)
         if not batch.chunks:
             return sampled
         host = self.prepare_host(batch)
-        out = None
+        out = rows = None
         if self.graphs is not None and not host.prefills:
-            out = self.graphs.run(DecodeRows(host.token_ids, host.positions, host.slots,
-                                             host.decode_tables, host.decode_lens,
-                                             host.groups))
+            rows = DecodeRows(host.token_ids, host.positions, host.slots, host.decode_tables,
+                              host.decode_lens, host.groups)
+            out = self.graphs.run(rows)
         if out is None:
             inputs = self.to_device(host)
             hidden = self.model.forward(inputs.input_ids, inputs.positions, self.kv.layers,
@@ -91,19 +98,37 @@ class ModelRunner:
             params = [w.sampling for w in works]
             generators = [w.generator for w in works]
             if out is not None:   # a graph step: logits and argmax of every row are computed
-                rows = (None if host.sample_rows == list(range(len(host.token_ids)))
-                        else torch.tensor(host.sample_rows, device=self.device))
-                pick = (lambda t: t) if rows is None else (lambda t: t.index_select(0, rows))
+                index = (None if host.sample_rows == list(range(len(host.token_ids)))
+                         else torch.tensor(host.sample_rows, device=self.device))
+                pick = (lambda t: t) if index is None else (lambda t: t.index_select(0, index))
                 tokens = sample(pick(out.logits), params, generators, greedy=pick(out.greedy))
             else:
-                rows = torch.tensor(host.sample_rows, device=self.device)
-                logits = self.model.logits(hidden.index_select(0, rows))          # [N, V]
+                index = torch.tensor(host.sample_rows, device=self.device)
+                logits = self.model.logits(hidden.index_select(0, index))          # [N, V]
                 tokens = sample(logits, params, generators)
             for i, token in zip(host.sample_chunks, tokens):
                 sampled[i] = token
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+        if out is not None and rows is not None and self.launch_ahead:
+            self._launch_ahead(batch, host, rows, sampled)
         return sampled
+
+    def _launch_ahead(self, batch: Batch, host: HostInputs, rows: DecodeRows,
+                      sampled: list[int | None]) -> None:
+        """Start the predicted next decode step (lookahead.py) when every row samples and none
+        is known to finish."""
+        assert self.graphs is not None
+        if len(host.sample_rows) != len(rows.token_ids):
+            return
+        tokens = [sampled[i] for i in host.sample_chunks]
+        for i, token in zip(host.sample_chunks, tokens):
+            if token is None or finishes(batch.chunks[i].work, token, self.eos_token_ids,
+                                         self.max_context_len):
+                return
+        nxt = next_rows(rows, tokens, self.block_size)   # type: ignore[arg-type]
+        if nxt is not None:
+            self.graphs.launch_ahead(nxt)
 
     def prepare(self, batch: Batch) -> StepInputs:
         """The eager step's device inputs."""

@@ -1,0 +1,120 @@
+"""Launch-ahead of decode graph steps (lookahead.py): the prediction, when it is skipped, and
+that results are used only for an identical step -- through the graph path on the CPU
+(`capture=False`: the same buffers and padding, replays run eagerly)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from parrot.engines.builtin.attention import make_decode_fn
+from parrot.engines.builtin.build import load_bundle
+from parrot.engines.builtin.cascade import split_groups
+from parrot.engines.builtin.config import BuiltinEngineConfig
+from parrot.engines.builtin.context import Context, Work, WorkKind
+from parrot.engines.builtin.graphs import DecodeGraphs, DecodeRows
+from parrot.engines.builtin.kv_cache import KVCache
+from parrot.engines.builtin.lookahead import finishes, next_rows
+from parrot.engines.protocol import FillRequest, GenerateRequest
+from parrot.sampling import SamplingParams
+
+BS = 4
+
+
+def test_next_rows_continues_every_row():
+    rows = DecodeRows([7, 8], [4, 9], [20 + 0, 31], [[5, 6], [3, 7, 7]], [5, 10], None)
+    nxt = next_rows(rows, [11, 12], BS)
+    assert nxt == DecodeRows([11, 12], [5, 10], [21, 32], [[5, 6], [3, 7, 7]], [6, 11], None)
+    assert next_rows(DecodeRows([1], [3], [15], [[3]], [4], None), [2], BS) is None  # new block
+
+
+def test_next_rows_keeps_groups():
+    tables, lens = [[5, 6, 7], [5, 6, 8]], [10, 11]
+    groups = split_groups(tables, lens, [2], [2], BS)
+    rows = DecodeRows([1, 2], [9, 10], [7 * BS + 1, 8 * BS + 2], tables, lens, groups)
+    nxt = next_rows(rows, [3, 4], BS)
+    assert nxt.groups.suffix_lens == [x + 1 for x in groups.suffix_lens]
+    assert nxt.groups.prefix_tables == groups.prefix_tables and nxt.seq_lens == [11, 12]
+
+
+def test_finishes():
+    ctx = Context("c", None)
+    ctx.token_ids = [1, 2, 3]
+    work = Work(WorkKind.GENERATE, ctx, 1, sampling=SamplingParams(max_tokens=3,
+                                                                    stop_token_ids=(9,)))
+    eos = frozenset({2})
+    assert not finishes(work, 5, eos, 100)
+    assert finishes(work, 9, eos, 100)                  # a stop token id
+    assert finishes(work, 2, eos, 100)                  # EOS
+    assert finishes(work, 5, eos, 4)                    # the window fills up
+    work.num_generated = 2
+    assert finishes(work, 5, eos, 100)                  # max_tokens
+    ignoring = Work(WorkKind.GENERATE, ctx, 2, sampling=SamplingParams(max_tokens=9,
+                                                                        ignore_eos=True))
+    assert not finishes(ignoring, 2, eos, 100)
+
+
+@pytest.fixture(scope="module")
+def kernel_bundle():
+    kernels = pytest.importorskip("parrot_kernels")
+    bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
+                                             num_blocks=64))
+    bundle.model._decode = make_decode_fn(kernels)
+    bundle.uses_kernels = True
+    return bundle
+
+
+def graphs_for(bundle) -> DecodeGraphs:
+    kv = KVCache(bundle.shape, 40, BS, bundle.model.dtype, bundle.model.device,
+                 scratch_block=True)
+    return DecodeGraphs(bundle.model, kv, max_batch=4, max_width=8, capture=False)
+
+
+def test_a_wrong_prediction_is_not_used(kernel_bundle):
+    rows = DecodeRows([5, 6], [4, 5], [10 * BS, 11 * BS + 1], [[1, 10], [2, 11]], [5, 6], None)
+    other = DecodeRows([5, 7], [4, 5], [10 * BS, 11 * BS + 1], [[1, 10], [2, 11]], [5, 6], None)
+    graphs = graphs_for(kernel_bundle)
+    torch.manual_seed(0)
+    graphs.kv.data.normal_()
+    state = graphs.kv.data.clone()
+    expected = graphs.run(other).logits.clone()
+    graphs.kv.data.copy_(state)
+    graphs.launch_ahead(rows)
+    got = graphs.run(other)
+    assert graphs.num_ahead_hits == 0
+    torch.testing.assert_close(got.logits, expected)
+    graphs.launch_ahead(other)
+    assert torch.equal(graphs.run(other).logits, got.logits) and graphs.num_ahead_hits == 1
+
+
+async def run_staggered(engine, late: bool) -> list[tuple[int, ...]]:
+    await engine.fill(FillRequest("sys", token_ids=tuple(range(10, 31))))
+    for i in range(3):
+        await engine.fill(FillRequest(f"c{i}", "sys", token_ids=(40 + i, 50 + i)))
+    runs = [asyncio.create_task(engine.generate_all(GenerateRequest(
+        c, sampling=SamplingParams(max_tokens=n, ignore_eos=True))))
+        for c, n in (("c0", 9), ("c1", 5), ("c2", 12))]
+    if late:   # a request that arrives mid-generation (its prefill breaks the prediction)
+        await asyncio.sleep(0)
+        runs.append(asyncio.create_task(engine.generate_all(GenerateRequest(
+            "late", parent_context_id="sys", sampling=SamplingParams(max_tokens=6,
+                                                                     ignore_eos=True)))))
+    return [r.token_ids for r in await asyncio.gather(*runs)]
+
+
+@pytest.mark.parametrize("late", [False, True])
+async def test_engine_with_launch_ahead_matches_without(make_engine, kernel_bundle, late):
+    common = dict(block_size=BS, shared_prefix_min_tokens=8, shared_prefix_min_group=2)
+    plain = make_engine(kernel_bundle, **common)
+    plain._runner.launch_ahead = False
+    plain._runner.graphs = graphs_plain = graphs_for(kernel_bundle)
+    plain._runner.kv = graphs_plain.kv
+    expected = await run_staggered(plain, late)
+    engine = make_engine(kernel_bundle, **common)
+    engine._runner.graphs = graphs = graphs_for(kernel_bundle)
+    engine._runner.kv = graphs.kv
+    assert await run_staggered(engine, late) == expected
+    assert graphs_plain.num_ahead_hits == 0
+    assert graphs.num_ahead_hits > 0                     # most steps came from the prediction
