@@ -54,11 +54,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="CUDA: the full engine suite (engine_suite.py): ceilings, start-up and "
                         "first request, TPOT vs floor (fused, unfused, HF), throughput, "
                         "prefill rate, shared prefix on/off")
+    p.add_argument("--suite-quick", action="store_true",
+                   help="CUDA: the fused engine's TPOT with decode launch-ahead off/on only")
     p.add_argument("--prefix", type=int, default=3800, help="--suite: shared prefix tokens")
     p.add_argument("--suffix", type=int, default=200, help="--suite: suffix tokens")
     args = p.parse_args(argv)
     cuda = args.device == "cuda"
     args.models = (args.models or ("llama-7b" if cuda else "smollm2")).split(",")
+    args.suite = args.suite or args.suite_quick
     default_batches = "1,32,64" if args.suite else ("1,32" if cuda else "1,16")
     args.batches = [int(b) for b in (args.batches or default_batches).split(",")]
     args.prompt_len = args.prompt_len or (512 if cuda else 64)
@@ -284,9 +287,15 @@ def suite(args: argparse.Namespace, torch) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     bundle, hf = load(torch, args.models[0], "cuda")
     started = datetime.datetime.now(datetime.timezone.utc)
-    lines = asyncio.run(engine_suite.run_suite(
-        torch, bundle, hf, hf_run, sorted(args.batches), args.prefix, args.suffix,
-        lambda text: print(text, flush=True)))
+    def log(text: str) -> None:
+        print(text, flush=True)
+
+    if args.suite_quick:
+        del hf
+        lines = asyncio.run(engine_suite.run_quick(torch, bundle, sorted(args.batches), log))
+    else:
+        lines = asyncio.run(engine_suite.run_suite(
+            torch, bundle, hf, hf_run, sorted(args.batches), args.prefix, args.suffix, log))
     command = "python3 " + " ".join(shlex.quote(a) for a in [sys.argv[0], *sys.argv[1:]])
     import triton
     import transformers

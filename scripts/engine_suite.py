@@ -342,3 +342,40 @@ def kernel_profile(torch, graph, log) -> None:
     log(f"kernel time per replay: {total / 1e3:.3f} ms over {len(totals)} kernel names")
     for name, us in sorted(totals.items(), key=lambda kv: -kv[1])[:12]:
         log(f"  {us / 1e3:8.3f} ms  {us / max(total, 1e-9):5.1%}  {name}")
+
+
+async def run_quick(torch, bundle, batches: list[int], log) -> list[str]:
+    """A short run (`--suite-quick`): the fused engine's TPOT with the decode launch-ahead on
+    and off (lookahead.py), and where a step goes."""
+    bw, _ = ceilings(torch)
+    wbytes, kvb = weight_bytes(bundle), kv_token_bytes(bundle)
+    vocab = bundle.shape.vocab_size
+    engine, startup = make_engine(bundle, "fused", num_blocks=9000, max_num_seqs=128,
+                                  cuda_graph_max_batch=128, max_batch_tokens=8192,
+                                  max_context_len=4096)
+    log(f"fused engine built (warm-up included) in {startup:.1f} s")
+    rows, out = [], []
+    try:
+        for b in batches:
+            prompts = prompts_for(b, PROMPT, b, vocab)
+            floor = (wbytes + b * (PROMPT + NEW_SHORT / 2) * kvb) / bw
+            times, toks = {}, {}
+            for ahead in (False, True):
+                engine._runner.launch_ahead = ahead
+                await decode_run(engine, prompts, 4, "w")
+                _, dec, toks[ahead] = await decode_run(engine, prompts, NEW_SHORT, "q")
+                times[ahead] = dec / NEW_SHORT
+            equal = sum(x == y for p, q in zip(toks[False], toks[True]) for x, y in zip(p, q))
+            rows.append([str(b), f"{PROMPT}+{NEW_SHORT}", f"{floor * 1e3:.2f}",
+                         f"{times[False] * 1e3:.2f}", f"{times[True] * 1e3:.2f}",
+                         f"{times[True] / floor:.2f}x", f"{equal}/{b * NEW_SHORT}"])
+            log("| " + " | ".join(rows[-1]) + " |")
+        out += table("Decode TPOT, fused path, launch-ahead off / on (floor as above)",
+                     ["batch", "prompt+new", "floor ms", "ahead off ms", "ahead on ms",
+                      "on / floor", "greedy tokens equal"], rows)
+        out += await breakdown(engine, bundle, batches, log)
+        out.append(f"launch-ahead hits: {engine._runner.graphs.num_ahead_hits} of "
+                   f"{engine._runner.graphs.num_replays} graph steps")
+    finally:
+        await engine.close()
+    return out
