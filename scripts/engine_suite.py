@@ -180,6 +180,8 @@ async def run_suite(torch, bundle, hf, hf_run, batches: list[int], prefix: int, 
                      ["batch", "prompt+new", "floor ms", "fused ms", "fused / floor",
                       "unfused ms", "HF generate ms", "HF / fused", "greedy fused = unfused"],
                      rows)
+        from engine_breakdown import breakdown  # imports this module's helpers
+
         out += await breakdown(engine, bundle, batches, log)
         rows = []
         for b in (1, 8, 32, 128):
@@ -277,73 +279,6 @@ async def shared_prefix(engine, bundle, prefix: int, suffix: int, bw: float, wby
                   "tokens/s"], rows)
 
 
-async def breakdown(engine, bundle, batches: list[int], log) -> list[str]:
-    """Where a decode step's time goes: wall time per token, inside runner.step, inside
-    graphs.run (input copies + replay launch), and the graph replay alone on the GPU."""
-    import torch
-
-    runner, rows = engine._runner, []
-    for b in batches:
-        spent: dict[str, list[float]] = {"step": [], "run": []}
-
-        def timed(name: str, fn):
-            def wrapper(*args):
-                t = time.perf_counter()
-                try:
-                    return fn(*args)
-                finally:
-                    spent[name].append(time.perf_counter() - t)
-            return wrapper
-
-        step, run = runner.step, runner.graphs.run
-        runner.step, runner.graphs.run = timed("step", step), timed("run", run)
-        try:
-            prompts = prompts_for(b, PROMPT, b, bundle.shape.vocab_size)
-            _, dec, _ = await decode_run(engine, prompts, NEW_SHORT, "b")
-        finally:
-            runner.step, runner.graphs.run = step, run
-        graph = runner.graphs._graphs[(b, 0, 0, 64)].graph
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(20):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        replay = start.elapsed_time(end) / 20 / 1e3
-
-        def median(xs: list[float]) -> float:
-            return sorted(xs)[len(xs) // 2]
-
-        rows.append([str(b), f"{dec / NEW_SHORT * 1e3:.2f}", f"{median(spent['step']) * 1e3:.2f}",
-                     f"{median(spent['run']) * 1e3:.2f}", f"{replay * 1e3:.2f}"])
-        log("| " + " | ".join(rows[-1]) + " |")
-        try:
-            kernel_profile(torch, graph, log)
-        except Exception as exc:  # the profile is a diagnostic: never fail the suite for it
-            log(f"profile failed: {exc!r}")
-    return table("Where a decode step goes (medians; replay = the graph alone, GPU time)",
-                 ["batch", "wall ms per token", "runner.step ms", "graphs.run ms (copies + "
-                  "launch)", "graph replay ms"], rows)
-
-
-def kernel_profile(torch, graph, log) -> None:
-    """Device time per kernel name over 5 replays (printed, not tabled)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(5):
-            graph.replay()
-        torch.cuda.synchronize()
-    totals: dict[str, float] = {}
-    for event in prof.events():
-        if event.device_type.name == "CUDA":
-            totals[event.name[:90]] = totals.get(event.name[:90], 0.0) + event.device_time / 5
-    total = sum(totals.values())
-    log(f"kernel time per replay: {total / 1e3:.3f} ms over {len(totals)} kernel names")
-    for name, us in sorted(totals.items(), key=lambda kv: -kv[1])[:12]:
-        log(f"  {us / 1e3:8.3f} ms  {us / max(total, 1e-9):5.1%}  {name}")
-
-
 async def run_quick(torch, bundle, batches: list[int], log) -> list[str]:
     """A short run (`--suite-quick`): the fused engine's TPOT with the decode launch-ahead on
     and off (lookahead.py), and where a step goes."""
@@ -373,6 +308,8 @@ async def run_quick(torch, bundle, batches: list[int], log) -> list[str]:
         out += table("Decode TPOT, fused path, launch-ahead off / on (floor as above)",
                      ["batch", "prompt+new", "floor ms", "ahead off ms", "ahead on ms",
                       "on / floor", "greedy tokens equal"], rows)
+        from engine_breakdown import breakdown  # imports this module's helpers
+
         out += await breakdown(engine, bundle, batches, log)
         out.append(f"launch-ahead hits: {engine._runner.graphs.num_ahead_hits} of "
                    f"{engine._runner.graphs.num_replays} graph steps")
