@@ -4,6 +4,10 @@
   python3 scripts/bench_engine.py --out bench_cpu.md                  # SmolLM2 fp32, CPU, B=1,16
   python3 scripts/bench_engine.py --device cuda --out $OUT/engine.md  # LLaMA-7B shape, bf16,
                                                                        # random weights, B=1,32
+  python3 scripts/bench_engine.py --device cuda --suite --out $OUT/suite.md   # the H200 suite:
+      ceilings, start-up + first request, TPOT vs floor (fused / unfused / HF), step breakdown,
+      throughput, prefill rate, shared prefix on/off (engine_suite.py; --suite-quick: TPOT
+      with decode launch-ahead off/on only)
 Both sides decode the same random prompts (equal length, no padding) for the same number of
 tokens, greedily, EOS ignored. Decode time per output token (TPOT):
 * engine: Fill all contexts first (timed separately as prefill), then run the B Generates
