@@ -114,17 +114,24 @@ async def test_cached_prefixes_are_evicted_lru_when_the_engine_needs_memory(mana
     assert any(op == "free" and cid.startswith("p-") for op, cid, _ in small.log)
 
 
-async def test_task_group_is_known_before_any_get(manager, engine):
+async def test_task_group_forms_once_its_consumer_is_asked_for(manager, engine):
+    engine.delay = 0.5  # the maps are still running when the `get` arrives
     session = manager.create_session()
     maps = [submit(manager, session, "Map {{input:c}} {{output:p}}", c=f"chunk{i}")
             for i in range(3)]
     reduce_ = submit(manager, session, "Reduce {{input:a}} {{input:b}} {{input:c}} {{output:r}}",
                      a=out(maps[0], "p"), b=out(maps[1], "p"), c=out(maps[2], "p"))
     manager.scheduler.step()  # the first round, before the client's `get` arrives
+    # Nothing demanded yet: no objective and no group (the policy's default applies).
+    assert {m.task_group for m in maps} == {None}
+    assert {m.criterion for m in maps} | {reduce_.criterion} == {None}
+    getting = asyncio.ensure_future(manager.get(session, out(reduce_, "r"), Criterion.LATENCY))
+    await asyncio.sleep(0)
+    manager._deduce_dirty()
+    assert reduce_.criterion is Criterion.LATENCY
     assert {m.task_group for m in maps} == {f"tg-{reduce_.call_id}"}
     assert {m.criterion for m in maps} == {Criterion.THROUGHPUT}
-    assert reduce_.criterion is None  # nothing demanded yet: the policy's default applies
-    await manager.get(session, out(reduce_, "r"), Criterion.LATENCY)
+    await getting
 
 
 async def test_call_on_a_failed_engine_is_redispatched_to_a_healthy_one(manager, engine):
