@@ -28,7 +28,7 @@ def strongest(criteria: Iterable[Criterion | None]) -> Criterion | None:
 class SessionGraph:
     def __init__(self) -> None:
         self._g = nx.DiGraph()
-        # Hot-path adjacency kept beside the networkx graph (which serves the path queries):
+        # Hot-path adjacency kept beside the networkx graph (which holds the nodes for JSON):
         # the executor asks for producers and consumers on every value, deduction every round.
         self._producer: dict[str, Call] = {}
         self._consumers: dict[str, list[Call]] = {}
