@@ -461,3 +461,42 @@ def test_concurrent_work_on_a_small_cache_always_finishes(
         assert engine._kv.pool._refs == [0] * num_blocks
         await engine.close()
     run_virtual(main())
+
+
+# ---- the issue's reproduction on a simulated cluster ---------------------------------------------
+
+SYSTEM_PROMPT = "You are the assistant of a large service; follow these rules. " * 226  # 3,503 tokens
+
+
+async def users_sharing_a_system_prompt(env, spec):  # a workload: (Env, WorkloadSpec) -> records
+    import parrot
+    from parrot.sim.workloads.base import app_session, get_latency
+
+    chat = parrot.semantic_function(
+        prompt=SYSTEM_PROMPT + "User: {{input:message}}\nAssistant: {{output:reply}}",
+        name="chat", max_tokens=300, ignore_eos=True)
+
+    async def user(i: int):
+        async with app_session(env, f"user-{i}", "chat", is_main=True,
+                               output_tokens=300) as record:
+            await get_latency(chat(message=f"Question number {i}?"))
+            record.finished = env.now()
+        return record
+    return list(await asyncio.gather(*(user(i) for i in range(24))))
+
+
+@pytest.mark.parametrize("variant", ["least_queue:baseline", "app_centric:parrot"])
+def test_no_deadlock_under_overload_on_a_cluster(variant: str) -> None:
+    """Issue 8: `least_queue:baseline` on one engine with concurrent users sharing a 3,500-token
+    system prompt waited forever (each get timed out after 604,800 simulated seconds): 24
+    prompts of ~3,560 tokens do not fit the a100 profile's 3,500 blocks at once."""
+    from parrot.sim.cluster import ClusterSpec, run_simulation
+    from parrot.sim.workloads.spec import WorkloadSpec
+
+    assert count_tokens(SYSTEM_PROMPT) == 3503
+    policy, mode = variant.split(":")
+    result = run_simulation(ClusterSpec(policy=policy, num_engines=1), users_sharing_a_system_prompt,
+                            WorkloadSpec(), mode=mode, seed=0)
+    assert [r.error for r in result.records] == [None] * 24
+    assert all(c.state == "done" for r in result.records for c in r.calls)
+    assert result.duration_s < 600  # slowly, by recomputing evicted prompts, but it finishes
