@@ -49,7 +49,8 @@ class PrefixContext:
 
 @dataclass(eq=False)
 class ContextChain:
-    """The prefix contexts one call holds, shallowest first (the last is its fork parent)."""
+    """The prefix contexts one call holds: while acquiring, the chain being filled; then only
+    the deepest, the call's fork parent."""
 
     contexts: list[PrefixContext] = field(default_factory=list)
 
@@ -113,6 +114,14 @@ class EngineContexts:
         except BaseException:
             self.release(chain)
             raise
+        # The forks are filled: the call needs only the deepest one (an engine keeps a child
+        # valid when its parent goes), so its ancestors become evictable.
+        for ctx in chain.contexts[:-1]:
+            ctx.refcount -= 1
+        del chain.contexts[:-1]
+        for piece in reversed(pieces):  # the new contexts too: ancestors end most recent
+            if piece.prefix_hash in self._by_hash:
+                self._by_hash.move_to_end(piece.prefix_hash)
         return chain
 
     def _claim(self, ctx: PrefixContext, session_id: str) -> None:
