@@ -105,9 +105,14 @@ class EngineContexts:
                 chain.contexts.append(ctx)
                 await asyncio.shield(ctx.filled)
             for piece in pieces[deepest + 1:]:
-                self.num_misses += 1
-                ctx = self._start_fill(piece, chain.contexts[-1] if chain.contexts else None,
-                                       session_id)
+                ctx = self._by_hash.get(piece.prefix_hash)  # another call may have made it
+                if ctx is None:
+                    self.num_misses += 1
+                    ctx = self._start_fill(piece, chain.contexts[-1] if chain.contexts else None,
+                                           session_id)
+                else:
+                    self.num_hits += 1
+                    self._claim(ctx, session_id)
                 ctx.refcount += 1
                 chain.contexts.append(ctx)
                 await asyncio.shield(ctx.filled)

@@ -3,6 +3,8 @@ per-session release and the KV accounting, against the recording engine."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from parrot.core.contexts import EngineContexts
@@ -96,3 +98,16 @@ async def test_a_failed_fill_leaves_nothing_behind(engine):
     assert list(contexts.prefix_hashes) == ["s"] and contexts.num_cached_tokens == 32
     assert await contexts.release_session("A") == 1
     assert contexts.num_cached_tokens == 0
+
+
+async def test_concurrent_calls_fill_each_new_prefix_once(engine):
+    engine.delay = 0.01
+    contexts = EngineContexts(engine, "e")
+    first = asyncio.ensure_future(contexts.acquire(pieces("s", "a", "b"), "A"))
+    await asyncio.sleep(0.015)  # s is filled, a is being filled
+    second = await contexts.acquire(pieces("s", "a", "b", "c"), "B")
+    contexts.release(await first)
+    contexts.release(second)
+    assert filled(engine) == [("s", None), ("s/a", "s"), ("s/a/b", "s/a"), ("s/a/b/c", "s/a/b")]
+    assert list(contexts.prefix_hashes) == ["s/a/b/c", "s/a/b", "s/a", "s"]
+    assert await contexts.evict_all() == 4 * 32 and contexts.num_cached_tokens == 0
