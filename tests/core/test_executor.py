@@ -51,3 +51,19 @@ def test_thousands_of_one_character_boundaries_submitted_twice_do_not_wedge_the_
         await manager.close()
         await engine.close()
     run_virtual(main())
+
+
+async def test_a_recurring_prompt_of_tiny_boundaries_costs_a_few_engine_round_trips(manager,
+                                                                                    engine):
+    """Issue 9: 1,300 one-character boundaries submitted twice took 86 s on SmolLM2, one Fill
+    round trip (and model step) per boundary. Now a context spans at least 64 tokens."""
+    session = manager.create_session()
+    for _ in range(2):
+        call = manager.submit(session, SubmitRequest.from_json({
+            "session_id": session.session_id, "prompt": "{{input:x}}" * 1300 + "{{output:o}}",
+            "placeholders": [{"name": "x", "in_out": "input", "value": "a"}]}))
+        await manager.get(session, call.outputs["o"].var_id, Criterion.LATENCY)
+    fills = [entry for entry in engine.log if entry[0] == "fill"]
+    # First call: nothing recurs yet, one Fill of its private context. Second: 1,300 characters
+    # (325 tokens) recur, so five 64-token contexts and a private fill of what is left.
+    assert len(fills) == 1 + 5 + 1
