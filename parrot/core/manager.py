@@ -330,8 +330,8 @@ class Manager:
     # --- deduction -------------------------------------------------------------------------
 
     def _mark_dirty(self, session: Session) -> None:
-        # Deduced lazily, once per scheduling round. Even before any `get`, deduction finds the
-        # task groups (calls submitted together are placed together from the first round).
+        # Deduced lazily, once per scheduling round. Before any `get` reaches a call it has no
+        # criterion and no task group (the policy's default applies).
         session.needs_deduction = True
         self._dirty.add(session)
         self.scheduler.wake()
