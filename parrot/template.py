@@ -4,18 +4,24 @@ A template is text with placeholders `{{input:name}}` and `{{output:name}}`. A `
 `{{<word>:` opens a placeholder and must close with `}}`; any other `{{` is literal text (so
 prompts may contain JSON or code). Names are identifiers. An output appears exactly once; an
 input may appear several times (same value); a name cannot be both input and output of one
-template (the call would consume its own result).
+template (the call would consume its own result). A template has at most `MAX_PLACEHOLDERS`
+placeholders and `MAX_OUTPUTS` outputs.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal, Mapping
 
 from parrot.errors import TemplateSyntaxError
 
 MAX_TEMPLATE_CHARS = 4_000_000
+# Every placeholder is a variable boundary (hashed, maybe a context) and every output a
+# Generate run one after another: caps keep one request's work on the manager bounded.
+MAX_PLACEHOLDERS = 10_000
+MAX_OUTPUTS = 128
 
 _OPEN = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*:")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -45,7 +51,7 @@ class Template:
     source: str
     segments: tuple[Segment, ...]
 
-    @property
+    @cached_property
     def input_names(self) -> tuple[str, ...]:
         """Input names in order of first appearance."""
         seen: dict[str, None] = {}
@@ -54,7 +60,7 @@ class Template:
                 seen.setdefault(seg.name)
         return tuple(seen)
 
-    @property
+    @cached_property
     def output_names(self) -> tuple[str, ...]:
         return tuple(seg.name for seg in self.segments
                      if isinstance(seg, Placeholder) and seg.is_output)
@@ -77,6 +83,7 @@ def parse_template(source: str) -> Template:
     inputs: set[str] = set()
     pos = 0
     text_start = 0
+    num_placeholders = 0
     while True:
         match = _OPEN.search(source, pos)
         if match is None:
@@ -99,11 +106,18 @@ def parse_template(source: str) -> Template:
             if name in outputs:
                 raise TemplateSyntaxError(f"duplicate output placeholder {name!r}")
             outputs.add(name)
+            if len(outputs) > MAX_OUTPUTS:
+                raise TemplateSyntaxError(f"the prompt has more than {MAX_OUTPUTS} output "
+                                          "placeholders; split it into several calls")
         else:
             inputs.add(name)
         if match.start() > text_start:
             segments.append(Text(source[text_start:match.start()]))
         segments.append(Placeholder(kind, name))  # type: ignore[arg-type]
+        num_placeholders += 1
+        if num_placeholders > MAX_PLACEHOLDERS:
+            raise TemplateSyntaxError(f"the prompt has more than {MAX_PLACEHOLDERS} "
+                                      "placeholders")
         pos = text_start = close + 2
     if text_start < len(source):
         segments.append(Text(source[text_start:]))

@@ -1,7 +1,7 @@
 import pytest
 
 from parrot.errors import TemplateSyntaxError
-from parrot.template import Placeholder, Text, parse_template
+from parrot.template import MAX_OUTPUTS, MAX_PLACEHOLDERS, Placeholder, Text, parse_template
 
 
 def test_segments_and_names():
@@ -30,3 +30,23 @@ def test_literal_braces_are_text():
 def test_syntax_errors(source, message):
     with pytest.raises(TemplateSyntaxError, match=message):
         parse_template(source)
+
+
+def test_names_are_computed_once_per_template():
+    t = parse_template("{{input:a}} {{input:b}} {{input:a}} {{output:c}}")
+    assert t.input_names is t.input_names and t.input_names == ("a", "b")
+    assert t.output_names is t.output_names and t.output_names == ("c",)
+
+
+def test_placeholder_and_output_caps_are_clear_client_errors():
+    many_inputs = "".join(f"{{{{input:x{i}}}}}" for i in range(MAX_PLACEHOLDERS))
+    with pytest.raises(TemplateSyntaxError, match=f"more than {MAX_PLACEHOLDERS} placeholders"):
+        parse_template(many_inputs + "{{output:o}}")
+    assert len(parse_template(many_inputs[:-len("{{input:x9999}}")] + "{{output:o}}")
+               .segments) == MAX_PLACEHOLDERS
+    outputs = "".join(f"{{{{output:y{i}}}}}" for i in range(MAX_OUTPUTS + 1))
+    with pytest.raises(TemplateSyntaxError, match=f"more than {MAX_OUTPUTS} output") as info:
+        parse_template(outputs)
+    assert info.value.status == 400
+    assert len(parse_template(outputs[:outputs.index(f"{{{{output:y{MAX_OUTPUTS}}}}}")])
+               .output_names) == MAX_OUTPUTS

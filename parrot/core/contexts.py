@@ -1,10 +1,18 @@
 """Prefix contexts kept on one engine, keyed by PrefixHash, with reference counts and LRU eviction.
 
-A call acquires the chain of contexts for its prompt's prefix pieces: pieces whose hash already
-has a context on the engine are reused (waiting if that context is still being filled), the rest
-are filled as new contexts, each forking the previous one. When a call finishes it releases its
-chain; unreferenced contexts stay cached (system prompts, shared history) until the engine needs
-the memory, and are then freed least recently used first.
+A call acquires the chain of contexts for its prompt's prefix pieces: it forks the deepest piece
+that already has a context on the engine (waiting if that context is still being filled) and
+fills the pieces after it as new contexts, each forking the previous one. When a call finishes
+it releases what it holds; unreferenced contexts stay cached (system prompts, shared history)
+until the engine needs the memory, and are then freed least recently used first.
+
+Eviction works in any chain order: an engine keeps a child valid when its parent is freed (the
+shared blocks are reference counted), and a call only needs the deepest context it forks. Using
+a chain touches its contexts deepest first, so a shared ancestor is always at least as recent
+as its descendants and LRU frees leaves before the system prompt they extend.
+
+A context used by the calls of one session only is that session's: deleting the session frees
+it at once. A context a second session used is shared cache and stays until evicted.
 """
 
 from __future__ import annotations
@@ -18,24 +26,31 @@ from parrot.core.prefix import PrefixPiece
 from parrot.engines.protocol import Engine, FillRequest
 from parrot.errors import EngineError
 
+SHARED = ""  # owner of a context used by more than one session
+
 
 @dataclass(eq=False)
 class PrefixContext:
     prefix_hash: str
     context_id: str
     filled: asyncio.Future[None]
+    owner: str                   # the one session whose calls used it, or SHARED
     num_tokens: int = 0          # tokens this context adds to its parent (known once filled)
+    inherited_tokens: int = 0    # KV of freed ancestors this context still holds (shared blocks)
     refcount: int = 0
-    children: int = 0            # cached contexts forked from this one
+    parent: PrefixContext | None = None
+    # Cached forks of this one (a dict: insertion-ordered, so runs are deterministic).
+    children: dict[PrefixContext, None] = field(default_factory=dict)
 
     @property
     def is_evictable(self) -> bool:
-        return self.refcount == 0 and self.children == 0 and self.filled.done()
+        return self.refcount == 0 and self.filled.done()
 
 
 @dataclass(eq=False)
 class ContextChain:
-    """The prefix contexts one call holds, shallowest first."""
+    """The prefix contexts one call holds: while acquiring, the chain being filled; then only
+    the deepest, the call's fork parent."""
 
     contexts: list[PrefixContext] = field(default_factory=list)
 
@@ -50,7 +65,7 @@ class EngineContexts:
         self._engine_id = engine_id
         self._block_size = block_size
         self._by_hash: OrderedDict[str, PrefixContext] = OrderedDict()  # LRU order
-        self._parent: dict[str, PrefixContext | None] = {}
+        self._by_session: dict[str, dict[PrefixContext, None]] = {}     # owned contexts
         self._ids = itertools.count()
         self.num_hits = 0
         self.num_misses = 0
@@ -67,34 +82,69 @@ class EngineContexts:
         a fork copies from its parent."""
         return (-(-num_tokens // self._block_size) + 1) * self._block_size
 
-    async def acquire(self, pieces: tuple[PrefixPiece, ...]) -> ContextChain:
-        """Reference (creating where missing) the contexts of every piece, in order."""
+    def _held(self, ctx: PrefixContext) -> int:
+        return self.footprint(ctx.num_tokens) + ctx.inherited_tokens
+
+    # --- acquiring and releasing ------------------------------------------------------------
+
+    async def acquire(self, pieces: tuple[PrefixPiece, ...], session_id: str = SHARED
+                      ) -> ContextChain:
+        """Reference the deepest cached context of `pieces` and create the ones after it."""
         chain = ContextChain()
+        deepest = next((i for i in range(len(pieces) - 1, -1, -1)
+                        if pieces[i].prefix_hash in self._by_hash), -1)
+        for piece in reversed(pieces[:deepest + 1]):  # deepest first: ancestors end most recent
+            if (ctx := self._by_hash.get(piece.prefix_hash)) is not None:
+                self._by_hash.move_to_end(piece.prefix_hash)
+                self._claim(ctx, session_id)
+        self.num_hits += deepest + 1
         try:
-            for piece in pieces:
-                ctx = self._by_hash.get(piece.prefix_hash)
+            if deepest >= 0:
+                ctx = self._by_hash[pieces[deepest].prefix_hash]
+                ctx.refcount += 1
+                chain.contexts.append(ctx)
+                await asyncio.shield(ctx.filled)
+            for piece in pieces[deepest + 1:]:
+                ctx = self._by_hash.get(piece.prefix_hash)  # another call may have made it
                 if ctx is None:
                     self.num_misses += 1
-                    ctx = self._start_fill(piece, chain.contexts[-1] if chain.contexts else None)
+                    ctx = self._start_fill(piece, chain.contexts[-1] if chain.contexts else None,
+                                           session_id)
                 else:
                     self.num_hits += 1
-                    self._by_hash.move_to_end(piece.prefix_hash)
+                    self._claim(ctx, session_id)
                 ctx.refcount += 1
                 chain.contexts.append(ctx)
                 await asyncio.shield(ctx.filled)
         except BaseException:
             self.release(chain)
             raise
+        # The forks are filled: the call needs only the deepest one (an engine keeps a child
+        # valid when its parent goes), so its ancestors become evictable.
+        for ctx in chain.contexts[:-1]:
+            ctx.refcount -= 1
+        del chain.contexts[:-1]
+        for piece in reversed(pieces):  # the new contexts too: ancestors end most recent
+            if piece.prefix_hash in self._by_hash:
+                self._by_hash.move_to_end(piece.prefix_hash)
         return chain
 
-    def _start_fill(self, piece: PrefixPiece, parent: PrefixContext | None) -> PrefixContext:
+    def _claim(self, ctx: PrefixContext, session_id: str) -> None:
+        if ctx.owner not in (session_id, SHARED):
+            self._by_session.get(ctx.owner, {}).pop(ctx, None)
+            ctx.owner = SHARED
+
+    def _start_fill(self, piece: PrefixPiece, parent: PrefixContext | None,
+                    session_id: str) -> PrefixContext:
         context_id = f"p-{piece.prefix_hash}-{next(self._ids)}"
         ctx = PrefixContext(piece.prefix_hash, context_id,
-                            asyncio.get_running_loop().create_future())
+                            asyncio.get_running_loop().create_future(), session_id,
+                            parent=parent)
         self._by_hash[piece.prefix_hash] = ctx
-        self._parent[context_id] = parent
+        if session_id != SHARED:
+            self._by_session.setdefault(session_id, {})[ctx] = None
         if parent is not None:
-            parent.children += 1
+            parent.children[ctx] = None
         request = FillRequest(context_id=context_id,
                               parent_context_id=parent.context_id if parent else None,
                               text=piece.text)
@@ -115,9 +165,8 @@ class EngineContexts:
         # A failed fill leaves no context behind; later calls with this prefix try again.
         if self._by_hash.get(ctx.prefix_hash) is ctx:
             del self._by_hash[ctx.prefix_hash]
-        parent = self._parent.pop(ctx.context_id, None)
-        if parent is not None:
-            parent.children -= 1
+        self._unlink(ctx)
+        self._by_session.get(ctx.owner, {}).pop(ctx, None)
         ctx.filled.set_exception(error)
         ctx.filled.exception()  # mark retrieved: waiters that went away must not warn
 
@@ -127,33 +176,83 @@ class EngineContexts:
             assert ctx.refcount >= 0, f"context {ctx.context_id} released twice"
         chain.contexts.clear()
 
+    # --- freeing ------------------------------------------------------------------------------
+
     async def evict(self, num_tokens: int) -> int:
-        """Free least-recently-used unreferenced contexts until `num_tokens` of KV are freed."""
+        """Free least-recently-used unreferenced contexts until `num_tokens` of KV are freed.
+
+        Victims are chosen in one pass and leave the cache before the first engine round trip,
+        so no call can acquire a context that is being freed."""
+        victims: list[PrefixContext] = []
         freed = 0
-        while freed < num_tokens:
-            victim = next((c for c in self._by_hash.values() if c.is_evictable), None)
-            if victim is None:
+        for ctx in self._by_hash.values():
+            if freed >= num_tokens:
                 break
-            freed += self.footprint(victim.num_tokens)
-            await self._free(victim)
+            if ctx.is_evictable:
+                victims.append(ctx)
+                freed += self._forget(ctx)
+        for ctx in victims:
+            del self._by_hash[ctx.prefix_hash]
+        await self._free_on_engine(victims)
         return freed
 
     async def evict_all(self) -> int:
         return await self.evict(1 << 62)
 
-    async def _free(self, ctx: PrefixContext) -> None:
-        del self._by_hash[ctx.prefix_hash]
-        self.num_cached_tokens -= self.footprint(ctx.num_tokens)
-        parent = self._parent.pop(ctx.context_id, None)
+    async def release_session(self, session_id: str) -> int:
+        """The session was deleted: free the contexts only its calls used. One still in use (a
+        cancelled call that has not unwound yet) goes first in line for eviction instead."""
+        owned = self._by_session.pop(session_id, {})
+        victims = []
+        for ctx in owned:
+            ctx.owner = SHARED
+            if self._by_hash.get(ctx.prefix_hash) is not ctx:
+                continue
+            if ctx.is_evictable:
+                victims.append(ctx)
+                self._forget(ctx)
+                del self._by_hash[ctx.prefix_hash]
+            else:
+                self._by_hash.move_to_end(ctx.prefix_hash, last=False)
+        await self._free_on_engine(victims)
+        return len(victims)
+
+    def _forget(self, ctx: PrefixContext) -> int:
+        """Drop ctx from the bookkeeping; returns the KV (tokens) this frees on the engine. A
+        context with cached children frees only its partial last block: the children keep its
+        full blocks, so that KV is counted on one of them from now on."""
+        held = self._held(ctx)
+        freed = held
+        if ctx.children:
+            heir = next(iter(ctx.children))
+            freed = min(held, self._block_size)
+            heir.inherited_tokens += held - freed
+        self.num_cached_tokens -= freed
+        self._by_session.get(ctx.owner, {}).pop(ctx, None)
+        self._unlink(ctx)
+        return freed
+
+    def _unlink(self, ctx: PrefixContext) -> None:
+        """Take ctx out of the chain: its children hang from its parent from now on."""
+        parent = ctx.parent
         if parent is not None:
-            parent.children -= 1
-        try:
-            await self._engine.free_context(ctx.context_id)
-        except EngineError:
-            pass  # the engine lost it already (restart); nothing left to free
+            parent.children.pop(ctx, None)
+        for child in ctx.children:
+            child.parent = parent
+            if parent is not None:
+                parent.children[child] = None
+        ctx.children = {}
+        ctx.parent = None
+
+    async def _free_on_engine(self, victims: list[PrefixContext]) -> None:
+        for ctx in victims:
+            try:
+                await self._engine.free_context(ctx.context_id)
+            except EngineError:
+                pass  # the engine lost it already (restart); nothing left to free
 
     def forget_all(self) -> None:
         """The engine was lost: its contexts are gone with it."""
         self._by_hash.clear()
-        self._parent.clear()
+        self._by_session.clear()
         self.num_cached_tokens = 0

@@ -1,70 +1,120 @@
 """Objective deduction: from the criteria of the variables a client `get`s, backwards over the DAG.
 
-Rules (the paper, section 5.1):
-* A call's *demand* is the strongest criterion among its outputs (LATENCY over THROUGHPUT);
-  an output's criterion is its `get` seed if any, else the strongest demand of its consumers.
-  So producers of latency variables and everything on the critical path before them are
-  LATENCY, and everything upstream of a THROUGHPUT `get` only is THROUGHPUT.
-* Parallel calls feeding a common consumer form a **task group**: the consumer can start only
-  when the whole group is done, so the group is scheduled for group completion time — each
-  member's criterion is THROUGHPUT even when the consumer is latency-critical. Calls before the
-  group keep the demand (they are on the critical path).
+Rules (the paper, section 5.1), each pinned by a test in tests/core/test_deduction.py:
 
-`deduce(graph)` recomputes a session's calls in reverse topological order; the manager runs it
-lazily, once per scheduling round, for sessions whose graph or `get`s changed, and only over the
-calls that have not finished (finished calls keep the criterion they ran with), so the cost
-follows the live part of the DAG, not the session's history.
+* **Demand.** A call's *demand* is what its outputs are needed for: the strongest of the `get`
+  seeds on its outputs and its consumers' demands (LATENCY over THROUGHPUT). A call nobody
+  asked about, directly or downstream, has no demand, no criterion and no task group: the
+  policy's default applies until a `get` arrives.
+* **Task group.** Producers of one consumer that have a demand, are not finished and sit at the
+  same depth (topological rank) run in parallel, and the consumer starts only when all of them
+  are done: they form a task group, scheduled for group completion time, i.e. THROUGHPUT, even
+  when the consumer is latency-critical. Producers at different depths are not grouped (the
+  deeper chain is the critical path; a lone producer at a depth gets the consumer's demand).
+  Equal ranks also mean no path between the producers, so no path search is needed.
+* **Latency wins.** A producer that is latency-critical on its own — its own output has a
+  LATENCY `get`, or it alone (the only producer at its depth) gates a latency-critical
+  consumer — stays LATENCY and leaves every task group. A group left with one member
+  dissolves: that member alone gates the consumer and gets the consumer's demand, which may in
+  turn take it out of another group.
+* Calls upstream of a group keep the demand (they are on the critical path before it).
+
+`deduce(graph)` visits the calls level by level (topological rank), deepest first, so every
+consumer of a level is final before the level is decided. Its cost is linear in the calls and
+edges it visits. The manager runs it lazily, once per scheduling round, for sessions whose graph
+or `get`s changed, and only over the calls that have not finished (finished calls keep the
+criterion they ran with), so the cost follows the live part of the DAG, not its history.
 """
 
 from __future__ import annotations
 
-from parrot.core.graph import SessionGraph
+from itertools import groupby
+
+from parrot.core.graph import SessionGraph, strongest
 from parrot.core.nodes import Call
 from parrot.types import Criterion
 
-
-def strongest(criteria: set[Criterion | None]) -> Criterion | None:
-    if Criterion.LATENCY in criteria:
-        return Criterion.LATENCY
-    if Criterion.THROUGHPUT in criteria:
-        return Criterion.THROUGHPUT
-    return None
+__all__ = ["deduce", "strongest"]
 
 
 def deduce(graph: SessionGraph, *, active_only: bool = True) -> None:
     calls = graph.calls_in_topological_order(active_only=active_only)
-    for call in calls:
-        call.task_group, call.task_group_size = None, 1
-    for call in reversed(calls):
-        call.demand = strongest({graph.get_perf_obj(v.var_id)
-                                 for v in graph.output_variables(call)})
-        # The call's consumer (visited earlier) may have put it in a task group: a group is
-        # waited for as a whole, so its members run for throughput even before any `get`.
-        call.criterion = Criterion.THROUGHPUT if call.task_group is not None else call.demand
-        _group_parallel_producers(graph, call, active_only)
+    considered = {id(c) for c in calls}
+    for _, level in groupby(reversed(calls), key=lambda c: c.topo_rank):
+        _deduce_level(graph, list(level), considered)
 
 
-def _group_parallel_producers(graph: SessionGraph, consumer: Call, active_only: bool) -> None:
-    """Mark the consumer's independent input producers as one THROUGHPUT task group.
+def _consumers(graph: SessionGraph, call: Call, considered: set[int]) -> list[Call]:
+    """The call's consumers that are being deduced now, each once, in a stable order."""
+    seen: dict[int, Call] = {}
+    for binding in call.outputs.values():
+        for consumer in graph.get_consumers(binding.var_id):
+            if id(consumer) in considered:
+                seen.setdefault(id(consumer), consumer)
+    return list(seen.values())
 
-    Visited in reverse topological order, so each producer's demand is computed after this
-    (its consumer's) criterion is known; a producer already grouped by a later consumer keeps
-    that first group.
-    """
-    producers = [p for p in graph.input_producers(consumer)
-                 if p.task_group is None and not (active_only and p.state.is_finished)]
-    if len(producers) < 2:
-        return
-    # Only producers that do not depend on one another run in parallel.
-    # A call can only be an ancestor of a call of higher topological rank, so equal ranks (the
-    # common map-reduce case) need no path search.
-    parallel = [p for p in producers
-                if not any(q.topo_rank > p.topo_rank and graph.is_ancestor(p, q)
-                           for q in producers)]
-    if len(parallel) < 2:
-        return
-    group_id = f"tg-{consumer.call_id}"
-    for producer in parallel:
-        producer.task_group = group_id
-        producer.task_group_size = len(parallel)
 
+def _deduce_level(graph: SessionGraph, level: list[Call], considered: set[int]) -> None:
+    """Decide demand, task group and criterion for calls of one rank (consumers are final)."""
+    consumers = {id(p): _consumers(graph, p, considered) for p in level}
+    by_id = {id(c): c for p in level for c in consumers[id(p)]}
+    # Candidate groups: per consumer with a demand, its producers on this level (by id).
+    candidates: dict[int, dict[int, Call]] = {}
+    for producer in level:
+        for consumer in consumers[id(producer)]:
+            if consumer.demand is not None:
+                candidates.setdefault(id(consumer), {})[id(producer)] = producer
+    groups = {cid: members for cid, members in candidates.items() if len(members) >= 2}
+    # `alone`: what the call needs without any group: its own gets and the consumers it gates
+    # alone at this depth.
+    alone: dict[int, Criterion | None] = {}
+    for producer in level:
+        seeds = [v.criterion for v in graph.output_variables(producer)]
+        demands = [c.demand for c in consumers[id(producer)]]
+        gated = [c.demand for c in consumers[id(producer)] if id(c) not in groups]
+        producer.demand = strongest([*seeds, *demands])
+        alone[id(producer)] = strongest([*seeds, *gated])
+    _leave_groups_when_latency_critical(groups, by_id, alone)
+    for producer in level:
+        group_of = next((id(c) for c in consumers[id(producer)]
+                         if id(producer) in groups.get(id(c), ())), None)
+        if group_of is None:
+            producer.task_group, producer.task_group_size = None, 1
+            producer.criterion = alone[id(producer)]
+            continue
+        producer.task_group = _group_id(by_id[group_of], producer.topo_rank)
+        producer.task_group_size = len(groups[group_of])
+        producer.criterion = Criterion.THROUGHPUT
+
+
+def _leave_groups_when_latency_critical(groups: dict[int, dict[int, Call]],
+                                        by_id: dict[int, Call],
+                                        alone: dict[int, Criterion | None]) -> None:
+    """Take LATENCY-critical members out of their groups, dissolving groups left with one
+    member (whose consumer's demand then applies to it alone), until nothing changes. A call
+    turns LATENCY at most once and leaves each group at most once: linear in the memberships."""
+    groups_of: dict[int, list[int]] = {}
+    for cid, members in groups.items():
+        for member_id in members:
+            groups_of.setdefault(member_id, []).append(cid)
+    worklist = [mid for mid in groups_of if alone[mid] is Criterion.LATENCY]
+    while worklist:
+        leaving = worklist.pop()
+        for cid in groups_of.get(leaving, ()):
+            members = groups.get(cid)
+            if members is None or members.pop(leaving, None) is None or len(members) >= 2:
+                continue
+            del groups[cid]
+            for last in members:  # it alone gates the consumer now
+                before = alone[last]
+                alone[last] = strongest([before, by_id[cid].demand])
+                if alone[last] is Criterion.LATENCY and before is not Criterion.LATENCY:
+                    worklist.append(last)
+
+
+def _group_id(consumer: Call, rank: int) -> str:
+    """`tg-<consumer>` for the producers right before it (the usual case); the rank is added
+    for a group deeper upstream, so two depths feeding one consumer never share an id."""
+    if rank == consumer.topo_rank - 1:
+        return f"tg-{consumer.call_id}"
+    return f"tg-{consumer.call_id}-r{rank}"

@@ -19,20 +19,25 @@ from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.errors import OutOfKVCacheError
 from parrot.template import Placeholder, Text
 from parrot.transforms import apply_transforms
+from parrot.types import CHARS_PER_TOKEN
 
 OutputSink = Callable[[Call, OutputBinding, str], None]
 IsShared = Callable[[str], bool]
 
-# A prefix shorter than about one KV block (16 tokens) saves nothing when forked.
-MIN_SHARED_PREFIX_CHARS = 64
+# A context is worth its cost (an engine round trip, the partial block a fork copies, a slot in
+# the cache) only when it saves real prefill: every context adds at least this many tokens
+# (estimated) to the one it forks, so a prompt's chain of contexts holds at most
+# 1 + block_size / MIN_CONTEXT_TOKENS times its own KV, however many boundaries it has.
+MIN_CONTEXT_TOKENS = 64
 
 
 def shareable_hashes(pieces: tuple[PrefixPiece, ...]) -> tuple[str, ...]:
-    """The hashes of the boundaries that may get a context (prefix long enough to fork)."""
+    """The hashes of the boundaries that may get a context (far enough in to be worth a fork);
+    the policy's prefix affinity looks only at these."""
     hashes, chars = [], 0
     for piece in pieces:
         chars += len(piece.text)
-        if chars >= MIN_SHARED_PREFIX_CHARS:
+        if -(-chars // CHARS_PER_TOKEN) >= MIN_CONTEXT_TOKENS:
             hashes.append(piece.prefix_hash)
     return tuple(hashes)
 
@@ -41,10 +46,13 @@ def plan_prefix_contexts(pieces: tuple[PrefixPiece, ...],
                          is_shared: IsShared) -> tuple[tuple[PrefixPiece, ...], str]:
     """Which boundaries get a cached context of their own, and the text left for the call.
 
-    A boundary gets a context when the prefix up to it is long enough to be worth a fork and it
-    is either the template's leading constant text followed by more prompt (a system prompt:
-    shared by every call of the function) or a prefix known to recur (cached on the engine or seen in another call). Pieces
-    in between are merged forward, so a call makes as few engine round trips as it can.
+    A boundary gets a context when the text since the previous context is at least
+    MIN_CONTEXT_TOKENS and the boundary is either the end of the template's leading constant
+    text followed by more prompt (a system prompt: shared by every call of the function) or a
+    prefix known to recur (cached on the engine or seen in another call). Pieces in between
+    are merged forward, so a call makes as few engine round trips as it can. Two calls with
+    the same prefix pick the same boundaries on it (the choice depends only on the prefix and
+    on what is cached), so the second forks what the first filled.
     """
     contexts: list[PrefixPiece] = []
     pending: list[str] = []
@@ -55,9 +63,10 @@ def plan_prefix_contexts(pieces: tuple[PrefixPiece, ...],
         # The template's leading text is worth a context when calls of the same function can
         # continue it differently, i.e. when more prompt follows it before the output.
         leading = i == 0 and piece.is_template_text and i < len(pieces) - 1
-        if chars >= MIN_SHARED_PREFIX_CHARS and (leading or is_shared(piece.prefix_hash)):
+        long_enough = -(-chars // CHARS_PER_TOKEN) >= MIN_CONTEXT_TOKENS
+        if long_enough and (leading or is_shared(piece.prefix_hash)):
             contexts.append(PrefixPiece("".join(pending), piece.prefix_hash))
-            pending = []
+            pending, chars = [], 0
     return tuple(contexts), "".join(pending)
 
 
@@ -84,7 +93,7 @@ async def run_call(call: Call, engine: EngineState, publish: OutputSink,
 async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
                     is_shared: IsShared) -> None:
     pieces, head = plan_prefix_contexts(call.prefix_pieces, is_shared)
-    chain = await engine.contexts.acquire(pieces)
+    chain = await engine.contexts.acquire(pieces, call.session_id)
     context_id = f"c-{call.call_id}-{call.attempts}"
     parent = chain.leaf_id
     created = False

@@ -6,7 +6,7 @@ attribute "obj". The paper's primitives are `get_producer`, `get_consumers` and 
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import networkx as nx
 
@@ -15,10 +15,20 @@ from parrot.errors import ConflictError
 from parrot.types import Criterion
 
 
+def strongest(criteria: Iterable[Criterion | None]) -> Criterion | None:
+    """LATENCY over THROUGHPUT over nothing asked."""
+    found = set(criteria)
+    if Criterion.LATENCY in found:
+        return Criterion.LATENCY
+    if Criterion.THROUGHPUT in found:
+        return Criterion.THROUGHPUT
+    return None
+
+
 class SessionGraph:
     def __init__(self) -> None:
         self._g = nx.DiGraph()
-        # Hot-path adjacency kept beside the networkx graph (which serves the path queries):
+        # Hot-path adjacency kept beside the networkx graph (which holds the nodes for JSON):
         # the executor asks for producers and consumers on every value, deduction every round.
         self._producer: dict[str, Call] = {}
         self._consumers: dict[str, list[Call]] = {}
@@ -32,15 +42,39 @@ class SessionGraph:
 
     def check_acyclic(self, input_ids: list[str], output_ids: list[str]) -> None:
         """Raise ConflictError if a call reading `input_ids` and writing `output_ids` (existing
-        variables) would close a cycle."""
+        variables) would close a cycle, i.e. if an output already flows into an input.
+
+        One search from all the outputs at once, pruned by the topological ranks kept on every
+        insert: a call that can reach an input's producer has a rank at most that producer's,
+        so nothing ranked above the highest input producer is visited. The cost is one pass over
+        the part of the DAG between the outputs and the inputs, never outputs × inputs paths.
+        """
+        inputs = set(input_ids)
         for out_id in output_ids:
-            if out_id in input_ids:
+            if out_id in inputs:
                 raise ConflictError(f"variable {out_id} is both an input and an output of "
                                     "the call (a cycle)")
-            for in_id in input_ids:
-                if nx.has_path(self._g, out_id, in_id):
-                    raise ConflictError(f"output {out_id} already flows into input {in_id}: "
-                                        "the call would close a cycle")
+        limit = max((p.topo_rank for i in inputs if (p := self._producer.get(i)) is not None),
+                    default=None)
+        if limit is None:
+            return  # no input is produced by a call: nothing can flow into them
+        origin = {out_id: out_id for out_id in output_ids}  # reached variable -> its output
+        stack = list(output_ids)
+        visited: set[str] = set()
+        while stack:
+            var_id = stack.pop()
+            for consumer in self._consumers.get(var_id, ()):
+                if consumer.topo_rank > limit or consumer.call_id in visited:
+                    continue
+                visited.add(consumer.call_id)
+                for binding in consumer.outputs.values():
+                    if binding.var_id in inputs:
+                        raise ConflictError(
+                            f"output {origin[var_id]} already flows into input "
+                            f"{binding.var_id}: the call would close a cycle")
+                    if binding.var_id not in origin:
+                        origin[binding.var_id] = origin[var_id]
+                        stack.append(binding.var_id)
 
     def add_call(self, call: Call) -> None:
         """Insert a checked call (see `check_acyclic`) with its edges."""
@@ -80,16 +114,10 @@ class SessionGraph:
         return self._consumers.get(var_id, [])
 
     def get_perf_obj(self, var_id: str) -> Criterion | None:
-        """The deduced criterion of a variable: a `get`'s seed, else what its consumers demand."""
+        """The deduced criterion of a variable: the strongest of a `get`'s seed and what its
+        consumers demand (a LATENCY consumer outranks a THROUGHPUT `get`)."""
         var: Variable = self._g.nodes[var_id]["obj"]
-        if var.criterion is not None:
-            return var.criterion
-        demands = {c.demand for c in self.get_consumers(var_id)}
-        if Criterion.LATENCY in demands:
-            return Criterion.LATENCY
-        if Criterion.THROUGHPUT in demands:
-            return Criterion.THROUGHPUT
-        return None
+        return strongest({var.criterion, *(c.demand for c in self.get_consumers(var_id))})
 
     # --- traversal ---------------------------------------------------------------------------
 
@@ -116,9 +144,6 @@ class SessionGraph:
             self._active = [c for c in self._active if not c.state.is_finished]
             return sorted(self._active, key=lambda c: c.topo_rank)
         return sorted(self._calls, key=lambda c: c.topo_rank)
-
-    def is_ancestor(self, upstream: Call, downstream: Call) -> bool:
-        return nx.has_path(self._g, upstream.call_id, downstream.call_id)
 
     def downstream_calls(self, call: Call) -> Iterator[Call]:
         for node in nx.descendants(self._g, call.call_id):

@@ -111,6 +111,9 @@ class Manager:
         for var in session.variables.values():
             var.fail(gone)
         self._dirty.discard(session)
+        for engine in self.engines:  # prefix contexts only this session's calls used
+            self._spawn_background(engine.contexts.release_session(session.session_id),
+                                   f"release-{session.session_id}-{engine.engine_id}")
 
     def create_variable(self, session: Session, name: str, value: str | None) -> Variable:
         if not isinstance(name, str) or not name or len(name) > 256:
@@ -327,8 +330,8 @@ class Manager:
     # --- deduction -------------------------------------------------------------------------
 
     def _mark_dirty(self, session: Session) -> None:
-        # Deduced lazily, once per scheduling round. Even before any `get`, deduction finds the
-        # task groups (calls submitted together are placed together from the first round).
+        # Deduced lazily, once per scheduling round. Before any `get` reaches a call it has no
+        # criterion and no task group (the policy's default applies).
         session.needs_deduction = True
         self._dirty.add(session)
         self.scheduler.wake()

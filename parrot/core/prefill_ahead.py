@@ -20,11 +20,12 @@ from parrot.core.prefix import prefix_pieces
 from parrot.core.sessions import Session
 from parrot.errors import ParrotError
 from parrot.transforms import TransformError, apply_transforms
+from parrot.types import estimate_num_tokens
 
 log = logging.getLogger(__name__)
 
-# Worth a context of its own only when it saves real prefill work (~256 tokens).
-MIN_PREFILL_AHEAD_CHARS = 1024
+# Worth a context of its own only when it saves real prefill work.
+MIN_PREFILL_AHEAD_TOKENS = 256
 
 
 def known_prefix(session: Session, call: Call):
@@ -43,12 +44,13 @@ def known_prefix(session: Session, call: Call):
 async def prefill_ahead(session: Session, call: Call, engine: EngineState) -> None:
     """Fill `call`'s certain prefix on `engine` and leave it cached there."""
     pieces = known_prefix(session, call)
-    if not pieces or sum(len(p.text) for p in pieces) < MIN_PREFILL_AHEAD_CHARS:
+    if not pieces or estimate_num_tokens("".join(p.text for p in pieces)) \
+            < MIN_PREFILL_AHEAD_TOKENS:
         return
     deepest = pieces[-1].prefix_hash
     contexts, _ = plan_prefix_contexts(pieces, lambda h: h == deepest)
     try:
-        chain = await engine.contexts.acquire(contexts)
+        chain = await engine.contexts.acquire(contexts, call.session_id)
     except ParrotError as exc:  # an optimisation only: the call fills it itself later
         log.debug("prefill ahead of %s on %s failed: %s", call.call_id, engine.engine_id, exc)
         return

@@ -2,13 +2,16 @@
 
 Tokens: ceil(len(text) / 4) per text (the manager estimates the same way); generated tokens are
 4-character word-like pieces chosen by a hash, so output is deterministic filler. Blocks: ids
-with reference counts, shared by forks like a real paged KV cache.
+with reference counts, shared by forks like a real paged KV cache. A context whose KV was
+evicted keeps its tokens (its length) and recomputes the KV when it is used again, as the
+builtin engine does.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable
+from dataclasses import dataclass, field
+from typing import Collection, Iterable
 
 from parrot.types import estimate_num_tokens
 
@@ -43,6 +46,9 @@ class BlockPool:
     def num_free_blocks(self) -> int:
         return len(self._free)
 
+    def ref_count(self, block: int) -> int:
+        return self._refs[block]
+
     def can_allocate(self, n: int) -> bool:
         return n <= len(self._free)
 
@@ -64,3 +70,113 @@ class BlockPool:
             self._refs[b] -= 1
             if self._refs[b] == 0:
                 self._free.append(b)
+
+
+@dataclass(eq=False)
+class SimContext:
+    context_id: str
+    length: int = 0
+    blocks: list[int] = field(default_factory=list)  # shared full prefix blocks first
+    is_resident: bool = True   # False once its KV was evicted: recomputed before its next use
+    last_used: int = 0         # reservation sequence number of the last request that used it
+
+
+@dataclass(frozen=True)
+class Reservation:
+    context: SimContext
+    created: bool        # the context was made for this request (a new context or a fork)
+    num_recompute: int   # evicted tokens to prefill again before the request's own work
+
+
+class KVSpace:
+    """The simulated engine's contexts and their blocks: reservation, eviction, recompute."""
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        self.pool = BlockPool(num_blocks)
+        self.block_size = block_size
+        self.contexts: dict[str, SimContext] = {}
+        self._num_reserved = 0  # the contexts' LRU clock
+
+    def reserve(self, context_id: str, parent: SimContext | None, num_tokens: int, *,
+                may_evict: bool) -> Reservation | None:
+        """Every block a request on `context_id` (forking `parent` if the context is new) needs
+        to add `num_tokens`, or None if they are not free. With `may_evict` (nothing else would
+        ever return blocks), idle contexts' KV is evicted to make room, the request's own
+        context and parent last; the caller has checked that the request fits an empty engine.
+        """
+        ctx = self.contexts.get(context_id)
+        parent = parent if ctx is None else None
+        source = ctx if ctx is not None else parent
+        base_len = source.length if source is not None else 0
+        # Adding nothing needs no KV: an evicted source then stays evicted.
+        recompute = source is not None and not source.is_resident and num_tokens > 0
+        reuse = source is not None and source.is_resident
+        bs = self.block_size
+        shared = parent.blocks[:parent.length // bs] if parent is not None and reuse else []
+        held = len(ctx.blocks) if ctx is not None and reuse else len(shared)
+        final_blocks = -(-(base_len + num_tokens) // bs) \
+            if reuse or recompute or source is None else 0
+        need = final_blocks - held
+        if not self.pool.can_allocate(need):
+            if not may_evict:
+                return None
+            keep = {context_id} | ({parent.context_id} if parent is not None else set())
+            evict_idle(self.pool, self.contexts.values(), need, keep)
+            if not self.pool.can_allocate(need) and parent is not None and parent.blocks:
+                evict_idle(self.pool, [parent], final_blocks, ())  # fork from recomputed KV
+                return self.reserve(context_id, parent, num_tokens, may_evict=True)
+            if not self.pool.can_allocate(need):
+                return None
+        created = ctx is None
+        if ctx is None:
+            self.pool.share(shared)
+            ctx = self.contexts[context_id] = SimContext(
+                context_id, base_len, list(shared), is_resident=source is None or reuse)
+        ctx.blocks.extend(self.pool.allocate(need))
+        if recompute:
+            ctx.is_resident = True
+        self._num_reserved += 1
+        for used in (ctx, parent):
+            if used is not None:
+                used.last_used = self._num_reserved
+        return Reservation(ctx, created, base_len if recompute else 0)
+
+    def cut_back(self, ctx: SimContext, length: int, *, is_computed: bool) -> None:
+        """An aborted request leaves `ctx` at `length` tokens; its unused blocks go back, all
+        of them when the KV was still being recomputed (it is evicted then)."""
+        ctx.length = length
+        keep = -(-length // self.block_size) if is_computed else 0
+        self.pool.release(ctx.blocks[keep:])
+        del ctx.blocks[keep:]
+        ctx.is_resident = bool(ctx.blocks) or length == 0
+
+    def free(self, context_id: str) -> None:
+        ctx = self.contexts.pop(context_id, None)
+        if ctx is not None:
+            self.pool.release(ctx.blocks)
+
+    def unique_tokens(self, contexts: Iterable[SimContext]) -> int:
+        """Tokens of KV held by `contexts`, a shared (always full) block counted once."""
+        bs = self.block_size
+        full_blocks: set[int] = set()
+        partial = 0
+        for ctx in contexts:
+            if ctx.is_resident:
+                full_blocks.update(ctx.blocks[:ctx.length // bs])
+                partial += ctx.length % bs
+        return len(full_blocks) * bs + partial
+
+
+def evict_idle(pool: BlockPool, contexts: Iterable[SimContext], num_blocks: int,
+               busy: Collection[str]) -> None:
+    """Drop the KV of contexts not in `busy` until `num_blocks` blocks are free: least recently
+    used first, those that own a block outright before those whose blocks are all shared with
+    other contexts (freeing those returns nothing until the sharers go too)."""
+    idle = [c for c in contexts if c.blocks and c.context_id not in busy]
+    idle.sort(key=lambda c: (not any(pool.ref_count(b) == 1 for b in c.blocks), c.last_used))
+    for victim in idle:
+        if pool.can_allocate(num_blocks):
+            return
+        pool.release(victim.blocks)
+        victim.blocks = []
+        victim.is_resident = victim.length == 0

@@ -13,11 +13,16 @@ honoured) of deterministic filler: 4-character word-like pieces chosen by a hash
 
 Memory: a request reserves every block it will need when it is admitted (fill: its tokens;
 generate: max_tokens), so admitted requests never stall. Requests are admitted first come,
-first served; one that does not fit waits until a FreeContext returns blocks. One that could
-never fit (more blocks than the engine has) fails with OutOfKVCacheError. A fork shares the
-parent's full blocks (reference counted) and copies its partial last block; the inherited
-tokens are not prefilled again. With `shared_prefix_decode` a decode batch reads a shared
-prefix once (the shared-prefix kernel); otherwise once per sequence.
+first served; one that does not fit waits while requests run (they always finish). When none
+runs, nothing else would ever return blocks, so the KV of idle contexts is evicted, least
+recently used first: preemption by recompute, as the builtin engine does. Such a context keeps
+its tokens, and the next request that uses it (or forks it) first prefills them again. So an
+overloaded engine slows down and never wedges, and a run that never fills the cache is timed
+exactly as without eviction. A request that could never fit (more blocks than the engine has)
+fails with OutOfKVCacheError. A fork shares the parent's full blocks (reference counted) and
+copies its partial last block; the inherited tokens are not prefilled again. With
+`shared_prefix_decode` a decode batch reads a shared prefix once (the shared-prefix kernel);
+otherwise once per sequence.
 """
 
 from __future__ import annotations
@@ -26,14 +31,15 @@ import asyncio
 import enum
 import logging
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Iterable
+from typing import AsyncIterator
 
 # the configuration lives with the latency model; re-exported here as part of this module's API
 from parrot.engines.latency_model import (EngineConfigError, LatencyModel, SimulatedEngineConfig,
                                           load_profile)
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
-from parrot.engines.sim_blocks import BlockPool, count_tokens, detokenize, filler_token
+from parrot.engines.sim_blocks import (BlockPool, KVSpace, SimContext, count_tokens,
+                                       detokenize, filler_token)
 from parrot.errors import (ContextExistsError, EngineError, EngineUnavailableError,
                            InvalidRequestError, OutOfKVCacheError, PromptTooLongError,
                            UnknownContextError)
@@ -42,13 +48,6 @@ __all__ = ["SimulatedEngine", "SimulatedEngineConfig", "LatencyModel", "EngineCo
            "load_profile", "count_tokens", "detokenize", "filler_token", "BlockPool"]
 
 log = logging.getLogger(__name__)
-
-@dataclass(eq=False)
-class _Context:
-    context_id: str
-    length: int = 0
-    blocks: list[int] = field(default_factory=list)  # shared full prefix blocks first
-
 
 class _Kind(enum.Enum):
     FILL = "fill"
@@ -65,7 +64,8 @@ class _Request:
     num_tokens: int  # fill: tokens to prefill; generate: max_tokens
     seed: int | None = None
     num_done: int = 0
-    context: _Context | None = None
+    num_recompute: int = 0  # evicted KV of its context to prefill again before its own work
+    context: SimContext | None = None
     new_token_ids: list[int] = field(default_factory=list)  # generated, not yet streamed
     start_len: int = 0
     created_context: bool = False
@@ -74,13 +74,17 @@ class _Request:
     error: BaseException | None = None
     event: asyncio.Event = field(default_factory=asyncio.Event)
 
+    @property
+    def is_prefilling(self) -> bool:
+        return self.kind is _Kind.FILL or self.num_recompute > 0
+
 
 class SimulatedEngine(Engine):
     def __init__(self, name: str, config: SimulatedEngineConfig | None = None) -> None:
         self.name = name
         self.config = config or SimulatedEngineConfig()
-        self._pool = BlockPool(self.config.num_blocks)
-        self._contexts: dict[str, _Context] = {}
+        self._kv = KVSpace(self.config.num_blocks, self.config.block_size)
+        self._contexts = self._kv.contexts  # by id (the same dict)
         self._claimed: set[str] = set()  # context ids with a queued or running request
         self._waiting: list[_Request] = []
         self._running: list[_Request] = []
@@ -144,17 +148,15 @@ class SimulatedEngine(Engine):
             raise UnknownContextError(f"unknown context {context_id!r}")
         for req in pending:
             self._abort(req, UnknownContextError(f"context {context_id!r} was freed while in use"))
-        ctx = self._contexts.pop(context_id, None)
-        if ctx is not None:
-            self._pool.release(ctx.blocks)
+        self._kv.free(context_id)
         self._wake()
 
     async def stats(self) -> EngineStats:
         return EngineStats(num_running=len(self._running), num_waiting=len(self._waiting),
-                           num_blocks_total=self._pool.num_blocks_total,
-                           num_blocks_free=self._pool.num_free_blocks,
+                           num_blocks_total=self._kv.pool.num_blocks_total,
+                           num_blocks_free=self._kv.pool.num_free_blocks,
                            block_size=self.config.block_size,
-                           num_tokens_in_use=self._unique_tokens(self._contexts.values()),
+                           num_tokens_in_use=self._kv.unique_tokens(self._contexts.values()),
                            num_contexts=len(self._contexts))
 
     async def healthz(self) -> bool:
@@ -173,7 +175,7 @@ class SimulatedEngine(Engine):
                     await self._wakeup.wait()
                     continue
                 decodes, prefills = self._plan()
-                kv_tokens = (self._unique_tokens(r.context for r in decodes)  # type: ignore[misc]
+                kv_tokens = (self._kv.unique_tokens(r.context for r in decodes)  # type: ignore[misc]
                              if self.config.shared_prefix_decode
                              else sum(r.context.length for r in decodes))  # type: ignore[union-attr]
                 await asyncio.sleep(latency.iteration_seconds(
@@ -187,14 +189,16 @@ class SimulatedEngine(Engine):
             self._fail_all(EngineError(f"engine {self.name!r} failed: {exc!r}"))
 
     def _plan(self) -> tuple[list[_Request], list[tuple[_Request, int]]]:
-        decodes = [r for r in self._running if r.kind is _Kind.GENERATE]
+        decodes = [r for r in self._running if not r.is_prefilling]
         budget = self.config.max_num_batched_tokens - len(decodes)
         prefills = []
         for req in self._running:
             if budget <= 0:
                 break
-            if req.kind is _Kind.FILL:
-                chunk = min(budget, req.num_tokens - req.num_done)
+            if req.is_prefilling:
+                left = req.num_recompute + (req.num_tokens - req.num_done
+                                            if req.kind is _Kind.FILL else 0)
+                chunk = min(budget, left)
                 prefills.append((req, chunk))
                 budget -= chunk
         return decodes, prefills
@@ -213,14 +217,18 @@ class SimulatedEngine(Engine):
         for req, chunk in prefills:
             if req.is_finished or req.error is not None or req.context is None:
                 continue
-            req.context.length += chunk
-            req.num_done += chunk
-            if req.num_done == req.num_tokens:
-                self._finish(req)
+            recomputed = min(chunk, req.num_recompute)
+            req.num_recompute -= recomputed
+            if req.kind is _Kind.FILL:
+                req.context.length += chunk - recomputed
+                req.num_done += chunk - recomputed
+                if req.num_done == req.num_tokens and req.num_recompute == 0:
+                    self._finish(req)
 
     def _admit(self) -> None:
-        """Move waiting requests into the running batch, first come first served for memory."""
-        bs = self.config.block_size
+        """Move waiting requests into the running batch, first come first served for memory.
+        The first one that does not fit waits for the running requests to finish (they hold all
+        they need, so they always do); when none runs, it evicts idle KV to fit."""
         for req in list(self._waiting):
             if len(self._running) >= self.config.max_num_seqs:
                 return
@@ -239,18 +247,17 @@ class SimulatedEngine(Engine):
             except EngineError as exc:
                 self._abort(req, exc)
                 continue
-            final_blocks = -(-(base_len + req.num_tokens) // bs)
-            shared = parent.blocks[:parent.length // bs] if parent else []
-            held = len(ctx.blocks) if ctx else len(shared)
-            if not self._pool.can_allocate(final_blocks - held):
-                return  # wait until a FreeContext returns blocks
-            req.start_len, req.created_context = base_len, ctx is None
-            if ctx is None:
-                self._pool.share(shared)
-                ctx = self._contexts[req.context_id] = _Context(req.context_id, base_len,
-                                                                list(shared))
-            ctx.blocks.extend(self._pool.allocate(final_blocks - held))
-            req.context = ctx
+            # With nothing running, nothing else would ever return blocks: evict idle KV.
+            reservation = self._kv.reserve(req.context_id, parent, req.num_tokens,
+                                           may_evict=not self._running)
+            if reservation is None and self._running:
+                return  # they hold every block they need: wait for them to finish
+            if reservation is None:  # cannot happen after _check_fits; never wait forever
+                self._abort(req, OutOfKVCacheError(
+                    f"context {req.context_id!r} needs more KV blocks than can be freed"))
+                continue
+            req.context, req.created_context = reservation.context, reservation.created
+            req.start_len, req.num_recompute = base_len, reservation.num_recompute
             self._waiting.remove(req)
             self._running.append(req)
             if req.num_tokens == 0:
@@ -289,16 +296,6 @@ class SimulatedEngine(Engine):
                 f"context {req.context_id!r} needs {final_len} tokens of KV cache; the engine "
                 f"has only {c.num_blocks} blocks of {c.block_size}")
 
-    def _unique_tokens(self, contexts: Iterable[_Context]) -> int:
-        """Tokens held by `contexts`, a shared (always full) block counted once."""
-        bs = self.config.block_size
-        full_blocks: set[int] = set()
-        partial = 0
-        for ctx in contexts:
-            full_blocks.update(ctx.blocks[:ctx.length // bs])
-            partial += ctx.length % bs
-        return len(full_blocks) * bs + partial
-
     def _finish(self, req: _Request) -> None:
         assert req.context is not None
         req.is_finished = True
@@ -321,14 +318,10 @@ class SimulatedEngine(Engine):
             ctx = req.context
             if ctx is not None and self._contexts.get(ctx.context_id) is ctx:
                 if req.kind is _Kind.FILL and req.created_context:
-                    del self._contexts[ctx.context_id]
-                    self._pool.release(ctx.blocks)
+                    self._kv.free(ctx.context_id)
                 else:
-                    if req.kind is _Kind.FILL:
-                        ctx.length = req.start_len
-                    keep = -(-ctx.length // self.config.block_size)
-                    self._pool.release(ctx.blocks[keep:])  # unused reservation
-                    del ctx.blocks[keep:]
+                    length = req.start_len if req.kind is _Kind.FILL else ctx.length
+                    self._kv.cut_back(ctx, length, is_computed=req.num_recompute == 0)
         self._claimed.discard(req.context_id)
         req.event.set()
         self._wake()

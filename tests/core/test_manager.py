@@ -27,7 +27,8 @@ async def test_chain_values_flow_inside_the_service(manager, engine):
                                for c in manager.engines.get("e0").contexts.prefix_hashes.values()}
 
 
-SYSTEM = "You are a helpful assistant that answers questions about parrots briefly. "
+# Long enough (74 tokens) to be worth a context of its own (executor.MIN_CONTEXT_TOKENS).
+SYSTEM = "You are a helpful assistant that answers questions about parrots briefly. " * 4
 
 
 async def test_shared_system_prompt_is_filled_once(manager, engine):
@@ -51,7 +52,7 @@ async def test_shared_system_prompt_is_filled_once(manager, engine):
 
 async def test_recurring_input_prefix_gets_its_own_context(manager, engine):
     session = manager.create_session()
-    document = "A long shared document about parrots and their many colourful feathers. " * 2
+    document = "A long shared document about parrots and their many colourful feathers. " * 4
     first = submit(manager, session, "Doc: {{input:d}} Q1 {{output:a}}", d=document)
     await manager.get(session, out(first, "a"), Criterion.LATENCY)
     second = submit(manager, session, "Doc: {{input:d}} Q2 {{output:a}}", d=document)
@@ -100,31 +101,39 @@ async def test_set_variable_releases_consumers(manager, engine):
 
 async def test_cached_prefixes_are_evicted_lru_when_the_engine_needs_memory(manager):
     small = RecordingEngine(name="small")
-    small.capacity_blocks = 8  # 8 blocks of 16 tokens = 128 tokens of KV
+    small.capacity_blocks = 12  # 12 blocks of 16 tokens = 192 tokens of KV
     await manager.add_engine(EngineSpec(name="small", in_process=True), small)
     session = manager.create_session()
-    prompts = [f"{chr(65 + i)}" * 200 + " {{input:q}} {{output:a}}" for i in range(3)]
-    for prompt in prompts:  # each leading prompt is 50 tokens and stays cached afterwards
+    prompts = [f"{chr(65 + i)}" * 300 + " {{input:q}} {{output:a}}" for i in range(3)]
+    for prompt in prompts:  # each leading prompt is 76 tokens and stays cached afterwards
         call = submit(manager, session, prompt, q="x")
         await manager.get(session, out(call, "a"), Criterion.LATENCY)
     cached = [text for cid, text in small.contexts.items() if cid.startswith("p-")]
-    # Each call is estimated at 51 prompt + 64 output tokens; with one 51-token prefix cached
-    # that exceeds 128, so each new call evicts the previous call's prefix.
-    assert cached == ["C" * 200 + " "]
+    # Each call is estimated at 77 prompt + 64 output tokens (+ 32 of block rounding); with one
+    # 76-token prefix cached (96 tokens of blocks) that exceeds 192, so each new call evicts the
+    # previous call's prefix.
+    assert cached == ["C" * 300 + " "]
     assert any(op == "free" and cid.startswith("p-") for op, cid, _ in small.log)
 
 
-async def test_task_group_is_known_before_any_get(manager, engine):
+async def test_task_group_forms_once_its_consumer_is_asked_for(manager, engine):
+    engine.delay = 0.5  # the maps are still running when the `get` arrives
     session = manager.create_session()
     maps = [submit(manager, session, "Map {{input:c}} {{output:p}}", c=f"chunk{i}")
             for i in range(3)]
     reduce_ = submit(manager, session, "Reduce {{input:a}} {{input:b}} {{input:c}} {{output:r}}",
                      a=out(maps[0], "p"), b=out(maps[1], "p"), c=out(maps[2], "p"))
     manager.scheduler.step()  # the first round, before the client's `get` arrives
+    # Nothing demanded yet: no objective and no group (the policy's default applies).
+    assert {m.task_group for m in maps} == {None}
+    assert {m.criterion for m in maps} | {reduce_.criterion} == {None}
+    getting = asyncio.ensure_future(manager.get(session, out(reduce_, "r"), Criterion.LATENCY))
+    await asyncio.sleep(0)
+    manager._deduce_dirty()
+    assert reduce_.criterion is Criterion.LATENCY
     assert {m.task_group for m in maps} == {f"tg-{reduce_.call_id}"}
     assert {m.criterion for m in maps} == {Criterion.THROUGHPUT}
-    assert reduce_.criterion is None  # nothing demanded yet: the policy's default applies
-    await manager.get(session, out(reduce_, "r"), Criterion.LATENCY)
+    await getting
 
 
 async def test_call_on_a_failed_engine_is_redispatched_to_a_healthy_one(manager, engine):

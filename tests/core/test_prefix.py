@@ -1,8 +1,10 @@
-from parrot.core.executor import plan_prefix_contexts
+from parrot.core.executor import MIN_CONTEXT_TOKENS, plan_prefix_contexts, shareable_hashes
 from parrot.core.prefix import PrefixIndex, prefix_pieces
 from parrot.template import parse_template
+from parrot.types import estimate_num_tokens
 
-SYSTEM = "S" * 80
+SYSTEM = "S" * 300  # 75 tokens: worth a context
+QUESTION = "Q" * 260  # 65 tokens
 
 
 def test_hashes_are_cumulative_and_boundary_aware():
@@ -21,13 +23,37 @@ def test_hashes_are_cumulative_and_boundary_aware():
 
 def test_plan_merges_unshared_pieces():
     t = parse_template(SYSTEM + "{{input:q}} tail {{output:a}}")
-    pieces = prefix_pieces(t, {"q": "question"})
+    pieces = prefix_pieces(t, {"q": QUESTION})
     contexts, head = plan_prefix_contexts(pieces, lambda h: False)
-    assert [c.text for c in contexts] == [SYSTEM] and head == "question tail "
+    assert [c.text for c in contexts] == [SYSTEM] and head == QUESTION + " tail "
     contexts, head = plan_prefix_contexts(pieces, lambda h: h == pieces[1].prefix_hash)
-    assert [c.text for c in contexts] == [SYSTEM, "question"] and head == " tail "
+    assert [c.text for c in contexts] == [SYSTEM, QUESTION] and head == " tail "
     short = prefix_pieces(parse_template("Hi {{input:q}} {{output:a}}"), {"q": "x"})
     assert plan_prefix_contexts(short, lambda h: True) == ((), "Hi x ")
+
+
+def test_a_short_piece_after_a_context_is_merged_forward_even_when_shared():
+    pieces = prefix_pieces(parse_template(SYSTEM + "{{input:q}} tail {{output:a}}"),
+                           {"q": "question"})
+    contexts, head = plan_prefix_contexts(pieces, lambda h: True)
+    # " tail " ends the prefix too; "question tail " (14 chars) is not worth a context either.
+    assert [c.text for c in contexts] == [SYSTEM] and head == "question tail "
+
+
+def test_thousands_of_tiny_boundaries_make_few_contexts():
+    """Issue 9: a prompt with 5,000 one-character inputs made a context at every boundary once
+    it recurred (thousands of contexts, a wedged engine)."""
+    n = 5_000
+    template = parse_template("".join(f"{{{{input:x{i}}}}}" for i in range(n)) + "{{output:o}}")
+    pieces = prefix_pieces(template, {f"x{i}": "a" for i in range(n)})
+    assert len(pieces) == n
+    contexts, head = plan_prefix_contexts(pieces, lambda h: True)  # every boundary recurs
+    assert len(contexts) == n // (MIN_CONTEXT_TOKENS * 4) == 19
+    assert all(estimate_num_tokens(c.text) >= MIN_CONTEXT_TOKENS for c in contexts)
+    assert "".join(c.text for c in contexts) + head == "a" * n
+    # The same prompt planned again (a second call) picks the same boundaries.
+    again, _ = plan_prefix_contexts(pieces, {c.prefix_hash for c in contexts}.__contains__)
+    assert again == contexts
 
 
 def test_index_tracks_live_calls_and_recurrence():
@@ -51,9 +77,10 @@ def test_a_whole_constant_prompt_is_not_cached_unless_it_recurs():
 
 
 def test_only_boundaries_worth_a_context_are_advertised():
-    from parrot.core.executor import shareable_hashes
-
-    pieces = prefix_pieces(parse_template("Hi {{input:q}}" + "x" * 70 + " {{output:a}}"),
+    pieces = prefix_pieces(parse_template("Hi {{input:q}}" + "x" * 250 + " {{output:a}}"),
                            {"q": "there"})
-    assert [len(p.text) for p in pieces] == [3, 5, 71]
+    assert [len(p.text) for p in pieces] == [3, 5, 251]
     assert shareable_hashes(pieces) == (pieces[2].prefix_hash,)
+    short = prefix_pieces(parse_template("Hi {{input:q}}" + "x" * 200 + " {{output:a}}"),
+                          {"q": "there"})
+    assert shareable_hashes(short) == ()  # 209 characters: under MIN_CONTEXT_TOKENS

@@ -179,19 +179,75 @@ def test_fork_waits_for_the_parent_fill() -> None:
     run_virtual(main())
 
 
-def test_requests_wait_for_blocks_until_a_context_is_freed() -> None:
+def test_idle_kv_is_evicted_and_recomputed_when_used_again() -> None:
     async def main() -> None:
-        engine = make_engine(block_size=16, num_blocks=10)
-        await engine.fill(fill("a", 120))  # 8 blocks
-        waiting = asyncio.ensure_future(engine.fill(fill("b", 64)))  # 4 blocks
-        await asyncio.sleep(1.0)
+        engine = make_engine(block_size=16, num_blocks=10, prefill_per_token_ms=1.0)
+        await engine.fill(fill("a", 120))  # 8 blocks, idle afterwards
+        start = now()
+        assert (await engine.fill(fill("b", 64))).context_len == 64  # evicts a's KV
+        assert now() - start == pytest.approx(0.064)
         stats = await engine.stats()
-        assert not waiting.done() and (stats.num_waiting, stats.num_running) == (1, 0)
-        await engine.free_context("a")
-        assert (await waiting).context_len == 64
-        assert (await engine.stats()).num_blocks_free == 6
+        assert (stats.num_contexts, stats.num_tokens_in_use, stats.num_blocks_free) == (2, 64, 6)
+        start = now()
+        chunks = [c async for c in engine.generate(gen("a", 2))]  # evicts b, recomputes a
+        # 120 tokens prefilled again (one iteration under the 2048-token budget), then 2 decodes
+        assert now() - start == pytest.approx(0.120 + 2 * ITER_MS / 1000)
+        assert sum(len(c.token_ids) for c in chunks) == 2
+        stats = await engine.stats()
+        assert (stats.num_tokens_in_use, stats.num_blocks_free) == (122, 2)
         await engine.close()
     run_virtual(main())
+
+
+def test_a_fork_of_an_evicted_parent_recomputes_the_parent_tokens() -> None:
+    async def main() -> None:
+        engine = make_engine(block_size=16, num_blocks=10, prefill_per_token_ms=1.0)
+        await engine.fill(fill("p", 96))   # 6 blocks
+        await engine.fill(fill("x", 64))   # 4 blocks: everything is in use
+        await engine.fill(fill("y", 32))   # evicts p (least recently used)
+        start = now()
+        assert (await engine.fill(fill("child", 16, parent="p"))).context_len == 112
+        assert now() - start == pytest.approx(0.096 + 0.016)  # p's tokens, then its own
+        await engine.close()
+    run_virtual(main())
+
+
+def test_a_request_waits_for_running_ones_whose_kv_is_never_evicted() -> None:
+    async def main() -> None:
+        engine = make_engine(block_size=16, num_blocks=10)
+        long = asyncio.ensure_future(engine.generate_all(gen("a", 120)))  # 8 blocks, running
+        await asyncio.sleep(0.05)
+        waiting = asyncio.ensure_future(engine.fill(fill("b", 64)))
+        await asyncio.sleep(0.1)
+        stats = await engine.stats()
+        assert not waiting.done() and (stats.num_waiting, stats.num_running) == (1, 1)
+        await long
+        assert (await waiting).context_len == 64  # a went idle: its KV made room
+        await engine.close()
+    run_virtual(main())
+
+
+def test_no_deadlock_under_overload() -> None:
+    """Issue 8: concurrent calls that each fill a long prompt, then generate, then free (the
+    request-level baseline's pattern) on an engine too small for all their prompts at once.
+    The fills used to take every block and leave the generates waiting forever."""
+    async def main() -> float:
+        engine = make_engine(block_size=16, num_blocks=1000, prefill_per_token_ms=0.1,
+                             max_context_len=4096)
+
+        async def one_call(i: int) -> None:
+            await engine.fill(fill(f"c{i}", 3600))  # 225 blocks each
+            await engine.generate_all(gen(f"c{i}", 200, seed=i))
+            await engine.free_context(f"c{i}")
+
+        await asyncio.gather(*(one_call(i) for i in range(12)))
+        stats = await engine.stats()
+        assert (stats.num_running, stats.num_waiting, stats.num_contexts) == (0, 0, 0)
+        assert stats.num_blocks_free == 1000
+        await engine.close()
+        return now()
+    first = run_virtual(main())
+    assert first > 0 and run_virtual(main()) == first  # and deterministic
 
 
 def test_error_cases() -> None:
@@ -312,11 +368,12 @@ def test_config_errors_name_the_bad_key(params: dict[str, object], words: str) -
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["fill", "fork", "gen", "free"]),
                           st.integers(0, 5), st.integers(0, 5), st.integers(0, 40)),
-                max_size=30))
-def test_blocks_are_conserved(ops: list[tuple[str, int, int, int]]) -> None:
+                max_size=30),
+       st.sampled_from([1000, 12]))  # 12 blocks: eviction and recompute all the time
+def test_blocks_are_conserved(ops: list[tuple[str, int, int, int]], num_blocks: int) -> None:
     async def main() -> None:
         engine = SimulatedEngine("h", SimulatedEngineConfig.from_mapping(
-            {"zero_latency": True, "block_size": 4, "num_blocks": 1000}))
+            {"zero_latency": True, "block_size": 4, "num_blocks": num_blocks}))
         for op, a, b, n in ops:
             ctx, other = f"c{a}", f"c{b}"
             try:
@@ -328,7 +385,7 @@ def test_blocks_are_conserved(ops: list[tuple[str, int, int, int]]) -> None:
                     await engine.generate_all(gen(ctx, n + 1))
                 else:
                     await engine.free_context(ctx)
-            except (UnknownContextError, InvalidRequestError):
+            except (UnknownContextError, InvalidRequestError, OutOfKVCacheError):
                 pass
             stats = await engine.stats()
             assert 0 <= stats.num_blocks_free <= stats.num_blocks_total
@@ -339,8 +396,8 @@ def test_blocks_are_conserved(ops: list[tuple[str, int, int, int]]) -> None:
             assert stats.num_tokens_in_use <= held * 4
         for ctx in list(engine._contexts):
             await engine.free_context(ctx)
-        assert (await engine.stats()).num_blocks_free == 1000
-        assert engine._pool._refs == [0] * 1000
+        assert (await engine.stats()).num_blocks_free == num_blocks
+        assert engine._kv.pool._refs == [0] * num_blocks
         await engine.close()
     run_virtual(main())
 
@@ -361,3 +418,85 @@ def test_a_cancelled_fill_leaves_no_trace() -> None:
         assert (await engine.fill(fill("new", 3))).context_len == 3
         await engine.close()
     run_virtual(main())
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.sampled_from(["fill", "fork", "gen"]),
+                                   st.integers(1, 30)), min_size=1, max_size=6),
+                min_size=1, max_size=8),
+       st.integers(8, 40))
+def test_concurrent_work_on_a_small_cache_always_finishes(
+        workers: list[list[tuple[str, int]]], num_blocks: int) -> None:
+    """Whatever runs at once, an engine that could serve each request alone serves them all
+    (slowly, by evicting and recomputing idle KV), and gives every block back."""
+    async def main() -> None:
+        engine = SimulatedEngine("h", SimulatedEngineConfig.from_mapping(
+            {"block_size": 4, "num_blocks": num_blocks, "decode_base_ms": 1.0,
+             "prefill_per_token_ms": 0.1, "max_context_len": 4 * num_blocks}))
+        await engine.fill(fill("system", 12))
+
+        async def worker(w: int, ops: list[tuple[str, int]]) -> None:
+            ctx, exists = f"w{w}", False
+            for op, n in ops:
+                try:
+                    if op == "fork" or not exists:
+                        if exists:
+                            await engine.free_context(ctx)
+                            exists = False
+                        await engine.fill(fill(ctx, n, parent="system"))
+                        exists = True
+                    elif op == "fill":
+                        await engine.fill(fill(ctx, n))
+                    else:
+                        await engine.generate_all(gen(ctx, n))
+                except (PromptTooLongError, OutOfKVCacheError):
+                    pass  # more than the engine could ever hold: refused at once
+            if exists:
+                await engine.free_context(ctx)
+
+        await asyncio.gather(*(worker(w, ops) for w, ops in enumerate(workers)))
+        stats = await engine.stats()
+        assert (stats.num_running, stats.num_waiting, stats.num_contexts) == (0, 0, 1)
+        await engine.free_context("system")
+        assert engine._kv.pool._refs == [0] * num_blocks
+        await engine.close()
+    run_virtual(main())
+
+
+# ---- the issue's reproduction on a simulated cluster ---------------------------------------------
+
+SYSTEM_PROMPT = "You are the assistant of a large service; follow these rules. " * 226  # 3,503 tokens
+
+
+async def users_sharing_a_system_prompt(env, spec):  # a workload: (Env, WorkloadSpec) -> records
+    import parrot
+    from parrot.sim.workloads.base import app_session, get_latency
+
+    chat = parrot.semantic_function(
+        prompt=SYSTEM_PROMPT + "User: {{input:message}}\nAssistant: {{output:reply}}",
+        name="chat", max_tokens=300, ignore_eos=True)
+
+    async def user(i: int):
+        async with app_session(env, f"user-{i}", "chat", is_main=True,
+                               output_tokens=300) as record:
+            await get_latency(chat(message=f"Question number {i}?"))
+            record.finished = env.now()
+        return record
+    return list(await asyncio.gather(*(user(i) for i in range(24))))
+
+
+@pytest.mark.parametrize("variant", ["least_queue:baseline", "app_centric:parrot"])
+def test_no_deadlock_under_overload_on_a_cluster(variant: str) -> None:
+    """Issue 8: `least_queue:baseline` on one engine with concurrent users sharing a 3,500-token
+    system prompt waited forever (each get timed out after 604,800 simulated seconds): 24
+    prompts of ~3,560 tokens do not fit the a100 profile's 3,500 blocks at once."""
+    from parrot.sim.cluster import ClusterSpec, run_simulation
+    from parrot.sim.workloads.spec import WorkloadSpec
+
+    assert count_tokens(SYSTEM_PROMPT) == 3503
+    policy, mode = variant.split(":")
+    result = run_simulation(ClusterSpec(policy=policy, num_engines=1), users_sharing_a_system_prompt,
+                            WorkloadSpec(), mode=mode, seed=0)
+    assert [r.error for r in result.records] == [None] * 24
+    assert all(c.state == "done" for r in result.records for c in r.calls)
+    assert result.duration_s < 600  # slowly, by recomputing evicted prompts, but it finishes

@@ -1,0 +1,113 @@
+"""EngineContexts: forking the deepest cached prefix, eviction in any chain order, LRU order,
+per-session release and the KV accounting, against the recording engine."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from parrot.core.contexts import EngineContexts
+from parrot.core.prefix import PrefixPiece
+from tests.core.fakes import RecordingEngine
+
+TEXT = "x" * 64  # 16 tokens: one block of its own plus the partial block a fork copies (32)
+
+
+def pieces(*names: str) -> tuple[PrefixPiece, ...]:
+    """A chain of pieces whose hashes are the cumulative names ("s", "s/a", "s/a/b")."""
+    return tuple(PrefixPiece(TEXT, "/".join(names[:i + 1])) for i in range(len(names)))
+
+
+def filled(engine: RecordingEngine) -> list[tuple[str, str | None]]:
+    """(hash, parent hash) of every context filled, in order."""
+    def h(cid: str | None) -> str | None:
+        return None if cid is None else cid[2:].rsplit("-", 1)[0]
+    return [(h(cid), h(parent)) for op, cid, parent in engine.log if op == "fill"]
+
+
+def freed(engine: RecordingEngine) -> list[str]:
+    return [cid[2:].rsplit("-", 1)[0] for op, cid, _ in engine.log if op == "free"]
+
+
+@pytest.fixture
+def engine() -> RecordingEngine:
+    return RecordingEngine()
+
+
+async def test_a_call_forks_the_deepest_cached_context(engine):
+    contexts = EngineContexts(engine, "e")
+    contexts.release(await contexts.acquire(pieces("s", "a", "b")))
+    chain = await contexts.acquire(pieces("s", "a", "b", "c"))
+    assert filled(engine) == [("s", None), ("s/a", "s"), ("s/a/b", "s/a"), ("s/a/b/c", "s/a/b")]
+    assert [c.prefix_hash for c in chain.contexts] == ["s/a/b/c"]  # its fork parent only
+    assert (contexts.num_hits, contexts.num_misses) == (3, 4)
+
+
+async def test_contexts_are_evictable_in_any_chain_order(engine):
+    contexts = EngineContexts(engine, "e")
+    held = await contexts.acquire(pieces("s", "a", "b"))  # a call holds only the leaf it forks
+    assert await contexts.evict_all() == 2 * 16           # s and a go; each frees a tail block
+    assert freed(engine) == ["s/a", "s"] and list(contexts.prefix_hashes) == ["s/a/b"]
+    contexts.release(held)
+    chain = await contexts.acquire(pieces("s", "a", "b", "c"))  # nothing filled again
+    assert filled(engine)[-1] == ("s/a/b/c", "s/a/b") and len(filled(engine)) == 4
+    contexts.release(chain)
+    # s and a's blocks were kept by b: they are freed with it, and nothing is counted twice.
+    assert await contexts.evict_all() == 4 * 32 - 2 * 16
+    assert contexts.num_cached_tokens == 0
+
+
+async def test_lru_frees_continuations_before_the_prefix_they_extend(engine):
+    contexts = EngineContexts(engine, "e")
+    for user in ("u1", "u2", "u3"):
+        contexts.release(await contexts.acquire(pieces("system", user)))
+    await contexts.evict(1)
+    await contexts.evict(1)
+    assert freed(engine) == ["system/u1", "system/u2"]
+    assert list(contexts.prefix_hashes) == ["system/u3", "system"]
+
+
+async def test_deleting_a_session_frees_the_contexts_only_it_used(engine):
+    contexts = EngineContexts(engine, "e")
+    contexts.release(await contexts.acquire(pieces("system", "a1"), "A"))
+    contexts.release(await contexts.acquire(pieces("system", "b1"), "B"))
+    before = contexts.num_cached_tokens
+    assert await contexts.release_session("A") == 1
+    assert freed(engine) == ["system/a1"] and contexts.num_cached_tokens == before - 32
+    assert await contexts.release_session("B") == 1
+    assert list(contexts.prefix_hashes) == ["system"]  # shared by two sessions: stays cached
+
+
+async def test_a_deleted_sessions_context_still_in_use_is_evicted_first(engine):
+    contexts = EngineContexts(engine, "e")
+    contexts.release(await contexts.acquire(pieces("other"), "B"))
+    chain = await contexts.acquire(pieces("mine"), "A")  # a cancelled call not unwound yet
+    assert await contexts.release_session("A") == 0
+    contexts.release(chain)
+    await contexts.evict(1)
+    assert freed(engine) == ["mine"]
+
+
+async def test_a_failed_fill_leaves_nothing_behind(engine):
+    contexts = EngineContexts(engine, "e")
+    contexts.release(await contexts.acquire(pieces("s"), "A"))
+    engine.fail_next = 1
+    with pytest.raises(Exception):
+        await contexts.acquire(pieces("s", "a"), "A")
+    assert list(contexts.prefix_hashes) == ["s"] and contexts.num_cached_tokens == 32
+    assert await contexts.release_session("A") == 1
+    assert contexts.num_cached_tokens == 0
+
+
+async def test_concurrent_calls_fill_each_new_prefix_once(engine):
+    engine.delay = 0.01
+    contexts = EngineContexts(engine, "e")
+    first = asyncio.ensure_future(contexts.acquire(pieces("s", "a", "b"), "A"))
+    await asyncio.sleep(0.015)  # s is filled, a is being filled
+    second = await contexts.acquire(pieces("s", "a", "b", "c"), "B")
+    contexts.release(await first)
+    contexts.release(second)
+    assert filled(engine) == [("s", None), ("s/a", "s"), ("s/a/b", "s/a"), ("s/a/b/c", "s/a/b")]
+    assert list(contexts.prefix_hashes) == ["s/a/b/c", "s/a/b", "s/a", "s"]
+    assert await contexts.evict_all() == 4 * 32 and contexts.num_cached_tokens == 0
