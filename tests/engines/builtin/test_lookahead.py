@@ -87,6 +87,38 @@ def test_a_wrong_prediction_is_not_used(kernel_bundle):
     torch.testing.assert_close(got.logits, expected)
     graphs.launch_ahead(other)
     assert torch.equal(graphs.run(other).logits, got.logits) and graphs.num_ahead_hits == 1
+    graphs.launch_ahead(other)
+    graphs.drop_ahead()                      # an eager step came in between: never reused
+    graphs.run(other)
+    assert graphs.num_ahead_hits == 1 and graphs.num_ahead_misses == 2
+
+
+async def test_an_eager_step_discards_the_prediction(make_engine, kernel_bundle):
+    engine = make_engine(kernel_bundle, block_size=BS)
+    runner = engine._runner
+    runner.graphs = graphs = graphs_for(kernel_bundle)
+    runner.kv = graphs.kv
+    seen = []
+    step = runner.step
+
+    def checked(batch):
+        eager = any(c.end - c.start > 1 for c in batch.chunks)
+        pending, hits = graphs._ahead is not None, graphs.num_ahead_hits
+        result = step(batch)
+        if eager:   # nothing launched before it survives or is used
+            assert graphs._ahead is None and graphs.num_ahead_hits == hits
+            seen.append(pending)
+        return result
+
+    runner.step = checked
+    await engine.fill(FillRequest("a", token_ids=(1, 2, 3, 4, 5, 6)))
+    stream = engine.generate(GenerateRequest("a", sampling=SamplingParams(max_tokens=30,
+                                                                         ignore_eos=True)))
+    for _ in range(4):
+        await anext(stream)
+    await engine.fill(FillRequest("b", token_ids=tuple(range(7, 20))))   # prefill steps
+    await stream.aclose()
+    assert len(seen) >= 2                                # the two fills were checked
 
 
 async def run_staggered(engine, late: bool) -> list[tuple[int, ...]]:
@@ -95,13 +127,16 @@ async def run_staggered(engine, late: bool) -> list[tuple[int, ...]]:
         await engine.fill(FillRequest(f"c{i}", "sys", token_ids=(40 + i, 50 + i)))
     runs = [asyncio.create_task(engine.generate_all(GenerateRequest(
         c, sampling=SamplingParams(max_tokens=n, ignore_eos=True))))
-        for c, n in (("c0", 9), ("c1", 5), ("c2", 12))]
-    if late:   # a request that arrives mid-generation (its prefill breaks the prediction)
-        await asyncio.sleep(0)
-        runs.append(asyncio.create_task(engine.generate_all(GenerateRequest(
-            "late", parent_context_id="sys", sampling=SamplingParams(max_tokens=6,
-                                                                     ignore_eos=True)))))
-    return [r.token_ids for r in await asyncio.gather(*runs)]
+        for c, n in (("c1", 5), ("c2", 12))]
+    first: list[int] = []
+    async for chunk in engine.generate(GenerateRequest(
+            "c0", sampling=SamplingParams(max_tokens=9, ignore_eos=True))):
+        first.extend(chunk.token_ids)
+        if late and len(first) == 3:   # arrives mid-generation: its fork + prefill break the
+            runs.append(asyncio.create_task(engine.generate_all(GenerateRequest(  # prediction
+                "late", parent_context_id="sys",
+                sampling=SamplingParams(max_tokens=6, ignore_eos=True)))))
+    return [tuple(first)] + [r.token_ids for r in await asyncio.gather(*runs)]
 
 
 @pytest.mark.parametrize("late", [False, True])
@@ -118,3 +153,6 @@ async def test_engine_with_launch_ahead_matches_without(make_engine, kernel_bund
     assert await run_staggered(engine, late) == expected
     assert graphs_plain.num_ahead_hits == 0
     assert graphs.num_ahead_hits > 0                     # most steps came from the prediction
+    assert graphs._ahead is None                         # nothing launched past the end
+    # the late request's first step differs from the prediction, which is discarded
+    assert (graphs.num_ahead_misses > 0) == late
