@@ -66,6 +66,7 @@ class EngineHealth:
         if state is None:
             state = self._pool.add(spec, engine, info)
             log.info("engine %s joined (%s, %s)", spec.name, info.kind, info.model)
+            self._end_outage()  # a new engine ends an outage as well as a returning one
         else:
             same_url = isinstance(engine, HttpEngine) and \
                 getattr(state.engine, "url", None) == engine.url
@@ -168,11 +169,14 @@ class EngineHealth:
     def mark_up(self, state: EngineState) -> None:
         log.info("engine %s answers again: re-admitted", state.engine_id)
         state.is_healthy = True
+        self._end_outage()
+        self._on_up()
+
+    def _end_outage(self) -> None:
         self._outage_since = None
         if self._grace_timer is not None:
             self._grace_timer.cancel()
             self._grace_timer = None
-        self._on_up()
 
     def _grace_expired(self) -> None:
         self._grace_timer = None

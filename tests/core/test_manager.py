@@ -185,7 +185,10 @@ async def test_with_every_engine_dead_calls_fail_after_the_grace_period() -> Non
         assert 0.25 < loop.time() - started < 1.5
         with pytest.raises(EngineUnavailableError, match="no engine can take the call"):
             submit(manager, session, "C {{input:x}} {{output:y}}", x="2")
-        # an engine coming back ends the outage: submits are served again
+        # a new engine joining ends the outage, as does the old one coming back
+        await manager.add_engine(EngineSpec(name="e1", in_process=True), RecordingEngine())
+        call = submit(manager, session, "C2 {{input:x}} {{output:y}}", x="2")
+        assert (await manager.get(session, out(call, "y"), Criterion.LATENCY)).startswith("gen(")
         dead.alive = True
         await asyncio.sleep(0.2)
         call = submit(manager, session, "D {{input:x}} {{output:y}}", x="3")
