@@ -38,7 +38,9 @@ def http_engine_settings(config: ManagerConfig) -> HttpEngineSettings:
     """The client settings for engine processes, from the manager's engine_* keys."""
     return HttpEngineSettings(connect_timeout_s=config.engine_connect_timeout_s,
                               request_timeout_s=config.engine_request_timeout_s,
-                              probe_timeout_s=config.engine_heartbeat_timeout_s,
+                              # the heartbeat's own bound fires first: no answer in time
+                              # and a refused probe are told apart
+                              probe_timeout_s=2 * config.engine_heartbeat_timeout_s,
                               pool_size=config.engine_pool_size)
 
 
@@ -92,9 +94,17 @@ class EngineHealth:
 
     async def confirm_down(self, state: EngineState, error: EngineUnavailableError) -> None:
         """A request to `state` failed as unreachable: mark the engine down unless a probe
-        shows it alive (then only that request failed)."""
-        if state.is_healthy and not await self._answers(state):
-            self.mark_down(state, str(error))
+        shows it alive (then only that request failed). A probe that gets no answer in time
+        is not proof on its own while the engine is still answering other requests (a busy
+        manager reads answers late); a refused probe is."""
+        if not state.is_healthy:
+            return
+        answer = await self._probe(state)
+        if answer or (answer is None and self._answered_lately(state)):
+            log.info("engine %s: a request failed (%s) but the engine lives; only that call "
+                     "is re-dispatched", state.engine_id, error)
+            return
+        self.mark_down(state, str(error))
 
     def mark_down(self, state: EngineState, reason: str) -> None:
         if not state.is_healthy:
@@ -144,27 +154,41 @@ class EngineHealth:
 
     async def _watch(self, state: EngineState) -> None:
         loop = asyncio.get_running_loop()
+        interval = self._config.engine_heartbeat_interval_s
+        timeout = self._config.engine_heartbeat_timeout_s
         last_answer = loop.time()
         try:
             while state.engine.is_remote or not state.is_healthy:
-                if await self._answers(state):
+                if await self._probe(state):
                     last_answer = loop.time()
                     if not state.is_healthy:
                         self.mark_up(state)
-                elif state.is_healthy and \
-                        loop.time() - last_answer >= self._config.engine_heartbeat_timeout_s:
-                    self.mark_down(state, f"no heartbeat answer for "
-                                          f"{loop.time() - last_answer:.1f} s")
-                await asyncio.sleep(self._config.engine_heartbeat_interval_s)
+                else:
+                    silent = loop.time() - max(last_answer, state.engine.last_answer_at or 0.0)
+                    if state.is_healthy and silent >= timeout:
+                        self.mark_down(state, f"no heartbeat answer for {silent:.1f} s")
+                slept_from = loop.time()
+                await asyncio.sleep(interval)
+                if loop.time() - slept_from > interval + timeout / 2:
+                    # Our own loop stalled: answers may be waiting unread. Judge afresh.
+                    last_answer = loop.time()
         finally:
             self._watched.discard(state.engine_id)
 
-    async def _answers(self, state: EngineState) -> bool:
+    async def _probe(self, state: EngineState) -> bool | None:
+        """True: healthy; False: refused or unhealthy; None: no answer within the timeout."""
         try:
             return await asyncio.wait_for(state.engine.healthz(),
                                           self._config.engine_heartbeat_timeout_s)
-        except (asyncio.TimeoutError, ParrotError):
+        except asyncio.TimeoutError:
+            return None
+        except ParrotError:
             return False
+
+    def _answered_lately(self, state: EngineState) -> bool:
+        seen = state.engine.last_answer_at
+        return seen is not None and \
+            asyncio.get_running_loop().time() - seen < self._config.engine_heartbeat_timeout_s
 
     def mark_up(self, state: EngineState) -> None:
         log.info("engine %s answers again: re-admitted", state.engine_id)

@@ -32,6 +32,15 @@ from parrot.errors import (EngineError, EngineUnavailableError, InvalidRequestEr
                            UnknownContextError, error_from_wire)
 
 
+CONNECT_ATTEMPTS = 4  # tries of one request whose TCP connect timed out
+# aiohttp >= 3.10 tells a connect timeout apart from a read timeout
+_CONNECT_TIMEOUT = getattr(aiohttp, "ConnectionTimeoutError", aiohttp.ServerTimeoutError)
+
+
+class _ConnectTimedOut(Exception):
+    """Internal: the connect timed out and may be tried again."""
+
+
 class EngineTimeoutError(EngineError):
     """An engine operation outlived the client's request timeout (the engine may be alive)."""
 
@@ -120,9 +129,15 @@ class HttpEngine(Engine):
         deadline = None if limit is None else loop.time() + limit
         # The deadline scope never spans a `yield` (the consumer may be anywhere then): each
         # read from the stream gets its own scope with what is left of the deadline.
-        async with self._guard(deadline):
-            resp = await self._client().post(self.url + "/v1/engine/generate", json=body,
-                                             headers=self._headers)
+        for attempt in range(CONNECT_ATTEMPTS):
+            try:
+                async with self._guard(deadline, retry_connect=attempt + 1 < CONNECT_ATTEMPTS):
+                    resp = await self._client().post(self.url + "/v1/engine/generate",
+                                                     json=body, headers=self._headers)
+                break
+            except _ConnectTimedOut:
+                continue
+        self._answered()
         try:
             if resp.status >= 400:
                 async with self._guard(deadline):
@@ -134,6 +149,7 @@ class HttpEngine(Engine):
                         data = await anext(lines, None)
                     if data is None:
                         break
+                    self._answered()
                     if "error" in data:
                         raise error_from_wire(data, 500)
                     chunk = GenerateChunk.from_json(data)
@@ -169,6 +185,7 @@ class HttpEngine(Engine):
                 data = await _read_json(resp)
         except (aiohttp.ClientError, asyncio.TimeoutError):
             return False
+        self._answered()
         ok = resp.status == 200 and isinstance(data, dict) and bool(data.get("ok"))
         if ok and self._down_reason is not None:
             self._down_reason = None
@@ -200,6 +217,9 @@ class HttpEngine(Engine):
 
     # ---- plumbing ----------------------------------------------------------------------------
 
+    def _answered(self) -> None:
+        self.last_answer_at = asyncio.get_running_loop().time()
+
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             # connect=None: aiohttp's `connect` timeout includes waiting for a pooled
@@ -217,9 +237,14 @@ class HttpEngine(Engine):
         return self._probe_session
 
     @asynccontextmanager
-    async def _guard(self, deadline: float | None) -> AsyncIterator[None]:
+    async def _guard(self, deadline: float | None, *,
+                     retry_connect: bool = False) -> AsyncIterator[None]:
         """Map transport failures to typed errors, bound the request by `deadline` and let
-        abort_requests end it early."""
+        abort_requests end it early. With `retry_connect`, a connect timeout raises
+        _ConnectTimedOut so that the caller tries again: nothing reached the engine, and on a
+        busy manager the connect timer measures our own loop's lag more than the engine (a dead
+        engine refuses at once; a silent host is the heartbeat's to declare down, which aborts
+        the retries)."""
         if self._down_reason is not None:
             raise EngineUnavailableError(f"engine {self.name} is down: {self._down_reason}")
         scope = asyncio.timeout_at(deadline)
@@ -228,6 +253,8 @@ class HttpEngine(Engine):
             async with scope:
                 yield
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            if retry_connect and isinstance(exc, _CONNECT_TIMEOUT) and scope not in self._aborted:
+                raise _ConnectTimedOut() from exc
             if scope in self._aborted:
                 raise EngineUnavailableError(
                     f"engine {self.name} is down: {self._down_reason}") from None
@@ -244,10 +271,16 @@ class HttpEngine(Engine):
     async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         limit = self.settings.request_timeout_s
         deadline = None if limit is None else asyncio.get_running_loop().time() + limit
-        async with self._guard(deadline):
-            async with self._client().request(method, self.url + path, json=body,
-                                              headers=self._headers) as resp:
-                data = await _read_json(resp)
+        for attempt in range(CONNECT_ATTEMPTS):
+            try:
+                async with self._guard(deadline, retry_connect=attempt + 1 < CONNECT_ATTEMPTS):
+                    async with self._client().request(method, self.url + path, json=body,
+                                                      headers=self._headers) as resp:
+                        data = await _read_json(resp)
+                break
+            except _ConnectTimedOut:
+                continue
+        self._answered()
         if resp.status >= 400:
             raise error_from_wire(data, resp.status)
         return data

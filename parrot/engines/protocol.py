@@ -185,6 +185,9 @@ class Engine(ABC):
 
     # An engine in another process can die or freeze on its own: the manager heartbeats it.
     is_remote: bool = False
+    # Loop time of the last answer of any kind from the engine (None: not tracked). A busy
+    # manager may read a heartbeat late; answers to other requests still prove the engine lives.
+    last_answer_at: float | None = None
 
     def abort_requests(self, reason: str) -> None:
         """The manager declared this engine down: fail its in-flight requests now with
