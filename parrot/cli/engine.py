@@ -46,6 +46,7 @@ log = logging.getLogger("parrot.engine")
 SERVED_KINDS = ("simulated", "builtin")
 SECRET_ENV = "PARROT_ENGINE_SECRET"
 ADMIN_TOKEN_ENV = "PARROT_ADMIN_TOKEN"
+PARENT_PID_ENV = "PARROT_PARENT_PID"  # set by the launcher for --exit-with-parent
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -63,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "or 127.0.0.1 when listening on all interfaces)")
     parser.add_argument("--register-url", default=None, metavar="MANAGER_URL")
     parser.add_argument("--exit-with-parent", action="store_true",
-                        help="stop when the parent process dies (set by parrot-serve)")
+                        help="stop when the parent process dies (set by parrot-serve; stdin "
+                             "must be a pipe the parent holds open)")
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
     parser.add_argument("--log-level", default="INFO")
     return parser
@@ -160,12 +162,14 @@ def die_with_parent() -> None:
     """Linux: have the kernel send SIGTERM when the parent dies (also on its SIGKILL)."""
     if not sys.platform.startswith("linux"):
         return  # the stdin watchdog covers other systems
-    parent = os.getppid()
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
         log.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
-    if os.getppid() != parent or parent == 1:
-        sys.exit(1)  # the parent died before the signal was armed
+    # The parent may have died before the signal was armed: then we were re-parented already.
+    # (Compared with the pid the launcher passed: parrot-serve may itself be pid 1.)
+    expected = os.environ.get(PARENT_PID_ENV)
+    if expected is not None and str(os.getppid()) != expected:
+        sys.exit(1)
 
 
 def engine_secret(args: argparse.Namespace) -> str:

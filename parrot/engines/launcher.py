@@ -98,6 +98,7 @@ class EngineProcess:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_ROOT),
                                                           env.get("PYTHONPATH")]))
         env["PARROT_ENGINE_SECRET"] = self.secret
+        env["PARROT_PARENT_PID"] = str(os.getpid())
         # stdin is a pipe we never write to: the engine's parent watchdog (EOF = we are gone).
         self._proc = await asyncio.create_subprocess_exec(
             *self.command(), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
