@@ -56,6 +56,7 @@ class EngineHealth:
         self._watched: set[str] = set()
         self._outage_since: float | None = None  # when the last healthy engine went down
         self._grace_timer: asyncio.TimerHandle | None = None
+        self._confirming: dict[str, asyncio.Future[bool | None]] = {}
 
     async def admit(self, spec: EngineSpec, engine: Engine) -> EngineState:
         """Add an engine to the pool, or re-admit one by name: an engine that is down
@@ -91,6 +92,8 @@ class EngineHealth:
     def close(self) -> None:
         if self._grace_timer is not None:
             self._grace_timer.cancel()
+        for probe in list(self._confirming.values()):
+            probe.cancel()
 
     async def confirm_down(self, state: EngineState, error: EngineUnavailableError) -> None:
         """A request to `state` failed as unreachable: mark the engine down unless a probe
@@ -99,7 +102,14 @@ class EngineHealth:
         manager reads answers late); a refused probe is."""
         if not state.is_healthy:
             return
-        answer = await self._probe(state)
+        # Many calls fail together when an engine dies: they share one probe.
+        probe = self._confirming.get(state.engine_id)
+        if probe is None:
+            probe = self._confirming[state.engine_id] = asyncio.ensure_future(self._probe(state))
+            probe.add_done_callback(lambda _: self._confirming.pop(state.engine_id, None))
+        answer = await asyncio.shield(probe)
+        if not state.is_healthy:
+            return
         if answer or (answer is None and self._answered_lately(state)):
             log.info("engine %s: a request failed (%s) but the engine lives; only that call "
                      "is re-dispatched", state.engine_id, error)
