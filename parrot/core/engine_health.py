@@ -1,8 +1,10 @@
 """Engine liveness: heartbeats, outages, re-admission, and what happens when no engine is left.
 
 * Every engine in another process (`Engine.is_remote`) has one watcher task that asks `healthz`
-  every `engine_heartbeat_interval_s`; when no answer has come for `engine_heartbeat_timeout_s`
-  (a frozen process, a dead host) the engine is declared down. A request that fails because the
+  every `engine_heartbeat_interval_s`; when nothing — no heartbeat, no answer to any other
+  request (`Engine.last_answer_at`) — has come for `engine_heartbeat_timeout_s` (a frozen
+  process, a dead host) the engine is declared down. A watcher whose own sleep overshot (our
+  loop stalled, answers wait unread) starts its window afresh. A request that fails because the
   engine is unreachable declares it down at once, but only after one probe confirms it: a
   transient connection error on a live engine re-dispatches that one call and nothing more.
   In-process engines are watched only after a failure, until they answer again.
