@@ -367,3 +367,68 @@ async def test_abort_requests_fails_in_flight_calls_until_a_probe_succeeds() -> 
     finally:
         await client.close()
         await server.close()
+
+
+def _full_listener() -> tuple[socket.socket, list[socket.socket]]:
+    """A listening socket whose accept queue is full: new connects time out (SYNs dropped)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    fillers = []
+    for _ in range(4):
+        filler = socket.socket()
+        filler.setblocking(False)
+        try:
+            filler.connect(listener.getsockname())
+        except BlockingIOError:
+            pass
+        fillers.append(filler)
+    return listener, fillers
+
+
+async def test_a_connect_timeout_is_tried_again_not_an_engine_failure() -> None:
+    from aiohttp import web
+
+    listener, fillers = _full_listener()
+    port = listener.getsockname()[1]
+    client = HttpEngine(f"http://127.0.0.1:{port}", connect_timeout_s=0.2)
+    runner = web.AppRunner(create_app(sim(SMALL)))
+    try:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        request = asyncio.ensure_future(client.info())
+        await asyncio.sleep(0.3)  # the first connect has timed out by now
+        assert not request.done()
+        for filler in fillers:   # the engine starts accepting: the next try gets through
+            filler.close()
+        listener.setblocking(False)
+        try:
+            while True:
+                listener.accept()[0].close()
+        except BlockingIOError:
+            pass
+        await runner.setup()
+        await web.SockSite(runner, listener).start()
+        assert (await request).name == "sim"
+        assert loop.time() - started > 0.3
+    finally:
+        await client.close()
+        await runner.cleanup()
+        listener.close()
+
+
+async def test_connect_timeouts_give_up_after_a_few_tries() -> None:
+    from parrot.engines.client import CONNECT_ATTEMPTS
+
+    listener, fillers = _full_listener()
+    client = HttpEngine(f"http://127.0.0.1:{listener.getsockname()[1]}", connect_timeout_s=0.1)
+    try:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(EngineUnavailableError, match="ConnectionTimeoutError"):
+            await client.fill(FillRequest("a", text="x"))
+        assert loop.time() - started >= 0.1 * CONNECT_ATTEMPTS
+    finally:
+        await client.close()
+        for sock in (listener, *fillers):
+            sock.close()
