@@ -12,6 +12,7 @@ import logging
 from aiohttp import web
 
 from parrot.core.config import EngineSpec, ServeConfig
+from parrot.core.engine_health import http_engine_settings
 from parrot.core.http_api import create_app
 from parrot.core.manager import Manager
 from parrot.core.wire import WireAPI
@@ -60,7 +61,8 @@ class ParrotServer:
         if launch:
             self._launched = await launch_engines(
                 [LaunchSpec(s.name, s.kind, dict(s.params)) for s in launch],
-                startup_timeout_s=ENGINE_STARTUP_TIMEOUT_S)
+                startup_timeout_s=ENGINE_STARTUP_TIMEOUT_S,
+                settings=http_engine_settings(self.config.manager))
         by_name = {e.name: e.engine for e in self._launched}
         for spec in self.config.engines:
             if spec.name in by_name:
@@ -76,7 +78,8 @@ class ParrotServer:
     async def register_remote(self, spec: EngineSpec) -> None:
         """Add an engine reached by URL (from the config or `POST /v1/engines`)."""
         assert spec.url is not None
-        engine = HttpEngine(spec.url, name=spec.name)
+        engine = HttpEngine(spec.url, name=spec.name, secret=spec.params.get("secret"),
+                            settings=http_engine_settings(self.config.manager))
         try:
             await engine.wait_healthy(timeout=30.0)
             await self.manager.add_engine(spec, engine)

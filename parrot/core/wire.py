@@ -148,7 +148,11 @@ class WireAPI:
             raise InvalidRequestError("register: body must be {name, url, ...capacities}")
         fields = {k: body[k] for k in ("name", "url", "latency_capacity", "throughput_capacity",
                                        "speed") if k in body}
-        await self._register_engine(EngineSpec(kind="remote", **fields))
+        secret = body.get("secret")  # the engine's own secret, for the manager's requests
+        if secret is not None and (not isinstance(secret, str) or not secret):
+            raise InvalidRequestError("register: 'secret' must be a non-empty string")
+        await self._register_engine(EngineSpec(kind="remote", **fields,
+                                               params={"secret": secret} if secret else {}))
         return {"registered": fields["name"]}
 
     async def stats(self, match: re.Match, body: Body, token: str | None) -> Reply:

@@ -3,8 +3,8 @@
     simulated  SimulatedEngine, params as in SimulatedEngineConfig.from_mapping
     builtin    the PyTorch engine, parrot.engines.builtin.create_engine(name, params)
                (imported only when asked for: it pulls in torch)
-    remote     HttpEngine to an engine process, params {url, connect_timeout_s?,
-               request_timeout_s?}
+    remote     HttpEngine to an engine process, params {url, secret?, connect_timeout_s?,
+               request_timeout_s?, probe_timeout_s?, pool_size?} (see client.HttpEngineSettings)
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from parrot.engines.latency_model import EngineConfigError
 from parrot.engines.protocol import Engine
 
 ENGINE_KINDS = ("simulated", "builtin", "remote")
-_REMOTE_KEYS = ("url", "connect_timeout_s", "request_timeout_s")
+_REMOTE_KEYS = ("url", "secret", "connect_timeout_s", "request_timeout_s", "probe_timeout_s",
+                "pool_size")
 
 
 def create_engine(kind: str, name: str, params: Mapping[str, Any] | None = None) -> Engine:
@@ -38,7 +39,8 @@ def create_engine(kind: str, name: str, params: Mapping[str, Any] | None = None)
 
 
 def _remote(name: str, params: Mapping[str, Any]) -> Engine:
-    from parrot.engines.client import HttpEngine
+    from parrot.engines.client import HttpEngine, HttpEngineSettings
+    from parrot.errors import InvalidRequestError
 
     unknown = sorted(set(params) - set(_REMOTE_KEYS))
     if unknown:
@@ -46,12 +48,12 @@ def _remote(name: str, params: Mapping[str, Any]) -> Engine:
             f"remote engine {name!r}: unknown key(s) {unknown}; allowed: {list(_REMOTE_KEYS)}")
     if "url" not in params:
         raise EngineConfigError(f"remote engine {name!r}: params need 'url'")
-    kwargs = {}
-    for key in ("connect_timeout_s", "request_timeout_s"):
-        if key in params:
-            value = params[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise EngineConfigError(
-                    f"remote engine {name!r}: {key}={value!r} must be a number > 0")
-            kwargs[key] = float(value)
-    return HttpEngine(str(params["url"]), name=name, **kwargs)
+    secret = params.get("secret")
+    if secret is not None and (not isinstance(secret, str) or not secret):
+        raise EngineConfigError(f"remote engine {name!r}: secret must be a non-empty string")
+    knobs = {k: params[k] for k in _REMOTE_KEYS[2:] if k in params}
+    try:
+        settings = HttpEngineSettings(**knobs)
+    except InvalidRequestError as exc:
+        raise EngineConfigError(f"remote engine {name!r}: {exc}") from None
+    return HttpEngine(str(params["url"]), name=name, secret=secret, settings=settings)

@@ -183,6 +183,16 @@ class EngineInfo:
 class Engine(ABC):
     """The protocol every engine implements (in-process or over HTTP)."""
 
+    # An engine in another process can die or freeze on its own: the manager heartbeats it.
+    is_remote: bool = False
+    # Loop time of the last answer of any kind from the engine (None: not tracked). A busy
+    # manager may read a heartbeat late; answers to other requests still prove the engine lives.
+    last_answer_at: float | None = None
+
+    def abort_requests(self, reason: str) -> None:
+        """The manager declared this engine down: fail its in-flight requests now with
+        EngineUnavailableError(reason) (an in-process engine has nothing to abort)."""
+
     @abstractmethod
     async def start(self) -> None:
         """Start background work (the batching loop); idempotent."""
