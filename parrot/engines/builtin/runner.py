@@ -128,7 +128,8 @@ class ModelRunner:
             if token is None or finishes(batch.chunks[i].work, token, self.eos_token_ids,
                                          self.max_context_len):
                 return
-        nxt = next_rows(rows, tokens, self.block_size)   # type: ignore[arg-type]
+        owned = [batch.chunks[i].block_table for i in host.order]   # row order
+        nxt = next_rows(rows, tokens, self.block_size, owned)   # type: ignore[arg-type]
         if nxt is not None:
             self.graphs.launch_ahead(nxt)
 
