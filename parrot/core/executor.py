@@ -10,6 +10,8 @@ multi-output call start before the call finishes.
 
 from __future__ import annotations
 
+import asyncio
+from contextlib import aclosing
 from typing import Callable
 
 from parrot.core.engine_pool import EngineState
@@ -93,6 +95,7 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
         first_output = next(i for i, s in enumerate(segments)
                             if isinstance(s, Placeholder) and s.is_output)
         pending: list[str] = [head] if head else []
+        context_len = sum(c.num_tokens for c in chain.contexts)
         for seg in segments[first_output:]:
             if isinstance(seg, Text):
                 pending.append(seg.text)
@@ -100,16 +103,18 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
                 pending.append(call.rendered_inputs[seg.name])
             else:
                 if pending:
-                    await engine.engine.fill(FillRequest(
+                    filled = await engine.engine.fill(FillRequest(
                         context_id=context_id, parent_context_id=None if created else parent,
                         text="".join(pending)))
-                    created, pending = True, []
+                    created, pending, context_len = True, [], filled.context_len
+                if call.num_prompt_tokens is None:
+                    call.num_prompt_tokens = context_len
                 binding = call.outputs[seg.name]
-                result = await engine.engine.generate_all(GenerateRequest(
+                text = await _generate(call, binding, engine, GenerateRequest(
                     context_id=context_id, parent_context_id=None if created else parent,
                     sampling=binding.sampling))
                 created = True
-                publish(call, binding, apply_transforms(binding.transforms, result.text))
+                publish(call, binding, apply_transforms(binding.transforms, text))
         # Text after the last output conditions nothing: it is never sent to the engine.
     finally:
         engine.contexts.release(chain)
@@ -118,3 +123,22 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
                 await engine.engine.free_context(context_id)
             except Exception:  # noqa: BLE001 - a lost engine has freed it already
                 pass
+
+
+async def _generate(call: Call, binding: OutputBinding, engine: EngineState,
+                    request: GenerateRequest) -> str:
+    """One Generate, streamed: each chunk goes to the output variable's stream as it arrives
+    (outputs with transforms are not streamed: their value is not a prefix of the raw text)."""
+    stream = binding.stream
+    stream.begin_attempt()
+    texts: list[str] = []
+    async with aclosing(engine.engine.generate(request)) as chunks:
+        async for chunk in chunks:
+            if "first_token" not in call.timings:
+                call.mark("first_token", asyncio.get_running_loop().time())
+            texts.append(chunk.text)
+            stream.push(chunk.text, len(chunk.token_ids), chunk.finish_reason,
+                        visible=not binding.transforms)
+            if chunk.is_finished:
+                break
+    return "".join(texts)

@@ -176,7 +176,7 @@ class Manager:
             var = checked.output_vars[name] or self.create_variable(session, name, None)
             outputs[name] = OutputBinding(
                 name, var.var_id, request.sampling.merged(spec.sampling if spec else None),
-                spec.transforms if spec else ())
+                spec.transforms if spec else (), stream=var.stream)
         call = Call(call_id, session.session_id, template, inputs, outputs,
                     arrival_seq=next(self._arrivals))
         session.graph.add_call(call)
