@@ -23,6 +23,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 
+from parrot.cli.logs import configure_logging
 from parrot.engines.factory import create_engine
 from parrot.engines.server import DEFAULT_MAX_BODY_BYTES, create_app
 from parrot.errors import ParrotError
@@ -121,8 +122,8 @@ def _loop_factory() -> Any:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not configure_logging("parrot-engine", args.log_level):
+        sys.exit(2)
     try:
         params = load_params(args)
     except (OSError, ValueError, yaml.YAMLError) as exc:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import signal
 import sys
 
+from parrot.cli.logs import configure_logging
 from parrot.core.config import ServeConfig
 from parrot.core.server import ParrotServer
 from parrot.errors import ParrotError
@@ -22,7 +22,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", required=True, help="YAML file (see policies.yaml)")
     parser.add_argument("--host", default=None, help="overrides manager.host")
     parser.add_argument("--port", type=int, default=None, help="overrides manager.port (0: any)")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", default="INFO",
+                        help="DEBUG | INFO (default: one access-log line per request) | "
+                             "WARNING | ERROR | CRITICAL")
     return parser
 
 
@@ -43,8 +45,8 @@ async def serve(config: ServeConfig, host: str | None, port: int | None) -> None
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not configure_logging("parrot-serve", args.log_level):
+        return 2
     try:
         config = ServeConfig.load(args.config)
         # Validate the policy and its parameters now: a typo stops us before engines start.

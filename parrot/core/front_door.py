@@ -1,16 +1,19 @@
 """What the manager's HTTP server serves besides the wire API, registered in one place.
 
-`ParrotServer` passes `front_door(manager)` to `http_api.create_app`: each entry adds its routes
+`ParrotServer` passes `front_door(api)` to `http_api.create_app`: each entry adds its routes
 (and middlewares) before the wire API's catch-all route.
 """
 
 from __future__ import annotations
 
 from parrot.core.http_api import AppSetup
-from parrot.core.manager import Manager
+from parrot.core.metrics import Metrics
 from parrot.core.openai_api import OpenAIRoutes
 from parrot.core.sse import VariableStreamRoute
+from parrot.core.wire import WireAPI
 
 
-def front_door(manager: Manager) -> list[AppSetup]:
-    return [OpenAIRoutes(manager).setup, VariableStreamRoute(manager).setup]
+def front_door(api: WireAPI) -> list[AppSetup]:
+    """Routes: /metrics (and the access log), the OpenAI API, variable streams."""
+    return [Metrics(api.manager, api.route_table).setup, OpenAIRoutes(api.manager).setup,
+            VariableStreamRoute(api.manager).setup]

@@ -11,6 +11,7 @@ import asyncio
 import itertools
 import logging
 import secrets
+from typing import Callable
 
 from parrot.core.config import EngineSpec, ManagerConfig
 from parrot.core.deduction import deduce
@@ -45,6 +46,8 @@ class Manager:
         self._arrivals = itertools.count()
         self._scheduler_task: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()
+        # Called with every call that leaves an engine (done, failed or re-queued): /metrics.
+        self.call_observers: list[Callable[[Call], None]] = []
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -263,6 +266,8 @@ class Manager:
             self._fail_call(session, call, CallFailedError(f"internal error: {exc!r}"))
         finally:
             call.mark("finished", asyncio.get_running_loop().time())
+            for observe in self.call_observers:
+                observe(call)
             engine.remove_call(call)
             session.tasks.pop(call.call_id, None)
             if requeue:

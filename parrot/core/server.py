@@ -43,7 +43,7 @@ class ParrotServer:
         try:
             await self._start_engines()
             api = WireAPI(self.manager, register_engine=self.register_remote)
-            self._runner = web.AppRunner(create_app(api, front_door(self.manager)),
+            self._runner = web.AppRunner(create_app(api, front_door(api)),
                                          access_log=None)
             await self._runner.setup()
             site = web.TCPSite(self._runner, host or self.config.manager.host,

@@ -43,6 +43,11 @@ class WireAPI:
             ("GET", re.compile(r"/v1/stats"), self.stats),
         ]
 
+    @property
+    def route_table(self) -> list[tuple[str, str]]:
+        """(method, path regex) of every route: for /openapi.json and the metrics' labels."""
+        return [(method, pattern.pattern) for method, pattern, _ in self._routes]
+
     async def handle(self, method: str, path: str, body: Body, token: str | None) -> Reply:
         allowed = []
         for route_method, pattern, route in self._routes:
