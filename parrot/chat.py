@@ -130,3 +130,30 @@ def _render_jinja(conversation: list[dict[str, str]], source: str, add_generatio
     env.globals["raise_exception"] = raise_exception
     return env.from_string(source).render(messages=conversation,
                                           add_generation_prompt=add_generation_prompt, **tokens)
+
+
+def load_chat_template(path: str) -> ChatTemplate:
+    """A chat template from a model folder (`chat_template.jinja`, else the `chat_template` of
+    `tokenizer_config.json`, with its bos/eos tokens) or from a `.jinja` file."""
+    import json
+    from pathlib import Path
+
+    where = Path(path).expanduser()
+    if where.is_file():
+        return ChatTemplate(where.read_text(encoding="utf-8"))
+    config_path = where / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+    jinja = where / "chat_template.jinja"
+    source = jinja.read_text(encoding="utf-8") if jinja.is_file() else config.get("chat_template")
+    if not isinstance(source, str) or not source:
+        raise InvalidRequestError(f"no chat template in {str(where)!r} (looked for "
+                                  "chat_template.jinja and tokenizer_config.json)")
+    return ChatTemplate(source, _config_token(config, "bos_token"),
+                        _config_token(config, "eos_token"))
+
+
+def _config_token(config: Mapping[str, Any], name: str) -> str | None:
+    value = config.get(name)
+    if isinstance(value, Mapping):  # {"content": "<s>", ...} in older tokenizer configs
+        value = value.get("content")
+    return value if isinstance(value, str) else None

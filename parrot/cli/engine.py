@@ -1,6 +1,6 @@
 """`parrot-engine`: run one engine as an HTTP process.
 
-    parrot-engine --kind simulated|builtin --name NAME [--config FILE.yaml | --params JSON]
+    parrot-engine --kind simulated|builtin|openai|vllm --name NAME [--config FILE.yaml | --params JSON]
                   [--host 127.0.0.1] [--port 0] [--register-url MANAGER_URL]
 
 Prints exactly one line `READY <url>` on stdout once it listens (port 0 picks a free port; the
@@ -30,7 +30,7 @@ from parrot.errors import ParrotError
 
 log = logging.getLogger("parrot.engine")
 
-SERVED_KINDS = ("simulated", "builtin")
+SERVED_KINDS = ("simulated", "builtin", "openai", "vllm")
 
 
 def build_parser() -> argparse.ArgumentParser:
