@@ -8,8 +8,8 @@ Parrot's own extension travels in `extra_body={"parrot": {...}}` (see `ParrotOpt
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, Mapping
 
 from parrot.chat import ChatMessage, parse_messages
 from parrot.errors import InvalidRequestError
@@ -21,8 +21,6 @@ MAX_PROMPTS = 256
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
 _SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed", "stop", "ignore_eos")
-# Accepted and ignored: they change nothing about the text (bookkeeping on OpenAI's side).
-_IGNORED = ("user", "metadata", "store", "service_tier")
 # Accepted only at the neutral value (name -> allowed values).
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
     "presence_penalty": (0, 0.0, None), "frequency_penalty": (0, 0.0, None),
@@ -31,6 +29,74 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {
     "tool_choice": (None, "none"), "response_format": (None, {"type": "text"}),
     "parallel_tool_calls": (None, False, True), "repetition_penalty": (None, 1, 1.0),
 }
+
+
+# --- the wire bodies: what a client may send (the parser allows exactly these fields, and
+# /openapi.json is generated from them) ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class StreamOptions:
+    include_usage: bool = False   # a last chunk with `usage` and no choices
+
+
+@dataclass(frozen=True)
+class ParrotOptionsBody:
+    """Parrot's extension, sent as `extra_body={"parrot": {...}}`."""
+
+    criteria: Literal["latency", "throughput"] = "latency"
+
+
+@dataclass(frozen=True)
+class _CommonBody:
+    model: str
+    n: int | None = None                      # choices per prompt, 1 to 16
+    stream: bool | None = None                # server-sent events, ending `data: [DONE]`
+    stream_options: StreamOptions | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None                  # vLLM's extension
+    seed: int | None = None                   # choice j of n uses seed + j
+    stop: str | list[str] | None = None
+    ignore_eos: bool | None = None            # vLLM's extension
+    parrot: ParrotOptionsBody | None = None
+    user: str | None = None                   # accepted, ignored
+    metadata: dict[str, str] | None = None    # accepted, ignored
+    store: bool | None = None                 # accepted, ignored
+    service_tier: str | None = None           # accepted, ignored
+    presence_penalty: float | None = None     # 0 only
+    frequency_penalty: float | None = None    # 0 only
+    repetition_penalty: float | None = None   # 1 only
+    logprobs: bool | None = None              # false only
+    logit_bias: dict[str, float] | None = None  # empty only
+
+
+@dataclass(frozen=True)
+class CompletionBody(_CommonBody):
+    """POST /v1/completions: OpenAI's legacy completions (token-id prompts are not taken)."""
+
+    prompt: str | list[str] = field(default="", metadata={"required": True})
+    max_tokens: int | None = None             # default 16
+    echo: bool | None = None                  # false only
+    best_of: int | None = None                # 1 only
+    suffix: str | None = None                 # null only
+
+
+@dataclass(frozen=True)
+class ChatCompletionBody(_CommonBody):
+    """POST /v1/chat/completions: messages rendered with the model's chat template."""
+
+    messages: list[ChatMessage] = field(default_factory=list, metadata={"required": True})
+    max_tokens: int | None = None             # default: until the turn ends / context is full
+    max_completion_tokens: int | None = None  # OpenAI's newer name of max_tokens
+    top_logprobs: int | None = None           # 0 only
+    tools: list[dict[str, Any]] | None = None  # empty only
+    tool_choice: str | None = None            # "none" only
+    response_format: dict[str, Any] | None = None  # {"type": "text"} only
+    parallel_tool_calls: bool | None = None
+
+
+def _allowed(body: type) -> set[str]:
+    return {f.name for f in fields(body)}
 
 
 @dataclass(frozen=True)
@@ -66,7 +132,7 @@ class CompletionRequest:
     @classmethod
     def from_json(cls, data: Any) -> "CompletionRequest":
         body = _object(data)
-        common = _common(body, {"prompt", "max_tokens"}, "completions")
+        common = _common(body, CompletionBody, "completions")
         prompt = body.get("prompt")
         prompts = [prompt] if isinstance(prompt, str) else prompt
         if not isinstance(prompts, list) or not 1 <= len(prompts) <= MAX_PROMPTS \
@@ -97,21 +163,21 @@ class ChatCompletionRequest:
     @classmethod
     def from_json(cls, data: Any) -> "ChatCompletionRequest":
         body = _object(data)
-        common = _common(body, {"messages", "max_tokens", "max_completion_tokens"}, "chat")
+        common = _common(body, ChatCompletionBody, "chat")
         messages = parse_messages(body.get("messages"))
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-        return cls(messages=messages, sampling=_sampling(body, 1 if max_tokens is None else max_tokens),
+        return cls(messages=messages,
+                   sampling=_sampling(body, 1 if max_tokens is None else max_tokens),
                    max_tokens_given=max_tokens is not None, **common)
 
 
-def _common(body: Mapping[str, Any], own: set[str], route: str) -> dict[str, Any]:
-    allowed = own | {"model", "n", "stream", "stream_options", "parrot", *_SAMPLING_FIELDS,
-                     *_IGNORED, *_NEUTRAL}
+def _common(body: Mapping[str, Any], wire: type, route: str) -> dict[str, Any]:
+    allowed = _allowed(wire)
     unknown = sorted(set(body) - allowed)
     if unknown:
         raise _bad(unknown[0], f"{route}: unsupported field(s) {unknown}")
     for name, neutral in _NEUTRAL.items():
-        if name in body and body[name] not in neutral:
+        if name in allowed and name in body and body[name] not in neutral:
             raise _bad(name, f"'{name}'={body[name]!r} is not supported by Parrot "
                        f"(allowed: {[v for v in neutral if v is not None]} or absent)")
     model = body.get("model")
