@@ -157,3 +157,40 @@ def _config_token(config: Mapping[str, Any], name: str) -> str | None:
     if isinstance(value, Mapping):  # {"content": "<s>", ...} in older tokenizer configs
         value = value.get("content")
     return value if isinstance(value, str) else None
+
+
+def chat_prompt(template_source: str, system: str | None, template: ChatTemplate) -> str:
+    """A semantic function's prompt template as a chat, rendered with the model's template.
+
+    The text before an output is a user turn, the output is the assistant's answer to it:
+    `"Summarize {{input:doc}} {{output:summary}}"` becomes [user: "Summarize {{input:doc}}",
+    assistant: "{{output:summary}}"], with `system` first when given. Several outputs make a
+    multi-turn chat. Placeholders pass through the chat template as text and stay placeholders
+    of the rendered prompt (checked), so the manager fills and shares prefixes as for any prompt.
+    """
+    from parrot.template import Placeholder, parse_template
+
+    parsed = parse_template(template_source)
+    messages = [ChatMessage("system", system)] if system else []
+    pending: list[str] = []
+    for seg in parsed.segments:
+        if not isinstance(seg, Placeholder):
+            pending.append(seg.text)
+        elif not seg.is_output:
+            pending.append("{{input:%s}}" % seg.name)
+        else:
+            messages.append(ChatMessage("user", "".join(pending).strip()))
+            messages.append(ChatMessage("assistant", "{{output:%s}}" % seg.name))
+            pending = []
+    if "".join(pending).strip():
+        raise InvalidRequestError("chat: text after the last output is never seen by the model; "
+                                  "end the prompt with an {{output:...}}")
+    rendered = template.render(messages, add_generation_prompt=False)
+    try:
+        again = parse_template(rendered)
+    except InvalidRequestError:
+        again = None
+    if again is None or (again.input_names, again.output_names) \
+            != (parsed.input_names, parsed.output_names):
+        raise InvalidRequestError("the model's chat template changed the prompt's placeholders")
+    return rendered

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from parrot.chat import ChatTemplate
+from parrot.core.chat_submit import chat_template_of
 from parrot.core.engine_pool import EngineState
 from parrot.core.http_api import read_json
 from parrot.core.manager import Manager
@@ -111,7 +111,7 @@ class OpenAIRoutes:
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         req = ChatCompletionRequest.from_json(await read_json(request, self._max_body))
         engines = self._engines_of(req.model)
-        template = engines[0].info.chat_template or ChatTemplate()
+        template = chat_template_of(engines)
         prompt = template.render(req.messages)
         sampling = req.sampling
         if not req.max_tokens_given:  # until the turn ends or the context is full

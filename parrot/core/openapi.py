@@ -106,8 +106,14 @@ def _operation(op: Operation, builder: SchemaBuilder) -> dict[str, Any]:
         out["parameters"] = [{"name": p, "in": "path", "required": True,
                               "schema": {"type": "string"}} for p in params]
     if op.body is not None:
-        if op.body is SubmitRequest:  # `wait` is read by the route, not by the parser
-            schema = builder.object_schema(SubmitRequest, extra={"wait": {"type": "boolean"}})
+        if op.body is SubmitRequest:  # `wait` and `chat` are read by the route, not the parser
+            schema = builder.object_schema(SubmitRequest, extra={
+                "wait": {"type": "boolean"},
+                "chat": {"description": "render the prompt through the model's chat template "
+                                        "(text before an output = user turn)",
+                         "anyOf": [{"type": "boolean"}, {
+                             "type": "object", "additionalProperties": False,
+                             "properties": {"system": {"type": "string"}}}]}})
         else:
             schema = builder.ref(op.body)
         out["requestBody"] = {"required": True,

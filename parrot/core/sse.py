@@ -14,13 +14,14 @@ streams a variable's value as it is generated: `data: {"text": "<piece>"}` event
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+from typing import Any, AsyncIterator, Mapping
 
 from aiohttp import web
 
 from parrot.core.manager import Manager
 from parrot.core.streams import follow_as_get
-from parrot.errors import InvalidRequestError, ParrotError
+from parrot.errors import InvalidRequestError, NotFoundError, ParrotError
 from parrot.types import Criterion
 
 DONE = b"data: [DONE]\n\n"
@@ -49,6 +50,30 @@ def is_disconnect(exc: BaseException) -> bool:
     return isinstance(exc, ConnectionError)
 
 
+_STREAM_PATH = re.compile(r"/v1/variables/(?P<vid>[^/]+)/stream")
+
+
+async def variable_events(manager: Manager, path: str, query: Mapping[str, str],
+                          token: str | None) -> AsyncIterator[dict[str, Any]]:
+    """The events of `GET /v1/variables/{vid}/stream` (for the HTTP route and the in-process
+    transport alike): `{"text": piece}`..., or a last `{"error": ...}` event. A bad request
+    (unknown session or variable, wrong token) raises before the first event."""
+    match = _STREAM_PATH.fullmatch(path)
+    if match is None:
+        raise NotFoundError(f"no such stream: {path}")
+    session_id = query.get("session_id")
+    if not session_id:
+        raise InvalidRequestError("stream: query parameter 'session_id' is required")
+    session = manager.authenticate(session_id, token)
+    var = session.variable(match["vid"])
+    criterion = Criterion.parse(query.get("criteria", "latency"))
+    try:
+        async for piece in follow_as_get(manager, session, var, criterion):
+            yield {"text": piece}
+    except ParrotError as exc:
+        yield exc.to_wire()
+
+
 class VariableStreamRoute:
     """`GET /v1/variables/{vid}/stream`: a Semantic Variable's value as it is generated."""
 
@@ -61,24 +86,22 @@ class VariableStreamRoute:
     async def stream(self, request: web.Request) -> web.StreamResponse:
         from parrot.core.http_api import bearer_token
 
+        events = variable_events(self.manager, request.path, request.query,
+                                 bearer_token(request))
         try:
-            session_id = request.query.get("session_id")
-            if not session_id:
-                raise InvalidRequestError("stream: query parameter 'session_id' is required")
-            session = self.manager.authenticate(session_id, bearer_token(request))
-            var = session.variable(request.match_info["vid"])
-            criterion = Criterion.parse(request.query.get("criteria", "latency"))
+            first = await anext(events, None)  # bad requests keep their HTTP status
         except ParrotError as exc:
             return web.json_response(exc.to_wire(), status=exc.status)
         response = await open_stream(request)
         try:
-            try:
-                async for piece in follow_as_get(self.manager, session, var, criterion):
-                    await send(response, {"text": piece})
-            except ParrotError as exc:
-                await send(response, exc.to_wire())
+            event = first
+            while event is not None:
+                await send(response, event)
+                event = await anext(events, None)
             await finish(response)
         except Exception as exc:
             if not is_disconnect(exc):
                 raise
+        finally:
+            await events.aclose()
         return response

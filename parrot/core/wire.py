@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Awaitable, Callable
 
+from parrot.core.chat_submit import render_chat_submit
 from parrot.core.config import EngineSpec
 from parrot.core.manager import Manager
 from parrot.core.nodes import Call
@@ -93,7 +94,8 @@ class WireAPI:
         wait = body.pop("wait", False)
         if not isinstance(wait, bool):
             raise InvalidRequestError(f"submit: 'wait' must be a boolean, got {wait!r}")
-        call = self.manager.submit(session, SubmitRequest.from_json(body))
+        call = self.manager.submit(session, SubmitRequest.from_json(
+            render_chat_submit(self.manager, body)))
         reply = self._submit_reply(call)
         if wait:
             reply["values"] = {name: await self.manager.get(session, b.var_id,
@@ -118,7 +120,8 @@ class WireAPI:
                 resolved = resolve_batch_refs(item, index, results)
                 resolved["session_id"] = session.session_id
                 results.append(self._submit_reply(
-                    self.manager.submit(session, SubmitRequest.from_json(resolved))))
+                    self.manager.submit(session, SubmitRequest.from_json(
+                        render_chat_submit(self.manager, resolved)))))
             except ParrotError as exc:
                 results.append(exc.to_wire())
         return {"results": results}

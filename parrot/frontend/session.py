@@ -208,7 +208,7 @@ class Session:
             placeholders.append(spec)
         placeholders.extend(fn.output_placeholders())
         return {"prompt": fn.template.source, "placeholders": placeholders,
-                "sampling": fn.sampling.to_json()}
+                "sampling": fn.sampling.to_json(), **fn.wire_chat()}
 
     async def _submit_baseline(self, fn: SemanticFunction, inputs: dict[str, Any],
                                outputs: tuple[SemanticVariable, ...]) -> None:
@@ -229,7 +229,7 @@ class Session:
         try:
             reply = await self.request("POST", "/v1/submit", {
                 "prompt": rendered, "placeholders": placeholders,
-                "sampling": fn.sampling.to_json(), "wait": True})
+                "sampling": fn.sampling.to_json(), "wait": True, **fn.wire_chat()})
         except BaseException as exc:
             for var in outputs:
                 var._fail(exc)
