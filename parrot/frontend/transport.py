@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Callable
 
 import aiohttp
 
-from parrot.errors import ManagerUnavailableError, error_from_wire
+from parrot.errors import InvalidRequestError, ManagerUnavailableError, error_from_wire
 
 Delay = Callable[[], float]
 
@@ -60,9 +60,9 @@ class Transport(ABC):
         async for event in self._stream(path, query, token):
             yield event
 
-    @abstractmethod
     def _stream(self, path: str, query: dict[str, str],
-                token: str | None) -> AsyncIterator[dict[str, Any]]: ...
+                token: str | None) -> AsyncIterator[dict[str, Any]]:
+        raise InvalidRequestError(f"{type(self).__name__} cannot stream")
 
     async def close(self) -> None: ...
 
