@@ -15,5 +15,5 @@ from parrot.types import Criterion
 LATENCY = Criterion.LATENCY
 THROUGHPUT = Criterion.THROUGHPUT
 
-__all__ = ["__version__", "semantic_function", "SemanticFunction", "SemanticVariable", "Session", "Criterion",
-           "LATENCY", "THROUGHPUT"]
+__all__ = ["__version__", "semantic_function", "SemanticFunction", "SemanticVariable", "Session",
+           "Criterion", "LATENCY", "THROUGHPUT"]

@@ -53,7 +53,8 @@ def check_serve(bin_dir: Path, work: Path) -> None:
                  "import sys; print(len(list(f(sys.stdin.read()))))")
         families = subprocess.run([str(bin_dir / "python"), "-c", probe], input=metrics,
                                   capture_output=True, text=True, check=True).stdout.strip()
-        print(f"ok  parrot-serve --config sim: completion of {model}, /metrics ({families} families)")
+        print(f"ok  parrot-serve --config sim: completion of {model}, "
+              f"/metrics ({families} families)")
     finally:
         proc.terminate()
         proc.wait(60)

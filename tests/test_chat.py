@@ -39,7 +39,8 @@ def test_template_errors_are_request_errors():
 
 
 def test_chat_prompt_multi_turn_keeps_placeholders():
-    rendered = chat_prompt("Draft about {{input:topic}}. {{output:draft}} Shorter: {{output:short}}",
+    rendered = chat_prompt("Draft about {{input:topic}}. {{output:draft}} "
+                           "Shorter: {{output:short}}",
                            "Be brief.", ChatTemplate(CHATML))
     assert rendered == ("<|im_start|>system\nBe brief.<|im_end|>\n"
                         "<|im_start|>user\nDraft about {{input:topic}}.<|im_end|>\n"

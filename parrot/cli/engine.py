@@ -1,6 +1,7 @@
 """`parrot-engine`: run one engine as an HTTP process.
 
-    parrot-engine --kind simulated|builtin|openai|vllm --name NAME [--config FILE.yaml | --params JSON]
+    parrot-engine --kind simulated|builtin|openai|vllm --name NAME
+                  [--config FILE.yaml | --params JSON]
                   [--host 127.0.0.1] [--port 0] [--register-url MANAGER_URL]
 
 Prints exactly one line `READY <url>` on stdout once it listens (port 0 picks a free port; the

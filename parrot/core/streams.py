@@ -37,7 +37,8 @@ class TextStream:
         self.num_tokens += num_tokens
         if finish_reason is not None:
             self.finish_reason = finish_reason
-        if visible and len(self._attempt_text) > len(self.text) and self._attempt_text.startswith(self.text):
+        grown = len(self._attempt_text) > len(self.text)
+        if visible and grown and self._attempt_text.startswith(self.text):
             self.text = self._attempt_text
             self.notify()
 
