@@ -48,3 +48,17 @@ def test_installed_package_finds_its_profiles_outside_the_source_tree(tmp_path):
     assert bench.returncode == 0, bench.stderr[-2000:]
     results = json.loads((out / "results.json").read_text())
     assert results  # the benchmark ran on the packaged a100_llama13b profile
+
+
+@pytest.mark.parametrize("command, extra", [
+    ("from parrot.cli.engine import main; main(['--kind', 'builtin', '--name', 'e0'])", "engine"),
+    ("from parrot.engines.builtin.prepare import main; sys.exit(main([]))", "engine"),
+])
+def test_a_missing_extra_is_one_line_naming_it(command, extra):
+    # torch made unimportable, as on a machine without the extra
+    code = f"import sys; sys.modules['torch'] = None; {command}"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert done.returncode != 0
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert f"pip install 'parrot-serve[{extra}]'" in done.stderr

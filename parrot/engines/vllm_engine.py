@@ -25,6 +25,7 @@ from parrot.engines.latency_model import EngineConfigError
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
 from parrot.errors import EngineUnavailableError, PromptTooLongError, UnknownContextError
+from parrot.extras import missing_extra
 from parrot.sampling import SamplingParams
 
 BLOCK_SIZE = 16
@@ -186,8 +187,7 @@ def create_vllm_engine(name: str, params: Mapping[str, Any]) -> VLLMEngine:
     try:
         from vllm import AsyncEngineArgs, AsyncLLMEngine
     except ImportError as exc:
-        raise EngineConfigError(f"engine {name!r}: the vllm engine needs the vllm package "
-                                f"(pip install vllm): {exc}") from None
+        raise missing_extra("vllm", f"engine {name!r} (kind vllm)", exc) from None
     args = {"model": config.model, "tensor_parallel_size": config.tensor_parallel_size,
             "gpu_memory_utilization": config.gpu_memory_utilization, "dtype": config.dtype,
             "enable_prefix_caching": config.enable_prefix_caching, **config.engine_args}

@@ -16,6 +16,7 @@ from parrot.engines.latency_model import EngineConfigError
 from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.engines.vllm_engine import VLLMEngine, VLLMEngineConfig
 from parrot.errors import PromptTooLongError, UnknownContextError
+from parrot.extras import MissingExtraError
 from parrot.sampling import SamplingParams
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -24,10 +25,10 @@ SMOLLM2 = Path.home() / ".cache/parrot/models/smollm2-135m-instruct"
 
 @pytest.mark.skipif(HAS_VLLM, reason="vllm is installed")
 def test_without_vllm_one_line_names_the_package():
-    with pytest.raises(EngineConfigError) as exc:
+    with pytest.raises(MissingExtraError) as exc:
         create_engine("vllm", "v0", {"model": "any"})
-    assert "needs the vllm package (pip install vllm)" in str(exc.value)
-    assert "\n" not in str(exc.value)
+    assert str(exc.value) == ("engine 'v0' (kind vllm) needs the 'vllm' extra (no module "
+                              "'vllm'): pip install 'parrot-serve[vllm]'")
 
 
 def test_config_is_validated():
