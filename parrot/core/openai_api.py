@@ -27,15 +27,16 @@ from parrot.core.manager import Manager
 from parrot.core.oneshot import OneShot
 from parrot.core.openai_requests import ChatCompletionRequest, CompletionRequest
 from parrot.core.sse import finish, is_disconnect, open_stream, send
-from parrot.errors import EngineUnavailableError, NotFoundError, ParrotError
+from parrot.errors import (EngineUnavailableError, InvalidRequestError, NotFoundError,
+                           ParrotError)
 from parrot.types import estimate_num_tokens
 
 log = logging.getLogger(__name__)
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
-                403: "permission_error", 404: "not_found_error", 408: "timeout_error",
-                409: "conflict_error", 413: "invalid_request_error", 424: "call_failed_error",
-                429: "rate_limit_error"}
+                403: "permission_error", 404: "not_found_error", 405: "invalid_request_error",
+                408: "timeout_error", 409: "conflict_error", 413: "invalid_request_error",
+                424: "call_failed_error", 429: "rate_limit_error"}
 
 
 def openai_error(exc: ParrotError) -> web.Response:
@@ -57,10 +58,13 @@ class OpenAIRoutes:
         self.started = int(time.time())
 
     def setup(self, app: web.Application) -> None:
-        app.router.add_get("/v1/models", self._guard(self.list_models))
-        app.router.add_get("/v1/models/{model:.+}", self._guard(self.get_model))
-        app.router.add_post("/v1/completions", self._guard(self.completions))
-        app.router.add_post("/v1/chat/completions", self._guard(self.chat_completions))
+        for method, path, route in (
+                ("GET", "/v1/models", self.list_models),
+                ("GET", "/v1/models/{model:.+}", self.get_model),
+                ("POST", "/v1/completions", self.completions),
+                ("POST", "/v1/chat/completions", self.chat_completions)):
+            app.router.add_route(method, path, self._guard(route))
+            app.router.add_route("*", path, _method_not_allowed(method))
 
     def _guard(self, route: Route) -> Route:
         async def handler(request: web.Request) -> web.StreamResponse:
@@ -156,6 +160,17 @@ class OpenAIRoutes:
             return response
         finally:
             run.close()
+
+
+def _method_not_allowed(allowed: str) -> Route:
+    async def handler(request: web.Request) -> web.Response:
+        error = InvalidRequestError(f"{request.method} is not allowed on {request.path}; "
+                                    f"use {allowed}")
+        error.status = 405
+        response = openai_error(error)
+        response.headers["Allow"] = allowed
+        return response
+    return handler
 
 
 class _Reply:

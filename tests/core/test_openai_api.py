@@ -185,6 +185,10 @@ async def test_bad_json_and_unknown_route_errors():
         status, body = await post(server.url + "/v1/completions",
                                   {"model": "echo-model", "prompt": "x", "n": 99})
         assert status == 400 and body["error"]["param"] == "n"
+        async with aiohttp.ClientSession() as http:
+            async with http.get(server.url + "/v1/chat/completions") as resp:
+                assert resp.status == 405 and resp.headers["Allow"] == "POST"
+                assert (await resp.json())["error"]["type"] == "invalid_request_error"
     finally:
         await server.stop()
 
