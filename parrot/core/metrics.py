@@ -15,6 +15,8 @@ Every server has its own `CollectorRegistry` (no process-global state).
     parrot_engine_kv_capacity_tokens{engine}
     parrot_engine_kv_usage_ratio{engine}   (running + cached) / capacity
     parrot_engine_healthy{engine}
+    parrot_engine_reported_kv_blocks_used/_total{engine}, parrot_engine_reported_waiting/_running
+                                           what each engine reports about itself (asked at scrape)
     parrot_prefix_lookups_total{engine,result="hit"|"miss"}, parrot_prefix_hit_ratio{engine}
     parrot_call_ttft_seconds, parrot_call_tpot_seconds, parrot_call_e2e_seconds  (histograms)
     parrot_calls_finished_total{state}
@@ -24,6 +26,7 @@ Every server has its own `CollectorRegistry` (no process-global state).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -35,8 +38,11 @@ from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from parrot.core.engine_pool import EngineState
 from parrot.core.manager import Manager
 from parrot.core.nodes import Call
+from parrot.engines.protocol import EngineStats
+from parrot.errors import ParrotError
 from parrot.types import CallState, Criterion
 
 access_log = logging.getLogger("parrot.access")
@@ -51,6 +57,22 @@ class ManagerCollector(Collector):
 
     def __init__(self, manager: Manager) -> None:
         self.manager = manager
+        # What each engine last reported about itself (refreshed before every scrape).
+        self.engine_stats: dict[str, EngineStats] = {}
+
+    async def refresh_engine_stats(self, timeout_s: float = 2.0) -> None:
+        """Ask every healthy engine for its own stats (KV blocks, queue); an engine that does
+        not answer in time keeps its last report out of this scrape."""
+        engines = [e for e in self.manager.engines if e.is_healthy]
+
+        async def one(engine: EngineState) -> EngineStats | None:
+            try:
+                return await asyncio.wait_for(engine.engine.stats(), timeout_s)
+            except (ParrotError, asyncio.TimeoutError):
+                return None
+
+        reports = await asyncio.gather(*(one(e) for e in engines))
+        self.engine_stats = {e.engine_id: r for e, r in zip(engines, reports) if r is not None}
 
     def collect(self) -> Iterable[Metric]:
         m = self.manager
@@ -102,6 +124,24 @@ class ManagerCollector(Collector):
             lookups.add_metric([e.engine_id, "miss"], misses)
             hit_ratio.add_metric(name, hits / (hits + misses) if hits + misses else 0.0)
         yield from (running, in_use, cached, capacity, usage, healthy, lookups, hit_ratio)
+        yield from self._reported()
+
+    def _reported(self) -> Iterable[Metric]:
+        """The engines' own view: KV blocks in use by their allocator, requests queued inside."""
+        blocks_used = GaugeMetricFamily("parrot_engine_reported_kv_blocks_used", "KV blocks in "
+                                        "use, as the engine reports", labels=["engine"])
+        blocks_total = GaugeMetricFamily("parrot_engine_reported_kv_blocks_total", "KV blocks, "
+                                         "as the engine reports", labels=["engine"])
+        waiting = GaugeMetricFamily("parrot_engine_reported_waiting", "requests queued inside "
+                                    "the engine", labels=["engine"])
+        running = GaugeMetricFamily("parrot_engine_reported_running", "sequences in the "
+                                    "engine's running batch", labels=["engine"])
+        for name, stats in sorted(self.engine_stats.items()):
+            blocks_used.add_metric([name], stats.num_blocks_total - stats.num_blocks_free)
+            blocks_total.add_metric([name], stats.num_blocks_total)
+            waiting.add_metric([name], stats.num_waiting)
+            running.add_metric([name], stats.num_running)
+        yield from (blocks_used, blocks_total, waiting, running)
 
 
 class Metrics:
@@ -109,7 +149,8 @@ class Metrics:
 
     def __init__(self, manager: Manager, wire_routes: Sequence[tuple[str, str]]) -> None:
         self.registry = CollectorRegistry()
-        self.registry.register(ManagerCollector(manager))
+        self.state = ManagerCollector(manager)
+        self.registry.register(self.state)
         self._route_labels = [(method, re.compile(pattern), _template(pattern))
                               for method, pattern in wire_routes]
         r = self.registry
@@ -161,6 +202,7 @@ class Metrics:
         app.middlewares.append(self.middleware)
 
     async def serve(self, request: web.Request) -> web.Response:
+        await self.state.refresh_engine_stats()
         return web.Response(body=generate_latest(self.registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 

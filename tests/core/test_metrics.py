@@ -58,6 +58,9 @@ async def test_metrics_count_requests_calls_and_engines(server):
         assert m[("parrot_engine_kv_capacity_tokens", (("engine", engine),))] == 4096 * 16
         assert ("parrot_prefix_lookups_total", (("engine", engine), ("result", "hit"))) in m
         assert ("parrot_prefix_hit_ratio", (("engine", engine),)) in m
+        # the engine's own report: all blocks free again once the calls are done
+        assert m[("parrot_engine_reported_kv_blocks_total", (("engine", engine),))] == 4096
+        assert m[("parrot_engine_reported_kv_blocks_used", (("engine", engine),))] == 0
     done = sum(v for (name, labels), v in m.items() if name == "parrot_engine_running_calls")
     assert done == 0
     assert m[("parrot_ready_calls", (("criterion", "latency"),))] == 0
