@@ -188,6 +188,7 @@ class Completion:
     choices: list[CompletionChoice]
     usage: Usage | None = None
     system_fingerprint: None = None
+    parrot: "ParrotReply | None" = None
 
 
 @dataclass(frozen=True)
@@ -216,3 +217,12 @@ class ChatCompletion:
     choices: list[ChatChoice]
     usage: Usage
     system_fingerprint: None = None
+    parrot: "ParrotReply | None" = None
+
+
+@dataclass(frozen=True)
+class ParrotReply:
+    """With `parrot.session_id`: where the outputs live (one Semantic Variable per choice)."""
+
+    session_id: str
+    semantic_var_ids: list[str]

@@ -16,6 +16,7 @@ from typing import AsyncIterator, Sequence
 from parrot.core.manager import Manager
 from parrot.core.nodes import Call, Variable
 from parrot.core.requests import PlaceholderSpec, SubmitRequest
+from parrot.core.sessions import Session
 from parrot.core.streams import follow_as_get
 from parrot.errors import ParrotError
 from parrot.sampling import SamplingParams
@@ -54,29 +55,48 @@ class Delta:
 
 class OneShot:
     def __init__(self, manager: Manager, prompts: Sequence[str], n: int,
-                 sampling: SamplingParams, criterion: Criterion) -> None:
-        """Submit `len(prompts) * n` calls; choice `i * n + j` is prompt i's j-th sample."""
+                 sampling: SamplingParams, criterion: Criterion,
+                 session: Session | None = None, output: str = "completion",
+                 inputs: Sequence[tuple[str, str]] = ()) -> None:
+        """Submit `len(prompts) * n` calls; choice `i * n + j` is prompt i's j-th sample.
+
+        Without `session` the calls run in a private session deleted by `close()`, and the
+        prompt is a literal value. In a client's `session` the output variables stay (named
+        `output`) and the prompt is a template whose `{{input:x}}` placeholders `inputs` binds
+        to the session's variables."""
         self._manager = manager
         self._criterion = criterion
         self._prompts = tuple(prompts)
         self._n = n
-        self.session = manager.create_session()
+        self._owns_session = session is None
+        self.session = manager.create_session() if session is None else session
+        self._output = output if session is not None else "completion"
         self.calls: list[Call] = []
         try:
             for prompt in prompts:
+                if session is None:
+                    template = PROMPT_TEMPLATE
+                    bindings = (PlaceholderSpec("prompt", "input", value=prompt),)
+                else:
+                    template = prompt + "{{output:%s}}" % output
+                    bindings = tuple(PlaceholderSpec(name, "input", semantic_var_id=var_id)
+                                     for name, var_id in inputs)
                 for j in range(n):
                     self.calls.append(manager.submit(self.session, SubmitRequest(
-                        self.session.session_id, PROMPT_TEMPLATE,
-                        (PlaceholderSpec("prompt", "input", value=prompt),
-                         PlaceholderSpec("completion", "output")),
+                        self.session.session_id, template,
+                        (*bindings, PlaceholderSpec(self._output, "output")),
                         _nth_sample(sampling, j))))
         except BaseException:
             self.close()
             raise
 
     @property
+    def owns_session(self) -> bool:
+        return self._owns_session
+
+    @property
     def outputs(self) -> list[Variable]:
-        return [self.session.variables[c.outputs["completion"].var_id] for c in self.calls]
+        return [self.session.variables[c.outputs[self._output].var_id] for c in self.calls]
 
     async def choices(self) -> list[Choice]:
         """Wait for every choice (a `get` of each output, at this request's criterion)."""
@@ -129,8 +149,10 @@ class OneShot:
         return _FINISH_REASONS.get(var.stream.finish_reason or "stop", "stop")
 
     def close(self) -> None:
-        """Delete the private session (cancelling what still runs); idempotent."""
-        if self._manager.sessions.find(self.session.session_id) is self.session:
+        """Delete the private session (cancelling what still runs); idempotent. A client's
+        session is left as it is: its variables are the client's."""
+        if self._owns_session and \
+                self._manager.sessions.find(self.session.session_id) is self.session:
             self._manager.delete_session(self.session)
 
 

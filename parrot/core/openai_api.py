@@ -22,13 +22,15 @@ from aiohttp import web
 
 from parrot.core.chat_submit import chat_template_of
 from parrot.core.engine_pool import EngineState
-from parrot.core.http_api import read_json
+from parrot.core.http_api import bearer_token, read_json
 from parrot.core.manager import Manager
 from parrot.core.oneshot import OneShot
-from parrot.core.openai_requests import ChatCompletionRequest, CompletionRequest
+from parrot.core.openai_requests import (ChatCompletionRequest, CompletionRequest,
+                                         ParrotOptions)
 from parrot.core.sse import finish, is_disconnect, open_stream, send
 from parrot.errors import (EngineUnavailableError, InvalidRequestError, NotFoundError,
                            ParrotError)
+from parrot.sampling import SamplingParams
 from parrot.types import estimate_num_tokens
 
 log = logging.getLogger(__name__)
@@ -108,7 +110,7 @@ class OpenAIRoutes:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         req = CompletionRequest.from_json(await read_json(request, self._max_body))
         self._engines_of(req.model)
-        run = OneShot(self.manager, req.prompts, req.n, req.sampling, req.parrot.criteria)
+        run = self._one_shot(request, req.prompts, req.n, req.sampling, req.parrot)
         reply = _Reply("cmpl", "text_completion", req.model, chat=False)
         return await self._serve(request, run, reply, req.stream, req.include_usage)
 
@@ -121,9 +123,18 @@ class OpenAIRoutes:
         if not req.max_tokens_given:  # until the turn ends or the context is full
             room = min(e.info.max_context_len for e in engines) - estimate_num_tokens(prompt)
             sampling = replace(sampling, max_tokens=max(room, 1))
-        run = OneShot(self.manager, [prompt], req.n, sampling, req.parrot.criteria)
+        run = self._one_shot(request, [prompt], req.n, sampling, req.parrot)
         reply = _Reply("chatcmpl", "chat.completion", req.model, chat=True)
         return await self._serve(request, run, reply, req.stream, req.include_usage)
+
+    def _one_shot(self, request: web.Request, prompts: list[str] | tuple[str, ...], n: int,
+                  sampling: SamplingParams, options: ParrotOptions) -> OneShot:
+        if options.session_id is None:
+            return OneShot(self.manager, prompts, n, sampling, options.criteria)
+        # joining a client's session: the API key is the session's token
+        session = self.manager.authenticate(options.session_id, bearer_token(request))
+        return OneShot(self.manager, prompts, n, sampling, options.criteria, session,
+                       options.output, options.inputs)
 
     @property
     def _max_body(self) -> int:
@@ -131,6 +142,9 @@ class OpenAIRoutes:
 
     async def _serve(self, request: web.Request, run: OneShot, reply: "_Reply", stream: bool,
                      include_usage: bool) -> web.StreamResponse:
+        if not run.owns_session:  # the outputs are the client's Semantic Variables
+            reply.parrot = {"session_id": run.session.session_id,
+                            "semantic_var_ids": [v.var_id for v in run.outputs]}
         try:
             if not stream:
                 choices = await run.choices()
@@ -180,6 +194,7 @@ class _Reply:
         self.id = f"{prefix}-{secrets.token_hex(12)}"
         self.object, self.model, self.chat = obj, model, chat
         self.created = int(time.time())
+        self.parrot: dict[str, Any] | None = None  # Parrot's extension, in every reply/chunk
 
     def choice(self, index: int, text: str, finish_reason: str) -> dict[str, Any]:
         if self.chat:
@@ -199,9 +214,12 @@ class _Reply:
                 "logprobs": None}
 
     def whole(self, choices: list[dict[str, Any]], usage: dict[str, int]) -> dict[str, Any]:
-        return {"id": self.id, "object": self.object, "created": self.created,
+        data = {"id": self.id, "object": self.object, "created": self.created,
                 "model": self.model, "choices": choices, "usage": usage,
                 "system_fingerprint": None}
+        if self.parrot is not None:
+            data["parrot"] = self.parrot
+        return data
 
     def chunk(self, choices: list[dict[str, Any]],
               usage: dict[str, int] | None = None) -> dict[str, Any]:
@@ -210,4 +228,6 @@ class _Reply:
                 "choices": choices, "system_fingerprint": None}
         if usage is not None:
             data["usage"] = usage
+        if self.parrot is not None:
+            data["parrot"] = self.parrot
         return data

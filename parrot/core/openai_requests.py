@@ -41,9 +41,16 @@ class StreamOptions:
 
 @dataclass(frozen=True)
 class ParrotOptionsBody:
-    """Parrot's extension, sent as `extra_body={"parrot": {...}}`."""
+    """Parrot's extension, sent as `extra_body={"parrot": {...}}`. With `session_id` (and the
+    session's token as the API key) the request runs in that session: its output becomes a
+    Semantic Variable named `output` that later semantic functions can consume, and the prompt
+    (or the messages) may use `{{input:name}}` placeholders bound by `inputs` to the session's
+    variables. The reply then carries `parrot.semantic_var_ids` (one per choice)."""
 
     criteria: Literal["latency", "throughput"] = "latency"
+    session_id: str | None = None
+    output: str | None = None               # the output variable's name (default "completion")
+    inputs: dict[str, str] | None = None    # placeholder name -> semantic_var_id
 
 
 @dataclass(frozen=True)
@@ -101,19 +108,35 @@ def _allowed(body: type) -> set[str]:
 
 @dataclass(frozen=True)
 class ParrotOptions:
-    """`extra_body={"parrot": {"criteria": "throughput"}}`: the performance objective of the
-    call (default latency, as for any interactive request), which the policy schedules by."""
+    """The parsed `parrot` extension (`ParrotOptionsBody`): the performance objective of the
+    call (default latency, as for any interactive request), which the policy schedules by, and
+    optionally the session the request joins."""
 
     criteria: Criterion = Criterion.LATENCY
+    session_id: str | None = None
+    output: str = "completion"
+    inputs: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_json(cls, data: Any) -> "ParrotOptions":
         if data is None:
             return cls()
-        if not isinstance(data, Mapping) or set(data) - {"criteria"}:
-            raise InvalidRequestError("'parrot' must be an object {criteria?: "
-                                      "'latency'|'throughput'}")
-        return cls(Criterion.parse(data.get("criteria", "latency")))
+        allowed = _allowed(ParrotOptionsBody)
+        if not isinstance(data, Mapping) or set(data) - allowed:
+            raise _bad("parrot", f"'parrot' must be an object with fields {sorted(allowed)}")
+        session_id, output = data.get("session_id"), data.get("output", "completion")
+        inputs = data.get("inputs") or {}
+        if session_id is not None and not isinstance(session_id, str):
+            raise _bad("parrot", "parrot.session_id must be a string")
+        if not isinstance(output, str) or not output.isidentifier():
+            raise _bad("parrot", "parrot.output must be an identifier")
+        if not isinstance(inputs, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in inputs.items()):
+            raise _bad("parrot", "parrot.inputs must map placeholder names to semantic_var_ids")
+        if (inputs or "output" in data) and session_id is None:
+            raise _bad("parrot", "parrot.inputs and parrot.output need parrot.session_id")
+        return cls(Criterion.parse(data.get("criteria", "latency")), session_id, output,
+                   tuple(sorted(inputs.items())))
 
 
 @dataclass(frozen=True)
