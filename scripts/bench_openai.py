@@ -3,11 +3,14 @@ parrot-serve process. Prints a table (and --out writes it as JSON).
 
     python scripts/bench_openai.py --engine sim      # front-door overhead (zero-latency engine)
     python scripts/bench_openai.py --engine smollm2  # streaming: first token vs whole answer
+    python scripts/bench_openai.py --stream-cost     # manager throughput, aget vs astream
 
 sim: sequential non-streaming completions (max_tokens 16) and chat completions; the latency is
 the manager's per-request cost (HTTP, private session, one-call DAG, policy round, engine
 protocol). smollm2 (CPU): the time to the first streamed chunk against the time to the whole
-non-streamed answer, for the same greedy request.
+non-streamed answer, for the same greedy request. --stream-cost: 200 calls of 64 tokens on a
+zero-latency simulated engine *process* (engine protocol over HTTP), read in-process with
+`aget` (one non-streamed Generate per output) or `astream` (per-token NDJSON from the engine).
 """
 
 from __future__ import annotations
@@ -74,6 +77,49 @@ def bench_stream(client: openai.OpenAI, model: str, n: int,
             (f"no stream: whole reply ({max_tokens} tokens)", _ms(whole, 50), _ms(whole, 99))]
 
 
+async def _stream_cost(readers: str, rounds: int = 3) -> float:
+    """Best-of-`rounds` seconds for 200 calls x 64 tokens read with `readers`."""
+    import asyncio
+
+    import parrot
+    from parrot.core.config import ServeConfig
+    from parrot.core.server import ParrotServer
+
+    gen = parrot.semantic_function(prompt="Write about {{input:x}}: {{output:y}}",
+                                   max_tokens=64, ignore_eos=True)
+
+    async def read(var: "parrot.SemanticVariable") -> str:
+        if readers == "aget":
+            return await var.aget()
+        return "".join([piece async for piece in var.astream()])
+
+    server = ParrotServer(ServeConfig.from_mapping({
+        "policy": {"name": "least_queue"},
+        "engines": [{"name": "sim", "kind": "simulated", "params": {"zero_latency": True}}]}))
+    await server.start(port=0)
+    try:
+        best = float("inf")
+        for _ in range(rounds):
+            started = time.perf_counter()
+            async with parrot.Session(manager=server.manager):
+                outputs = [gen(f"topic {i}") for i in range(200)]
+                await asyncio.gather(*(read(o) for o in outputs))
+            best = min(best, time.perf_counter() - started)
+        return best
+    finally:
+        await server.stop()
+
+
+def bench_stream_cost() -> list[tuple[str, float, float]]:
+    import asyncio
+
+    rows = []
+    for readers in ("aget", "astream", "aget", "astream"):  # interleaved: a shared box drifts
+        seconds = asyncio.run(_stream_cost(readers))
+        rows.append((f"{readers}: 200 calls x 64 tokens", 1000 * seconds, 200 * 64 / seconds))
+    return rows
+
+
 def _ms(values: list[float], pct: int) -> float:
     ordered = sorted(values)
     if pct == 50:
@@ -87,7 +133,13 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=None)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--stream-cost", action="store_true")
     args = parser.parse_args()
+    if args.stream_cost:
+        print(f"{'readers (engine process over HTTP)':44} {'best ms':>9} {'tok/s':>9}")
+        for name, ms, tok_s in bench_stream_cost():
+            print(f"{name:44} {ms:9.1f} {tok_s:9.0f}")
+        return 0
     n = args.requests or (200 if args.engine == "sim" else 3)
     config = {"policy": {"name": "app_centric"}, "engines": [ENGINES[args.engine]]}
     with parrot_serve(config, Path(tempfile.mkdtemp())) as (url, _):

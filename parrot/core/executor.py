@@ -17,7 +17,7 @@ from typing import Callable
 from parrot.core.engine_pool import EngineState
 from parrot.core.nodes import Call, OutputBinding
 from parrot.core.prefix import PrefixPiece
-from parrot.engines.protocol import FillRequest, GenerateRequest
+from parrot.engines.protocol import Engine, FillRequest, GenerateRequest
 from parrot.errors import OutOfKVCacheError
 from parrot.template import Placeholder, Text
 from parrot.transforms import apply_transforms
@@ -127,10 +127,19 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
 
 async def _generate(call: Call, binding: OutputBinding, engine: EngineState,
                     request: GenerateRequest) -> str:
-    """One Generate, streamed: each chunk goes to the output variable's stream as it arrives
-    (outputs with transforms are not streamed: their value is not a prefix of the raw text)."""
+    """One Generate. Streamed when someone reads the output as it is generated (an OpenAI
+    `stream` request, `astream`) or when streaming costs nothing (an in-process engine, whose
+    `generate_all` is the protocol's loop over `generate`): each chunk then goes to the output
+    variable's stream as it arrives (not shown for outputs with transforms: their value is not a
+    prefix of the raw text). Over HTTP an unwatched output is one non-streamed request: per-token
+    NDJSON lines halve what the manager's loop can carry (docs/results/openai_api.md)."""
     stream = binding.stream
     stream.begin_attempt()
+    if not stream.wanted and type(engine.engine).generate_all is not Engine.generate_all:
+        result = await engine.engine.generate_all(request)
+        stream.push(result.text, len(result.token_ids), result.finish_reason,
+                    visible=not binding.transforms)
+        return result.text
     texts: list[str] = []
     async with aclosing(engine.engine.generate(request)) as chunks:
         async for chunk in chunks:

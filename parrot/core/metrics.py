@@ -18,7 +18,9 @@ Every server has its own `CollectorRegistry` (no process-global state).
     parrot_engine_reported_kv_blocks_used/_total{engine}, parrot_engine_reported_waiting/_running
                                            what each engine reports about itself (asked at scrape)
     parrot_prefix_lookups_total{engine,result="hit"|"miss"}, parrot_prefix_hit_ratio{engine}
-    parrot_call_ttft_seconds, parrot_call_tpot_seconds, parrot_call_e2e_seconds  (histograms)
+    parrot_call_ttft_seconds, parrot_call_tpot_seconds, parrot_call_e2e_seconds  (histograms;
+        TTFT/TPOT of calls whose outputs were streamed: always on in-process engines, over
+        HTTP when a reader streams the output)
     parrot_calls_finished_total{state}
     parrot_policy_decision_seconds         one scheduling round (histogram)
     parrot_http_requests_total{method,route,status}, parrot_http_request_seconds{route}

@@ -57,13 +57,14 @@ class OneShot:
     def __init__(self, manager: Manager, prompts: Sequence[str], n: int,
                  sampling: SamplingParams, criterion: Criterion,
                  session: Session | None = None, output: str = "completion",
-                 inputs: Sequence[tuple[str, str]] = ()) -> None:
+                 inputs: Sequence[tuple[str, str]] = (), stream: bool = False) -> None:
         """Submit `len(prompts) * n` calls; choice `i * n + j` is prompt i's j-th sample.
 
         Without `session` the calls run in a private session deleted by `close()`, and the
         prompt is a literal value. In a client's `session` the output variables stay (named
         `output`) and the prompt is a template whose `{{input:x}}` placeholders `inputs` binds
-        to the session's variables."""
+        to the session's variables. `stream` marks the outputs as read while generated before
+        any call can start (the executor then streams their Generates)."""
         self._manager = manager
         self._criterion = criterion
         self._prompts = tuple(prompts)
@@ -86,6 +87,8 @@ class OneShot:
                         self.session.session_id, template,
                         (*bindings, PlaceholderSpec(self._output, "output")),
                         _nth_sample(sampling, j))))
+                    if stream:
+                        self.outputs[-1].stream.wanted = True
         except BaseException:
             self.close()
             raise
@@ -147,6 +150,13 @@ class OneShot:
     @staticmethod
     def _finish_reason(var: Variable) -> str:
         return _FINISH_REASONS.get(var.stream.finish_reason or "stop", "stop")
+
+    async def aclose(self) -> None:
+        """`close()`, after letting calls whose outputs all exist finish their clean-up (they
+        free their engine contexts after publishing; deleting the session would cancel that)."""
+        if self._owns_session and all(var.is_finished for var in self.outputs):
+            await asyncio.gather(*list(self.session.tasks.values()), return_exceptions=True)
+        self.close()
 
     def close(self) -> None:
         """Delete the private session (cancelling what still runs); idempotent. A client's

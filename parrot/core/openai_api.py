@@ -110,7 +110,7 @@ class OpenAIRoutes:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         req = CompletionRequest.from_json(await read_json(request, self._max_body))
         self._engines_of(req.model)
-        run = self._one_shot(request, req.prompts, req.n, req.sampling, req.parrot)
+        run = self._one_shot(request, req.prompts, req.n, req.sampling, req.parrot, req.stream)
         reply = _Reply("cmpl", "text_completion", req.model, chat=False)
         return await self._serve(request, run, reply, req.stream, req.include_usage)
 
@@ -123,18 +123,18 @@ class OpenAIRoutes:
         if not req.max_tokens_given:  # until the turn ends or the context is full
             room = min(e.info.max_context_len for e in engines) - estimate_num_tokens(prompt)
             sampling = replace(sampling, max_tokens=max(room, 1))
-        run = self._one_shot(request, [prompt], req.n, sampling, req.parrot)
+        run = self._one_shot(request, [prompt], req.n, sampling, req.parrot, req.stream)
         reply = _Reply("chatcmpl", "chat.completion", req.model, chat=True)
         return await self._serve(request, run, reply, req.stream, req.include_usage)
 
     def _one_shot(self, request: web.Request, prompts: list[str] | tuple[str, ...], n: int,
-                  sampling: SamplingParams, options: ParrotOptions) -> OneShot:
+                  sampling: SamplingParams, options: ParrotOptions, stream: bool) -> OneShot:
         if options.session_id is None:
-            return OneShot(self.manager, prompts, n, sampling, options.criteria)
+            return OneShot(self.manager, prompts, n, sampling, options.criteria, stream=stream)
         # joining a client's session: the API key is the session's token
         session = self.manager.authenticate(options.session_id, bearer_token(request))
         return OneShot(self.manager, prompts, n, sampling, options.criteria, session,
-                       options.output, options.inputs)
+                       options.output, options.inputs, stream)
 
     @property
     def _max_body(self) -> int:
@@ -173,7 +173,7 @@ class OpenAIRoutes:
                          request.path)
             return response
         finally:
-            run.close()
+            await run.aclose()
 
 
 def _method_not_allowed(allowed: str) -> Route:

@@ -24,6 +24,7 @@ class TextStream:
         self.text = ""                  # what readers may see so far
         self.num_tokens = 0             # tokens generated in the current attempt
         self.finish_reason: str | None = None
+        self.wanted = False             # a reader follows it: the executor streams the Generate
         self._attempt_text = ""
         self._changed = asyncio.Event()
 
@@ -57,6 +58,7 @@ async def follow(var: "Variable") -> AsyncIterator[str]:
     (its value is not a prefix of the raw text), so its value comes as one piece, as does the
     value of a variable the client sets. A failed variable raises its error.
     """
+    var.stream.wanted = True
     sent = ""
     while True:
         if var.is_finished:

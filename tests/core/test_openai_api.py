@@ -222,11 +222,12 @@ async def test_extra_body_joins_a_session_with_semantic_variables():
             async with http.post("/v1/variables", headers=auth,
                                  json={"session_id": sid, "value": "owls"}) as resp:
                 topic = (await resp.json())["semantic_var_id"]
-            client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key=created["token"])
-            reply = await client.completions.create(
-                model="echo-model", prompt="Tell me about {{input:topic}}.", max_tokens=50,
-                extra_body={"parrot": {"session_id": sid, "inputs": {"topic": topic},
-                                       "output": "fact"}})
+            async with openai.AsyncOpenAI(base_url=server.url + "/v1",
+                                          api_key=created["token"]) as client:
+                reply = await client.completions.create(
+                    model="echo-model", prompt="Tell me about {{input:topic}}.", max_tokens=50,
+                    extra_body={"parrot": {"session_id": sid, "inputs": {"topic": topic},
+                                           "output": "fact"}})
             assert reply.choices[0].text == "Tell me about owls."
             fact = reply.model_extra["parrot"]["semantic_var_ids"][0]
             # the output is a Semantic Variable of the session: a semantic function consumes it
@@ -235,11 +236,10 @@ async def test_extra_body_joins_a_session_with_semantic_variables():
                     "placeholders": [{"name": "f", "in_out": "input", "semantic_var_id": fact}],
                     "sampling": {"max_tokens": 64}, "wait": True}) as resp:
                 assert (await resp.json())["values"]["out"] == "Repeat: Tell me about owls. "
-            with pytest.raises(openai.AuthenticationError):
-                await openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="wrong") \
-                    .completions.create(model="echo-model", prompt="x",
-                                        extra_body={"parrot": {"session_id": sid}})
-            await client.close()
+            async with openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="wrong") as bad:
+                with pytest.raises(openai.AuthenticationError):
+                    await bad.completions.create(model="echo-model", prompt="x",
+                                                 extra_body={"parrot": {"session_id": sid}})
         assert server.manager.sessions.find(sid) is not None  # the client's session stays
     finally:
         await server.stop()

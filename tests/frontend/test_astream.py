@@ -28,10 +28,11 @@ def write_stripped(topic, text):
     """Write about {{input:topic}}: {{output:text}}"""
 
 
-@pytest.fixture
-async def server():
+@pytest.fixture(params=["in-process engine", "engine process"])
+async def server(request):
+    engine = {**SLOW_SIM, "in_process": request.param == "in-process engine"}
     srv = ParrotServer(ServeConfig.from_mapping({"policy": {"name": "least_queue"},
-                                                 "engines": [SLOW_SIM]}))
+                                                 "engines": [engine]}))
     await srv.start(port=0)
     yield srv
     await srv.stop()
