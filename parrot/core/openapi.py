@@ -106,9 +106,11 @@ def _operation(op: Operation, builder: SchemaBuilder) -> dict[str, Any]:
         out["parameters"] = [{"name": p, "in": "path", "required": True,
                               "schema": {"type": "string"}} for p in params]
     if op.body is not None:
-        if op.body is SubmitRequest:  # `wait` and `chat` are read by the route, not the parser
+        if op.body is SubmitRequest:  # wait, stream, chat: read by the route, not the parser
             schema = builder.object_schema(SubmitRequest, extra={
                 "wait": {"type": "boolean"},
+                "stream": {"description": "outputs that will be read as they are generated",
+                           "type": "array", "items": {"type": "string"}},
                 "chat": {"description": "render the prompt through the model's chat template "
                                         "(text before an output = user turn)",
                          "anyOf": [{"type": "boolean"}, {

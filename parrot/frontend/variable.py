@@ -25,6 +25,7 @@ class SemanticVariable:
         self.name = name
         self._id: asyncio.Future[str] = session._loop.create_future()  # type: ignore[union-attr]
         self._value: str | None = None  # values never change: once known, no more messages
+        self.stream_wanted = False      # astream() began before the submission was sent
 
     def __repr__(self) -> str:
         ident = self._id.result() if self._id.done() and not self._id.exception() else "pending"
@@ -73,6 +74,10 @@ class SemanticVariable:
         """The value as it is generated: `async for text in var.astream(): ...`. The pieces
         concatenate to the value (an output with transforms, or a value set by a client,
         arrives in one piece); a failed call raises its error."""
+        # Set before the first await: a call made just before (still in the session's pending
+        # batch) is then submitted with this output marked as streamed, so the engine streams
+        # it from its first token. Called later, the value may come in fewer, larger pieces.
+        self.stream_wanted = True
         criterion = Criterion.parse(perf.value if isinstance(perf, Criterion) else perf)
         var_id = await self.aid()
         if self._value is not None:

@@ -9,7 +9,7 @@ import parrot
 from parrot.chat import ChatTemplate
 from parrot.core.config import ServeConfig
 from parrot.core.server import ParrotServer
-from parrot.errors import CallFailedError
+from parrot.errors import CallFailedError, InvalidRequestError
 from parrot.types import CallState
 from tests.echo_engine import echo_server
 
@@ -102,3 +102,11 @@ async def test_chat_function_renders_with_the_engine_template():
                                "</assistant>"]
     finally:
         await server.stop()
+
+
+async def test_stream_field_is_checked_before_submitting(server):
+    async with parrot.Session(server.url) as session:
+        with pytest.raises(InvalidRequestError, match="not outputs of the prompt"):
+            await session.request("POST", "/v1/submit", {
+                "prompt": "{{output:a}}", "placeholders": [], "stream": ["b"]})
+        assert not server.manager.sessions.get(session.session_id).calls
