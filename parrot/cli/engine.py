@@ -1,6 +1,7 @@
 """`parrot-engine`: run one engine as an HTTP process.
 
-    parrot-engine --kind simulated|builtin --name NAME [--config FILE.yaml | --params JSON]
+    parrot-engine --kind simulated|builtin|openai|vllm --name NAME
+                  [--config FILE.yaml | --params JSON]
                   [--host 127.0.0.1] [--port 0] [--register-url MANAGER_URL]
 
 Prints exactly one line `READY <url>` on stdout once it listens (port 0 picks a free port; the
@@ -37,13 +38,14 @@ import aiohttp
 import yaml
 from aiohttp import web
 
+from parrot.cli.logs import configure_logging
 from parrot.engines.factory import create_engine
 from parrot.engines.server import DEFAULT_MAX_BODY_BYTES, create_app
 from parrot.errors import ParrotError
 
 log = logging.getLogger("parrot.engine")
 
-SERVED_KINDS = ("simulated", "builtin")
+SERVED_KINDS = ("simulated", "builtin", "openai", "vllm")
 SECRET_ENV = "PARROT_ENGINE_SECRET"
 ADMIN_TOKEN_ENV = "PARROT_ADMIN_TOKEN"
 PARENT_PID_ENV = "PARROT_PARENT_PID"  # set by the launcher for --exit-with-parent
@@ -198,8 +200,8 @@ def _loop_factory() -> Any:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not configure_logging("parrot-engine", args.log_level):
+        sys.exit(2)
     if args.exit_with_parent:
         die_with_parent()
     try:

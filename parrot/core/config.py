@@ -10,7 +10,7 @@ import yaml
 
 from parrot.errors import InvalidRequestError
 
-ENGINE_KINDS = ("builtin", "simulated", "remote")
+ENGINE_KINDS = ("builtin", "simulated", "remote", "openai", "vllm")
 
 
 class ConfigError(InvalidRequestError):

@@ -13,6 +13,7 @@ import asyncio
 import itertools
 import logging
 import secrets
+from typing import Callable
 
 from parrot.core.config import EngineSpec, ManagerConfig
 from parrot.core.deduction import deduce
@@ -51,6 +52,8 @@ class Manager:
         self.health = EngineHealth(self.engines, self.config, spawn=self._spawn_background,
                                    on_up=self.scheduler.wake,
                                    on_no_engine=self._fail_ready_calls)
+        # Called with every call that leaves an engine (done, failed or re-queued): /metrics.
+        self.call_observers: list[Callable[[Call], None]] = []
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -186,7 +189,7 @@ class Manager:
             var = checked.output_vars[name] or self.create_variable(session, name, None)
             outputs[name] = OutputBinding(
                 name, var.var_id, request.sampling.merged(spec.sampling if spec else None),
-                spec.transforms if spec else ())
+                spec.transforms if spec else (), stream=var.stream)
         call = Call(call_id, session.session_id, template, inputs, outputs,
                     arrival_seq=next(self._arrivals))
         session.graph.add_call(call)
@@ -277,6 +280,8 @@ class Manager:
             self._fail_call(session, call, CallFailedError(f"internal error: {exc!r}"))
         finally:
             call.mark("finished", asyncio.get_running_loop().time())
+            for observe in self.call_observers:
+                observe(call)
             engine.remove_call(call)
             session.tasks.pop(call.call_id, None)
             if requeue:

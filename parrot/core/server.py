@@ -13,6 +13,7 @@ from aiohttp import web
 
 from parrot.core.config import EngineSpec, ServeConfig
 from parrot.core.engine_health import http_engine_settings
+from parrot.core.front_door import front_door
 from parrot.core.http_api import create_app
 from parrot.core.manager import Manager
 from parrot.core.wire import WireAPI
@@ -43,7 +44,8 @@ class ParrotServer:
         try:
             await self._start_engines()
             api = WireAPI(self.manager, register_engine=self.register_remote)
-            self._runner = web.AppRunner(create_app(api), access_log=None)
+            self._runner = web.AppRunner(create_app(api, front_door(api)),
+                                         access_log=None)
             await self._runner.setup()
             site = web.TCPSite(self._runner, host or self.config.manager.host,
                                self.config.manager.port if port is None else port)

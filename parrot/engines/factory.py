@@ -5,6 +5,8 @@
                (imported only when asked for: it pulls in torch)
     remote     HttpEngine to an engine process, params {url, secret?, connect_timeout_s?,
                request_timeout_s?, probe_timeout_s?, pool_size?} (see client.HttpEngineSettings)
+    openai     OpenAIEngine: any OpenAI-compatible server (vLLM, SGLang, llama.cpp, Parrot)
+    vllm       VLLMEngine: vLLM's async engine in this process (needs the vllm package)
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any, Mapping
 from parrot.engines.latency_model import EngineConfigError
 from parrot.engines.protocol import Engine
 
-ENGINE_KINDS = ("simulated", "builtin", "remote")
+ENGINE_KINDS = ("simulated", "builtin", "remote", "openai", "vllm")
 _REMOTE_KEYS = ("url", "secret", "connect_timeout_s", "request_timeout_s", "probe_timeout_s",
                 "pool_size")
 
@@ -35,6 +37,12 @@ def create_engine(kind: str, name: str, params: Mapping[str, Any] | None = None)
         return create_builtin(name, params)
     if kind == "remote":
         return _remote(name, params)
+    if kind == "openai":
+        from parrot.engines.openai_engine import create_openai_engine
+        return create_openai_engine(name, params)
+    if kind == "vllm":
+        from parrot.engines.vllm_engine import create_vllm_engine
+        return create_vllm_engine(name, params)
     raise EngineConfigError(f"unknown engine kind {kind!r}; known kinds: {list(ENGINE_KINDS)}")
 
 

@@ -28,6 +28,7 @@ import logging
 import os
 import secrets
 import signal
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,6 +91,8 @@ class EngineProcess:
                "--exit-with-parent"]
         if spec.register_url:
             cmd += ["--register-url", spec.register_url]
+        # the child logs at our level; its lines are relayed into our log (relay_line)
+        cmd += ["--log-level", logging.getLevelName(log.getEffectiveLevel())]
         return cmd
 
     async def start(self) -> str:
@@ -168,8 +171,24 @@ class EngineProcess:
 
     async def _drain_stderr(self) -> None:
         assert self._proc is not None and self._proc.stderr is not None
+        relay = logging.getLogger(f"parrot.engine.{self.spec.name}")
         while line := await self._proc.stderr.readline():
-            self._stderr_tail.append(line.decode(errors="replace"))
+            text = line.decode(errors="replace")
+            self._stderr_tail.append(text)
+            relay_line(relay, text)
+
+
+_LOG_LINE = re.compile(r"^\S+ \S+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) (.*)$", re.S)
+
+
+def relay_line(relay: logging.Logger, text: str) -> None:
+    """Re-log one stderr line of an engine process at its own level (INFO when it is not a
+    log line, e.g. a traceback's)."""
+    match = _LOG_LINE.match(text.rstrip("\n"))
+    if match is None:
+        relay.info("%s", text.rstrip("\n"))
+    else:
+        relay.log(logging.getLevelName(match.group(1)), "%s", match.group(2))
 
 
 def _signal_group(pgid: int, sig: int) -> None:
