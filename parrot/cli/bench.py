@@ -277,14 +277,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _plots(settings: Settings, runs: list[VariantRun], out: Path) -> None:
-    from parrot.sim.plots import latency_cdf, timeline
+    from parrot.sim.plots import PlotsUnavailableError, latency_cdf, require_matplotlib, timeline
 
+    try:
+        require_matplotlib()
+    except PlotsUnavailableError as exc:  # the JSON and table are written already
+        print(str(exc), file=sys.stderr)
+        return
     ok = [r for r in runs if r.result is not None]
     title = f"{settings.workload} ({'live' if settings.live else 'sim'})"
     latency_cdf([(r.variant.label, r.records) for r in ok], out / "latency_cdf.png", title)
     for r in ok:
         name = r.variant.label.replace(":", "_").replace(".", "_").replace("/", "_")
-        timeline(r.variant.label, r.records, out / f"timeline_{name}.png", title)
+        engines = [e["name"] for e in r.result.engines if "name" in e]  # type: ignore[union-attr]
+        timeline(r.variant.label, r.records, out / f"timeline_{name}.png", title, engines)
 
 
 if __name__ == "__main__":
