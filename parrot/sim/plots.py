@@ -124,3 +124,52 @@ def timeline(label: str, records: Sequence[AppRecord], path: Path, title: str,
 def _engine_order(name: str) -> tuple[str, int]:
     stem, _, number = name.rpartition("-")
     return (stem, int(number)) if number.isdigit() else (name, 0)
+
+
+def sweep_plot(summary: dict, path: Path, title: str) -> None:
+    """Speedup over the reference of each variant against the swept value."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    points = summary["points"]
+    labels = list(points[0]["figures"]) if points else []
+    for i, label in enumerate(labels):
+        ys = [p["figures"][label]["speedup"] for p in points]
+        xs = [p["value"] for p in points]
+        kept = [(x, y) for x, y in zip(xs, ys) if y is not None]
+        if kept:
+            ax.plot(*zip(*kept), "o-", color=f"C{i}", label=label)
+    ax.axhline(1.0, color="black", linewidth=0.6)
+    ax.set_xlabel(summary["field"])
+    ax.set_ylabel(f"speedup vs {summary['reference']}")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def rate_plot(summary: dict, path: Path, title: str) -> None:
+    """Mean latency per output token against the request rate, per variant, and the target."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (label, entry) in enumerate(summary["variants"].items()):
+        points = sorted((p["rate"], p["normalized_latency_s_per_token"])
+                        for p in entry["points"] if p["normalized_latency_s_per_token"])
+        if points:
+            xs, ys = zip(*points)
+            ax.plot(xs, [y * 1000 for y in ys], "o-", color=f"C{i}",
+                    label=f"{label}: {entry['sustainable_rate']:.2f} req/s")
+    ax.axhline(summary["target_s_per_token"] * 1000, color="black", linestyle="--",
+               linewidth=0.8, label="target")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("request rate (req/s)")
+    ax.set_ylabel("mean latency per output token (ms)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
