@@ -95,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--sustainable-rate: requests arrive over this many seconds")
     m.add_argument("--max-rate", type=float, default=256.0,
                    help="--sustainable-rate: the search stops here (reported as >=)")
+    m.add_argument("--no-point-plots", action="store_true",
+                   help="--sweep: only the sweep's own plot, none per value")
     m.add_argument("--paper", action="store_true", help="run every experiment of the paper "
                    "(simulated) and write the results table, JSON and plots under --out")
     m.add_argument("--jobs", type=int, default=2, help="--paper: runs in parallel processes")

@@ -28,7 +28,8 @@ def run_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace, setting
         out = args.out / sweep.point_name(value)
         point_settings = dataclasses.replace(settings, workload_spec=spec)
         results, ok = run_comparison(point_settings, variants, reference, out,
-                                     quiet=args.quiet, plots=not args.no_plots)
+                                     quiet=args.quiet,
+                                     plots=not (args.no_plots or args.no_point_plots))
         all_ok &= ok
         points.append(results)
         if not args.quiet:

@@ -53,7 +53,9 @@ class Experiment:
     note: str = ""
 
     def argv(self, out: Path) -> list[str]:
-        return [*self.args, "--profile", PROFILE, "--out", str(out / self.key), "--quiet"]
+        # Sweeps keep only their own plot (speedup against the swept value).
+        return [*self.args, "--profile", PROFILE, "--out", str(out / self.key), "--quiet",
+                "--no-point-plots"]
 
     def command(self, out: str = "docs/results/paper") -> str:
         return " ".join(["parrot-bench", *self.args, "--profile", PROFILE, "--out",
@@ -153,10 +155,14 @@ EXPERIMENTS: tuple[Experiment, ...] = (
 
 
 def _run_one(argv: list[str]) -> tuple[str, int, float]:
+    import contextlib
+    import io
+
     from parrot.cli.bench import main
 
     started = time.perf_counter()
-    code = main(argv)
+    with contextlib.redirect_stdout(io.StringIO()):  # each run writes its own table.txt
+        code = main(argv)
     return argv[argv.index("--out") + 1], code, time.perf_counter() - started
 
 

@@ -112,3 +112,27 @@ def test_every_paper_experiment_names_registered_variants():
             args["--workload"]].default_compare))}
         for ratio in e.ratios:
             assert {ratio.ours, ratio.baseline} <= labels, (e.key, ratio)
+
+
+def test_run_paper_writes_the_table_and_splices_the_page(tmp_path):
+    from parrot.sim.paper import run_paper
+
+    tiny = ("--doc-tokens", "1024", "--chunk-tokens", "512", "--output-tokens", "4")
+    experiments = (
+        Experiment("chain", "chain summary", "1.38x", ("--workload", "chain_summary", *tiny,
+                                                        "--sweep", "num_apps=1,2"),
+                   (Ratio("vs request-level", "app_centric:parrot", "least_queue:baseline"),)),
+        Experiment("mr", "map-reduce", "2.37x", ("--workload", "map_reduce", *tiny),
+                   (Ratio("vs capped", "app_centric:parrot", "latency_centric:baseline"),)),
+    )
+    page = tmp_path / "RESULTS.md"
+    page.write_text(f"# Results\n{BEGIN}\n{END}\n")
+    code = run_paper(tmp_path / "out", quiet=True, plots=False, jobs=1, page=page,
+                     experiments=experiments)
+    assert code == 0
+    text = page.read_text()
+    assert "| chain summary | 1.38x | vs request-level: num_apps 1: " in text
+    assert "| map-reduce | 2.37x | vs capped: " in text
+    assert "`parrot-bench --workload map_reduce" in text
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert set(run["runs"]) == {"chain", "mr"} and run["wall_s"] > 0
