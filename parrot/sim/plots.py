@@ -160,7 +160,8 @@ def rate_plot(summary: dict, path: Path, title: str) -> None:
         if points:
             xs, ys = zip(*points)
             ax.plot(xs, [y * 1000 for y in ys], "o-", color=f"C{i}",
-                    label=f"{label}: {entry['sustainable_rate']:.2f} req/s")
+                    label=f"{label}: {'>= ' if entry.get('capped') else ''}"
+                          f"{entry['sustainable_rate']:.2f} req/s")
     ax.axhline(summary["target_s_per_token"] * 1000, color="black", linestyle="--",
                linewidth=0.8, label="target")
     ax.set_xscale("log")
