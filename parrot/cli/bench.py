@@ -100,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--paper", action="store_true", help="run every experiment of the paper "
                    "(simulated) and write the results table, JSON and plots under --out")
     m.add_argument("--jobs", type=int, default=2, help="--paper: runs in parallel processes")
+    m.add_argument("--paper-profile", default="h200_llama7b",
+                   help="--paper: the latency profile of every run (default h200_llama7b)")
     m.add_argument("--page", type=Path, help="--paper: splice the table into this markdown "
                    "page between its paper-table markers (e.g. docs/RESULTS.md)")
     p.add_argument("--no-plots", action="store_true")
@@ -273,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         from parrot.sim.paper import run_paper
 
         return run_paper(args.out, quiet=args.quiet, plots=not args.no_plots, jobs=args.jobs,
-                         page=args.page)
+                         page=args.page, profile=args.paper_profile)
     if args.workload is None:
         parser.error("--workload is required (or --paper)")
     settings, variants, reference = parse_settings(parser, args)

@@ -52,13 +52,13 @@ class Experiment:
     ratios: tuple[Ratio, ...]
     note: str = ""
 
-    def argv(self, out: Path) -> list[str]:
+    def argv(self, out: Path, profile: str = PROFILE) -> list[str]:
         # Sweeps keep only their own plot (speedup against the swept value).
-        return [*self.args, "--profile", PROFILE, "--out", str(out / self.key), "--quiet",
+        return [*self.args, "--profile", profile, "--out", str(out / self.key), "--quiet",
                 "--no-point-plots"]
 
-    def command(self, out: str = "docs/results/paper") -> str:
-        return " ".join(["parrot-bench", *self.args, "--profile", PROFILE, "--out",
+    def command(self, out: str = "docs/results/paper", profile: str = PROFILE) -> str:
+        return " ".join(["parrot-bench", *self.args, "--profile", profile, "--out",
                          f"{out}/{self.key}"])
 
 
@@ -167,7 +167,7 @@ def _run_one(argv: list[str]) -> tuple[str, int, float]:
 
 
 def run_paper(out: Path, *, quiet: bool = False, plots: bool = True, jobs: int = 2,
-              page: Path | None = None,
+              page: Path | None = None, profile: str = PROFILE,
               experiments: tuple[Experiment, ...] = EXPERIMENTS) -> int:
     """Run every experiment (rate searches first, `jobs` at a time), then write the table in
     the order of `experiments`."""
@@ -177,7 +177,7 @@ def run_paper(out: Path, *, quiet: bool = False, plots: bool = True, jobs: int =
     started = time.perf_counter()
     # The rate searches are the long poles: start them first so the pool stays busy.
     ordered = sorted(experiments, key=lambda e: "--sustainable-rate" not in e.args)
-    argvs = [e.argv(out) + ([] if plots else ["--no-plots"]) for e in ordered]
+    argvs = [e.argv(out, profile) + ([] if plots else ["--no-plots"]) for e in ordered]
     codes: dict[str, tuple[int, float]] = {}
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
         for path, code, seconds in pool.map(_run_one, argvs):
@@ -186,7 +186,8 @@ def run_paper(out: Path, *, quiet: bool = False, plots: bool = True, jobs: int =
                 print(f"[paper] {Path(path).name}: exit {code} in {seconds:.0f}s",
                       file=sys.stderr)
     wall = time.perf_counter() - started
-    table = write_report(out, experiments, {k: s for k, (_, s) in codes.items()}, wall)
+    table = write_report(out, experiments, {k: s for k, (_, s) in codes.items()}, wall,
+                         profile)
     if page is not None:
         splice_page(page, table)
     print(table)

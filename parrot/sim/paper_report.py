@@ -5,6 +5,7 @@ between `<!-- paper-table:begin -->` and `<!-- paper-table:end -->`."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -70,10 +71,12 @@ def _plot(run_dir: Path, kind: str) -> str | None:
 
 
 def write_report(out: Path, experiments: Sequence[Any], seconds: dict[str, float],
-                 wall_s: float) -> str:
+                 wall_s: float, profile: str | None = None) -> str:
     lines = ["| experiment | paper | ours, simulated (one run per ratio) | ours, live | "
              "plot | command |", "|---|---|---|---|---|---|"]
     summary: dict[str, Any] = {"wall_s": wall_s, "experiments": {}}
+    command = (lambda e: e.command()) if profile is None else (  # noqa: E731
+        lambda e: e.command(str(out), profile))
     for e in experiments:
         run_dir = out / e.key
         loaded = _load(run_dir)
@@ -88,12 +91,12 @@ def write_report(out: Path, experiments: Sequence[Any], seconds: dict[str, float
                            "metric": ratio.metric, "values": rows})
             cells.append(f"{ratio.name}: {_cell(kind, data, rows)}")
         plot = _plot(run_dir, loaded[0]) if loaded else None
-        rel = f"results/paper/{e.key}"
+        rel = os.path.relpath(run_dir, "docs")  # links are relative to the page in docs/
         plot_cell = f"[{plot}]({rel}/{plot})" if plot else "-"
         lines.append(f"| {e.title} | {e.paper} | {'<br>'.join(cells)} | pending | "
-                     f"{plot_cell} | `{e.command()}` |")
+                     f"{plot_cell} | `{command(e)}` |")
         summary["experiments"][e.key] = {"title": e.title, "paper": e.paper,
-                                         "command": e.command(), "ratios": record,
+                                         "command": command(e), "ratios": record,
                                          "seconds": seconds.get(e.key)}
     table = "\n".join(lines) + "\n"
     (out / "table.md").write_text(table)
