@@ -133,10 +133,15 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment(
         "multi_agent", "multi-agent programming: architect, N coders/reviewers, 3 rounds",
         "11.7x vs latency-centric; 2.45x vs throughput-centric",
-        ("--workload", "multi_agent", *_compare("app_centric", THROUGHPUT_BASE, LATENCY_BASE),
+        ("--workload", "multi_agent", *_compare("app_centric", "least_queue", THROUGHPUT_BASE,
+                                                LATENCY_BASE),
          "--sweep", "num_clients=4,8,12,16"),
         (Ratio("E2E vs latency-centric", PARROT, LATENCY_BASE),
          Ratio("E2E vs throughput-centric", PARROT, THROUGHPUT_BASE),
+         Ratio("E2E, sharing with least-queue placement vs latency-centric", SHARED,
+               LATENCY_BASE),
+         Ratio("E2E, sharing with least-queue placement vs throughput-centric", SHARED,
+               THROUGHPUT_BASE),
          Ratio("peak KV, throughput-centric / ours", PARROT, THROUGHPUT_BASE,
                "peak_kv_tokens"))),
     Experiment(
