@@ -164,9 +164,12 @@ def parse_settings(parser: argparse.ArgumentParser,
             seed=args.seed)
         low, high = _range(parser, "--network-delay-ms", args.network_delay_ms, float)
         engines = args.engines if args.engines is not None else definition.num_engines
+        engine_params = _key_values(parser, "--engine-param", args.engine_param)
+        if args.mode == "live" and engine_params:
+            raise CompareError("--engine-param: simulation only; live engines take their "
+                               "params from --config (per variant: POLICY+engine.KEY=VALUE)")
         cluster = ClusterSpec(num_engines=engines, profile=args.profile,
-                              engine_params=_key_values(parser, "--engine-param",
-                                                        args.engine_param),
+                              engine_params=engine_params,
                               latency_capacity=args.latency_capacity,
                               throughput_capacity=args.throughput_capacity,
                               network_delay_s=(low / 1000.0, high / 1000.0))
@@ -177,9 +180,12 @@ def parse_settings(parser: argparse.ArgumentParser,
             raise CompareError(f"--policy-param: {unused} not in --compare "
                                f"{[v.policy for v in variants]}")
         for variant in variants:  # unknown policies and bad params fail before any run
+            # Live engines (builtin, ...) check their own params when they start; only the
+            # simulated engine's are known here.
+            sim_params = {} if settings.live else variant.engine_params
             ClusterSpec(policy=variant.registry_name, policy_params=settings.params_for(variant),
                         profile=args.profile,
-                        engine_params={**cluster.engine_params, **variant.engine_params})
+                        engine_params={**cluster.engine_params, **sim_params})
         reference = variants[-1]
         if args.reference is not None:
             matches = [v for v in variants if args.reference in (v.label, v.policy)]

@@ -50,6 +50,7 @@ def test_tiny_comparison_writes_results_table_and_plots(tmp_path, capsys):
     (["--engine-param", "bogus=1"], "unknown key(s) ['bogus']"),
     (["--compare", "app_centric+affinity=0"], "+policy.KEY=VALUE"),
     (["--clients", "0"], "num_clients: 0 is not valid"),
+    (["--mode", "live", "--engine-param", "x=1"], "--engine-param: simulation only"),
 ])
 def test_argument_errors_are_clear(tmp_path, capsys, argv, message):
     base = ["--workload", "chain_summary", "--out", str(tmp_path / "x"), "--no-plots"]
@@ -90,3 +91,14 @@ def test_new_workload_runs_with_its_own_defaults(tmp_path, capsys):
     assert static["num_apps"] == 4 and static["peak_kv_tokens"] > 0
     assert results["settings"]["workload"]["num_clients"] == 4
     assert results["settings"]["workload"]["output_tokens"] == 8
+
+
+def test_live_variants_may_carry_engine_params_the_simulator_does_not_know(tmp_path):
+    from parrot.cli.bench import build_parser, parse_settings
+
+    parser = build_parser()
+    args = parser.parse_args(["--workload", "copilot", "--mode", "live", "--out",
+                              str(tmp_path), "--compare",
+                              "least_queue+engine.shared_prefix_min_group=1000000"])
+    _, (variant,), _ = parse_settings(parser, args)
+    assert variant.engine_params == {"shared_prefix_min_group": 1000000}
