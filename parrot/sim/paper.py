@@ -145,7 +145,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
          Ratio("peak KV, throughput-centric / ours", PARROT, THROUGHPUT_BASE,
                "peak_kv_tokens"))),
     Experiment(
-        "mixed", "mixed: chat at 1 req/s + 4 map-reduce jobs, 4 engines",
+        "mixed", "mixed: chat at 1 req/s + map-reduce jobs at 0.5/s, one minute, 4 engines",
         "chat 5.5x / 1.23x, map-reduce 3.7x / 1.05x (vs latency- / throughput-centric)",
         ("--workload", "mixed", *_compare("app_centric", "throughput_centric",
                                           "latency_centric")),

@@ -148,10 +148,19 @@ def test_bad_spec_values_name_the_field(field, value):
         WorkloadSpec(**{field: value})
 
 
-def test_mixed_submits_its_map_reduce_jobs_together_beside_chat():
-    result = run("mixed", policy="least_queue", num_apps=3, chat_rate=2.0, max_chat_s=3.0,
-                 chat_prompt_tokens=(16, 32), chat_output_tokens=(4, 8))
-    jobs = [r for r in result.records if r.is_main]
+def test_mixed_jobs_and_chats_arrive_at_fixed_times_in_every_variant():
+    spec = dict(num_apps=3, request_rate=1.0, chat_rate=2.0, max_chat_s=3.0,
+                chat_prompt_tokens=(16, 32), chat_output_tokens=(4, 8))
+    runs = [run("mixed", policy=p, **spec) for p in ("least_queue", "latency_centric")]
+    starts = [[(r.app_id, round(r.started, 9)) for r in result.records] for result in runs]
+    assert starts[0] == starts[1]
+    jobs = [r for r in runs[0].records if r.is_main]
     assert [r.app_id for r in jobs] == ["mapreduce-0", "mapreduce-1", "mapreduce-2"]
-    assert len({r.started for r in jobs}) == 1
-    assert any(not r.is_main for r in result.records)
+    offsets = poisson_offsets(random.Random("jobs|0"), 1.0, count=3)
+    assert [r.started for r in jobs] == pytest.approx(offsets)
+    assert any(not r.is_main for r in runs[0].records)
+
+
+def test_documents_never_repeat_when_the_text_wraps_around():
+    docs = documents(WorkloadSpec(doc_tokens=20_480, chunk_tokens=1024, num_apps=12))
+    assert len({d[0] for d in docs}) == 12

@@ -54,8 +54,11 @@ def documents(spec: WorkloadSpec, count: int | None = None) -> list[list[str]]:
         raise ValueError(f"doc_tokens: {spec.doc_tokens} is more than the whole document "
                          f"(~{len(text) // CHARS_PER_TOKEN} tokens)")
     docs = []
+    span = len(text) - width + 1
     for i in range(spec.num_apps if count is None else count):
-        start = (i * width) % (len(text) - width + 1)
+        # Past the end the windows wrap around, each lap shifted so no document repeats
+        # another (a repeated prompt would be a prefix-cache hit no real workload has).
+        start = (i * width + (i * width // span) * 7919) % span
         docs.append(chunk_document(text[start:start + width], spec.chunk_tokens))
     return docs
 
@@ -66,22 +69,17 @@ async def chain_summary(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
     return await _apps_in_sequence(env, spec, "chain", _one_chain)
 
 
-async def _apps_in_sequence(env: Env, spec: WorkloadSpec, prefix: str, one_app, *,
-                            together: bool = False) -> list[AppRecord]:
-    """Run `one_app(env, app_id, chunks, output_tokens)` per document, one after another (or
-    all at once when `together`), with Poisson background chat alongside when
-    `spec.chat_rate` > 0."""
+async def _apps_in_sequence(env: Env, spec: WorkloadSpec, prefix: str,
+                            one_app) -> list[AppRecord]:
+    """Run `one_app(env, app_id, chunks, output_tokens)` per document, one after another, with
+    Poisson background chat alongside when `spec.chat_rate` > 0."""
     docs = await asyncio.to_thread(documents, spec)  # tokenising is blocking work
     chat = BackgroundChat(env, spec) if spec.chat_rate > 0 else None
     records: list[AppRecord] = []
     if chat is not None:
         chat.start()
     try:
-        if together:
-            records.extend(await asyncio.gather(*(
-                one_app(env, f"{prefix}-{i}", chunks, spec.output_tokens)
-                for i, chunks in enumerate(docs))))
-        for i, chunks in enumerate(docs if not together else ()):
+        for i, chunks in enumerate(docs):
             records.append(await one_app(env, f"{prefix}-{i}", chunks, spec.output_tokens))
     except BaseException:
         if chat is not None:
@@ -121,9 +119,31 @@ async def map_reduce(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
 
 
 async def mixed(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
-    """`num_apps` map-reduce jobs submitted together (a batch of analytics jobs sharing the
-    cluster) while chat arrives at `chat_rate` per second: the paper's mixed workload."""
-    return await _apps_in_sequence(env, spec, "mapreduce", _one_map_reduce, together=True)
+    """The paper's mixed workload: `num_apps` map-reduce jobs arriving as a Poisson process
+    at `request_rate` jobs per second, while chat arrives at `chat_rate` per second; both
+    streams at times drawn before the run."""
+    docs = await asyncio.to_thread(documents, spec)
+    offsets = poisson_offsets(random.Random(f"jobs|{spec.seed}"), spec.request_rate,
+                              count=spec.num_apps)
+
+    async def job(i: int) -> AppRecord:
+        return await _one_map_reduce(env, f"mapreduce-{i}", docs[i], spec.output_tokens)
+
+    jobs = Arrivals(offsets, job, "mapreduce")
+    chat = BackgroundChat(env, spec) if spec.chat_rate > 0 else None
+    if chat is not None:
+        chat.start()
+    jobs.start()
+    try:
+        records = await jobs.wait()
+    except BaseException:
+        await jobs.cancel()
+        if chat is not None:
+            await chat.cancel()
+        raise
+    if chat is not None:
+        records.extend(await chat.stop())
+    return records
 
 
 async def _one_map_reduce(env: Env, app_id: str, chunks: list[str],

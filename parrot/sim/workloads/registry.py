@@ -67,9 +67,11 @@ _ALL = (
              "app_centric,throughput_centric:baseline,latency_centric:baseline",
              {"num_clients": 8, "output_tokens": 200}, main_apps_field=None),
     Workload("mixed", mixed,
-             "map-reduce jobs submitted together with chat at 1 req/s, four engines",
+             "map-reduce jobs (Poisson, 0.5/s) beside chat at 1 req/s over one minute, "
+             "four engines",
              "app_centric,throughput_centric,latency_centric",
-             {"chat_rate": 1.0, "max_chat_s": 120.0, "num_apps": 4}, num_engines=4),
+             {"chat_rate": 1.0, "max_chat_s": 60.0, "num_apps": 30, "request_rate": 0.5},
+             num_engines=4),
 )
 
 WORKLOADS: Mapping[str, Workload] = {w.name: w for w in _ALL}
