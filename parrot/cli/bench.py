@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", help="variant the speedups are relative to "
                    "(default: the last one of --compare)")
     w = p.add_argument_group("workload")
-    w.add_argument("--apps", type=int, help="main applications, one after another (1)")
+    w.add_argument("--apps", type=int, help="main applications, one after another (1; "
+                   "mixed: jobs, 30)")
     w.add_argument("--doc-tokens", type=int, help="tokens per document (20480)")
     w.add_argument("--chunk-tokens", type=int, help="tokens per chunk (1024)")
     w.add_argument("--output-tokens", type=int, help="tokens per LLM call (50; copilot and "
@@ -64,10 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--chat-prompt-tokens", default="128:1024", metavar="LOW:HIGH")
     w.add_argument("--chat-output-tokens", default="64:512", metavar="LOW:HIGH")
     w.add_argument("--max-chat-s", type=float, help="chats arrive at fixed times in "
-                   "[0, this) whatever the main apps do (300 for chain_summary_bg, 120 mixed)")
+                   "[0, this) whatever the main apps do (300 for chain_summary_bg, 60 mixed)")
     w.add_argument("--clients", type=int, help="concurrent_chains: clients; copilot: users; "
                    "multi_agent: files (10 / 32 / 8)")
-    w.add_argument("--request-rate", type=float, help="gpts: Poisson requests/s (2.0)")
+    w.add_argument("--request-rate", type=float, help="gpts: Poisson requests/s (2.0); "
+                   "mixed: map-reduce jobs/s (0.5)")
     w.add_argument("--requests", type=int, help="gpts: number of requests (100)")
     w.add_argument("--system-prompt-tokens", type=int, help="copilot: shared prompt (6000)")
     w.add_argument("--prompt-scale", type=float, help="gpts: system prompt lengths x this (1.0)")
