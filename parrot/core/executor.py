@@ -100,9 +100,11 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
                 pending.append(call.rendered_inputs[seg.name])
             else:
                 if pending:
-                    await engine.engine.fill(FillRequest(
+                    filled = await engine.engine.fill(FillRequest(
                         context_id=context_id, parent_context_id=None if created else parent,
                         text="".join(pending)))
+                    if not created:  # the whole prompt before the first output, in real tokens
+                        engine.note_prompt_tokens(call.call_id, filled.context_len)
                     created, pending = True, []
                 binding = call.outputs[seg.name]
                 result = await engine.engine.generate_all(GenerateRequest(

@@ -1,0 +1,122 @@
+"""The bookkeeping of one app_centric round: engine slots and the cost of placing calls on them.
+
+A `Slot` is an engine's snapshot plus what this round has placed on it. `Slot.demand` says what
+a set of calls adds to the engine — tokens of load and prompt tokens to prefill, a prefix the
+engine holds (or that an earlier call of the set brings) counted once — and `Slot.finish_ms`
+turns that into an estimated finish time with the engine's speed profile (cost.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from parrot.policies.base import CallView, EngineView
+from parrot.types import Criterion
+
+
+@dataclass
+class Demand:
+    """What some calls add to one engine (accumulated member by member)."""
+
+    load: int = 0                   # tokens of KV load added
+    prefill: int = 0                # prompt tokens the engine must prefill
+    output: int = 0                 # decode steps until the last of them finishes
+    prefixes: set[str] = field(default_factory=set)   # prefixes they bring
+    affine: bool = False            # one of them reuses a prefix held here (under the gate)
+
+    def plus(self, other: "Demand") -> "Demand":
+        return Demand(self.load + other.load, self.prefill + other.prefill,
+                      max(self.output, other.output), self.prefixes | other.prefixes,
+                      self.affine or other.affine)
+
+
+@dataclass
+class Slot:
+    view: EngineView
+    index: int                      # position in the given engine order (deterministic ties)
+    load: int
+    num_calls: int
+    num_by_criterion: dict[Criterion, int]
+    pending_prefill: int = 0        # prompt tokens placed this round (not prefilled yet)
+    # What this round placed here; the snapshot's own sets are read, never copied (an
+    # engine may hold many cached prefixes).
+    placed_task_groups: set[str] = field(default_factory=set)
+    placed_prefixes: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, view: EngineView, index: int) -> "Slot":
+        return cls(view=view, index=index, load=view.num_tokens_in_use,
+                   num_calls=view.num_running_calls,
+                   num_by_criterion={Criterion.LATENCY: view.num_latency_calls,
+                                     Criterion.THROUGHPUT: view.num_throughput_calls})
+
+    def holds_task_group(self, task_group: str) -> bool:
+        return task_group in self.placed_task_groups or task_group in self.view.task_groups
+
+    def holds_prefix(self, prefix: str) -> bool:
+        return prefix in self.placed_prefixes or prefix in self.view.cached_prefixes
+
+    @property
+    def is_idle(self) -> bool:
+        return self.num_calls == 0
+
+    def serves(self, criterion: Criterion) -> bool:
+        return self.num_by_criterion[criterion] > 0
+
+    def capacity(self, criterion: Criterion) -> int:
+        # Latency calls are only fast while the whole engine is lightly loaded, so an engine
+        # serving any latency call is held to the latency capacity, whoever joins it.
+        if criterion is Criterion.LATENCY or self.serves(Criterion.LATENCY):
+            return self.view.latency_capacity
+        return self.view.throughput_capacity
+
+    def free(self, criterion: Criterion) -> int:
+        return max(0, self.capacity(criterion) - self.load)
+
+    def has_room(self, demand: Demand, criterion: Criterion) -> bool:
+        return self.load + demand.load <= self.capacity(criterion)
+
+    def add_call(self, call: CallView, criterion: Criterion, demand: Demand) -> None:
+        self.load += demand.load
+        self.pending_prefill += demand.prefill
+        self.num_calls += 1
+        self.num_by_criterion[criterion] += 1
+        if call.task_group is not None:
+            self.placed_task_groups.add(call.task_group)
+        self.placed_prefixes.update(call.prefix_hashes)
+
+    # --- cost ------------------------------------------------------------------------------
+
+    def demand(self, calls: Iterable[CallView], criterion: Criterion, *, affinity: bool,
+               gate: float, base: Demand | None = None) -> Demand:
+        """What `calls` add here on top of `base` (calls already assigned here this step).
+
+        A call's deepest prefix that this engine holds, or that `base` or an earlier call in
+        `calls` brings, is neither loaded nor prefilled again — while the engine stays under
+        `gate` × capacity after taking the call (prefix affinity gated on load); past the gate
+        the engine is costed as if it did not hold the prefix, so the call spreads.
+        """
+        total = base or Demand()
+        limit = gate * self.capacity(criterion)
+        for call in calls:
+            shared, affine = 0, False
+            if affinity:
+                for prefix, tokens in zip(reversed(call.prefix_hashes),
+                                          reversed(call.prefix_num_tokens or
+                                                   (0,) * len(call.prefix_hashes))):
+                    if prefix in total.prefixes or self.holds_prefix(prefix):
+                        if self.load + total.load + call.num_tokens - tokens <= limit:
+                            shared, affine = min(tokens, call.num_prompt_tokens), True
+                        break
+            # Every call decodes at least one token (a view may not know its output length).
+            total = total.plus(Demand(call.num_tokens - shared, call.num_prompt_tokens - shared,
+                                      max(call.num_output_tokens, 1), set(call.prefix_hashes),
+                                      affine))
+        return total
+
+    def finish_ms(self, demand: Demand) -> float:
+        """Estimated time until work of `demand` placed here now would finish."""
+        return self.view.profile.finish_ms(
+            prefill_tokens=self.pending_prefill + demand.prefill, output_tokens=demand.output,
+            batch_tokens=self.load + demand.load, speed=self.view.speed)
