@@ -26,16 +26,17 @@ from parrot.errors import InvalidRequestError
 from parrot.sim.cluster import ClusterConfigError, ClusterSpec
 from parrot.sim.compare import (CompareError, Settings, Variant, VariantRun, parse_variants,
                                 results_json, run_variant)
-from parrot.sim.workloads.apps import WORKLOADS
 from parrot.sim.workloads.base import AppRecord
+from parrot.sim.workloads.registry import WORKLOADS
 from parrot.sim.workloads.spec import WorkloadConfigError, WorkloadSpec
 
-DEFAULT_COMPARE = {
-    "chain_summary": "app_centric,least_queue:baseline",
-    "chain_summary_bg": "app_centric,least_queue:baseline",
-    "map_reduce": "app_centric,latency_centric,latency_centric:baseline",
-}
-DEFAULT_CHAT_RATE = {"chain_summary_bg": 1.0}
+# --option dest -> WorkloadSpec field; unset options take the workload's default, then the spec's.
+SPEC_OPTIONS = {"apps": "num_apps", "doc_tokens": "doc_tokens", "chunk_tokens": "chunk_tokens",
+                "output_tokens": "output_tokens", "chat_rate": "chat_rate",
+                "max_chat_s": "max_chat_s", "clients": "num_clients",
+                "request_rate": "request_rate", "requests": "num_requests",
+                "system_prompt_tokens": "system_prompt_tokens", "prompt_scale": "prompt_scale",
+                "rounds": "rounds"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,21 +48,30 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default depends on the workload, e.g. app_centric,least_queue:baseline)")
     p.add_argument("--mode", choices=("sim", "live"), default="sim")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--engines", type=int, default=1, help="simulated engines (sim mode)")
+    p.add_argument("--engines", type=int, help="simulated engines (sim mode; default: the "
+                   "workload's, 4 for gpts and mixed, else 1)")
     p.add_argument("--out", required=True, type=Path, help="output directory")
     p.add_argument("--reference", help="variant the speedups are relative to "
                    "(default: the last one of --compare)")
     w = p.add_argument_group("workload")
-    w.add_argument("--apps", type=int, default=1, help="main applications, one after another")
-    w.add_argument("--doc-tokens", type=int, default=20_480)
-    w.add_argument("--chunk-tokens", type=int, default=1024)
-    w.add_argument("--output-tokens", type=int, default=50)
+    w.add_argument("--apps", type=int, help="main applications, one after another (1)")
+    w.add_argument("--doc-tokens", type=int, help="tokens per document (20480)")
+    w.add_argument("--chunk-tokens", type=int, help="tokens per chunk (1024)")
+    w.add_argument("--output-tokens", type=int, help="tokens per LLM call (50; copilot and "
+                   "gpts 100, multi_agent 200)")
     w.add_argument("--chat-rate", type=float, help="background chat requests/s "
-                   "(default 1.0 for chain_summary_bg, else 0)")
+                   "(default 1.0 for chain_summary_bg and mixed, else 0)")
     w.add_argument("--chat-prompt-tokens", default="128:1024", metavar="LOW:HIGH")
     w.add_argument("--chat-output-tokens", default="64:512", metavar="LOW:HIGH")
-    w.add_argument("--max-chat-s", type=float, default=3600.0,
-                   help="no chat arrives after this many seconds")
+    w.add_argument("--max-chat-s", type=float, help="chats arrive at fixed times in "
+                   "[0, this) whatever the main apps do (300 for chain_summary_bg, 120 mixed)")
+    w.add_argument("--clients", type=int, help="concurrent_chains: clients; copilot: users; "
+                   "multi_agent: files (10 / 32 / 8)")
+    w.add_argument("--request-rate", type=float, help="gpts: Poisson requests/s (2.0)")
+    w.add_argument("--requests", type=int, help="gpts: number of requests (100)")
+    w.add_argument("--system-prompt-tokens", type=int, help="copilot: shared prompt (6000)")
+    w.add_argument("--prompt-scale", type=float, help="gpts: system prompt lengths x this (1.0)")
+    w.add_argument("--rounds", type=int, help="multi_agent: review/revise rounds (3)")
     c = p.add_argument_group("cluster")
     c.add_argument("--profile", default="a100_llama13b",
                    help="latency profile (name in configs/profiles/ or a path)")
@@ -71,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="uniform delay of every client-service message")
     c.add_argument("--policy-param", action="append", default=[], metavar="POLICY.KEY=VALUE",
                    help="e.g. latency_centric.token_capacity=4096 (repeatable)")
+    c.add_argument("--engine-param", action="append", default=[], metavar="KEY=VALUE",
+                   help="simulated engine parameter over the profile, every variant "
+                   "(repeatable); one variant's: --compare POLICY+engine.KEY=VALUE")
     c.add_argument("--config", help="live mode: parrot-serve YAML (default policies.yaml)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -99,20 +112,42 @@ def _policy_params(parser: argparse.ArgumentParser,
     return params
 
 
+def workload_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The WorkloadSpec fields: options given on the command line over the workload's own
+    defaults (the spec's defaults cover the rest)."""
+    fields = dict(WORKLOADS[args.workload].spec_defaults)
+    for dest, name in SPEC_OPTIONS.items():
+        if getattr(args, dest) is not None:
+            fields[name] = getattr(args, dest)
+    return fields
+
+
+def _key_values(parser: argparse.ArgumentParser, option: str,
+                items: Sequence[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"{option}: {item!r} is not valid; expected KEY=VALUE, "
+                         "e.g. shared_prefix_decode=false")
+        params[key] = yaml.safe_load(value)
+    return params
+
+
 def parse_settings(parser: argparse.ArgumentParser,
                    args: argparse.Namespace) -> tuple[Settings, list[Variant], Variant]:
     try:
-        variants = parse_variants(args.compare or DEFAULT_COMPARE[args.workload])
-        chat_rate = args.chat_rate if args.chat_rate is not None \
-            else DEFAULT_CHAT_RATE.get(args.workload, 0.0)
-        workload = WorkloadSpec(
-            doc_tokens=args.doc_tokens, chunk_tokens=args.chunk_tokens,
-            output_tokens=args.output_tokens, num_apps=args.apps, chat_rate=chat_rate,
+        definition = WORKLOADS[args.workload]
+        variants = parse_variants(args.compare or definition.default_compare)
+        workload = WorkloadSpec(**workload_fields(args),
             chat_prompt_tokens=_range(parser, "--chat-prompt-tokens", args.chat_prompt_tokens),
             chat_output_tokens=_range(parser, "--chat-output-tokens", args.chat_output_tokens),
-            max_chat_s=args.max_chat_s, seed=args.seed)
+            seed=args.seed)
         low, high = _range(parser, "--network-delay-ms", args.network_delay_ms, float)
-        cluster = ClusterSpec(num_engines=args.engines, profile=args.profile,
+        engines = args.engines if args.engines is not None else definition.num_engines
+        cluster = ClusterSpec(num_engines=engines, profile=args.profile,
+                              engine_params=_key_values(parser, "--engine-param",
+                                                        args.engine_param),
                               latency_capacity=args.latency_capacity,
                               throughput_capacity=args.throughput_capacity,
                               network_delay_s=(low / 1000.0, high / 1000.0))
@@ -124,7 +159,8 @@ def parse_settings(parser: argparse.ArgumentParser,
                                f"{[v.policy for v in variants]}")
         for variant in variants:  # unknown policies and bad params fail before any run
             ClusterSpec(policy=variant.registry_name, policy_params=settings.params_for(variant),
-                        profile=args.profile)
+                        profile=args.profile,
+                        engine_params={**cluster.engine_params, **variant.engine_params})
         reference = variants[-1]
         if args.reference is not None:
             matches = [v for v in variants if args.reference in (v.label, v.policy)]
@@ -139,10 +175,13 @@ def parse_settings(parser: argparse.ArgumentParser,
 
 
 class Progress:
-    """A one-line text progress bar on stderr."""
+    """A one-line text progress bar on stderr; it animates (redraws with \\r) only on a
+    terminal, elsewhere (a log file, CI) it writes one line per finished variant."""
 
-    def __init__(self, num_variants: int, num_apps: int, quiet: bool) -> None:
+    def __init__(self, num_variants: int, num_apps: int, quiet: bool,
+                 animate: bool | None = None) -> None:
         self.num_variants, self.num_apps, self.quiet = num_variants, num_apps, quiet
+        self.animate = sys.stderr.isatty() if animate is None else animate
         self.index, self.label, self.done, self.chats = 0, "", 0, 0
         self.started = time.perf_counter()
 
@@ -163,12 +202,13 @@ class Progress:
         self._draw(f" {status} in {time.perf_counter() - self.started:.1f}s\n")
 
     def _draw(self, tail: str = "") -> None:
-        if self.quiet:
+        if self.quiet or not (self.animate or tail):
             return
         width = 24
         filled = int(width * self.done / max(self.num_apps, 1))
         chats = f" +{self.chats} chats" if self.chats else ""
-        sys.stderr.write(f"\r[{self.index}/{self.num_variants}] {self.label:<32} "
+        sys.stderr.write(f"{chr(13) if self.animate else ''}"
+                         f"[{self.index}/{self.num_variants}] {self.label:<32} "
                          f"[{'#' * filled}{'.' * (width - filled)}] "
                          f"{self.done}/{self.num_apps} apps{chats}{tail}")
         sys.stderr.flush()
@@ -217,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         parser.error(f"--out: cannot create {str(args.out)!r}: {exc}")
-    progress = Progress(len(variants), settings.workload_spec.num_apps, args.quiet)
+    num_main = WORKLOADS[settings.workload].num_main_apps(settings.workload_spec)
+    progress = Progress(len(variants), num_main, args.quiet)
     runs: list[VariantRun] = []
     for i, variant in enumerate(variants, 1):
         progress.begin(i, variant.label)
