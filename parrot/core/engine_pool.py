@@ -179,6 +179,7 @@ class EngineState:
             cached_prefixes=_ReadOnlyKeys(self.contexts.prefix_hashes),  # type: ignore[arg-type]
             is_healthy=self.is_healthy,
             profile=self.profile,
+            running_prefixes=_ReadOnlyKeys(self.prefix_refs),  # type: ignore[arg-type]
         )
 
     def describe(self) -> dict:

@@ -89,10 +89,25 @@ class AppCentricPolicy(Policy):
         slots = [Slot.of(e, i) for i, e in enumerate(engines) if e.is_healthy]
         if not slots:
             return []
+        # Latency isolation needs an engine without latency calls. When every engine serves
+        # some, holding throughput calls to the latency capacity isolates nothing: it only
+        # starves them behind a steady latency stream. Then they fill up to the throughput
+        # capacity (latency calls still keep to the latency capacity among themselves).
+        isolates = any(not s.serves(Criterion.LATENCY) for s in slots)
+        for slot in slots:
+            slot.isolates = isolates
         saturated = self._saturation(calls, slots)
         placed: list[tuple[CallView, Slot]] = []
+        reserved: set[int] = set()
         for criterion, unit in self._units(calls):
-            placed.extend(self._place_unit(unit, criterion, slots, saturated[criterion]))
+            usable = [s for s in slots if s.index not in reserved]
+            done = self._place_unit(unit, criterion, usable, saturated[criterion])
+            placed.extend(done)
+            if len(done) < len(unit) and usable:
+                # First come, first served: a call that fits nowhere keeps the engine where it
+                # will fit first, so later (smaller) calls cannot overtake it there forever.
+                waiting = unit[len(done)] if len(done) < len(unit) else unit[0]
+                reserved.add(self._fits_first(waiting, criterion, usable).index)
         # Dispatched in the given order (engines admit first come, first served).
         order = {call.call_id: i for i, call in enumerate(calls)}
         placed.sort(key=lambda p: order[p[0].call_id])
@@ -147,12 +162,15 @@ class AppCentricPolicy(Policy):
             placed.append((call, idle))
         return placed
 
+    def _fits_first(self, call: CallView, criterion: Criterion, slots: list[Slot]) -> Slot:
+        """The engine on which `call` lacks the fewest tokens of room."""
+        return min(slots, key=lambda s: (self._demand(s, [call], criterion, Demand()).load
+                                         + s.load - s.capacity(criterion), s.index))
+
     def _pools(self, criterion: Criterion, slots: list[Slot]) -> list[list[Slot]]:
-        """Engines to try in turn: with isolation, those not serving the other criterion first."""
-        if not self.params.isolate_criteria:
-            return [slots]
-        other = _OTHER[criterion]
-        return [[s for s in slots if not s.serves(other)], [s for s in slots if s.serves(other)]]
+        """Engines to try in turn. Isolation is a preference inside `_pick` (the latency
+        capacity is what protects latency calls), so one pool holds every engine."""
+        return [slots]
 
     def _assign(self, unit: list[CallView], criterion: Criterion, pool: list[Slot],
                 saturated: bool) -> list[Assignment]:
@@ -222,13 +240,20 @@ class AppCentricPolicy(Policy):
         if saturated and criterion is Criterion.THROUGHPUT:
             # Work waits for engines either way: pack for the largest batches, and keep the
             # group (then the prefix) together.
-            return min(options, key=lambda o: (not self._colocated(o, call),
+            return min(options, key=lambda o: (self._conflicts(o[0], criterion),
+                                               not self._colocated(o, call),
                                                -(o[0].load + o[1].load), o[0].index))
         fastest = min(ms for _, _, ms in options)
         within = [o for o in options if o[2] <= fastest * (1 + self.params.colocation_slack)]
-        together = [o for o in within if self._colocated(o, call)]
-        return min(together or options, key=lambda o: (o[2], not o[0].serves(criterion),
-                                                       o[0].index))
+        # Among placements about as fast as the fastest: engines not serving the other
+        # criterion (isolation; a mixed engine only when much faster), co-located ones first.
+        calm = [o for o in within if not self._conflicts(o[0], criterion)] or within
+        together = [o for o in calm if self._colocated(o, call)]
+        return min(together or calm, key=lambda o: (o[2], not o[0].serves(criterion),
+                                                    o[0].index))
+
+    def _conflicts(self, slot: Slot, criterion: Criterion) -> bool:
+        return self.params.isolate_criteria and slot.serves(_OTHER[criterion])
 
     def _colocated(self, option: tuple[Slot, Demand, float], call: CallView) -> bool:
         """Whether the option's engine holds the call's task group, or a prefix it reuses

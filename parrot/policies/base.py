@@ -67,6 +67,9 @@ class EngineView:
     # How fast it prefills and decodes (see cost.py); the engine's configured latency profile
     # where it has one.
     profile: SpeedProfile = DEFAULT_PROFILE
+    # Prefix hashes of its running calls: already counted (once) in num_tokens_in_use. A
+    # cached prefix saves a new call's prefill; only one in this set also saves its load.
+    running_prefixes: AbstractSet[str] = frozenset()
 
     @property
     def mode(self) -> Criterion | None:

@@ -39,6 +39,9 @@ class Slot:
     num_calls: int
     num_by_criterion: dict[Criterion, int]
     pending_prefill: int = 0        # prompt tokens placed this round (not prefilled yet)
+    # Whether throughput calls joining this engine while it serves latency calls are held to
+    # the latency capacity (see `capacity`).
+    isolates: bool = True
     # What this round placed here; the snapshot's own sets are read, never copied (an
     # engine may hold many cached prefixes).
     placed_task_groups: set[str] = field(default_factory=set)
@@ -55,7 +58,12 @@ class Slot:
         return task_group in self.placed_task_groups or task_group in self.view.task_groups
 
     def holds_prefix(self, prefix: str) -> bool:
+        """A context of `prefix` is (or will be) here: a call forks it instead of prefilling."""
         return prefix in self.placed_prefixes or prefix in self.view.cached_prefixes
+
+    def counts_prefix(self, prefix: str) -> bool:
+        """`prefix` is already in this engine's load (a running or placed call has it)."""
+        return prefix in self.placed_prefixes or prefix in self.view.running_prefixes
 
     @property
     def is_idle(self) -> bool:
@@ -66,8 +74,9 @@ class Slot:
 
     def capacity(self, criterion: Criterion) -> int:
         # Latency calls are only fast while the whole engine is lightly loaded, so an engine
-        # serving any latency call is held to the latency capacity, whoever joins it.
-        if criterion is Criterion.LATENCY or self.serves(Criterion.LATENCY):
+        # serving any latency call is held to the latency capacity, whoever joins it — where
+        # the cluster can isolate at all (`isolates`).
+        if criterion is Criterion.LATENCY or (self.isolates and self.serves(Criterion.LATENCY)):
             return self.view.latency_capacity
         return self.view.throughput_capacity
 
@@ -93,24 +102,32 @@ class Slot:
         """What `calls` add here on top of `base` (calls already assigned here this step).
 
         A call's deepest prefix that this engine holds, or that `base` or an earlier call in
-        `calls` brings, is neither loaded nor prefilled again — while the engine stays under
-        `gate` × capacity after taking the call (prefix affinity gated on load); past the gate
-        the engine is costed as if it did not hold the prefix, so the call spreads.
+        `calls` brings, is not prefilled again, and not loaded again where a running or placed
+        call already counts it — while the engine stays under `gate` × capacity after taking
+        the call (prefix affinity gated on load); past the gate the engine is costed as if it
+        did not hold the prefix, so the call spreads.
         """
         total = base or Demand()
         limit = gate * self.capacity(criterion)
         for call in calls:
-            shared, affine = 0, False
+            saved_prefill = saved_load = 0
+            affine = False
             if affinity:
                 for prefix, tokens in zip(reversed(call.prefix_hashes),
                                           reversed(call.prefix_num_tokens or
                                                    (0,) * len(call.prefix_hashes))):
-                    if prefix in total.prefixes or self.holds_prefix(prefix):
-                        if self.load + total.load + call.num_tokens - tokens <= limit:
-                            shared, affine = min(tokens, call.num_prompt_tokens), True
+                    brought = prefix in total.prefixes
+                    if brought or self.holds_prefix(prefix):
+                        tokens = min(tokens, call.num_prompt_tokens)
+                        counted = brought or self.counts_prefix(prefix)
+                        load = call.num_tokens - (tokens if counted else 0)
+                        if self.load + total.load + load <= limit:
+                            affine, saved_prefill = True, tokens
+                            saved_load = tokens if counted else 0
                         break
             # Every call decodes at least one token (a view may not know its output length).
-            total = total.plus(Demand(call.num_tokens - shared, call.num_prompt_tokens - shared,
+            total = total.plus(Demand(call.num_tokens - saved_load,
+                                      call.num_prompt_tokens - saved_prefill,
                                       max(call.num_output_tokens, 1), set(call.prefix_hashes),
                                       affine))
         return total

@@ -28,9 +28,14 @@ from parrot.sim.compare import Settings, parse_variant, run_variant
 from parrot.sim.workloads.registry import WORKLOADS
 from parrot.sim.workloads.spec import WorkloadSpec
 
+# Arrival rates (requests per second) of a workload's open-loop traffic.
+RATE_FIELDS = ("chat_rate", "request_rate")
+
 PARROT = "app_centric"
 BASELINES = ("least_queue:baseline", "latency_centric:baseline", "throughput_centric:baseline")
 ENGINE_COUNTS = (1, 2, 4, 8)
+LONG_CONTEXT_PROFILE = "h200_llama7b"          # 16384-token context (configs/profiles/)
+LONG_CONTEXT_WORKLOADS = ("copilot", "gpts")
 
 
 @dataclass(frozen=True)
@@ -77,14 +82,35 @@ class Cell:
         return self.mean_e2e_s[best] / ours  # type: ignore[operator]
 
 
+def cell_workload_spec(workload: str, num_engines: int, seed: int) -> WorkloadSpec:
+    """The workload's registry defaults, with its open-loop arrival rates scaled down in
+    proportion on a cluster smaller than the one it is meant for (`Workload.num_engines`), so
+    each engine is offered the load the workload intends instead of an unbounded backlog.
+    Larger clusters keep the designed rates (they are then lightly loaded)."""
+    registered = WORKLOADS[workload]
+    values: dict[str, Any] = {**registered.spec_defaults, "seed": seed}
+    scale = min(1.0, num_engines / registered.num_engines)
+    base = WorkloadSpec(**values)
+    for key in RATE_FIELDS:
+        if scale < 1.0 and getattr(base, key) > 0:
+            values[key] = getattr(base, key) * scale
+    return WorkloadSpec(**values)
+
+
+def profile_for(workload: str, default: str) -> str:
+    """`default`, unless the workload's prompts exceed its context window (copilot's
+    6000-token system prompt, the GPTs' 7437-token one do not fit the A100 LLaMA-13B
+    profile's 4096): then the long-context profile."""
+    return LONG_CONTEXT_PROFILE if workload in LONG_CONTEXT_WORKLOADS else default
+
+
 def run_cell(spec: MatrixSpec, workload: str, num_engines: int) -> Cell:
     """Run every variant of one cell (in this process)."""
     started = time.perf_counter()
-    registered = WORKLOADS[workload]
     settings = Settings(workload=workload, seed=spec.seed,
-                        cluster=ClusterSpec(num_engines=num_engines, profile=spec.profile),
-                        workload_spec=WorkloadSpec(**{**registered.spec_defaults,
-                                                      "seed": spec.seed}))
+                        cluster=ClusterSpec(num_engines=num_engines,
+                                            profile=profile_for(workload, spec.profile)),
+                        workload_spec=cell_workload_spec(workload, num_engines, spec.seed))
     means: dict[str, float | None] = {}
     chats: dict[str, float | None] = {}
     for label in (spec.parrot, *spec.baselines):

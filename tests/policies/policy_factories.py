@@ -28,13 +28,16 @@ def make_call(call_id: str, *, criterion: Criterion | None = LAT, tokens: int = 
 def make_engine(engine_id: str, *, tokens: int = 0, lat: int = 0, thr: int = 0,
                 other: int = 0, lat_cap: int = 4096, thr_cap: int = 32768,
                 groups: Iterable[str] = (), prefixes: Iterable[str] = (),
-                healthy: bool = True, speed: float = 1.0) -> EngineView:
-    """`lat`/`thr`/`other`: running calls by criterion (other = no criterion)."""
+                healthy: bool = True, speed: float = 1.0,
+                running: Iterable[str] = ()) -> EngineView:
+    """`lat`/`thr`/`other`: running calls by criterion (other = no criterion); `prefixes`:
+    cached contexts; `running`: prefixes of running calls (counted in `tokens`, and cached)."""
     return EngineView(engine_id=engine_id, num_running_calls=lat + thr + other,
                       num_tokens_in_use=tokens, latency_capacity=lat_cap,
                       throughput_capacity=thr_cap, speed=speed, num_latency_calls=lat,
                       num_throughput_calls=thr, task_groups=frozenset(groups),
-                      cached_prefixes=frozenset(prefixes), is_healthy=healthy)
+                      cached_prefixes=frozenset(prefixes) | frozenset(running),
+                      is_healthy=healthy, running_prefixes=frozenset(running))
 
 
 def by_call(placements: list[Placement]) -> dict[str, str]:

@@ -123,16 +123,17 @@ def test_shared_prefix_set_splits_past_the_load_gate():
 
 
 def test_prefix_affinity_to_context_already_on_an_engine():
-    engines = [make_engine("e0", tokens=500, lat=1),
-               make_engine("e1", tokens=1000, lat=1, prefixes={"sys"})]
+    # A cached context of the prefix saves the prefill of its 3000 tokens (not their load).
+    engines = [make_engine("e0", tokens=500, lat=1, lat_cap=8192),
+               make_engine("e1", tokens=1000, lat=1, lat_cap=8192, prefixes={"sys"})]
     calls = [sys_call("x", shared=None)]
     assert schedule(calls, engines) == {"x": "e1"}
     assert schedule(calls, engines, prefix_affinity=False) == {"x": "e0"}
 
 
 def test_deepest_shared_prefix_wins():
-    engines = [make_engine("e0", tokens=100, lat=1, prefixes={"a"}),
-               make_engine("e1", tokens=900, lat=1, prefixes={"a", "a/b"})]
+    engines = [make_engine("e0", tokens=100, lat=1, lat_cap=8192, prefixes={"a"}),
+               make_engine("e1", tokens=900, lat=1, lat_cap=8192, prefixes={"a", "a/b"})]
     x = make_call("x", tokens=2500, output=50, prefixes=["a", "a/b", "a/b/x"],
                   prefix_tokens=[1000, 2000, 2400])
     assert schedule([x], engines) == {"x": "e1"}
@@ -141,10 +142,10 @@ def test_deepest_shared_prefix_wins():
 
 
 def test_affinity_is_gated_on_load():
-    # e1 holds 800 of the call's 950 prompt tokens, but 3200 + 200 > 0.8 x 4096: past the gate
-    # it is costed like any engine, and the less loaded e0 wins.
+    # A running call on e1 has 800 of the call's 950 prompt tokens, but 3200 + 200 > 0.8 x
+    # 4096: past the gate e1 is costed like any engine (3200 + 1000: no room), so e0 wins.
     engines = [make_engine("e0", tokens=3000, lat=1),
-               make_engine("e1", tokens=3200, lat=1, prefixes={"sys"})]
+               make_engine("e1", tokens=3200, lat=1, running={"sys"})]
     calls = [make_call("x", tokens=1000, output=50, prefixes=["sys"], prefix_tokens=[800])]
     assert schedule(calls, engines) == {"x": "e0"}
     assert schedule(calls, engines, affinity_max_load_fraction=1.0) == {"x": "e1"}
@@ -158,6 +159,17 @@ def test_hot_prefix_spreads_and_capacity_is_respected():
     # 4096 latency capacity: at most four 1000-token calls (the prefix counted once: 4 x 900
     # + 100) per engine; the rest stay queued.
     assert list(placed.values()).count("e0") == 4 and list(placed.values()).count("e1") == 4
+
+
+def test_cached_prefix_saves_prefill_but_a_running_one_also_saves_load():
+    # 3300 tokens, 3000 of them the prefix: where only cached, the call still adds 3300.
+    call = [make_call("x", tokens=3300, output=50, prefixes=["sys"], prefix_tokens=[3000])]
+    cached = [make_engine("e0", tokens=1000, lat=1), make_engine("e1", prefixes={"sys"})]
+    assert schedule(call, cached) == {"x": "e1"}
+    full = [make_engine("e0", tokens=3500, lat=1, prefixes={"sys"}), make_engine("e1")]
+    assert schedule(call, full) == {"x": "e1"}                     # 3500 + 3300 > 4096
+    shared = [make_engine("e0", tokens=3500, lat=1, running={"sys"}), make_engine("e1")]
+    assert schedule(call, shared, affinity_max_load_fraction=1.0) == {"x": "e0"}  # + 300
 
 
 def test_affinity_does_not_cross_criteria():
@@ -184,10 +196,14 @@ def test_equal_cost_prefers_the_engine_serving_the_same_criterion():
 
 
 def test_throughput_call_avoids_engine_serving_latency_calls():
+    # "thr" is a little slower (1200 vs 500 tokens) but serves no latency call.
+    x = [make_call("x", criterion=THR, output=50)]
+    engines = [make_engine("lat", tokens=500, lat=1), make_engine("thr", tokens=1200, thr=1)]
+    assert schedule(x, engines) == {"x": "thr"}
+    assert schedule(x, engines, isolate_criteria=False) == {"x": "lat"}
+    # Much slower (3000 tokens): the call joins the latency engine, under its latency cap.
     engines = [make_engine("lat", tokens=500, lat=1), make_engine("thr", tokens=3000, thr=1)]
-    assert schedule([make_call("x", criterion=THR, output=50)], engines) == {"x": "thr"}
-    assert schedule([make_call("x", criterion=THR, output=50)], engines,
-                    isolate_criteria=False) == {"x": "lat"}
+    assert schedule(x, engines) == {"x": "lat"}
 
 
 def test_latency_call_avoids_throughput_engine_while_another_fits():
@@ -206,10 +222,29 @@ def test_isolation_can_be_switched_off():
 
 
 def test_engine_serving_latency_calls_is_held_to_latency_capacity():
-    engines = [make_engine("lat", tokens=2000, lat=1)]
+    engines = [make_engine("lat", tokens=2000, lat=1),
+               make_engine("thr", tokens=30000, thr=1)]      # no room for 3000 more
     assert schedule([make_call("small", criterion=THR, tokens=2000)], engines) == {
         "small": "lat"}
     assert schedule([make_call("big", criterion=THR, tokens=3000)], engines) == {}
+
+
+def test_when_every_engine_serves_latency_throughput_fills_to_throughput_capacity():
+    # No engine is free of latency calls: isolation is impossible, and holding throughput
+    # work to the latency cap would only starve it behind the latency stream.
+    engines = [make_engine("lat", tokens=2000, lat=1)]
+    assert schedule([make_call("big", criterion=THR, tokens=3000)], engines) == {"big": "lat"}
+    # Latency calls still keep to the latency capacity.
+    assert schedule([make_call("chat", criterion=LAT, tokens=3000)], engines) == {}
+
+
+def test_a_call_that_fits_nowhere_is_not_overtaken_by_later_smaller_calls():
+    engines = [make_engine("e0", tokens=3000, lat=1)]
+    calls = [make_call("big", tokens=2000, seq=0), make_call("small", tokens=500, seq=1)]
+    assert schedule(calls, engines) == {}
+    # With a second engine, the small call runs there; "big" keeps its place on e0.
+    engines.append(make_engine("e1", tokens=3000, lat=1))
+    assert schedule(calls, engines) == {"small": "e1"}
 
 
 def test_calls_go_where_they_finish_first_while_not_saturated():
