@@ -33,7 +33,7 @@ call starves; a call that fits nowhere stays queued.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Hashable, Sequence
+from typing import AbstractSet, Hashable, Sequence
 
 from parrot.policies.base import CallView, EngineView, Placement, Policy, PolicyParams
 from parrot.policies.params import PolicyConfigError, check_number
@@ -187,11 +187,12 @@ class AppCentricPolicy(Policy):
                          or whole_ms <= split_ms * (1 + self.params.colocation_slack))
         if not keep_together:
             return split
-        assignments, total = [], Demand()
+        assignments, total, brought = [], Demand(), set()
         for call in unit:
-            after = self._demand(slot, [call], criterion, total)
+            after = self._demand(slot, [call], criterion, total, brought)
             assignments.append((call, slot, _delta(after, total)))
             total = after
+            brought.update(call.prefix_hashes)
         return assignments
 
     def _whole(self, unit: list[CallView], criterion: Criterion, pool: list[Slot],
@@ -210,12 +211,20 @@ class AppCentricPolicy(Policy):
         """Members one by one to where each finishes first; the unit's finish time (the latest
         engine's)."""
         totals: dict[int, Demand] = {}
+        brought: dict[int, set[str]] = {}
         assignments: list[Assignment] = []
         for call in unit:
+            # Without prefixes to reuse, a call demands the same of every engine it starts on.
+            plain = None if call.prefix_hashes and self.params.prefix_affinity else Demand(
+                call.num_tokens, call.num_prompt_tokens, max(call.num_output_tokens, 1))
             options = []
             for slot in pool:
-                before = totals.get(slot.index, Demand())
-                after = self._demand(slot, [call], criterion, before)
+                before = totals.get(slot.index)
+                if plain is not None and before is None:
+                    after = plain
+                else:
+                    after = self._demand(slot, [call], criterion, before or Demand(),
+                                         brought.get(slot.index, frozenset()))
                 if slot.has_room(after, criterion):
                     options.append((slot, after, slot.finish_ms(after)))
             best = self._pick(options, call, criterion, saturated)
@@ -224,13 +233,15 @@ class AppCentricPolicy(Policy):
             slot, after, _ = best
             assignments.append((call, slot, _delta(after, totals.get(slot.index, Demand()))))
             totals[slot.index] = after
+            brought.setdefault(slot.index, set()).update(call.prefix_hashes)
         finish = max((s.finish_ms(totals[s.index]) for _, s, _ in assignments), default=0.0)
         return assignments, finish
 
     def _demand(self, slot: Slot, calls: list[CallView], criterion: Criterion,
-                base: Demand) -> Demand:
+                base: Demand, brought: AbstractSet[str] = frozenset()) -> Demand:
         return slot.demand(calls, criterion, affinity=self.params.prefix_affinity,
-                           gate=self.params.affinity_max_load_fraction, base=base)
+                           gate=self.params.affinity_max_load_fraction, base=base,
+                           brought=brought)
 
     def _pick(self, options: list[tuple[Slot, Demand, float]], call: CallView,
               criterion: Criterion, saturated: bool) -> tuple[Slot, Demand, float] | None:
@@ -267,4 +278,5 @@ class AppCentricPolicy(Policy):
 
 def _delta(after: Demand, before: Demand) -> Demand:
     """What one call added to a running total."""
-    return Demand(after.load - before.load, after.prefill - before.prefill, after.output)
+    return Demand(after.load - before.load, after.prefill - before.prefill, after.output,
+                  after.affine)

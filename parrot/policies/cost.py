@@ -62,6 +62,19 @@ class SpeedProfile:
         decode = self.decode_ms(batch_tokens) * output_tokens if output_tokens else 0.0
         return (self.prefill_ms_per_token * prefill_tokens + decode) / speed
 
+    def max_batch_tokens(self, decode_ms: float) -> int:
+        """The most batch tokens whose decode iteration takes at most `decode_ms` (0 when even
+        an empty batch is slower). Used to calibrate an engine's token capacities."""
+        if self.decode_ms(0) > decode_ms:
+            return 0
+        low, high = 0, 1
+        while self.decode_ms(high) <= decode_ms and high < 1 << 30:
+            low, high = high, high * 2
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if self.decode_ms(mid) <= decode_ms else (low, mid)
+        return low
+
     @classmethod
     def from_latency_profile(cls, data: dict) -> "SpeedProfile":
         """From a simulator profile's keys (configs/profiles/*.yaml): `prefill_per_token_ms` and

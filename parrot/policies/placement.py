@@ -9,7 +9,7 @@ turns that into an estimated finish time with the engine's speed profile (cost.p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import AbstractSet, Sequence
 
 from parrot.policies.base import CallView, EngineView
 from parrot.types import Criterion
@@ -22,13 +22,7 @@ class Demand:
     load: int = 0                   # tokens of KV load added
     prefill: int = 0                # prompt tokens the engine must prefill
     output: int = 0                 # decode steps until the last of them finishes
-    prefixes: set[str] = field(default_factory=set)   # prefixes they bring
     affine: bool = False            # one of them reuses a prefix held here (under the gate)
-
-    def plus(self, other: "Demand") -> "Demand":
-        return Demand(self.load + other.load, self.prefill + other.prefill,
-                      max(self.output, other.output), self.prefixes | other.prefixes,
-                      self.affine or other.affine)
 
 
 @dataclass
@@ -97,43 +91,48 @@ class Slot:
 
     # --- cost ------------------------------------------------------------------------------
 
-    def demand(self, calls: Iterable[CallView], criterion: Criterion, *, affinity: bool,
-               gate: float, base: Demand | None = None) -> Demand:
-        """What `calls` add here on top of `base` (calls already assigned here this step).
+    def demand(self, calls: Sequence[CallView], criterion: Criterion, *, affinity: bool,
+               gate: float, base: Demand | None = None,
+               brought: AbstractSet[str] = frozenset()) -> Demand:
+        """What `calls` add here on top of `base` (calls already assigned here this step,
+        bringing the prefixes `brought`).
 
-        A call's deepest prefix that this engine holds, or that `base` or an earlier call in
+        A call's deepest prefix that this engine holds, or that `brought` or an earlier call in
         `calls` brings, is not prefilled again, and not loaded again where a running or placed
         call already counts it — while the engine stays under `gate` × capacity after taking
         the call (prefix affinity gated on load); past the gate the engine is costed as if it
         did not hold the prefix, so the call spreads.
         """
-        total = base or Demand()
+        load, prefill, output, affine = (0, 0, 0, False) if base is None else (
+            base.load, base.prefill, base.output, base.affine)
         limit = gate * self.capacity(criterion)
+        local: set[str] = set()        # prefixes brought by earlier members of `calls`
         for call in calls:
             saved_prefill = saved_load = 0
-            affine = False
             if affinity:
                 for prefix, tokens in zip(reversed(call.prefix_hashes),
                                           reversed(call.prefix_num_tokens or
                                                    (0,) * len(call.prefix_hashes))):
-                    brought = prefix in total.prefixes
-                    if brought or self.holds_prefix(prefix):
+                    is_brought = prefix in brought or prefix in local
+                    if is_brought or self.holds_prefix(prefix):
                         tokens = min(tokens, call.num_prompt_tokens)
-                        counted = brought or self.counts_prefix(prefix)
-                        load = call.num_tokens - (tokens if counted else 0)
-                        if self.load + total.load + load <= limit:
+                        counted = is_brought or self.counts_prefix(prefix)
+                        added = call.num_tokens - (tokens if counted else 0)
+                        if self.load + load + added <= limit:
                             affine, saved_prefill = True, tokens
                             saved_load = tokens if counted else 0
                         break
+            if len(calls) > 1:
+                local.update(call.prefix_hashes)
+            load += call.num_tokens - saved_load
+            prefill += call.num_prompt_tokens - saved_prefill
             # Every call decodes at least one token (a view may not know its output length).
-            total = total.plus(Demand(call.num_tokens - saved_load,
-                                      call.num_prompt_tokens - saved_prefill,
-                                      max(call.num_output_tokens, 1), set(call.prefix_hashes),
-                                      affine))
-        return total
+            output = max(output, call.num_output_tokens, 1)
+        return Demand(load, prefill, output, affine)
 
     def finish_ms(self, demand: Demand) -> float:
-        """Estimated time until work of `demand` placed here now would finish."""
-        return self.view.profile.finish_ms(
-            prefill_tokens=self.pending_prefill + demand.prefill, output_tokens=demand.output,
-            batch_tokens=self.load + demand.load, speed=self.view.speed)
+        """Estimated time until work of `demand` placed here now would finish (cost.py's
+        `SpeedProfile.finish_ms`, inlined: this runs for every engine a call could take)."""
+        profile = self.view.profile
+        return (profile.prefill_ms_per_token * (self.pending_prefill + demand.prefill)
+                + profile.decode_ms(self.load + demand.load) * demand.output) / self.view.speed
