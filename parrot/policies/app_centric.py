@@ -227,7 +227,9 @@ class AppCentricPolicy(Policy):
                                          brought.get(slot.index, frozenset()))
                 if slot.has_room(after, criterion):
                     options.append((slot, after, slot.finish_ms(after)))
-            best = self._pick(options, call, criterion, saturated)
+            # Members of a larger unit go where they finish first: keeping them together is
+            # the `whole` alternative, judged once against this split (slack applied once).
+            best = self._pick(options, call, criterion, saturated, colocate=len(unit) == 1)
             if best is None:
                 continue
             slot, after, _ = best
@@ -244,8 +246,11 @@ class AppCentricPolicy(Policy):
                            brought=brought)
 
     def _pick(self, options: list[tuple[Slot, Demand, float]], call: CallView,
-              criterion: Criterion, saturated: bool) -> tuple[Slot, Demand, float] | None:
-        """The engine to use among `options` (slot, demand, finish ms)."""
+              criterion: Criterion, saturated: bool,
+              colocate: bool = True) -> tuple[Slot, Demand, float] | None:
+        """The engine to use among `options` (slot, demand, finish ms); with `colocate`, one
+        holding the call's group or a prefix it reuses wins while not `colocation_slack`
+        slower than the fastest."""
         if not options:
             return None
         if saturated and criterion is Criterion.THROUGHPUT:
@@ -259,7 +264,7 @@ class AppCentricPolicy(Policy):
         # Among placements about as fast as the fastest: engines not serving the other
         # criterion (isolation; a mixed engine only when much faster), co-located ones first.
         calm = [o for o in within if not self._conflicts(o[0], criterion)] or within
-        together = [o for o in calm if self._colocated(o, call)]
+        together = [o for o in calm if self._colocated(o, call)] if colocate else []
         return min(together or calm, key=lambda o: (o[2], not o[0].serves(criterion),
                                                     o[0].index))
 
