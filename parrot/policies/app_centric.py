@@ -106,7 +106,8 @@ class AppCentricPolicy(Policy):
             if len(done) < len(unit) and usable:
                 # First come, first served: a call that fits nowhere keeps the engine where it
                 # will fit first, so later (smaller) calls cannot overtake it there forever.
-                waiting = unit[len(done)] if len(done) < len(unit) else unit[0]
+                placed_ids = {call.call_id for call, _ in done}
+                waiting = next(c for c in unit if c.call_id not in placed_ids)
                 reserved.add(self._fits_first(waiting, criterion, usable).index)
         # Dispatched in the given order (engines admit first come, first served).
         order = {call.call_id: i for i, call in enumerate(calls)}
@@ -143,17 +144,16 @@ class AppCentricPolicy(Policy):
 
     def _place_unit(self, unit: list[CallView], criterion: Criterion, slots: list[Slot],
                     saturated: bool) -> list[tuple[CallView, Slot]]:
+        """Place what fits of `unit` (the rest stays queued); returns (call, slot) pairs."""
         placed: list[tuple[CallView, Slot]] = []
-        remaining = unit
-        for pool in self._pools(criterion, slots):
-            if not remaining:
-                break
-            for call, slot, demand in self._assign(remaining, criterion, pool, saturated):
+        if slots:
+            for call, slot, demand in self._assign(unit, criterion, slots, saturated):
                 slot.add_call(call, criterion, demand)
                 placed.append((call, slot))
-            done = {call.call_id for call, _ in placed}
-            remaining = [c for c in remaining if c.call_id not in done]
-        for call in remaining:  # fits nowhere: an idle engine still takes one call
+        done = {call.call_id for call, _ in placed}
+        for call in unit:  # fits nowhere: an idle engine still takes one call
+            if call.call_id in done:
+                continue
             idle = next((s for s in slots if s.is_idle), None)
             if idle is None:
                 break
@@ -167,15 +167,9 @@ class AppCentricPolicy(Policy):
         return min(slots, key=lambda s: (self._demand(s, [call], criterion, Demand()).load
                                          + s.load - s.capacity(criterion), s.index))
 
-    def _pools(self, criterion: Criterion, slots: list[Slot]) -> list[list[Slot]]:
-        """Engines to try in turn. Isolation is a preference inside `_pick` (the latency
-        capacity is what protects latency calls), so one pool holds every engine."""
-        return [slots]
-
     def _assign(self, unit: list[CallView], criterion: Criterion, pool: list[Slot],
                 saturated: bool) -> list[Assignment]:
-        if not pool:
-            return []
+        """Whole or split (see the module docstring), as (call, slot, its demand) triples."""
         split, split_ms = self._split(unit, criterion, pool, saturated)
         if len(unit) == 1:
             return split

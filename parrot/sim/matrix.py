@@ -142,9 +142,15 @@ def run_matrix(spec: MatrixSpec, processes: int = 2) -> list[Cell]:
     cells = spec.cells()
     if processes <= 1:
         return [run_cell(spec, w, n) for w, n in cells]
+    # The longest cells first (open-loop traffic, then more engines), so the last worker is
+    # not left running a long cell alone.
+    def cost(cell: tuple[str, int]) -> tuple[bool, int]:
+        defaults = WORKLOADS[cell[0]].spec_defaults
+        return (not any(k in defaults for k in RATE_FIELDS), -cell[1])
+
     with ProcessPoolExecutor(max_workers=processes) as pool:
-        futures = [pool.submit(run_cell, spec, w, n) for w, n in cells]
-        return [f.result() for f in futures]
+        futures = {cell: pool.submit(run_cell, spec, *cell) for cell in sorted(cells, key=cost)}
+        return [futures[cell].result() for cell in cells]
 
 
 def geometric_mean(values: Sequence[float]) -> float | None:
