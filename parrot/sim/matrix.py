@@ -215,7 +215,10 @@ def heatmap(cells: Sequence[Cell], spec: MatrixSpec, path: Path) -> None:
     ax.set_yticks(range(len(spec.workloads)), list(spec.workloads))
     ax.set_xlabel("simulated engines")
     ax.set_title("app_centric speedup over the best request-level baseline")
-    fig.colorbar(image, ax=ax, label="speedup (log scale)")
+    bar = fig.colorbar(image, ax=ax, label="speedup (log scale)")
+    ticks = [0.5, 0.75, 1.0, 1.5, 2.0]
+    bar.set_ticks(ticks, labels=[f"{t:g}×" for t in ticks])
+    bar.minorticks_off()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
