@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="parrot-bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
+    p.add_argument("--workload", choices=sorted(WORKLOADS))
     p.add_argument("--compare", help="comma-separated policy[:parrot|baseline] items "
                    "(default depends on the workload, e.g. app_centric,least_queue:baseline)")
     p.add_argument("--mode", choices=("sim", "live"), default="sim")
@@ -85,6 +85,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="simulated engine parameter over the profile, every variant "
                    "(repeatable); one variant's: --compare POLICY+engine.KEY=VALUE")
     c.add_argument("--config", help="live mode: parrot-serve YAML (default policies.yaml)")
+    m = p.add_argument_group("sweeps and the paper's table")
+    m.add_argument("--sweep", metavar="FIELD=V1,V2,...", help="run the comparison once per "
+                   "value of a workload field, e.g. output_tokens=25,50,75,100")
+    m.add_argument("--sustainable-rate", type=float, metavar="S_PER_TOKEN",
+                   help="search each variant's highest request rate whose mean latency per "
+                   "output token stays within this target (gpts)")
+    m.add_argument("--rate-window-s", type=float, default=10.0,
+                   help="--sustainable-rate: requests arrive over this many seconds")
+    m.add_argument("--max-rate", type=float, default=256.0,
+                   help="--sustainable-rate: the search stops here (reported as >=)")
+    m.add_argument("--no-point-plots", action="store_true",
+                   help="--sweep: only the sweep's own plot, none per value")
+    m.add_argument("--paper", action="store_true", help="run every experiment of the paper "
+                   "(simulated) and write the results table, JSON and plots under --out")
+    m.add_argument("--jobs", type=int, default=2, help="--paper: runs in parallel processes")
+    m.add_argument("--page", type=Path, help="--paper: splice the table into this markdown "
+                   "page between its paper-table markers (e.g. docs/RESULTS.md)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
@@ -252,13 +269,39 @@ def format_table(results: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.paper:
+        from parrot.sim.paper import run_paper
+
+        return run_paper(args.out, quiet=args.quiet, plots=not args.no_plots, jobs=args.jobs,
+                         page=args.page)
+    if args.workload is None:
+        parser.error("--workload is required (or --paper)")
     settings, variants, reference = parse_settings(parser, args)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         parser.error(f"--out: cannot create {str(args.out)!r}: {exc}")
+    if args.sweep is not None:
+        from parrot.cli.bench_modes import run_sweep
+
+        return run_sweep(parser, args, settings, variants, reference)
+    if args.sustainable_rate is not None:
+        from parrot.cli.bench_modes import run_rate_search
+
+        return run_rate_search(parser, args, settings, variants, reference)
+    results, ok = run_comparison(settings, variants, reference, args.out, quiet=args.quiet,
+                                 plots=not args.no_plots)
+    print(format_table(results))
+    print(f"\nwrote {args.out / 'results.json'}")
+    return 0 if ok else 1
+
+
+def run_comparison(settings: Settings, variants: Sequence[Variant], reference: Variant,
+                   out: Path, *, quiet: bool, plots: bool) -> tuple[dict[str, Any], bool]:
+    """Run every variant, write out/results.json, out/table.txt and the plots."""
+    out.mkdir(parents=True, exist_ok=True)
     num_main = WORKLOADS[settings.workload].num_main_apps(settings.workload_spec)
-    progress = Progress(len(variants), num_main, args.quiet)
+    progress = Progress(len(variants), num_main, quiet)
     runs: list[VariantRun] = []
     for i, variant in enumerate(variants, 1):
         progress.begin(i, variant.label)
@@ -266,25 +309,28 @@ def main(argv: list[str] | None = None) -> int:
         progress.end(run.status)
         runs.append(run)
     results = results_json(settings, runs, reference)
-    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    table = format_table(results)
-    (args.out / "table.txt").write_text(table + "\n")
-    print(table)
-    if not args.no_plots:
-        _plots(settings, runs, args.out)
-    print(f"\nwrote {args.out / 'results.json'}")
-    return 0 if all(r.status == "ok" for r in runs) else 1
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "table.txt").write_text(format_table(results) + "\n")
+    if plots:
+        _plots(settings, runs, out)
+    return results, all(r.status == "ok" for r in runs)
 
 
 def _plots(settings: Settings, runs: list[VariantRun], out: Path) -> None:
-    from parrot.sim.plots import latency_cdf, timeline
+    from parrot.sim.plots import PlotsUnavailableError, latency_cdf, require_matplotlib, timeline
 
+    try:
+        require_matplotlib()
+    except PlotsUnavailableError as exc:  # the JSON and table are written already
+        print(str(exc), file=sys.stderr)
+        return
     ok = [r for r in runs if r.result is not None]
     title = f"{settings.workload} ({'live' if settings.live else 'sim'})"
     latency_cdf([(r.variant.label, r.records) for r in ok], out / "latency_cdf.png", title)
     for r in ok:
         name = r.variant.label.replace(":", "_").replace(".", "_").replace("/", "_")
-        timeline(r.variant.label, r.records, out / f"timeline_{name}.png", title)
+        engines = [e["name"] for e in r.result.engines if "name" in e]  # type: ignore[union-attr]
+        timeline(r.variant.label, r.records, out / f"timeline_{name}.png", title, engines)
 
 
 if __name__ == "__main__":

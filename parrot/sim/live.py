@@ -47,6 +47,14 @@ def with_engine_params(config: ServeConfig, params: Mapping[str, Any]) -> ServeC
 
 
 
+def as_remote(config: ServeConfig, urls: Mapping[str, str]) -> ServeConfig:
+    """`config` with each engine named in `urls` reached by URL (a process started once and
+    shared by many runs) instead of launched per run."""
+    engines = tuple(dataclasses.replace(e, kind="remote", url=urls[e.name], params={})
+                    if e.name in urls else e for e in config.engines)
+    return dataclasses.replace(config, engines=engines)
+
+
 async def _engines(url: str) -> list[dict[str, Any]]:
     transport = HttpTransport(url)
     try:
@@ -73,6 +81,13 @@ async def run_live_async(config: ServeConfig, policy: str, policy_params: dict[s
         return RunResult(records, engines, duration, time.perf_counter() - wall,
                          sum(d.num_messages for d in env.delays))
     finally:
+        # Engines reached by URL outlive this manager: hand back the KV of the prefix
+        # contexts it cached there, so the next run starts with an empty cache.
+        for state in server.manager.engines:
+            try:
+                await state.contexts.evict_all()
+            except Exception:  # noqa: BLE001 - a lost engine has freed them already
+                pass
         await server.stop()
 
 

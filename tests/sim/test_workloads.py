@@ -146,3 +146,12 @@ def test_variant_items_carry_their_own_policy_and_engine_params():
 def test_bad_spec_values_name_the_field(field, value):
     with pytest.raises(WorkloadConfigError, match=field):
         WorkloadSpec(**{field: value})
+
+
+def test_mixed_submits_its_map_reduce_jobs_together_beside_chat():
+    result = run("mixed", policy="least_queue", num_apps=3, chat_rate=2.0, max_chat_s=3.0,
+                 chat_prompt_tokens=(16, 32), chat_output_tokens=(4, 8))
+    jobs = [r for r in result.records if r.is_main]
+    assert [r.app_id for r in jobs] == ["mapreduce-0", "mapreduce-1", "mapreduce-2"]
+    assert len({r.started for r in jobs}) == 1
+    assert any(not r.is_main for r in result.records)

@@ -66,16 +66,22 @@ async def chain_summary(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
     return await _apps_in_sequence(env, spec, "chain", _one_chain)
 
 
-async def _apps_in_sequence(env: Env, spec: WorkloadSpec, prefix: str, one_app) -> list[AppRecord]:
-    """Run `one_app(env, app_id, chunks, output_tokens)` per document, one after another, with
-    Poisson background chat alongside when `spec.chat_rate` > 0."""
+async def _apps_in_sequence(env: Env, spec: WorkloadSpec, prefix: str, one_app, *,
+                            together: bool = False) -> list[AppRecord]:
+    """Run `one_app(env, app_id, chunks, output_tokens)` per document, one after another (or
+    all at once when `together`), with Poisson background chat alongside when
+    `spec.chat_rate` > 0."""
     docs = await asyncio.to_thread(documents, spec)  # tokenising is blocking work
     chat = BackgroundChat(env, spec) if spec.chat_rate > 0 else None
     records: list[AppRecord] = []
     if chat is not None:
         chat.start()
     try:
-        for i, chunks in enumerate(docs):
+        if together:
+            records.extend(await asyncio.gather(*(
+                one_app(env, f"{prefix}-{i}", chunks, spec.output_tokens)
+                for i, chunks in enumerate(docs))))
+        for i, chunks in enumerate(docs if not together else ()):
             records.append(await one_app(env, f"{prefix}-{i}", chunks, spec.output_tokens))
     except BaseException:
         if chat is not None:
@@ -112,6 +118,12 @@ async def _one_chain(env: Env, app_id: str, chunks: list[str], output_tokens: in
 
 async def map_reduce(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
     return await _apps_in_sequence(env, spec, "mapreduce", _one_map_reduce)
+
+
+async def mixed(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
+    """`num_apps` map-reduce jobs submitted together (a batch of analytics jobs sharing the
+    cluster) while chat arrives at `chat_rate` per second: the paper's mixed workload."""
+    return await _apps_in_sequence(env, spec, "mapreduce", _one_map_reduce, together=True)
 
 
 async def _one_map_reduce(env: Env, app_id: str, chunks: list[str],

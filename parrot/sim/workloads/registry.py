@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping
 
-from parrot.sim.workloads.apps import chain_summary, concurrent_chains, map_reduce
+from parrot.sim.workloads.apps import chain_summary, concurrent_chains, map_reduce, mixed
 from parrot.sim.workloads.base import AppRecord
 from parrot.sim.workloads.copilot import copilot
 from parrot.sim.workloads.gpts import gpts
@@ -66,8 +66,8 @@ _ALL = (
              "architect, num_clients coders and reviewers, revisions; shared code history",
              "app_centric,throughput_centric:baseline,latency_centric:baseline",
              {"num_clients": 8, "output_tokens": 200}, main_apps_field=None),
-    Workload("mixed", map_reduce,
-             "map-reduce jobs one after another with chat at 1 req/s, four engines",
+    Workload("mixed", mixed,
+             "map-reduce jobs submitted together with chat at 1 req/s, four engines",
              "app_centric,throughput_centric,latency_centric",
              {"chat_rate": 1.0, "max_chat_s": 120.0, "num_apps": 4}, num_engines=4),
 )
