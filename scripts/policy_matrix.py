@@ -33,12 +33,15 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"comma-separated, from {sorted(WORKLOADS)}")
     p.add_argument("--engines", default=",".join(map(str, ENGINE_COUNTS)))
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", default="a100_llama13b",
+                   help="engine latency profile (configs/profiles/) for workloads that fit its "
+                        "context window; copilot and gpts always use h200_llama7b")
     p.add_argument("--processes", type=int, default=2)
     args = p.parse_args(argv)
     try:
         spec = MatrixSpec(workloads=tuple(args.workloads.split(",")),
                           engine_counts=tuple(int(n) for n in args.engines.split(",")),
-                          seed=args.seed)
+                          seed=args.seed, profile=args.profile)
     except ValueError as exc:
         p.error(str(exc))
     started = time.perf_counter()

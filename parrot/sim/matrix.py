@@ -85,17 +85,22 @@ class Cell:
 
 
 def cell_workload_spec(workload: str, num_engines: int, seed: int) -> WorkloadSpec:
-    """The workload's registry defaults, with its open-loop arrival rates scaled down in
-    proportion on a cluster smaller than the one it is meant for (`Workload.num_engines`), so
-    each engine is offered the load the workload intends instead of an unbounded backlog.
-    Larger clusters keep the designed rates (they are then lightly loaded)."""
+    """The workload's registry defaults; on a cluster smaller than the one it is meant for
+    (`Workload.num_engines`), its open-loop arrival rates and its number of main applications
+    are scaled down in proportion (rounded up), so each engine is offered the load the
+    workload intends instead of a backlog that outgrows it (four map-reduce jobs submitted
+    together do not fit one engine's KV cache). Larger clusters keep the designed load."""
     registered = WORKLOADS[workload]
     values: dict[str, Any] = {**registered.spec_defaults, "seed": seed}
     scale = min(1.0, num_engines / registered.num_engines)
-    base = WorkloadSpec(**values)
-    for key in RATE_FIELDS:
-        if scale < 1.0 and getattr(base, key) > 0:
-            values[key] = getattr(base, key) * scale
+    if scale < 1.0:
+        base = WorkloadSpec(**values)
+        for key in RATE_FIELDS:
+            if getattr(base, key) > 0:
+                values[key] = getattr(base, key) * scale
+        if registered.main_apps_field is not None:
+            key = registered.main_apps_field
+            values[key] = max(1, math.ceil(getattr(base, key) * scale))
     return WorkloadSpec(**values)
 
 

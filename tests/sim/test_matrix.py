@@ -19,12 +19,17 @@ def test_matrix_covers_every_registered_workload():
         MatrixSpec(workloads=("no_such_workload",))
 
 
-def test_arrival_rates_scale_down_on_smaller_clusters_only():
-    mixed = WORKLOADS["mixed"]                 # meant for 4 engines, chat at 1 req/s
+def test_load_scales_down_on_smaller_clusters_only():
+    mixed = WORKLOADS["mixed"]                 # meant for 4 engines: chat at 1 req/s, 4 jobs
     assert mixed.num_engines == 4 and mixed.spec_defaults["chat_rate"] == 1.0
-    assert cell_workload_spec("mixed", 1, 0).chat_rate == 0.25
-    assert cell_workload_spec("mixed", 4, 0).chat_rate == 1.0
-    assert cell_workload_spec("mixed", 8, 0).chat_rate == 1.0
+    assert mixed.spec_defaults["num_apps"] == 4
+    one = cell_workload_spec("mixed", 1, 0)
+    assert (one.chat_rate, one.num_apps) == (0.25, 1)
+    assert (cell_workload_spec("mixed", 2, 0).num_apps, cell_workload_spec("gpts", 2, 0)
+            .num_requests) == (2, 50)
+    for n in (4, 8):
+        assert (cell_workload_spec("mixed", n, 0).chat_rate,
+                cell_workload_spec("mixed", n, 0).num_apps) == (1.0, 4)
     assert cell_workload_spec("chain_summary_bg", 8, 0).chat_rate == 1.0
     assert cell_workload_spec("map_reduce", 1, 3).seed == 3
 
