@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 from typing import Any, Sequence
@@ -45,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="host put in the READY line and registration (default: --host, "
                              "or 127.0.0.1 when listening on all interfaces)")
     parser.add_argument("--register-url", default=None, metavar="MANAGER_URL")
+    parser.add_argument("--admin-token", default=None,
+                        help="the manager's admin token for --register-url (default: the "
+                             "PARROT_ADMIN_TOKEN environment variable)")
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
     parser.add_argument("--log-level", default="INFO")
     return parser
@@ -84,18 +88,21 @@ async def serve(args: argparse.Namespace, params: dict[str, Any]) -> None:
         print(f"READY {url}", flush=True)
         log.info("engine %s (%s) serving at %s", args.name, args.kind, url)
         if args.register_url:
-            await register(args.register_url, args.name, url)
+            await register(args.register_url, args.name, url,
+                           args.admin_token or os.environ.get("PARROT_ADMIN_TOKEN"))
         await stop.wait()
         log.info("engine %s stopping", args.name)
     finally:
         await runner.cleanup()  # closes the engine
 
 
-async def register(manager_url: str, name: str, url: str) -> bool:
+async def register(manager_url: str, name: str, url: str, admin_token: str | None = None) -> bool:
     target = manager_url.rstrip("/") + "/v1/engines"
+    headers = {"Authorization": f"Bearer {admin_token}"} if admin_token else {}
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
-            async with session.post(target, json={"name": name, "url": url}) as resp:
+            async with session.post(target, json={"name": name, "url": url},
+                                    headers=headers) as resp:
                 if resp.status >= 400:
                     raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:500]}")
     except Exception as exc:  # best effort: the engine serves anyway

@@ -49,7 +49,10 @@ def error_response(exc: ParrotError) -> web.Response:
     headers = {}
     if isinstance(exc, TooManyRequestsError):
         headers["Retry-After"] = str(max(1, round(exc.retry_after_s)))
-    return web.json_response(exc.to_wire(), status=exc.status, headers=headers)
+    resp = web.json_response(exc.to_wire(), status=exc.status, headers=headers)
+    if isinstance(exc, RequestTimeoutError):
+        resp.force_close()  # the rest of the body may still trickle in: drop the connection
+    return resp
 
 
 def bearer_token(request: web.Request) -> str | None:

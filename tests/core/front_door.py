@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 from typing import Any, AsyncIterator
 
 import aiohttp
@@ -40,7 +41,7 @@ def bearer(token: str) -> dict[str, str]:
 async def call(http: aiohttp.ClientSession, method: str, path: str, body: Any = None,
                headers: dict[str, str] | None = None, raw: bytes | None = None
                ) -> tuple[int, Any, aiohttp.ClientResponse]:
-    kwargs: dict[str, Any] = {"data": raw} if raw is not None else {"json": body}
+    kwargs: dict[str, Any] = {"data": io.BytesIO(raw)} if raw is not None else {"json": body}
     async with http.request(method, path, headers=headers, **kwargs) as resp:
         assert resp.content_type == "application/json", (resp.status, await resp.text())
         return resp.status, await resp.json(), resp
@@ -60,14 +61,25 @@ def one_call(sid: str, prompt: str = "{{input:x}} {{output:y}}", value: str = "h
             "placeholders": [{"name": "x", "in_out": "input", "value": value}], **extra}
 
 
-async def raw_exchange(url: str, data: bytes, read_timeout: float = 10.0) -> bytes:
-    """Send raw bytes on a fresh connection; return everything the server answers."""
+async def raw_exchange(url: str, data: bytes, read_timeout: float = 10.0
+                       ) -> tuple[bytes, bool]:
+    """Send raw bytes on a fresh connection; return what the server answered within
+    `read_timeout` and whether it closed the connection by then."""
     host, port = url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
+    answer, deadline = b"", asyncio.get_running_loop().time() + read_timeout
     try:
         writer.write(data)
         await writer.drain()
-        return await asyncio.wait_for(reader.read(), read_timeout)
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            try:
+                chunk = await asyncio.wait_for(reader.read(65536), max(left, 0))
+            except asyncio.TimeoutError:
+                return answer, False
+            if not chunk:
+                return answer, True
+            answer += chunk
     finally:
         writer.close()
 

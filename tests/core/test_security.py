@@ -98,3 +98,13 @@ async def test_a_sharing_tenant_uses_the_unsalted_hash():
                                  {"x": "hi"})
         assert shared == [p.prefix_hash for p in unsalted]
         assert not set(shared) & set(await _prefix_hashes(http, KEY_A))
+
+
+async def test_frontend_opens_sessions_with_a_tenant_key():
+    from parrot.frontend.session import Session
+    from parrot.frontend.transport import HttpTransport
+
+    async with running(config(tenants=TENANTS)) as (server, _):
+        async with Session(transport=HttpTransport(server.url, api_key=KEY_A)) as session:
+            stats = await session.request("GET", f"/v1/sessions/{session.session_id}/stats")
+            assert stats["tenant"] == "a"
