@@ -115,11 +115,17 @@ class _JsonErrorHandler(RequestHandler):
 
     def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:
-        plain = super().handle_error(request, status, exc, message)  # logs; may raise
+        # A client's malformed request is its problem: logged at debug level only, so hostile
+        # traffic cannot flood the log with tracebacks (aiohttp logs every one as an error).
+        if status >= 500:
+            self.log_exception("Error handling request from %s", request.remote, exc_info=exc)
+        else:
+            self.log_debug("bad request from %s: %s", request.remote, message or exc)
+        if request.writer.output_size > 0:
+            raise ConnectionError("the response was sent already; cannot send an error")
         text = HTTPStatus(status).phrase if status >= 500 or not message else message
         resp = web.json_response(error_body(status, text), status=status)
         resp.force_close()
-        del plain
         return resp
 
 
