@@ -6,6 +6,9 @@ spoken to over HTTP, driven over HTTP by this process.
   B. a burst of 10,000 calls: 100 sessions × 100 independent calls (32 tokens each) submitted
      at once, every output fetched, then the sessions deleted.
 
+With --in-process-engines the simulated engines run inside parrot-serve (no engine HTTP hop):
+the front door and the manager alone.
+
 Reported: failed calls, spurious re-dispatches (the manager's "engine ... unavailable" log
 lines while every engine process is alive), the manager's overhead per call from the call
 timings (ready → dispatched: the scheduler; dispatched → finished: the engine round trips on
@@ -55,9 +58,9 @@ class Manager:
         self._sampler = asyncio.create_task(self._sample_rss())
 
     @classmethod
-    async def start(cls, num_engines: int) -> "Manager":
+    async def start(cls, num_engines: int, in_process: bool) -> "Manager":
         config = {"manager": {"port": 0}, "policy": {"name": "app_centric"},
-                  "engines": [{"name": f"sim-{i}", "kind": "simulated",
+                  "engines": [{"name": f"sim-{i}", "kind": "simulated", "in_process": in_process,
                                "latency_capacity": 1 << 20, "throughput_capacity": 1 << 20,
                                "params": {"zero_latency": True, "num_blocks": 1 << 16}}
                               for i in range(num_engines)]}
@@ -90,8 +93,14 @@ class Manager:
 
     def engines_alive(self) -> bool:
         children = self.ps.children()
-        return bool(children) and all(c.is_running() and c.status() != psutil.STATUS_ZOMBIE
+        return all(c.is_running() and c.status() != psutil.STATUS_ZOMBIE
                                       for c in children)
+
+    async def allocated_blocks(self, http: aiohttp.ClientSession) -> int:
+        """Python objects alive in the manager (admin stats), after a full collection there."""
+        async with http.get("/v1/stats", headers={"Authorization": f"Bearer {self.admin}"}
+                            ) as resp:
+            return (await resp.json())["allocated_blocks"]
 
     def redispatches(self) -> int:
         return sum("unavailable" in line for line in self.warnings)
@@ -178,7 +187,8 @@ async def burst_session(client: Client, index: int, num_calls: int, overheads: l
 
 
 def summary(name: str, manager: Manager, client: Client, calls: int, seconds: float,
-            overheads: list, e2e: list, rss_before: int, rss_after: int) -> dict[str, Any]:
+            overheads: list, e2e: list, rss_before: int, rss_after: int,
+            blocks: tuple[int, int]) -> dict[str, Any]:
     mib = 1 << 20
     queue = [o[0] * 1e3 for o in overheads]
     engine = [o[1] * 1e3 for o in overheads]
@@ -189,44 +199,55 @@ def summary(name: str, manager: Manager, client: Client, calls: int, seconds: fl
             "run_p50_ms": percentile(engine, 50), "run_p99_ms": percentile(engine, 99),
             "e2e_p50_s": percentile(e2e, 50), "e2e_p99_s": percentile(e2e, 99),
             "rss_before_mib": rss_before / mib, "rss_peak_mib": manager.peak_rss / mib,
-            "rss_after_mib": rss_after / mib, "rss_after_vs_before": rss_after / rss_before - 1}
+            "rss_after_mib": rss_after / mib, "rss_after_vs_before": rss_after / rss_before - 1,
+            "objects_after_vs_before": blocks[1] / blocks[0] - 1 if blocks[0] else float("nan")}
 
 
-async def settle_rss(manager: Manager) -> int:
-    await asyncio.sleep(2.0)  # idle: let freed memory go back (allocator trims)
-    return manager.rss()
+async def phase(manager: Manager, make: Any, overheads: list, e2e: list) -> tuple[Client, float]:
+    """Run one workload on its own client connections, closed before memory is measured
+    (an open keep-alive connection holds buffers on the manager's side too)."""
+    connector = aiohttp.TCPConnector(limit=256)
+    async with aiohttp.ClientSession(base_url=manager.url, connector=connector,
+                                     timeout=aiohttp.ClientTimeout(total=900)) as http:
+        client = Client(http)
+        started = time.perf_counter()
+        await asyncio.gather(*make(client, overheads, e2e))
+        return client, time.perf_counter() - started
+
+
+async def measure(manager: Manager) -> tuple[int, int]:
+    """(RSS, live Python objects) of the manager once idle."""
+    await asyncio.sleep(2.0)  # idle: the manager's loop finishes its deferred frees
+    async with aiohttp.ClientSession(base_url=manager.url) as http:
+        blocks = await manager.allocated_blocks(http)
+    await asyncio.sleep(0.5)
+    return manager.rss(), blocks
 
 
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
-    manager = await Manager.start(args.engines)
+    manager = await Manager.start(args.engines, args.in_process_engines)
     results = []
     try:
-        connector = aiohttp.TCPConnector(limit=256)
-        async with aiohttp.ClientSession(base_url=manager.url, connector=connector,
-                                         timeout=aiohttp.ClientTimeout(total=900)) as http:
-            client = Client(http)
-            await asyncio.gather(*(dag_session(client, i, [], []) for i in range(50)))  # warm-up
-            for name, calls, make in (
-                    ("A: DAG sessions", args.sessions * 3,
-                     lambda o, e: [dag_session(client, i, o, e) for i in range(args.sessions)]),
-                    ("B: burst", args.burst_sessions * args.burst_calls,
-                     lambda o, e: [burst_session(client, i, args.burst_calls, o, e)
-                                   for i in range(args.burst_sessions)])):
-                client.failures.clear()
-                rss_before = await settle_rss(manager)
-                manager.peak_rss = rss_before
-                overheads: list = []
-                e2e: list = []
-                started = time.perf_counter()
-                await asyncio.gather(*make(overheads, e2e))
-                seconds = time.perf_counter() - started
-                rss_after = await settle_rss(manager)
-                results.append(summary(name, manager, client, calls, seconds, overheads, e2e,
-                                       rss_before, rss_after))
-                print(format_row(results[-1]), flush=True)
-                if client.failures:
-                    print("first failures:", *client.failures[:5], sep="\n  ")
-            assert manager.engines_alive(), "an engine process died during the test"
+        await phase(manager, lambda c, o, e: [dag_session(c, i, o, e) for i in range(50)],
+                    [], [])  # warm-up
+        for name, calls, make in (
+                ("A: DAG sessions", args.sessions * 3,
+                 lambda c, o, e: [dag_session(c, i, o, e) for i in range(args.sessions)]),
+                ("B: burst", args.burst_sessions * args.burst_calls,
+                 lambda c, o, e: [burst_session(c, i, args.burst_calls, o, e)
+                                  for i in range(args.burst_sessions)])):
+            rss_before, blocks_before = await measure(manager)
+            manager.peak_rss = rss_before
+            overheads: list = []
+            e2e: list = []
+            client, seconds = await phase(manager, make, overheads, e2e)
+            rss_after, blocks_after = await measure(manager)
+            results.append(summary(name, manager, client, calls, seconds, overheads, e2e,
+                                   rss_before, rss_after, (blocks_before, blocks_after)))
+            print(format_row(results[-1]), flush=True)
+            if client.failures:
+                print("first failures:", *client.failures[:5], sep="\n  ")
+        assert manager.engines_alive(), "an engine process died during the test"
     finally:
         await manager.stop()
     return results
@@ -234,13 +255,14 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 COLUMNS = ("workload", "calls", "failed", "redispatches", "calls_per_s", "sched_p50_ms",
            "sched_p99_ms", "run_p50_ms", "run_p99_ms", "e2e_p50_s", "e2e_p99_s",
-           "rss_before_mib", "rss_peak_mib", "rss_after_mib", "rss_after_vs_before")
+           "rss_before_mib", "rss_peak_mib", "rss_after_mib", "rss_after_vs_before",
+           "objects_after_vs_before")
 
 
 def format_row(row: dict[str, Any]) -> str:
     def cell(key: str) -> str:
         value = row[key]
-        if key == "rss_after_vs_before":
+        if key in ("rss_after_vs_before", "objects_after_vs_before"):
             return f"{value:+.1%}"
         return f"{value:.1f}" if isinstance(value, float) else str(value)
     return "| " + " | ".join(cell(k) for k in COLUMNS) + " |"
@@ -252,6 +274,8 @@ def main() -> None:
     parser.add_argument("--burst-sessions", type=int, default=100)
     parser.add_argument("--burst-calls", type=int, default=100)
     parser.add_argument("--engines", type=int, default=2)
+    parser.add_argument("--in-process-engines", action="store_true",
+                        help="engines inside parrot-serve's process (no engine HTTP hop)")
     parser.add_argument("--out", default=None, help="append the table to this markdown file")
     args = parser.parse_args()
     header = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS)

@@ -81,7 +81,8 @@ class Manager:
     def _arm_expiry(self, session: Session, delay: float) -> None:
         """One timer per session, re-armed only when it fires (not on every request). It holds
         the session's id, not the session: a deleted session's memory is freed at once."""
-        asyncio.get_running_loop().call_later(delay, self._expire_if_idle, session.session_id)
+        session.expiry_timer = asyncio.get_running_loop().call_later(
+            delay, self._expire_if_idle, session.session_id)
 
     def _expire_if_idle(self, session_id: str) -> None:
         session = self.sessions.find(session_id)
@@ -100,6 +101,8 @@ class Manager:
 
     def delete_session(self, session: Session) -> None:
         self.sessions.pop(session.session_id)
+        if session.expiry_timer is not None:
+            session.expiry_timer.cancel()
         self._drop_session(session)
 
     def _drop_session(self, session: Session) -> None:

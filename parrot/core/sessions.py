@@ -25,6 +25,7 @@ class Session:
     num_waiters: int = 0          # `get`s waiting on this session's variables
     tenant: str = "default"       # who opened it (parrot/core/tenants.py)
     prefix_salt: str = ""         # mixed into its prefix hashes: "" shares across tenants
+    expiry_timer: asyncio.TimerHandle | None = None  # the idle check; cancelled on delete
 
     def variable(self, var_id: str) -> Variable:
         """A variable of this session; other sessions' ids are indistinguishable from unknown."""

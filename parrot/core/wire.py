@@ -12,6 +12,7 @@ engines (`AccessControl`), how much unfinished work a session and the service ta
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any, Awaitable, Callable
 
 from parrot.core.admission import Admission
@@ -226,6 +227,8 @@ class WireAPI:
         self.access.require_admin(token, "service-wide stats")
         rounds = list(self.manager.scheduler.round_stats)
         return {"sessions": len(self.manager.sessions),
+                # Python objects alive (not RSS, which the allocator may keep after a peak).
+                "allocated_blocks": sys.getallocatedblocks(),
                 "ready_calls": self.manager.scheduler.num_ready,
                 "scheduling_rounds": len(rounds),
                 "calls_placed": sum(n for _, n in rounds),
