@@ -41,6 +41,34 @@ class NotFoundError(ParrotError):
     status = 404
 
 
+class MethodNotAllowedError(ParrotError):
+    """The path exists but not with this HTTP method."""
+
+    status = 405
+
+
+class RequestTimeoutError(ParrotError):
+    """The client did not send its request (headers or body) in time."""
+
+    status = 408
+
+
+class TooManyRequestsError(ParrotError):
+    """Over a queue or session limit; retry after `retry_after_s` seconds (`Retry-After`)."""
+
+    status = 429
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class ShuttingDownError(ParrotError):
+    """The service is stopping: it admits nothing new, and work it could not finish fails."""
+
+    status = 503
+
+
 class ConflictError(ParrotError):
     """The request contradicts existing state (second producer, cycle, value already set)."""
 
@@ -103,6 +131,7 @@ _WIRE_TYPES: dict[str, type[ParrotError]] = {
     cls.__name__: cls
     for cls in (
         ParrotError, InvalidRequestError, TemplateSyntaxError, UnauthorizedError, NotFoundError,
+        MethodNotAllowedError, RequestTimeoutError, TooManyRequestsError, ShuttingDownError,
         ConflictError, PayloadTooLargeError, CallFailedError, GetTimeoutError, EngineError,
         UnknownContextError, ContextExistsError, PromptTooLongError, OutOfKVCacheError,
         EngineUnavailableError, ManagerUnavailableError,

@@ -9,22 +9,34 @@ Kinds:
 * `strip` — strip surrounding whitespace.
 * `json_path` {path} — parse the first JSON value in the text and take a dotted path
   (`a.b.0.c`); the result is rendered as a string (JSON for objects/lists).
-* `regex` {pattern, group=1} — the group of the first match (whole match for group 0).
+* `regex` {pattern, group=1} — the group of the first match (whole match for group 0). Patterns
+  run on the `regex` engine with a deadline (`REGEX_TIMEOUT_S`), so a catastrophic pattern
+  fails its call instead of stalling the manager's loop.
 * `parse_list` — LangChain-style: a JSON list if the text holds one, else the lines of a
   bulleted/numbered list; rendered as a JSON list of strings.
 * `parse_json` — the first JSON object/list in the text (code fences allowed), re-serialized.
+
+Every failure of a transform on a value — however odd the value — is a `TransformError`: the
+call it belongs to fails cleanly and nothing else is affected. The JSON search is bounded (text
+size, characters scanned, nesting depth), so a hostile value costs linear time at most.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
+
+import regex
 
 from parrot.errors import InvalidRequestError
 
 MAX_TRANSFORMS = 16
+MAX_PATTERN_CHARS = 1024
+REGEX_TIMEOUT_S = 0.05          # one regex search; a backtracking blow-up fails, never stalls
+MAX_JSON_CHARS = 1 << 20        # json_path / parse_json / parse_list look at most this much text
+JSON_SCAN_FACTOR = 2            # give up after scanning this many times the text in attempts
+MAX_JSON_ATTEMPTS = 64          # bracket positions tried before giving up
 
 
 class TransformError(ValueError):
@@ -46,6 +58,15 @@ class Transform:
         return self.kind
 
     def apply(self, value: str) -> str:
+        try:
+            return self._apply(value)
+        except TransformError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure on user data is the call's error
+            raise TransformError(f"{self.kind} failed on {_clip(value)}: "
+                                 f"{type(exc).__name__}: {exc}") from None
+
+    def _apply(self, value: str) -> str:
         if self.kind == "strip":
             return value.strip()
         if self.kind == "json_path":
@@ -58,10 +79,18 @@ class Transform:
                                          f"{_clip(value)}") from None
             return obj if isinstance(obj, str) else json.dumps(obj)
         if self.kind == "regex":
-            match = re.search(self.pattern, value, re.DOTALL)
+            try:
+                match = regex.search(self.pattern, value, regex.DOTALL, timeout=REGEX_TIMEOUT_S)
+            except TimeoutError:
+                raise TransformError(f"regex {self.pattern!r} took over {REGEX_TIMEOUT_S} s on "
+                                     f"{_clip(value)}") from None
             if match is None:
                 raise TransformError(f"regex {self.pattern!r} does not match {_clip(value)}")
-            return match.group(self.group)
+            group = match.group(self.group)
+            if group is None:  # e.g. `(zzz)|` matched through its other branch
+                raise TransformError(f"regex {self.pattern!r}: group {self.group} did not take "
+                                     f"part in the match on {_clip(value)}")
+            return group
         if self.kind == "parse_list":
             return json.dumps(_parse_list(value))
         if self.kind == "parse_json":
@@ -101,11 +130,12 @@ def _parse_one(item: Any, where: str) -> Transform:
         return Transform(kind, path=tuple(path.split(".")))
     if kind == "regex":
         pattern, group = item.get("pattern"), item.get("group", 1)
-        if not isinstance(pattern, str):
-            raise InvalidRequestError(f"{where}: regex needs a 'pattern' string")
+        if not isinstance(pattern, str) or len(pattern) > MAX_PATTERN_CHARS:
+            raise InvalidRequestError(f"{where}: regex needs a 'pattern' string of at most "
+                                      f"{MAX_PATTERN_CHARS} characters")
         try:
-            compiled = re.compile(pattern)
-        except re.error as exc:
+            compiled = regex.compile(pattern, regex.DOTALL)
+        except (regex.error, ValueError, OverflowError, RecursionError) as exc:
             raise InvalidRequestError(f"{where}: invalid regex {pattern!r}: {exc}") from None
         if not isinstance(group, int) or isinstance(group, bool) or not 0 <= group <= compiled.groups:
             raise InvalidRequestError(f"{where}: regex group {group!r} must be in "
@@ -120,23 +150,72 @@ def apply_transforms(transforms: tuple[Transform, ...], value: str) -> str:
     return value
 
 
-_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
-_BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+(.*\S)\s*$")
+def _fenced(text: str) -> str | None:
+    """The body of the first ``` (or ```json) code fence, found in linear time (the regex
+    form of this backtracked quadratically on a fence followed by whitespace)."""
+    start = text.find("```")
+    if start < 0:
+        return None
+    body = start + 3 + (4 if text.startswith("json", start + 3) else 0)
+    end = text.find("```", body)
+    return text[body:end] if end >= 0 else None
+
+
+def _bullet_item(line: str) -> str | None:
+    """The text of a `- item`, `* item`, `• item`, `1. item` or `1) item` line, else None."""
+    stripped = line.strip()
+    digits = len(stripped) - len(stripped.lstrip("0123456789"))
+    marker = digits if digits else 0
+    if digits:
+        if stripped[digits:digits + 1] not in (".", ")"):
+            return None
+    elif stripped[:1] not in ("-", "*", "•"):
+        return None
+    rest = stripped[marker + 1:]
+    if not rest[:1].isspace():
+        return None
+    return rest.strip() or None
 
 
 def _first_json(text: str) -> Any:
-    fenced = _FENCE.search(text)
-    candidates = [fenced.group(1)] if fenced else []
+    if len(text) > MAX_JSON_CHARS:
+        raise TransformError(f"text of {len(text)} characters is over the {MAX_JSON_CHARS} a "
+                             "JSON transform reads")
+    fenced = _fenced(text)
+    candidates = [fenced] if fenced is not None else []
     candidates.append(text)
     decoder = json.JSONDecoder()
+    # Bounded work: at most MAX_JSON_ATTEMPTS bracket positions are tried, and they may scan at
+    # most JSON_SCAN_FACTOR times the text between them (each failed attempt also pays one
+    # linear search in C, as JSONDecodeError locates its line).
+    budget = JSON_SCAN_FACTOR * len(text) + 4096
+    attempts = 0
     for candidate in candidates:
-        for start, char in enumerate(candidate):
-            if char in "[{":
-                try:
-                    return decoder.raw_decode(candidate, start)[0]
-                except json.JSONDecodeError:
-                    continue
+        for start in _json_starts(candidate):
+            attempts += 1
+            try:
+                return decoder.raw_decode(candidate, start)[0]
+            except json.JSONDecodeError as exc:
+                budget -= exc.pos - start + 1
+            except RecursionError:
+                raise TransformError(f"JSON nested too deeply in {_clip(text)}") from None
+            if budget <= 0 or attempts >= MAX_JSON_ATTEMPTS:
+                raise TransformError(f"no JSON object or list found in {attempts} attempts "
+                                     f"in {_clip(text)}")
     raise TransformError(f"no JSON object or list in {_clip(text)}")
+
+
+def _json_starts(text: str):
+    """Positions of `[` and `{` in order (str.find: no Python-level loop over every char)."""
+    positions = [text.find("["), text.find("{")]
+    while True:
+        live = [p for p in positions if p >= 0]
+        if not live:
+            return
+        start = min(live)
+        yield start
+        which = 0 if text[start] == "[" else 1
+        positions[which] = text.find(text[start], start + 1)
 
 
 def _parse_list(text: str) -> list[str]:
@@ -146,7 +225,7 @@ def _parse_list(text: str) -> list[str]:
             return [item if isinstance(item, str) else json.dumps(item) for item in obj]
     except TransformError:
         pass
-    items = [m.group(1) for line in text.splitlines() if (m := _BULLET.match(line))]
+    items = [item for line in text.splitlines() if (item := _bullet_item(line)) is not None]
     if not items:
         items = [line.strip() for line in text.splitlines() if line.strip()]
     return items

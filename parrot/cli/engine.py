@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--exit-with-parent", action="store_true",
                         help="stop when the parent process dies (set by parrot-serve; stdin "
                              "must be a pipe the parent holds open)")
+    parser.add_argument("--admin-token", default=None,
+                        help="the manager's admin token for --register-url (default: the "
+                             "PARROT_ADMIN_TOKEN environment variable)")
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
     parser.add_argument("--log-level", default="INFO")
     return parser
@@ -111,8 +114,9 @@ async def serve(args: argparse.Namespace, params: dict[str, Any], secret: str) -
         print(f"READY {url}", flush=True)
         log.info("engine %s (%s) serving at %s", args.name, args.kind, url)
         if args.register_url:
+            admin_token = args.admin_token or os.environ.get(ADMIN_TOKEN_ENV)
             tasks.append(asyncio.create_task(
-                register_until_accepted(args.register_url, args.name, url, secret)))
+                register_until_accepted(args.register_url, args.name, url, secret, admin_token)))
         await stop.wait()
         log.info("engine %s stopping", args.name)
     finally:
@@ -122,11 +126,11 @@ async def serve(args: argparse.Namespace, params: dict[str, Any], secret: str) -
         await runner.cleanup()  # closes the engine
 
 
-async def register(manager_url: str, name: str, url: str, secret: str | None = None) -> bool:
+async def register(manager_url: str, name: str, url: str, secret: str | None = None,
+                   admin_token: str | None = None) -> bool:
     """One registration attempt; False (logged) when the manager did not accept it."""
     target = manager_url.rstrip("/") + "/v1/engines"
-    admin = os.environ.get(ADMIN_TOKEN_ENV)
-    headers = {"Authorization": f"Bearer {admin}"} if admin else {}
+    headers = {"Authorization": f"Bearer {admin_token}"} if admin_token else {}
     body = {"name": name, "url": url} | ({"secret": secret} if secret else {})
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
@@ -141,10 +145,11 @@ async def register(manager_url: str, name: str, url: str, secret: str | None = N
 
 
 async def register_until_accepted(manager_url: str, name: str, url: str, secret: str,
+                                  admin_token: str | None = None,
                                   max_delay_s: float = 10.0) -> None:
     """The manager may start after the engine, or restart: keep trying, with backoff."""
     delay = 0.5
-    while not await register(manager_url, name, url, secret):
+    while not await register(manager_url, name, url, secret, admin_token):
         await asyncio.sleep(delay)
         delay = min(delay * 2, max_delay_s)
 

@@ -62,8 +62,14 @@ async def serve(config: ServeConfig, host: str | None, port: int | None) -> None
     url = await server.start(host, port)
     print(f"parrot-serve ready at {url} with policy {config.policy.name!r} and "
           f"{len(config.engines)} engine(s)", flush=True)
+    if server.admin_token_generated:
+        # Engine registration and service-wide stats need it; set manager.admin_token to fix it.
+        print(f"parrot-serve admin token (generated): {server.admin_token}", flush=True)
     try:
         await stop.wait()
+        print("parrot-serve stopping: admitting nothing new, waiting up to "
+              f"{config.manager.shutdown_grace_s:g} s for running calls", flush=True)
+        await server.shutdown()
     finally:
         await server.stop()
 

@@ -118,6 +118,17 @@ class Graph:
 
 
 @dataclass(frozen=True)
+class SessionStats:
+    """A session's own counters (shown only to its token)."""
+
+    session_id: str
+    tenant: str
+    calls: dict[str, int]       # state -> number of calls
+    variables: int
+    waiting_gets: int
+
+
+@dataclass(frozen=True)
 class Engines:
     engines: list[dict[str, Any]]   # name, kind, model, healthy, running_calls, ...
 
@@ -141,6 +152,7 @@ class Registered:
 @dataclass(frozen=True)
 class Stats:
     sessions: int
+    allocated_blocks: int           # Python objects alive after a full collection
     ready_calls: int
     scheduling_rounds: int
     calls_placed: int

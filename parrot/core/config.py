@@ -25,7 +25,8 @@ class ManagerConfig:
     max_get_timeout_s: float = 3600.0         # longest a `get` may long-poll
     default_get_timeout_s: float = 600.0
     max_call_retries: int = 2                 # re-dispatches after an engine failure
-    admin_token: str | None = None            # required by POST /v1/engines when set
+    admin_token: str | None = None            # for POST /v1/engines and full stats; parrot-serve
+                                              # generates and prints one when unset
     session_idle_timeout_s: float = 3600.0    # a session idle this long (nothing running,
                                               # nobody waiting) is deleted
     # Engines (docs/RELIABILITY.md): how the manager talks to engine processes and when it
@@ -36,6 +37,17 @@ class ManagerConfig:
     engine_heartbeat_interval_s: float = 1.0  # an engine's /healthz is asked this often
     engine_heartbeat_timeout_s: float = 5.0   # unanswered this long: engine down, calls moved
     no_engine_grace_s: float = 10.0           # with every engine down, calls wait this long
+    # The front door's limits (docs/SECURITY.md): slow clients, queues, shutdown.
+    request_header_timeout_s: float = 30.0    # a connection must send a request's headers
+    request_body_timeout_s: float = 30.0      # ...and then its body, within these
+    max_sessions: int = 10_000                # more live sessions: 429
+    max_active_calls: int = 65_536            # unfinished calls, all sessions: beyond, 429
+    max_active_calls_per_session: int = 4096  # unfinished calls of one session: beyond, 429
+    max_waiting_gets_per_session: int = 1024  # concurrent blocked `get`s of one session
+    max_output_tokens: int | None = None      # max_tokens cap per output (besides the
+                                              # largest engine window, always enforced)
+    retry_after_s: float = 1.0                # the Retry-After of a 429
+    shutdown_grace_s: float = 30.0            # on SIGTERM, running calls get this long
 
     def __post_init__(self) -> None:
         _require(isinstance(self.port, int) and 0 <= self.port < 65536, "manager.port",
@@ -60,6 +72,41 @@ class ManagerConfig:
         _require(isinstance(self.engine_pool_size, int) and not isinstance(
             self.engine_pool_size, bool) and self.engine_pool_size >= 1,
             "manager.engine_pool_size", self.engine_pool_size, "an integer >= 1")
+        _require(self.admin_token is None or (isinstance(self.admin_token, str)
+                                              and len(self.admin_token) >= 16
+                                              and self.admin_token.isascii()),
+                 "manager.admin_token", "<hidden>", "an ASCII string of at least 16 characters")
+        for key in ("request_header_timeout_s", "request_body_timeout_s", "retry_after_s"):
+            _require(_is_pos(getattr(self, key)), f"manager.{key}", getattr(self, key),
+                     "a positive number of seconds")
+        _require(isinstance(self.shutdown_grace_s, (int, float)) and self.shutdown_grace_s >= 0,
+                 "manager.shutdown_grace_s", self.shutdown_grace_s, "a number >= 0")
+        for key in ("max_sessions", "max_active_calls", "max_active_calls_per_session",
+                    "max_waiting_gets_per_session"):
+            _require(_is_pos_int(getattr(self, key)), f"manager.{key}", getattr(self, key),
+                     "a positive integer")
+        _require(self.max_output_tokens is None or _is_pos_int(self.max_output_tokens),
+                 "manager.max_output_tokens", self.max_output_tokens, "a positive integer")
+
+
+@dataclass(frozen=True)
+class TenantSpec:
+    """A tenant: who may open sessions with `api_key`, and whether its prompt prefixes may
+    share cached contexts with other tenants that opt in too (off: isolated, see SECURITY.md)."""
+
+    name: str
+    api_key: str
+    share_prefixes: bool = False
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.name, str) and 0 < len(self.name) <= 64 and self.name.isascii(),
+                 "tenants[].name", self.name, "an ASCII string of 1 to 64 characters")
+        _require(isinstance(self.api_key, str) and len(self.api_key) >= 16
+                 and self.api_key.isascii() and " " not in self.api_key,
+                 f"tenants[{self.name!r}].api_key", "<hidden>",
+                 "an ASCII string of at least 16 characters without spaces")
+        _require(isinstance(self.share_prefixes, bool), f"tenants[{self.name!r}].share_prefixes",
+                 self.share_prefixes, "a boolean")
 
 
 @dataclass(frozen=True)
@@ -101,16 +148,22 @@ class ServeConfig:
     manager: ManagerConfig = field(default_factory=ManagerConfig)
     policy: PolicySpec = field(default_factory=PolicySpec)
     engines: tuple[EngineSpec, ...] = ()
+    tenants: tuple[TenantSpec, ...] = ()   # none: anyone may open a session (one tenant)
 
     def __post_init__(self) -> None:
         names = [e.name for e in self.engines]
         dupes = sorted({n for n in names if names.count(n) > 1})
         _require(not dupes, "engines[].name", dupes, "unique names")
+        tenant_names = [t.name for t in self.tenants]
+        dupes = sorted({n for n in tenant_names if tenant_names.count(n) > 1})
+        _require(not dupes, "tenants[].name", dupes, "unique names")
+        keys = [t.api_key for t in self.tenants]
+        _require(len(set(keys)) == len(keys), "tenants[].api_key", "<hidden>", "unique keys")
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, base_dir: Path | None = None) -> "ServeConfig":
         _require(isinstance(data, Mapping), "<root>", type(data).__name__, "a mapping")
-        _no_unknown(data, ("manager", "policy", "engines"), "<root>")
+        _no_unknown(data, ("manager", "policy", "engines", "tenants"), "<root>")
         manager = ManagerConfig(**_section(data.get("manager"), ManagerConfig, "manager"))
         policy_data = _section(data.get("policy"), PolicySpec, "policy")
         policy = PolicySpec(**policy_data)
@@ -129,7 +182,16 @@ class ServeConfig:
                     params[key] = str((base_dir / value).resolve())
             fields_["params"] = params
             engines.append(EngineSpec(**fields_))
-        return cls(manager, policy, tuple(engines))
+        tenants_data = data.get("tenants") or []
+        _require(isinstance(tenants_data, list), "tenants", tenants_data, "a list")
+        tenants = []
+        for i, item in enumerate(tenants_data):
+            fields_ = _section(item, TenantSpec, f"tenants[{i}]")
+            missing = sorted({"name", "api_key"} - set(fields_))
+            _require(not missing, f"tenants[{i}]", f"<missing {missing}>",
+                     "a mapping with name and api_key")
+            tenants.append(TenantSpec(**fields_))
+        return cls(manager, policy, tuple(engines), tuple(tenants))
 
     @classmethod
     def load(cls, path: str | Path) -> "ServeConfig":
@@ -157,6 +219,10 @@ def _no_unknown(data: Mapping[str, Any], allowed: tuple[str, ...], where: str) -
 
 def _is_pos(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _is_pos_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _require(ok: bool, key: str, value: Any, allowed: str) -> None:

@@ -86,11 +86,14 @@ class Manager:
         return session
 
     def _arm_expiry(self, session: Session, delay: float) -> None:
-        """One timer per session, re-armed only when it fires (not on every request)."""
-        asyncio.get_running_loop().call_later(delay, self._expire_if_idle, session)
+        """One timer per session, re-armed only when it fires (not on every request). It holds
+        the session's id, not the session: a deleted session's memory is freed at once."""
+        session.expiry_timer = asyncio.get_running_loop().call_later(
+            delay, self._expire_if_idle, session.session_id)
 
-    def _expire_if_idle(self, session: Session) -> None:
-        if self.sessions.find(session.session_id) is not session:
+    def _expire_if_idle(self, session_id: str) -> None:
+        session = self.sessions.find(session_id)
+        if session is None:
             return  # deleted already
         ttl = self.config.session_idle_timeout_s
         idle = asyncio.get_running_loop().time() - session.last_active
@@ -105,6 +108,8 @@ class Manager:
 
     def delete_session(self, session: Session) -> None:
         self.sessions.pop(session.session_id)
+        if session.expiry_timer is not None:
+            session.expiry_timer.cancel()
         self._drop_session(session)
 
     def _drop_session(self, session: Session) -> None:
@@ -222,7 +227,8 @@ class Manager:
         except TransformError as exc:
             self._fail_call(session, call, CallFailedError(f"input transform failed: {exc}"))
             return
-        call.prefix_pieces = prefix_pieces(call.template, call.rendered_inputs)
+        call.prefix_pieces = prefix_pieces(call.template, call.rendered_inputs,
+                                           session.prefix_salt)
         # Only boundaries far enough in to be worth a context are advertised to the policy:
         # affinity to a prefix no engine would cache only piles unrelated calls together.
         call.prefix_hashes = shareable_hashes(call.prefix_pieces)

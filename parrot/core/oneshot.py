@@ -18,6 +18,7 @@ from parrot.core.nodes import Call, Variable
 from parrot.core.requests import PlaceholderSpec, SubmitRequest
 from parrot.core.sessions import Session
 from parrot.core.streams import follow_as_get
+from parrot.core.tenants import TenantGrant
 from parrot.errors import ParrotError
 from parrot.sampling import SamplingParams
 from parrot.types import Criterion, estimate_num_tokens
@@ -57,7 +58,8 @@ class OneShot:
     def __init__(self, manager: Manager, prompts: Sequence[str], n: int,
                  sampling: SamplingParams, criterion: Criterion,
                  session: Session | None = None, output: str = "completion",
-                 inputs: Sequence[tuple[str, str]] = (), stream: bool = False) -> None:
+                 inputs: Sequence[tuple[str, str]] = (), stream: bool = False,
+                 grant: TenantGrant | None = None) -> None:
         """Submit `len(prompts) * n` calls; choice `i * n + j` is prompt i's j-th sample.
 
         Without `session` the calls run in a private session deleted by `close()`, and the
@@ -71,6 +73,8 @@ class OneShot:
         self._n = n
         self._owns_session = session is None
         self.session = manager.create_session() if session is None else session
+        if session is None and grant is not None:  # the private session is its tenant's
+            self.session.tenant, self.session.prefix_salt = grant.tenant, grant.prefix_salt
         self._output = output if session is not None else "completion"
         self.calls: list[Call] = []
         try:

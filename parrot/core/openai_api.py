@@ -28,6 +28,7 @@ from parrot.core.oneshot import OneShot
 from parrot.core.openai_requests import (ChatCompletionRequest, CompletionRequest,
                                          ParrotOptions)
 from parrot.core.sse import finish, is_disconnect, open_stream, send
+from parrot.core.tenants import TenantGrant
 from parrot.errors import (EngineUnavailableError, InvalidRequestError, NotFoundError,
                            ParrotError)
 from parrot.sampling import SamplingParams
@@ -55,8 +56,12 @@ Route = Callable[[web.Request], Any]
 
 
 class OpenAIRoutes:
-    def __init__(self, manager: Manager) -> None:
+    def __init__(self, manager: Manager,
+                 admit_session: Callable[[str | None], TenantGrant] | None = None) -> None:
         self.manager = manager
+        # The wire API's checks before a new session: a tenant's API key where tenants are
+        # configured (the request's bearer token), draining, the session limit.
+        self._admit_session = admit_session
         self.started = int(time.time())
 
     def setup(self, app: web.Application) -> None:
@@ -108,14 +113,16 @@ class OpenAIRoutes:
     # --- completions ----------------------------------------------------------------------
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        req = CompletionRequest.from_json(await read_json(request, self._max_body))
+        req = CompletionRequest.from_json(await read_json(
+            request, self._max_body, self.manager.config.request_body_timeout_s))
         self._engines_of(req.model)
         run = self._one_shot(request, req.prompts, req.n, req.sampling, req.parrot, req.stream)
         reply = _Reply("cmpl", "text_completion", req.model, chat=False)
         return await self._serve(request, run, reply, req.stream, req.include_usage)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        req = ChatCompletionRequest.from_json(await read_json(request, self._max_body))
+        req = ChatCompletionRequest.from_json(await read_json(
+            request, self._max_body, self.manager.config.request_body_timeout_s))
         engines = self._engines_of(req.model)
         template = chat_template_of(engines)
         prompt = template.render(req.messages)
@@ -130,7 +137,10 @@ class OpenAIRoutes:
     def _one_shot(self, request: web.Request, prompts: list[str] | tuple[str, ...], n: int,
                   sampling: SamplingParams, options: ParrotOptions, stream: bool) -> OneShot:
         if options.session_id is None:
-            return OneShot(self.manager, prompts, n, sampling, options.criteria, stream=stream)
+            grant = (None if self._admit_session is None
+                     else self._admit_session(bearer_token(request)))
+            return OneShot(self.manager, prompts, n, sampling, options.criteria, stream=stream,
+                           grant=grant)
         # joining a client's session: the API key is the session's token
         session = self.manager.authenticate(options.session_id, bearer_token(request))
         return OneShot(self.manager, prompts, n, sampling, options.criteria, session,

@@ -41,6 +41,8 @@ OPERATIONS: tuple[Operation, ...] = (
               reply=shapes.SessionDeleted, auth="session"),
     Operation("GET", "/v1/sessions/{sid}/graph", "the session DAG (node-link JSON)",
               reply=shapes.Graph, auth="session"),
+    Operation("GET", "/v1/sessions/{sid}/stats", "the session's own counters",
+              reply=shapes.SessionStats, auth="session"),
     Operation("POST", "/v1/submit", "submit one semantic-function call (a template and its "
               "placeholder bindings); with wait: true the reply carries the output values",
               body=SubmitRequest, reply=shapes.SubmitReply, auth="session"),
@@ -59,7 +61,8 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("GET", "/v1/engines", "the registered engines", reply=shapes.Engines),
     Operation("POST", "/v1/engines", "register an engine process by URL",
               body=shapes.RegisterEngineBody, reply=shapes.Registered, auth="admin"),
-    Operation("GET", "/v1/stats", "scheduler and engine counters", reply=shapes.Stats),
+    Operation("GET", "/v1/stats", "scheduler and engine counters", reply=shapes.Stats,
+              auth="admin"),
     Operation("GET", "/metrics", "Prometheus metrics (text exposition format)",
               reply_kind="text"),
     Operation("GET", "/openapi.json", "this document", reply_kind="json"),

@@ -38,7 +38,7 @@ def known_prefix(session: Session, call: Call):
                 values[name] = apply_transforms(binding.transforms, var.value)
             except TransformError:
                 return ()
-    return prefix_pieces(call.template, values)
+    return prefix_pieces(call.template, values, session.prefix_salt)
 
 
 async def prefill_ahead(session: Session, call: Call, engine: EngineState) -> None:

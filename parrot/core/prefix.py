@@ -30,15 +30,19 @@ class PrefixPiece:
     is_template_text: bool = False  # constant text of the template (not an input's value)
 
 
-def prefix_pieces(template: Template, values: Mapping[str, str]) -> tuple[PrefixPiece, ...]:
+def prefix_pieces(template: Template, values: Mapping[str, str],
+                  salt: str = "") -> tuple[PrefixPiece, ...]:
     """Split the prompt before the first output into boundary-to-boundary pieces.
 
     Each piece's hash covers the whole rendered prompt up to its end, so equal hashes mean
     equal prefixes. Empty pieces are dropped (they add no boundary worth a context). For a call
     whose inputs are not all known, the pieces stop at the first missing input: the prefix that
-    is already certain.
+    is already certain. A `salt` (the session's tenant, unless it shares) starts every hash, so
+    equal prompts of different tenants never share a context (docs/SECURITY.md).
     """
     hasher = hashlib.blake2b(digest_size=HASH_BYTES)
+    if salt:
+        hasher.update(salt.encode("utf-8") + b"\x01")
     pieces: list[PrefixPiece] = []
     for seg in template.segments:
         if isinstance(seg, Placeholder) and (seg.is_output or seg.name not in values):

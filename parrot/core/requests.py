@@ -59,6 +59,11 @@ class SubmitRequest:
         return cls(session_id=session_id_of(body), prompt=prompt, placeholders=specs,
                    sampling=sampling)
 
+    def max_output_tokens(self) -> int:
+        """The largest `max_tokens` any output of this call may generate."""
+        return max([self.sampling.max_tokens] + [self.sampling.merged(p.sampling).max_tokens
+                                                 for p in self.placeholders if p.is_output])
+
 
 def _placeholder(item: Any, index: int) -> PlaceholderSpec:
     where = f"placeholders[{index}]"
@@ -131,8 +136,10 @@ def resolve_batch_refs(item: Any, index: int, earlier: list[dict[str, Any]]) -> 
     for spec in placeholders:
         if isinstance(spec, Mapping) and "ref" in spec:
             ref = spec["ref"]
-            if not (isinstance(ref, Mapping) and isinstance(ref.get("call"), int)
-                    and isinstance(ref.get("output"), str) and 0 <= ref["call"] < index):
+            call_index = ref.get("call") if isinstance(ref, Mapping) else None
+            # bool is an int in Python: `true` must not pass for call 1.
+            if not (isinstance(call_index, int) and not isinstance(call_index, bool)
+                    and isinstance(ref.get("output"), str) and 0 <= call_index < index):
                 raise InvalidRequestError(f"calls[{index}]: 'ref' must be {{call: <index of an "
                                           f"earlier call>, output: <name>}}, got {ref!r}")
             target = earlier[ref["call"]]

@@ -3,25 +3,37 @@
 `ParrotServer` is what `parrot-serve` runs, and what tests and benchmarks start in-process.
 Engines named in the config are started as subprocesses (or in this process with
 `in_process: true`), and the HTTP server starts answering only once all of them are healthy.
+
+Without `manager.admin_token` in the config a random one is generated (`admin_token`;
+parrot-serve prints it): engine registration is never open to anyone.
+
+Shutdown (`shutdown`, what SIGTERM runs): stop admitting sessions and calls (503), give running
+calls `shutdown_grace_s` to finish, fail what is left with a ShuttingDownError (so every waiting
+`get` is answered), stop the HTTP server, then the engines.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
+import secrets
 
 from aiohttp import web
 
 from parrot.core.config import EngineSpec, ServeConfig
 from parrot.core.engine_health import http_engine_settings
 from parrot.core.front_door import front_door
-from parrot.core.http_api import create_app
+from parrot.core.http_api import JsonAppRunner, create_app
 from parrot.core.manager import Manager
+from parrot.core.tenants import AccessControl
 from parrot.core.wire import WireAPI
 from parrot.engines.client import HttpEngine
 from parrot.engines.factory import create_engine
 from parrot.engines.launcher import EngineSpec as LaunchSpec
 from parrot.engines.launcher import LaunchedEngine, launch_engines, stop_engines
 from parrot.engines.protocol import Engine
+from parrot.errors import ShuttingDownError
 from parrot.policies.registry import default_registry
 
 log = logging.getLogger(__name__)
@@ -31,21 +43,27 @@ ENGINE_STARTUP_TIMEOUT_S = 600.0  # a cold builtin engine loads and converts its
 
 class ParrotServer:
     def __init__(self, config: ServeConfig) -> None:
+        self.admin_token_generated = config.manager.admin_token is None
+        if self.admin_token_generated:
+            config = dataclasses.replace(config, manager=dataclasses.replace(
+                config.manager, admin_token=secrets.token_urlsafe(32)))
         self.config = config
+        self.admin_token: str = config.manager.admin_token  # type: ignore[assignment]
         policy = default_registry().create(config.policy.name, config.policy.params)
         self.manager = Manager(policy, config.manager)
+        self.api = WireAPI(self.manager, register_engine=self.register_remote,
+                           access=AccessControl(config.tenants, self.admin_token))
         self._launched: list[LaunchedEngine] = []
         self._in_process: list[Engine] = []
-        self._runner: web.AppRunner | None = None
+        self._runner: JsonAppRunner | None = None
         self.url: str | None = None
 
     async def start(self, host: str | None = None, port: int | None = None) -> str:
         await self.manager.start()
         try:
             await self._start_engines()
-            api = WireAPI(self.manager, register_engine=self.register_remote)
-            self._runner = web.AppRunner(create_app(api, front_door(api)),
-                                         access_log=None)
+            self._runner = JsonAppRunner(create_app(self.api, front_door(self.api)),
+                                         self.config.manager.request_header_timeout_s)
             await self._runner.setup()
             site = web.TCPSite(self._runner, host or self.config.manager.host,
                                self.config.manager.port if port is None else port)
@@ -90,7 +108,29 @@ class ParrotServer:
             raise
         self._in_process.append(engine)
 
-    async def stop(self) -> None:
+    async def shutdown(self, grace_s: float | None = None) -> None:
+        """Drain, then stop: what parrot-serve does on SIGTERM (see the module docstring)."""
+        grace = self.config.manager.shutdown_grace_s if grace_s is None else grace_s
+        self.api.is_draining = True
+        producing = [var.ready.wait() for session in self.manager.sessions
+                     for var in session.variables.values()
+                     if var.producer is not None and not var.is_finished]
+        if producing and grace > 0:
+            waits = [asyncio.ensure_future(w) for w in producing]
+            _, pending = await asyncio.wait(waits, timeout=grace)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            log.info("shutdown: %d of %d producing variables unfinished after %g s",
+                     len(pending), len(waits), grace)
+        await self.stop(f"the service is shutting down; the call did not finish within its "
+                        f"{grace:g} s grace period")
+
+    async def stop(self, reason: str = "the service stopped") -> None:
+        """Stop now: unfinished variables fail with ShuttingDownError (their `get`s answer)."""
+        self.api.is_draining = True
+        self.manager.sessions.fail_unfinished(ShuttingDownError(reason))
+        await asyncio.sleep(0)  # let the woken `get` handlers write their answers
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

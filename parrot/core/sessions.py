@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from parrot.core.graph import SessionGraph
 from parrot.core.nodes import Call, Variable
-from parrot.errors import NotFoundError, UnauthorizedError
+from parrot.errors import NotFoundError, ParrotError, UnauthorizedError
 
 
 @dataclass(eq=False)
@@ -23,6 +23,9 @@ class Session:
     needs_deduction: bool = False
     last_active: float = 0.0      # loop time of the last authenticated request
     num_waiters: int = 0          # `get`s waiting on this session's variables
+    tenant: str = "default"       # who opened it (parrot/core/tenants.py)
+    prefix_salt: str = ""         # mixed into its prefix hashes: "" shares across tenants
+    expiry_timer: asyncio.TimerHandle | None = None  # the idle check; cancelled on delete
 
     def variable(self, var_id: str) -> Variable:
         """A variable of this session; other sessions' ids are indistinguishable from unknown."""
@@ -46,7 +49,8 @@ class SessionStore:
         session = self._sessions.get(session_id)
         if session is None:
             raise NotFoundError(f"unknown session {session_id!r}")
-        if token is None or not hmac.compare_digest(token.encode(), session.token.encode()):
+        if token is None or not token.isascii() \
+                or not hmac.compare_digest(token.encode(), session.token.encode()):
             raise UnauthorizedError("missing or wrong bearer token for this session")
         session.last_active = asyncio.get_running_loop().time()
         return session
@@ -60,6 +64,17 @@ class SessionStore:
 
     def pop(self, session_id: str) -> Session:
         return self._sessions.pop(session_id)
+
+    def fail_unfinished(self, error: ParrotError) -> int:
+        """Fail every variable still without a value (shutdown): its `get`s answer `error`.
+        Returns how many were failed."""
+        failed = 0
+        for session in self:
+            for var in session.variables.values():
+                if not var.is_finished:
+                    var.fail(error)
+                    failed += 1
+        return failed
 
     def __iter__(self):
         return iter(list(self._sessions.values()))

@@ -17,7 +17,8 @@ from typing import Any, AsyncIterator, Callable
 
 import aiohttp
 
-from parrot.errors import InvalidRequestError, ManagerUnavailableError, error_from_wire
+from parrot.errors import (InvalidRequestError, ManagerUnavailableError, TooManyRequestsError,
+                           error_from_wire)
 
 Delay = Callable[[], float]
 
@@ -68,10 +69,14 @@ class Transport(ABC):
 
 
 class HttpTransport(Transport):
+    """`api_key`: a tenant's key, sent when a request carries no session token (that is, when
+    opening a session on a manager with tenants configured)."""
+
     def __init__(self, base_url: str, delay: Delay | None = None,
-                 timeout_s: float = 3600.0) -> None:
+                 timeout_s: float = 3600.0, api_key: str | None = None) -> None:
         super().__init__(delay)
         self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._http: aiohttp.ClientSession | None = None
 
@@ -79,6 +84,7 @@ class HttpTransport(Transport):
                        token: str | None) -> dict[str, Any]:
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=self._timeout)
+        token = token or self.api_key
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         try:
             async with self._http.request(method, self.base_url + path, json=body,
@@ -89,7 +95,12 @@ class HttpTransport(Transport):
                 except json.JSONDecodeError:
                     payload = {"error": {"type": "ParrotError", "message": text[:500]}}
                 if resp.status >= 400:
-                    raise error_from_wire(payload, resp.status)
+                    error = error_from_wire(payload, resp.status)
+                    if isinstance(error, TooManyRequestsError):
+                        retry_after = resp.headers.get("Retry-After", "")
+                        if retry_after.isdigit():
+                            error.retry_after_s = float(retry_after)
+                    raise error
                 return payload
         except aiohttp.ClientError as exc:
             raise ManagerUnavailableError(f"cannot reach the manager at {self.base_url}: "

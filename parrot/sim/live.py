@@ -60,10 +60,10 @@ def as_remote(config: ServeConfig, urls: Mapping[str, str],
     return dataclasses.replace(config, engines=engines)
 
 
-async def _engines(url: str) -> list[dict[str, Any]]:
+async def _engines(url: str, admin_token: str) -> list[dict[str, Any]]:
     transport = HttpTransport(url)
-    try:
-        return (await transport.request("GET", "/v1/engines"))["engines"]
+    try:  # the prefix-cache counters are the admin's only
+        return (await transport.request("GET", "/v1/engines", token=admin_token))["engines"]
     finally:
         await transport.close()
 
@@ -82,7 +82,7 @@ async def run_live_async(config: ServeConfig, policy: str, policy_params: dict[s
         started = env.now()
         records = await workload(env, workload_spec)
         duration = max((r.finished for r in records), default=started) - started
-        engines = await _engines(url)
+        engines = await _engines(url, server.admin_token)
         return RunResult(records, engines, duration, time.perf_counter() - wall,
                          sum(d.num_messages for d in env.delays))
     finally:

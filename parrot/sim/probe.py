@@ -56,9 +56,11 @@ class ProbedEngine(Engine):
                 tokens_after_first = -len(chunk.token_ids)
                 await self._sample()
             tokens_after_first += len(chunk.token_ids)
+            # Recorded before the last chunk is handed on: a consumer may stop iterating at
+            # the finished chunk (the executor does), and code after the loop would not run.
+            if chunk.is_finished and tokens_after_first > 0:
+                self.readings.tpot_s.append((loop.time() - first) / tokens_after_first)
             yield chunk
-        if first is not None and tokens_after_first > 0:
-            self.readings.tpot_s.append((loop.time() - first) / tokens_after_first)
 
     async def free_context(self, context_id: str) -> None:
         await self.engine.free_context(context_id)

@@ -43,3 +43,51 @@ def test_bad_config_exits_2_with_the_problem(tmp_path, capsys):
     assert main(["--config", str(bad)]) == 2
     assert "engines['e'].kind" in capsys.readouterr().err
     assert main(["--config", str(tmp_path / "missing.yaml")]) == 2
+
+
+SLOW_SIM = """
+manager: {shutdown_grace_s: 1}
+policy: {name: least_queue}
+engines:
+  - {name: sim-0, kind: simulated}
+"""
+
+
+async def test_sigterm_answers_waiting_gets_within_the_grace_period(tmp_path):
+    """Before: SIGTERM with long generations in flight took minutes and answered no `get`."""
+    cfg = tmp_path / "slow.yaml"
+    cfg.write_text(SLOW_SIM)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "parrot.cli.serve", "--config", str(cfg), "--port", "0",
+        "--log-level", "WARNING", stdout=asyncio.subprocess.PIPE, cwd=ROOT)
+    try:
+        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+        url = re.search(r"ready at (\S+)", line).group(1)
+        token_line = (await asyncio.wait_for(proc.stdout.readline(), 10)).decode()
+        assert re.search(r"admin token \(generated\): \S{32,}", token_line)
+        async with aiohttp.ClientSession(base_url=url) as http:
+            async with http.post("/v1/sessions") as resp:
+                session = await resp.json()
+            auth = {"Authorization": f"Bearer {session['token']}"}
+            async with http.post("/v1/submit", headers=auth, json={
+                    "session_id": session["session_id"], "prompt": "Long: {{output:y}}",
+                    "sampling": {"max_tokens": 4000}}) as resp:
+                var = (await resp.json())["placeholders"][-1]["semantic_var_id"]
+
+            async def get() -> tuple[int, dict]:
+                async with http.post("/v1/get", headers=auth, json={
+                        "session_id": session["session_id"], "semantic_var_id": var}) as resp:
+                    return resp.status, await resp.json()
+
+            waiting = asyncio.create_task(get())
+            await asyncio.sleep(0.3)
+            started = asyncio.get_running_loop().time()
+            proc.send_signal(signal.SIGTERM)
+            status, reply = await asyncio.wait_for(waiting, 15)
+            assert (status, reply["error"]["type"]) == (503, "ShuttingDownError")
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+        assert asyncio.get_running_loop().time() - started < 15
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

@@ -23,7 +23,31 @@ def test_shipped_configs_load_and_name_a_known_policy(path):
     ({"engines": [{"name": "a"}, {"name": "a"}]}, "unique"),
     ({"engines": [{"name": "a", "latency_capacity": 0}]}, "latency_capacity"),
     ({"engines": [{"name": "a b"}]}, "name"),
+    ({"manager": {"admin_token": "short"}}, "admin_token"),
+    ({"manager": {"max_active_calls": 0}}, "max_active_calls"),
+    ({"manager": {"max_sessions": True}}, "max_sessions"),
+    ({"manager": {"request_header_timeout_s": 0}}, "request_header_timeout_s"),
+    ({"manager": {"max_output_tokens": -1}}, "max_output_tokens"),
+    ({"manager": {"shutdown_grace_s": -1}}, "shutdown_grace_s"),
+    ({"tenants": {"a": 1}}, "tenants"),
+    ({"tenants": [{"name": "a"}]}, "api_key"),
+    ({"tenants": [{"name": "a", "api_key": "too-short"}]}, "api_key"),
+    ({"tenants": [{"name": "a", "api_key": "k" * 20, "share": True}]}, "unknown key"),
+    ({"tenants": [{"name": "a", "api_key": "k" * 20}, {"name": "b", "api_key": "k" * 20}]},
+     "unique keys"),
+    ({"tenants": [{"name": "a", "api_key": "k" * 20}, {"name": "a", "api_key": "j" * 20}]},
+     "unique names"),
 ])
 def test_invalid_configs_name_the_problem(data, message):
     with pytest.raises(ConfigError, match=message):
         ServeConfig.from_mapping(data)
+
+
+def test_tenants_parse_and_secrets_stay_out_of_errors():
+    config = ServeConfig.from_mapping({"tenants": [
+        {"name": "a", "api_key": "a" * 20}, {"name": "b", "api_key": "b" * 20,
+                                             "share_prefixes": True}]})
+    assert [(t.name, t.share_prefixes) for t in config.tenants] == [("a", False), ("b", True)]
+    with pytest.raises(ConfigError) as info:
+        ServeConfig.from_mapping({"tenants": [{"name": "a", "api_key": "secret key with spaces"}]})
+    assert "secret" not in str(info.value)

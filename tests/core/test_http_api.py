@@ -205,17 +205,19 @@ async def test_engine_joins_by_url_and_serves_calls(server, http):
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
+    admin = {"Authorization": f"Bearer {server.admin_token}"}
     try:
         status, reply = await post(http, "/v1/engines", {"name": "joiner",
                                                          "url": f"http://127.0.0.1:{port}",
-                                                         "latency_capacity": 100})
+                                                         "latency_capacity": 100}, admin)
         assert status == 200 and reply == {"registered": "joiner"}
         # the same name at another address while the first is alive: a conflict
         status, reply = await post(http, "/v1/engines", {"name": "joiner",
-                                                         "url": f"http://localhost:{port}"})
+                                                         "url": f"http://localhost:{port}"},
+                                   admin)
         assert (status, reply["error"]["type"]) == (409, "ConflictError")
         status, reply = await post(http, "/v1/engines", {"name": "x", "url": "http://e",
-                                                         "latency_capacity": -1})
+                                                         "latency_capacity": -1}, admin)
         assert status == 400
         async with http.get("/v1/engines") as resp:
             names = [e["name"] for e in (await resp.json())["engines"]]

@@ -14,7 +14,8 @@ from parrot.chat import ChatTemplate
 from tests.echo_engine import echo_server
 from tests.serve_process import SIM_ENGINE, parrot_serve
 
-SIM_CONFIG = {"policy": {"name": "least_queue"},
+ADMIN = "admin-token-for-the-engine-counters"
+SIM_CONFIG = {"manager": {"admin_token": ADMIN}, "policy": {"name": "least_queue"},
               "engines": [{"name": "sim-0", **SIM_ENGINE}, {"name": "sim-1", **SIM_ENGINE}]}
 
 
@@ -111,7 +112,8 @@ def test_errors_have_openai_shape(client):
 def test_requests_are_calls_the_policy_placed(client, serve_url):
     async def engines() -> list[dict]:
         async with aiohttp.ClientSession() as http:
-            async with http.get(serve_url + "/v1/engines") as resp:
+            async with http.get(serve_url + "/v1/engines",  # counters: the admin's only
+                                headers={"Authorization": f"Bearer {ADMIN}"}) as resp:
                 return (await resp.json())["engines"]
 
     before = sum(e["calls_done"] for e in asyncio.run(engines()))

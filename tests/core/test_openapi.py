@@ -15,7 +15,7 @@ from parrot.core.openapi import OPERATIONS, build_document
 from parrot.core.server import ParrotServer
 from parrot.core.wire import WireAPI
 
-CONFIG = {"policy": {"name": "least_queue"}, "manager": {"admin_token": "admin-secret"},
+CONFIG = {"policy": {"name": "least_queue"}, "manager": {"admin_token": "admin-secret-of-16-chars"},
           "engines": [{"name": "sim-0", "kind": "simulated", "in_process": True,
                        "params": {"zero_latency": True}}]}
 
@@ -102,7 +102,10 @@ async def test_live_requests_and_replies_match_the_schemas(server):
         await call("GET", f"/v1/sessions/{sid}/graph", "/v1/sessions/{sid}/graph",
                    headers=auth)
         await call("GET", "/v1/engines", "/v1/engines")
-        await call("GET", "/v1/stats", "/v1/stats")
+        await call("GET", f"/v1/sessions/{sid}/stats", "/v1/sessions/{sid}/stats",
+                   headers=auth)
+        await call("GET", "/v1/stats", "/v1/stats",
+                   headers={"Authorization": f"Bearer {CONFIG['manager']['admin_token']}"})
         await call("POST", "/v1/engines", "/v1/engines",
                    {"name": "e1", "url": "http://127.0.0.1:9"}, status=401)
         await call("POST", "/v1/get", "/v1/get", {"session_id": sid, "semantic_var_id": "v-x"},

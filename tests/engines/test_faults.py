@@ -246,12 +246,12 @@ async def test_an_engine_joining_by_url_proves_its_secret_and_reregisters_after_
     from parrot.core.config import ServeConfig
     from parrot.core.server import ParrotServer
 
-    server = ParrotServer(ServeConfig(manager=ManagerConfig(admin_token="adm", **HEARTBEAT)))
+    server = ParrotServer(ServeConfig(manager=ManagerConfig(admin_token="admin-token-of-the-test", **HEARTBEAT)))
     manager_url = await server.start(port=0)
     manager = server.manager
     procs: list[asyncio.subprocess.Process] = []
     try:
-        proc, first_url = await _start_joiner(manager_url, "adm")
+        proc, first_url = await _start_joiner(manager_url, "admin-token-of-the-test")
         procs.append(proc)
         await _until(lambda: len(manager.engines) == 1)
         async with aiohttp.ClientSession() as http:  # its port is closed to anyone else
@@ -266,7 +266,7 @@ async def test_an_engine_joining_by_url_proves_its_secret_and_reregisters_after_
         proc.kill()  # the engine dies ...
         await proc.wait()
         await _until(lambda: not manager.engines.get("joiner").is_healthy)
-        proc, second_url = await _start_joiner(manager_url, "adm")  # ... and is started again
+        proc, second_url = await _start_joiner(manager_url, "admin-token-of-the-test")  # ... and is started again
         procs.append(proc)
         await _until(lambda: manager.engines.get("joiner").is_healthy)
         assert manager.engines.get("joiner").engine.url == second_url != first_url

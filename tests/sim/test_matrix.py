@@ -20,16 +20,16 @@ def test_matrix_covers_every_registered_workload():
 
 
 def test_load_scales_down_on_smaller_clusters_only():
-    mixed = WORKLOADS["mixed"]                 # meant for 4 engines: chat at 1 req/s, 4 jobs
+    mixed = WORKLOADS["mixed"]   # meant for 4 engines: chat at 1 req/s, 30 jobs at 0.5/s
     assert mixed.num_engines == 4 and mixed.spec_defaults["chat_rate"] == 1.0
-    assert mixed.spec_defaults["num_apps"] == 4
+    assert (mixed.spec_defaults["num_apps"], mixed.spec_defaults["request_rate"]) == (30, 0.5)
     one = cell_workload_spec("mixed", 1, 0)
-    assert (one.chat_rate, one.num_apps) == (0.25, 1)
+    assert (one.chat_rate, one.request_rate, one.num_apps) == (0.25, 0.125, 8)  # ceil(7.5)
     assert (cell_workload_spec("mixed", 2, 0).num_apps, cell_workload_spec("gpts", 2, 0)
-            .num_requests) == (2, 50)
+            .num_requests) == (15, 50)
     for n in (4, 8):
-        assert (cell_workload_spec("mixed", n, 0).chat_rate,
-                cell_workload_spec("mixed", n, 0).num_apps) == (1.0, 4)
+        cell = cell_workload_spec("mixed", n, 0)
+        assert (cell.chat_rate, cell.request_rate, cell.num_apps) == (1.0, 0.5, 30)
     assert cell_workload_spec("chain_summary_bg", 8, 0).chat_rate == 1.0
     assert cell_workload_spec("map_reduce", 1, 3).seed == 3
 

@@ -1,0 +1,67 @@
+"""Admission control: bounded work per session and in all, answered with 429 + Retry-After.
+
+The manager keeps a session's finished calls (its graph), so "how many calls are unfinished" is
+tracked here: weak sets of the calls admitted and not yet seen finished. A set is pruned of
+finished calls only when it looks full, and at most once per `retry_after_s` when pruning freed
+nothing — so a flood of rejected requests costs O(1) each, not a scan of every call.
+Weak references: a deleted session's calls vanish from these sets with it.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+
+from parrot.core.nodes import Call
+from parrot.core.sessions import Session
+from parrot.errors import TooManyRequestsError
+
+
+class _ActiveCalls:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._calls: weakref.WeakSet[Call] = weakref.WeakSet()
+        self._next_prune = 0.0
+
+    def has_room(self, num_new: int, prune_interval_s: float) -> bool:
+        if len(self._calls) + num_new <= self.limit:
+            return True
+        now = time.monotonic()
+        if now >= self._next_prune:
+            for call in list(self._calls):
+                if call.state.is_finished:
+                    self._calls.discard(call)
+            if len(self._calls) + num_new > self.limit:
+                self._next_prune = now + prune_interval_s
+        return len(self._calls) + num_new <= self.limit
+
+    def add(self, call: Call) -> None:
+        if not call.state.is_finished:
+            self._calls.add(call)
+
+
+class Admission:
+    def __init__(self, max_total: int, max_per_session: int, retry_after_s: float) -> None:
+        self._total = _ActiveCalls(max_total)
+        self._per_session: weakref.WeakKeyDictionary[Session, _ActiveCalls] = \
+            weakref.WeakKeyDictionary()
+        self._max_per_session = max_per_session
+        self.retry_after_s = retry_after_s
+
+    def check(self, session: Session, num_calls: int) -> None:
+        """Raise TooManyRequestsError unless `num_calls` more calls of `session` fit."""
+        mine = self._per_session.get(session)
+        if mine is None:
+            mine = self._per_session[session] = _ActiveCalls(self._max_per_session)
+        if not mine.has_room(num_calls, self.retry_after_s):
+            raise TooManyRequestsError(
+                f"this session has {mine.limit} unfinished calls (the limit); wait for some "
+                "to finish", self.retry_after_s)
+        if not self._total.has_room(num_calls, self.retry_after_s):
+            raise TooManyRequestsError(
+                f"the service has {self._total.limit} unfinished calls (the limit); retry later",
+                self.retry_after_s)
+
+    def admitted(self, session: Session, call: Call) -> None:
+        self._total.add(call)
+        self._per_session[session].add(call)

@@ -1,0 +1,63 @@
+"""Parsing a request body into JSON values the manager can trust: every bad body is a 400.
+
+`json.loads` alone lets through, or crashes on, things a hostile client sends on purpose:
+nesting deep enough to exhaust the parser's recursion (RecursionError), integer literals past
+Python's digit limit (ValueError), `NaN`/`Infinity` (not JSON), and `\\ud800`-style escapes that
+decode to lone surrogates — strings that cannot be encoded as UTF-8 again, so they would fail
+later, far from the request (prefix hashing, the engine, the reply). All of them are rejected
+here, at the edge, with a message that says which.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from parrot.errors import InvalidRequestError
+
+# A surrogate can only come from a `\uD800`-`\uDFFF` escape: valid UTF-8 bytes never decode to
+# one, and json joins a escaped high+low pair into one code point. So bodies without such an
+# escape (nearly all) skip the walk.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _reject_constant(name: str) -> Any:
+    raise InvalidRequestError(f"request body is not valid JSON: {name} is not a JSON number")
+
+
+def parse_json_body(raw: bytes) -> Any:
+    """The JSON value of `raw` (None for an empty body), or InvalidRequestError."""
+    if not raw.strip():
+        return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequestError(f"request body is not UTF-8: {exc.reason} at byte "
+                                  f"{exc.start}") from None
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise InvalidRequestError("request body is nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, and int literals over the digit limit
+        raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
+    if _SURROGATE_ESCAPE.search(raw):
+        _reject_surrogates(value)
+    return value
+
+
+def _reject_surrogates(value: Any) -> None:
+    """Walk the decoded value (iteratively: its depth is whatever the parser allowed)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                raise InvalidRequestError("request body has a lone surrogate (\\ud800-\\udfff) "
+                                          "in a string; text must be valid Unicode")
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)

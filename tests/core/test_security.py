@@ -1,0 +1,156 @@
+"""Who may do what (docs/SECURITY.md): admin token, tenants, prefix isolation, counters."""
+
+from __future__ import annotations
+
+from parrot.core.prefix import prefix_pieces
+from parrot.template import parse_template
+from tests.core.front_door import bearer, call, config, new_session, one_call, running
+
+KEY_A, KEY_B, KEY_C = "tenant-a-key-0123456789", "tenant-b-key-0123456789", "tenant-c-key-012345678"
+TENANTS = [{"name": "a", "api_key": KEY_A}, {"name": "b", "api_key": KEY_B},
+           {"name": "c", "api_key": KEY_C, "share_prefixes": True}]
+# Long enough (>= 64 tokens) that its boundary is a cacheable prefix.
+SYSTEM = "You are a careful assistant. Answer briefly and cite the document. " * 8
+
+
+async def test_engine_registration_needs_the_admin_token():
+    async with running(config()) as (server, http):
+        assert server.admin_token_generated and len(server.admin_token) >= 32
+        body = {"name": "evil", "url": "http://127.0.0.1:9"}
+        for headers in (None, bearer("wrong-token-0123456789"), bearer("é-not-ascii")):
+            status, reply, _ = await call(http, "POST", "/v1/engines", body, headers)
+            assert (status, reply["error"]["type"]) == (401, "UnauthorizedError")
+        _, engines, _ = await call(http, "GET", "/v1/engines")
+        assert [e["name"] for e in engines["engines"]] == ["sim-0"]
+
+
+async def test_configured_admin_token_is_used_not_generated():
+    async with running(config({"admin_token": "configured-admin-token"})) as (server, http):
+        assert not server.admin_token_generated
+        status, reply, _ = await call(http, "POST", "/v1/engines", {"name": "x", "url": "u"},
+                                      bearer("configured-admin-token"))
+        assert status == 400  # authorised; the body is what is wrong (url not reachable form)
+
+
+async def test_engine_counters_are_the_admins_only():
+    """The prefix-cache side channel: prefix_hits must not be public."""
+    async with running(config()) as (server, http):
+        sid, auth = await new_session(http)
+        _, sub, _ = await call(http, "POST", "/v1/submit",
+                               one_call(sid, SYSTEM + "{{input:x}} {{output:y}}", wait=True), auth)
+        for headers in (None, auth):
+            _, public, _ = await call(http, "GET", "/v1/engines", headers=headers)
+            assert set(public["engines"][0]) == {"name", "kind", "model", "healthy",
+                                                 "latency_capacity", "throughput_capacity"}
+        _, full, _ = await call(http, "GET", "/v1/engines", headers=bearer(server.admin_token))
+        assert {"prefix_hits", "prefix_misses", "cached_prefixes"} <= set(full["engines"][0])
+        status, reply, _ = await call(http, "GET", "/v1/stats", headers=auth)
+        assert status == 401
+        status, stats, _ = await call(http, "GET", "/v1/stats",
+                                      headers=bearer(server.admin_token))
+        assert status == 200 and stats["sessions"] == 1
+
+
+async def test_session_counters_only_for_their_session():
+    async with running(config()) as (_, http):
+        sid, auth = await new_session(http)
+        other_sid, other_auth = await new_session(http)
+        await call(http, "POST", "/v1/submit", one_call(sid, wait=True), auth)
+        status, stats, _ = await call(http, "GET", f"/v1/sessions/{sid}/stats", headers=auth)
+        assert status == 200
+        assert stats == {"session_id": sid, "tenant": "default", "calls": {"done": 1},
+                         "variables": 2, "waiting_gets": 0}
+        status, _, _ = await call(http, "GET", f"/v1/sessions/{sid}/stats", headers=other_auth)
+        assert status == 401
+
+
+async def test_tenants_need_their_api_key_to_open_sessions():
+    async with running(config(tenants=TENANTS)) as (_, http):
+        for headers in (None, bearer("not-a-tenant-key-0000")):
+            status, reply, _ = await call(http, "POST", "/v1/sessions", headers=headers)
+            assert (status, reply["error"]["type"]) == (401, "UnauthorizedError")
+        sid, auth = await new_session(http, KEY_B)
+        _, stats, _ = await call(http, "GET", f"/v1/sessions/{sid}/stats", headers=auth)
+        assert stats["tenant"] == "b"
+
+
+async def _prefix_hashes(http, key: str) -> list[str]:
+    sid, auth = await new_session(http, key)
+    _, sub, _ = await call(http, "POST", "/v1/submit",
+                           one_call(sid, SYSTEM + "{{input:x}} {{output:y}}", wait=True), auth)
+    _, graph, _ = await call(http, "GET", f"/v1/sessions/{sid}/graph", headers=auth)
+    return next(n["prefix_hashes"] for n in graph["nodes"] if n["kind"] == "call")
+
+
+async def test_equal_prompts_of_two_tenants_never_share_a_prefix():
+    async with running(config(tenants=TENANTS)) as (server, http):
+        a1, a2, b = [await _prefix_hashes(http, k) for k in (KEY_A, KEY_A, KEY_B)]
+        assert a1 and a1 == a2          # one tenant's sessions share
+        assert not set(a1) & set(b)     # tenants are isolated by default
+        _, full, _ = await call(http, "GET", "/v1/engines", headers=bearer(server.admin_token))
+        # The second call of tenant a forked the first one's context; tenant b's did not.
+        assert full["engines"][0]["prefix_hits"] == 1
+
+
+async def test_a_sharing_tenant_uses_the_unsalted_hash():
+    async with running(config(tenants=TENANTS)) as (_, http):
+        shared = await _prefix_hashes(http, KEY_C)
+        unsalted = prefix_pieces(parse_template(SYSTEM + "{{input:x}} {{output:y}}"),
+                                 {"x": "hi"})
+        assert shared == [p.prefix_hash for p in unsalted]
+        assert not set(shared) & set(await _prefix_hashes(http, KEY_A))
+
+
+async def test_frontend_opens_sessions_with_a_tenant_key():
+    from parrot.frontend.session import Session
+    from parrot.frontend.transport import HttpTransport
+
+    async with running(config(tenants=TENANTS)) as (server, _):
+        async with Session(transport=HttpTransport(server.url, api_key=KEY_A)) as session:
+            stats = await session.request("GET", f"/v1/sessions/{session.session_id}/stats")
+            assert stats["tenant"] == "a"
+
+
+async def test_openai_routes_need_a_tenant_key_and_salt_prefixes_by_tenant():
+    """With tenants configured, the OpenAI routes are a front door like POST /v1/sessions: no
+    key, no completion; a key puts the private session in its tenant (salted prefixes)."""
+    from parrot.core.config import EngineSpec, TenantSpec
+    from parrot.core.openai_api import OpenAIRoutes
+    from parrot.core.tenants import AccessControl
+    from parrot.core.wire import WireAPI
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+    from parrot.core.http_api import create_app
+    from parrot.core.manager import Manager
+    from parrot.core.config import ManagerConfig
+    from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig
+    from parrot.policies.registry import default_registry
+
+    key = "k" * 24
+    manager = Manager(default_registry().create("least_queue", {}), ManagerConfig())
+    await manager.start()
+    try:
+        engine = SimulatedEngine("e0", SimulatedEngineConfig())
+        await manager.add_engine(EngineSpec(name="e0", kind="simulated"), engine)
+        api = WireAPI(manager, access=AccessControl((TenantSpec("team-a", key),), "a" * 32))
+        seen = []
+        original = manager.create_session
+
+        def spy():
+            session = original()
+            seen.append(session)
+            return session
+
+        manager.create_session = spy  # type: ignore[method-assign]
+        app = create_app(api, [OpenAIRoutes(manager, api.admit_session).setup])
+        async with TestClient(TestServer(app)) as http:
+            body = {"model": "simulated", "prompt": "hello", "max_tokens": 2}
+            async with http.post("/v1/completions", json=body) as resp:
+                assert resp.status == 401
+                assert (await resp.json())["error"]["type"] == "authentication_error"
+            async with http.post("/v1/completions", json=body,
+                                 headers={"Authorization": f"Bearer {key}"}) as resp:
+                assert resp.status == 200, await resp.text()
+        assert [(s.tenant, s.prefix_salt) for s in seen] == [("team-a", "team-a")]
+    finally:
+        await manager.close()
