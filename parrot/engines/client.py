@@ -30,13 +30,16 @@ class HttpEngine(Engine):
         self.name = name or self.url
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s, connect=connect_timeout_s)
         self._session: aiohttp.ClientSession | None = None
+        self._closed = False  # a closed client opens no new session (it would leak) until start()
 
     # ---- Engine protocol -------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._closed = False
         self._client()
 
     async def close(self) -> None:
+        self._closed = True
         session, self._session = self._session, None
         if session is not None:
             await session.close()
@@ -102,6 +105,8 @@ class HttpEngine(Engine):
     # ---- plumbing ----------------------------------------------------------------------------
 
     def _client(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise EngineUnavailableError(f"engine client for {self.url} is closed")
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(timeout=self._timeout)
         return self._session
