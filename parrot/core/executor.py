@@ -11,7 +11,7 @@ multi-output call start before the call finishes.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from parrot.core.engine_pool import EngineState
 from parrot.core.nodes import Call, OutputBinding

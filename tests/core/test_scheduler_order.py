@@ -3,7 +3,7 @@ per application), whatever order they became ready in."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from parrot.core.config import EngineSpec
 from parrot.core.manager import Manager
