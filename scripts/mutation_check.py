@@ -83,6 +83,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    except UnknownContextError:\n",
         "    except Exception:\n",
         ("tests/core/test_executor_free_context.py",)),
+    Mutation(
+        "contexts_evict_most_recent", "parrot/core/contexts.py",
+        "        for ctx in self._by_hash.values():\n            if freed >= num_tokens:",
+        "        for ctx in reversed(self._by_hash.values()):\n            if freed >= num_tokens:",
+        ("tests/core/test_contexts_lru.py",)),
+    Mutation(
+        "lifecycle_done_not_final", "parrot/core/lifecycle.py",
+        "    _D: frozenset(),", "    _D: frozenset({_R}),",
+        ("tests/core/test_lifecycle.py",)),
 )
 
 
