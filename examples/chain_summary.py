@@ -16,25 +16,20 @@ import time
 import parrot
 from parrot.sim.workloads.documents import chunk_document, long_document
 
-# The prompts use the chat markup of the default model (SmolLM2-Instruct, ChatML); the model
-# ends its answer with <|im_end|>, its end-of-sequence token.
+# chat=True: the text before the output is the user's turn, the output the assistant's; the
+# service renders them with the model's own chat template (no model-specific markup here).
 first_summary = parrot.semantic_function(prompt="""\
-<|im_start|>system
-You summarize documents briefly.<|im_end|>
-<|im_start|>user
 Summarize this text in one sentence:
-{{input:chunk}}<|im_end|>
-<|im_start|>assistant
-{{output:summary}}""", name="first_summary")
+{{input:chunk}}
+{{output:summary}}""", chat=True, system="You summarize documents briefly.",
+    name="first_summary")
 
 refine_summary = parrot.semantic_function(prompt="""\
-<|im_start|>user
 Text:
 {{input:chunk}}
 
-Summarize the text above in one sentence, continuing this summary: {{input:previous}}<|im_end|>
-<|im_start|>assistant
-{{output:summary}}""", name="refine_summary")
+Summarize the text above in one sentence, continuing this summary: {{input:previous}}
+{{output:summary}}""", chat=True, name="refine_summary")
 
 
 async def chain_summary(chunks: list[str], max_tokens: int) -> str:

@@ -15,21 +15,18 @@ import time
 import parrot
 from examples.chain_summary import document_chunks
 
-# Chat markup of the default model (SmolLM2-Instruct, ChatML), as in chain_summary.py.
+# chat=True: rendered by the service with the model's chat template, as in chain_summary.py.
 map_summary = parrot.semantic_function(prompt="""\
-<|im_start|>user
 Summarize this text in one sentence:
-{{input:chunk}}<|im_end|>
-<|im_start|>assistant
-{{output:summary}}""", name="map_summary")
+{{input:chunk}}
+{{output:summary}}""", chat=True, name="map_summary")
 
 
 def reduce_function(num_parts: int) -> parrot.SemanticFunction:
     parts = "\n".join(f"- {{{{input:part{i}}}}}" for i in range(num_parts))
     return parrot.semantic_function(prompt=(
-        "<|im_start|>user\nCombine these partial summaries of one document into a short "
-        f"overall summary:\n{parts}<|im_end|>\n<|im_start|>assistant\n{{{{output:summary}}}}"),
-        name="reduce_summary")
+        "Combine these partial summaries of one document into a short overall summary:\n"
+        f"{parts}\n{{{{output:summary}}}}"), chat=True, name="reduce_summary")
 
 
 async def map_reduce_summary(chunks: list[str], max_tokens: int) -> str:

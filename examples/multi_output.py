@@ -11,27 +11,22 @@ import asyncio
 
 import parrot
 
-# Chat markup of the default model (SmolLM2-Instruct, ChatML): the first output ends with the
-# model's end-of-turn token, which stays in the context, and the conversation goes on.
+# chat=True: a two-turn chat (text before each output is a user turn, the output the
+# assistant's answer), rendered by the service with the model's chat template; the second turn
+# sees the first answer.
 plan_and_write = parrot.semantic_function(
     prompt="""\
-<|im_start|>user
 Task: {{input:task}}
-Write a short title for this task.<|im_end|>
-<|im_start|>assistant
+Write a short title for this task.
 {{output:title}}
-<|im_start|>user
-Now write two sentences about the task.<|im_end|>
-<|im_start|>assistant
-{{output:body}}""",
+Now write two sentences about the task.
+{{output:body}}""", chat=True,
     outputs={"title": {"max_tokens": 16, "stop": ["\n"]}, "body": {"max_tokens": 48}},
     transforms={"title": ["strip"]}, name="plan_and_write")
 
 translate = parrot.semantic_function(prompt="""\
-<|im_start|>user
-Rewrite this title in capital letters: {{input:title}}<|im_end|>
-<|im_start|>assistant
-{{output:shout}}""", max_tokens=16, name="translate")
+Rewrite this title in capital letters: {{input:title}}
+{{output:shout}}""", chat=True, max_tokens=16, name="translate")
 
 
 async def run(task: str) -> dict[str, str]:

@@ -7,11 +7,13 @@
         '''Summarize: {{input:doc}} Summary: {{output:summary}}'''
 """
 
+__version__ = "0.1.0"
+
 from parrot.frontend import (SemanticFunction, SemanticVariable, Session, semantic_function)
 from parrot.types import Criterion
 
 LATENCY = Criterion.LATENCY
 THROUGHPUT = Criterion.THROUGHPUT
 
-__all__ = ["semantic_function", "SemanticFunction", "SemanticVariable", "Session", "Criterion",
-           "LATENCY", "THROUGHPUT"]
+__all__ = ["__version__", "semantic_function", "SemanticFunction", "SemanticVariable", "Session",
+           "Criterion", "LATENCY", "THROUGHPUT"]

@@ -26,42 +26,54 @@ from parrot.errors import InvalidRequestError
 from parrot.sim.cluster import ClusterConfigError, ClusterSpec
 from parrot.sim.compare import (CompareError, Settings, Variant, VariantRun, parse_variants,
                                 results_json, run_variant)
-from parrot.sim.workloads.apps import WORKLOADS
 from parrot.sim.workloads.base import AppRecord
+from parrot.sim.workloads.registry import WORKLOADS
 from parrot.sim.workloads.spec import WorkloadConfigError, WorkloadSpec
 
-DEFAULT_COMPARE = {
-    "chain_summary": "app_centric,least_queue:baseline",
-    "chain_summary_bg": "app_centric,least_queue:baseline",
-    "map_reduce": "app_centric,latency_centric,latency_centric:baseline",
-}
-DEFAULT_CHAT_RATE = {"chain_summary_bg": 1.0}
+# --option dest -> WorkloadSpec field; unset options take the workload's default, then the spec's.
+SPEC_OPTIONS = {"apps": "num_apps", "doc_tokens": "doc_tokens", "chunk_tokens": "chunk_tokens",
+                "output_tokens": "output_tokens", "chat_rate": "chat_rate",
+                "max_chat_s": "max_chat_s", "clients": "num_clients",
+                "request_rate": "request_rate", "requests": "num_requests",
+                "system_prompt_tokens": "system_prompt_tokens", "prompt_scale": "prompt_scale",
+                "rounds": "rounds"}
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="parrot-bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
+    p.add_argument("--workload", choices=sorted(WORKLOADS))
     p.add_argument("--compare", help="comma-separated policy[:parrot|baseline] items "
                    "(default depends on the workload, e.g. app_centric,least_queue:baseline)")
     p.add_argument("--mode", choices=("sim", "live"), default="sim")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--engines", type=int, default=1, help="simulated engines (sim mode)")
+    p.add_argument("--engines", type=int, help="simulated engines (sim mode; default: the "
+                   "workload's, 4 for gpts and mixed, else 1)")
     p.add_argument("--out", required=True, type=Path, help="output directory")
     p.add_argument("--reference", help="variant the speedups are relative to "
                    "(default: the last one of --compare)")
     w = p.add_argument_group("workload")
-    w.add_argument("--apps", type=int, default=1, help="main applications, one after another")
-    w.add_argument("--doc-tokens", type=int, default=20_480)
-    w.add_argument("--chunk-tokens", type=int, default=1024)
-    w.add_argument("--output-tokens", type=int, default=50)
+    w.add_argument("--apps", type=int, help="main applications, one after another (1; "
+                   "mixed: jobs, 30)")
+    w.add_argument("--doc-tokens", type=int, help="tokens per document (20480)")
+    w.add_argument("--chunk-tokens", type=int, help="tokens per chunk (1024)")
+    w.add_argument("--output-tokens", type=int, help="tokens per LLM call (50; copilot and "
+                   "gpts 100, multi_agent 200)")
     w.add_argument("--chat-rate", type=float, help="background chat requests/s "
-                   "(default 1.0 for chain_summary_bg, else 0)")
+                   "(default 1.0 for chain_summary_bg and mixed, else 0)")
     w.add_argument("--chat-prompt-tokens", default="128:1024", metavar="LOW:HIGH")
     w.add_argument("--chat-output-tokens", default="64:512", metavar="LOW:HIGH")
-    w.add_argument("--max-chat-s", type=float, default=3600.0,
-                   help="no chat arrives after this many seconds")
+    w.add_argument("--max-chat-s", type=float, help="chats arrive at fixed times in "
+                   "[0, this) whatever the main apps do (300 for chain_summary_bg, 60 mixed)")
+    w.add_argument("--clients", type=int, help="concurrent_chains: clients; copilot: users; "
+                   "multi_agent: files (10 / 32 / 8)")
+    w.add_argument("--request-rate", type=float, help="gpts: Poisson requests/s (2.0); "
+                   "mixed: map-reduce jobs/s (0.5)")
+    w.add_argument("--requests", type=int, help="gpts: number of requests (100)")
+    w.add_argument("--system-prompt-tokens", type=int, help="copilot: shared prompt (6000)")
+    w.add_argument("--prompt-scale", type=float, help="gpts: system prompt lengths x this (1.0)")
+    w.add_argument("--rounds", type=int, help="multi_agent: review/revise rounds (3)")
     c = p.add_argument_group("cluster")
     c.add_argument("--profile", default="a100_llama13b",
                    help="latency profile (name in configs/profiles/ or a path)")
@@ -71,7 +83,29 @@ def build_parser() -> argparse.ArgumentParser:
                    help="uniform delay of every client-service message")
     c.add_argument("--policy-param", action="append", default=[], metavar="POLICY.KEY=VALUE",
                    help="e.g. latency_centric.token_capacity=4096 (repeatable)")
+    c.add_argument("--engine-param", action="append", default=[], metavar="KEY=VALUE",
+                   help="simulated engine parameter over the profile, every variant "
+                   "(repeatable); one variant's: --compare POLICY+engine.KEY=VALUE")
     c.add_argument("--config", help="live mode: parrot-serve YAML (default policies.yaml)")
+    m = p.add_argument_group("sweeps and the paper's table")
+    m.add_argument("--sweep", metavar="FIELD=V1,V2,...", help="run the comparison once per "
+                   "value of a workload field, e.g. output_tokens=25,50,75,100")
+    m.add_argument("--sustainable-rate", type=float, metavar="S_PER_TOKEN",
+                   help="search each variant's highest request rate whose mean latency per "
+                   "output token stays within this target (gpts)")
+    m.add_argument("--rate-window-s", type=float, default=10.0,
+                   help="--sustainable-rate: requests arrive over this many seconds")
+    m.add_argument("--max-rate", type=float, default=256.0,
+                   help="--sustainable-rate: the search stops here (reported as >=)")
+    m.add_argument("--no-point-plots", action="store_true",
+                   help="--sweep: only the sweep's own plot, none per value")
+    m.add_argument("--paper", action="store_true", help="run every experiment of the paper "
+                   "(simulated) and write the results table, JSON and plots under --out")
+    m.add_argument("--jobs", type=int, default=2, help="--paper: runs in parallel processes")
+    m.add_argument("--paper-profile", default="h200_llama7b",
+                   help="--paper: the latency profile of every run (default h200_llama7b)")
+    m.add_argument("--page", type=Path, help="--paper: splice the table into this markdown "
+                   "page between its paper-table markers (e.g. docs/RESULTS.md)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
@@ -99,20 +133,45 @@ def _policy_params(parser: argparse.ArgumentParser,
     return params
 
 
+def workload_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The WorkloadSpec fields: options given on the command line over the workload's own
+    defaults (the spec's defaults cover the rest)."""
+    fields = dict(WORKLOADS[args.workload].spec_defaults)
+    for dest, name in SPEC_OPTIONS.items():
+        if getattr(args, dest) is not None:
+            fields[name] = getattr(args, dest)
+    return fields
+
+
+def _key_values(parser: argparse.ArgumentParser, option: str,
+                items: Sequence[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"{option}: {item!r} is not valid; expected KEY=VALUE, "
+                         "e.g. shared_prefix_decode=false")
+        params[key] = yaml.safe_load(value)
+    return params
+
+
 def parse_settings(parser: argparse.ArgumentParser,
                    args: argparse.Namespace) -> tuple[Settings, list[Variant], Variant]:
     try:
-        variants = parse_variants(args.compare or DEFAULT_COMPARE[args.workload])
-        chat_rate = args.chat_rate if args.chat_rate is not None \
-            else DEFAULT_CHAT_RATE.get(args.workload, 0.0)
-        workload = WorkloadSpec(
-            doc_tokens=args.doc_tokens, chunk_tokens=args.chunk_tokens,
-            output_tokens=args.output_tokens, num_apps=args.apps, chat_rate=chat_rate,
+        definition = WORKLOADS[args.workload]
+        variants = parse_variants(args.compare or definition.default_compare)
+        workload = WorkloadSpec(**workload_fields(args),
             chat_prompt_tokens=_range(parser, "--chat-prompt-tokens", args.chat_prompt_tokens),
             chat_output_tokens=_range(parser, "--chat-output-tokens", args.chat_output_tokens),
-            max_chat_s=args.max_chat_s, seed=args.seed)
+            seed=args.seed)
         low, high = _range(parser, "--network-delay-ms", args.network_delay_ms, float)
-        cluster = ClusterSpec(num_engines=args.engines, profile=args.profile,
+        engines = args.engines if args.engines is not None else definition.num_engines
+        engine_params = _key_values(parser, "--engine-param", args.engine_param)
+        if args.mode == "live" and engine_params:
+            raise CompareError("--engine-param: simulation only; live engines take their "
+                               "params from --config (per variant: POLICY+engine.KEY=VALUE)")
+        cluster = ClusterSpec(num_engines=engines, profile=args.profile,
+                              engine_params=engine_params,
                               latency_capacity=args.latency_capacity,
                               throughput_capacity=args.throughput_capacity,
                               network_delay_s=(low / 1000.0, high / 1000.0))
@@ -123,8 +182,12 @@ def parse_settings(parser: argparse.ArgumentParser,
             raise CompareError(f"--policy-param: {unused} not in --compare "
                                f"{[v.policy for v in variants]}")
         for variant in variants:  # unknown policies and bad params fail before any run
+            # Live engines (builtin, ...) check their own params when they start; only the
+            # simulated engine's are known here.
+            sim_params = {} if settings.live else variant.engine_params
             ClusterSpec(policy=variant.registry_name, policy_params=settings.params_for(variant),
-                        profile=args.profile)
+                        profile=args.profile,
+                        engine_params={**cluster.engine_params, **sim_params})
         reference = variants[-1]
         if args.reference is not None:
             matches = [v for v in variants if args.reference in (v.label, v.policy)]
@@ -139,10 +202,13 @@ def parse_settings(parser: argparse.ArgumentParser,
 
 
 class Progress:
-    """A one-line text progress bar on stderr."""
+    """A one-line text progress bar on stderr; it animates (redraws with \\r) only on a
+    terminal, elsewhere (a log file, CI) it writes one line per finished variant."""
 
-    def __init__(self, num_variants: int, num_apps: int, quiet: bool) -> None:
+    def __init__(self, num_variants: int, num_apps: int, quiet: bool,
+                 animate: bool | None = None) -> None:
         self.num_variants, self.num_apps, self.quiet = num_variants, num_apps, quiet
+        self.animate = sys.stderr.isatty() if animate is None else animate
         self.index, self.label, self.done, self.chats = 0, "", 0, 0
         self.started = time.perf_counter()
 
@@ -163,12 +229,13 @@ class Progress:
         self._draw(f" {status} in {time.perf_counter() - self.started:.1f}s\n")
 
     def _draw(self, tail: str = "") -> None:
-        if self.quiet:
+        if self.quiet or not (self.animate or tail):
             return
         width = 24
         filled = int(width * self.done / max(self.num_apps, 1))
         chats = f" +{self.chats} chats" if self.chats else ""
-        sys.stderr.write(f"\r[{self.index}/{self.num_variants}] {self.label:<32} "
+        sys.stderr.write(f"{chr(13) if self.animate else ''}"
+                         f"[{self.index}/{self.num_variants}] {self.label:<32} "
                          f"[{'#' * filled}{'.' * (width - filled)}] "
                          f"{self.done}/{self.num_apps} apps{chats}{tail}")
         sys.stderr.flush()
@@ -212,12 +279,39 @@ def format_table(results: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.paper:
+        from parrot.sim.paper import run_paper
+
+        return run_paper(args.out, quiet=args.quiet, plots=not args.no_plots, jobs=args.jobs,
+                         page=args.page, profile=args.paper_profile)
+    if args.workload is None:
+        parser.error("--workload is required (or --paper)")
     settings, variants, reference = parse_settings(parser, args)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         parser.error(f"--out: cannot create {str(args.out)!r}: {exc}")
-    progress = Progress(len(variants), settings.workload_spec.num_apps, args.quiet)
+    if args.sweep is not None:
+        from parrot.cli.bench_modes import run_sweep
+
+        return run_sweep(parser, args, settings, variants, reference)
+    if args.sustainable_rate is not None:
+        from parrot.cli.bench_modes import run_rate_search
+
+        return run_rate_search(parser, args, settings, variants, reference)
+    results, ok = run_comparison(settings, variants, reference, args.out, quiet=args.quiet,
+                                 plots=not args.no_plots)
+    print(format_table(results))
+    print(f"\nwrote {args.out / 'results.json'}")
+    return 0 if ok else 1
+
+
+def run_comparison(settings: Settings, variants: Sequence[Variant], reference: Variant,
+                   out: Path, *, quiet: bool, plots: bool) -> tuple[dict[str, Any], bool]:
+    """Run every variant, write out/results.json, out/table.txt and the plots."""
+    out.mkdir(parents=True, exist_ok=True)
+    num_main = WORKLOADS[settings.workload].num_main_apps(settings.workload_spec)
+    progress = Progress(len(variants), num_main, quiet)
     runs: list[VariantRun] = []
     for i, variant in enumerate(variants, 1):
         progress.begin(i, variant.label)
@@ -225,25 +319,28 @@ def main(argv: list[str] | None = None) -> int:
         progress.end(run.status)
         runs.append(run)
     results = results_json(settings, runs, reference)
-    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    table = format_table(results)
-    (args.out / "table.txt").write_text(table + "\n")
-    print(table)
-    if not args.no_plots:
-        _plots(settings, runs, args.out)
-    print(f"\nwrote {args.out / 'results.json'}")
-    return 0 if all(r.status == "ok" for r in runs) else 1
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "table.txt").write_text(format_table(results) + "\n")
+    if plots:
+        _plots(settings, runs, out)
+    return results, all(r.status == "ok" for r in runs)
 
 
 def _plots(settings: Settings, runs: list[VariantRun], out: Path) -> None:
-    from parrot.sim.plots import latency_cdf, timeline
+    from parrot.sim.plots import PlotsUnavailableError, latency_cdf, require_matplotlib, timeline
 
+    try:
+        require_matplotlib()
+    except PlotsUnavailableError as exc:  # the JSON and table are written already
+        print(str(exc), file=sys.stderr)
+        return
     ok = [r for r in runs if r.result is not None]
     title = f"{settings.workload} ({'live' if settings.live else 'sim'})"
     latency_cdf([(r.variant.label, r.records) for r in ok], out / "latency_cdf.png", title)
     for r in ok:
         name = r.variant.label.replace(":", "_").replace(".", "_").replace("/", "_")
-        timeline(r.variant.label, r.records, out / f"timeline_{name}.png", title)
+        engines = [e["name"] for e in r.result.engines if "name" in e]  # type: ignore[union-attr]
+        timeline(r.variant.label, r.records, out / f"timeline_{name}.png", title, engines)
 
 
 if __name__ == "__main__":

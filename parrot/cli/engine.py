@@ -1,20 +1,35 @@
 """`parrot-engine`: run one engine as an HTTP process.
 
-    parrot-engine --kind simulated|builtin --name NAME [--config FILE.yaml | --params JSON]
+    parrot-engine --kind simulated|builtin|openai|vllm --name NAME
+                  [--config FILE.yaml | --params JSON]
                   [--host 127.0.0.1] [--port 0] [--register-url MANAGER_URL]
 
 Prints exactly one line `READY <url>` on stdout once it listens (port 0 picks a free port; the
-line has the real one), then serves until SIGTERM/SIGINT. With --register-url it then POSTs
-`{name, url}` to `<manager>/v1/engines` (best effort: a failure is logged, the engine keeps
-serving). Configuration errors exit with status 2 and a message on stderr.
+line has the real one), then serves until SIGTERM/SIGINT. Configuration errors exit with
+status 2 and a message on stderr.
+
+Secret: the engine's protocol routes need `Authorization: Bearer <secret>`; the secret comes
+from the environment variable PARROT_ENGINE_SECRET (never argv: other users can read that).
+parrot-serve sets it for the engines it launches. An engine started by hand either gets the
+same secret as the manager's config (`kind: remote`, `params: {secret: ...}`), or is started with
+--register-url: then, without PARROT_ENGINE_SECRET, it makes a random one and hands it to the
+manager in its registration `POST <manager>/v1/engines {name, url, secret}` (authorised with
+PARROT_ADMIN_TOKEN), retrying with backoff until the manager accepts it.
+
+--exit-with-parent (what parrot-serve's launcher passes): the engine stops when its parent dies,
+even by SIGKILL: PR_SET_PDEATHSIG on Linux, and everywhere a watchdog on stdin (a pipe from the
+parent that only closes when the parent is gone).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import json
 import logging
+import os
+import secrets
 import signal
 import sys
 from typing import Any, Sequence
@@ -23,13 +38,18 @@ import aiohttp
 import yaml
 from aiohttp import web
 
+from parrot.cli.logs import configure_logging
 from parrot.engines.factory import create_engine
 from parrot.engines.server import DEFAULT_MAX_BODY_BYTES, create_app
 from parrot.errors import ParrotError
 
 log = logging.getLogger("parrot.engine")
 
-SERVED_KINDS = ("simulated", "builtin")
+SERVED_KINDS = ("simulated", "builtin", "openai", "vllm")
+SECRET_ENV = "PARROT_ENGINE_SECRET"
+ADMIN_TOKEN_ENV = "PARROT_ADMIN_TOKEN"
+PARENT_PID_ENV = "PARROT_PARENT_PID"  # set by the launcher for --exit-with-parent
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="host put in the READY line and registration (default: --host, "
                              "or 127.0.0.1 when listening on all interfaces)")
     parser.add_argument("--register-url", default=None, metavar="MANAGER_URL")
+    parser.add_argument("--exit-with-parent", action="store_true",
+                        help="stop when the parent process dies (set by parrot-serve; stdin "
+                             "must be a pipe the parent holds open)")
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
     parser.add_argument("--log-level", default="INFO")
     return parser
@@ -67,13 +90,15 @@ def load_params(args: argparse.Namespace) -> dict[str, Any]:
     return params
 
 
-async def serve(args: argparse.Namespace, params: dict[str, Any]) -> None:
+async def serve(args: argparse.Namespace, params: dict[str, Any], secret: str) -> None:
     engine = create_engine(args.kind, args.name, params)
-    runner = web.AppRunner(create_app(engine, max_body_bytes=args.max_body_bytes),
+    runner = web.AppRunner(create_app(engine, secret=secret, max_body_bytes=args.max_body_bytes),
                            handle_signals=False, access_log=None)
     await runner.setup()  # starts the engine
+    tasks: list[asyncio.Task[Any]] = []
     try:
-        site = web.TCPSite(runner, args.host, args.port)
+        # a burst opens many connections at once: a short backlog would drop SYNs (1 s retries)
+        site = web.TCPSite(runner, args.host, args.port, backlog=1024)
         await site.start()
         port = runner.addresses[0][1]
         url = f"http://{_url_host(args.advertise_host or args.host)}:{port}"
@@ -81,28 +106,82 @@ async def serve(args: argparse.Namespace, params: dict[str, Any]) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        if args.exit_with_parent:
+            tasks.append(asyncio.create_task(_stop_on_stdin_eof(stop)))
         print(f"READY {url}", flush=True)
         log.info("engine %s (%s) serving at %s", args.name, args.kind, url)
         if args.register_url:
-            await register(args.register_url, args.name, url)
+            tasks.append(asyncio.create_task(
+                register_until_accepted(args.register_url, args.name, url, secret)))
         await stop.wait()
         log.info("engine %s stopping", args.name)
     finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await runner.cleanup()  # closes the engine
 
 
-async def register(manager_url: str, name: str, url: str) -> bool:
+async def register(manager_url: str, name: str, url: str, secret: str | None = None) -> bool:
+    """One registration attempt; False (logged) when the manager did not accept it."""
     target = manager_url.rstrip("/") + "/v1/engines"
+    admin = os.environ.get(ADMIN_TOKEN_ENV)
+    headers = {"Authorization": f"Bearer {admin}"} if admin else {}
+    body = {"name": name, "url": url} | ({"secret": secret} if secret else {})
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
-            async with session.post(target, json={"name": name, "url": url}) as resp:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+            async with session.post(target, json=body, headers=headers) as resp:
                 if resp.status >= 400:
                     raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:500]}")
-    except Exception as exc:  # best effort: the engine serves anyway
+    except Exception as exc:  # the engine serves anyway; the caller decides about retrying
         log.warning("could not register engine %s at %s: %s", name, target, exc)
         return False
     log.info("registered engine %s at %s", name, target)
     return True
+
+
+async def register_until_accepted(manager_url: str, name: str, url: str, secret: str,
+                                  max_delay_s: float = 10.0) -> None:
+    """The manager may start after the engine, or restart: keep trying, with backoff."""
+    delay = 0.5
+    while not await register(manager_url, name, url, secret):
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, max_delay_s)
+
+
+async def _stop_on_stdin_eof(stop: asyncio.Event) -> None:
+    """The launcher holds the write end of our stdin and never writes: EOF means it is gone."""
+    reader = asyncio.StreamReader()
+    loop = asyncio.get_running_loop()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while await reader.read(4096):
+        pass
+    log.warning("parent process gone (stdin closed): stopping")
+    stop.set()
+
+
+def die_with_parent() -> None:
+    """Linux: have the kernel send SIGTERM when the parent dies (also on its SIGKILL)."""
+    if not sys.platform.startswith("linux"):
+        return  # the stdin watchdog covers other systems
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        log.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
+    # The parent may have died before the signal was armed: then we were re-parented already.
+    # (Compared with the pid the launcher passed: parrot-serve may itself be pid 1.)
+    expected = os.environ.get(PARENT_PID_ENV)
+    if expected is not None and str(os.getppid()) != expected:
+        sys.exit(1)
+
+
+def engine_secret(args: argparse.Namespace) -> str:
+    secret = os.environ.get(SECRET_ENV)
+    if secret:
+        return secret
+    if args.register_url:
+        return secrets.token_urlsafe(32)  # handed to the manager at registration
+    raise ValueError(f"set {SECRET_ENV} (the manager's config must carry the same secret) "
+                     "or pass --register-url so that the engine registers with one")
 
 
 def _url_host(host: str) -> str:
@@ -121,16 +200,23 @@ def _loop_factory() -> Any:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not configure_logging("parrot-engine", args.log_level):
+        sys.exit(2)
+    if args.exit_with_parent:
+        die_with_parent()
     try:
         params = load_params(args)
     except (OSError, ValueError, yaml.YAMLError) as exc:
         print(f"parrot-engine: bad engine params: {exc}", file=sys.stderr)
         sys.exit(2)
     try:
+        secret = engine_secret(args)
+    except ValueError as exc:
+        print(f"parrot-engine: {exc}", file=sys.stderr)
+        sys.exit(2)
+    try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(serve(args, params))
+            runner.run(serve(args, params, secret))
     except ParrotError as exc:
         print(f"parrot-engine: {type(exc).__name__}: {exc}", file=sys.stderr)
         sys.exit(2)

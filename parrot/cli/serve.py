@@ -7,22 +7,49 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import signal
 import sys
+from pathlib import Path
 
+import parrot
+from parrot.cli.logs import configure_logging
 from parrot.core.config import ServeConfig
 from parrot.core.server import ParrotServer
 from parrot.errors import ParrotError
 from parrot.policies.registry import default_registry
 
 
+PACKAGED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"  # installed package data
+SOURCE_CONFIGS = Path(__file__).resolve().parents[2] / "configs"     # a source checkout
+
+
+def packaged_configs() -> list[str]:
+    folder = PACKAGED_CONFIGS if PACKAGED_CONFIGS.is_dir() else SOURCE_CONFIGS
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def resolve_config(value: str) -> Path:
+    """A path as given, or the name of a shipped config (`--config sim`)."""
+    path = Path(value)
+    if path.exists() or path.suffix in (".yaml", ".yml"):
+        return path
+    for folder in (PACKAGED_CONFIGS, SOURCE_CONFIGS):
+        if (folder / f"{value}.yaml").is_file():
+            return folder / f"{value}.yaml"
+    return path
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parrot-serve", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="YAML file (see policies.yaml)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {parrot.__version__}")
+    parser.add_argument("--config", required=True,
+                        help="YAML file (see policies.yaml), or the name of a config shipped "
+                             f"with the package: {', '.join(packaged_configs())}")
     parser.add_argument("--host", default=None, help="overrides manager.host")
     parser.add_argument("--port", type=int, default=None, help="overrides manager.port (0: any)")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", default="INFO",
+                        help="DEBUG | INFO (default: one access-log line per request) | "
+                             "WARNING | ERROR | CRITICAL")
     return parser
 
 
@@ -43,10 +70,10 @@ async def serve(config: ServeConfig, host: str | None, port: int | None) -> None
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not configure_logging("parrot-serve", args.log_level):
+        return 2
     try:
-        config = ServeConfig.load(args.config)
+        config = ServeConfig.load(resolve_config(args.config))
         # Validate the policy and its parameters now: a typo stops us before engines start.
         default_registry().create(config.policy.name, config.policy.params)
     except ParrotError as exc:

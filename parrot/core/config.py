@@ -10,7 +10,7 @@ import yaml
 
 from parrot.errors import InvalidRequestError
 
-ENGINE_KINDS = ("builtin", "simulated", "remote")
+ENGINE_KINDS = ("builtin", "simulated", "remote", "openai", "vllm")
 
 
 class ConfigError(InvalidRequestError):
@@ -28,6 +28,14 @@ class ManagerConfig:
     admin_token: str | None = None            # required by POST /v1/engines when set
     session_idle_timeout_s: float = 3600.0    # a session idle this long (nothing running,
                                               # nobody waiting) is deleted
+    # Engines (docs/RELIABILITY.md): how the manager talks to engine processes and when it
+    # gives up on one.
+    engine_connect_timeout_s: float = 5.0     # TCP connect to an engine (not the pool wait)
+    engine_request_timeout_s: float | None = 1800.0  # one Fill/Generate; null: unbounded
+    engine_pool_size: int = 512               # HTTP connections per engine
+    engine_heartbeat_interval_s: float = 1.0  # an engine's /healthz is asked this often
+    engine_heartbeat_timeout_s: float = 5.0   # unanswered this long: engine down, calls moved
+    no_engine_grace_s: float = 10.0           # with every engine down, calls wait this long
 
     def __post_init__(self) -> None:
         _require(isinstance(self.port, int) and 0 <= self.port < 65536, "manager.port",
@@ -42,6 +50,16 @@ class ManagerConfig:
                  self.session_idle_timeout_s, "a positive number of seconds")
         _require(isinstance(self.max_call_retries, int) and self.max_call_retries >= 0,
                  "manager.max_call_retries", self.max_call_retries, "an integer >= 0")
+        for key in ("engine_connect_timeout_s", "engine_heartbeat_interval_s",
+                    "engine_heartbeat_timeout_s", "no_engine_grace_s"):
+            _require(_is_pos(getattr(self, key)), f"manager.{key}", getattr(self, key),
+                     "a positive number of seconds")
+        _require(self.engine_request_timeout_s is None or _is_pos(self.engine_request_timeout_s),
+                 "manager.engine_request_timeout_s", self.engine_request_timeout_s,
+                 "a positive number of seconds or null")
+        _require(isinstance(self.engine_pool_size, int) and not isinstance(
+            self.engine_pool_size, bool) and self.engine_pool_size >= 1,
+            "manager.engine_pool_size", self.engine_pool_size, "an integer >= 1")
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,15 @@ multi-output call start before the call finishes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
+from contextlib import aclosing
 
 from parrot.core.engine_pool import EngineState
 from parrot.core.nodes import Call, OutputBinding
 from parrot.core.prefix import PrefixPiece
-from parrot.engines.protocol import FillRequest, GenerateRequest
+from parrot.engines.protocol import Engine, FillRequest, GenerateRequest
 from parrot.errors import OutOfKVCacheError, ParrotError, UnknownContextError
 from parrot.template import Placeholder, Text
 from parrot.transforms import apply_transforms
@@ -105,6 +107,7 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
         first_output = next(i for i, s in enumerate(segments)
                             if isinstance(s, Placeholder) and s.is_output)
         pending: list[str] = [head] if head else []
+        context_len = sum(c.num_tokens for c in chain.contexts)
         for seg in segments[first_output:]:
             if isinstance(seg, Text):
                 pending.append(seg.text)
@@ -112,16 +115,18 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
                 pending.append(call.rendered_inputs[seg.name])
             else:
                 if pending:
-                    await engine.engine.fill(FillRequest(
+                    filled = await engine.engine.fill(FillRequest(
                         context_id=context_id, parent_context_id=None if created else parent,
                         text="".join(pending)))
-                    created, pending = True, []
+                    created, pending, context_len = True, [], filled.context_len
+                if call.num_prompt_tokens is None:
+                    call.num_prompt_tokens = context_len
                 binding = call.outputs[seg.name]
-                result = await engine.engine.generate_all(GenerateRequest(
+                text = await _generate(call, binding, engine, GenerateRequest(
                     context_id=context_id, parent_context_id=None if created else parent,
                     sampling=binding.sampling))
                 created = True
-                publish(call, binding, apply_transforms(binding.transforms, result.text))
+                publish(call, binding, apply_transforms(binding.transforms, text))
         # Text after the last output conditions nothing: it is never sent to the engine.
     finally:
         engine.contexts.release(chain)
@@ -138,8 +143,35 @@ async def _free_private_context(engine: EngineState, context_id: str) -> None:
     except UnknownContextError:
         log.debug("engine %s: context %s was gone already", engine.engine_id, context_id)
     except ParrotError as exc:
-        # A lost engine drops its contexts when it restarts; a live one keeps this context's
-        # KV until then, so say which one.
-        log.warning("engine %s: freeing context %s failed (%s: %s); its KV stays allocated "
-                    "until the engine drops it", engine.engine_id, context_id,
-                    type(exc).__name__, exc)
+        # A lost engine drops its contexts when it restarts (an HTTP client also retries the
+        # free when the engine answers again); say which context, in case neither happens.
+        log.warning("engine %s: freeing context %s failed (%s: %s)", engine.engine_id,
+                    context_id, type(exc).__name__, exc)
+
+
+async def _generate(call: Call, binding: OutputBinding, engine: EngineState,
+                    request: GenerateRequest) -> str:
+    """One Generate. Streamed when someone reads the output as it is generated (an OpenAI
+    `stream` request, `astream`) or when streaming costs nothing (an in-process engine, whose
+    `generate_all` is the protocol's loop over `generate`): each chunk then goes to the output
+    variable's stream as it arrives (not shown for outputs with transforms: their value is not a
+    prefix of the raw text). Over HTTP an unwatched output is one non-streamed request: per-token
+    NDJSON lines halve what the manager's loop can carry (docs/results/openai_api.md)."""
+    stream = binding.stream
+    stream.begin_attempt()
+    if not stream.wanted and type(engine.engine).generate_all is not Engine.generate_all:
+        result = await engine.engine.generate_all(request)
+        stream.push(result.text, len(result.token_ids), result.finish_reason,
+                    visible=not binding.transforms)
+        return result.text
+    texts: list[str] = []
+    async with aclosing(engine.engine.generate(request)) as chunks:
+        async for chunk in chunks:
+            if "first_token" not in call.timings:
+                call.mark("first_token", asyncio.get_running_loop().time())
+            texts.append(chunk.text)
+            stream.push(chunk.text, len(chunk.token_ids), chunk.finish_reason,
+                        visible=not binding.transforms)
+            if chunk.is_finished:
+                break
+    return "".join(texts)

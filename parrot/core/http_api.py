@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from aiohttp import web
 
@@ -38,7 +38,12 @@ async def read_json(request: web.Request, max_body: int) -> Any:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
 
 
-def create_app(api: WireAPI) -> web.Application:
+AppSetup = Callable[[web.Application], None]
+
+
+def create_app(api: WireAPI, setup: Sequence[AppSetup] = ()) -> web.Application:
+    """`setup` callbacks add their own routes and middlewares (the OpenAI front door, /metrics,
+    /openapi.json: parrot/core/front_door.py) before the wire API's catch-all route."""
     max_body = api.manager.config.max_body_bytes
 
     async def dispatch(request: web.Request) -> web.Response:
@@ -55,5 +60,7 @@ def create_app(api: WireAPI) -> web.Application:
         return web.json_response(reply, status=status)
 
     app = web.Application(client_max_size=max_body)
+    for add in setup:
+        add(app)
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app

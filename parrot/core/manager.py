@@ -3,6 +3,8 @@
 One asyncio loop. `Manager.step`-style flow: a call becomes READY when its last input arrives →
 the scheduler asks the policy where ready calls go → `_dispatch` starts a task that lowers the
 call onto its engine → each output value set wakes exactly the consumers of that variable.
+Engine failures (engine_health.py): a call whose engine dies or freezes is re-dispatched, up to
+`max_call_retries` times; with no engine left it fails after `no_engine_grace_s`.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ import asyncio
 import itertools
 import logging
 import secrets
+from typing import Callable
 
 from parrot.core.config import EngineSpec, ManagerConfig
 from parrot.core.deduction import deduce
+from parrot.core.engine_health import EngineHealth
 from parrot.core.engine_pool import EnginePool, EngineState
 from parrot.core.executor import run_call, shareable_hashes
 from parrot.core.lifecycle import transition
@@ -46,6 +50,11 @@ class Manager:
         self._arrivals = itertools.count()
         self._scheduler_task: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()
+        self.health = EngineHealth(self.engines, self.config, spawn=self._spawn_background,
+                                   on_up=self.scheduler.wake,
+                                   on_no_engine=self._fail_ready_calls)
+        # Called with every call that leaves an engine (done, failed or re-queued): /metrics.
+        self.call_observers: list[Callable[[Call], None]] = []
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -57,6 +66,7 @@ class Manager:
     async def close(self) -> None:
         for session in self.sessions:
             self._drop_session(session)
+        self.health.close()
         for task in list(self._background):
             task.cancel()
         if self._scheduler_task is not None:
@@ -65,12 +75,9 @@ class Manager:
             self._scheduler_task = None
 
     async def add_engine(self, spec: EngineSpec, engine: Engine) -> EngineState:
-        """Register a started engine (in-process, launched, or joining by URL)."""
-        info = await engine.info()
-        state = self.engines.add(spec, engine, info)
-        log.info("engine %s joined (%s, %s)", spec.name, info.kind, info.model)
-        self.scheduler.wake()
-        return state
+        """Register a started engine (in-process, launched, or joining by URL); the same name
+        again re-admits it (EngineHealth.admit)."""
+        return await self.health.admit(spec, engine)
 
     # --- sessions and variables -----------------------------------------------------------
 
@@ -165,6 +172,9 @@ class Manager:
     def submit(self, session: Session, request: SubmitRequest) -> Call:
         checked = check_submit(session, request)  # every mistake is raised before any change
         template, specs = checked.template, checked.specs
+        self.health.check_can_take({  # the engines' windows bound max_tokens up front
+            name: request.sampling.merged(specs[name].sampling if name in specs else None)
+            .max_tokens for name in template.output_names})
         call_id = f"r-{secrets.token_hex(8)}"
         inputs: dict[str, InputBinding] = {}
         for name in template.input_names:
@@ -180,7 +190,7 @@ class Manager:
             var = checked.output_vars[name] or self.create_variable(session, name, None)
             outputs[name] = OutputBinding(
                 name, var.var_id, request.sampling.merged(spec.sampling if spec else None),
-                spec.transforms if spec else ())
+                spec.transforms if spec else (), stream=var.stream)
         call = Call(call_id, session.session_id, template, inputs, outputs,
                     arrival_seq=next(self._arrivals))
         session.graph.add_call(call)
@@ -203,6 +213,9 @@ class Manager:
     # --- the call lifecycle ------------------------------------------------------------------
 
     def _make_ready(self, session: Session, call: Call) -> None:
+        if (error := self.health.no_engine_error()) is not None:
+            self._fail_call(session, call, CallFailedError(str(error)))
+            return
         try:
             call.rendered_inputs = {
                 name: apply_transforms(b.transforms, session.variables[b.var_id].value or "")
@@ -254,9 +267,10 @@ class Manager:
             call.error = "cancelled (session deleted or manager stopped)"
             raise
         except EngineUnavailableError as exc:
-            self._mark_unhealthy(engine, exc)
+            await self.health.confirm_down(engine, exc)
             call.attempts += 1
-            requeue = not published and call.attempts <= self.config.max_call_retries
+            requeue = not published and call.attempts <= self.config.max_call_retries \
+                and self.health.no_engine_error() is None
             if not requeue:
                 self._fail_call(session, call, CallFailedError(f"engine {engine.engine_id} "
                                                                f"failed: {exc}"))
@@ -267,6 +281,8 @@ class Manager:
             self._fail_call(session, call, CallFailedError(f"internal error: {exc!r}"))
         finally:
             call.mark("finished", asyncio.get_running_loop().time())
+            for observe in self.call_observers:
+                observe(call)
             engine.remove_call(call)
             session.tasks.pop(call.call_id, None)
             if requeue:
@@ -301,34 +317,18 @@ class Manager:
                         pending.append((consumer, CallFailedError(
                             f"input {var.name!r} failed: {cause}")))
 
-    def _mark_unhealthy(self, engine: EngineState, exc: Exception) -> None:
-        if engine.is_healthy:
-            log.warning("engine %s unavailable (%s); its calls are re-dispatched",
-                        engine.engine_id, exc)
-            engine.is_healthy = False
-            engine.contexts.forget_all()
-            self._spawn_background(self._probe(engine), f"probe-{engine.engine_id}")
-
     def _spawn_background(self, coro, name: str) -> None:
         """A task the manager owns (kept referenced, cancelled on close)."""
         task = asyncio.create_task(coro, name=name)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _probe(self, engine: EngineState) -> None:
-        """Wait (with backoff) until a failed engine answers healthz again."""
-        delay = 0.5
-        while True:
-            await asyncio.sleep(delay)
-            try:
-                if await engine.engine.healthz():
-                    break
-            except ParrotError:
-                pass
-            delay = min(delay * 2, 10.0)
-        log.info("engine %s is healthy again", engine.engine_id)
-        engine.is_healthy = True
-        self.scheduler.wake()
+    def _fail_ready_calls(self, error: EngineUnavailableError) -> None:
+        """No engine came back within the grace period: fail what waits for one."""
+        for session in list(self.sessions):
+            for call in list(session.calls.values()):
+                if call.state is CallState.READY:
+                    self._fail_call(session, call, CallFailedError(str(error)))
 
     # --- deduction -------------------------------------------------------------------------
 
@@ -350,3 +350,4 @@ class Manager:
 
     def _session_of(self, call: Call) -> Session:
         return self.sessions.get(call.session_id)
+

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parrot.core.prefix import PrefixPiece
+from parrot.core.streams import TextStream
 from parrot.errors import ParrotError
 from parrot.sampling import SamplingParams
 from parrot.template import Template
@@ -35,6 +36,7 @@ class Variable:
     producer: str | None = None               # call id, None for client-set variables
     criterion: Criterion | None = None        # set by a `get` (seed of deduction)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    stream: TextStream = field(default_factory=TextStream)  # the value while it is generated
 
     @property
     def is_ready(self) -> bool:
@@ -48,12 +50,14 @@ class Variable:
         assert not self.is_finished, f"variable {self.var_id} set twice"
         self.value = value
         self.ready.set()
+        self.stream.notify()
 
     def fail(self, error: ParrotError) -> None:
         if self.is_finished:
             return
         self.error = error
         self.ready.set()
+        self.stream.notify()
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,8 @@ class OutputBinding:
     var_id: str
     sampling: SamplingParams
     transforms: tuple[Transform, ...] = ()
+    # The output variable's stream (shared object): the executor pushes engine chunks into it.
+    stream: TextStream = field(default_factory=TextStream, compare=False, repr=False)
 
 
 @dataclass(eq=False)
@@ -92,6 +98,7 @@ class Call:
     prefix_hashes: tuple[str, ...] = ()
     rendered_inputs: dict[str, str] = field(default_factory=dict)  # after input transforms
     num_tokens: int = 0                       # estimate for capacity accounting
+    num_prompt_tokens: int | None = None      # the engine's count before the first output
     attempts: int = 0
     prefilled_ahead: bool = False             # its certain prefix was filled while it waited
     arrival_seq: int = 0

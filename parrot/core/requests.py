@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from parrot.errors import InvalidRequestError
@@ -33,8 +33,9 @@ class PlaceholderSpec:
 class SubmitRequest:
     session_id: str
     prompt: str
-    placeholders: tuple[PlaceholderSpec, ...]
-    sampling: SamplingParams
+    # defaults as on the wire (they document the API: /openapi.json is generated from these)
+    placeholders: tuple[PlaceholderSpec, ...] = ()
+    sampling: SamplingParams = field(default_factory=SamplingParams)
 
     @classmethod
     def from_json(cls, data: Any) -> "SubmitRequest":
@@ -92,8 +93,8 @@ def _placeholder(item: Any, index: int) -> PlaceholderSpec:
 class GetRequest:
     session_id: str
     semantic_var_id: str
-    criteria: Criterion
-    timeout: float | None
+    criteria: Criterion = Criterion.LATENCY
+    timeout: float | None = None
 
     @classmethod
     def from_json(cls, data: Any) -> "GetRequest":

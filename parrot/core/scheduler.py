@@ -34,10 +34,15 @@ class Scheduler:
         self._wakeup = asyncio.Event()
         # (seconds spent deciding, calls placed) per round, for benchmarks and /v1/stats.
         self.round_stats: deque[tuple[float, int]] = deque(maxlen=100_000)
+        self.round_observers: list[Callable[[float, int], None]] = []  # e.g. /metrics
 
     @property
     def num_ready(self) -> int:
         return len(self._ready)
+
+    def ready_calls(self) -> list[Call]:
+        """The calls waiting for a placement (a copy; for metrics)."""
+        return list(self._ready.values())
 
     def enqueue(self, call: Call) -> None:
         assert call.state is CallState.READY
@@ -82,7 +87,10 @@ class Scheduler:
             engine = self._pool.get(placement.engine_id)
             self._dispatch(call, engine)
             placed += 1
-        self.round_stats.append((time.perf_counter() - started, placed))
+        seconds = time.perf_counter() - started
+        self.round_stats.append((seconds, placed))
+        for observe in self.round_observers:
+            observe(seconds, placed)
         return placed
 
 

@@ -12,6 +12,8 @@ import logging
 from aiohttp import web
 
 from parrot.core.config import EngineSpec, ServeConfig
+from parrot.core.engine_health import http_engine_settings
+from parrot.core.front_door import front_door
 from parrot.core.http_api import create_app
 from parrot.core.manager import Manager
 from parrot.core.wire import WireAPI
@@ -42,7 +44,8 @@ class ParrotServer:
         try:
             await self._start_engines()
             api = WireAPI(self.manager, register_engine=self.register_remote)
-            self._runner = web.AppRunner(create_app(api), access_log=None)
+            self._runner = web.AppRunner(create_app(api, front_door(api)),
+                                         access_log=None)
             await self._runner.setup()
             site = web.TCPSite(self._runner, host or self.config.manager.host,
                                self.config.manager.port if port is None else port)
@@ -60,7 +63,8 @@ class ParrotServer:
         if launch:
             self._launched = await launch_engines(
                 [LaunchSpec(s.name, s.kind, dict(s.params)) for s in launch],
-                startup_timeout_s=ENGINE_STARTUP_TIMEOUT_S)
+                startup_timeout_s=ENGINE_STARTUP_TIMEOUT_S,
+                settings=http_engine_settings(self.config.manager))
         by_name = {e.name: e.engine for e in self._launched}
         for spec in self.config.engines:
             if spec.name in by_name:
@@ -76,7 +80,8 @@ class ParrotServer:
     async def register_remote(self, spec: EngineSpec) -> None:
         """Add an engine reached by URL (from the config or `POST /v1/engines`)."""
         assert spec.url is not None
-        engine = HttpEngine(spec.url, name=spec.name)
+        engine = HttpEngine(spec.url, name=spec.name, secret=spec.params.get("secret"),
+                            settings=http_engine_settings(self.config.manager))
         try:
             await engine.wait_healthy(timeout=30.0)
             await self.manager.add_engine(spec, engine)

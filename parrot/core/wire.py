@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Awaitable, Callable
 
+from parrot.core.chat_submit import mark_streamed, pop_streamed, render_chat_submit
 from parrot.core.config import EngineSpec
 from parrot.core.manager import Manager
 from parrot.core.nodes import Call
@@ -42,6 +43,11 @@ class WireAPI:
             ("POST", re.compile(r"/v1/engines"), self.register_engine),
             ("GET", re.compile(r"/v1/stats"), self.stats),
         ]
+
+    @property
+    def route_table(self) -> list[tuple[str, str]]:
+        """(method, path regex) of every route: for /openapi.json and the metrics' labels."""
+        return [(method, pattern.pattern) for method, pattern, _ in self._routes]
 
     async def handle(self, method: str, path: str, body: Body, token: str | None) -> Reply:
         allowed = []
@@ -88,7 +94,10 @@ class WireAPI:
         wait = body.pop("wait", False)
         if not isinstance(wait, bool):
             raise InvalidRequestError(f"submit: 'wait' must be a boolean, got {wait!r}")
-        call = self.manager.submit(session, SubmitRequest.from_json(body))
+        body, streamed = pop_streamed(body)
+        call = self.manager.submit(session, SubmitRequest.from_json(
+            render_chat_submit(self.manager, body)))
+        mark_streamed(session, call, streamed)
         reply = self._submit_reply(call)
         if wait:
             reply["values"] = {name: await self.manager.get(session, b.var_id,
@@ -112,8 +121,11 @@ class WireAPI:
             try:
                 resolved = resolve_batch_refs(item, index, results)
                 resolved["session_id"] = session.session_id
-                results.append(self._submit_reply(
-                    self.manager.submit(session, SubmitRequest.from_json(resolved))))
+                resolved, streamed = pop_streamed(resolved)
+                call = self.manager.submit(session, SubmitRequest.from_json(
+                    render_chat_submit(self.manager, resolved)))
+                mark_streamed(session, call, streamed)
+                results.append(self._submit_reply(call))
             except ParrotError as exc:
                 results.append(exc.to_wire())
         return {"results": results}
@@ -148,7 +160,11 @@ class WireAPI:
             raise InvalidRequestError("register: body must be {name, url, ...capacities}")
         fields = {k: body[k] for k in ("name", "url", "latency_capacity", "throughput_capacity",
                                        "speed") if k in body}
-        await self._register_engine(EngineSpec(kind="remote", **fields))
+        secret = body.get("secret")  # the engine's own secret, for the manager's requests
+        if secret is not None and (not isinstance(secret, str) or not secret):
+            raise InvalidRequestError("register: 'secret' must be a non-empty string")
+        await self._register_engine(EngineSpec(kind="remote", **fields,
+                                               params={"secret": secret} if secret else {}))
         return {"registered": fields["name"]}
 
     async def stats(self, match: re.Match, body: Body, token: str | None) -> Reply:

@@ -1,36 +1,110 @@
 """`HttpEngine`: the Engine protocol spoken over HTTP to an engine process (see server.py).
 
-One aiohttp ClientSession per client, created on first use inside the running loop. Error bodies
-come back as the same typed exceptions (`error_from_wire`); a refused connection, a reset or a
-timeout becomes EngineUnavailableError.
+Connections: one pooled aiohttp session for protocol requests, sized by `pool_size`; a request
+that finds every pooled connection busy waits for one, and that wait is never a connect timeout
+(only the TCP connect itself is bounded by `connect_timeout_s`). Health probes use a session of
+their own, so a pool full of long generations cannot starve the heartbeat.
+
+Failures: a refused connection, a reset or a connect timeout becomes EngineUnavailableError (the
+engine is gone); a request that outlives `request_timeout_s` becomes EngineTimeoutError (the
+engine is alive but this operation is too slow). `abort_requests(reason)` — the manager calls it
+when heartbeats stop — fails every in-flight request at once with EngineUnavailableError and
+makes new ones fail fast until a health probe succeeds again. Frees that could not be delivered
+meanwhile are retried on that first successful probe, so a frozen engine that resumes does not
+keep contexts nobody will free.
+
+Authentication: every request carries `Authorization: Bearer <secret>` when a secret is set.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from contextlib import aclosing
+from contextlib import aclosing, asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 import aiohttp
 
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest, GenerateResult)
-from parrot.errors import EngineUnavailableError, InvalidRequestError, ParrotError, error_from_wire
+from parrot.errors import (EngineError, EngineUnavailableError, InvalidRequestError,
+                           UnknownContextError, error_from_wire)
+
+
+CONNECT_ATTEMPTS = 4  # tries of one request whose TCP connect timed out
+# aiohttp >= 3.10 tells a connect timeout apart from a read timeout
+_CONNECT_TIMEOUT = getattr(aiohttp, "ConnectionTimeoutError", aiohttp.ServerTimeoutError)
+
+
+class _ConnectTimedOut(Exception):
+    """Internal: the connect timed out and may be tried again."""
+
+
+class EngineTimeoutError(EngineError):
+    """An engine operation outlived the client's request timeout (the engine may be alive)."""
+
+    status = 504
+
+
+@dataclass(frozen=True)
+class HttpEngineSettings:
+    """How the manager talks to engine processes (ManagerConfig's engine_* keys)."""
+
+    connect_timeout_s: float = 5.0          # TCP connect only; never the wait for the pool
+    request_timeout_s: float | None = None  # one whole Fill/Generate/Free; None: unbounded
+    probe_timeout_s: float = 5.0            # one /healthz answer
+    pool_size: int = 512                    # concurrent connections to one engine
+
+    def __post_init__(self) -> None:
+        for key in ("connect_timeout_s", "probe_timeout_s"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise InvalidRequestError(f"{key}={value!r} must be a number > 0")
+        value = self.request_timeout_s
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or value <= 0):
+            raise InvalidRequestError(f"request_timeout_s={value!r} must be a number > 0 or null")
+        if isinstance(self.pool_size, bool) or not isinstance(self.pool_size, int) \
+                or self.pool_size < 1:
+            raise InvalidRequestError(f"pool_size={self.pool_size!r} must be an integer >= 1")
 
 
 class HttpEngine(Engine):
-    def __init__(self, url: str, *, name: str | None = None, connect_timeout_s: float = 5.0,
+    is_remote = True
+
+    def __init__(self, url: str, *, name: str | None = None, secret: str | None = None,
+                 settings: HttpEngineSettings | None = None,
+                 connect_timeout_s: float | None = None,
                  request_timeout_s: float | None = None) -> None:
-        """`request_timeout_s` bounds a whole request (None: no bound; a Generate may take a
-        long time); `connect_timeout_s` bounds establishing the connection."""
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise InvalidRequestError(f"engine url must start with http:// or https://, got {url!r}")
+        settings = settings or HttpEngineSettings()
+        if connect_timeout_s is not None or request_timeout_s is not None:
+            settings = HttpEngineSettings(
+                connect_timeout_s=connect_timeout_s or settings.connect_timeout_s,
+                request_timeout_s=request_timeout_s or settings.request_timeout_s,
+                probe_timeout_s=settings.probe_timeout_s, pool_size=settings.pool_size)
         self.url = url.rstrip("/")
         self.name = name or self.url
-        self._timeout = aiohttp.ClientTimeout(total=request_timeout_s, connect=connect_timeout_s)
+        self.settings = settings
+        self._headers = {"Authorization": f"Bearer {secret}"} if secret else {}
         self._session: aiohttp.ClientSession | None = None
+        self._probe_session: aiohttp.ClientSession | None = None
         self._closed = False  # a closed client opens no new session (it would leak) until start()
+        self._inflight: set[asyncio.Timeout] = set()
+        self._aborted: set[asyncio.Timeout] = set()
+        self._down_reason: str | None = None  # set by abort_requests, cleared by a probe
+        self._unfreed: set[str] = set()
+
+    @property
+    def is_down(self) -> bool:
+        return self._down_reason is not None
+
+    def same_endpoint(self, other: Engine) -> bool:
+        """The same engine process as far as we can tell: same URL and same secret."""
+        return isinstance(other, HttpEngine) and (other.url, other._headers) == \
+            (self.url, self._headers)
 
     # ---- Engine protocol -------------------------------------------------------------------
 
@@ -40,9 +114,10 @@ class HttpEngine(Engine):
 
     async def close(self) -> None:
         self._closed = True
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        for session in (self._session, self._probe_session):
+            if session is not None:
+                await session.close()
+        self._session = self._probe_session = None
 
     async def info(self) -> EngineInfo:
         return EngineInfo.from_json(await self._call("GET", "/v1/engine/info"))
@@ -52,21 +127,41 @@ class HttpEngine(Engine):
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         body = {**request.to_json(), "stream": True}
+        loop = asyncio.get_running_loop()
+        limit = self.settings.request_timeout_s
+        deadline = None if limit is None else loop.time() + limit
+        # The deadline scope never spans a `yield` (the consumer may be anywhere then): each
+        # read from the stream gets its own scope with what is left of the deadline.
+        for attempt in range(CONNECT_ATTEMPTS):
+            try:
+                async with self._guard(deadline, retry_connect=attempt + 1 < CONNECT_ATTEMPTS):
+                    resp = await self._client().post(self.url + "/v1/engine/generate",
+                                                     json=body, headers=self._headers)
+                break
+            except _ConnectTimedOut:
+                continue
+        self._answered()
         try:
-            async with self._client().post(self.url + "/v1/engine/generate", json=body) as resp:
-                if resp.status >= 400:
-                    raise error_from_wire(await _read_json(resp), resp.status)
-                async with aclosing(_ndjson(resp)) as lines:
-                    async for data in lines:
-                        if "error" in data:
-                            raise error_from_wire(data, 500)
-                        chunk = GenerateChunk.from_json(data)
-                        yield chunk
-                        if chunk.is_finished:
-                            return
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            raise self._unavailable(exc) from exc
-        raise EngineUnavailableError(f"engine at {self.url}: stream ended before the last chunk")
+            if resp.status >= 400:
+                async with self._guard(deadline):
+                    data = await _read_json(resp)
+                raise error_from_wire(data, resp.status)
+            async with aclosing(_ndjson(resp)) as lines:
+                while True:
+                    async with self._guard(deadline):
+                        data = await anext(lines, None)
+                    if data is None:
+                        break
+                    self._answered()
+                    if "error" in data:
+                        raise error_from_wire(data, 500)
+                    chunk = GenerateChunk.from_json(data)
+                    yield chunk
+                    if chunk.is_finished:
+                        return
+        finally:
+            resp.release()
+        raise EngineUnavailableError(f"engine {self.name}: stream ended before the last chunk")
 
     async def generate_all(self, request: GenerateRequest) -> GenerateResult:
         data = await self._call("POST", "/v1/engine/generate", {**request.to_json(), "stream": False})
@@ -74,17 +169,40 @@ class HttpEngine(Engine):
                               str(data["finish_reason"]))
 
     async def free_context(self, context_id: str) -> None:
-        await self._call("POST", "/v1/engine/free_context", {"context_id": context_id})
+        try:
+            await self._call("POST", "/v1/engine/free_context", {"context_id": context_id})
+        except EngineUnavailableError:
+            self._unfreed.add(context_id)  # retried when the engine answers again
+            raise
 
     async def stats(self) -> EngineStats:
         return EngineStats.from_json(await self._call("GET", "/v1/engine/stats"))
 
     async def healthz(self) -> bool:
-        try:
-            data = await self._call("GET", "/healthz")
-        except ParrotError:
+        """One probe on the probe session (bounded by probe_timeout_s). A healthy answer ends an
+        outage declared by abort_requests and delivers the frees that failed during it."""
+        if self._closed:
             return False
-        return bool(data.get("ok")) if isinstance(data, dict) else False
+        timeout = aiohttp.ClientTimeout(total=self.settings.probe_timeout_s)
+        try:
+            async with self._prober().get(self.url + "/healthz", headers=self._headers,
+                                          timeout=timeout) as resp:
+                data = await _read_json(resp)
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return False
+        self._answered()
+        ok = resp.status == 200 and isinstance(data, dict) and bool(data.get("ok"))
+        if ok and self._down_reason is not None:
+            self._down_reason = None
+            await self._flush_unfreed()
+        return ok
+
+    def abort_requests(self, reason: str) -> None:
+        self._down_reason = reason
+        now = asyncio.get_running_loop().time()
+        for scope in list(self._inflight):
+            self._aborted.add(scope)
+            scope.reschedule(now)
 
     async def wait_healthy(self, timeout: float) -> None:
         """Poll /healthz (with backoff; this is start-up, not the request path) until it answers
@@ -104,25 +222,87 @@ class HttpEngine(Engine):
 
     # ---- plumbing ----------------------------------------------------------------------------
 
+    def _answered(self) -> None:
+        self.last_answer_at = asyncio.get_running_loop().time()
+
     def _client(self) -> aiohttp.ClientSession:
         if self._closed:
             raise EngineUnavailableError(f"engine client for {self.url} is closed")
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
+            # connect=None: aiohttp's `connect` timeout includes waiting for a pooled
+            # connection, which under a burst is queueing, not a sign of a dead engine.
+            timeout = aiohttp.ClientTimeout(total=None, connect=None,
+                                            sock_connect=self.settings.connect_timeout_s)
+            connector = aiohttp.TCPConnector(limit=self.settings.pool_size, limit_per_host=0)
+            self._session = aiohttp.ClientSession(timeout=timeout, connector=connector)
         return self._session
 
-    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        try:
-            async with self._client().request(method, self.url + path, json=body) as resp:
-                data = await _read_json(resp)
-                if resp.status >= 400:
-                    raise error_from_wire(data, resp.status)
-                return data
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            raise self._unavailable(exc) from exc
+    def _prober(self) -> aiohttp.ClientSession:
+        if self._probe_session is None or self._probe_session.closed:
+            self._probe_session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=2, force_close=True))
+        return self._probe_session
 
-    def _unavailable(self, exc: BaseException) -> EngineUnavailableError:
-        return EngineUnavailableError(f"engine at {self.url} unreachable: {exc!r}")
+    @asynccontextmanager
+    async def _guard(self, deadline: float | None, *,
+                     retry_connect: bool = False) -> AsyncIterator[None]:
+        """Map transport failures to typed errors, bound the request by `deadline` and let
+        abort_requests end it early. With `retry_connect`, a connect timeout raises
+        _ConnectTimedOut so that the caller tries again: nothing reached the engine, and on a
+        busy manager the connect timer measures our own loop's lag more than the engine (a dead
+        engine refuses at once; a silent host is the heartbeat's to declare down, which aborts
+        the retries)."""
+        if self._down_reason is not None:
+            raise EngineUnavailableError(f"engine {self.name} is down: {self._down_reason}")
+        scope = asyncio.timeout_at(deadline)
+        self._inflight.add(scope)
+        try:
+            async with scope:
+                yield
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            if retry_connect and isinstance(exc, _CONNECT_TIMEOUT) and scope not in self._aborted:
+                raise _ConnectTimedOut() from exc
+            if scope in self._aborted:
+                raise EngineUnavailableError(
+                    f"engine {self.name} is down: {self._down_reason}") from None
+            if scope.expired():
+                raise EngineTimeoutError(
+                    f"engine {self.name} did not answer within request_timeout_s="
+                    f"{self.settings.request_timeout_s:g}") from None
+            raise EngineUnavailableError(f"engine {self.name} at {self.url} unreachable: "
+                                         f"{exc!r}") from exc
+        finally:
+            self._inflight.discard(scope)
+            self._aborted.discard(scope)
+
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        limit = self.settings.request_timeout_s
+        deadline = None if limit is None else asyncio.get_running_loop().time() + limit
+        for attempt in range(CONNECT_ATTEMPTS):
+            try:
+                async with self._guard(deadline, retry_connect=attempt + 1 < CONNECT_ATTEMPTS):
+                    async with self._client().request(method, self.url + path, json=body,
+                                                      headers=self._headers) as resp:
+                        data = await _read_json(resp)
+                break
+            except _ConnectTimedOut:
+                continue
+        self._answered()
+        if resp.status >= 400:
+            raise error_from_wire(data, resp.status)
+        return data
+
+    async def _flush_unfreed(self) -> None:
+        pending = sorted(self._unfreed)
+        self._unfreed.clear()
+        for i, context_id in enumerate(pending):
+            try:
+                await self.free_context(context_id)
+            except EngineUnavailableError:
+                self._unfreed.update(pending[i:])  # down again: keep the rest for next time
+                return
+            except (UnknownContextError, EngineTimeoutError):
+                pass  # a restarted engine has none of the old contexts
 
 
 async def _read_json(resp: aiohttp.ClientResponse) -> Any:

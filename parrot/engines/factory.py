@@ -3,8 +3,10 @@
     simulated  SimulatedEngine, params as in SimulatedEngineConfig.from_mapping
     builtin    the PyTorch engine, parrot.engines.builtin.create_engine(name, params)
                (imported only when asked for: it pulls in torch)
-    remote     HttpEngine to an engine process, params {url, connect_timeout_s?,
-               request_timeout_s?}
+    remote     HttpEngine to an engine process, params {url, secret?, connect_timeout_s?,
+               request_timeout_s?, probe_timeout_s?, pool_size?} (see client.HttpEngineSettings)
+    openai     OpenAIEngine: any OpenAI-compatible server (vLLM, SGLang, llama.cpp, Parrot)
+    vllm       VLLMEngine: vLLM's async engine in this process (needs the vllm package)
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from typing import Any, Mapping
 from parrot.engines.latency_model import EngineConfigError
 from parrot.engines.protocol import Engine
 
-ENGINE_KINDS = ("simulated", "builtin", "remote")
-_REMOTE_KEYS = ("url", "connect_timeout_s", "request_timeout_s")
+ENGINE_KINDS = ("simulated", "builtin", "remote", "openai", "vllm")
+_REMOTE_KEYS = ("url", "secret", "connect_timeout_s", "request_timeout_s", "probe_timeout_s",
+                "pool_size")
 
 
 def create_engine(kind: str, name: str, params: Mapping[str, Any] | None = None) -> Engine:
@@ -34,11 +37,18 @@ def create_engine(kind: str, name: str, params: Mapping[str, Any] | None = None)
         return create_builtin(name, params)
     if kind == "remote":
         return _remote(name, params)
+    if kind == "openai":
+        from parrot.engines.openai_engine import create_openai_engine
+        return create_openai_engine(name, params)
+    if kind == "vllm":
+        from parrot.engines.vllm_engine import create_vllm_engine
+        return create_vllm_engine(name, params)
     raise EngineConfigError(f"unknown engine kind {kind!r}; known kinds: {list(ENGINE_KINDS)}")
 
 
 def _remote(name: str, params: Mapping[str, Any]) -> Engine:
-    from parrot.engines.client import HttpEngine
+    from parrot.engines.client import HttpEngine, HttpEngineSettings
+    from parrot.errors import InvalidRequestError
 
     unknown = sorted(set(params) - set(_REMOTE_KEYS))
     if unknown:
@@ -46,12 +56,12 @@ def _remote(name: str, params: Mapping[str, Any]) -> Engine:
             f"remote engine {name!r}: unknown key(s) {unknown}; allowed: {list(_REMOTE_KEYS)}")
     if "url" not in params:
         raise EngineConfigError(f"remote engine {name!r}: params need 'url'")
-    kwargs = {}
-    for key in ("connect_timeout_s", "request_timeout_s"):
-        if key in params:
-            value = params[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise EngineConfigError(
-                    f"remote engine {name!r}: {key}={value!r} must be a number > 0")
-            kwargs[key] = float(value)
-    return HttpEngine(str(params["url"]), name=name, **kwargs)
+    secret = params.get("secret")
+    if secret is not None and (not isinstance(secret, str) or not secret):
+        raise EngineConfigError(f"remote engine {name!r}: secret must be a non-empty string")
+    knobs = {k: params[k] for k in _REMOTE_KEYS[2:] if k in params}
+    try:
+        settings = HttpEngineSettings(**knobs)
+    except InvalidRequestError as exc:
+        raise EngineConfigError(f"remote engine {name!r}: {exc}") from None
+    return HttpEngine(str(params["url"]), name=name, secret=secret, settings=settings)

@@ -111,7 +111,11 @@ def _interpolate(table: tuple[tuple[int, float], ...], x: int) -> float:
     return lo[1] + slope * (x - lo[0])
 
 
-PROFILE_DIR = Path(__file__).resolve().parents[2] / "configs" / "profiles"
+# configs/profiles/ of a source checkout, or parrot/configs/profiles/ of an installed package
+# (pyproject.toml ships configs/ as package data there).
+_INSTALLED_PROFILES = Path(__file__).resolve().parents[1] / "configs" / "profiles"
+PROFILE_DIR = _INSTALLED_PROFILES if _INSTALLED_PROFILES.is_dir() \
+    else Path(__file__).resolve().parents[2] / "configs" / "profiles"
 _PROFILE_METADATA_KEYS = ("description", "hardware", "source")
 _DECODE_FORMULA_KEYS = ("decode_base_ms", "decode_per_seq_ms", "decode_per_token_ms")
 

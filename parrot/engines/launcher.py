@@ -9,6 +9,14 @@
 Each process listens on port 0 and reports its URL in a `READY <url>` stdout line; the launcher
 waits for that line (with a timeout), then for /healthz. A failed start raises EngineLaunchError
 with the tail of the process's stderr. `stop()` sends SIGTERM, then SIGKILL after a grace period.
+
+Secrets: each engine gets its own random secret (in its environment, PARROT_ENGINE_SECRET), and
+its `HttpEngine` client carries it; nothing else on the host can use the engine's port.
+
+Lifetime: an engine never outlives the process that launched it. It runs with
+--exit-with-parent (PR_SET_PDEATHSIG on Linux, plus a watchdog on a stdin pipe only this process
+holds: when we die, even by SIGKILL, the pipe closes and the engine stops). Each engine leads a
+process group of its own, which `stop()` signals as a whole (helpers an engine forks go too).
 """
 
 from __future__ import annotations
@@ -18,12 +26,15 @@ import collections
 import json
 import logging
 import os
+import secrets
+import signal
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from parrot.engines.client import HttpEngine
+from parrot.engines.client import HttpEngine, HttpEngineSettings
 from parrot.errors import EngineError
 
 log = logging.getLogger(__name__)
@@ -43,6 +54,7 @@ class EngineSpec:
     params: Mapping[str, Any] = field(default_factory=dict)
     host: str = "127.0.0.1"
     register_url: str | None = None
+    secret: str | None = None  # None: a random one per process
 
 
 class EngineProcess:
@@ -52,6 +64,7 @@ class EngineProcess:
                  startup_timeout_s: float = 60.0, grace_s: float = 5.0) -> None:
         self.spec = spec
         self.url: str | None = None
+        self.secret = spec.secret or secrets.token_urlsafe(32)
         self._python = python
         self._startup_timeout_s = startup_timeout_s
         self._grace_s = grace_s
@@ -74,9 +87,12 @@ class EngineProcess:
     def command(self) -> list[str]:
         spec = self.spec
         cmd = [self._python, "-m", "parrot.cli.engine", "--kind", spec.kind, "--name", spec.name,
-               "--params", json.dumps(dict(spec.params)), "--host", spec.host, "--port", "0"]
+               "--params", json.dumps(dict(spec.params)), "--host", spec.host, "--port", "0",
+               "--exit-with-parent"]
         if spec.register_url:
             cmd += ["--register-url", spec.register_url]
+        # the child logs at our level; its lines are relayed into our log (relay_line)
+        cmd += ["--log-level", logging.getLevelName(log.getEffectiveLevel())]
         return cmd
 
     async def start(self) -> str:
@@ -84,16 +100,19 @@ class EngineProcess:
         # the child must import this very package, wherever the parent was started from
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_ROOT),
                                                           env.get("PYTHONPATH")]))
+        env["PARROT_ENGINE_SECRET"] = self.secret
+        env["PARROT_PARENT_PID"] = str(os.getpid())
+        # stdin is a pipe we never write to: the engine's parent watchdog (EOF = we are gone).
         self._proc = await asyncio.create_subprocess_exec(
-            *self.command(), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=env)
+            *self.command(), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True)
         self._readers.append(asyncio.create_task(self._drain_stderr()))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._startup_timeout_s
         try:
             self.url = await asyncio.wait_for(self._read_ready_line(), self._startup_timeout_s)
             self._readers.append(asyncio.create_task(self._drain_stdout()))
-            client = HttpEngine(self.url)
+            client = HttpEngine(self.url, secret=self.secret)
             try:
                 await client.wait_healthy(max(deadline - loop.time(), 0.1))
             finally:
@@ -114,14 +133,17 @@ class EngineProcess:
         """SIGTERM, then SIGKILL after the grace period; returns the exit code."""
         proc = self._proc
         if proc is not None and proc.returncode is None:
-            proc.terminate()
+            _signal_group(proc.pid, signal.SIGTERM)
             try:
                 await asyncio.wait_for(proc.wait(), self._grace_s)
             except asyncio.TimeoutError:
                 log.warning("engine %s ignored SIGTERM for %.1fs; killing it", self.spec.name,
                             self._grace_s)
-                proc.kill()
+                _signal_group(proc.pid, signal.SIGKILL)
                 await proc.wait()
+            _signal_group(proc.pid, signal.SIGKILL)  # anything the engine forked and left
+        if proc is not None and proc.stdin is not None:
+            proc.stdin.close()
         # let the readers see EOF so the stderr tail is complete, then drop them
         if self._readers:
             await asyncio.wait(self._readers, timeout=1.0)
@@ -149,8 +171,31 @@ class EngineProcess:
 
     async def _drain_stderr(self) -> None:
         assert self._proc is not None and self._proc.stderr is not None
+        relay = logging.getLogger(f"parrot.engine.{self.spec.name}")
         while line := await self._proc.stderr.readline():
-            self._stderr_tail.append(line.decode(errors="replace"))
+            text = line.decode(errors="replace")
+            self._stderr_tail.append(text)
+            relay_line(relay, text)
+
+
+_LOG_LINE = re.compile(r"^\S+ \S+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) (.*)$", re.S)
+
+
+def relay_line(relay: logging.Logger, text: str) -> None:
+    """Re-log one stderr line of an engine process at its own level (INFO when it is not a
+    log line, e.g. a traceback's)."""
+    match = _LOG_LINE.match(text.rstrip("\n"))
+    if match is None:
+        relay.info("%s", text.rstrip("\n"))
+    else:
+        relay.log(logging.getLevelName(match.group(1)), "%s", match.group(2))
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is gone already
 
 
 @dataclass
@@ -168,8 +213,10 @@ class LaunchedEngine:
 
 
 async def launch_engines(specs: Sequence[EngineSpec], *, startup_timeout_s: float = 60.0,
-                         grace_s: float = 5.0) -> list[LaunchedEngine]:
-    """Start all engines concurrently; if any fails, stop the others and raise its error."""
+                         grace_s: float = 5.0, settings: HttpEngineSettings | None = None
+                         ) -> list[LaunchedEngine]:
+    """Start all engines concurrently; if any fails, stop the others and raise its error.
+    `settings` are the clients' timeouts and pool size."""
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise EngineLaunchError(f"duplicate engine names in {names}")
@@ -180,7 +227,9 @@ async def launch_engines(specs: Sequence[EngineSpec], *, startup_timeout_s: floa
     if failures:
         await asyncio.gather(*(p.stop() for p in processes))
         raise failures[0]
-    return [LaunchedEngine(p.spec.name, url, HttpEngine(url, name=p.spec.name), p)
+    return [LaunchedEngine(p.spec.name, url,
+                           HttpEngine(url, name=p.spec.name, secret=p.secret, settings=settings),
+                           p)
             for p, url in zip(processes, results)]  # type: ignore[arg-type]
 
 

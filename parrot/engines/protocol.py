@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Mapping
 
+from parrot.chat import ChatTemplate
 from parrot.errors import InvalidRequestError
 from parrot.sampling import SamplingParams
 
@@ -168,20 +169,34 @@ class EngineInfo:
     max_context_len: int
     block_size: int
     num_blocks_total: int
+    chat_template: ChatTemplate | None = None  # the model's; None: the manager uses ChatML
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        data = dict(self.__dict__)
+        data["chat_template"] = None if self.chat_template is None else self.chat_template.to_json()
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "EngineInfo":
         return cls(name=str(data["name"]), kind=str(data["kind"]), model=str(data["model"]),
                    max_context_len=int(data["max_context_len"]),
                    block_size=int(data["block_size"]),
-                   num_blocks_total=int(data["num_blocks_total"]))
+                   num_blocks_total=int(data["num_blocks_total"]),
+                   chat_template=ChatTemplate.from_json(data.get("chat_template")))
 
 
 class Engine(ABC):
     """The protocol every engine implements (in-process or over HTTP)."""
+
+    # An engine in another process can die or freeze on its own: the manager heartbeats it.
+    is_remote: bool = False
+    # Loop time of the last answer of any kind from the engine (None: not tracked). A busy
+    # manager may read a heartbeat late; answers to other requests still prove the engine lives.
+    last_answer_at: float | None = None
+
+    def abort_requests(self, reason: str) -> None:
+        """The manager declared this engine down: fail its in-flight requests now with
+        EngineUnavailableError(reason) (an in-process engine has nothing to abort)."""
 
     @abstractmethod
     async def start(self) -> None:

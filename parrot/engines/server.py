@@ -11,6 +11,14 @@ Routes (JSON bodies are the protocol dataclasses' `to_json` forms):
     GET  /v1/engine/info                                      -> EngineInfo
     GET  /healthz                                             -> {ok: true} (503 when unhealthy)
 
+Authentication: with a `secret`, every /v1/engine/* route needs `Authorization: Bearer <secret>`
+(401 JSON otherwise); only the liveness probe /healthz is open. parrot-serve gives each engine it
+launches its own secret, and an engine joining by URL hands its secret over at registration, so
+nobody else on the network can fill, generate into or free an engine's contexts.
+
+A Generate whose max_tokens exceeds the engine's context window is refused up front (400): it
+could never finish as asked and would hold a batch slot until the window fills.
+
 Errors are `{"error": {"type", "message"}}` with the error's status (parrot.errors); malformed
 JSON is 400, a body over `max_body_bytes` 413, anything unexpected 500. The server never dies
 on bad input.
@@ -18,6 +26,7 @@ on bad input.
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 from typing import Any, AsyncIterator, Awaitable, Callable
@@ -26,7 +35,7 @@ from aiohttp import web
 
 from parrot.engines.protocol import Engine, FillRequest, GenerateChunk, GenerateRequest
 from parrot.errors import (InvalidRequestError, NotFoundError, ParrotError,
-                           PayloadTooLargeError)
+                           PayloadTooLargeError, UnauthorizedError)
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +45,16 @@ NDJSON = "application/x-ndjson"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def create_app(engine: Engine, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+def create_app(engine: Engine, *, secret: str | None = None,
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                manage_engine: bool = True) -> web.Application:
     """Build the app. With `manage_engine` the app starts the engine on startup and closes it
-    on cleanup; otherwise the caller owns the engine's lifecycle."""
-    app = web.Application(client_max_size=max_body_bytes, middlewares=[_error_middleware])
+    on cleanup; otherwise the caller owns the engine's lifecycle. `secret=None` serves without
+    authentication (in-process tests only; parrot-engine always sets one)."""
+    middlewares = [_error_middleware]
+    if secret is not None:
+        middlewares.append(_auth_middleware(secret))
+    app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
     routes = _Routes(engine)
     app.router.add_post("/v1/engine/fill", routes.fill)
     app.router.add_post("/v1/engine/generate", routes.generate)
@@ -72,6 +86,11 @@ class _Routes:
         if not isinstance(stream, bool):
             raise InvalidRequestError(f"stream must be a boolean, got {stream!r}")
         gen_request = _parse(GenerateRequest.from_json, body)
+        window = (await self.engine.info()).max_context_len
+        if gen_request.sampling.max_tokens > window:
+            raise InvalidRequestError(
+                f"max_tokens={gen_request.sampling.max_tokens} exceeds this engine's context "
+                f"window of {window} tokens")
         if not stream:
             result = await self.engine.generate_all(gen_request)
             return web.json_response({"text": result.text, "token_ids": list(result.token_ids),
@@ -162,6 +181,21 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidRequestError(f"body must be a JSON object, got {type(body).__name__}")
     return body
+
+
+def _auth_middleware(secret: str) -> Callable[..., Awaitable[web.StreamResponse]]:
+    expected = f"Bearer {secret}".encode()
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path.startswith("/v1/engine/"):
+            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+            if not hmac.compare_digest(given, expected):  # constant time: no timing oracle
+                raise UnauthorizedError("engine requests need the engine's secret "
+                                        "(Authorization: Bearer <secret>)")
+        return await handler(request)
+
+    return check
 
 
 def _error_response(exc: ParrotError) -> web.Response:

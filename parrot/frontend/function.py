@@ -34,6 +34,10 @@ class SemanticFunction:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     output_sampling: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     transforms: Mapping[str, list[Any]] = field(default_factory=dict)
+    # chat=True: the prompt is a chat (text before an output = the user's turn, the output =
+    # the assistant's), rendered by the service with the model's own chat template.
+    chat: bool = False
+    system: str | None = None           # the system message of a chat function
     # `transforms` parsed once (the baseline client applies input transforms itself).
     parsed_transforms: Mapping[str, tuple[Transform, ...]] = field(
         init=False, repr=False, compare=False, default_factory=dict)
@@ -48,6 +52,9 @@ class SemanticFunction:
         object.__setattr__(self, "parsed_transforms", {
             key: parse_transforms(spec, f"{self.name}.{key}")
             for key, spec in self.transforms.items()})
+        if self.system is not None and not (self.chat and isinstance(self.system, str)):
+            raise InvalidRequestError(f"{self.name}: system= is a string, for chat=True "
+                                      "functions")
         for key, override in self.output_sampling.items():
             if key not in self.template.output_names:
                 raise InvalidRequestError(f"{self.name}: sampling given for input {key!r}")
@@ -84,6 +91,12 @@ class SemanticFunction:
             specs.append(spec)
         return specs
 
+    def wire_chat(self) -> dict[str, Any]:
+        """The submit body's `chat` field (empty for plain prompts)."""
+        if not self.chat:
+            return {}
+        return {"chat": {"system": self.system} if self.system else True}
+
     def options(self, **sampling: Any) -> "SemanticFunction":
         """This function with some sampling fields replaced (e.g. `fn.options(max_tokens=20)`)."""
         return dataclasses.replace(self, sampling=self.sampling.merged(sampling))
@@ -98,13 +111,17 @@ class SemanticFunction:
 def semantic_function(fn: Callable | None = None, *, prompt: str | None = None,
                       outputs: Mapping[str, Mapping[str, Any]] | None = None,
                       transforms: Mapping[str, list[Any]] | None = None,
+                      chat: bool = False, system: str | None = None,
                       **sampling: Any) -> Any:
     """Decorator (bare or with arguments) or factory: `semantic_function(prompt=..., name=...)`.
 
     Keyword arguments that are sampling fields (max_tokens, temperature, ...) apply to every
     output; `outputs={"name": {...}}` overrides them per output; `transforms={"placeholder":
-    [...]}` sets per-placeholder transforms.
+    [...]}` sets per-placeholder transforms. `chat=True` (optionally with `system=`) makes the
+    prompt a chat rendered with the model's chat template: no model-specific markup.
     """
+    if not isinstance(chat, bool):
+        raise InvalidRequestError(f"chat must be a boolean, got {chat!r}")
     name = sampling.pop("name", None)
     params = SamplingParams.from_json(sampling)
 
@@ -116,7 +133,7 @@ def semantic_function(fn: Callable | None = None, *, prompt: str | None = None,
             source = textwrap.dedent(prompt).strip("\n")
         return SemanticFunction(name or (func.__name__ if func else "semantic_function"),
                                 parse_template(source), params, dict(outputs or {}),
-                                dict(transforms or {}))
+                                dict(transforms or {}), chat, system)
 
     if fn is not None:
         return build(fn)

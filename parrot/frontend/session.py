@@ -207,8 +207,10 @@ class Session:
                 spec["transforms"] = fn.transforms[name]
             placeholders.append(spec)
         placeholders.extend(fn.output_placeholders())
+        streamed = [var.name for var in pending.outputs if var.stream_wanted]
         return {"prompt": fn.template.source, "placeholders": placeholders,
-                "sampling": fn.sampling.to_json()}
+                "sampling": fn.sampling.to_json(), **fn.wire_chat(),
+                **({"stream": streamed} if streamed else {})}
 
     async def _submit_baseline(self, fn: SemanticFunction, inputs: dict[str, Any],
                                outputs: tuple[SemanticVariable, ...]) -> None:
@@ -229,7 +231,7 @@ class Session:
         try:
             reply = await self.request("POST", "/v1/submit", {
                 "prompt": rendered, "placeholders": placeholders,
-                "sampling": fn.sampling.to_json(), "wait": True})
+                "sampling": fn.sampling.to_json(), "wait": True, **fn.wire_chat()})
         except BaseException as exc:
             for var in outputs:
                 var._fail(exc)

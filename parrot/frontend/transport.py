@@ -13,11 +13,11 @@ import asyncio
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 import aiohttp
 
-from parrot.errors import ManagerUnavailableError, error_from_wire
+from parrot.errors import InvalidRequestError, ManagerUnavailableError, error_from_wire
 
 Delay = Callable[[], float]
 
@@ -48,6 +48,21 @@ class Transport(ABC):
     @abstractmethod
     async def _request(self, method: str, path: str, body: dict[str, Any] | None,
                        token: str | None) -> dict[str, Any]: ...
+
+    async def stream(self, path: str, query: dict[str, str],
+                     token: str | None) -> AsyncIterator[dict[str, Any]]:
+        """The events of a server-sent-event route (GET), as they arrive. Errors before the
+        stream starts raise; an error event later is yielded as `{"error": ...}`."""
+        self.num_messages += 1
+        one_way = self._delay() / 2 if self._delay is not None else 0.0
+        if one_way:  # the request travels; the events then arrive as they are sent
+            await asyncio.sleep(one_way)
+        async for event in self._stream(path, query, token):
+            yield event
+
+    def _stream(self, path: str, query: dict[str, str],
+                token: str | None) -> AsyncIterator[dict[str, Any]]:
+        raise InvalidRequestError(f"{type(self).__name__} cannot stream")
 
     async def close(self) -> None: ...
 
@@ -80,6 +95,34 @@ class HttpTransport(Transport):
             raise ManagerUnavailableError(f"cannot reach the manager at {self.base_url}: "
                                          f"{exc}") from None
 
+    async def _stream(self, path: str, query: dict[str, str],
+                      token: str | None) -> AsyncIterator[dict[str, Any]]:
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=self._timeout)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        try:
+            async with self._http.get(self.base_url + path, params=query,
+                                      headers=headers) as resp:
+                if resp.status >= 400:
+                    text = await resp.text()
+                    try:
+                        payload = json.loads(text)
+                    except json.JSONDecodeError:
+                        payload = {"error": {"type": "ParrotError", "message": text[:500]}}
+                    raise error_from_wire(payload, resp.status)
+                buffer = b""
+                async for piece in resp.content.iter_any():
+                    buffer += piece
+                    *events, buffer = buffer.split(b"\n\n")
+                    for event in events:
+                        data = event.removeprefix(b"data: ")
+                        if data == b"[DONE]":
+                            return
+                        yield json.loads(data)
+        except aiohttp.ClientError as exc:
+            raise ManagerUnavailableError(f"cannot reach the manager at {self.base_url}: "
+                                         f"{exc}") from None
+
     async def close(self) -> None:
         if self._http is not None:
             await self._http.close()
@@ -100,3 +143,10 @@ class InProcessTransport(Transport):
         # Round-trip through JSON so nothing is shared by reference with the manager.
         body = json.loads(json.dumps(body)) if body is not None else None
         return json.loads(json.dumps(await self._api.handle(method, path, body, token)))
+
+    async def _stream(self, path: str, query: dict[str, str],
+                      token: str | None) -> AsyncIterator[dict[str, Any]]:
+        from parrot.core.sse import variable_events  # the manager side, as the HTTP route
+
+        async for event in variable_events(self._api.manager, path, query, token):
+            yield json.loads(json.dumps(event))

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
+from parrot.errors import error_from_wire
 from parrot.types import Criterion
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ class SemanticVariable:
         self.name = name
         self._id: asyncio.Future[str] = session._loop.create_future()  # type: ignore[union-attr]
         self._value: str | None = None  # values never change: once known, no more messages
+        self.stream_wanted = False      # astream() began before the submission was sent
 
     def __repr__(self) -> str:
         ident = self._id.result() if self._id.done() and not self._id.exception() else "pending"
@@ -67,6 +69,29 @@ class SemanticVariable:
             body["timeout"] = timeout
         self._value = (await self.session.request("POST", "/v1/get", body))["value"]
         return self._value
+
+    async def astream(self, perf: Criterion | str = Criterion.LATENCY) -> AsyncIterator[str]:
+        """The value as it is generated: `async for text in var.astream(): ...`. The pieces
+        concatenate to the value (an output with transforms, or a value set by a client,
+        arrives in one piece); a failed call raises its error."""
+        # Set before the first await: a call made just before (still in the session's pending
+        # batch) is then submitted with this output marked as streamed, so the engine streams
+        # it from its first token. Called later, the value may come in fewer, larger pieces.
+        self.stream_wanted = True
+        criterion = Criterion.parse(perf.value if isinstance(perf, Criterion) else perf)
+        var_id = await self.aid()
+        if self._value is not None:
+            yield self._value
+            return
+        assert self.session.credentials is not None
+        events = self.session.transport.stream(
+            f"/v1/variables/{var_id}/stream",
+            {"session_id": self.session.session_id, "criteria": criterion.value},
+            self.session.credentials.token)
+        async for event in events:
+            if "error" in event:
+                raise error_from_wire(event, 424)
+            yield event["text"]
 
     def get(self, perf: Criterion | str = Criterion.LATENCY, timeout: float | None = None) -> str:
         """Blocking get, for `with parrot.Session(...)` (synchronous) sessions."""

@@ -16,13 +16,13 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from parrot.core.config import EngineSpec, ManagerConfig
 from parrot.core.manager import Manager
-from parrot.engines.protocol import Engine
 from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig
 from parrot.frontend.session import MODES, Session
 from parrot.frontend.transport import InProcessTransport
 from parrot.policies.registry import default_registry
 from parrot.sim.clock import run_virtual
 from parrot.sim.network import NetworkDelay
+from parrot.sim.probe import ProbedEngine
 from parrot.sim.workloads.base import AppRecord
 from parrot.sim.workloads.spec import WorkloadSpec
 
@@ -81,6 +81,8 @@ class RunResult:
     duration_s: float                      # loop-clock time from start to the last app
     wall_s: float                          # real seconds the run took
     network_messages: int
+    peak_kv_tokens: int | None = None      # sum over engines of each one's peak KV in use
+    tpot_s: list[float] = field(default_factory=list)  # per Generate, after its first token
 
 
 ProgressFn = Callable[[AppRecord], None]
@@ -122,13 +124,13 @@ async def _simulate(spec: ClusterSpec, workload: WorkloadFn, workload_spec: Work
 
     policy = default_registry().create(spec.policy, dict(spec.policy_params))
     manager = Manager(policy, SIM_MANAGER)
-    engines = []
+    engines: list[ProbedEngine] = []
     await manager.start()
     try:
         config = spec.engine_config()
         for i in range(spec.num_engines):
             engine_spec = spec.engine_spec(i)
-            engine: Engine = SimulatedEngine(engine_spec.name, config)
+            engine = ProbedEngine(SimulatedEngine(engine_spec.name, config))
             await engine.start()
             engines.append(engine)
             await manager.add_engine(engine_spec, engine)
@@ -136,8 +138,13 @@ async def _simulate(spec: ClusterSpec, workload: WorkloadFn, workload_spec: Work
         started = asyncio.get_running_loop().time()
         records = await workload(env, workload_spec)
         duration = max((r.finished for r in records), default=started) - started
-        return RunResult(records, [e.describe() for e in manager.engines], duration, 0.0,
-                         sum(d.num_messages for d in env.delays))
+        probes = {spec.engine_spec(i).name: e for i, e in enumerate(engines)}
+        described = [{**state.describe(), **probes[state.engine_id].describe()}
+                     for state in manager.engines]
+        return RunResult(records, described, duration, 0.0,
+                         sum(d.num_messages for d in env.delays),
+                         peak_kv_tokens=sum(e.readings.peak_kv_tokens for e in engines),
+                         tpot_s=[t for e in engines for t in e.readings.tpot_s])
     finally:
         await manager.close()
         for engine in engines:

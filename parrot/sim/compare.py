@@ -10,11 +10,13 @@ import platform
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
+import yaml
+
 from parrot.frontend.session import MODES
 from parrot.sim.clock import VirtualClockDeadlockError
 from parrot.sim.cluster import ClusterSpec, RunResult, run_simulation
-from parrot.sim.metrics import summarize
-from parrot.sim.workloads.apps import WORKLOADS
+from parrot.sim.metrics import distribution, per_app_speedups, summarize
+from parrot.sim.workloads.registry import WORKLOADS
 from parrot.sim.workloads.base import AppRecord
 from parrot.sim.workloads.spec import WorkloadSpec
 
@@ -25,32 +27,59 @@ class CompareError(ValueError):
 
 @dataclass(frozen=True)
 class Variant:
-    policy: str                 # a registry name or module:Class
+    """A policy (registry name or module:Class), a frontend mode, and parameters of this
+    variant only: policy params over `--policy-param`'s, engine params over the profile's
+    (e.g. `shared_prefix_decode: false`: KV shared, decode reads the prefix per sequence)."""
+
+    policy: str
     mode: str = "parrot"
+    policy_params: Mapping[str, Any] = field(default_factory=dict)
+    engine_params: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
-        return f"{self.policy}:{self.mode}"
+        extras = [f"+policy.{k}={_text(v)}" for k, v in sorted(self.policy_params.items())]
+        extras += [f"+engine.{k}={_text(v)}" for k, v in sorted(self.engine_params.items())]
+        return f"{self.policy}:{self.mode}" + "".join(extras)
 
     @property
     def registry_name(self) -> str:
         return self.policy
 
 
+def _text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def parse_variant(item: str) -> Variant:
+    """`policy[:mode][+policy.KEY=VALUE][+engine.KEY=VALUE]...`; values are YAML scalars."""
+    head, *extras = item.split("+")
+    policy, _, mode = head.rpartition(":")
+    if mode not in MODES:
+        policy, mode = head, "parrot"
+    elif not policy:
+        raise CompareError(f"--compare: {item!r} has a mode but no policy")
+    params: dict[str, dict[str, Any]] = {"policy": {}, "engine": {}}
+    for extra in extras:
+        key, sep, value = extra.partition("=")
+        scope, dot, name = key.partition(".")
+        if not sep or not dot or scope not in params or not name:
+            raise CompareError(f"--compare: {extra!r} in {item!r} is not valid; expected "
+                               "+policy.KEY=VALUE or +engine.KEY=VALUE, e.g. "
+                               "app_centric+policy.prefix_affinity=false")
+        params[scope][name] = yaml.safe_load(value)
+    return Variant(policy, mode, params["policy"], params["engine"])
+
+
 def parse_variants(text: str) -> list[Variant]:
-    """`a,b:baseline,pkg.mod:Cls:parrot` → variants; a trailing `:parrot|:baseline` is the
-    mode (parrot by default), anything before it the policy."""
+    """`a,b:baseline,pkg.mod:Cls:parrot,a+engine.k=v` → variants; a trailing
+    `:parrot|:baseline` is the mode (parrot by default), anything before it the policy."""
     variants = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
             raise CompareError(f"--compare: empty item in {text!r}; expected "
                                "policy[:mode],... e.g. app_centric,least_queue:baseline")
-        policy, _, mode = item.rpartition(":")
-        if mode not in MODES:
-            policy, mode = item, "parrot"
-        elif not policy:
-            raise CompareError(f"--compare: {item!r} has a mode but no policy")
-        variant = Variant(policy, mode)
+        variant = parse_variant(item)
         if variant in variants:
             raise CompareError(f"--compare: {variant.label} is listed twice")
         variants.append(variant)
@@ -73,7 +102,7 @@ class Settings:
                                f"{sorted(WORKLOADS)}")
 
     def params_for(self, variant: Variant) -> dict[str, Any]:
-        return dict(self.policy_params.get(variant.policy, {}))
+        return {**self.policy_params.get(variant.policy, {}), **variant.policy_params}
 
 
 @dataclass
@@ -95,9 +124,10 @@ def run_variant(settings: Settings, variant: Variant,
     try:
         if settings.live:
             from parrot.core.config import ServeConfig
-            from parrot.sim.live import run_live
+            from parrot.sim.live import run_live, with_engine_params
 
             config = ServeConfig.load(settings.serve_config or "policies.yaml")
+            config = with_engine_params(config, variant.engine_params)
             result = run_live(config, variant.registry_name, params, workload,
                               settings.workload_spec, mode=variant.mode, seed=settings.seed,
                               delay_s=settings.cluster.network_delay_s, on_app=on_app)
@@ -105,7 +135,9 @@ def run_variant(settings: Settings, variant: Variant,
             from dataclasses import replace
 
             cluster = replace(settings.cluster, policy=variant.registry_name,
-                              policy_params=params)
+                              policy_params=params,
+                              engine_params={**settings.cluster.engine_params,
+                                             **variant.engine_params})
             result = run_simulation(cluster, workload, settings.workload_spec,
                                     mode=variant.mode, seed=settings.seed, on_app=on_app)
     except VirtualClockDeadlockError as exc:
@@ -120,10 +152,14 @@ def results_json(settings: Settings, runs: list[VariantRun], reference: Variant)
     variants: dict[str, Any] = {}
     for run in runs:
         entry: dict[str, Any] = {"policy": run.variant.policy, "mode": run.variant.mode,
+                                 "policy_params": dict(run.variant.policy_params),
+                                 "engine_params": dict(run.variant.engine_params),
                                  "status": run.status}
         if run.result is not None:
             entry.update(summarize(run.result.records, run.result.engines,
                                    run.result.duration_s))
+            entry["peak_kv_tokens"] = run.result.peak_kv_tokens
+            entry["tpot_s"] = distribution(run.result.tpot_s)
             entry["wall_s"] = run.result.wall_s
             entry["network_messages"] = run.result.network_messages
             entry["apps"] = [r.to_json() for r in run.result.records]
@@ -135,6 +171,9 @@ def results_json(settings: Settings, runs: list[VariantRun], reference: Variant)
     speedups = {label: (ref_mean / v["e2e_latency_s"]["mean"]
                         if ref_mean and v["e2e_latency_s"]["mean"] else None)
                 for label, v in variants.items()}
+    by_label = {run.variant.label: run for run in runs}
+    per_app = {label: per_app_speedups(by_label[reference.label].records, run.records)
+               for label, run in by_label.items()}
     return {
         "workload": settings.workload,
         "mode": "live" if settings.live else "sim",
@@ -149,5 +188,6 @@ def results_json(settings: Settings, runs: list[VariantRun], reference: Variant)
                      "serve_config": settings.serve_config},
         "reference": reference.label,
         "speedup_vs_reference": speedups,
+        "per_app_speedup_vs_reference": per_app,
         "variants": variants,
     }

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from typing import Any
+from typing import Any, Mapping
 
 from parrot.core.config import PolicySpec, ServeConfig
 from parrot.core.server import ParrotServer
@@ -16,6 +16,7 @@ from parrot.sim.cluster import ProgressFn, RunResult, WorkloadFn
 from parrot.sim.network import NetworkDelay
 from parrot.sim.workloads.base import AppRecord
 from parrot.sim.workloads.spec import WorkloadSpec
+
 
 class LiveEnv:
     def __init__(self, url: str, mode: str, delay_s: tuple[float, float], seed: int,
@@ -36,12 +37,31 @@ class LiveEnv:
         if self._on_app is not None:
             self._on_app(record)
 
+def with_engine_params(config: ServeConfig, params: Mapping[str, Any]) -> ServeConfig:
+    """`config` with `params` over every engine's own params (a variant's engine settings,
+    e.g. the builtin engine's `shared_prefix_min_group` to turn the shared-prefix kernel off)."""
+    if not params:
+        return config
+    engines = tuple(dataclasses.replace(e, params={**e.params, **params}) for e in config.engines)
+    return dataclasses.replace(config, engines=engines)
+
+
+
+def as_remote(config: ServeConfig, urls: Mapping[str, str]) -> ServeConfig:
+    """`config` with each engine named in `urls` reached by URL (a process started once and
+    shared by many runs) instead of launched per run."""
+    engines = tuple(dataclasses.replace(e, kind="remote", url=urls[e.name], params={})
+                    if e.name in urls else e for e in config.engines)
+    return dataclasses.replace(config, engines=engines)
+
+
 async def _engines(url: str) -> list[dict[str, Any]]:
     transport = HttpTransport(url)
     try:
         return (await transport.request("GET", "/v1/engines"))["engines"]
     finally:
         await transport.close()
+
 
 async def run_live_async(config: ServeConfig, policy: str, policy_params: dict[str, Any],
                          workload: WorkloadFn, workload_spec: WorkloadSpec, *, mode: str,
@@ -61,7 +81,15 @@ async def run_live_async(config: ServeConfig, policy: str, policy_params: dict[s
         return RunResult(records, engines, duration, time.perf_counter() - wall,
                          sum(d.num_messages for d in env.delays))
     finally:
+        # Engines reached by URL outlive this manager: hand back the KV of the prefix
+        # contexts it cached there, so the next run starts with an empty cache.
+        for state in server.manager.engines:
+            try:
+                await state.contexts.evict_all()
+            except Exception:  # noqa: BLE001 - a lost engine has freed them already
+                pass
         await server.stop()
+
 
 def run_live(*args: Any, **kwargs: Any) -> RunResult:
     return asyncio.run(run_live_async(*args, **kwargs))

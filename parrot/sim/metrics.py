@@ -68,3 +68,15 @@ def summarize(records: Sequence[AppRecord], engines: Sequence[dict[str, Any]],
     summary.update(prefix_stats(engines))
     summary["engines"] = list(engines)
     return summary
+
+
+def per_app_speedups(reference: Sequence[AppRecord],
+                     records: Sequence[AppRecord]) -> dict[str, float | None]:
+    """Reference latency / latency for each main application present (and ok) in both runs:
+    `min` says whether any application got slower (< 1)."""
+    ref = {r.app_id: r.latency_s for r in reference if r.is_main and r.error is None}
+    ratios = [ref[r.app_id] / r.latency_s for r in records
+              if r.is_main and r.error is None and r.app_id in ref and r.latency_s > 0]
+    if not ratios:
+        return {"min": None, "max": None, "num_apps": 0}
+    return {"min": min(ratios), "max": max(ratios), "num_apps": len(ratios)}

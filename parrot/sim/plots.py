@@ -1,4 +1,8 @@
-"""PNG plots of a comparison (matplotlib, Agg backend; imported only when plotting)."""
+"""PNG plots of a comparison (matplotlib, Agg backend; imported only when plotting).
+
+matplotlib comes with the `bench` extra; without it `require_matplotlib()` raises
+`PlotsUnavailableError` whose message is the one line a user needs.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +15,40 @@ KIND_COLORS = {"chain_summary": "tab:blue", "map_reduce": "tab:green", "chat": "
 MAX_BARS = 20_000  # keep huge runs plottable; the earliest calls are drawn
 
 
+class PlotsUnavailableError(RuntimeError):
+    """matplotlib is not installed."""
+
+
+def require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise PlotsUnavailableError(
+            "plots skipped: matplotlib is not installed; install the bench extra: "
+            "pip install 'parrot-serve[bench]'") from None
+
+
 def _pyplot():
+    require_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def cdf_points(values: Sequence[float]) -> tuple[list[float], list[float]]:
+    """Step points of an empirical CDF from (0, 0): flat at zero until the first value, so a
+    one-application run is a visible step rather than a lone point at (x1, 1)."""
+    ordered = sorted(values)
+    return [0.0, *ordered], [0.0, *((k + 1) / len(ordered) for k in range(len(ordered)))]
+
+
+def timeline_rows(records: Sequence[AppRecord], engines: Sequence[str] = ()) -> list[str]:
+    """The timeline's rows: every engine given and every engine a call ran on, in order."""
+    used = {c.engine for r in records for c in r.calls if c.engine}
+    return sorted({*engines, *used}, key=_engine_order)
 
 
 def latency_cdf(runs: Sequence[tuple[str, Sequence[AppRecord]]], path: Path,
@@ -32,12 +63,14 @@ def latency_cdf(runs: Sequence[tuple[str, Sequence[AppRecord]]], path: Path,
                             if r.is_main == is_main and r.error is None)
             if not values:
                 continue
-            ys = [(k + 1) / len(values) for k in range(len(values))]
+            xs, ys = cdf_points(values)
             name = label if is_main else f"{label} (background chat)"
-            ax.step(values, ys, style, where="post", color=color, label=name)
+            ax.step(xs, ys, style, where="post", color=color, label=name)
+            ax.plot(values, ys[1:], "o", color=color, markersize=3)
     ax.set_xlabel("end-to-end latency per application (s)")
     ax.set_ylabel("fraction of applications")
     ax.set_ylim(0, 1.02)
+    ax.set_xlim(left=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(title)
@@ -46,19 +79,21 @@ def latency_cdf(runs: Sequence[tuple[str, Sequence[AppRecord]]], path: Path,
     plt.close(fig)
 
 
-def timeline(label: str, records: Sequence[AppRecord], path: Path, title: str) -> None:
-    """One row per engine; a bar per call from dispatch to finish, coloured by application
-    kind (the main apps get distinct shades), hatched when the call ran as THROUGHPUT."""
+def timeline(label: str, records: Sequence[AppRecord], path: Path, title: str,
+             engines: Sequence[str] = ()) -> None:
+    """One row per engine (every engine in `engines`, also those that got no call); a bar
+    per call from dispatch to finish, coloured by application kind (the main apps get
+    distinct shades), hatched when the call ran as THROUGHPUT."""
     plt = _pyplot()
     calls = sorted((c for r in records for c in r.calls
                     if c.engine and c.dispatched is not None and c.finished is not None),
                    key=lambda c: c.dispatched)[:MAX_BARS]
-    engines = sorted({c.engine for c in calls}, key=_engine_order)
-    row = {e: i for i, e in enumerate(engines)}
+    rows = timeline_rows(records, engines)
+    row = {e: i for i, e in enumerate(rows)}
     origin = min((r.started for r in records), default=0.0)
     main_ids = sorted({r.app_id for r in records if r.is_main})
     shade = {app: i for i, app in enumerate(main_ids)}
-    height = max(2.5, min(0.35 * len(engines) + 1.5, 24))
+    height = max(2.5, min(0.35 * len(rows) + 1.5, 24))
     fig, ax = plt.subplots(figsize=(11, height))
     seen: set[str] = set()
     for call in calls:
@@ -74,7 +109,7 @@ def timeline(label: str, records: Sequence[AppRecord], path: Path, title: str) -
                 linewidth=0.3, hatch="//" if throughput else None,
                 label=None if key in seen else key)
         seen.add(key)
-    ax.set_yticks(range(len(engines)), engines, fontsize=7 if len(engines) > 16 else 9)
+    ax.set_yticks(range(len(rows)), rows, fontsize=7 if len(rows) > 16 else 9)
     ax.invert_yaxis()
     ax.set_xlabel("time since the run started (s)")
     ax.set_title(f"{title}: {label}")
@@ -89,3 +124,53 @@ def timeline(label: str, records: Sequence[AppRecord], path: Path, title: str) -
 def _engine_order(name: str) -> tuple[str, int]:
     stem, _, number = name.rpartition("-")
     return (stem, int(number)) if number.isdigit() else (name, 0)
+
+
+def sweep_plot(summary: dict, path: Path, title: str) -> None:
+    """Speedup over the reference of each variant against the swept value."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    points = summary["points"]
+    labels = list(points[0]["figures"]) if points else []
+    for i, label in enumerate(labels):
+        ys = [p["figures"][label]["speedup"] for p in points]
+        xs = [p["value"] for p in points]
+        kept = [(x, y) for x, y in zip(xs, ys) if y is not None]
+        if kept:
+            ax.plot(*zip(*kept), "o-", color=f"C{i}", label=label)
+    ax.axhline(1.0, color="black", linewidth=0.6)
+    ax.set_xlabel(summary["field"])
+    ax.set_ylabel(f"speedup vs {summary['reference']}")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def rate_plot(summary: dict, path: Path, title: str) -> None:
+    """Mean latency per output token against the request rate, per variant, and the target."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (label, entry) in enumerate(summary["variants"].items()):
+        points = sorted((p["rate"], p["normalized_latency_s_per_token"])
+                        for p in entry["points"] if p["normalized_latency_s_per_token"])
+        if points:
+            xs, ys = zip(*points)
+            ax.plot(xs, [y * 1000 for y in ys], "o-", color=f"C{i}",
+                    label=f"{label}: {'>= ' if entry.get('capped') else ''}"
+                          f"{entry['sustainable_rate']:.2f} req/s")
+    ax.axhline(summary["target_s_per_token"] * 1000, color="black", linestyle="--",
+               linewidth=0.8, label="target")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("request rate (req/s)")
+    ax.set_ylabel("mean latency per output token (ms)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

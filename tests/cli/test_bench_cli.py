@@ -46,6 +46,11 @@ def test_tiny_comparison_writes_results_table_and_plots(tmp_path, capsys):
     (["--policy-param", "least_queue.x=1"], "unknown parameter(s) ['x']"),
     (["--reference", "throughput_centric"], "--reference"),
     (["--workload", "nope"], "invalid choice: 'nope'"),
+    (["--engine-param", "shared_prefix_decode"], "--engine-param: 'shared_prefix_decode'"),
+    (["--engine-param", "bogus=1"], "unknown key(s) ['bogus']"),
+    (["--compare", "app_centric+affinity=0"], "+policy.KEY=VALUE"),
+    (["--clients", "0"], "num_clients: 0 is not valid"),
+    (["--mode", "live", "--engine-param", "x=1"], "--engine-param: simulation only"),
 ])
 def test_argument_errors_are_clear(tmp_path, capsys, argv, message):
     base = ["--workload", "chain_summary", "--out", str(tmp_path / "x"), "--no-plots"]
@@ -56,3 +61,44 @@ def test_argument_errors_are_clear(tmp_path, capsys, argv, message):
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "x" / "results.json").exists()
+
+
+def test_progress_redraws_only_on_a_terminal(capsys):
+    from parrot.cli.bench import Progress
+
+    for animate in (False, True):
+        progress = Progress(1, 2, quiet=False, animate=animate)
+        progress.begin(1, "app_centric:parrot")
+        progress.end("ok")
+        err = capsys.readouterr().err
+        assert ("\r" in err) is animate
+        assert err.count("[1/1] app_centric:parrot") == (2 if animate else 1)
+
+
+def test_new_workload_runs_with_its_own_defaults(tmp_path, capsys):
+    out = tmp_path / "copilot"
+    code = main(["--workload", "copilot", "--profile", "h200_llama7b", "--clients", "4",
+                 "--system-prompt-tokens", "500", "--output-tokens", "8", "--no-plots",
+                 "--quiet", "--out", str(out)])
+    assert code == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["reference"] == "least_queue:baseline"
+    assert list(results["variants"]) == [
+        "app_centric:parrot", "least_queue:parrot",
+        "least_queue:parrot+engine.shared_prefix_decode=false", "least_queue:baseline"]
+    static = results["variants"]["least_queue:parrot+engine.shared_prefix_decode=false"]
+    assert static["engine_params"] == {"shared_prefix_decode": False}
+    assert static["num_apps"] == 4 and static["peak_kv_tokens"] > 0
+    assert results["settings"]["workload"]["num_clients"] == 4
+    assert results["settings"]["workload"]["output_tokens"] == 8
+
+
+def test_live_variants_may_carry_engine_params_the_simulator_does_not_know(tmp_path):
+    from parrot.cli.bench import build_parser, parse_settings
+
+    parser = build_parser()
+    args = parser.parse_args(["--workload", "copilot", "--mode", "live", "--out",
+                              str(tmp_path), "--compare",
+                              "least_queue+engine.shared_prefix_min_group=1000000"])
+    _, (variant,), _ = parse_settings(parser, args)
+    assert variant.engine_params == {"shared_prefix_min_group": 1000000}

@@ -27,16 +27,21 @@ class RecordingEngine(Engine):
     log: list[tuple[str, str, str | None]] = field(default_factory=list)
     fail_next: int = 0
     capacity_blocks: int = 1 << 16
+    alive: bool = True        # what healthz answers (a dead engine also fails its operations)
+    window: int = 1 << 20     # max_context_len
 
     async def start(self) -> None: ...
     async def close(self) -> None: ...
 
     async def info(self) -> EngineInfo:
-        return EngineInfo(self.name, "fake", "fake", 1 << 20, 16, self.capacity_blocks)
+        return EngineInfo(self.name, "fake", "fake", self.window, 16, self.capacity_blocks)
+
+    async def healthz(self) -> bool:
+        return self.alive
 
     def _open(self, context_id: str, parent: str | None) -> str:
-        if self.fail_next:
-            self.fail_next -= 1
+        if self.fail_next or not self.alive:
+            self.fail_next = max(self.fail_next - 1, 0)
             raise EngineUnavailableError("injected failure")
         if context_id in self.contexts:
             if parent is not None:

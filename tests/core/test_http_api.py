@@ -210,8 +210,9 @@ async def test_engine_joins_by_url_and_serves_calls(server, http):
                                                          "url": f"http://127.0.0.1:{port}",
                                                          "latency_capacity": 100})
         assert status == 200 and reply == {"registered": "joiner"}
+        # the same name at another address while the first is alive: a conflict
         status, reply = await post(http, "/v1/engines", {"name": "joiner",
-                                                         "url": f"http://127.0.0.1:{port}"})
+                                                         "url": f"http://localhost:{port}"})
         assert (status, reply["error"]["type"]) == (409, "ConflictError")
         status, reply = await post(http, "/v1/engines", {"name": "x", "url": "http://e",
                                                          "latency_capacity": -1})

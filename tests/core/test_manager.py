@@ -136,10 +136,10 @@ async def test_task_group_forms_once_its_consumer_is_asked_for(manager, engine):
     await getting
 
 
-async def test_call_on_a_failed_engine_is_redispatched_to_a_healthy_one(manager, engine):
+async def test_call_on_a_dead_engine_is_redispatched_and_the_engine_readmitted(manager, engine):
     backup = RecordingEngine(name="backup")
     await manager.add_engine(EngineSpec(name="backup", in_process=True), backup)
-    engine.fail_next = 1  # e0 fails the first operation it gets, then is probed back later
+    engine.alive = False  # e0 fails every operation and its healthz
     session = manager.create_session()
     call = submit(manager, session, "Hello {{input:x}} {{output:y}}", x="there")
     value = await manager.get(session, out(call, "y"), Criterion.LATENCY)
@@ -147,6 +147,110 @@ async def test_call_on_a_failed_engine_is_redispatched_to_a_healthy_one(manager,
     assert call.attempts == 1 and call.engine_id == "backup"
     assert not manager.engines.get("e0").is_healthy
     assert [op for op, *_ in backup.log if op == "generate"] == ["generate"]
+    engine.alive = True  # it answers again: re-admitted by the watcher within an interval
+    await asyncio.sleep(manager.config.engine_heartbeat_interval_s + 0.5)
+    assert manager.engines.get("e0").is_healthy
+
+
+async def test_a_transient_failure_on_a_live_engine_does_not_mark_it_down(manager, engine):
+    engine.fail_next = 1  # one request fails, but the engine answers its health probe
+    session = manager.create_session()
+    call = submit(manager, session, "Hello {{input:x}} {{output:y}}", x="there")
+    assert (await manager.get(session, out(call, "y"), Criterion.LATENCY)).startswith("gen(")
+    assert call.attempts == 1 and call.engine_id == "e0"
+    assert manager.engines.get("e0").is_healthy
+
+
+def _short_grace_manager():
+    from parrot.core.config import ManagerConfig
+    from parrot.core.manager import Manager
+    from parrot.policies.least_queue import LeastQueuePolicy
+
+    return Manager(LeastQueuePolicy(), ManagerConfig(no_engine_grace_s=0.3,
+                                                      engine_heartbeat_interval_s=0.05))
+
+
+async def test_with_every_engine_dead_calls_fail_after_the_grace_period() -> None:
+    # Reproduction: with the only engine dead, in-flight and new calls never failed (gets
+    # timed out after 30 s) and submits were still accepted.
+    from parrot.errors import EngineUnavailableError
+
+    manager = _short_grace_manager()
+    await manager.start()
+    dead = RecordingEngine(delay=0.05)
+    await manager.add_engine(EngineSpec(name="e0", in_process=True), dead)
+    try:
+        session = manager.create_session()
+        first = submit(manager, session, "A {{input:x}} {{output:y}}", x="1")
+        second = submit(manager, session, "B {{input:y}} {{output:z}}", y=out(first, "y"))
+        await asyncio.sleep(0.01)
+        dead.alive = False
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(CallFailedError, match="no engine can take the call"):
+            await manager.get(session, out(first, "y"), Criterion.LATENCY, timeout=5)
+        with pytest.raises(CallFailedError, match="no engine"):
+            await manager.get(session, out(second, "z"), Criterion.LATENCY, timeout=5)
+        assert 0.25 < loop.time() - started < 1.5
+        with pytest.raises(EngineUnavailableError, match="no engine can take the call"):
+            submit(manager, session, "C {{input:x}} {{output:y}}", x="2")
+        # a new engine joining ends the outage, as does the old one coming back
+        await manager.add_engine(EngineSpec(name="e1", in_process=True), RecordingEngine())
+        call = submit(manager, session, "C2 {{input:x}} {{output:y}}", x="2")
+        assert (await manager.get(session, out(call, "y"), Criterion.LATENCY)).startswith("gen(")
+        dead.alive = True
+        await asyncio.sleep(0.2)
+        call = submit(manager, session, "D {{input:x}} {{output:y}}", x="3")
+        assert (await manager.get(session, out(call, "y"), Criterion.LATENCY)).startswith("gen(")
+    finally:
+        await manager.close()
+
+
+async def test_an_engine_back_within_the_grace_period_takes_the_waiting_calls() -> None:
+    manager = _short_grace_manager()
+    await manager.start()
+    flaky = RecordingEngine()
+    await manager.add_engine(EngineSpec(name="e0", in_process=True), flaky)
+    try:
+        flaky.alive = False
+        session = manager.create_session()
+        call = submit(manager, session, "A {{input:x}} {{output:y}}", x="1")
+        await asyncio.sleep(0.1)
+        assert not manager.engines.get("e0").is_healthy
+        flaky.alive = True
+        value = await manager.get(session, out(call, "y"), Criterion.LATENCY, timeout=5)
+        assert value.startswith("gen(") and call.attempts == 1
+    finally:
+        await manager.close()
+
+
+async def test_max_tokens_over_every_engine_window_is_refused_at_submit(manager):
+    from parrot.errors import InvalidRequestError
+
+    await manager.add_engine(EngineSpec(name="e0", in_process=True), RecordingEngine(window=2048))
+    await manager.add_engine(EngineSpec(name="e1", in_process=True), RecordingEngine(window=4096))
+    session = manager.create_session()
+    with pytest.raises(InvalidRequestError, match=r"max_tokens=1000000 exceeds .*4096 tokens"):
+        submit(manager, session, "A {{input:x}} {{output:y}}",
+               x="1", y={"in_out": "output", "sampling": {"max_tokens": 1_000_000}})
+    assert not session.calls  # nothing was created
+    call = submit(manager, session, "A {{input:x}} {{output:y}}",
+                  x="1", y={"in_out": "output", "sampling": {"max_tokens": 4096}})
+    assert call.outputs["y"].sampling.max_tokens == 4096
+
+
+async def test_the_same_name_readmits_a_down_engine_with_its_new_client(manager, engine):
+    engine.alive = False
+    manager.health.mark_down(manager.engines.get("e0"), "killed")
+    restarted = RecordingEngine(name="restarted")
+    state = await manager.add_engine(EngineSpec(name="e0", in_process=True), restarted)
+    assert state.engine is restarted and state.is_healthy
+    session = manager.create_session()
+    call = submit(manager, session, "A {{input:x}} {{output:y}}", x="1")
+    await manager.get(session, out(call, "y"), Criterion.LATENCY)
+    assert [op for op, *_ in restarted.log if op == "generate"] == ["generate"]
+    with pytest.raises(ConflictError):  # a live engine keeps its name
+        await manager.add_engine(EngineSpec(name="e0", in_process=True), RecordingEngine())
 
 
 async def test_idle_sessions_expire_but_busy_ones_stay(engine):

@@ -67,3 +67,81 @@ def test_cli_reads_params_from_yaml_or_json(tmp_path: Path) -> None:
         {"zero_latency": True}
     with pytest.raises(ValueError, match="mapping"):
         load_params(argparse.Namespace(config=None, params="[1]"))
+
+
+async def test_a_launched_engine_serves_only_with_its_secret() -> None:
+    import aiohttp
+
+    engines = await launch_engines([EngineSpec("e0", "simulated", {"zero_latency": True})],
+                                   startup_timeout_s=30)
+    try:
+        url = engines[0].url
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url + "/v1/engine/fill",
+                                    json={"context_id": "a", "text": "stolen"}) as resp:
+                assert resp.status == 401
+                assert (await resp.json())["error"]["type"] == "UnauthorizedError"
+        assert (await engines[0].engine.fill(FillRequest("a", text="x" * 8))).context_len == 2
+        other = (await launch_engines([EngineSpec("e1", "simulated", {})], startup_timeout_s=30))
+        try:
+            assert other[0].process.secret != engines[0].process.secret  # one per engine
+        finally:
+            await stop_engines(other)
+    finally:
+        await stop_engines(engines)
+
+
+_PARENT = """
+import asyncio, sys
+from parrot.engines.launcher import EngineSpec, launch_engines
+async def main():
+    engines = await launch_engines([EngineSpec("orphan", "simulated", {})], startup_timeout_s=30)
+    print(engines[0].process.pid, flush=True)
+    await asyncio.sleep(120)
+asyncio.run(main())
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False
+
+
+async def test_engines_die_when_parrot_serve_is_killed() -> None:
+    # Reproduction: kill -9 of parrot-serve left its engine processes running.
+    import os
+    import sys
+
+    parent = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _PARENT, stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    try:
+        assert parent.stdout is not None
+        engine_pid = int(await asyncio.wait_for(parent.stdout.readline(), 30))
+        assert _alive(engine_pid)
+        parent.kill()  # SIGKILL: no cleanup code of the parent runs
+        await parent.wait()
+        for _ in range(100):
+            if not _alive(engine_pid):
+                break
+            await asyncio.sleep(0.05)
+        assert not _alive(engine_pid), "the engine outlived its parent"
+    finally:
+        if parent.returncode is None:
+            parent.kill()
+            await parent.wait()
+
+
+def test_an_engine_without_a_secret_or_manager_refuses_to_start() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PARROT_ENGINE_SECRET"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run([sys.executable, "-m", "parrot.cli.engine", "--kind", "simulated",
+                           "--name", "e"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "PARROT_ENGINE_SECRET" in done.stderr

@@ -9,23 +9,28 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from parrot.engines.client import HttpEngine
+from parrot.engines.client import EngineTimeoutError, HttpEngine, HttpEngineSettings
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
 from parrot.engines.server import create_app
 from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig
 from parrot.errors import (ContextExistsError, EngineUnavailableError, InvalidRequestError,
-                           OutOfKVCacheError, PromptTooLongError, UnknownContextError)
+                           OutOfKVCacheError, PromptTooLongError, UnauthorizedError,
+                           UnknownContextError)
 from parrot.sampling import SamplingParams
 
 SMALL = {"zero_latency": True, "max_context_len": 256, "block_size": 16, "num_blocks": 8}
 SLOW = {"decode_base_ms": 5.0, "decode_per_token_ms": 0.0}
 
 
-async def serve(engine: Engine, **app_kwargs: Any) -> tuple[TestServer, HttpEngine]:
+async def serve(engine: Engine, *, client_secret: str | None = None,
+                settings: HttpEngineSettings | None = None,
+                **app_kwargs: Any) -> tuple[TestServer, HttpEngine]:
     server = TestServer(create_app(engine, **app_kwargs))
     await server.start_server()
-    return server, HttpEngine(str(server.make_url("")), name="remote")
+    return server, HttpEngine(str(server.make_url("")), name="remote",
+                              secret=client_secret or app_kwargs.get("secret"),
+                              settings=settings)
 
 
 def sim(params: dict[str, Any]) -> SimulatedEngine:
@@ -91,10 +96,11 @@ async def test_typed_errors_cross_the_wire() -> None:
         await server.close()
 
 
-async def raw(server: TestServer, method: str, path: str, data: bytes | None = None
-              ) -> tuple[int, Any]:
+async def raw(server: TestServer, method: str, path: str, data: bytes | None = None,
+              headers: dict[str, str] | None = None) -> tuple[int, Any]:
     async with aiohttp.ClientSession() as session:
-        async with session.request(method, server.make_url(path), data=data) as resp:
+        async with session.request(method, server.make_url(path), data=data,
+                                   headers=headers) as resp:
             return resp.status, await resp.json(content_type=None)
 
 
@@ -138,7 +144,7 @@ class _FailsMidStream(Engine):
     async def close(self) -> None: ...
 
     async def info(self) -> EngineInfo:
-        return EngineInfo("f", "fake", "m", 1, 1, 1)
+        return EngineInfo("f", "fake", "m", 64, 1, 1)
 
     async def fill(self, request: FillRequest) -> FillResult:
         raise RuntimeError("boom")
@@ -232,3 +238,197 @@ async def test_unreachable_engine_is_unavailable() -> None:
 def test_client_rejects_a_bad_url() -> None:
     with pytest.raises(InvalidRequestError):
         HttpEngine("localhost:8000")
+
+
+# ---- secrets ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("method, path, body", [
+    ("POST", "/v1/engine/fill", {"context_id": "a", "text": "secret prompt"}),
+    ("POST", "/v1/engine/generate", {"context_id": "a", "sampling": {"max_tokens": 2}}),
+    ("POST", "/v1/engine/free_context", {"context_id": "a"}),
+    ("GET", "/v1/engine/stats", None),
+    ("GET", "/v1/engine/info", None),
+])
+async def test_engine_routes_need_the_engine_secret(method: str, path: str,
+                                                     body: dict[str, Any] | None) -> None:
+    engine = sim(SMALL)
+    server, client = await serve(engine, secret="s3cret")
+    try:
+        data = None if body is None else json.dumps(body).encode()
+        for headers in (None, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+            status, payload = await raw(server, method, path, data, headers)
+            assert (status, payload["error"]["type"]) == (401, "UnauthorizedError")
+        assert (await engine.stats()).num_contexts == 0  # nothing reached the engine
+        status, _ = await raw(server, "GET", "/healthz")  # the liveness probe stays open
+        assert status == 200
+        # the manager's client carries the secret
+        assert (await client.fill(FillRequest("a", text="x" * 8))).context_len == 2
+        assert (await client.info()).name == "sim"
+    finally:
+        await client.close()
+        await server.close()
+
+
+async def test_a_client_with_the_wrong_secret_gets_unauthorized() -> None:
+    server, client = await serve(sim(SMALL), secret="s3cret", client_secret="guess")
+    try:
+        with pytest.raises(UnauthorizedError):
+            await client.fill(FillRequest("a", text="x"))
+        with pytest.raises(UnauthorizedError):
+            await anext(client.generate(gen("a", 1)))
+    finally:
+        await client.close()
+        await server.close()
+
+
+# ---- max_tokens against the window --------------------------------------------------------------
+
+class _EndlessEngine(_FailsMidStream):
+    """Would generate whatever it is asked for (like an engine that stops only at its window)."""
+
+    async def info(self) -> EngineInfo:
+        return EngineInfo("endless", "fake", "m", 64, 16, 4)
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        yield GenerateChunk("done", (1,), "length")
+
+
+async def test_max_tokens_beyond_the_context_window_is_refused() -> None:
+    server, client = await serve(_EndlessEngine())
+    try:
+        with pytest.raises(InvalidRequestError, match="max_tokens=1000000 exceeds .* 64 tokens"):
+            await client.generate_all(gen("a", 1_000_000))
+        with pytest.raises(InvalidRequestError, match="context window"):
+            await anext(client.generate(gen("a", 65)))
+        assert (await client.generate_all(gen("a", 64))).text == "done"
+    finally:
+        await client.close()
+        await server.close()
+
+
+# ---- pool, timeouts, abort -----------------------------------------------------------------------
+
+async def test_waiting_for_a_pooled_connection_is_not_a_connect_timeout() -> None:
+    # Reproduction: 40 requests over 4 connections, each ~0.25 s, with a 0.1 s connect timeout:
+    # the queued ones used to fail with ConnectionTimeoutError although the engine is alive.
+    engine = sim({"decode_base_ms": 5.0, "decode_per_token_ms": 0.0})
+    settings = HttpEngineSettings(connect_timeout_s=0.1, pool_size=4)
+    server, client = await serve(engine, settings=settings)
+    try:
+        results = await asyncio.gather(*(client.generate_all(gen(f"c{i}", 50))
+                                         for i in range(40)))
+        assert [len(r.token_ids) for r in results] == [50] * 40
+    finally:
+        await client.close()
+        await server.close()
+
+
+async def test_a_request_past_request_timeout_is_an_engine_timeout() -> None:
+    server, client = await serve(sim(SLOW), settings=HttpEngineSettings(request_timeout_s=0.2))
+    try:
+        with pytest.raises(EngineTimeoutError, match="request_timeout_s=0.2"):
+            await client.generate_all(gen("a", 1_000))  # ~5 s of decoding
+        with pytest.raises(EngineTimeoutError):
+            async for _ in client.generate(gen("b", 1_000)):
+                pass
+        assert not client.is_down and await client.healthz()  # slow is not dead
+    finally:
+        await client.close()
+        await server.close()
+
+
+async def test_abort_requests_fails_in_flight_calls_until_a_probe_succeeds() -> None:
+    engine = sim(SLOW)
+    server, client = await serve(engine)
+    try:
+        await client.fill(FillRequest("kept", text="x" * 40))
+        running = asyncio.ensure_future(client.generate_all(gen("a", 1_000)))
+        streaming = client.generate(gen("b", 1_000))
+        await anext(streaming)
+        await asyncio.sleep(0.05)
+        started = asyncio.get_running_loop().time()
+        client.abort_requests("no heartbeat for 3 s")
+        with pytest.raises(EngineUnavailableError, match="no heartbeat"):
+            await running
+        with pytest.raises(EngineUnavailableError, match="no heartbeat"):
+            await anext(streaming)
+        assert asyncio.get_running_loop().time() - started < 0.5
+        # while down, requests fail at once; a free is remembered and delivered later
+        with pytest.raises(EngineUnavailableError, match="is down"):
+            await client.fill(FillRequest("c", text="x"))
+        for context_id in ("kept", "a", "b"):  # as the manager frees a failed call's contexts
+            with pytest.raises(EngineUnavailableError):
+                await client.free_context(context_id)
+        assert client.is_down
+        assert await client.healthz()
+        assert not client.is_down
+        await _until_idle(engine)
+        assert (await client.stats()).num_contexts == 0  # all delivered
+    finally:
+        await client.close()
+        await server.close()
+
+
+def _full_listener() -> tuple[socket.socket, list[socket.socket]]:
+    """A listening socket whose accept queue is full: new connects time out (SYNs dropped)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    fillers = []
+    for _ in range(4):
+        filler = socket.socket()
+        filler.setblocking(False)
+        try:
+            filler.connect(listener.getsockname())
+        except BlockingIOError:
+            pass
+        fillers.append(filler)
+    return listener, fillers
+
+
+async def test_a_connect_timeout_is_tried_again_not_an_engine_failure() -> None:
+    from aiohttp import web
+
+    listener, fillers = _full_listener()
+    port = listener.getsockname()[1]
+    client = HttpEngine(f"http://127.0.0.1:{port}", connect_timeout_s=0.2)
+    runner = web.AppRunner(create_app(sim(SMALL)))
+    try:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        request = asyncio.ensure_future(client.info())
+        await asyncio.sleep(0.3)  # the first connect has timed out by now
+        assert not request.done()
+        for filler in fillers:   # the engine starts accepting: the next try gets through
+            filler.close()
+        listener.setblocking(False)
+        try:
+            while True:
+                listener.accept()[0].close()
+        except BlockingIOError:
+            pass
+        await runner.setup()
+        await web.SockSite(runner, listener).start()
+        assert (await request).name == "sim"
+        assert loop.time() - started > 0.3
+    finally:
+        await client.close()
+        await runner.cleanup()
+        listener.close()
+
+
+async def test_connect_timeouts_give_up_after_a_few_tries() -> None:
+    from parrot.engines.client import CONNECT_ATTEMPTS
+
+    listener, fillers = _full_listener()
+    client = HttpEngine(f"http://127.0.0.1:{listener.getsockname()[1]}", connect_timeout_s=0.1)
+    try:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(EngineUnavailableError, match="ConnectionTimeoutError"):
+            await client.fill(FillRequest("a", text="x"))
+        assert loop.time() - started >= 0.1 * CONNECT_ATTEMPTS
+    finally:
+        await client.close()
+        for sock in (listener, *fillers):
+            sock.close()

@@ -31,6 +31,10 @@ def create_engine(name: str, params: Mapping[str, Any] | None) -> "Engine":
 
     Bad keys or values raise BuiltinConfigError (an InvalidRequestError) naming them."""
     config = BuiltinEngineConfig.from_mapping(params)
-    from parrot.engines.builtin.build import build_engine
+    try:
+        from parrot.engines.builtin.build import build_engine
+    except ImportError as exc:
+        from parrot.extras import missing_extra
+        raise missing_extra("engine", "the builtin engine", exc) from None
 
     return build_engine(name, config)

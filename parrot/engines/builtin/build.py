@@ -104,7 +104,8 @@ def build_engine(name: str, config: BuiltinEngineConfig,
     scheduler = Scheduler(BlockManager(num_blocks, config.block_size),
                           max_batch_tokens=config.max_batch_tokens,
                           max_num_seqs=config.max_num_seqs, max_context_len=max_context_len,
-                          eos_token_ids=bundle.eos_token_ids)
+                          eos_token_ids=bundle.eos_token_ids,
+                          reserve_next_block=graphs is not None)
     report = None
     if graphs is not None and config.warmup:
         report = warm_up(graphs, shared_prefix=bundle.uses_kernels,

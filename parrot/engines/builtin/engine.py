@@ -27,6 +27,7 @@ import logging
 import random
 from typing import Any, AsyncIterator
 
+from parrot.chat import ChatTemplate
 from parrot.engines.builtin.context import Context, Work, WorkKind
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.sampler import make_generator
@@ -81,7 +82,8 @@ class BuiltinEngine(Engine):
         return EngineInfo(name=self._name, kind="builtin", model=self._model_name,
                           max_context_len=self._scheduler.max_context_len,
                           block_size=blocks.block_size,
-                          num_blocks_total=blocks.allocator.num_blocks_total)
+                          num_blocks_total=blocks.allocator.num_blocks_total,
+                          chat_template=ChatTemplate.from_tokenizer(self._tokenizer))
 
     async def stats(self) -> EngineStats:
         s = self._scheduler

@@ -131,6 +131,7 @@ class DecodeGraphs:
         self._failed: set[GraphKey] = set()
         self._pool = torch.cuda.graph_pool_handle() if capture else None
         self.num_ahead_hits = 0
+        self.num_ahead_misses = 0       # launched ahead, then a different step came
         self._ahead: tuple[DecodeRows, StepOutput] | None = None   # launched, not yet used
         self.inputs = StaticInputs(max_batch, max_width, model.device)
         views = self.inputs.views
@@ -153,6 +154,7 @@ class DecodeGraphs:
             self.num_replays += 1
             self.num_ahead_hits += 1
             return StepOutput(ahead[1].logits[:n], ahead[1].greedy[:n])
+        self.num_ahead_misses += ahead is not None
         key = graph_key(rows, self.max_batch, self.max_width)
         if key is None:
             return None
@@ -177,6 +179,7 @@ class DecodeGraphs:
         self._ahead = (rows, graph.replay())
 
     def drop_ahead(self) -> None:
+        self.num_ahead_misses += self._ahead is not None
         self._ahead = None
 
     def capture(self, key: GraphKey) -> _Graph | None:

@@ -10,7 +10,9 @@ launched results only on an exact match (else it runs the real step as usual).
 
 Why a wrong guess is harmless: the predicted step writes K/V only at each row's next position,
 and only when that slot lies in a block the row already owns that is not full (a not-full
-block is never shared: forks share full blocks and copy the partial one). That is the KV the
+block is never shared: forks share full blocks and copy the partial one; a row whose next
+position starts a new block continues only into a block the scheduler reserved for it
+(`reserve_next_block`), which nothing else holds). That is the KV the
 real step would write for the same token; if the row stops instead, the slot lies past its
 computed tokens, where nothing reads before a later step writes it again; and all GPU work is
 ordered on one stream, so a block freed and handed to another context is written by that
@@ -39,14 +41,33 @@ def finishes(work: Work, token: int, eos_token_ids: frozenset[int],
                 and len(work.context.token_ids) + 1 >= max_context_len))
 
 
-def next_rows(rows: DecodeRows, tokens: list[int], block_size: int) -> DecodeRows | None:
+def next_rows(rows: DecodeRows, tokens: list[int], block_size: int,
+              owned: list[list[int]] | None = None) -> DecodeRows | None:
     """The decode step after `rows` when every row continues with its sampled token, or None
-    when some row's next position starts a new block (not yet allocated)."""
-    if any((p + 1) % block_size == 0 for p in rows.positions):
-        return None
+    when it cannot be predicted. `owned[r]`: every block row r's context holds (its table may
+    reach one block past the current one: the scheduler's `reserve_next_block`), so a row
+    whose next position starts a new block can continue into it; without that block, or in a
+    shared-prefix step (its groups are re-planned), such a step is not predicted."""
+    crossing = [(p + 1) % block_size == 0 for p in rows.positions]
     groups = rows.groups
+    if any(crossing) and (groups is not None or owned is None):
+        return None
     if groups is not None:
         groups = replace(groups, suffix_lens=[n + 1 for n in groups.suffix_lens])
-    return DecodeRows(list(tokens), [p + 1 for p in rows.positions],
-                      [s + 1 for s in rows.slots], rows.tables,
-                      [n + 1 for n in rows.seq_lens], groups)
+        return DecodeRows(list(tokens), [p + 1 for p in rows.positions],
+                          [s + 1 for s in rows.slots], rows.tables,
+                          [n + 1 for n in rows.seq_lens], groups)
+    tables, slots = [], []
+    for r, p in enumerate(rows.positions):
+        block = (p + 1) // block_size
+        if not crossing[r]:
+            tables.append(rows.tables[r])
+            slots.append(rows.slots[r] + 1)
+            continue
+        assert owned is not None
+        if block >= len(owned[r]):
+            return None                  # no block reserved for this row's next position
+        tables.append(owned[r][:block + 1])
+        slots.append(owned[r][block] * block_size)
+    return DecodeRows(list(tokens), [p + 1 for p in rows.positions], slots, tables,
+                      [n + 1 for n in rows.seq_lens], None)

@@ -20,7 +20,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="cache root (default: $PARROT_CACHE_DIR or ~/.cache/parrot/models)")
     parser.add_argument("--force", action="store_true", help="rebuild even if present")
     args = parser.parse_args(argv)
-    from parrot.engines.builtin.loader import prepare_smollm2
+    try:
+        from parrot.engines.builtin.loader import prepare_smollm2
+    except ImportError as exc:
+        from parrot.extras import missing_extra
+        print(f"error: {missing_extra('engine', 'preparing SmolLM2', exc)}", file=sys.stderr)
+        return 1
 
     root = args.cache_dir if args.cache_dir is not None else default_cache_dir()
     try:

@@ -78,12 +78,14 @@ class ModelRunner:
         """Run fork copies, then the forward pass; sampled[i] belongs to batch.chunks[i]."""
         if batch.copies:
             self.kv.copy_blocks(batch.copies)
-            if self.graphs is not None:
-                self.graphs.drop_ahead()
         sampled: list[int | None] = [None] * len(batch.chunks)
-        if not batch.chunks:
+        host = self.prepare_host(batch) if batch.chunks else None
+        if self.graphs is not None and (batch.copies or host is None or host.prefills):
+            # a step launched ahead is used only by the very next step, and only when that is
+            # the identical graph step (its outputs are the graph's buffers, reused later)
+            self.graphs.drop_ahead()
+        if host is None:
             return sampled
-        host = self.prepare_host(batch)
         out = rows = None
         if self.graphs is not None and not host.prefills:
             rows = DecodeRows(host.token_ids, host.positions, host.slots, host.decode_tables,
@@ -126,7 +128,8 @@ class ModelRunner:
             if token is None or finishes(batch.chunks[i].work, token, self.eos_token_ids,
                                          self.max_context_len):
                 return
-        nxt = next_rows(rows, tokens, self.block_size)   # type: ignore[arg-type]
+        owned = [batch.chunks[i].block_table for i in host.order]   # row order
+        nxt = next_rows(rows, tokens, self.block_size, owned)   # type: ignore[arg-type]
         if nxt is not None:
             self.graphs.launch_ahead(nxt)
 

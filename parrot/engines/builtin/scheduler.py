@@ -47,8 +47,12 @@ class Batch:
 
 class Scheduler:
     def __init__(self, blocks: BlockManager, *, max_batch_tokens: int, max_num_seqs: int,
-                 max_context_len: int, eos_token_ids: tuple[int, ...]) -> None:
+                 max_context_len: int, eos_token_ids: tuple[int, ...],
+                 reserve_next_block: bool = False) -> None:
         self.blocks = blocks
+        # With decode launch-ahead (lookahead.py): a decode chunk also gets the block of the
+        # context's next position when one is free, so the predicted step can cross into it.
+        self.reserve_next_block = reserve_next_block
         self.max_batch_tokens = max_batch_tokens
         self.max_num_seqs = max_num_seqs
         self.max_context_len = max_context_len
@@ -189,6 +193,9 @@ class Scheduler:
             if end <= start:
                 continue
             sample = not work.is_fill and end == len(ctx.token_ids)
+            if (self.reserve_next_block and sample and end - start == 1
+                    and end < self.max_context_len and self.blocks.can_grow(ctx, end + 1)):
+                self.blocks.grow(ctx, end + 1)   # never evicts for it
             chunks.append(ScheduledChunk(work, start, end, ctx.token_ids[start:end],
                                          list(ctx.block_table), sample))
             protected.add(id(ctx))

@@ -1,4 +1,5 @@
-"""The benchmark applications: chain summary, map-reduce summary and background chat.
+"""The document applications: chain summary (one at a time or concurrent clients), map-reduce
+summary, and background chat.
 
 Each takes an `Env` (a simulated or live cluster) and a `WorkloadSpec` and returns one
 `AppRecord` per application. The application code is the same in parrot and baseline mode
@@ -11,6 +12,7 @@ import asyncio
 import random
 
 import parrot
+from parrot.sim.workloads.arrivals import Arrivals, poisson_offsets
 from parrot.sim.workloads.base import AppRecord, Env, app_session, get_latency, sampling
 from parrot.sim.workloads.documents import CHARS_PER_TOKEN, chunk_document, stdlib_document
 from parrot.sim.workloads.spec import WorkloadSpec
@@ -40,8 +42,8 @@ User: {{input:message}}
 Assistant: {{output:reply}}"""
 
 
-def documents(spec: WorkloadSpec) -> list[list[str]]:
-    """`num_apps` different documents of `doc_tokens` tokens each (consecutive windows of the
+def documents(spec: WorkloadSpec, count: int | None = None) -> list[list[str]]:
+    """`count` (default `num_apps`) different documents of `doc_tokens` tokens each (consecutive windows of the
     stdlib documentation, wrapping around), already split into chunks."""
     # A literal "{{name:" would read as a placeholder once the baseline client renders it.
     text = stdlib_document()
@@ -52,8 +54,11 @@ def documents(spec: WorkloadSpec) -> list[list[str]]:
         raise ValueError(f"doc_tokens: {spec.doc_tokens} is more than the whole document "
                          f"(~{len(text) // CHARS_PER_TOKEN} tokens)")
     docs = []
-    for i in range(spec.num_apps):
-        start = (i * width) % (len(text) - width + 1)
+    span = len(text) - width + 1
+    for i in range(spec.num_apps if count is None else count):
+        # Past the end the windows wrap around, each lap shifted so no document repeats
+        # another (a repeated prompt would be a prefix-cache hit no real workload has).
+        start = (i * width + (i * width // span) * 7919) % span
         docs.append(chunk_document(text[start:start + width], spec.chunk_tokens))
     return docs
 
@@ -64,7 +69,8 @@ async def chain_summary(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
     return await _apps_in_sequence(env, spec, "chain", _one_chain)
 
 
-async def _apps_in_sequence(env: Env, spec: WorkloadSpec, prefix: str, one_app) -> list[AppRecord]:
+async def _apps_in_sequence(env: Env, spec: WorkloadSpec, prefix: str,
+                            one_app) -> list[AppRecord]:
     """Run `one_app(env, app_id, chunks, output_tokens)` per document, one after another, with
     Poisson background chat alongside when `spec.chat_rate` > 0."""
     docs = await asyncio.to_thread(documents, spec)  # tokenising is blocking work
@@ -75,10 +81,22 @@ async def _apps_in_sequence(env: Env, spec: WorkloadSpec, prefix: str, one_app) 
     try:
         for i, chunks in enumerate(docs):
             records.append(await one_app(env, f"{prefix}-{i}", chunks, spec.output_tokens))
-    finally:
+    except BaseException:
         if chat is not None:
-            records.extend(await chat.stop())
+            await chat.cancel()
+        raise
+    if chat is not None:
+        records.extend(await chat.stop())
     return records
+
+
+async def concurrent_chains(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
+    """`spec.num_clients` chain-summary clients start at once, each on its own document (the
+    paper's 10–25 concurrent clients)."""
+    docs = await asyncio.to_thread(documents, spec, spec.num_clients)
+    return list(await asyncio.gather(*(
+        _one_chain(env, f"chain-{i}", chunks, spec.output_tokens)
+        for i, chunks in enumerate(docs))))
 
 
 async def _one_chain(env: Env, app_id: str, chunks: list[str], output_tokens: int) -> AppRecord:
@@ -100,6 +118,34 @@ async def map_reduce(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
     return await _apps_in_sequence(env, spec, "mapreduce", _one_map_reduce)
 
 
+async def mixed(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
+    """The paper's mixed workload: `num_apps` map-reduce jobs arriving as a Poisson process
+    at `request_rate` jobs per second, while chat arrives at `chat_rate` per second; both
+    streams at times drawn before the run."""
+    docs = await asyncio.to_thread(documents, spec)
+    offsets = poisson_offsets(random.Random(f"jobs|{spec.seed}"), spec.request_rate,
+                              count=spec.num_apps)
+
+    async def job(i: int) -> AppRecord:
+        return await _one_map_reduce(env, f"mapreduce-{i}", docs[i], spec.output_tokens)
+
+    jobs = Arrivals(offsets, job, "mapreduce")
+    chat = BackgroundChat(env, spec) if spec.chat_rate > 0 else None
+    if chat is not None:
+        chat.start()
+    jobs.start()
+    try:
+        records = await jobs.wait()
+    except BaseException:
+        await jobs.cancel()
+        if chat is not None:
+            await chat.cancel()
+        raise
+    if chat is not None:
+        records.extend(await chat.stop())
+    return records
+
+
 async def _one_map_reduce(env: Env, app_id: str, chunks: list[str],
                           output_tokens: int) -> AppRecord:
     mapper = parrot.semantic_function(prompt=MAP_SUMMARY, name="map_summary",
@@ -119,51 +165,38 @@ async def _one_map_reduce(env: Env, app_id: str, chunks: list[str],
 
 
 class BackgroundChat:
-    """Poisson arrivals of single latency-sensitive chat calls, until `stop()`."""
+    """Poisson arrivals of single latency-sensitive chat calls at times fixed before the run
+    (`spec.chat_rate` per second over [0, `spec.max_chat_s`)), with seeded lengths."""
 
     def __init__(self, env: Env, spec: WorkloadSpec) -> None:
-        self._env, self._spec = env, spec
-        self._rng = random.Random(f"chat|{spec.seed}")
-        self._text = stdlib_document()
-        self._arrivals: asyncio.Task | None = None
-        self._chats: list[asyncio.Task[AppRecord]] = []
-
-    def start(self) -> None:
-        self._arrivals = asyncio.create_task(self._arrive(), name="background-chat")
-
-    async def stop(self) -> list[AppRecord]:
-        """No new arrivals; wait for the chats in flight (their latencies are reported)."""
-        assert self._arrivals is not None
-        self._arrivals.cancel()
-        await asyncio.gather(self._arrivals, return_exceptions=True)
-        return list(await asyncio.gather(*self._chats))
-
-    async def _arrive(self) -> None:
-        spec, rng = self._spec, self._rng
-        loop = asyncio.get_running_loop()
-        horizon = loop.time() + spec.max_chat_s
-        for i in range(1_000_000):
-            await asyncio.sleep(rng.expovariate(spec.chat_rate))
-            if loop.time() > horizon:
-                return
+        self._env = env
+        rng = random.Random(f"chat|{spec.seed}")
+        text = stdlib_document()
+        offsets = poisson_offsets(rng, spec.chat_rate, horizon_s=spec.max_chat_s)
+        self._chats: list[tuple[str, int]] = []
+        for _ in offsets:
             prompt_tokens = rng.randint(*spec.chat_prompt_tokens)
             output_tokens = rng.randint(*spec.chat_output_tokens)
-            start = rng.randrange(len(self._text) - prompt_tokens * CHARS_PER_TOKEN)
-            message = self._text[start:start + prompt_tokens * CHARS_PER_TOKEN]
-            self._chats.append(asyncio.create_task(
-                self._chat(f"chat-{i}", message, output_tokens), name=f"chat-{i}"))
+            start = rng.randrange(len(text) - prompt_tokens * CHARS_PER_TOKEN)
+            self._chats.append((text[start:start + prompt_tokens * CHARS_PER_TOKEN],
+                                output_tokens))
+        self._arrivals = Arrivals(offsets, self._chat, "chat")
 
-    async def _chat(self, app_id: str, message: str, output_tokens: int) -> AppRecord:
+    def start(self) -> None:
+        self._arrivals.start()
+
+    async def stop(self) -> list[AppRecord]:
+        """Wait for every scheduled chat to arrive and finish (their latencies are reported)."""
+        return await self._arrivals.wait()
+
+    async def cancel(self) -> None:
+        await self._arrivals.cancel()
+
+    async def _chat(self, index: int) -> AppRecord:
+        message, output_tokens = self._chats[index]
         chat = parrot.semantic_function(prompt=CHAT, name="chat", **sampling(output_tokens))
-        async with app_session(self._env, app_id, "chat", is_main=False,
+        async with app_session(self._env, f"chat-{index}", "chat", is_main=False,
                                output_tokens=output_tokens) as record:
             await get_latency(chat(message=message))
             record.finished = self._env.now()
         return record
-
-
-WORKLOADS = {
-    "chain_summary": chain_summary,
-    "chain_summary_bg": chain_summary,   # the same app; the CLI sets a chat rate
-    "map_reduce": map_reduce,
-}

@@ -1,4 +1,8 @@
-"""The knobs of the benchmark workloads, validated once (errors name the bad value)."""
+"""The knobs of the benchmark workloads, validated once (errors name the bad value).
+
+One spec serves every workload; each reads the fields it needs (the registry in
+`registry.py` says which, and gives per-workload defaults).
+"""
 
 from __future__ import annotations
 
@@ -18,21 +22,37 @@ class WorkloadSpec:
     chat_rate: float = 0.0              # background chat arrivals per second (Poisson)
     chat_prompt_tokens: tuple[int, int] = (128, 1024)   # uniform range per chat call
     chat_output_tokens: tuple[int, int] = (64, 512)
-    max_chat_s: float = 3600.0          # no chat arrives after this (bounds an overload run)
+    # Chats arrive at fixed times in [0, max_chat_s) whatever the main applications do, so
+    # every variant faces the same chat arrivals.
+    max_chat_s: float = 3600.0
     seed: int = 0
+    # concurrent_chains: clients at once; copilot: users at once; multi_agent: files (coders).
+    num_clients: int = 1
+    # gpts: Poisson request rate (requests/s) and how many requests arrive.
+    request_rate: float = 1.0
+    num_requests: int = 100
+    system_prompt_tokens: int = 6000    # copilot's shared system prompt
+    prompt_scale: float = 1.0           # gpts: system prompt lengths x this (fit a window)
+    rounds: int = 3                     # multi_agent: review/revise rounds
 
     def __post_init__(self) -> None:
-        for key in ("doc_tokens", "chunk_tokens", "output_tokens", "num_apps"):
+        for key in ("doc_tokens", "chunk_tokens", "output_tokens", "num_apps", "num_clients",
+                    "num_requests", "system_prompt_tokens", "rounds"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise WorkloadConfigError(f"{key}: {value!r} is not valid; allowed: integer >= 1")
         if self.chunk_tokens > self.doc_tokens:
             raise WorkloadConfigError(f"chunk_tokens: {self.chunk_tokens} is larger than "
                                       f"doc_tokens ({self.doc_tokens})")
-        if isinstance(self.chat_rate, bool) or not isinstance(self.chat_rate, (int, float)) \
-                or self.chat_rate < 0:
-            raise WorkloadConfigError(f"chat_rate: {self.chat_rate!r} is not valid; allowed: "
-                                      "number >= 0 (requests per second)")
+        for key, unit in (("chat_rate", "requests per second"), ("max_chat_s", "seconds")):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise WorkloadConfigError(f"{key}: {value!r} is not valid; allowed: "
+                                          f"number >= 0 ({unit})")
+        for key in ("request_rate", "prompt_scale"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise WorkloadConfigError(f"{key}: {value!r} is not valid; allowed: number > 0")
         for key in ("chat_prompt_tokens", "chat_output_tokens"):
             low, high = getattr(self, key)
             if not (isinstance(low, int) and isinstance(high, int) and 1 <= low <= high):

@@ -30,6 +30,15 @@ def test_next_rows_continues_every_row():
     assert next_rows(DecodeRows([1], [3], [15], [[3]], [4], None), [2], BS) is None  # new block
 
 
+def test_next_rows_crosses_into_a_reserved_block():
+    rows = DecodeRows([7, 8], [3, 9], [5 * BS + 3, 31], [[5], [3, 7, 7]], [4, 10], None)
+    assert next_rows(rows, [11, 12], BS) is None                     # row 0 needs block 1
+    assert next_rows(rows, [11, 12], BS, [[5], [3, 7, 7]]) is None   # none reserved
+    nxt = next_rows(rows, [11, 12], BS, [[5, 9], [3, 7, 7]])
+    assert nxt == DecodeRows([11, 12], [4, 10], [9 * BS, 32], [[5, 9], [3, 7, 7]], [5, 11],
+                             None)
+
+
 def test_next_rows_keeps_groups():
     tables, lens = [[5, 6, 7], [5, 6, 8]], [10, 11]
     groups = split_groups(tables, lens, [2], [2], BS)
@@ -66,6 +75,14 @@ def kernel_bundle():
     return bundle
 
 
+def use_graphs(engine, bundle) -> DecodeGraphs:
+    """The engine as build_engine makes it on CUDA: graph path, next blocks reserved."""
+    engine._runner.graphs = graphs = graphs_for(bundle)
+    engine._runner.kv = graphs.kv
+    engine._scheduler.reserve_next_block = True
+    return graphs
+
+
 def graphs_for(bundle) -> DecodeGraphs:
     kv = KVCache(bundle.shape, 40, BS, bundle.model.dtype, bundle.model.device,
                  scratch_block=True)
@@ -87,6 +104,38 @@ def test_a_wrong_prediction_is_not_used(kernel_bundle):
     torch.testing.assert_close(got.logits, expected)
     graphs.launch_ahead(other)
     assert torch.equal(graphs.run(other).logits, got.logits) and graphs.num_ahead_hits == 1
+    graphs.launch_ahead(other)
+    graphs.drop_ahead()                      # an eager step came in between: never reused
+    graphs.run(other)
+    assert graphs.num_ahead_hits == 1 and graphs.num_ahead_misses == 2
+
+
+async def test_an_eager_step_discards_the_prediction(make_engine, kernel_bundle):
+    engine = make_engine(kernel_bundle, block_size=BS)
+    runner = engine._runner
+    runner.graphs = graphs = graphs_for(kernel_bundle)
+    runner.kv = graphs.kv
+    seen = []
+    step = runner.step
+
+    def checked(batch):
+        eager = any(c.end - c.start > 1 for c in batch.chunks)
+        pending, hits = graphs._ahead is not None, graphs.num_ahead_hits
+        result = step(batch)
+        if eager:   # nothing launched before it survives or is used
+            assert graphs._ahead is None and graphs.num_ahead_hits == hits
+            seen.append(pending)
+        return result
+
+    runner.step = checked
+    await engine.fill(FillRequest("a", token_ids=(1, 2, 3, 4, 5, 6)))
+    stream = engine.generate(GenerateRequest("a", sampling=SamplingParams(max_tokens=30,
+                                                                         ignore_eos=True)))
+    for _ in range(4):
+        await anext(stream)
+    await engine.fill(FillRequest("b", token_ids=tuple(range(7, 20))))   # prefill steps
+    await stream.aclose()
+    assert len(seen) >= 2                                # the two fills were checked
 
 
 async def run_staggered(engine, late: bool) -> list[tuple[int, ...]]:
@@ -95,13 +144,16 @@ async def run_staggered(engine, late: bool) -> list[tuple[int, ...]]:
         await engine.fill(FillRequest(f"c{i}", "sys", token_ids=(40 + i, 50 + i)))
     runs = [asyncio.create_task(engine.generate_all(GenerateRequest(
         c, sampling=SamplingParams(max_tokens=n, ignore_eos=True))))
-        for c, n in (("c0", 9), ("c1", 5), ("c2", 12))]
-    if late:   # a request that arrives mid-generation (its prefill breaks the prediction)
-        await asyncio.sleep(0)
-        runs.append(asyncio.create_task(engine.generate_all(GenerateRequest(
-            "late", parent_context_id="sys", sampling=SamplingParams(max_tokens=6,
-                                                                     ignore_eos=True)))))
-    return [r.token_ids for r in await asyncio.gather(*runs)]
+        for c, n in (("c1", 5), ("c2", 12))]
+    first: list[int] = []
+    async for chunk in engine.generate(GenerateRequest(
+            "c0", sampling=SamplingParams(max_tokens=9, ignore_eos=True))):
+        first.extend(chunk.token_ids)
+        if late and len(first) == 3:   # arrives mid-generation: its fork + prefill break the
+            runs.append(asyncio.create_task(engine.generate_all(GenerateRequest(  # prediction
+                "late", parent_context_id="sys",
+                sampling=SamplingParams(max_tokens=6, ignore_eos=True)))))
+    return [tuple(first)] + [r.token_ids for r in await asyncio.gather(*runs)]
 
 
 @pytest.mark.parametrize("late", [False, True])
@@ -109,12 +161,37 @@ async def test_engine_with_launch_ahead_matches_without(make_engine, kernel_bund
     common = dict(block_size=BS, shared_prefix_min_tokens=8, shared_prefix_min_group=2)
     plain = make_engine(kernel_bundle, **common)
     plain._runner.launch_ahead = False
-    plain._runner.graphs = graphs_plain = graphs_for(kernel_bundle)
-    plain._runner.kv = graphs_plain.kv
+    graphs_plain = use_graphs(plain, kernel_bundle)
     expected = await run_staggered(plain, late)
     engine = make_engine(kernel_bundle, **common)
-    engine._runner.graphs = graphs = graphs_for(kernel_bundle)
-    engine._runner.kv = graphs.kv
+    graphs = use_graphs(engine, kernel_bundle)
     assert await run_staggered(engine, late) == expected
     assert graphs_plain.num_ahead_hits == 0
     assert graphs.num_ahead_hits > 0                     # most steps came from the prediction
+    assert graphs._ahead is None                         # nothing launched past the end
+    # the late request's first step differs from the prediction, which is discarded
+    assert (graphs.num_ahead_misses > 0) == late
+
+
+async def test_rows_of_different_lengths_cross_blocks_ahead(make_engine, kernel_bundle):
+    """Rows whose next position starts a new block continue into the reserved block."""
+    async def run(engine) -> list[tuple[int, ...]]:
+        for i, n in enumerate((5, 6, 7, 9)):        # block boundaries at different steps
+            await engine.fill(FillRequest(f"r{i}", token_ids=tuple(range(3, 3 + n))))
+        params = SamplingParams(max_tokens=14, ignore_eos=True)
+        results = await asyncio.gather(*(engine.generate_all(GenerateRequest(f"r{i}",
+                                                                             sampling=params))
+                                         for i in range(4)))
+        engine._scheduler.check_invariants()
+        return [r.token_ids for r in results]
+
+    plain = make_engine(kernel_bundle, block_size=BS)
+    plain._runner.launch_ahead = False
+    use_graphs(plain, kernel_bundle)
+    expected = await run(plain)
+    engine = make_engine(kernel_bundle, block_size=BS)
+    graphs = use_graphs(engine, kernel_bundle)
+    assert await run(engine) == expected
+    # 14 tokens: 13 steps after the first, each row crossing a block every 4 steps; all but
+    # the last (rows finish) come from the prediction
+    assert graphs.num_ahead_hits == 12 and graphs.num_ahead_misses == 0

@@ -1,0 +1,21 @@
+"""What the manager's HTTP server serves besides the wire API, registered in one place.
+
+`ParrotServer` passes `front_door(api)` to `http_api.create_app`: each entry adds its routes
+(and middlewares) before the wire API's catch-all route.
+"""
+
+from __future__ import annotations
+
+from parrot.core.http_api import AppSetup
+from parrot.core.metrics import Metrics
+from parrot.core.openai_api import OpenAIRoutes
+from parrot.core.openapi import OpenAPIRoute
+from parrot.core.sse import VariableStreamRoute
+from parrot.core.wire import WireAPI
+
+
+def front_door(api: WireAPI) -> list[AppSetup]:
+    """Routes: /metrics (and the access log), the OpenAI API, variable streams,
+    /openapi.json."""
+    return [Metrics(api.manager, api.route_table).setup, OpenAIRoutes(api.manager).setup,
+            VariableStreamRoute(api.manager).setup, OpenAPIRoute().setup]

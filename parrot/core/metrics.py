@@ -1,0 +1,233 @@
+"""`GET /metrics`: Prometheus metrics of the manager, and the access log.
+
+State (queue depth per criterion, calls by state, engine load and KV use, prefix hits) is read
+from the manager when scraped, so it is never stale and costs nothing between scrapes. Events
+(per-call latencies, policy decision time, HTTP requests) are observed as they happen through
+the manager's `call_observers`, the scheduler's `round_observers` and an aiohttp middleware.
+Every server has its own `CollectorRegistry` (no process-global state).
+
+    parrot_ready_calls{criterion}          calls waiting for a placement
+    parrot_calls{state}                    calls of live sessions by lifecycle state
+    parrot_sessions                        live sessions
+    parrot_engine_running_calls{engine}    placed and not finished
+    parrot_engine_tokens_in_use{engine}    the manager's token accounting of running calls
+    parrot_engine_kv_cached_tokens{engine} KV held by cached prefix contexts
+    parrot_engine_kv_capacity_tokens{engine}
+    parrot_engine_kv_usage_ratio{engine}   (running + cached) / capacity
+    parrot_engine_healthy{engine}
+    parrot_engine_reported_kv_blocks_used/_total{engine}, parrot_engine_reported_waiting/_running
+                                           what each engine reports about itself (asked at scrape)
+    parrot_prefix_lookups_total{engine,result="hit"|"miss"}, parrot_prefix_hit_ratio{engine}
+    parrot_call_ttft_seconds, parrot_call_tpot_seconds, parrot_call_e2e_seconds  (histograms;
+        TTFT/TPOT of calls whose outputs were streamed: always on in-process engines, over
+        HTTP when a reader streams the output)
+    parrot_calls_finished_total{state}
+    parrot_policy_decision_seconds         one scheduling round (histogram)
+    parrot_http_requests_total{method,route,status}, parrot_http_request_seconds{route}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from typing import Iterable, Sequence
+
+from aiohttp import web
+from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram,
+                               generate_latest)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from parrot.core.engine_pool import EngineState
+from parrot.core.manager import Manager
+from parrot.core.nodes import Call
+from parrot.engines.protocol import EngineStats
+from parrot.errors import ParrotError
+from parrot.types import CallState, Criterion
+
+access_log = logging.getLogger("parrot.access")
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
+_DECISION_BUCKETS = (1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5)
+
+
+class ManagerCollector(Collector):
+    """The manager's current state, read at scrape time."""
+
+    def __init__(self, manager: Manager) -> None:
+        self.manager = manager
+        # What each engine last reported about itself (refreshed before every scrape).
+        self.engine_stats: dict[str, EngineStats] = {}
+
+    async def refresh_engine_stats(self, timeout_s: float = 2.0) -> None:
+        """Ask every healthy engine for its own stats (KV blocks, queue); an engine that does
+        not answer in time keeps its last report out of this scrape."""
+        engines = [e for e in self.manager.engines if e.is_healthy]
+
+        async def one(engine: EngineState) -> EngineStats | None:
+            try:
+                return await asyncio.wait_for(engine.engine.stats(), timeout_s)
+            except (ParrotError, asyncio.TimeoutError):
+                return None
+
+        reports = await asyncio.gather(*(one(e) for e in engines))
+        self.engine_stats = {e.engine_id: r for e, r in zip(engines, reports) if r is not None}
+
+    def collect(self) -> Iterable[Metric]:
+        m = self.manager
+        ready = GaugeMetricFamily("parrot_ready_calls", "calls waiting for a placement",
+                                  labels=["criterion"])
+        by_criterion = {c.value: 0 for c in Criterion}
+        for call in m.scheduler.ready_calls():
+            by_criterion[(call.criterion or Criterion.LATENCY).value] += 1
+        for criterion, count in by_criterion.items():
+            ready.add_metric([criterion], count)
+        yield ready
+        states = GaugeMetricFamily("parrot_calls", "calls of live sessions by state",
+                                   labels=["state"])
+        counts = {s.value: 0 for s in CallState}
+        sessions = list(m.sessions)
+        for session in sessions:
+            for call in session.calls.values():
+                counts[call.state.value] += 1
+        for state, count in counts.items():
+            states.add_metric([state], count)
+        yield states
+        yield GaugeMetricFamily("parrot_sessions", "live sessions", value=len(sessions))
+        yield from self._engines()
+
+    def _engines(self) -> Iterable[Metric]:
+        def gauge(name: str, doc: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, doc, labels=["engine"])
+
+        running = gauge("parrot_engine_running_calls", "calls placed on the engine, running")
+        in_use = gauge("parrot_engine_tokens_in_use", "token accounting of its running calls")
+        cached = gauge("parrot_engine_kv_cached_tokens", "KV tokens held by cached prefixes")
+        capacity = gauge("parrot_engine_kv_capacity_tokens", "KV cache size in tokens")
+        usage = gauge("parrot_engine_kv_usage_ratio", "(running + cached tokens) / capacity")
+        healthy = gauge("parrot_engine_healthy", "1 when the engine answers")
+        hit_ratio = gauge("parrot_prefix_hit_ratio", "prefix context lookups that hit")
+        lookups = CounterMetricFamily("parrot_prefix_lookups", "prefix context lookups",
+                                      labels=["engine", "result"])
+        for e in self.manager.engines:
+            name = [e.engine_id]
+            running.add_metric(name, len(e.running))
+            in_use.add_metric(name, e.num_tokens_in_use)
+            cached.add_metric(name, e.contexts.num_cached_tokens)
+            capacity.add_metric(name, e.kv_capacity_tokens)
+            usage.add_metric(name, (e.num_tokens_in_use + e.contexts.num_cached_tokens)
+                             / max(e.kv_capacity_tokens, 1))
+            healthy.add_metric(name, 1.0 if e.is_healthy else 0.0)
+            hits, misses = e.contexts.num_hits, e.contexts.num_misses
+            lookups.add_metric([e.engine_id, "hit"], hits)
+            lookups.add_metric([e.engine_id, "miss"], misses)
+            hit_ratio.add_metric(name, hits / (hits + misses) if hits + misses else 0.0)
+        yield from (running, in_use, cached, capacity, usage, healthy, lookups, hit_ratio)
+        yield from self._reported()
+
+    def _reported(self) -> Iterable[Metric]:
+        """The engines' own view: KV blocks in use by their allocator, requests queued inside."""
+        blocks_used = GaugeMetricFamily("parrot_engine_reported_kv_blocks_used", "KV blocks in "
+                                        "use, as the engine reports", labels=["engine"])
+        blocks_total = GaugeMetricFamily("parrot_engine_reported_kv_blocks_total", "KV blocks, "
+                                         "as the engine reports", labels=["engine"])
+        waiting = GaugeMetricFamily("parrot_engine_reported_waiting", "requests queued inside "
+                                    "the engine", labels=["engine"])
+        running = GaugeMetricFamily("parrot_engine_reported_running", "sequences in the "
+                                    "engine's running batch", labels=["engine"])
+        for name, stats in sorted(self.engine_stats.items()):
+            blocks_used.add_metric([name], stats.num_blocks_total - stats.num_blocks_free)
+            blocks_total.add_metric([name], stats.num_blocks_total)
+            waiting.add_metric([name], stats.num_waiting)
+            running.add_metric([name], stats.num_running)
+        yield from (blocks_used, blocks_total, waiting, running)
+
+
+class Metrics:
+    """A registry for one server: the state collector plus the event metrics."""
+
+    def __init__(self, manager: Manager, wire_routes: Sequence[tuple[str, str]]) -> None:
+        self.registry = CollectorRegistry()
+        self.state = ManagerCollector(manager)
+        self.registry.register(self.state)
+        self._route_labels = [(method, re.compile(pattern), _template(pattern))
+                              for method, pattern in wire_routes]
+        r = self.registry
+        self.ttft = Histogram("parrot_call_ttft_seconds", "submit to first generated token",
+                              buckets=_LATENCY_BUCKETS, registry=r)
+        self.tpot = Histogram("parrot_call_tpot_seconds", "time per output token after the "
+                              "first", buckets=_TOKEN_BUCKETS, registry=r)
+        self.e2e = Histogram("parrot_call_e2e_seconds", "submit to the call's last output",
+                             buckets=_LATENCY_BUCKETS, registry=r)
+        self.finished = Counter("parrot_calls_finished", "calls that left an engine",
+                                ["state"], registry=r)
+        self.decision = Histogram("parrot_policy_decision_seconds", "one scheduling round",
+                                  buckets=_DECISION_BUCKETS, registry=r)
+        self.requests = Counter("parrot_http_requests", "HTTP requests",
+                                ["method", "route", "status"], registry=r)
+        self.request_seconds = Histogram("parrot_http_request_seconds", "HTTP request time "
+                                         "(to the end of a stream)", ["route"],
+                                         buckets=_LATENCY_BUCKETS, registry=r)
+        manager.call_observers.append(self.observe_call)
+        manager.scheduler.round_observers.append(lambda seconds, _: self.decision.observe(seconds))
+
+    def observe_call(self, call: Call) -> None:
+        if call.state is CallState.RUNNING:
+            return  # re-queued after an engine failure: it finishes later
+        self.finished.labels(call.state.value).inc()
+        t = call.timings
+        if call.state is not CallState.DONE or "submitted" not in t or "finished" not in t:
+            return
+        self.e2e.observe(t["finished"] - t["submitted"])
+        if "first_token" in t:
+            self.ttft.observe(t["first_token"] - t["submitted"])
+            tokens = sum(b.stream.num_tokens for b in call.outputs.values())
+            if tokens > 1:
+                self.tpot.observe((t["finished"] - t["first_token"]) / (tokens - 1))
+
+    def route_label(self, request: web.Request) -> str:
+        """A bounded label: the route's template, never the raw path."""
+        resource = request.match_info.route.resource
+        canonical = resource.canonical if resource is not None else ""
+        if canonical and "{tail}" not in canonical:
+            return canonical
+        for method, pattern, template in self._route_labels:
+            if pattern.fullmatch(request.path):
+                return template
+        return "unmatched"
+
+    def setup(self, app: web.Application) -> None:
+        app.router.add_get("/metrics", self.serve)
+        app.middlewares.append(self.middleware)
+
+    async def serve(self, request: web.Request) -> web.Response:
+        await self.state.refresh_engine_stats()
+        return web.Response(body=generate_latest(self.registry),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: object) -> web.StreamResponse:
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await handler(request)  # type: ignore[operator]
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        finally:
+            seconds = time.perf_counter() - started
+            route = self.route_label(request)
+            self.requests.labels(request.method, route, str(status)).inc()
+            self.request_seconds.labels(route).observe(seconds)
+            access_log.info("%s %s %s %d %.1fms", request.remote, request.method,
+                            request.path_qs, status, seconds * 1000)
+
+
+def _template(pattern: str) -> str:
+    """`/v1/sessions/(?P<sid>[^/]+)` -> `/v1/sessions/{sid}`."""
+    return re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", pattern)

@@ -1,0 +1,233 @@
+"""The OpenAI-compatible front door, on the manager's own HTTP server.
+
+    GET  /v1/models                    the models the registered engines serve
+    GET  /v1/models/{model}
+    POST /v1/completions               CompletionRequest      (stream: SSE chunks, [DONE])
+    POST /v1/chat/completions          ChatCompletionRequest  (messages → the model's template)
+
+Each request runs as one-call DAGs in a private session (`OneShot`), so the policy schedules it
+beside semantic-variable traffic. Errors use OpenAI's shape
+`{"error": {"message", "type", "param", "code"}}` with the same HTTP statuses as the wire API.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from dataclasses import replace
+from typing import Any, Callable
+
+from aiohttp import web
+
+from parrot.core.chat_submit import chat_template_of
+from parrot.core.engine_pool import EngineState
+from parrot.core.http_api import bearer_token, read_json
+from parrot.core.manager import Manager
+from parrot.core.oneshot import OneShot
+from parrot.core.openai_requests import (ChatCompletionRequest, CompletionRequest,
+                                         ParrotOptions)
+from parrot.core.sse import finish, is_disconnect, open_stream, send
+from parrot.errors import (EngineUnavailableError, InvalidRequestError, NotFoundError,
+                           ParrotError)
+from parrot.sampling import SamplingParams
+from parrot.types import estimate_num_tokens
+
+log = logging.getLogger(__name__)
+
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                403: "permission_error", 404: "not_found_error", 405: "invalid_request_error",
+                408: "timeout_error", 409: "conflict_error", 413: "invalid_request_error",
+                424: "call_failed_error", 429: "rate_limit_error"}
+
+
+def openai_error(exc: ParrotError) -> web.Response:
+    return web.json_response(openai_error_body(exc), status=exc.status)
+
+
+def openai_error_body(exc: ParrotError) -> dict[str, Any]:
+    return {"error": {"message": str(exc),
+                      "type": _ERROR_TYPES.get(exc.status, "server_error"),
+                      "param": getattr(exc, "param", None), "code": type(exc).__name__}}
+
+
+Route = Callable[[web.Request], Any]
+
+
+class OpenAIRoutes:
+    def __init__(self, manager: Manager) -> None:
+        self.manager = manager
+        self.started = int(time.time())
+
+    def setup(self, app: web.Application) -> None:
+        for method, path, route in (
+                ("GET", "/v1/models", self.list_models),
+                ("GET", "/v1/models/{model:.+}", self.get_model),
+                ("POST", "/v1/completions", self.completions),
+                ("POST", "/v1/chat/completions", self.chat_completions)):
+            app.router.add_route(method, path, self._guard(route))
+            app.router.add_route("*", path, _method_not_allowed(method))
+
+    def _guard(self, route: Route) -> Route:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            try:
+                return await route(request)
+            except ParrotError as exc:
+                return openai_error(exc)
+        return handler
+
+    # --- models ---------------------------------------------------------------------------
+
+    def served_models(self) -> dict[str, list[EngineState]]:
+        models: dict[str, list[EngineState]] = {}
+        for engine in self.manager.engines:
+            models.setdefault(engine.info.model, []).append(engine)
+        return models
+
+    def _model_card(self, model: str) -> dict[str, Any]:
+        return {"id": model, "object": "model", "created": self.started, "owned_by": "parrot"}
+
+    async def list_models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [
+            self._model_card(m) for m in self.served_models()]})
+
+    async def get_model(self, request: web.Request) -> web.Response:
+        return web.json_response(self._model_card(self._engines_of(
+            request.match_info["model"])[0].info.model))
+
+    def _engines_of(self, model: str) -> list[EngineState]:
+        models = self.served_models()
+        if not models:
+            raise EngineUnavailableError("no engine is registered yet")
+        if model not in models:
+            error = NotFoundError(f"the model {model!r} does not exist; served: {sorted(models)}")
+            error.param = "model"  # type: ignore[attr-defined]
+            raise error
+        return models[model]
+
+    # --- completions ----------------------------------------------------------------------
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        req = CompletionRequest.from_json(await read_json(request, self._max_body))
+        self._engines_of(req.model)
+        run = self._one_shot(request, req.prompts, req.n, req.sampling, req.parrot, req.stream)
+        reply = _Reply("cmpl", "text_completion", req.model, chat=False)
+        return await self._serve(request, run, reply, req.stream, req.include_usage)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        req = ChatCompletionRequest.from_json(await read_json(request, self._max_body))
+        engines = self._engines_of(req.model)
+        template = chat_template_of(engines)
+        prompt = template.render(req.messages)
+        sampling = req.sampling
+        if not req.max_tokens_given:  # until the turn ends or the context is full
+            room = min(e.info.max_context_len for e in engines) - estimate_num_tokens(prompt)
+            sampling = replace(sampling, max_tokens=max(room, 1))
+        run = self._one_shot(request, [prompt], req.n, sampling, req.parrot, req.stream)
+        reply = _Reply("chatcmpl", "chat.completion", req.model, chat=True)
+        return await self._serve(request, run, reply, req.stream, req.include_usage)
+
+    def _one_shot(self, request: web.Request, prompts: list[str] | tuple[str, ...], n: int,
+                  sampling: SamplingParams, options: ParrotOptions, stream: bool) -> OneShot:
+        if options.session_id is None:
+            return OneShot(self.manager, prompts, n, sampling, options.criteria, stream=stream)
+        # joining a client's session: the API key is the session's token
+        session = self.manager.authenticate(options.session_id, bearer_token(request))
+        return OneShot(self.manager, prompts, n, sampling, options.criteria, session,
+                       options.output, options.inputs, stream)
+
+    @property
+    def _max_body(self) -> int:
+        return self.manager.config.max_body_bytes
+
+    async def _serve(self, request: web.Request, run: OneShot, reply: "_Reply", stream: bool,
+                     include_usage: bool) -> web.StreamResponse:
+        if not run.owns_session:  # the outputs are the client's Semantic Variables
+            reply.parrot = {"session_id": run.session.session_id,
+                            "semantic_var_ids": [v.var_id for v in run.outputs]}
+        try:
+            if not stream:
+                choices = await run.choices()
+                return web.json_response(reply.whole(
+                    [reply.choice(c.index, c.text, c.finish_reason) for c in choices],
+                    run.usage().to_json()))
+            response = await open_stream(request)
+            try:
+                if reply.chat:  # OpenAI opens every chat choice with the role
+                    for index in range(len(run.calls)):
+                        await send(response, reply.chunk([reply.delta(index, None, role=True)]))
+                try:
+                    async for delta in run.deltas():
+                        if delta.text or delta.finish_reason:
+                            await send(response, reply.chunk([reply.delta(
+                                delta.index, delta.text or None, delta.finish_reason)]))
+                    if include_usage:
+                        await send(response, reply.chunk([], run.usage().to_json()))
+                except ParrotError as exc:
+                    await send(response, openai_error_body(exc))
+                await finish(response)
+            except Exception as exc:
+                if not is_disconnect(exc):
+                    raise
+                log.info("%s %s: client went away; its calls are cancelled", request.method,
+                         request.path)
+            return response
+        finally:
+            await run.aclose()
+
+
+def _method_not_allowed(allowed: str) -> Route:
+    async def handler(request: web.Request) -> web.Response:
+        error = InvalidRequestError(f"{request.method} is not allowed on {request.path}; "
+                                    f"use {allowed}")
+        error.status = 405
+        response = openai_error(error)
+        response.headers["Allow"] = allowed
+        return response
+    return handler
+
+
+class _Reply:
+    """OpenAI's reply and chunk shapes for one request (completion or chat)."""
+
+    def __init__(self, prefix: str, obj: str, model: str, *, chat: bool) -> None:
+        self.id = f"{prefix}-{secrets.token_hex(12)}"
+        self.object, self.model, self.chat = obj, model, chat
+        self.created = int(time.time())
+        self.parrot: dict[str, Any] | None = None  # Parrot's extension, in every reply/chunk
+
+    def choice(self, index: int, text: str, finish_reason: str) -> dict[str, Any]:
+        if self.chat:
+            return {"index": index, "message": {"role": "assistant", "content": text},
+                    "finish_reason": finish_reason, "logprobs": None}
+        return {"index": index, "text": text, "finish_reason": finish_reason, "logprobs": None}
+
+    def delta(self, index: int, text: str | None, finish_reason: str | None = None, *,
+              role: bool = False) -> dict[str, Any]:
+        if self.chat:
+            delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
+            if text:
+                delta["content"] = text
+            return {"index": index, "delta": delta, "finish_reason": finish_reason,
+                    "logprobs": None}
+        return {"index": index, "text": text or "", "finish_reason": finish_reason,
+                "logprobs": None}
+
+    def whole(self, choices: list[dict[str, Any]], usage: dict[str, int]) -> dict[str, Any]:
+        data = {"id": self.id, "object": self.object, "created": self.created,
+                "model": self.model, "choices": choices, "usage": usage,
+                "system_fingerprint": None}
+        if self.parrot is not None:
+            data["parrot"] = self.parrot
+        return data
+
+    def chunk(self, choices: list[dict[str, Any]],
+              usage: dict[str, int] | None = None) -> dict[str, Any]:
+        obj = "chat.completion.chunk" if self.chat else "text_completion"
+        data = {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+                "choices": choices, "system_fingerprint": None}
+        if usage is not None:
+            data["usage"] = usage
+        if self.parrot is not None:
+            data["parrot"] = self.parrot
+        return data

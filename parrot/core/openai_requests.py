@@ -1,0 +1,255 @@
+"""Typed forms of the OpenAI-compatible request bodies, parsed and validated once at the edge.
+
+Fields follow OpenAI's API reference. Fields Parrot cannot honour are refused with a message
+naming them (never silently ignored) unless they are at their neutral value (e.g.
+`presence_penalty: 0`). vLLM's extra sampling fields `top_k` and `ignore_eos` are accepted.
+Parrot's own extension travels in `extra_body={"parrot": {...}}` (see `ParrotOptions`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, Mapping
+
+from parrot.chat import ChatMessage, parse_messages
+from parrot.errors import InvalidRequestError
+from parrot.sampling import SamplingParams
+from parrot.types import Criterion
+
+MAX_N = 16
+MAX_PROMPTS = 256
+DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+
+_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed", "stop", "ignore_eos")
+# Accepted only at the neutral value (name -> allowed values).
+_NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "presence_penalty": (0, 0.0, None), "frequency_penalty": (0, 0.0, None),
+    "logprobs": (None, False), "top_logprobs": (None, 0), "logit_bias": (None, {}),
+    "echo": (None, False), "best_of": (None, 1), "suffix": (None,), "tools": (None, []),
+    "tool_choice": (None, "none"), "response_format": (None, {"type": "text"}),
+    "parallel_tool_calls": (None, False, True), "repetition_penalty": (None, 1, 1.0),
+}
+
+
+# --- the wire bodies: what a client may send (the parser allows exactly these fields, and
+# /openapi.json is generated from them) ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class StreamOptions:
+    include_usage: bool = False   # a last chunk with `usage` and no choices
+
+
+@dataclass(frozen=True)
+class ParrotOptionsBody:
+    """Parrot's extension, sent as `extra_body={"parrot": {...}}`. With `session_id` (and the
+    session's token as the API key) the request runs in that session: its output becomes a
+    Semantic Variable named `output` that later semantic functions can consume, and the prompt
+    (or the messages) may use `{{input:name}}` placeholders bound by `inputs` to the session's
+    variables. The reply then carries `parrot.semantic_var_ids` (one per choice)."""
+
+    criteria: Literal["latency", "throughput"] = "latency"
+    session_id: str | None = None
+    output: str | None = None               # the output variable's name (default "completion")
+    inputs: dict[str, str] | None = None    # placeholder name -> semantic_var_id
+
+
+@dataclass(frozen=True)
+class _CommonBody:
+    model: str
+    n: int | None = None                      # choices per prompt, 1 to 16
+    stream: bool | None = None                # server-sent events, ending `data: [DONE]`
+    stream_options: StreamOptions | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None                  # vLLM's extension
+    seed: int | None = None                   # choice j of n uses seed + j
+    stop: str | list[str] | None = None
+    ignore_eos: bool | None = None            # vLLM's extension
+    parrot: ParrotOptionsBody | None = None
+    user: str | None = None                   # accepted, ignored
+    metadata: dict[str, str] | None = None    # accepted, ignored
+    store: bool | None = None                 # accepted, ignored
+    service_tier: str | None = None           # accepted, ignored
+    presence_penalty: float | None = None     # 0 only
+    frequency_penalty: float | None = None    # 0 only
+    repetition_penalty: float | None = None   # 1 only
+    logprobs: bool | None = None              # false only
+    logit_bias: dict[str, float] | None = None  # empty only
+
+
+@dataclass(frozen=True)
+class CompletionBody(_CommonBody):
+    """POST /v1/completions: OpenAI's legacy completions (token-id prompts are not taken)."""
+
+    prompt: str | list[str] = field(default="", metadata={"required": True})
+    max_tokens: int | None = None             # default 16
+    echo: bool | None = None                  # false only
+    best_of: int | None = None                # 1 only
+    suffix: str | None = None                 # null only
+
+
+@dataclass(frozen=True)
+class ChatCompletionBody(_CommonBody):
+    """POST /v1/chat/completions: messages rendered with the model's chat template."""
+
+    messages: list[ChatMessage] = field(default_factory=list, metadata={"required": True})
+    max_tokens: int | None = None             # default: until the turn ends / context is full
+    max_completion_tokens: int | None = None  # OpenAI's newer name of max_tokens
+    top_logprobs: int | None = None           # 0 only
+    tools: list[dict[str, Any]] | None = None  # empty only
+    tool_choice: str | None = None            # "none" only
+    response_format: dict[str, Any] | None = None  # {"type": "text"} only
+    parallel_tool_calls: bool | None = None
+
+
+def _allowed(body: type) -> set[str]:
+    return {f.name for f in fields(body)}
+
+
+@dataclass(frozen=True)
+class ParrotOptions:
+    """The parsed `parrot` extension (`ParrotOptionsBody`): the performance objective of the
+    call (default latency, as for any interactive request), which the policy schedules by, and
+    optionally the session the request joins."""
+
+    criteria: Criterion = Criterion.LATENCY
+    session_id: str | None = None
+    output: str = "completion"
+    inputs: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Any) -> "ParrotOptions":
+        if data is None:
+            return cls()
+        allowed = _allowed(ParrotOptionsBody)
+        if not isinstance(data, Mapping) or set(data) - allowed:
+            raise _bad("parrot", f"'parrot' must be an object with fields {sorted(allowed)}")
+        session_id, output = data.get("session_id"), data.get("output", "completion")
+        inputs = data.get("inputs") or {}
+        if session_id is not None and not isinstance(session_id, str):
+            raise _bad("parrot", "parrot.session_id must be a string")
+        if not isinstance(output, str) or not output.isidentifier():
+            raise _bad("parrot", "parrot.output must be an identifier")
+        if not isinstance(inputs, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in inputs.items()):
+            raise _bad("parrot", "parrot.inputs must map placeholder names to semantic_var_ids")
+        if (inputs or "output" in data) and session_id is None:
+            raise _bad("parrot", "parrot.inputs and parrot.output need parrot.session_id")
+        return cls(Criterion.parse(data.get("criteria", "latency")), session_id, output,
+                   tuple(sorted(inputs.items())))
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """POST /v1/completions."""
+
+    model: str
+    prompts: tuple[str, ...]           # `prompt`: one string or a list of strings
+    sampling: SamplingParams
+    max_tokens_given: bool             # False: the default of the route applied
+    n: int = 1
+    stream: bool = False
+    include_usage: bool = False        # stream_options.include_usage
+    parrot: ParrotOptions = ParrotOptions()
+
+    @classmethod
+    def from_json(cls, data: Any) -> "CompletionRequest":
+        body = _object(data)
+        common = _common(body, CompletionBody, "completions")
+        prompt = body.get("prompt")
+        prompts = [prompt] if isinstance(prompt, str) else prompt
+        if not isinstance(prompts, list) or not 1 <= len(prompts) <= MAX_PROMPTS \
+                or not all(isinstance(p, str) for p in prompts):
+            raise _bad("prompt", "'prompt' must be a string or a list of 1 to "
+                       f"{MAX_PROMPTS} strings (token-id prompts are not supported: send text)")
+        max_tokens = body.get("max_tokens")
+        return cls(prompts=tuple(prompts),
+                   sampling=_sampling(body, DEFAULT_COMPLETION_MAX_TOKENS
+                                      if max_tokens is None else max_tokens),
+                   max_tokens_given=max_tokens is not None, **common)
+
+
+@dataclass(frozen=True)
+class ChatCompletionRequest:
+    """POST /v1/chat/completions. Without max_tokens / max_completion_tokens generation runs
+    until the model ends its turn or the context is full, as OpenAI does."""
+
+    model: str
+    messages: tuple[ChatMessage, ...]
+    sampling: SamplingParams
+    max_tokens_given: bool
+    n: int = 1
+    stream: bool = False
+    include_usage: bool = False
+    parrot: ParrotOptions = ParrotOptions()
+
+    @classmethod
+    def from_json(cls, data: Any) -> "ChatCompletionRequest":
+        body = _object(data)
+        common = _common(body, ChatCompletionBody, "chat")
+        messages = parse_messages(body.get("messages"))
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        return cls(messages=messages,
+                   sampling=_sampling(body, 1 if max_tokens is None else max_tokens),
+                   max_tokens_given=max_tokens is not None, **common)
+
+
+def _common(body: Mapping[str, Any], wire: type, route: str) -> dict[str, Any]:
+    allowed = _allowed(wire)
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise _bad(unknown[0], f"{route}: unsupported field(s) {unknown}")
+    for name, neutral in _NEUTRAL.items():
+        if name in allowed and name in body and body[name] not in neutral:
+            raise _bad(name, f"'{name}'={body[name]!r} is not supported by Parrot "
+                       f"(allowed: {[v for v in neutral if v is not None]} or absent)")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise _bad("model", "'model' must be a non-empty string (see GET /v1/models)")
+    n = body.get("n", 1)
+    if n is None:
+        n = 1
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N:
+        raise _bad("n", f"'n' must be an integer in [1, {MAX_N}], got {n!r}")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise _bad("stream", f"'stream' must be a boolean, got {stream!r}")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, Mapping) or set(options) - {"include_usage"} \
+            or not isinstance(options.get("include_usage", False), bool):
+        raise _bad("stream_options", "'stream_options' must be {include_usage?: boolean}")
+    if options and not stream:
+        raise _bad("stream_options", "'stream_options' is only allowed with stream: true")
+    return {"model": model, "n": n, "stream": stream,
+            "include_usage": bool(options.get("include_usage", False)),
+            "parrot": ParrotOptions.from_json(body.get("parrot"))}
+
+
+def _sampling(body: Mapping[str, Any], max_tokens: Any) -> SamplingParams:
+    wire = {k: body[k] for k in _SAMPLING_FIELDS if body.get(k) is not None}
+    wire["max_tokens"] = max_tokens
+    try:
+        return SamplingParams.from_json(wire)
+    except InvalidRequestError as exc:
+        name = str(exc).partition("sampling.")[2].partition("=")[0] or None
+        raise OpenAIParamError(str(exc), name) from None
+
+
+class OpenAIParamError(InvalidRequestError):
+    """A 400 that names the offending field (OpenAI's `error.param`)."""
+
+    def __init__(self, message: str, param: str | None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def _bad(param: str, message: str) -> OpenAIParamError:
+    return OpenAIParamError(message, param)
+
+
+def _object(data: Any) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise OpenAIParamError("request body must be a JSON object", None)
+    return data

@@ -1,0 +1,89 @@
+"""A Semantic Variable's text while it is generated, for any number of readers.
+
+The executor pushes each engine chunk of an output into the variable's `TextStream`; readers
+(`follow`) get the new text as it arrives and end when the variable has its value (or fails).
+No locks and no polling: every change sets the current `asyncio.Event` and replaces it, so a
+reader waits on exactly one event per change.
+
+If the call is re-dispatched after an engine failure, the new attempt's text extends what
+readers already saw only where it agrees with it (greedy decoding repeats itself exactly); the
+variable's final value is always authoritative.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, AsyncIterator
+
+if TYPE_CHECKING:
+    from parrot.core.nodes import Variable
+
+
+class TextStream:
+    def __init__(self) -> None:
+        self.text = ""                  # what readers may see so far
+        self.num_tokens = 0             # tokens generated in the current attempt
+        self.finish_reason: str | None = None
+        self.wanted = False             # a reader follows it: the executor streams the Generate
+        self._attempt_text = ""
+        self._changed = asyncio.Event()
+
+    def begin_attempt(self) -> None:
+        self._attempt_text, self.num_tokens, self.finish_reason = "", 0, None
+
+    def push(self, text: str, num_tokens: int, finish_reason: str | None, *,
+             visible: bool = True) -> None:
+        """One engine chunk; `visible=False` counts it without showing its text to readers."""
+        self._attempt_text += text
+        self.num_tokens += num_tokens
+        if finish_reason is not None:
+            self.finish_reason = finish_reason
+        grown = len(self._attempt_text) > len(self.text)
+        if visible and grown and self._attempt_text.startswith(self.text):
+            self.text = self._attempt_text
+            self.notify()
+
+    def notify(self) -> None:
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    async def wait_changed(self) -> None:
+        await self._changed.wait()
+
+
+async def follow(var: "Variable") -> AsyncIterator[str]:
+    """Yield the text of `var` as it is generated, then the rest of its final value.
+
+    The pieces are the engine's text as it arrives. An output with transforms is not streamed
+    (its value is not a prefix of the raw text), so its value comes as one piece, as does the
+    value of a variable the client sets. A failed variable raises its error.
+    """
+    var.stream.wanted = True
+    sent = ""
+    while True:
+        if var.is_finished:
+            if var.error is not None:
+                raise var.error
+            assert var.value is not None
+            if var.value.startswith(sent) and len(var.value) > len(sent):
+                yield var.value[len(sent):]
+            return
+        text = var.stream.text
+        if len(text) > len(sent):
+            piece, sent = text[len(sent):], text
+            yield piece
+            continue
+        await var.stream.wait_changed()
+
+
+async def follow_as_get(manager: Any, session: Any, var: "Variable",
+                        criterion: Any) -> AsyncIterator[str]:
+    """`follow`, while a `get` of the variable at `criterion` is pending in the manager: a
+    streaming reader seeds the objective of the calls upstream exactly as a client's get does."""
+    getter = asyncio.ensure_future(manager.get(session, var.var_id, criterion))
+    try:
+        async for piece in follow(var):
+            yield piece
+    finally:
+        getter.cancel()
+        await asyncio.gather(getter, return_exceptions=True)

@@ -1,0 +1,269 @@
+"""`openai` engine kind: the Engine protocol over any OpenAI-compatible server.
+
+vLLM, SGLang, llama.cpp's server, or another Parrot can serve Parrot's calls:
+
+* Fill appends the text to the context (a fork starts from the parent's text); nothing is sent.
+* Generate sends a streamed `/v1/completions` of the context's whole text and appends what
+  comes back; the server's own prefix cache (vLLM's automatic prefix caching, SGLang's radix
+  cache) does the reuse that Fill/fork do in the builtin engine.
+* FreeContext forgets the text.
+
+Token counts are estimates (the server's tokenizer is not at hand): `FillResult` counts 4
+characters a token, and streamed chunks carry no token ids. Params:
+
+    url               the server, with or without the trailing /v1 (required)
+    model             the model to ask for (default: the first of GET /v1/models)
+    api_key           sent as a bearer token (default: none)
+    chat_template     a model folder or .jinja file whose template Parrot renders chats with
+                      (default: ChatML)
+    max_context_len   the model's context (default 4096)
+    kv_cache_tokens   what the manager may keep cached as prefix contexts (default 262144)
+    request_timeout_s bound on one request (default: none)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Mapping
+
+import aiohttp
+
+from parrot.chat import ChatTemplate, load_chat_template
+from parrot.engines.latency_model import EngineConfigError
+from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
+                                     GenerateChunk, GenerateRequest)
+from parrot.errors import (EngineUnavailableError, InvalidRequestError, PromptTooLongError,
+                           UnknownContextError)
+from parrot.sampling import SamplingParams
+from parrot.types import estimate_num_tokens
+
+BLOCK_SIZE = 16
+_FINISH = {"stop": "stop", "length": "length", "eos": "eos"}
+
+
+@dataclass(frozen=True)
+class OpenAIEngineConfig:
+    url: str
+    model: str | None = None
+    api_key: str | None = None
+    chat_template: str | None = None
+    max_context_len: int = 4096
+    kv_cache_tokens: int = 262144
+    request_timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
+            raise EngineConfigError(f"openai engine: url={self.url!r} must start with http(s)://")
+        for key in ("max_context_len", "kv_cache_tokens"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise EngineConfigError(f"openai engine: {key}={value!r} must be an integer >= 1")
+        for key in ("model", "api_key", "chat_template"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise EngineConfigError(f"openai engine: {key}={value!r} must be a string")
+
+    @classmethod
+    def from_mapping(cls, params: Mapping[str, Any]) -> "OpenAIEngineConfig":
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise EngineConfigError(f"openai engine: unknown key(s) {unknown}; allowed: "
+                                    f"{sorted(known)}")
+        if "url" not in params:
+            raise EngineConfigError("openai engine: params need 'url'")
+        return cls(**params)
+
+    @property
+    def base_url(self) -> str:
+        url = self.url.rstrip("/")
+        return url if url.endswith("/v1") else url + "/v1"
+
+
+class OpenAIEngine(Engine):
+    def __init__(self, name: str, config: OpenAIEngineConfig) -> None:
+        self.name = name
+        self.config = config
+        self._template: ChatTemplate | None = None
+        if config.chat_template is not None:
+            try:
+                self._template = load_chat_template(config.chat_template)
+            except (OSError, ValueError, InvalidRequestError) as exc:
+                raise EngineConfigError(f"openai engine {name!r}: {exc}") from None
+        self._model = config.model
+        self._contexts: dict[str, str] = {}
+        self._num_running = 0
+        self._http: aiohttp.ClientSession | None = None
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._client()
+
+    async def close(self) -> None:
+        http, self._http = self._http, None
+        if http is not None:
+            await http.close()
+
+    async def info(self) -> EngineInfo:
+        return EngineInfo(self.name, "openai", await self._model_name(),
+                          self.config.max_context_len, BLOCK_SIZE,
+                          self.config.kv_cache_tokens // BLOCK_SIZE, self._template)
+
+    async def healthz(self) -> bool:
+        try:
+            await self._models()
+        except (EngineUnavailableError, InvalidRequestError):
+            return False
+        return True
+
+    # ---- the protocol ------------------------------------------------------------------------
+
+    async def fill(self, request: FillRequest) -> FillResult:
+        if request.text is None:
+            raise InvalidRequestError("the openai engine takes text, not token ids")
+        text = self._open(request.context_id, request.parent_context_id) + request.text
+        if estimate_num_tokens(text) > self.config.max_context_len:
+            raise PromptTooLongError(f"context {request.context_id!r} would hold about "
+                                     f"{estimate_num_tokens(text)} tokens; the model takes "
+                                     f"{self.config.max_context_len}")
+        self._contexts[request.context_id] = text
+        return FillResult(request.context_id, estimate_num_tokens(request.text),
+                          estimate_num_tokens(text))
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        prompt = self._open(request.context_id, request.parent_context_id)
+        self._contexts[request.context_id] = prompt
+        body = {"model": await self._model_name(), "prompt": prompt, "stream": True,
+                **_sampling_body(request.sampling)}
+        self._num_running += 1
+        finished = False
+        try:
+            async with self._client().post(self.config.base_url + "/completions", json=body,
+                                           headers=self._headers()) as resp:
+                if resp.status >= 400:
+                    raise _http_error(resp.status, await resp.text())
+                async with aclosing(_sse_events(resp)) as events:
+                    async for event in events:
+                        if "error" in event:
+                            raise EngineUnavailableError(f"{self.config.base_url}: "
+                                                         f"{event['error']}")
+                        for choice in event.get("choices") or ():
+                            text = choice.get("text") or ""
+                            reason = choice.get("finish_reason")
+                            if request.context_id in self._contexts:
+                                self._contexts[request.context_id] += text
+                            if text or reason:
+                                finished = reason is not None
+                                yield GenerateChunk(text, (), _FINISH.get(reason, reason)
+                                                    if reason else None)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise EngineUnavailableError(f"{self.config.base_url} unreachable: {exc!r}") from exc
+        finally:
+            self._num_running -= 1
+        if not finished:
+            raise EngineUnavailableError(f"{self.config.base_url}: the stream ended before "
+                                         "a finish_reason")
+
+    async def free_context(self, context_id: str) -> None:
+        if self._contexts.pop(context_id, None) is None:
+            raise UnknownContextError(f"unknown context {context_id!r}")
+
+    async def stats(self) -> EngineStats:
+        tokens = sum(estimate_num_tokens(t) for t in self._contexts.values())
+        total = self.config.kv_cache_tokens // BLOCK_SIZE
+        return EngineStats(num_running=self._num_running, num_waiting=0,
+                           num_blocks_total=total,
+                           num_blocks_free=max(total - -(-tokens // BLOCK_SIZE), 0),
+                           block_size=BLOCK_SIZE, num_tokens_in_use=tokens,
+                           num_contexts=len(self._contexts))
+
+    # ---- plumbing ----------------------------------------------------------------------------
+
+    def _open(self, context_id: str, parent_id: str | None) -> str:
+        """The text of `context_id`, forking `parent_id` when the context is new."""
+        if context_id in self._contexts:
+            return self._contexts[context_id]
+        if parent_id is None:
+            return ""
+        if parent_id not in self._contexts:
+            raise UnknownContextError(f"unknown parent context {parent_id!r}")
+        return self._contexts[parent_id]
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._http is None or self._http.closed:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(
+                total=self.config.request_timeout_s, connect=10.0))
+        return self._http
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+
+    async def _model_name(self) -> str:
+        if self._model is None:
+            models = await self._models()
+            if not models:
+                raise EngineUnavailableError(f"{self.config.base_url} serves no model")
+            self._model = models[0]
+        return self._model
+
+    async def _models(self) -> list[str]:
+        try:
+            async with self._client().get(self.config.base_url + "/models",
+                                          headers=self._headers()) as resp:
+                if resp.status >= 400:
+                    raise _http_error(resp.status, await resp.text())
+                data = await resp.json()
+        except (aiohttp.ClientError, asyncio.TimeoutError, json.JSONDecodeError) as exc:
+            raise EngineUnavailableError(f"{self.config.base_url} unreachable: {exc!r}") from exc
+        return [m["id"] for m in data.get("data", []) if isinstance(m, dict) and "id" in m]
+
+
+def _sampling_body(sampling: SamplingParams) -> dict[str, Any]:
+    body: dict[str, Any] = {"max_tokens": sampling.max_tokens,
+                            "temperature": sampling.temperature, "top_p": sampling.top_p}
+    if sampling.seed is not None:
+        body["seed"] = sampling.seed
+    if sampling.stop:
+        body["stop"] = list(sampling.stop)
+    # vLLM's extensions, sent only when they change something (OpenAI itself rejects them)
+    if sampling.top_k:
+        body["top_k"] = sampling.top_k
+    if sampling.ignore_eos:
+        body["ignore_eos"] = True
+    if sampling.stop_token_ids:
+        body["stop_token_ids"] = list(sampling.stop_token_ids)
+    return body
+
+
+def _http_error(status: int, text: str) -> Exception:
+    try:
+        message = json.loads(text)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = text[:500]
+    if status >= 500 or status in (408, 429):
+        return EngineUnavailableError(f"remote server answered {status}: {message}")
+    return InvalidRequestError(f"remote server answered {status}: {message}")
+
+
+async def _sse_events(resp: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+    """The JSON payloads of a server-sent event stream, up to `data: [DONE]`."""
+    buffer = b""
+    async for piece in resp.content.iter_any():
+        buffer = (buffer + piece).replace(b"\r\n", b"\n")
+        *events, buffer = buffer.split(b"\n\n")
+        for event in events:
+            for line in event.split(b"\n"):
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    return
+                yield json.loads(data)
+
+
+def create_openai_engine(name: str, params: Mapping[str, Any]) -> OpenAIEngine:
+    return OpenAIEngine(name, OpenAIEngineConfig.from_mapping(params))

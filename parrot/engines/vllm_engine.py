@@ -1,0 +1,201 @@
+"""`vllm` engine kind: vLLM's async engine in this process, behind the Engine protocol.
+
+Contexts are token-id lists held here: Fill tokenizes (vLLM's tokenizer) and appends, a fork
+copies the parent's ids, Generate submits the context's ids as a `prompt_token_ids` prompt and
+appends the generated ids. vLLM's automatic prefix caching keeps the shared prefix's KV on the
+GPU, so a forked context's prefill is served from cache; tensor parallelism and everything else
+are vLLM's own (`tensor_parallel_size`, `engine_args`). Importing this module never imports
+vllm; building the engine does, and without the package says so in one line.
+
+Params: model (required), tensor_parallel_size (1), gpu_memory_utilization (0.9),
+max_model_len (the model's), dtype ("auto"), enable_prefix_caching (true), kv_cache_tokens
+(the manager's budget for cached prefix contexts; default 64 × max_model_len), engine_args
+(more AsyncEngineArgs fields, passed as they are).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable, Mapping
+
+from parrot.chat import ChatTemplate
+from parrot.engines.latency_model import EngineConfigError
+from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
+                                     GenerateChunk, GenerateRequest)
+from parrot.errors import EngineUnavailableError, PromptTooLongError, UnknownContextError
+from parrot.extras import missing_extra
+from parrot.sampling import SamplingParams
+
+BLOCK_SIZE = 16
+_TOKENIZE_INLINE_CHARS = 4096  # longer texts are tokenized in a worker thread
+
+
+@dataclass(frozen=True)
+class VLLMEngineConfig:
+    model: str
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None
+    dtype: str = "auto"
+    enable_prefix_caching: bool = True
+    kv_cache_tokens: int | None = None
+    engine_args: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, str) or not self.model:
+            raise EngineConfigError(f"vllm engine: model={self.model!r} must be a model name "
+                                    "or folder")
+        for key in ("tensor_parallel_size", "max_model_len", "kv_cache_tokens"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise EngineConfigError(f"vllm engine: {key}={value!r} must be an integer >= 1")
+        if not isinstance(self.engine_args, Mapping):
+            raise EngineConfigError("vllm engine: engine_args must be a mapping")
+
+    @classmethod
+    def from_mapping(cls, params: Mapping[str, Any]) -> "VLLMEngineConfig":
+        unknown = sorted(set(params) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise EngineConfigError(f"vllm engine: unknown key(s) {unknown}; allowed: "
+                                    f"{sorted(cls.__dataclass_fields__)}")
+        if "model" not in params:
+            raise EngineConfigError("vllm engine: params need 'model'")
+        return cls(**params)
+
+
+class VLLMEngine(Engine):
+    def __init__(self, name: str, config: VLLMEngineConfig, llm: Any,
+                 to_vllm_sampling: Callable[[SamplingParams], Any] | None = None) -> None:
+        self.name, self.config = name, config
+        self._llm = llm
+        self._to_vllm_sampling = to_vllm_sampling or _vllm_sampling
+        self._tokenizer: Any = None
+        self._max_model_len = config.max_model_len or 0  # the model's, read in start()
+        self._contexts: dict[str, list[int]] = {}
+        self._requests = itertools.count()
+        self._num_running = 0
+
+    async def start(self) -> None:
+        if self._tokenizer is None:
+            self._tokenizer = await _maybe_await(self._llm.get_tokenizer())
+        if not self._max_model_len:
+            model_config = await _maybe_await(self._llm.get_model_config())
+            self._max_model_len = int(model_config.max_model_len)
+
+    async def close(self) -> None:
+        shutdown = getattr(self._llm, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+
+    async def info(self) -> EngineInfo:
+        return EngineInfo(self.name, "vllm", self.config.model, self._max_model_len, BLOCK_SIZE,
+                          self._kv_tokens // BLOCK_SIZE,
+                          ChatTemplate.from_tokenizer(self._tokenizer))
+
+    @property
+    def _kv_tokens(self) -> int:
+        return self.config.kv_cache_tokens or 64 * self._max_model_len
+
+    async def healthz(self) -> bool:
+        try:
+            await self._llm.check_health()
+        except Exception:  # noqa: BLE001 - any failure of the check means unhealthy
+            return False
+        return True
+
+    async def fill(self, request: FillRequest) -> FillResult:
+        ids = list(request.token_ids) if request.token_ids is not None \
+            else await self._tokenize(request.text or "")
+        context = self._open(request.context_id, request.parent_context_id) + ids
+        if len(context) > self._max_model_len:
+            raise PromptTooLongError(f"context {request.context_id!r} would hold {len(context)} "
+                                     f"tokens; the model takes {self._max_model_len}")
+        self._contexts[request.context_id] = context
+        return FillResult(request.context_id, len(ids), len(context))
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        context = self._open(request.context_id, request.parent_context_id)
+        self._contexts[request.context_id] = context
+        request_id = f"{self.name}-{next(self._requests)}"
+        text_len = ids_len = 0
+        self._num_running += 1
+        try:
+            async for output in self._llm.generate({"prompt_token_ids": list(context)},
+                                                   self._to_vllm_sampling(request.sampling),
+                                                   request_id):
+                sample = output.outputs[0]
+                new_ids = list(sample.token_ids[ids_len:])
+                piece = sample.text[text_len:]
+                ids_len, text_len = len(sample.token_ids), len(sample.text)
+                if request.context_id in self._contexts:
+                    self._contexts[request.context_id].extend(new_ids)
+                reason = sample.finish_reason if output.finished else None
+                yield GenerateChunk(piece, tuple(new_ids),
+                                    (reason or "stop") if output.finished else None)
+        except (asyncio.CancelledError, GeneratorExit):
+            await self._llm.abort(request_id)
+            raise
+        except Exception as exc:  # noqa: BLE001 - vLLM's engine errors: the engine is gone
+            if isinstance(exc, EngineUnavailableError):
+                raise
+            raise EngineUnavailableError(f"vllm engine {self.name!r}: {exc!r}") from exc
+        finally:
+            self._num_running -= 1
+
+    async def free_context(self, context_id: str) -> None:
+        if self._contexts.pop(context_id, None) is None:
+            raise UnknownContextError(f"unknown context {context_id!r}")
+
+    async def stats(self) -> EngineStats:
+        tokens = sum(len(c) for c in self._contexts.values())
+        total = self._kv_tokens // BLOCK_SIZE
+        return EngineStats(self._num_running, 0, total,
+                           max(total - -(-tokens // BLOCK_SIZE), 0), BLOCK_SIZE, tokens,
+                           len(self._contexts))
+
+    def _open(self, context_id: str, parent_id: str | None) -> list[int]:
+        if context_id in self._contexts:
+            return self._contexts[context_id]
+        if parent_id is None:
+            return []
+        if parent_id not in self._contexts:
+            raise UnknownContextError(f"unknown parent context {parent_id!r}")
+        return list(self._contexts[parent_id])
+
+    async def _tokenize(self, text: str) -> list[int]:
+        def encode() -> list[int]:
+            return list(self._tokenizer(text, add_special_tokens=False).input_ids)
+        return encode() if len(text) <= _TOKENIZE_INLINE_CHARS else await asyncio.to_thread(encode)
+
+
+def _vllm_sampling(sampling: SamplingParams) -> Any:
+    from vllm import SamplingParams as VSamplingParams
+
+    return VSamplingParams(n=1, max_tokens=sampling.max_tokens, temperature=sampling.temperature,
+                           top_p=sampling.top_p, top_k=sampling.top_k or -1, seed=sampling.seed,
+                           stop=list(sampling.stop) or None,
+                           stop_token_ids=list(sampling.stop_token_ids) or None,
+                           ignore_eos=sampling.ignore_eos)
+
+
+def create_vllm_engine(name: str, params: Mapping[str, Any]) -> VLLMEngine:
+    """Build the engine (loads the model: blocking, as the builtin engine's build is)."""
+    config = VLLMEngineConfig.from_mapping(params)
+    try:
+        from vllm import AsyncEngineArgs, AsyncLLMEngine
+    except ImportError as exc:
+        raise missing_extra("vllm", f"engine {name!r} (kind vllm)", exc) from None
+    args = {"model": config.model, "tensor_parallel_size": config.tensor_parallel_size,
+            "gpu_memory_utilization": config.gpu_memory_utilization, "dtype": config.dtype,
+            "enable_prefix_caching": config.enable_prefix_caching, **config.engine_args}
+    if config.max_model_len is not None:
+        args["max_model_len"] = config.max_model_len
+    return VLLMEngine(name, config, AsyncLLMEngine.from_engine_args(AsyncEngineArgs(**args)))
+
+
+async def _maybe_await(value: Any) -> Any:
+    """vLLM's getters are coroutines in some versions and plain calls in others."""
+    return await value if asyncio.iscoroutine(value) else value

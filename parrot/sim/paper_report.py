@@ -1,0 +1,113 @@
+"""The paper's results table from the runs of `parrot.sim.paper`: OUT/table.md (markdown),
+OUT/paper.json (every ratio with its numbers), and the table spliced into the results page
+between `<!-- paper-table:begin -->` and `<!-- paper-table:end -->`."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from parrot.sim.sweep import point_figures
+
+BEGIN, END = "<!-- paper-table:begin -->", "<!-- paper-table:end -->"
+
+
+def _load(run_dir: Path) -> tuple[str, Any] | None:
+    for kind in ("sweep", "rates", "results"):
+        path = run_dir / f"{kind}.json"
+        if path.is_file():
+            return kind, json.loads(path.read_text())
+    return None
+
+
+def ratio_values(kind: str, data: Any, ratio: Any) -> list[dict[str, Any]]:
+    """[{at, value, ours, baseline}] for one Ratio; value None when a side is missing."""
+    if kind == "rates":
+        ours_entry = data["variants"].get(ratio.ours, {})
+        base_entry = data["variants"].get(ratio.baseline, {})
+        ours, base = ours_entry.get("sustainable_rate"), base_entry.get("sustainable_rate")
+        return [{"at": None, "ours": ours, "baseline": base,
+                 "ours_capped": bool(ours_entry.get("capped")),
+                 "baseline_capped": bool(base_entry.get("capped")),
+                 "value": ours / base if ours is not None and base else None}]
+    points = ([{"value": None, "figures": point_figures(data)}] if kind == "results"
+              else data["points"])
+    rows = []
+    for point in points:
+        if ratio.at and point["value"] not in ratio.at:
+            continue
+        ours = point["figures"].get(ratio.ours, {}).get(ratio.metric)
+        base = point["figures"].get(ratio.baseline, {}).get(ratio.metric)
+        if ratio.metric == "per_app_min_speedup":   # already a ratio against the reference
+            value, base = ours, None
+        else:
+            value = base / ours if ours and base is not None else None
+        rows.append({"at": point["value"], "ours": ours, "baseline": base, "value": value})
+    return rows
+
+
+def _cell(kind: str, data: Any, rows: list[dict[str, Any]]) -> str:
+    def x(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.2f}×"
+
+    if kind == "rates":
+        r = rows[0]
+        if r["ours"] is None or r["baseline"] is None:
+            return "n/a"
+        low = "≥" if r["ours_capped"] and not r["baseline_capped"] else ""
+        return (f"{low}{x(r['value'])} ({'≥' if r['ours_capped'] else ''}{r['ours']:.1f} vs "
+                f"{'≥' if r['baseline_capped'] else ''}{r['baseline']:.1f} req/s)")
+    if kind == "results":
+        return x(rows[0]["value"])
+    field = data["field"]
+    return f"{field} " + " · ".join(f"{r['at']}: {x(r['value'])}" for r in rows)
+
+
+def _plot(run_dir: Path, kind: str) -> str | None:
+    name = {"sweep": "sweep.png", "rates": "rates.png", "results": "latency_cdf.png"}[kind]
+    return name if (run_dir / name).is_file() else None
+
+
+def write_report(out: Path, experiments: Sequence[Any], seconds: dict[str, float],
+                 wall_s: float, profile: str | None = None) -> str:
+    lines = ["| experiment | paper | ours, simulated (one run per ratio) | ours, live | "
+             "plot | command |", "|---|---|---|---|---|---|"]
+    summary: dict[str, Any] = {"wall_s": wall_s, "experiments": {}}
+    command = (lambda e: e.command()) if profile is None else (  # noqa: E731
+        lambda e: e.command(str(out), profile))
+    for e in experiments:
+        run_dir = out / e.key
+        loaded = _load(run_dir)
+        cells, record = [], []
+        for ratio in e.ratios:
+            if loaded is None:
+                cells.append(f"{ratio.name}: missing (run failed)")
+                continue
+            kind, data = loaded
+            rows = ratio_values(kind, data, ratio)
+            record.append({"name": ratio.name, "ours": ratio.ours, "baseline": ratio.baseline,
+                           "metric": ratio.metric, "values": rows})
+            cells.append(f"{ratio.name}: {_cell(kind, data, rows)}")
+        plot = _plot(run_dir, loaded[0]) if loaded else None
+        rel = os.path.relpath(run_dir, "docs")  # links are relative to the page in docs/
+        plot_cell = f"[{plot}]({rel}/{plot})" if plot else "-"
+        lines.append(f"| {e.title} | {e.paper} | {'<br>'.join(cells)} | pending | "
+                     f"{plot_cell} | `{command(e)}` |")
+        summary["experiments"][e.key] = {"title": e.title, "paper": e.paper,
+                                         "command": command(e), "ratios": record,
+                                         "seconds": seconds.get(e.key)}
+    table = "\n".join(lines) + "\n"
+    (out / "table.md").write_text(table)
+    (out / "paper.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return table
+
+
+def splice_page(page: Path, table: str) -> None:
+    """Replace the text between the markers of `page` with `table` (markers must exist)."""
+    text = page.read_text()
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"{page}: needs the markers {BEGIN} and {END}")
+    page.write_text(text[:start + len(BEGIN)] + "\n" + table + text[end:])

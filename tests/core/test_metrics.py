@@ -1,0 +1,128 @@
+"""/metrics: parses with prometheus_client's parser and counts what happened; the access log."""
+
+from __future__ import annotations
+
+import logging
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from parrot.core.config import ServeConfig
+from parrot.core.server import ParrotServer
+from parrot.engines.launcher import relay_line
+
+SIM = {"kind": "simulated", "in_process": True, "params": {"zero_latency": True}}
+
+
+@pytest.fixture
+async def server():
+    srv = ParrotServer(ServeConfig.from_mapping({
+        "policy": {"name": "app_centric"},
+        "engines": [{"name": "sim-0", **SIM}, {"name": "sim-1", **SIM}]}))
+    await srv.start(port=0)
+    yield srv
+    await srv.stop()
+
+
+async def scrape(http: aiohttp.ClientSession) -> dict[tuple[str, tuple], float]:
+    async with http.get("/metrics") as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/plain")
+        text = await resp.text()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+async def test_metrics_count_requests_calls_and_engines(server):
+    async with aiohttp.ClientSession(base_url=server.url) as http:
+        async with http.post("/v1/completions", json={"model": "simulated", "prompt": "p",
+                                                      "max_tokens": 3, "n": 3}) as resp:
+            assert resp.status == 200
+        async with http.get("/v1/sessions/s-nope/graph") as resp:
+            assert resp.status == 404
+        m = await scrape(http)
+    assert m[("parrot_http_requests_total", (("method", "POST"), ("route", "/v1/completions"),
+                                             ("status", "200")))] == 1
+    # wire routes are labelled by their template, never by the raw path
+    assert m[("parrot_http_requests_total", (("method", "GET"),
+                                             ("route", "/v1/sessions/{sid}/graph"),
+                                             ("status", "404")))] == 1
+    assert m[("parrot_calls_finished_total", (("state", "done"),))] == 3
+    assert m[("parrot_call_e2e_seconds_count", ())] == 3
+    assert m[("parrot_call_ttft_seconds_count", ())] == 3
+    assert m[("parrot_call_tpot_seconds_count", ())] == 3
+    assert m[("parrot_policy_decision_seconds_count", ())] >= 1
+    for engine in ("sim-0", "sim-1"):
+        assert m[("parrot_engine_healthy", (("engine", engine),))] == 1
+        assert m[("parrot_engine_kv_capacity_tokens", (("engine", engine),))] == 4096 * 16
+        assert ("parrot_prefix_lookups_total", (("engine", engine), ("result", "hit"))) in m
+        assert ("parrot_prefix_hit_ratio", (("engine", engine),)) in m
+        # the engine's own report: all blocks free again once the calls are done
+        assert m[("parrot_engine_reported_kv_blocks_total", (("engine", engine),))] == 4096
+        assert m[("parrot_engine_reported_kv_blocks_used", (("engine", engine),))] == 0
+    done = sum(v for (name, labels), v in m.items() if name == "parrot_engine_running_calls")
+    assert done == 0
+    assert m[("parrot_ready_calls", (("criterion", "latency"),))] == 0
+    assert m[("parrot_ready_calls", (("criterion", "throughput"),))] == 0
+    assert m[("parrot_sessions", ())] == 0  # the completion's private session is gone
+
+
+async def test_calls_by_state_and_sessions(server):
+    async with aiohttp.ClientSession(base_url=server.url) as http:
+        async with http.post("/v1/sessions") as resp:
+            sid = (await resp.json())["session_id"]
+            token = (await resp.json())["token"]
+        async with http.post("/v1/submit", headers={"Authorization": f"Bearer {token}"}, json={
+                "session_id": sid, "prompt": "{{input:a}} {{output:b}}",
+                "placeholders": [{"name": "a", "in_out": "input", "value": "x"}],
+                "sampling": {"max_tokens": 2}, "wait": True}) as resp:
+            assert resp.status == 200
+        m = await scrape(http)
+    assert m[("parrot_sessions", ())] == 1
+    assert m[("parrot_calls", (("state", "done"),))] == 1
+    assert m[("parrot_calls", (("state", "pending"),))] == 0
+
+
+async def test_access_log_line_at_info(server, caplog):
+    caplog.set_level(logging.INFO, logger="parrot.access")
+    async with aiohttp.ClientSession(base_url=server.url) as http:
+        async with http.get("/healthz") as resp:
+            assert resp.status == 200
+    lines = [r.getMessage() for r in caplog.records if r.name == "parrot.access"]
+    assert len(lines) == 1 and lines[0].endswith("ms")
+    assert "GET /healthz 200" in lines[0]
+
+
+def test_engine_log_lines_are_relayed_at_their_level(caplog):
+    relay = logging.getLogger("parrot.engine.e0")
+    caplog.set_level(logging.DEBUG, logger="parrot.engine.e0")
+    relay_line(relay, "2026-12-01 02:00:00,000 WARNING parrot.engine: out of blocks\n")
+    relay_line(relay, "Traceback (most recent call last):\n")
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.WARNING, "parrot.engine: out of blocks"),
+        (logging.INFO, "Traceback (most recent call last):")]
+
+
+async def test_outputs_stream_from_an_engine_process_only_when_read_as_a_stream():
+    """Over HTTP an unwatched output is one non-streamed Generate (no first-token time); a
+    stream request streams it (TTFT observed)."""
+    srv = ParrotServer(ServeConfig.from_mapping({
+        "policy": {"name": "least_queue"},
+        "engines": [{"name": "proc", "kind": "simulated", "params": {"zero_latency": True}}]}))
+    await srv.start(port=0)
+    try:
+        async with aiohttp.ClientSession(base_url=srv.url) as http:
+            body = {"model": "simulated", "prompt": "p", "max_tokens": 4}
+            async with http.post("/v1/completions", json=body) as resp:
+                assert resp.status == 200
+            m = await scrape(http)
+            assert m[("parrot_call_e2e_seconds_count", ())] == 1
+            assert m[("parrot_call_ttft_seconds_count", ())] == 0
+            async with http.post("/v1/completions", json={**body, "stream": True}) as resp:
+                assert resp.status == 200 and (await resp.read()).endswith(b"[DONE]\n\n")
+            m = await scrape(http)
+            assert m[("parrot_call_e2e_seconds_count", ())] == 2
+            assert m[("parrot_call_ttft_seconds_count", ())] == 1
+    finally:
+        await srv.stop()

@@ -1,0 +1,128 @@
+"""/openapi.json against the live server: every route documented and nothing more, and real
+requests and replies of every JSON route validate against the generated schemas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import jsonschema
+import pytest
+
+from parrot.core.config import ServeConfig
+from parrot.core.metrics import _template
+from parrot.core.openapi import OPERATIONS, build_document
+from parrot.core.server import ParrotServer
+from parrot.core.wire import WireAPI
+
+CONFIG = {"policy": {"name": "least_queue"}, "manager": {"admin_token": "admin-secret"},
+          "engines": [{"name": "sim-0", "kind": "simulated", "in_process": True,
+                       "params": {"zero_latency": True}}]}
+
+
+@pytest.fixture
+async def server():
+    srv = ParrotServer(ServeConfig.from_mapping(CONFIG))
+    await srv.start(port=0)
+    yield srv
+    await srv.stop()
+
+
+def live_routes(server: ParrotServer) -> set[tuple[str, str]]:
+    routes = {(m, _template(p)) for m, p in WireAPI(server.manager).route_table}
+    app = server._runner.app  # type: ignore[union-attr]
+    for route in app.router.routes():
+        canonical = route.resource.canonical if route.resource is not None else ""
+        if route.method in ("HEAD", "*") or "{tail}" in canonical:
+            continue
+        routes.add((route.method, canonical.replace("{model:.+}", "{model}")))
+    return routes
+
+
+async def test_every_live_route_is_documented_and_nothing_else(server):
+    documented = {(op.method, op.path) for op in OPERATIONS}
+    assert live_routes(server) == documented
+
+
+def check(document: dict, schema: dict, instance: Any) -> None:
+    jsonschema.validate(instance, {**schema, "components": document["components"]},
+                        cls=jsonschema.Draft202012Validator)
+
+
+def reply_schema(document: dict, method: str, path: str, status: str = "200") -> dict:
+    return document["paths"][path][method.lower()]["responses"][status]["content"][
+        "application/json"]["schema"]
+
+
+def body_schema(document: dict, method: str, path: str) -> dict:
+    return document["paths"][path][method.lower()]["requestBody"]["content"][
+        "application/json"]["schema"]
+
+
+async def test_live_requests_and_replies_match_the_schemas(server):
+    async with aiohttp.ClientSession(base_url=server.url) as http:
+        async with http.get("/openapi.json") as resp:
+            document = await resp.json()
+        assert document == build_document()
+        for schema in document["components"]["schemas"].values():
+            jsonschema.Draft202012Validator.check_schema(schema)
+
+        async def call(method: str, path: str, template: str, body: Any = None,
+                       headers: dict | None = None, status: int = 200) -> Any:
+            if body is not None:
+                check(document, body_schema(document, method, template), body)
+            async with http.request(method, path, json=body, headers=headers) as resp:
+                assert resp.status == status, await resp.text()
+                reply = await resp.json()
+            check(document, reply_schema(document, method, template, str(status)), reply)
+            return reply
+
+        await call("GET", "/healthz", "/healthz")
+        created = await call("POST", "/v1/sessions", "/v1/sessions")
+        sid, auth = created["session_id"], {"Authorization": f"Bearer {created['token']}"}
+        var = await call("POST", "/v1/variables", "/v1/variables",
+                         {"session_id": sid, "name": "topic"}, auth)
+        vid = var["semantic_var_id"]
+        submitted = await call("POST", "/v1/submit", "/v1/submit", {
+            "session_id": sid, "prompt": "About {{input:t}}: {{output:o}}",
+            "placeholders": [{"name": "t", "in_out": "input", "semantic_var_id": vid},
+                             {"name": "o", "in_out": "output", "transforms": ["strip"]}],
+            "sampling": {"max_tokens": 3}}, auth)
+        await call("POST", f"/v1/variables/{vid}", "/v1/variables/{vid}",
+                   {"session_id": sid, "value": "birds"}, auth)
+        out = submitted["placeholders"][-1]["semantic_var_id"]
+        await call("POST", "/v1/get", "/v1/get", {"session_id": sid, "semantic_var_id": out,
+                                                  "criteria": "latency"}, auth)
+        await call("POST", "/v1/submit_batch", "/v1/submit_batch", {
+            "session_id": sid, "calls": [
+                {"prompt": "A {{output:a}}", "placeholders": []},
+                {"prompt": "B {{input:a}} {{output:b}}", "placeholders": [
+                    {"name": "a", "in_out": "input", "ref": {"call": 0, "output": "a"}}]},
+                {"prompt": "{{input:missing}} {{output:c}}", "placeholders": []}]}, auth)
+        await call("GET", f"/v1/sessions/{sid}/graph", "/v1/sessions/{sid}/graph",
+                   headers=auth)
+        await call("GET", "/v1/engines", "/v1/engines")
+        await call("GET", "/v1/stats", "/v1/stats")
+        await call("POST", "/v1/engines", "/v1/engines",
+                   {"name": "e1", "url": "http://127.0.0.1:9"}, status=401)
+        await call("POST", "/v1/get", "/v1/get", {"session_id": sid, "semantic_var_id": "v-x"},
+                   auth, status=404)
+        await call("DELETE", f"/v1/sessions/{sid}", "/v1/sessions/{sid}", headers=auth)
+        await call("GET", "/v1/models", "/v1/models")
+        await call("GET", "/v1/models/simulated", "/v1/models/{model}")
+        await call("POST", "/v1/completions", "/v1/completions",
+                   {"model": "simulated", "prompt": "x", "max_tokens": 2, "n": 2})
+        await call("POST", "/v1/chat/completions", "/v1/chat/completions",
+                   {"model": "simulated", "messages": [{"role": "user", "content": "hi"}],
+                    "max_tokens": 2, "parrot": {"criteria": "throughput"}})
+        await call("POST", "/v1/completions", "/v1/completions",
+                   {"model": "simulated", "prompt": "x", "best_of": 3}, status=400)
+
+
+def test_unknown_fields_are_rejected_by_schema_and_parser():
+    document = build_document()
+    schema = body_schema(document, "POST", "/v1/completions")
+    with pytest.raises(jsonschema.ValidationError):
+        check(document, schema, {"model": "m", "prompt": "x", "functions": []})
+    with pytest.raises(jsonschema.ValidationError):
+        check(document, schema, {"prompt": "x"})  # model is required

@@ -1,0 +1,49 @@
+"""Run `parrot-serve` as a real subprocess (as a user would) for end-to-end tests."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SIM_ENGINE = {"kind": "simulated", "in_process": True,
+              "params": {"zero_latency": True, "max_context_len": 4096}}
+
+
+@contextlib.contextmanager
+def parrot_serve(config: dict[str, Any], tmp_path: Path, *, log_level: str = "WARNING",
+                 timeout_s: float = 120.0) -> Iterator[tuple[str, subprocess.Popen]]:
+    """Start parrot-serve on a free port from `config`; yields (url, process)."""
+    path = tmp_path / f"serve-{len(list(tmp_path.glob('serve-*.yaml')))}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen([sys.executable, "-m", "parrot.cli.serve", "--config", str(path),
+                             "--port", "0", "--log-level", log_level],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        match = re.search(r"ready at (\S+)", line)
+        if match is None:
+            proc.kill()
+            raise RuntimeError(f"parrot-serve did not start: {line!r}\n{proc.stderr.read()}")
+        yield match.group(1), proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()

@@ -1,0 +1,138 @@
+"""Sweeps, the sustainable-rate search, and the paper table built from their JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from parrot.cli.bench import main
+from parrot.sim.paper import EXPERIMENTS, Experiment, Ratio
+from parrot.sim.paper_report import BEGIN, END, ratio_values, splice_page, write_report
+from parrot.sim.sweep import Sweep, meets_target, sustainable_rate
+from parrot.sim.workloads.spec import WorkloadConfigError, WorkloadSpec
+
+
+def test_sweep_parses_fields_and_validates_every_value():
+    sweep = Sweep.parse("output_tokens=25,50")
+    assert sweep == Sweep("output_tokens", (25, 50))
+    assert [s.output_tokens for s in sweep.specs(WorkloadSpec())] == [25, 50]
+    assert Sweep.parse("chat_rate=0,0.5").values == (0, 0.5)
+    with pytest.raises(WorkloadConfigError, match="FIELD one of"):
+        Sweep.parse("seed=1,2")
+    with pytest.raises(WorkloadConfigError, match="output_tokens: 0"):
+        Sweep.parse("output_tokens=10,0").specs(WorkloadSpec())
+
+
+def entry(norm: float | None, status: str = "ok", failed: int = 0) -> dict:
+    return {"status": status, "num_failed": failed,
+            "normalized_latency_s_per_token": {"mean": norm}}
+
+
+def test_a_rate_is_sustained_within_the_target_with_no_failures():
+    assert meets_target(entry(0.03), 0.04) == (True, 0.03)
+    assert meets_target(entry(0.05), 0.04)[0] is False
+    assert meets_target(entry(0.01, failed=1), 0.04)[0] is False
+    assert meets_target(entry(None, status="deadlock"), 0.04)[0] is False
+
+
+def test_the_search_doubles_then_bisects_between_good_and_bad():
+    capacity = 10.0  # latency explodes past 10 req/s
+    tried = []
+
+    def run_at(rate: float) -> dict:
+        tried.append(rate)
+        return entry(0.01 if rate <= capacity else 1.0)
+
+    rate, points = sustainable_rate(run_at, 0.04, start=1.0, refinements=3)
+    assert tried[:5] == [1.0, 2.0, 4.0, 8.0, 16.0]
+    assert 8.0 <= rate <= capacity and len(points) == 8
+    assert sustainable_rate(lambda r: entry(1.0), 0.04, start=1.0)[0] == 0.0
+    assert sustainable_rate(lambda r: entry(0.01), 0.04, start=1.0, max_rate=8.0)[0] == 8.0
+
+
+def test_cli_sweep_writes_one_comparison_per_value(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    code = main(["--workload", "chain_summary", "--doc-tokens", "1024", "--chunk-tokens",
+                 "512", "--sweep", "output_tokens=4,8", "--quiet", "--no-plots",
+                 "--out", str(out)])
+    assert code == 0
+    summary = json.loads((out / "sweep.json").read_text())
+    assert summary["field"] == "output_tokens" and summary["values"] == [4, 8]
+    for value, point in zip((4, 8), summary["points"]):
+        results = json.loads((out / f"output_tokens={value}" / "results.json").read_text())
+        assert results["settings"]["workload"]["output_tokens"] == value
+        figures = point["figures"]["app_centric:parrot"]
+        assert figures["speedup"] == results["speedup_vs_reference"]["app_centric:parrot"]
+    assert "sweep of output_tokens" in capsys.readouterr().out
+
+
+def test_report_ratios_come_from_one_comparison_each(tmp_path):
+    out = tmp_path / "paper"
+    main(["--workload", "chain_summary", "--doc-tokens", "1024", "--chunk-tokens", "512",
+          "--sweep", "output_tokens=4,8", "--quiet", "--no-plots",
+          "--out", str(out / "chain")])
+    experiment = Experiment("chain", "chain", "1.38x", ("--workload", "chain_summary"),
+                            (Ratio("vs baseline", "app_centric:parrot",
+                                   "least_queue:baseline"),))
+    table = write_report(out, [experiment], {"chain": 1.0}, 2.0)
+    summary = json.loads((out / "paper.json").read_text())
+    values = summary["experiments"]["chain"]["ratios"][0]["values"]
+    for value in values:
+        results = json.loads((out / "chain" / f"output_tokens={value['at']}" /
+                              "results.json").read_text())
+        means = {k: v["e2e_latency_s"]["mean"] for k, v in results["variants"].items()}
+        assert value["value"] == pytest.approx(means["least_queue:baseline"]
+                                               / means["app_centric:parrot"])
+    assert "output_tokens 4: " in table and "| pending |" in table
+    page = tmp_path / "RESULTS.md"
+    page.write_text(f"intro\n{BEGIN}\nold\n{END}\nafter\n")
+    splice_page(page, table)
+    text = page.read_text()
+    assert "old" not in text and table in text and text.endswith(f"{END}\nafter\n")
+
+
+def test_rate_ratios_say_when_the_search_hit_its_cap():
+    data = {"variants": {"a": {"sustainable_rate": 256.0, "capped": True},
+                         "b": {"sustainable_rate": 16.0, "capped": False}}}
+    (row,) = ratio_values("rates", data, Ratio("x", "a", "b", "sustainable_rate"))
+    assert row["value"] == 16.0 and row["ours_capped"] and not row["baseline_capped"]
+
+
+def test_every_paper_experiment_names_registered_variants():
+    from parrot.sim.compare import parse_variants
+    from parrot.sim.workloads.registry import WORKLOADS
+
+    keys = [e.key for e in EXPERIMENTS]
+    assert len(keys) == len(set(keys))
+    for e in EXPERIMENTS:
+        args = dict(zip(e.args[::2], e.args[1::2]))
+        assert args["--workload"] in WORKLOADS
+        labels = {v.label for v in parse_variants(args.get("--compare", WORKLOADS[
+            args["--workload"]].default_compare))}
+        for ratio in e.ratios:
+            assert {ratio.ours, ratio.baseline} <= labels, (e.key, ratio)
+
+
+def test_run_paper_writes_the_table_and_splices_the_page(tmp_path):
+    from parrot.sim.paper import run_paper
+
+    tiny = ("--doc-tokens", "1024", "--chunk-tokens", "512", "--output-tokens", "4")
+    experiments = (
+        Experiment("chain", "chain summary", "1.38x", ("--workload", "chain_summary", *tiny,
+                                                        "--sweep", "num_apps=1,2"),
+                   (Ratio("vs request-level", "app_centric:parrot", "least_queue:baseline"),)),
+        Experiment("mr", "map-reduce", "2.37x", ("--workload", "map_reduce", *tiny),
+                   (Ratio("vs capped", "app_centric:parrot", "latency_centric:baseline"),)),
+    )
+    page = tmp_path / "RESULTS.md"
+    page.write_text(f"# Results\n{BEGIN}\n{END}\n")
+    code = run_paper(tmp_path / "out", quiet=True, plots=False, jobs=1, page=page,
+                     experiments=experiments)
+    assert code == 0
+    text = page.read_text()
+    assert "| chain summary | 1.38x | vs request-level: num_apps 1: " in text
+    assert "| map-reduce | 2.37x | vs capped: " in text
+    assert "`parrot-bench --workload map_reduce" in text
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert set(run["runs"]) == {"chain", "mr"} and run["wall_s"] > 0

@@ -1,0 +1,166 @@
+"""The paper's workloads on the simulated cluster: shapes, determinism, what each one measures."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from parrot.sim.cluster import ClusterSpec, run_simulation
+from parrot.sim.compare import CompareError, Variant, parse_variant, parse_variants
+from parrot.sim.workloads.apps import documents
+from parrot.sim.workloads.arrivals import poisson_offsets
+from parrot.sim.workloads.copilot import query_lengths
+from parrot.sim.workloads.gpts import system_prompt_lengths
+from parrot.sim.workloads.registry import WORKLOADS
+from parrot.sim.workloads.spec import WorkloadConfigError, WorkloadSpec
+
+PROFILE = "h200_llama7b"  # a 16k window: copilot's and gpts' prompts fit
+TINY = dict(doc_tokens=2048, chunk_tokens=512, output_tokens=8)
+
+
+def run(name: str, mode: str = "parrot", policy: str = "app_centric", seed: int = 0,
+        engine_params: dict | None = None, **spec: object):
+    workload = WORKLOADS[name]
+    cluster = ClusterSpec(policy=policy, num_engines=workload.num_engines, profile=PROFILE,
+                          engine_params=engine_params or {})
+    return run_simulation(cluster, workload, WorkloadSpec(**{**TINY, **spec, "seed": seed}),
+                          mode=mode, seed=seed)
+
+
+def fingerprint(result) -> list[tuple]:
+    return [(r.app_id, r.started, r.finished,
+             tuple((c.engine, c.dispatched, c.finished) for c in r.calls))
+            for r in result.records]
+
+
+def test_the_registry_is_the_list_of_workloads():
+    assert sorted(WORKLOADS) == ["chain_summary", "chain_summary_bg", "concurrent_chains",
+                                 "copilot", "gpts", "map_reduce", "mixed", "multi_agent"]
+    for name, workload in WORKLOADS.items():
+        assert workload.name == name
+        WorkloadSpec(**workload.spec_defaults)  # the defaults are a valid spec
+        assert parse_variants(workload.default_compare)
+
+
+@pytest.mark.parametrize("name, spec", [
+    ("concurrent_chains", dict(num_clients=3)),
+    ("copilot", dict(num_clients=4, system_prompt_tokens=600)),
+    ("gpts", dict(num_requests=6, request_rate=4.0, prompt_scale=0.1)),
+    ("multi_agent", dict(num_clients=2, rounds=1)),
+    ("mixed", dict(num_apps=1, chat_rate=2.0, max_chat_s=3.0,
+                   chat_prompt_tokens=(16, 32), chat_output_tokens=(4, 8))),
+])
+def test_each_new_workload_is_deterministic_per_seed(name, spec):
+    first = run(name, **spec)
+    assert first.records and all(r.error is None for r in first.records)
+    assert fingerprint(run(name, **spec)) == fingerprint(first)
+    assert fingerprint(run(name, seed=1, **spec)) != fingerprint(first)
+
+
+def test_concurrent_chains_start_together_on_different_documents():
+    result = run("concurrent_chains", policy="least_queue", num_clients=3)
+    assert [r.app_id for r in result.records] == ["chain-0", "chain-1", "chain-2"]
+    assert len({r.started for r in result.records}) == 1
+    docs = documents(WorkloadSpec(**TINY, num_clients=3), 3)
+    assert len({d[0] for d in docs}) == 3  # different documents
+    assert [len(r.calls) for r in result.records] == [len(d) for d in docs]
+
+
+def test_copilot_shares_the_system_prompt_only_in_parrot_mode():
+    spec = dict(num_clients=8, system_prompt_tokens=2000, output_tokens=20)
+    shared = run("copilot", policy="least_queue", **spec)
+    static = run("copilot", policy="least_queue",
+                 engine_params={"shared_prefix_decode": False}, **spec)
+    unshared = run("copilot", mode="baseline", policy="least_queue", **spec)
+    # KV: one copy of the prompt when shared (also with static sharing), eight without.
+    assert shared.peak_kv_tokens == static.peak_kv_tokens
+    assert unshared.peak_kv_tokens > 4 * shared.peak_kv_tokens
+    # Decode reads the prefix once per step only with the shared-prefix kernel.
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    assert mean(shared.tpot_s) < mean(static.tpot_s) < mean(unshared.tpot_s) * 1.01
+    assert max(r.latency_s for r in shared.records) < min(r.latency_s for r in unshared.records)
+
+
+def test_query_lengths_are_clipped_lognormal():
+    lengths = query_lengths(random.Random(0), 2000)
+    assert min(lengths) >= 8 and max(lengths) <= 512
+    assert 30 <= sorted(lengths)[1000] <= 50  # the median is ~40 tokens
+
+
+def test_gpts_spreads_poisson_requests_over_four_prompts():
+    assert system_prompt_lengths(1.0) == (7437, 1116, 1694, 2031)
+    assert system_prompt_lengths(0.5) == (3718, 558, 847, 1016)
+    result = run("gpts", num_requests=12, request_rate=2.0, prompt_scale=0.2)
+    assert len(result.records) == 12
+    assert {r.app_id.split("-")[0] for r in result.records} <= {"gpt0", "gpt1", "gpt2", "gpt3"}
+    starts = [r.started for r in result.records]
+    assert starts == sorted(starts) and starts[-1] > starts[0]
+    assert len(result.engines) == 4  # the workload's own cluster size
+
+
+def test_multi_agent_rounds_see_every_file():
+    result = run("multi_agent", policy="least_queue", num_clients=3, rounds=2)
+    (team,) = result.records
+    assert len(team.calls) == 1 + 3 + 2 * 3 * 2
+    calls = sorted(team.calls, key=lambda c: c.dispatched)
+    architect, coders, review1 = calls[0], calls[1:4], calls[4:7]
+    assert all(c.dispatched >= architect.finished for c in coders)
+    # a reviewer reads every file: it starts only after the last coder
+    assert min(c.dispatched for c in review1) >= max(c.finished for c in coders)
+
+
+def test_shared_history_needs_less_kv_than_rendered_prompts():
+    spec = dict(num_clients=4, rounds=1, output_tokens=64)
+    shared = run("multi_agent", policy="least_queue", **spec)
+    rendered = run("multi_agent", mode="baseline", policy="least_queue", **spec)
+    assert shared.peak_kv_tokens < rendered.peak_kv_tokens
+
+
+def test_background_chat_arrives_at_the_same_times_in_every_variant():
+    spec = dict(chat_rate=2.0, max_chat_s=6.0, chat_prompt_tokens=(16, 64),
+                chat_output_tokens=(4, 16))
+    fast = run("chain_summary_bg", **spec)
+    slow = run("chain_summary_bg", mode="baseline", policy="least_queue", **spec)
+    chats = lambda r: [(c.app_id, round(c.started, 9)) for c in r.records if not c.is_main]  # noqa
+    assert chats(fast) and chats(fast) == chats(slow)
+    assert max(s for _, s in chats(fast)) < 6.0
+    offsets = poisson_offsets(random.Random("chat|0"), 2.0, horizon_s=6.0)
+    assert [s for _, s in chats(fast)] == pytest.approx(offsets)
+
+
+def test_variant_items_carry_their_own_policy_and_engine_params():
+    variant = parse_variant("app_centric+policy.prefix_affinity=false")
+    assert variant == Variant("app_centric", "parrot", {"prefix_affinity": False}, {})
+    assert variant.label == "app_centric:parrot+policy.prefix_affinity=false"
+    other = parse_variant("least_queue:baseline+engine.shared_prefix_decode=false")
+    assert other.mode == "baseline" and other.engine_params == {"shared_prefix_decode": False}
+    with pytest.raises(CompareError, match=r"\+policy.KEY=VALUE"):
+        parse_variant("app_centric+prefix_affinity=false")
+    with pytest.raises(CompareError, match="listed twice"):
+        parse_variants("a+policy.x=1,a:parrot+policy.x=1")
+
+
+@pytest.mark.parametrize("field, value", [("num_clients", 0), ("request_rate", 0.0),
+                                          ("prompt_scale", -1.0), ("rounds", True)])
+def test_bad_spec_values_name_the_field(field, value):
+    with pytest.raises(WorkloadConfigError, match=field):
+        WorkloadSpec(**{field: value})
+
+
+def test_mixed_jobs_and_chats_arrive_at_fixed_times_in_every_variant():
+    spec = dict(num_apps=3, request_rate=1.0, chat_rate=2.0, max_chat_s=3.0,
+                chat_prompt_tokens=(16, 32), chat_output_tokens=(4, 8))
+    runs = [run("mixed", policy=p, **spec) for p in ("least_queue", "latency_centric")]
+    starts = [[(r.app_id, round(r.started, 9)) for r in result.records] for result in runs]
+    assert starts[0] == starts[1]
+    jobs = [r for r in runs[0].records if r.is_main]
+    assert [r.app_id for r in jobs] == ["mapreduce-0", "mapreduce-1", "mapreduce-2"]
+    offsets = poisson_offsets(random.Random("jobs|0"), 1.0, count=3)
+    assert [r.started for r in jobs] == pytest.approx(offsets)
+    assert any(not r.is_main for r in runs[0].records)
+
+
+def test_documents_never_repeat_when_the_text_wraps_around():
+    docs = documents(WorkloadSpec(doc_tokens=20_480, chunk_tokens=1024, num_apps=12))
+    assert len({d[0] for d in docs}) == 12
