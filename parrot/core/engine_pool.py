@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import collections
+import logging
 from collections.abc import Set
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator, Mapping
 
 from parrot.core.config import EngineSpec
 from parrot.core.contexts import EngineContexts
 from parrot.core.nodes import Call
+from parrot.engines.latency_model import EngineConfigError, load_profile
 from parrot.engines.protocol import Engine, EngineInfo
 from parrot.errors import ConflictError, NotFoundError
 from parrot.policies.base import EngineView
-from parrot.types import Criterion
+from parrot.policies.cost import DEFAULT_PROFILE, ProfileError, SpeedProfile
+from parrot.types import CHARS_PER_TOKEN, Criterion
+
+log = logging.getLogger(__name__)
 
 
 class _ReadOnlyKeys(Set):
@@ -34,11 +39,40 @@ class _ReadOnlyKeys(Set):
         return len(self._mapping)
 
 
+def prefix_num_tokens(call: Call) -> tuple[int, ...]:
+    """Estimated prompt tokens up to each of `call.prefix_hashes` (non-decreasing)."""
+    shareable = set(call.prefix_hashes)
+    chars, tokens = 0, []
+    for piece in call.prefix_pieces:
+        chars += len(piece.text)
+        if piece.prefix_hash in shareable:
+            tokens.append(-(-chars // CHARS_PER_TOKEN))
+    return tuple(tokens)
+
+
+def speed_profile(params: Mapping[str, Any]) -> SpeedProfile:
+    """The cost profile of an engine from its YAML params: the simulator's latency `profile`
+    (configs/profiles/) with the params' own latency keys on top; DEFAULT_PROFILE otherwise."""
+    data: dict[str, Any] = {}
+    try:
+        if params.get("profile") is not None:
+            data.update(load_profile(params["profile"]))
+        data.update({k: v for k, v in params.items()
+                     if k.startswith(("prefill_", "decode_"))})
+        return SpeedProfile.from_latency_profile(data) if data else DEFAULT_PROFILE
+    except (EngineConfigError, ProfileError, TypeError, ValueError) as exc:
+        log.warning("engine profile %r unusable for placement costs (%s); using the default",
+                    params.get("profile"), exc)
+        return DEFAULT_PROFILE
+
+
 @dataclass(frozen=True)
 class _Placed:
-    num_tokens: int
+    num_tokens: int                 # its own tokens: beyond its prefixes, plus max output
     is_throughput: bool
     task_group: str | None
+    prefixes: tuple[tuple[str, int], ...]   # (hash, tokens since the previous boundary)
+    num_output_tokens: int
 
 
 @dataclass(eq=False)
@@ -54,6 +88,10 @@ class EngineState:
     num_throughput_calls: int = 0
     task_groups: collections.Counter = field(default_factory=collections.Counter)
     num_calls_done: int = 0
+    # Prefixes of the running calls, each counted once in num_tokens_in_use however many
+    # calls fork it: hash → number of running calls with it.
+    prefix_refs: collections.Counter = field(default_factory=collections.Counter)
+    profile: SpeedProfile = DEFAULT_PROFILE
 
     @property
     def engine_id(self) -> str:
@@ -73,10 +111,20 @@ class EngineState:
 
     def add_call(self, call: Call) -> None:
         assert call.call_id not in self.running
+        cumulative = prefix_num_tokens(call)
+        prefixes = tuple((h, n - prev) for h, n, prev in
+                         zip(call.prefix_hashes, cumulative, (0, *cumulative)))
+        output = sum(b.sampling.max_tokens for b in call.outputs.values())
         # Remember what was counted: re-deduction may change the call's criterion later.
-        placed = _Placed(call.num_tokens, call.criterion is Criterion.THROUGHPUT, call.task_group)
+        placed = _Placed(max(0, call.num_tokens - (cumulative[-1] if cumulative else 0)),
+                         call.criterion is Criterion.THROUGHPUT, call.task_group, prefixes,
+                         output)
         self.running[call.call_id] = placed
         self.num_tokens_in_use += placed.num_tokens
+        for prefix, tokens in prefixes:
+            if self.prefix_refs[prefix] == 0:
+                self.num_tokens_in_use += tokens
+            self.prefix_refs[prefix] += 1
         if placed.is_throughput:
             self.num_throughput_calls += 1
         else:
@@ -89,6 +137,11 @@ class EngineState:
         if placed is None:
             return
         self.num_tokens_in_use -= placed.num_tokens
+        for prefix, tokens in placed.prefixes:
+            self.prefix_refs[prefix] -= 1
+            if self.prefix_refs[prefix] == 0:
+                del self.prefix_refs[prefix]
+                self.num_tokens_in_use -= tokens
         if placed.is_throughput:
             self.num_throughput_calls -= 1
         else:
@@ -99,6 +152,18 @@ class EngineState:
                 del self.task_groups[placed.task_group]
         assert self.num_tokens_in_use >= 0 and self.num_latency_calls >= 0 \
             and self.num_throughput_calls >= 0
+
+    def note_prompt_tokens(self, call_id: str, context_len: int) -> None:
+        """The engine reported the call's prompt length in real tokens (its first Fill's
+        context length, prefix included): count that instead of the characters/4 estimate."""
+        placed = self.running.get(call_id)
+        if placed is None:
+            return
+        prefix = sum(tokens for _, tokens in placed.prefixes)
+        own = max(0, context_len - prefix) + placed.num_output_tokens
+        self.num_tokens_in_use += own - placed.num_tokens
+        self.running[call_id] = _Placed(own, placed.is_throughput, placed.task_group,
+                                        placed.prefixes, placed.num_output_tokens)
 
     def view(self) -> EngineView:
         return EngineView(
@@ -113,6 +178,8 @@ class EngineState:
             task_groups=frozenset(self.task_groups),
             cached_prefixes=_ReadOnlyKeys(self.contexts.prefix_hashes),  # type: ignore[arg-type]
             is_healthy=self.is_healthy,
+            profile=self.profile,
+            running_prefixes=_ReadOnlyKeys(self.prefix_refs),  # type: ignore[arg-type]
         )
 
     def describe(self) -> dict:
@@ -133,7 +200,8 @@ class EnginePool:
         if spec.name in self._engines:
             raise ConflictError(f"an engine named {spec.name!r} is already registered")
         state = EngineState(spec, engine, info,
-                            EngineContexts(engine, spec.name, info.block_size))
+                            EngineContexts(engine, spec.name, info.block_size),
+                            profile=speed_profile(spec.params))
         self._engines[spec.name] = state
         return state
 

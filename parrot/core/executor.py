@@ -118,6 +118,8 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
                     filled = await engine.engine.fill(FillRequest(
                         context_id=context_id, parent_context_id=None if created else parent,
                         text="".join(pending)))
+                    if not created:  # the whole prompt before the first output, in real tokens
+                        engine.note_prompt_tokens(call.call_id, filled.context_len)
                     created, pending, context_len = True, [], filled.context_len
                 if call.num_prompt_tokens is None:
                     call.num_prompt_tokens = context_len

@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
-from typing import Callable
+from collections import Counter, deque
+from dataclasses import dataclass
+from typing import Callable, Iterable
 
-from parrot.core.engine_pool import EnginePool, EngineState
+from parrot.core.engine_pool import EnginePool, EngineState, prefix_num_tokens
 from parrot.core.nodes import Call
 from parrot.policies.base import CallView, Policy
 from parrot.types import CallState
@@ -31,6 +32,7 @@ class Scheduler:
         self._dispatch = dispatch
         self._before_round = before_round
         self._ready: dict[str, Call] = {}
+        self._sizes: dict[str, _Sizes] = {}  # per ready call, computed once when it is queued
         self._wakeup = asyncio.Event()
         # (seconds spent deciding, calls placed) per round, for benchmarks and /v1/stats.
         self.round_stats: deque[tuple[float, int]] = deque(maxlen=100_000)
@@ -47,10 +49,12 @@ class Scheduler:
     def enqueue(self, call: Call) -> None:
         assert call.state is CallState.READY
         self._ready[call.call_id] = call
+        self._sizes[call.call_id] = _Sizes.of(call)
         self.wake()
 
     def discard(self, call: Call) -> None:
         self._ready.pop(call.call_id, None)
+        self._sizes.pop(call.call_id, None)
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -70,16 +74,13 @@ class Scheduler:
             return 0
         started = time.perf_counter()
         self._before_round()
-        # Offered in submission order: an application submits its DAG up front, so this is
-        # first-come first-served per application — a long chain keeps its place ahead of
-        # traffic that arrived after it. (Ready calls never depend on each other, so any order
-        # among them is topological; ordering by DAG depth instead starved late chain steps.)
-        calls = sorted(self._ready.values(), key=lambda c: c.arrival_seq)
-        views = [_call_view(c) for c in calls]
+        calls = ready_order(self._ready.values())
+        views = self._call_views(calls)
         placements = self.policy.schedule(calls=views, engines=self._pool.views())
         placed = 0
         for placement in placements:
             call = self._ready.pop(placement.call_id, None)
+            self._sizes.pop(placement.call_id, None)
             if call is None:
                 log.error("policy %s placed unknown or already placed call %r",
                           self.policy.name, placement.call_id)
@@ -94,8 +95,45 @@ class Scheduler:
         return placed
 
 
-def _call_view(call: Call) -> CallView:
-    return CallView(call_id=call.call_id, session_id=call.session_id, criterion=call.criterion,
-                    task_group=call.task_group, task_group_size=call.task_group_size,
-                    prefix_hashes=call.prefix_hashes, num_tokens=call.num_tokens,
-                    topo_rank=call.topo_rank, arrival_seq=call.arrival_seq)
+    def _call_views(self, calls: list[Call]) -> list[CallView]:
+        # SharedReqsInQueue: how many queued calls have each prefix (a round-local hash → count
+        # over the queue; the manager's PrefixIndex also counts running calls, which are placed
+        # already). A call's shared prefix is its deepest one another queued call also has.
+        counts = Counter(h for call in calls for h in call.prefix_hashes)
+        views = []
+        for call in calls:
+            sizes = self._sizes[call.call_id]
+            shared = next((h for h in reversed(call.prefix_hashes) if counts[h] > 1), None)
+            views.append(CallView(
+                call_id=call.call_id, session_id=call.session_id, criterion=call.criterion,
+                task_group=call.task_group, task_group_size=call.task_group_size,
+                prefix_hashes=call.prefix_hashes, num_tokens=call.num_tokens,
+                topo_rank=call.topo_rank, arrival_seq=call.arrival_seq,
+                num_output_tokens=sizes.num_output_tokens,
+                prefix_num_tokens=sizes.prefix_num_tokens, shared_prefix=shared))
+        return views
+
+
+def ready_order(calls: Iterable[Call]) -> list[Call]:
+    """The order ready calls are offered to the policy: submission order.
+
+    An application submits its DAG up front, so this is first-come first-served per
+    application — a long chain keeps its place ahead of traffic that arrived after it. (Ready
+    calls never depend on each other, so any order among them is topological. Measured
+    alternatives lost: ordering by readiness queued every chain step behind the chat backlog
+    (0.15x on chain + chat), and ordering by DAG depth starved late chain steps.)
+    """
+    return sorted(calls, key=lambda c: c.arrival_seq)
+
+
+@dataclass(frozen=True)
+class _Sizes:
+    """A ready call's token estimates that do not change while it waits."""
+
+    num_output_tokens: int
+    prefix_num_tokens: tuple[int, ...]   # estimated prompt tokens up to each prefix hash
+
+    @classmethod
+    def of(cls, call: Call) -> "_Sizes":
+        output = sum(b.sampling.max_tokens for b in call.outputs.values())
+        return cls(min(output, call.num_tokens), prefix_num_tokens(call))

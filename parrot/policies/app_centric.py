@@ -1,32 +1,43 @@
-"""Application-centric scheduling: the paper's Algorithm 1 (Parrot, OSDI'24, section 5.4).
+"""Application-centric scheduling: the paper's Algorithm 1 (Parrot, OSDI'24, section 5.4), with
+load-aware placement.
 
-Ready calls are visited in the order given (submission order); each one goes to
-the first of:
+Each round, the ready calls (in the given first-come first-served order) are gathered into
+*units* that are placed together:
 
-1. **its task group's engine**: the engine already holding a call of its group, or, for a new
-   group, an engine with room for the whole group (`task_group_size × num_tokens` under the
-   capacity for the call's criterion, THROUGHPUT for deduced groups), so parallel
-   calls feeding one consumer are batched together and finish together;
-2. **a prefix-sharing engine**: deepest prefix hash first, an engine that has (or is getting,
-   this round) a context with that prefix, so the engine forks the KV cache instead of
-   recomputing it; gated by load, so one hot prefix cannot pile onto one engine;
-3. **the best engine for its criterion**: LATENCY calls keep an engine's token load under
-   `latency_capacity` and prefer engines already serving latency calls (least loaded first);
-   THROUGHPUT calls may fill an engine up to `throughput_capacity` and prefer engines already
-   serving throughput calls (most loaded first, for large batches). The two kinds are kept on
-   different engines unless nothing else fits;
-4. **an idle engine**, whatever the call's size, so no call starves.
+* a **task group**: its ready members (parallel calls feeding one consumer);
+* a **shared-prefix set** (the paper's `SharedReqsInQueue`): queued calls whose
+  `shared_prefix` is the same hash, so the prefix is filled once and forked;
+* otherwise a single call.
 
-A call that fits nowhere stays queued until the next round.
+A unit is placed to minimise its estimated finish time (cost.py: each engine's speed profile,
+its load and the prompt tokens placed on it this round):
+
+1. **whole**: the best engine with room for the whole unit (a prefix counted once);
+2. **split**: members one by one, each to the engine where it would finish first;
+
+and the whole placement is taken while it is not more than `colocation_slack` slower than the
+split (co-location has benefits the estimate does not see), or whenever the cluster is
+**saturated** (the ready calls need more tokens than the engines have free: then splitting
+shortens nothing, because other queued work takes the room, so groups stay whole and
+throughput calls pack onto the fullest engine with room). An idle cluster therefore spreads a
+task group over its engines and a busy one keeps it together.
+
+Rules kept from the paper: **latency isolation** — LATENCY calls keep an engine's load under
+`latency_capacity`, and with `isolate_criteria` the two criteria use different engines unless
+nothing else has room; **prefix affinity gated on load** — an engine holding a call's prefix
+is costed without that prefix's tokens only while its load after taking the call stays under
+`affinity_max_load_fraction` × capacity. An idle engine takes one call whatever its size, so no
+call starves; a call that fits nowhere stays queued.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Sequence
+from dataclasses import dataclass
+from typing import AbstractSet, Hashable, Sequence
 
 from parrot.policies.base import CallView, EngineView, Placement, Policy, PolicyParams
 from parrot.policies.params import PolicyConfigError, check_number
+from parrot.policies.placement import Demand, Slot
 from parrot.types import Criterion
 
 
@@ -35,12 +46,14 @@ class AppCentricParams(PolicyParams):
     # Objective of a call nobody asked about yet (no `get` reached it). The manager counts
     # such calls as LATENCY in EngineView, so that default keeps both sides consistent.
     default_criterion: Criterion = Criterion.LATENCY
-    # Prefix affinity sends a call to an engine only while that engine's load after placing
-    # it stays under this fraction of the capacity that applies there; past it the call
-    # spills to the best engine (which then builds the prefix too).
+    # Prefix affinity counts a held prefix as free only while the engine's load after taking
+    # the call stays under this fraction of the capacity that applies there.
     affinity_max_load_fraction: float = 0.8
     # Keep latency and throughput calls on different engines where the cluster allows.
     isolate_criteria: bool = True
+    # A task group (or shared-prefix set) stays on one engine while its estimated finish time
+    # there is at most this fraction slower than the fastest placement.
+    colocation_slack: float = 0.1
     # Ablation switches (the paper's "affinity scheduling off" experiment).
     prefix_affinity: bool = True
     colocate_task_groups: bool = True
@@ -53,6 +66,8 @@ class AppCentricParams(PolicyParams):
                 f"{[c.value for c in Criterion]}")
         check_number(owner, "affinity_max_load_fraction", self.affinity_max_load_fraction,
                      minimum=0.0, exclusive_minimum=True, maximum=1.0)
+        check_number(owner, "colocation_slack", self.colocation_slack, minimum=0.0,
+                     maximum=10.0)
         for key in ("isolate_criteria", "prefix_affinity", "colocate_task_groups"):
             if not isinstance(getattr(self, key), bool):
                 raise PolicyConfigError(
@@ -61,58 +76,7 @@ class AppCentricParams(PolicyParams):
 
 _OTHER = {Criterion.LATENCY: Criterion.THROUGHPUT, Criterion.THROUGHPUT: Criterion.LATENCY}
 
-
-@dataclass
-class _Slot:
-    """One engine's load during a scheduling round: its snapshot plus what this round placed."""
-
-    view: EngineView
-    index: int                      # position in the given engine order (deterministic ties)
-    load: int
-    num_calls: int
-    num_by_criterion: dict[Criterion, int]
-    # What this round placed here; the snapshot's own sets are read, never copied (an
-    # engine may hold many cached prefixes).
-    placed_task_groups: set[str] = field(default_factory=set)
-    placed_prefixes: set[str] = field(default_factory=set)
-
-    @classmethod
-    def of(cls, view: EngineView, index: int) -> "_Slot":
-        return cls(view=view, index=index, load=view.num_tokens_in_use,
-                   num_calls=view.num_running_calls,
-                   num_by_criterion={Criterion.LATENCY: view.num_latency_calls,
-                                     Criterion.THROUGHPUT: view.num_throughput_calls})
-
-    def holds_task_group(self, task_group: str) -> bool:
-        return task_group in self.placed_task_groups or task_group in self.view.task_groups
-
-    def holds_prefix(self, prefix: str) -> bool:
-        return prefix in self.placed_prefixes or prefix in self.view.cached_prefixes
-
-    @property
-    def is_idle(self) -> bool:
-        return self.num_calls == 0
-
-    def serves(self, criterion: Criterion) -> bool:
-        return self.num_by_criterion[criterion] > 0
-
-    def capacity(self, criterion: Criterion) -> int:
-        # Latency calls are only fast while the whole engine is lightly loaded, so an engine
-        # serving any latency call is held to the latency capacity, whoever joins it.
-        if criterion is Criterion.LATENCY or self.serves(Criterion.LATENCY):
-            return self.view.latency_capacity
-        return self.view.throughput_capacity
-
-    def has_room(self, num_tokens: int, criterion: Criterion, fraction: float = 1.0) -> bool:
-        return self.load + num_tokens <= fraction * self.capacity(criterion)
-
-    def add(self, call: CallView, criterion: Criterion) -> None:
-        self.load += call.num_tokens
-        self.num_calls += 1
-        self.num_by_criterion[criterion] += 1
-        if call.task_group is not None:
-            self.placed_task_groups.add(call.task_group)
-        self.placed_prefixes.update(call.prefix_hashes)
+Assignment = tuple[CallView, Slot, Demand]
 
 
 class AppCentricPolicy(Policy):
@@ -122,62 +86,196 @@ class AppCentricPolicy(Policy):
 
     def schedule(self, *, calls: Sequence[CallView],
                  engines: Sequence[EngineView]) -> list[Placement]:
-        slots = [_Slot.of(e, i) for i, e in enumerate(engines) if e.is_healthy]
-        placements = []
-        for call in calls:
-            criterion = self._criterion(call)
-            slot = self._place(call, criterion, slots)
-            if slot is None:
-                continue  # stays queued: nothing has room now and no engine is idle
-            slot.add(call, criterion)
-            placements.append(Placement(call.call_id, slot.view.engine_id))
-        return placements
+        slots = [Slot.of(e, i) for i, e in enumerate(engines) if e.is_healthy]
+        if not slots:
+            return []
+        # Latency isolation needs an engine without latency calls. When every engine serves
+        # some, holding throughput calls to the latency capacity isolates nothing: it only
+        # starves them behind a steady latency stream. Then they fill up to the throughput
+        # capacity (latency calls still keep to the latency capacity among themselves).
+        isolates = any(not s.serves(Criterion.LATENCY) for s in slots)
+        for slot in slots:
+            slot.isolates = isolates
+        saturated = self._saturation(calls, slots)
+        placed: list[tuple[CallView, Slot]] = []
+        reserved: set[int] = set()
+        for criterion, unit in self._units(calls):
+            usable = [s for s in slots if s.index not in reserved]
+            done = self._place_unit(unit, criterion, usable, saturated[criterion])
+            placed.extend(done)
+            if len(done) < len(unit) and usable:
+                # First come, first served: a call that fits nowhere keeps the engine where it
+                # will fit first, so later (smaller) calls cannot overtake it there forever.
+                placed_ids = {call.call_id for call, _ in done}
+                waiting = next(c for c in unit if c.call_id not in placed_ids)
+                reserved.add(self._fits_first(waiting, criterion, usable).index)
+        # Dispatched in the given order (engines admit first come, first served).
+        order = {call.call_id: i for i, call in enumerate(calls)}
+        placed.sort(key=lambda p: order[p[0].call_id])
+        return [Placement(call.call_id, slot.view.engine_id) for call, slot in placed]
 
     def _criterion(self, call: CallView) -> Criterion:
         return call.criterion if call.criterion is not None else self.params.default_criterion
 
-    def _place(self, call: CallView, criterion: Criterion, slots: list[_Slot]) -> _Slot | None:
-        if call.task_group is not None and self.params.colocate_task_groups:
-            holders = [s for s in slots if s.holds_task_group(call.task_group)]
-            if holders:
-                fitting = [s for s in holders if s.has_room(call.num_tokens, criterion)]
-                if fitting:
-                    return min(fitting, key=lambda s: self._rank(s, criterion))
-                # The group's engines are full: run this member elsewhere rather than wait.
+    def _units(self, calls: Sequence[CallView]) -> list[tuple[Criterion, list[CallView]]]:
+        """Task groups, shared-prefix sets and single calls, in order of their first call."""
+        units: dict[Hashable, tuple[Criterion, list[CallView]]] = {}
+        for call in calls:
+            criterion = self._criterion(call)
+            key: Hashable
+            if call.task_group is not None and self.params.colocate_task_groups:
+                key = ("group", call.task_group, criterion)
+            elif call.shared_prefix is not None and self.params.prefix_affinity:
+                key = ("prefix", call.shared_prefix, criterion)
             else:
-                group_tokens = call.task_group_size * call.num_tokens
-                slot = (self._by_prefix(call, criterion, slots, group_tokens)
-                        or self._best(criterion, slots, group_tokens))
-                if slot is not None:
-                    return slot
-        return (self._by_prefix(call, criterion, slots, call.num_tokens)
-                or self._best(criterion, slots, call.num_tokens)
-                or next((s for s in slots if s.is_idle), None))
+                key = ("call", call.call_id)
+            units.setdefault(key, (criterion, []))[1].append(call)
+        return list(units.values())
 
-    def _by_prefix(self, call: CallView, criterion: Criterion, slots: list[_Slot],
-                   num_tokens: int) -> _Slot | None:
-        """The engine holding the deepest shared prefix that still has room under the gate."""
-        if not self.params.prefix_affinity:
+    def _saturation(self, calls: Sequence[CallView],
+                    slots: list[Slot]) -> dict[Criterion, bool]:
+        """Per criterion: do the ready calls need more tokens than the engines have free?"""
+        demand = {c: 0 for c in Criterion}
+        for call in calls:
+            demand[self._criterion(call)] += call.num_tokens
+        return {c: demand[c] > sum(s.free(c) for s in slots) for c in Criterion}
+
+    # --- one unit ----------------------------------------------------------------------------
+
+    def _place_unit(self, unit: list[CallView], criterion: Criterion, slots: list[Slot],
+                    saturated: bool) -> list[tuple[CallView, Slot]]:
+        """Place what fits of `unit` (the rest stays queued); returns (call, slot) pairs."""
+        placed: list[tuple[CallView, Slot]] = []
+        if slots:
+            for call, slot, demand in self._assign(unit, criterion, slots, saturated):
+                slot.add_call(call, criterion, demand)
+                placed.append((call, slot))
+        done = {call.call_id for call, _ in placed}
+        for call in unit:  # fits nowhere: an idle engine still takes one call
+            if call.call_id in done:
+                continue
+            idle = next((s for s in slots if s.is_idle), None)
+            if idle is None:
+                break
+            demand = idle.demand([call], criterion, affinity=False, gate=1.0)
+            idle.add_call(call, criterion, demand)
+            placed.append((call, idle))
+        return placed
+
+    def _fits_first(self, call: CallView, criterion: Criterion, slots: list[Slot]) -> Slot:
+        """The engine on which `call` lacks the fewest tokens of room."""
+        return min(slots, key=lambda s: (self._demand(s, [call], criterion, Demand()).load
+                                         + s.load - s.capacity(criterion), s.index))
+
+    def _assign(self, unit: list[CallView], criterion: Criterion, pool: list[Slot],
+                saturated: bool) -> list[Assignment]:
+        """Whole or split (see the module docstring), as (call, slot, its demand) triples."""
+        split, split_ms = self._split(unit, criterion, pool, saturated)
+        if len(unit) == 1:
+            return split
+        whole = self._whole(unit, criterion, pool, saturated)
+        if whole is None:
+            return split
+        slot, whole_ms = whole
+        keep_together = (saturated or len(split) < len(unit)
+                         or whole_ms <= split_ms * (1 + self.params.colocation_slack))
+        if not keep_together:
+            return split
+        assignments, total, brought = [], Demand(), set()
+        for call in unit:
+            after = self._demand(slot, [call], criterion, total, brought)
+            assignments.append((call, slot, _delta(after, total)))
+            total = after
+            brought.update(call.prefix_hashes)
+        return assignments
+
+    def _whole(self, unit: list[CallView], criterion: Criterion, pool: list[Slot],
+               saturated: bool) -> tuple[Slot, float] | None:
+        """The best engine with room for every member, and the unit's finish time there."""
+        options = []
+        for slot in pool:
+            demand = self._demand(slot, unit, criterion, Demand())
+            if slot.has_room(demand, criterion):
+                options.append((slot, demand, slot.finish_ms(demand)))
+        best = self._pick(options, unit[0], criterion, saturated)
+        return None if best is None else (best[0], best[2])
+
+    def _split(self, unit: list[CallView], criterion: Criterion, pool: list[Slot],
+               saturated: bool) -> tuple[list[Assignment], float]:
+        """Members one by one to where each finishes first; the unit's finish time (the latest
+        engine's)."""
+        totals: dict[int, Demand] = {}
+        brought: dict[int, set[str]] = {}
+        assignments: list[Assignment] = []
+        for call in unit:
+            # Without prefixes to reuse, a call demands the same of every engine it starts on.
+            plain = None if call.prefix_hashes and self.params.prefix_affinity else Demand(
+                call.num_tokens, call.num_prompt_tokens, max(call.num_output_tokens, 1))
+            options = []
+            for slot in pool:
+                before = totals.get(slot.index)
+                if plain is not None and before is None:
+                    after = plain
+                else:
+                    after = self._demand(slot, [call], criterion, before or Demand(),
+                                         brought.get(slot.index, frozenset()))
+                if slot.has_room(after, criterion):
+                    options.append((slot, after, slot.finish_ms(after)))
+            # Members of a larger unit go where they finish first: keeping them together is
+            # the `whole` alternative, judged once against this split (slack applied once).
+            best = self._pick(options, call, criterion, saturated, colocate=len(unit) == 1)
+            if best is None:
+                continue
+            slot, after, _ = best
+            assignments.append((call, slot, _delta(after, totals.get(slot.index, Demand()))))
+            totals[slot.index] = after
+            brought.setdefault(slot.index, set()).update(call.prefix_hashes)
+        finish = max((s.finish_ms(totals[s.index]) for _, s, _ in assignments), default=0.0)
+        return assignments, finish
+
+    def _demand(self, slot: Slot, calls: list[CallView], criterion: Criterion,
+                base: Demand, brought: AbstractSet[str] = frozenset()) -> Demand:
+        return slot.demand(calls, criterion, affinity=self.params.prefix_affinity,
+                           gate=self.params.affinity_max_load_fraction, base=base,
+                           brought=brought)
+
+    def _pick(self, options: list[tuple[Slot, Demand, float]], call: CallView,
+              criterion: Criterion, saturated: bool,
+              colocate: bool = True) -> tuple[Slot, Demand, float] | None:
+        """The engine to use among `options` (slot, demand, finish ms); with `colocate`, one
+        holding the call's group or a prefix it reuses wins while not `colocation_slack`
+        slower than the fastest."""
+        if not options:
             return None
-        fraction = self.params.affinity_max_load_fraction
-        for prefix in reversed(call.prefix_hashes):
-            holders = [s for s in slots if s.holds_prefix(prefix)
-                       and not self._conflicts(s, criterion)
-                       and s.has_room(num_tokens, criterion, fraction)]
-            if holders:
-                return min(holders, key=lambda s: self._rank(s, criterion))
-        return None
+        if saturated and criterion is Criterion.THROUGHPUT:
+            # Work waits for engines either way: pack for the largest batches, and keep the
+            # group (then the prefix) together.
+            return min(options, key=lambda o: (self._conflicts(o[0], criterion),
+                                               not self._colocated(o, call),
+                                               -(o[0].load + o[1].load), o[0].index))
+        fastest = min(ms for _, _, ms in options)
+        within = [o for o in options if o[2] <= fastest * (1 + self.params.colocation_slack)]
+        # Among placements about as fast as the fastest: engines not serving the other
+        # criterion (isolation; a mixed engine only when much faster), co-located ones first.
+        calm = [o for o in within if not self._conflicts(o[0], criterion)] or within
+        together = [o for o in calm if self._colocated(o, call)] if colocate else []
+        return min(together or calm, key=lambda o: (o[2], not o[0].serves(criterion),
+                                                    o[0].index))
 
-    def _best(self, criterion: Criterion, slots: list[_Slot], num_tokens: int) -> _Slot | None:
-        fitting = [s for s in slots if s.has_room(num_tokens, criterion)]
-        return min(fitting, key=lambda s: self._rank(s, criterion), default=None)
-
-    def _conflicts(self, slot: _Slot, criterion: Criterion) -> bool:
+    def _conflicts(self, slot: Slot, criterion: Criterion) -> bool:
         return self.params.isolate_criteria and slot.serves(_OTHER[criterion])
 
-    def _rank(self, slot: _Slot, criterion: Criterion) -> tuple[bool, bool, int, int]:
-        """Sort key, smallest best: no conflict, same mode before idle, then by load."""
-        same_mode = self.params.isolate_criteria and slot.serves(criterion)
-        # Latency calls spread (least loaded); throughput calls pack (most loaded, big batch).
-        load = slot.load if criterion is Criterion.LATENCY else -slot.load
-        return (self._conflicts(slot, criterion), not same_mode, load, slot.index)
+    def _colocated(self, option: tuple[Slot, Demand, float], call: CallView) -> bool:
+        """Whether the option's engine holds the call's task group, or a prefix it reuses
+        there under the load gate."""
+        slot, demand, _ = option
+        if call.task_group is not None and self.params.colocate_task_groups \
+                and slot.holds_task_group(call.task_group):
+            return True
+        return demand.affine
+
+
+def _delta(after: Demand, before: Demand) -> Demand:
+    """What one call added to a running total."""
+    return Demand(after.load - before.load, after.prefill - before.prefill, after.output,
+                  after.affine)

@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import AbstractSet, Any, ClassVar, Mapping, Sequence
 
+from parrot.policies.cost import DEFAULT_PROFILE, SpeedProfile
 from parrot.types import Criterion
 
 
@@ -28,6 +29,24 @@ class CallView:
     num_tokens: int                      # estimate: prompt tokens + max output tokens
     topo_rank: int                       # depth in its session's DAG (0 = no producer upstream)
     arrival_seq: int                     # submission order (the manager's FCFS priority)
+    # Of num_tokens, how many are output (decode steps); the rest is prompt to prefill.
+    num_output_tokens: int = 0
+    # Estimated prompt tokens up to each of prefix_hashes (same length, non-decreasing).
+    prefix_num_tokens: tuple[int, ...] = ()
+    # The deepest of prefix_hashes that another *queued* call shares (the paper's
+    # SharedReqsInQueue, from the manager's PrefixIndex); None when no queued call shares one.
+    shared_prefix: str | None = None
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return self.num_tokens - self.num_output_tokens
+
+    def prefix_tokens(self, prefix_hash: str) -> int:
+        """Estimated prompt tokens up to `prefix_hash` (0 when unknown)."""
+        try:
+            return self.prefix_num_tokens[self.prefix_hashes.index(prefix_hash)]
+        except (ValueError, IndexError):
+            return 0
 
 
 @dataclass(frozen=True)
@@ -36,7 +55,7 @@ class EngineView:
 
     engine_id: str
     num_running_calls: int               # calls placed on it and not finished
-    num_tokens_in_use: int               # sum of num_tokens of those calls
+    num_tokens_in_use: int               # tokens of those calls, a shared prefix counted once
     latency_capacity: int                # token load under which latency calls stay fast
     throughput_capacity: int             # token load a throughput engine may be filled to
     speed: float                         # relative speed (FastChat's queue_length / speed)
@@ -45,6 +64,12 @@ class EngineView:
     task_groups: frozenset[str]          # task groups with a call on this engine
     cached_prefixes: AbstractSet[str]    # prefix hashes with a context on (or going to) it
     is_healthy: bool = True
+    # How fast it prefills and decodes (see cost.py); the engine's configured latency profile
+    # where it has one.
+    profile: SpeedProfile = DEFAULT_PROFILE
+    # Prefix hashes of its running calls: already counted (once) in num_tokens_in_use. A
+    # cached prefix saves a new call's prefill; only one in this set also saves its load.
+    running_prefixes: AbstractSet[str] = frozenset()
 
     @property
     def mode(self) -> Criterion | None:

@@ -1,8 +1,10 @@
-"""Throughput-centric baseline: every call is throughput-oriented.
+"""Throughput-centric baseline: the paper's FastChat dispatch with a large capacity.
 
-Engines are filled up to a large token capacity, and a call goes to the *most*-loaded engine
-that still has room, so batches grow as large as the capacity allows before another engine is
-used (see capped.py for the rest).
+Every call is throughput-oriented: engines may be filled up to a large token capacity (big
+batches), and among the engines with room a call goes to the one with the shortest queue
+(fewest running calls, then fewest tokens), as FastChat's controller dispatches — so it spreads
+over the engines, like the paper's throughput-centric baseline (see capped.py for the rest).
+It is not a packer: packing onto the fullest engine leaves engines idle and is weaker.
 """
 
 from __future__ import annotations
@@ -35,4 +37,4 @@ class ThroughputCentricPolicy(CappedPolicy):
 
     @staticmethod
     def rank(load: int, num_calls: int) -> tuple[int, ...]:
-        return (-load,)  # pack: the fullest engine with room
+        return (num_calls, load)  # FastChat's shortest queue, among engines with room

@@ -47,10 +47,15 @@ def with_engine_params(config: ServeConfig, params: Mapping[str, Any]) -> ServeC
 
 
 
-def as_remote(config: ServeConfig, urls: Mapping[str, str]) -> ServeConfig:
+def as_remote(config: ServeConfig, urls: Mapping[str, str],
+              secrets: Mapping[str, str] | None = None) -> ServeConfig:
     """`config` with each engine named in `urls` reached by URL (a process started once and
-    shared by many runs) instead of launched per run."""
-    engines = tuple(dataclasses.replace(e, kind="remote", url=urls[e.name], params={})
+    shared by many runs) instead of launched per run; `secrets` are the engines' own secrets
+    (every engine endpoint is authenticated)."""
+    secrets = secrets or {}
+    engines = tuple(dataclasses.replace(e, kind="remote", url=urls[e.name],
+                                        params={"secret": secrets[e.name]}
+                                        if e.name in secrets else {})
                     if e.name in urls else e for e in config.engines)
     return dataclasses.replace(config, engines=engines)
 

@@ -122,7 +122,8 @@ async def run_live_paper(config: ServeConfig, out: Path, *, smoke: bool, budget_
                  for e in config.engines if e.kind != "remote"]
         launched = await launch_engines(specs, startup_timeout_s=600.0)
         try:
-            served = as_remote(config, {e.name: e.url for e in launched})
+            served = as_remote(config, {e.name: e.url for e in launched},
+                               {e.name: e.process.secret for e in launched})
             log(f"engines up ({params or 'default params'}) at "
                 f"{time.perf_counter() - started:.0f}s; warming up")
             for e in group:

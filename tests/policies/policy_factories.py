@@ -13,23 +13,31 @@ THR = Criterion.THROUGHPUT
 
 def make_call(call_id: str, *, criterion: Criterion | None = LAT, tokens: int = 1000,
               group: str | None = None, group_size: int = 1,
-              prefixes: Iterable[str] = (), session: str = "s", seq: int = 0) -> CallView:
+              prefixes: Iterable[str] = (), session: str = "s", seq: int = 0,
+              output: int = 0, prefix_tokens: Iterable[int] = (),
+              shared: str | None = None) -> CallView:
+    """`output`: of `tokens`, the decode steps; `prefix_tokens`: prompt tokens up to each of
+    `prefixes`; `shared`: the prefix another queued call shares (SharedReqsInQueue)."""
     return CallView(call_id=call_id, session_id=session, criterion=criterion, task_group=group,
                     task_group_size=group_size if group else 1,
                     prefix_hashes=tuple(prefixes), num_tokens=tokens, topo_rank=0,
-                    arrival_seq=seq)
+                    arrival_seq=seq, num_output_tokens=output,
+                    prefix_num_tokens=tuple(prefix_tokens), shared_prefix=shared)
 
 
 def make_engine(engine_id: str, *, tokens: int = 0, lat: int = 0, thr: int = 0,
                 other: int = 0, lat_cap: int = 4096, thr_cap: int = 32768,
                 groups: Iterable[str] = (), prefixes: Iterable[str] = (),
-                healthy: bool = True, speed: float = 1.0) -> EngineView:
-    """`lat`/`thr`/`other`: running calls by criterion (other = no criterion)."""
+                healthy: bool = True, speed: float = 1.0,
+                running: Iterable[str] = ()) -> EngineView:
+    """`lat`/`thr`/`other`: running calls by criterion (other = no criterion); `prefixes`:
+    cached contexts; `running`: prefixes of running calls (counted in `tokens`, and cached)."""
     return EngineView(engine_id=engine_id, num_running_calls=lat + thr + other,
                       num_tokens_in_use=tokens, latency_capacity=lat_cap,
                       throughput_capacity=thr_cap, speed=speed, num_latency_calls=lat,
                       num_throughput_calls=thr, task_groups=frozenset(groups),
-                      cached_prefixes=frozenset(prefixes), is_healthy=healthy)
+                      cached_prefixes=frozenset(prefixes) | frozenset(running),
+                      is_healthy=healthy, running_prefixes=frozenset(running))
 
 
 def by_call(placements: list[Placement]) -> dict[str, str]:

@@ -15,44 +15,62 @@ def schedule(calls, engines, **params):
                                                                          engines=engines))
 
 
-# --- task groups -------------------------------------------------------------------------
+# --- load-aware placement: spread when idle, pack when saturated, groups whole ------------
 
-def test_task_group_lands_together_on_one_engine():
-    calls = [make_call(f"c{i}", criterion=THR, group="g", group_size=4) for i in range(4)]
-    engines = [make_engine("e0"), make_engine("e1"), make_engine("e2")]
-    assert schedule(calls, engines) == {"c0": "e0", "c1": "e0", "c2": "e0", "c3": "e0"}
-
-
-def test_task_group_member_goes_to_engine_already_holding_its_group():
-    # e1 holds group g and is fuller; packing alone would also say e1, so make e0 fuller
-    # and in throughput mode: only the group decides for e1.
-    engines = [make_engine("e0", tokens=9000, thr=3),
-               make_engine("e1", tokens=2000, thr=2, groups={"g"})]
-    calls = [make_call("late", criterion=THR, group="g", group_size=3)]
-    assert schedule(calls, engines) == {"late": "e1"}
-    assert schedule([make_call("solo", criterion=THR)], engines) == {"solo": "e0"}
+def map_group(n, *, tokens=1100, output=50, group="g"):
+    return [make_call(f"m{i}", criterion=THR, group=group, group_size=n, tokens=tokens,
+                      output=output, seq=i) for i in range(n)]
 
 
-def test_new_task_group_needs_room_for_the_whole_group():
+def test_task_group_spreads_over_idle_engines():
+    # 8 maps of 1100 tokens: two per idle engine finish in ~2 s, all on one in ~4 s.
+    engines = [make_engine(f"e{i}") for i in range(4)]
+    placed = schedule(map_group(8), engines)
+    assert sorted(placed.values()) == ["e0", "e0", "e1", "e1", "e2", "e2", "e3", "e3"]
+
+
+def test_task_group_stays_whole_while_splitting_is_not_faster():
+    # Two small members: splitting them saves almost nothing, so they stay together, on an
+    # idle cluster and on a busy one alike.
+    small = map_group(2, tokens=300)
+    assert schedule(small, [make_engine("e0"), make_engine("e1")]) == {"m0": "e0", "m1": "e0"}
+    busy = [make_engine("e0", tokens=16000, thr=4), make_engine("e1", tokens=16000, thr=4)]
+    assert schedule(small, busy) == {"m0": "e0", "m1": "e0"}
+    # With no slack for co-location, the split (a little faster) wins.
+    assert schedule(small, busy, colocation_slack=0.0) == {"m0": "e0", "m1": "e1"}
+
+
+def test_saturated_cluster_packs_groups_whole_onto_the_fullest_engine():
+    # 8000 + 16000 tokens ready, 12768 + 8768 free: work waits for engines either way.
+    engines = [make_engine("e0", tokens=20000, thr=3), make_engine("e1", tokens=24000, thr=3)]
+    g = [make_call(f"g{i}", criterion=THR, group="g", group_size=4, tokens=2000, output=50)
+         for i in range(4)]
+    h = [make_call(f"h{i}", criterion=THR, group="h", group_size=4, tokens=4000, output=50)
+         for i in range(4)]
+    assert schedule(g + h, engines) == {"g0": "e1", "g1": "e1", "g2": "e1", "g3": "e1",
+                                        "h0": "e0", "h1": "e0", "h2": "e0"}
+    # The same group alone is not saturating: it goes where it finishes first (mostly e0).
+    assert schedule(g, engines) != {"g0": "e1", "g1": "e1", "g2": "e1", "g3": "e1"}
+
+
+def test_new_task_group_goes_whole_to_an_engine_with_room_for_it():
     # e0 (throughput, 30000/32768) has room for one 1000-token call but not for 4 of them.
     engines = [make_engine("e0", tokens=30000, thr=5), make_engine("e1")]
-    group = [make_call(f"g{i}", criterion=THR, group="g", group_size=4) for i in range(4)]
+    group = [make_call(f"g{i}", criterion=THR, group="g", group_size=4, output=50)
+             for i in range(4)]
     assert schedule(group, engines) == {f"g{i}": "e1" for i in range(4)}
-    assert schedule([make_call("solo", criterion=THR)], engines) == {"solo": "e0"}
 
 
-def test_task_group_room_is_measured_with_the_calls_criterion():
-    # 3 x 1500 tokens fit e0 under throughput capacity but not under latency capacity.
-    engines = [make_engine("e0", tokens=500, thr=1), make_engine("e1", tokens=500, lat=1)]
-    group = [make_call(f"g{i}", criterion=THR, group="g", group_size=3, tokens=1500)
-             for i in range(3)]
-    assert schedule(group, engines) == {"g0": "e0", "g1": "e0", "g2": "e0"}
-    # With no criterion a member counts as LATENCY (the default), like in the manager's views:
-    # no engine has latency room for the whole group, so members are placed one by one: two
-    # on the latency engine, the third on the throughput engine as the only one left with room.
-    untyped = [make_call(f"u{i}", criterion=None, group="u", group_size=3, tokens=1500)
-               for i in range(3)]
-    assert schedule(untyped, engines) == {"u0": "e1", "u1": "e1", "u2": "e0"}
+def test_task_group_member_joins_its_group_while_not_slower():
+    engines = [make_engine("e0", tokens=9000, thr=3),
+               make_engine("e1", tokens=9500, thr=2, groups={"g"})]
+    late = [make_call("late", criterion=THR, group="g", group_size=3, output=50)]
+    assert schedule(late, engines) == {"late": "e1"}
+    assert schedule([make_call("solo", criterion=THR, output=50)], engines) == {"solo": "e0"}
+    # Much slower there (a full engine): the member runs elsewhere instead.
+    engines = [make_engine("e0"), make_engine("e1", tokens=30000, thr=8, groups={"g"})]
+    assert schedule(late, engines) == {"late": "e0"}
+    assert schedule(late, engines, colocate_task_groups=False) == {"late": "e0"}
 
 
 def test_full_group_engine_sends_member_elsewhere_instead_of_waiting():
@@ -61,65 +79,104 @@ def test_full_group_engine_sends_member_elsewhere_instead_of_waiting():
     assert schedule(calls, engines) == {"g9": "e1"}
 
 
-def test_group_colocation_can_be_switched_off():
-    engines = [make_engine("e0", tokens=1000, thr=1, groups={"g"}),
-               make_engine("e1", tokens=5000, thr=1)]
-    calls = [make_call("g1", criterion=THR, group="g", group_size=2)]
-    assert schedule(calls, engines) == {"g1": "e0"}
-    # Without co-location the member is an ordinary throughput call: it packs onto e1.
-    assert schedule(calls, engines, colocate_task_groups=False) == {"g1": "e1"}
+def test_engine_speed_and_profile_enter_the_cost():
+    from parrot.policies.cost import SpeedProfile
+
+    calls = [make_call("x", criterion=THR, tokens=1100, output=50)]
+    loaded = dict(tokens=2000, thr=1)
+    assert schedule(calls, [make_engine("e0", **loaded), make_engine("e1")]) == {"x": "e1"}
+    fast = make_engine("e0", speed=4.0, **loaded)
+    assert schedule(calls, [fast, make_engine("e1")]) == {"x": "e0"}
+    slow_decode = SpeedProfile(0.15, ((0, 100.0), (65536, 400.0)))
+    from dataclasses import replace
+
+    assert schedule(calls, [make_engine("e0", **loaded),
+                            replace(make_engine("e1"), profile=slow_decode)]) == {"x": "e0"}
 
 
-# --- prefix affinity ---------------------------------------------------------------------
+# --- shared-prefix sets and prefix affinity ------------------------------------------------
 
-def test_prefix_affinity_to_calls_queued_in_this_round():
-    engines = [make_engine("e0", tokens=100, lat=1), make_engine("e1", tokens=100, lat=1)]
-    calls = [make_call("a", prefixes=["sys", "sys/a"]),
-             make_call("b", prefixes=["sys", "sys/b"]),
-             make_call("c", prefixes=["other"])]
-    # Without affinity b would go to the less-loaded e1; it follows a's shared "sys" instead.
-    assert schedule(calls, engines) == {"a": "e0", "b": "e0", "c": "e1"}
-    assert schedule(calls, engines, prefix_affinity=False) == {"a": "e0", "b": "e1", "c": "e0"}
+def sys_call(call_id, *, shared="sys", tokens=3300):
+    return make_call(call_id, tokens=tokens, output=50, prefixes=["sys", f"sys/{call_id}"],
+                     prefix_tokens=[3000, 3250], shared=shared)
+
+
+def test_queued_calls_sharing_a_prefix_are_placed_as_one_set():
+    # Filling the 3000-token prefix once and forking it beats two engines each prefilling it.
+    engines = [make_engine("e0", lat_cap=8192), make_engine("e1", lat_cap=8192)]
+    calls = [sys_call("a"), make_call("other", tokens=500, output=50), sys_call("b")]
+    assert schedule(calls, engines) == {"a": "e0", "b": "e0", "other": "e1"}
+    # Without affinity they are independent calls and spread.
+    assert schedule(calls, engines, prefix_affinity=False) == {
+        "a": "e0", "other": "e1", "b": "e1"}
+
+
+def test_shared_prefix_set_splits_past_the_load_gate():
+    engines = [make_engine("e0", lat_cap=6144), make_engine("e1", lat_cap=6144)]
+    # Six members: 3300 + 5 x 300 = 4800 tokens, under the gate (0.8 x 6144): one engine.
+    six = [sys_call(c) for c in "abcdef"]
+    assert set(schedule(six, engines).values()) == {"e0"}
+    # Twelve do not fit under the gate: the set is split and every member still runs.
+    twelve = [sys_call(c) for c in "abcdefghijkl"]
+    placed = schedule(twelve, engines)
+    assert len(placed) == 12 and set(placed.values()) == {"e0", "e1"}
 
 
 def test_prefix_affinity_to_context_already_on_an_engine():
-    engines = [make_engine("e0", tokens=500, lat=1),
-               make_engine("e1", tokens=1000, lat=1, prefixes={"sys"})]
-    calls = [make_call("x", prefixes=["sys", "sys/x"])]
+    # A cached context of the prefix saves the prefill of its 3000 tokens (not their load).
+    engines = [make_engine("e0", tokens=500, lat=1, lat_cap=8192),
+               make_engine("e1", tokens=1000, lat=1, lat_cap=8192, prefixes={"sys"})]
+    calls = [sys_call("x", shared=None)]
     assert schedule(calls, engines) == {"x": "e1"}
     assert schedule(calls, engines, prefix_affinity=False) == {"x": "e0"}
 
 
 def test_deepest_shared_prefix_wins():
-    engines = [make_engine("e0", tokens=100, lat=1, prefixes={"a"}),
-               make_engine("e1", tokens=900, lat=1, prefixes={"a", "a/b"})]
-    assert schedule([make_call("x", prefixes=["a", "a/b", "a/b/x"])], engines) == {"x": "e1"}
-    assert schedule([make_call("y", prefixes=["a", "a/c"])], engines) == {"y": "e0"}
+    engines = [make_engine("e0", tokens=100, lat=1, lat_cap=8192, prefixes={"a"}),
+               make_engine("e1", tokens=900, lat=1, lat_cap=8192, prefixes={"a", "a/b"})]
+    x = make_call("x", tokens=2500, output=50, prefixes=["a", "a/b", "a/b/x"],
+                  prefix_tokens=[1000, 2000, 2400])
+    assert schedule([x], engines) == {"x": "e1"}
+    y = make_call("y", tokens=2500, output=50, prefixes=["a", "a/c"], prefix_tokens=[1000, 2400])
+    assert schedule([y], engines) == {"y": "e0"}
 
 
 def test_affinity_is_gated_on_load():
-    # e1 holds the prefix but 3000 + 500 tokens > 0.8 * 4096: the call spills to e0.
-    engines = [make_engine("e0", tokens=1000, lat=1),
-               make_engine("e1", tokens=3000, lat=1, prefixes={"sys"})]
-    calls = [make_call("x", tokens=500, prefixes=["sys"])]
+    # A running call on e1 has 800 of the call's 950 prompt tokens, but 3200 + 200 > 0.8 x
+    # 4096: past the gate e1 is costed like any engine (3200 + 1000: no room), so e0 wins.
+    engines = [make_engine("e0", tokens=3000, lat=1),
+               make_engine("e1", tokens=3200, lat=1, running={"sys"})]
+    calls = [make_call("x", tokens=1000, output=50, prefixes=["sys"], prefix_tokens=[800])]
     assert schedule(calls, engines) == {"x": "e0"}
     assert schedule(calls, engines, affinity_max_load_fraction=1.0) == {"x": "e1"}
 
 
 def test_hot_prefix_spreads_and_capacity_is_respected():
     engines = [make_engine("e0"), make_engine("e1")]
-    calls = [make_call(f"c{i}", prefixes=["hot"]) for i in range(10)]
+    calls = [make_call(f"c{i}", output=50, prefixes=["hot"], prefix_tokens=[100], shared="hot")
+             for i in range(10)]
     placed = schedule(calls, engines)
-    # e0 takes calls by affinity up to 0.8 * 4096, then one more as the best latency engine
-    # (4000 <= 4096); e1 likewise; the last two fit nowhere and stay queued.
-    assert placed == {"c0": "e0", "c1": "e0", "c2": "e0", "c3": "e0",
-                      "c4": "e1", "c5": "e1", "c6": "e1", "c7": "e1"}
+    # 4096 latency capacity: at most four 1000-token calls (the prefix counted once: 4 x 900
+    # + 100) per engine; the rest stay queued.
+    assert list(placed.values()).count("e0") == 4 and list(placed.values()).count("e1") == 4
+
+
+def test_cached_prefix_saves_prefill_but_a_running_one_also_saves_load():
+    # 3300 tokens, 3000 of them the prefix: where only cached, the call still adds 3300.
+    call = [make_call("x", tokens=3300, output=50, prefixes=["sys"], prefix_tokens=[3000])]
+    cached = [make_engine("e0", tokens=1000, lat=1), make_engine("e1", prefixes={"sys"})]
+    assert schedule(call, cached) == {"x": "e1"}
+    full = [make_engine("e0", tokens=3500, lat=1, prefixes={"sys"}), make_engine("e1")]
+    assert schedule(call, full) == {"x": "e1"}                     # 3500 + 3300 > 4096
+    shared = [make_engine("e0", tokens=3500, lat=1, running={"sys"}), make_engine("e1")]
+    assert schedule(call, shared, affinity_max_load_fraction=1.0) == {"x": "e0"}  # + 300
 
 
 def test_affinity_does_not_cross_criteria():
     # The prefix lives on a throughput engine; the latency call goes to the idle engine.
     engines = [make_engine("e0", tokens=1000, thr=1, prefixes={"sys"}), make_engine("e1")]
-    assert schedule([make_call("x", prefixes=["sys"])], engines) == {"x": "e1"}
+    x = make_call("x", output=50, prefixes=["sys"], prefix_tokens=[500])
+    assert schedule([x], engines) == {"x": "e1"}
 
 
 # --- latency / throughput ----------------------------------------------------------------
@@ -129,12 +186,24 @@ def isolation_cluster(latency_load=2000):
             make_engine("lat", tokens=latency_load, lat=1)]
 
 
-def test_latency_call_prefers_engine_serving_latency_calls():
-    assert schedule([make_call("x", criterion=LAT)], isolation_cluster()) == {"x": "lat"}
+def test_latency_call_spreads_to_an_idle_engine():
+    assert schedule([make_call("x", criterion=LAT)], isolation_cluster()) == {"x": "idle"}
 
 
-def test_throughput_call_prefers_engine_serving_throughput_calls():
-    assert schedule([make_call("x", criterion=THR)], isolation_cluster()) == {"x": "thr"}
+def test_equal_cost_prefers_the_engine_serving_the_same_criterion():
+    engines = [make_engine("idle"), make_engine("lat", lat=1)]   # a running call of 0 tokens
+    assert schedule([make_call("x", criterion=LAT)], engines) == {"x": "lat"}
+
+
+def test_throughput_call_avoids_engine_serving_latency_calls():
+    # "thr" is a little slower (1200 vs 500 tokens) but serves no latency call.
+    x = [make_call("x", criterion=THR, output=50)]
+    engines = [make_engine("lat", tokens=500, lat=1), make_engine("thr", tokens=1200, thr=1)]
+    assert schedule(x, engines) == {"x": "thr"}
+    assert schedule(x, engines, isolate_criteria=False) == {"x": "lat"}
+    # Much slower (3000 tokens): the call joins the latency engine, under its latency cap.
+    engines = [make_engine("lat", tokens=500, lat=1), make_engine("thr", tokens=3000, thr=1)]
+    assert schedule(x, engines) == {"x": "lat"}
 
 
 def test_latency_call_avoids_throughput_engine_while_another_fits():
@@ -153,18 +222,37 @@ def test_isolation_can_be_switched_off():
 
 
 def test_engine_serving_latency_calls_is_held_to_latency_capacity():
-    engines = [make_engine("lat", tokens=2000, lat=1)]
+    engines = [make_engine("lat", tokens=2000, lat=1),
+               make_engine("thr", tokens=30000, thr=1)]      # no room for 3000 more
     assert schedule([make_call("small", criterion=THR, tokens=2000)], engines) == {
         "small": "lat"}
     assert schedule([make_call("big", criterion=THR, tokens=3000)], engines) == {}
 
 
-def test_latency_spreads_and_throughput_packs():
+def test_when_every_engine_serves_latency_throughput_fills_to_throughput_capacity():
+    # No engine is free of latency calls: isolation is impossible, and holding throughput
+    # work to the latency cap would only starve it behind the latency stream.
+    engines = [make_engine("lat", tokens=2000, lat=1)]
+    assert schedule([make_call("big", criterion=THR, tokens=3000)], engines) == {"big": "lat"}
+    # Latency calls still keep to the latency capacity.
+    assert schedule([make_call("chat", criterion=LAT, tokens=3000)], engines) == {}
+
+
+def test_a_call_that_fits_nowhere_is_not_overtaken_by_later_smaller_calls():
+    engines = [make_engine("e0", tokens=3000, lat=1)]
+    calls = [make_call("big", tokens=2000, seq=0), make_call("small", tokens=500, seq=1)]
+    assert schedule(calls, engines) == {}
+    # With a second engine, the small call runs there; "big" keeps its place on e0.
+    engines.append(make_engine("e1", tokens=3000, lat=1))
+    assert schedule(calls, engines) == {"small": "e1"}
+
+
+def test_calls_go_where_they_finish_first_while_not_saturated():
     lat_engines = [make_engine("e0", tokens=2000, lat=1), make_engine("e1", tokens=1000, lat=1)]
     assert schedule([make_call("x", criterion=LAT)], lat_engines) == {"x": "e1"}
     thr_engines = [make_engine("e0", tokens=10000, thr=1),
                    make_engine("e1", tokens=20000, thr=1)]
-    assert schedule([make_call("x", criterion=THR)], thr_engines) == {"x": "e1"}
+    assert schedule([make_call("x", criterion=THR)], thr_engines) == {"x": "e0"}
 
 
 def test_throughput_fills_up_to_throughput_capacity():

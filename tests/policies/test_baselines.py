@@ -41,12 +41,19 @@ def test_latency_centric_ignores_prefixes():
     assert latency([make_call("x", prefixes=["sys"])], engines) == {"x": "e0"}
 
 
-def test_throughput_centric_packs_onto_most_loaded_engine_with_room():
+def test_throughput_centric_is_fastchat_dispatch_with_room():
+    # Shortest queue first (e2 is idle), then fewest tokens; e1 (30000) has no room for 4000.
     engines = [make_engine("e0", tokens=10000, thr=1), make_engine("e1", tokens=30000, thr=1),
                make_engine("e2")]
-    calls = [make_call("a", tokens=2000), make_call("b", tokens=2000)]
-    # a fills e1 to 32000; b no longer fits there and goes to the next fullest, e0.
-    assert throughput(calls, engines) == {"a": "e1", "b": "e0"}
+    calls = [make_call("a", tokens=4000), make_call("b", tokens=4000), make_call("c", tokens=4000)]
+    assert throughput(calls, engines) == {"a": "e2", "b": "e2", "c": "e0"}
+
+
+def test_throughput_centric_spreads_over_idle_engines():
+    engines = [make_engine(f"e{i}") for i in range(4)]
+    calls = [make_call(f"c{i}", tokens=1000) for i in range(8)]
+    placed = throughput(calls, engines)
+    assert sorted(placed.values()) == ["e0", "e0", "e1", "e1", "e2", "e2", "e3", "e3"]
 
 
 def test_throughput_centric_respects_capacity():

@@ -1,0 +1,138 @@
+"""The bookkeeping of one app_centric round: engine slots and the cost of placing calls on them.
+
+A `Slot` is an engine's snapshot plus what this round has placed on it. `Slot.demand` says what
+a set of calls adds to the engine — tokens of load and prompt tokens to prefill, a prefix the
+engine holds (or that an earlier call of the set brings) counted once — and `Slot.finish_ms`
+turns that into an estimated finish time with the engine's speed profile (cost.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import AbstractSet, Sequence
+
+from parrot.policies.base import CallView, EngineView
+from parrot.types import Criterion
+
+
+@dataclass
+class Demand:
+    """What some calls add to one engine (accumulated member by member)."""
+
+    load: int = 0                   # tokens of KV load added
+    prefill: int = 0                # prompt tokens the engine must prefill
+    output: int = 0                 # decode steps until the last of them finishes
+    affine: bool = False            # one of them reuses a prefix held here (under the gate)
+
+
+@dataclass
+class Slot:
+    view: EngineView
+    index: int                      # position in the given engine order (deterministic ties)
+    load: int
+    num_calls: int
+    num_by_criterion: dict[Criterion, int]
+    pending_prefill: int = 0        # prompt tokens placed this round (not prefilled yet)
+    # Whether throughput calls joining this engine while it serves latency calls are held to
+    # the latency capacity (see `capacity`).
+    isolates: bool = True
+    # What this round placed here; the snapshot's own sets are read, never copied (an
+    # engine may hold many cached prefixes).
+    placed_task_groups: set[str] = field(default_factory=set)
+    placed_prefixes: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, view: EngineView, index: int) -> "Slot":
+        return cls(view=view, index=index, load=view.num_tokens_in_use,
+                   num_calls=view.num_running_calls,
+                   num_by_criterion={Criterion.LATENCY: view.num_latency_calls,
+                                     Criterion.THROUGHPUT: view.num_throughput_calls})
+
+    def holds_task_group(self, task_group: str) -> bool:
+        return task_group in self.placed_task_groups or task_group in self.view.task_groups
+
+    def holds_prefix(self, prefix: str) -> bool:
+        """A context of `prefix` is (or will be) here: a call forks it instead of prefilling."""
+        return prefix in self.placed_prefixes or prefix in self.view.cached_prefixes
+
+    def counts_prefix(self, prefix: str) -> bool:
+        """`prefix` is already in this engine's load (a running or placed call has it)."""
+        return prefix in self.placed_prefixes or prefix in self.view.running_prefixes
+
+    @property
+    def is_idle(self) -> bool:
+        return self.num_calls == 0
+
+    def serves(self, criterion: Criterion) -> bool:
+        return self.num_by_criterion[criterion] > 0
+
+    def capacity(self, criterion: Criterion) -> int:
+        # Latency calls are only fast while the whole engine is lightly loaded, so an engine
+        # serving any latency call is held to the latency capacity, whoever joins it — where
+        # the cluster can isolate at all (`isolates`).
+        if criterion is Criterion.LATENCY or (self.isolates and self.serves(Criterion.LATENCY)):
+            return self.view.latency_capacity
+        return self.view.throughput_capacity
+
+    def free(self, criterion: Criterion) -> int:
+        return max(0, self.capacity(criterion) - self.load)
+
+    def has_room(self, demand: Demand, criterion: Criterion) -> bool:
+        return self.load + demand.load <= self.capacity(criterion)
+
+    def add_call(self, call: CallView, criterion: Criterion, demand: Demand) -> None:
+        self.load += demand.load
+        self.pending_prefill += demand.prefill
+        self.num_calls += 1
+        self.num_by_criterion[criterion] += 1
+        if call.task_group is not None:
+            self.placed_task_groups.add(call.task_group)
+        self.placed_prefixes.update(call.prefix_hashes)
+
+    # --- cost ------------------------------------------------------------------------------
+
+    def demand(self, calls: Sequence[CallView], criterion: Criterion, *, affinity: bool,
+               gate: float, base: Demand | None = None,
+               brought: AbstractSet[str] = frozenset()) -> Demand:
+        """What `calls` add here on top of `base` (calls already assigned here this step,
+        bringing the prefixes `brought`).
+
+        A call's deepest prefix that this engine holds, or that `brought` or an earlier call in
+        `calls` brings, is not prefilled again, and not loaded again where a running or placed
+        call already counts it — while the engine stays under `gate` × capacity after taking
+        the call (prefix affinity gated on load); past the gate the engine is costed as if it
+        did not hold the prefix, so the call spreads.
+        """
+        load, prefill, output, affine = (0, 0, 0, False) if base is None else (
+            base.load, base.prefill, base.output, base.affine)
+        limit = gate * self.capacity(criterion)
+        local: set[str] = set()        # prefixes brought by earlier members of `calls`
+        for call in calls:
+            saved_prefill = saved_load = 0
+            if affinity:
+                for prefix, tokens in zip(reversed(call.prefix_hashes),
+                                          reversed(call.prefix_num_tokens or
+                                                   (0,) * len(call.prefix_hashes))):
+                    is_brought = prefix in brought or prefix in local
+                    if is_brought or self.holds_prefix(prefix):
+                        tokens = min(tokens, call.num_prompt_tokens)
+                        counted = is_brought or self.counts_prefix(prefix)
+                        added = call.num_tokens - (tokens if counted else 0)
+                        if self.load + load + added <= limit:
+                            affine, saved_prefill = True, tokens
+                            saved_load = tokens if counted else 0
+                        break
+            if len(calls) > 1:
+                local.update(call.prefix_hashes)
+            load += call.num_tokens - saved_load
+            prefill += call.num_prompt_tokens - saved_prefill
+            # Every call decodes at least one token (a view may not know its output length).
+            output = max(output, call.num_output_tokens, 1)
+        return Demand(load, prefill, output, affine)
+
+    def finish_ms(self, demand: Demand) -> float:
+        """Estimated time until work of `demand` placed here now would finish (cost.py's
+        `SpeedProfile.finish_ms`, inlined: this runs for every engine a call could take)."""
+        profile = self.view.profile
+        return (profile.prefill_ms_per_token * (self.pending_prefill + demand.prefill)
+                + profile.decode_ms(self.load + demand.load) * demand.output) / self.view.speed

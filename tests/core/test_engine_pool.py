@@ -1,0 +1,69 @@
+"""Engine accounting: a shared prefix counted once, real token counts, cost profiles."""
+
+from __future__ import annotations
+
+import asyncio
+
+from parrot.core.config import EngineSpec
+from parrot.core.engine_pool import speed_profile
+from parrot.engines.protocol import FillRequest, FillResult
+from parrot.policies.cost import DEFAULT_PROFILE
+from parrot.types import Criterion
+from tests.core.conftest import out, submit
+from tests.core.fakes import RecordingEngine
+
+SYSTEM = ("You are a helpful assistant that answers questions about parrots briefly, "
+          "kindly and with care. " * 4)
+
+
+async def test_shared_prefix_is_counted_once_per_engine(manager, engine):
+    session = manager.create_session()
+    calls = [submit(manager, session, SYSTEM + "{{input:q}} {{output:a}}", q=f"question {i}")
+             for i in range(3)]
+    state = manager.engines.get("e0")
+    for call in calls:
+        state.add_call(call)
+    prefix = -(-len(SYSTEM) // 4)
+    assert state.num_tokens_in_use == sum(c.num_tokens for c in calls) - 2 * prefix
+    for call in calls:
+        state.remove_call(call)
+    assert state.num_tokens_in_use == 0 and not state.prefix_refs
+    for call in calls:
+        await manager.get(session, out(call, "a"), Criterion.LATENCY)
+
+
+class TwoCharTokens(RecordingEngine):
+    """An engine whose tokenizer makes a token of every 2 characters (not the 4 estimated)."""
+
+    async def fill(self, request: FillRequest) -> FillResult:
+        result = await super().fill(request)
+        return FillResult(result.context_id, result.num_filled_tokens * 2,
+                          -(-len(self.contexts[request.context_id]) // 2))
+
+
+async def test_prompt_is_counted_in_the_tokens_the_engine_reports(manager):
+    engine = TwoCharTokens(delay=0.05)
+    await manager.add_engine(EngineSpec(name="two", in_process=True), engine)
+    session = manager.create_session()
+    prompt_text = "Word " * 40
+    call = submit(manager, session, prompt_text + "{{output:a}}")
+    state = manager.engines.get("two")
+    estimated = call.num_tokens
+    max_tokens = call.outputs["a"].sampling.max_tokens
+    # Wait until its prompt is filled (the generate is still sleeping).
+    while not any(op == "fill" for op, _, _ in engine.log):
+        await asyncio.sleep(0.01)
+    assert state.num_tokens_in_use == len(prompt_text) // 2 + max_tokens != estimated
+    await manager.get(session, out(call, "a"), Criterion.LATENCY)
+    assert state.num_tokens_in_use == 0
+
+
+def test_speed_profile_comes_from_the_engines_latency_profile():
+    a100 = speed_profile({"profile": "a100_llama13b"})
+    assert a100.prefill_ms_per_token == 0.15 and a100.decode_ms(6144) == 40.0
+    h200 = speed_profile({"profile": "h200_llama13b_recorded"})
+    assert h200 != a100
+    assert speed_profile({"profile": "a100_llama13b", "prefill_per_token_ms": 0.3}) \
+        .prefill_ms_per_token == 0.3
+    assert speed_profile({}) is DEFAULT_PROFILE
+    assert speed_profile({"profile": "no-such-profile"}) is DEFAULT_PROFILE
