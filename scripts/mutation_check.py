@@ -40,8 +40,8 @@ class Mutation:
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "scheduler_fifo", "parrot/core/scheduler.py",
-        "calls = sorted(self._ready.values(), key=lambda c: c.arrival_seq)",
-        "calls = sorted(self._ready.values(), key=lambda c: c.arrival_seq, reverse=True)",
+        "    return sorted(calls, key=lambda c: c.arrival_seq)",
+        "    return sorted(calls, key=lambda c: c.arrival_seq, reverse=True)",
         ("tests/core/test_scheduler_order.py",)),
     Mutation(
         "contexts_lru_touch_on_hit", "parrot/core/contexts.py",
