@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 from parrot.errors import InvalidRequestError
 
@@ -55,7 +56,7 @@ class SamplingParams:
         return self.temperature == 0.0
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any] | None) -> "SamplingParams":
+    def from_json(cls, data: Mapping[str, Any] | None) -> SamplingParams:
         """Parse the wire form; unknown keys and bad values raise InvalidRequestError."""
         if data is None:
             return cls()
@@ -89,7 +90,7 @@ class SamplingParams:
         data["stop_token_ids"] = list(self.stop_token_ids)
         return data
 
-    def merged(self, override: Mapping[str, Any] | None) -> "SamplingParams":
+    def merged(self, override: Mapping[str, Any] | None) -> SamplingParams:
         """These parameters with the fields of `override` (wire form) replacing them."""
         if not override:
             return self

@@ -11,9 +11,10 @@ placeholders and `MAX_OUTPUTS` outputs.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal, Mapping
+from typing import Literal
 
 from parrot.errors import TemplateSyntaxError
 
@@ -91,8 +92,8 @@ def parse_template(source: str) -> Template:
         kind = match.group(1)
         close = source.find("}}", match.end())
         if close < 0:
-            raise TemplateSyntaxError(
-                f"unclosed placeholder at character {match.start()}: {source[match.start():match.start() + 40]!r}")
+            raise TemplateSyntaxError(f"unclosed placeholder at character {match.start()}: "
+                                      f"{source[match.start():match.start() + 40]!r}")
         if kind not in KINDS:
             raise TemplateSyntaxError(
                 f"unknown placeholder kind {kind!r} at character {match.start()}; "

@@ -22,7 +22,7 @@ class Criterion(str, enum.Enum):
     THROUGHPUT = "throughput"
 
     @classmethod
-    def parse(cls, value: object) -> "Criterion":
+    def parse(cls, value: object) -> Criterion:
         from parrot.errors import InvalidRequestError
 
         try:

@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from parrot.core.prefix import PrefixPiece
-from parrot.engines.protocol import Engine, FillRequest
+from parrot.engines.protocol import Engine, FillRequest, FillResult
 from parrot.errors import EngineError
+
+log = logging.getLogger(__name__)
 
 SHARED = ""  # owner of a context used by more than one session
 
@@ -73,7 +76,7 @@ class EngineContexts:
         self.num_cached_tokens = 0
 
     @property
-    def prefix_hashes(self) -> "OrderedDict[str, PrefixContext]":
+    def prefix_hashes(self) -> OrderedDict[str, PrefixContext]:
         """Live mapping (do not mutate) of the hashes with a context on this engine."""
         return self._by_hash
 
@@ -152,7 +155,7 @@ class EngineContexts:
         task.add_done_callback(lambda t: self._on_filled(ctx, t))
         return ctx
 
-    def _on_filled(self, ctx: PrefixContext, task: asyncio.Task) -> None:
+    def _on_filled(self, ctx: PrefixContext, task: asyncio.Future[FillResult]) -> None:
         if task.cancelled():
             error: BaseException | None = EngineError(f"fill of {ctx.context_id} was cancelled")
         else:
@@ -248,8 +251,9 @@ class EngineContexts:
         for ctx in victims:
             try:
                 await self._engine.free_context(ctx.context_id)
-            except EngineError:
-                pass  # the engine lost it already (restart); nothing left to free
+            except EngineError as exc:  # the engine lost it already (restart): nothing to free
+                log.debug("engine %s: freeing cached context %s: %s", self._engine_id,
+                          ctx.context_id, exc)
 
     def forget_all(self) -> None:
         """The engine was lost: its contexts are gone with it."""

@@ -11,17 +11,20 @@ multi-output call start before the call finishes.
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Callable
 from contextlib import aclosing
-from typing import Callable
 
 from parrot.core.engine_pool import EngineState
 from parrot.core.nodes import Call, OutputBinding
 from parrot.core.prefix import PrefixPiece
 from parrot.engines.protocol import Engine, FillRequest, GenerateRequest
-from parrot.errors import OutOfKVCacheError
+from parrot.errors import OutOfKVCacheError, ParrotError, UnknownContextError
 from parrot.template import Placeholder, Text
 from parrot.transforms import apply_transforms
 from parrot.types import CHARS_PER_TOKEN
+
+log = logging.getLogger(__name__)
 
 OutputSink = Callable[[Call, OutputBinding, str], None]
 IsShared = Callable[[str], bool]
@@ -130,10 +133,22 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
     finally:
         engine.contexts.release(chain)
         if created:
-            try:
-                await engine.engine.free_context(context_id)
-            except Exception:  # noqa: BLE001 - a lost engine has freed it already
-                pass
+            await _free_private_context(engine, context_id)
+
+
+async def _free_private_context(engine: EngineState, context_id: str) -> None:
+    """Free a call's own context. An engine-side failure is logged, never raised: the call's
+    outputs are published already, and raising here would hide the body's own exception. Any
+    other exception is a bug and propagates."""
+    try:
+        await engine.engine.free_context(context_id)
+    except UnknownContextError:
+        log.debug("engine %s: context %s was gone already", engine.engine_id, context_id)
+    except ParrotError as exc:
+        # A lost engine drops its contexts when it restarts (an HTTP client also retries the
+        # free when the engine answers again); say which context, in case neither happens.
+        log.warning("engine %s: freeing context %s failed (%s: %s)", engine.engine_id,
+                    context_id, type(exc).__name__, exc)
 
 
 async def _generate(call: Call, binding: OutputBinding, engine: EngineState,

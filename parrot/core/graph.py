@@ -6,7 +6,8 @@ attribute "obj". The paper's primitives are `get_producer`, `get_consumers` and 
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import networkx as nx
 

@@ -20,6 +20,7 @@ from parrot.core.deduction import deduce
 from parrot.core.engine_health import EngineHealth
 from parrot.core.engine_pool import EnginePool, EngineState
 from parrot.core.executor import run_call, shareable_hashes
+from parrot.core.lifecycle import transition
 from parrot.core.nodes import Call, InputBinding, OutputBinding, Variable
 from parrot.core.prefill_ahead import prefill_ahead
 from parrot.core.prefix import PrefixIndex, prefix_pieces
@@ -117,7 +118,7 @@ class Manager:
         for call in session.calls.values():
             self.scheduler.discard(call)
             if call.state in (CallState.PENDING, CallState.READY):
-                call.state = CallState.FAILED
+                transition(call, CallState.FAILED)
         for task in session.tasks.values():
             task.cancel()
         for var in session.variables.values():
@@ -235,14 +236,14 @@ class Manager:
         prompt = call.template.render({**call.rendered_inputs, **{n: "" for n in call.outputs}})
         call.num_tokens = estimate_num_tokens(prompt) + sum(
             b.sampling.max_tokens for b in call.outputs.values())
-        call.state = CallState.READY
+        transition(call, CallState.READY)
         call.mark("ready", asyncio.get_running_loop().time())
         self.prefix_index.add(call.call_id, call.prefix_hashes)
         self.scheduler.enqueue(call)
 
     def _dispatch(self, call: Call, engine: EngineState) -> None:
         session = self._session_of(call)
-        call.state = CallState.RUNNING
+        transition(call, CallState.RUNNING)
         call.engine_id = engine.engine_id
         call.mark("dispatched", asyncio.get_running_loop().time())
         engine.add_call(call)
@@ -265,10 +266,10 @@ class Manager:
         requeue = False
         try:
             await run_call(call, engine, publish, self.prefix_index.is_recurring)
-            call.state = CallState.DONE
+            transition(call, CallState.DONE)
             engine.num_calls_done += 1
         except asyncio.CancelledError:
-            call.state = CallState.FAILED
+            transition(call, CallState.FAILED)
             call.error = "cancelled (session deleted or manager stopped)"
             raise
         except EngineUnavailableError as exc:
@@ -291,7 +292,8 @@ class Manager:
             engine.remove_call(call)
             session.tasks.pop(call.call_id, None)
             if requeue:
-                call.state, call.engine_id = CallState.READY, None
+                transition(call, CallState.READY)
+                call.engine_id = None
                 self.scheduler.enqueue(call)
             else:
                 self.prefix_index.remove(call.call_id, call.prefix_hashes)
@@ -312,7 +314,8 @@ class Manager:
             if failing.state.is_finished:
                 continue
             self.scheduler.discard(failing)
-            failing.state, failing.error = CallState.FAILED, str(cause)
+            transition(failing, CallState.FAILED)
+            failing.error = str(cause)
             for var in session.graph.output_variables(failing):
                 var.fail(cause)
                 for consumer in session.graph.get_consumers(var.var_id):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,14 @@ from parrot.sampling import SamplingParams
 from parrot.template import Template
 from parrot.transforms import Transform
 from parrot.types import CallState, Criterion
+
+
+def loop_time() -> float:
+    """The running loop's clock (virtual in simulations); the monotonic clock outside a loop."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        return time.monotonic()
 
 
 @dataclass(eq=False)
@@ -95,6 +104,11 @@ class Call:
     arrival_seq: int = 0
     error: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    # Kept by parrot.core.lifecycle.transition (the only writer of `state`): when the call last
+    # entered each state, and the seconds it has spent in each state it has left.
+    state_entered: dict[CallState, float] = field(
+        default_factory=lambda: {CallState.PENDING: loop_time()})
+    state_seconds: dict[CallState, float] = field(default_factory=dict)
 
     def mark(self, event: str, now: float) -> None:
         self.timings[event] = now
@@ -104,6 +118,7 @@ class Call:
                 "criterion": self.criterion.value if self.criterion else None,
                 "task_group": self.task_group, "engine": self.engine_id,
                 "prefix_hashes": list(self.prefix_hashes), "timings": dict(self.timings),
+                "state_seconds": {s.value: t for s, t in self.state_seconds.items()},
                 "error": self.error,
                 "inputs": {n: b.var_id for n, b in self.inputs.items()},
                 "outputs": {n: b.var_id for n, b in self.outputs.items()}}

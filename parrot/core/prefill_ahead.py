@@ -16,7 +16,7 @@ import logging
 from parrot.core.engine_pool import EngineState
 from parrot.core.executor import plan_prefix_contexts
 from parrot.core.nodes import Call
-from parrot.core.prefix import prefix_pieces
+from parrot.core.prefix import PrefixPiece, prefix_pieces
 from parrot.core.sessions import Session
 from parrot.errors import ParrotError
 from parrot.transforms import TransformError, apply_transforms
@@ -28,9 +28,9 @@ log = logging.getLogger(__name__)
 MIN_PREFILL_AHEAD_TOKENS = 256
 
 
-def known_prefix(session: Session, call: Call):
+def known_prefix(session: Session, call: Call) -> tuple[PrefixPiece, ...]:
     """The prefix pieces of a waiting call that are already certain (may be empty)."""
-    values = {}
+    values: dict[str, str] = {}
     for name, binding in call.inputs.items():
         var = session.variables[binding.var_id]
         if var.value is not None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from parrot.template import Placeholder, Template, Text
 

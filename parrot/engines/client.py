@@ -91,6 +91,7 @@ class HttpEngine(Engine):
         self._headers = {"Authorization": f"Bearer {secret}"} if secret else {}
         self._session: aiohttp.ClientSession | None = None
         self._probe_session: aiohttp.ClientSession | None = None
+        self._closed = False  # a closed client opens no new session (it would leak) until start()
         self._inflight: set[asyncio.Timeout] = set()
         self._aborted: set[asyncio.Timeout] = set()
         self._down_reason: str | None = None  # set by abort_requests, cleared by a probe
@@ -108,9 +109,11 @@ class HttpEngine(Engine):
     # ---- Engine protocol -------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._closed = False
         self._client()
 
     async def close(self) -> None:
+        self._closed = True
         for session in (self._session, self._probe_session):
             if session is not None:
                 await session.close()
@@ -178,6 +181,8 @@ class HttpEngine(Engine):
     async def healthz(self) -> bool:
         """One probe on the probe session (bounded by probe_timeout_s). A healthy answer ends an
         outage declared by abort_requests and delivers the frees that failed during it."""
+        if self._closed:
+            return False
         timeout = aiohttp.ClientTimeout(total=self.settings.probe_timeout_s)
         try:
             async with self._prober().get(self.url + "/healthz", headers=self._headers,
@@ -221,6 +226,8 @@ class HttpEngine(Engine):
         self.last_answer_at = asyncio.get_running_loop().time()
 
     def _client(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise EngineUnavailableError(f"engine client for {self.url} is closed")
         if self._session is None or self._session.closed:
             # connect=None: aiohttp's `connect` timeout includes waiting for a pooled
             # connection, which under a burst is queueing, not a sign of a dead engine.

@@ -9,6 +9,7 @@ import pytest
 
 from parrot.core.contexts import EngineContexts
 from parrot.core.prefix import PrefixPiece
+from parrot.errors import EngineUnavailableError
 from tests.core.fakes import RecordingEngine
 
 TEXT = "x" * 64  # 16 tokens: one block of its own plus the partial block a fork copies (32)
@@ -93,7 +94,7 @@ async def test_a_failed_fill_leaves_nothing_behind(engine):
     contexts = EngineContexts(engine, "e")
     contexts.release(await contexts.acquire(pieces("s"), "A"))
     engine.fail_next = 1
-    with pytest.raises(Exception):
+    with pytest.raises(EngineUnavailableError, match="injected"):
         await contexts.acquire(pieces("s", "a"), "A")
     assert list(contexts.prefix_hashes) == ["s"] and contexts.num_cached_tokens == 32
     assert await contexts.release_session("A") == 1

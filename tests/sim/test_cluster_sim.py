@@ -25,6 +25,7 @@ def fingerprint(result) -> list[tuple]:
             for r in result.records]
 
 
+@pytest.mark.timeout(300)  # three full simulations: 60-70 s on 2 busy cores
 def test_same_seed_same_numbers_and_another_seed_differs():
     spec = ClusterSpec(policy="app_centric", num_engines=2)
     first = run_simulation(spec, chain_summary, TINY_BG, mode="parrot", seed=3)

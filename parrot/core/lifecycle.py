@@ -1,0 +1,80 @@
+"""The call lifecycle: the legal moves between `CallState`s and the one function that makes them.
+
+```
+            last input published        placed by the policy        every output published
+  PENDING ─────────────────────> READY ─────────────────────> RUNNING ─────────────────────> DONE
+     │                            │  ^                           │
+     │                            │  └── engine lost, retried ───┤
+     │ input failed,              │ upstream failed,             │ engine/transform error,
+     │ session deleted            │ session deleted              │ cancelled, retries spent
+     └────────────────────────────┴──────────────────────────────┴─────────────────────> FAILED
+```
+PENDING ──inputs arrive──> READY ──policy places it──> RUNNING ──outputs published──> DONE
+   │                         │  ^                         │
+   │                         │  └──engine lost, retried───┤
+   └──input failed / ────────┴──session deleted ──────────┴──error / cancelled──> FAILED
+```
+            last input published        placed by the policy        every output published
+  PENDING ─────────────────────> READY ─────────────────────> RUNNING ─────────────────────> DONE
+     │                            │  ^                           │
+     │                            │  └── engine lost, retried ───┤
+     │ input failed,              │ upstream failed,             │ engine/transform error,
+     │ session deleted            │ session deleted              │ cancelled, retries spent
+     └────────────────────────────┴──────────────────────────────┴─────────────────────> FAILED
+```
+
+Every change of `Call.state` goes through `transition`, so an impossible move (a DONE call
+re-dispatched, a FAILED call made ready) is a loud `IllegalTransitionError` at the line that
+tried it rather than a call stuck in a state no queue serves. The function also stamps the
+time the call entered each state and accumulates the time it spent in each one (a retried call
+enters READY and RUNNING more than once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from parrot.core.nodes import Call, loop_time
+from parrot.types import CallState
+
+_P, _R, _X, _D, _F = (CallState.PENDING, CallState.READY, CallState.RUNNING, CallState.DONE,
+                      CallState.FAILED)
+
+LEGAL_MOVES: Mapping[CallState, frozenset[CallState]] = {
+    _P: frozenset({_R, _F}),        # last input published / an input failed or session deleted
+    _R: frozenset({_X, _F}),        # dispatched / failed upstream or session deleted
+    _X: frozenset({_D, _F, _R}),    # finished / failed or cancelled / engine lost: re-dispatch
+    _D: frozenset(),
+    _F: frozenset(),
+}
+
+
+class IllegalTransitionError(RuntimeError):
+    """A call was asked to move between two states the lifecycle does not connect (a bug)."""
+
+    def __init__(self, call_id: str, current: CallState, target: CallState) -> None:
+        allowed = sorted(s.value for s in LEGAL_MOVES[current])
+        super().__init__(f"call {call_id}: illegal move {current.value} -> {target.value} "
+                         f"(allowed from {current.value}: {allowed or 'none, it is final'})")
+        self.call_id, self.current, self.target = call_id, current, target
+
+
+def is_legal(current: CallState, target: CallState) -> bool:
+    return target in LEGAL_MOVES[current]
+
+
+def transition(call: Call, target: CallState, now: float | None = None) -> None:
+    """Move `call` to `target`, or raise IllegalTransitionError leaving the call unchanged.
+
+    Records `call.state_entered[target] = now` and adds the time spent in the state it leaves
+    to `call.state_seconds`.
+    """
+    current = call.state
+    if not is_legal(current, target):
+        raise IllegalTransitionError(call.call_id, current, target)
+    now = loop_time() if now is None else now
+    entered = call.state_entered.get(current)
+    if entered is not None:
+        call.state_seconds[current] = call.state_seconds.get(current, 0.0) + (now - entered)
+    call.state = target
+    call.state_entered[target] = now

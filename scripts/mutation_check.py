@@ -1,0 +1,207 @@
+"""Do the tests catch what they claim? Apply one-line mutations one at a time and expect failure.
+
+Each mutation is (file, exact old snippet, new snippet, the test node ids that must catch it).
+The script copies the repository's files (tracked and untracked-but-not-ignored) to a temporary
+folder once, checks that the named tests pass there unmutated, then for each mutation: replaces
+the snippet (it must occur exactly once), runs the named tests with `-x`, a per-test timeout and
+a wall-clock limit, records whether they failed, and restores the file. It prints a table and
+exits non-zero if any mutation survived, any snippet no longer matches (re-anchor it after a
+refactor), or a baseline run failed.
+
+    python scripts/mutation_check.py                 # all mutations
+    python scripts/mutation_check.py --only builtin_lru_victim scheduler_fifo
+    python scripts/mutation_check.py --list
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str                 # relative to the repository root
+    old: str                  # exact snippet; must occur exactly once in the file
+    new: str
+    tests: tuple[str, ...]    # pytest node ids that must fail with the mutation applied
+
+
+MUTATIONS: tuple[Mutation, ...] = (
+    Mutation(
+        "scheduler_fifo", "parrot/core/scheduler.py",
+        "    return sorted(calls, key=lambda c: c.arrival_seq)",
+        "    return sorted(calls, key=lambda c: c.arrival_seq, reverse=True)",
+        ("tests/core/test_scheduler_order.py",)),
+    Mutation(
+        "contexts_lru_touch_on_hit", "parrot/core/contexts.py",
+        "            if (ctx := self._by_hash.get(piece.prefix_hash)) is not None:\n"
+        "                self._by_hash.move_to_end(piece.prefix_hash)\n",
+        "            if (ctx := self._by_hash.get(piece.prefix_hash)) is not None:\n",
+        ("tests/core/test_contexts_lru.py",)),
+    Mutation(
+        "executor_evict_and_retry", "parrot/core/executor.py",
+        "        if await engine.contexts.evict_all() == 0:\n            raise\n",
+        "        raise\n",
+        ("tests/core/test_executor_kv_retry.py",)),
+    Mutation(
+        "engine_pool_tokens_never_decremented", "parrot/core/engine_pool.py",
+        "        self.num_tokens_in_use -= placed.num_tokens\n",
+        "        self.num_tokens_in_use -= 0\n",
+        ("tests/core/test_engine_pool_accounting.py",)),
+    Mutation(
+        "builtin_lru_victim", "parrot/engines/builtin/scheduler.py",
+        "victim = min(owning or idle, key=lambda c: c.last_used)",
+        "victim = max(owning or idle, key=lambda c: c.last_used)",
+        ("tests/engines/builtin/test_scheduler_order.py::"
+         "test_kv_pressure_evicts_the_least_recently_used_idle_context",)),
+    Mutation(
+        "builtin_prefill_before_decode", "parrot/engines/builtin/scheduler.py",
+        "for work in decodes + prefills:",
+        "for work in prefills + decodes:",
+        ("tests/engines/builtin/test_scheduler_order.py::"
+         "test_a_decode_step_goes_before_an_older_prefill_that_would_eat_the_budget",)),
+    Mutation(
+        "manager_no_failure_propagation", "parrot/core/manager.py",
+        "                    if consumer.state in (CallState.PENDING, CallState.READY):\n"
+        "                        pending.append((consumer,",
+        "                    if False:\n"
+        "                        pending.append((consumer,",
+        ("tests/core/test_manager.py::test_failure_propagates_downstream",)),
+    Mutation(
+        "executor_free_swallows_everything", "parrot/core/executor.py",
+        "    except UnknownContextError:\n",
+        "    except Exception:\n",
+        ("tests/core/test_executor_free_context.py",)),
+    Mutation(
+        "contexts_evict_most_recent", "parrot/core/contexts.py",
+        "        for ctx in self._by_hash.values():\n            if freed >= num_tokens:",
+        "        for ctx in reversed(self._by_hash.values()):\n            if freed >= num_tokens:",
+        ("tests/core/test_contexts_lru.py",)),
+    Mutation(
+        "lifecycle_done_not_final", "parrot/core/lifecycle.py",
+        "    _D: frozenset(),", "    _D: frozenset({_R}),",
+        ("tests/core/test_lifecycle.py",)),
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    mutation: Mutation
+    status: str               # caught | SURVIVED | NOT FOUND | BASELINE FAILED
+    seconds: float
+    detail: str = ""
+
+    @property
+    def is_ok(self) -> bool:
+        return self.status == "caught"
+
+
+def copy_tree(dest: Path) -> None:
+    """The working tree as git sees it (tracked plus untracked-not-ignored files)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], cwd=REPO, check=True,
+                            capture_output=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        src = REPO / rel
+        if src.is_file():
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+
+
+def run_tests(root: Path, tests: tuple[str, ...], per_test_s: int,
+              limit_s: int) -> tuple[bool, float, str]:
+    """(passed, seconds, why it failed); a run past limit_s counts as failed."""
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1",
+           "COLUMNS": "400"}  # pytest cuts the summary line to the terminal width
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+               f"--timeout={per_test_s}", *tests]
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True,
+                              timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        return False, time.monotonic() - started, f"killed after {limit_s} s"
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+    # The short summary's first FAILED/ERROR line says why (an assertion, a pytest-timeout).
+    reason = next((ln for ln in lines if ln.startswith(("FAILED", "ERROR"))),
+                  lines[-1] if lines else "")
+    return proc.returncode == 0, time.monotonic() - started, reason
+
+
+def check(mutation: Mutation, root: Path, per_test_s: int, limit_s: int) -> Outcome:
+    path = root / mutation.path
+    original = path.read_text()
+    count = original.count(mutation.old)
+    if count != 1:
+        return Outcome(mutation, "NOT FOUND", 0.0, f"old snippet occurs {count} times")
+    path.write_text(original.replace(mutation.old, mutation.new))
+    try:
+        passed, seconds, last = run_tests(root, mutation.tests, per_test_s, limit_s)
+    finally:
+        path.write_text(original)
+    return Outcome(mutation, "SURVIVED" if passed else "caught", seconds, last)
+
+
+def print_table(outcomes: list[Outcome]) -> None:
+    rows = [("mutation", "file", "test(s)", "result", "seconds")]
+    rows += [(o.mutation.name, o.mutation.path,
+              " ".join(t.split("::")[-1] if "::" in t else t for t in o.mutation.tests),
+              o.status, f"{o.seconds:.1f}") for o in outcomes]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for i, row in enumerate(rows):
+        print(" | ".join(cell.ljust(w) for cell, w in zip(row, widths)))
+        if i == 0:
+            print("-+-".join("-" * w for w in widths))
+    for o in outcomes:
+        print(f"{o.mutation.name}: {o.status}: {o.detail[:200]}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="run these mutations only")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--per-test-timeout", type=int, default=30,
+                        help="pytest-timeout per test, seconds (default 30)")
+    parser.add_argument("--limit", type=int, default=60,
+                        help="wall-clock limit per mutation run, seconds (default 60)")
+    args = parser.parse_args()
+    known = {m.name: m for m in MUTATIONS}
+    if args.list:
+        for m in MUTATIONS:
+            print(f"{m.name}: {m.path} -> {', '.join(m.tests)}")
+        return 0
+    unknown = sorted(set(args.only or ()) - set(known))
+    if unknown:
+        parser.error(f"unknown mutation(s) {unknown}; known: {sorted(known)}")
+    chosen = [known[n] for n in args.only] if args.only else list(MUTATIONS)
+    with tempfile.TemporaryDirectory(prefix="parrot-mutants-") as tmp:
+        root = Path(tmp)
+        copy_tree(root)
+        tests = tuple(dict.fromkeys(t for m in chosen for t in m.tests))
+        passed, seconds, last = run_tests(root, tests, args.per_test_timeout,
+                                          args.limit * len(chosen))
+        print(f"baseline (unmutated): {'pass' if passed else 'FAIL'} in {seconds:.1f} s")
+        if not passed:
+            print(f"the named tests fail without any mutation: {last}")
+            return 2
+        outcomes = [check(m, root, args.per_test_timeout, args.limit) for m in chosen]
+    print_table(outcomes)
+    survived = [o for o in outcomes if not o.is_ok]
+    print(f"{len(outcomes) - len(survived)}/{len(outcomes)} mutations caught")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""EngineState's load accounting: what a placed call adds is exactly what its removal takes
+back, so an engine's view returns to idle when its calls finish."""
+
+from __future__ import annotations
+
+from parrot.core.config import EngineSpec
+from parrot.core.engine_pool import EnginePool, EngineState
+from parrot.core.nodes import Call
+from parrot.engines.protocol import EngineInfo
+from parrot.template import parse_template
+from parrot.types import Criterion
+from tests.core.conftest import out, submit
+from tests.core.fakes import RecordingEngine
+
+
+def make_engine_state() -> EngineState:
+    return EnginePool().add(EngineSpec(name="e0", in_process=True), RecordingEngine(),
+                            EngineInfo("e0", "fake", "fake", 4096, 16, 1024))
+
+
+def make_call(call_id: str, num_tokens: int, criterion: Criterion | None,
+              task_group: str | None = None) -> Call:
+    call = Call(call_id, "s", parse_template("{{output:o}}"), {}, {}, criterion=criterion,
+                task_group=task_group)
+    call.num_tokens = num_tokens
+    return call
+
+
+def load(state: EngineState) -> tuple[int, int, int, int, frozenset[str]]:
+    view = state.view()
+    return (view.num_running_calls, view.num_tokens_in_use, view.num_latency_calls,
+            view.num_throughput_calls, view.task_groups)
+
+
+def test_removing_calls_gives_back_exactly_what_adding_them_took():
+    state = make_engine_state()
+    a = make_call("a", 100, Criterion.LATENCY)
+    b = make_call("b", 250, Criterion.THROUGHPUT, task_group="g")
+    state.add_call(a)
+    state.add_call(b)
+    assert load(state) == (2, 350, 1, 1, frozenset({"g"}))
+    a.num_tokens, b.criterion = 9999, Criterion.LATENCY  # re-deduction after placement
+    state.remove_call(a)
+    assert load(state) == (1, 250, 0, 1, frozenset({"g"}))
+    state.remove_call(b)
+    assert load(state) == (0, 0, 0, 0, frozenset())
+    state.remove_call(b)  # twice: no effect
+    assert load(state) == (0, 0, 0, 0, frozenset())
+
+
+def test_kv_overflow_falls_back_when_calls_finish():
+    state = make_engine_state()
+    big = make_call("big", 1024 * 16, None)
+    state.add_call(big)
+    assert state.kv_overflow_tokens() > 0
+    state.remove_call(big)
+    assert state.kv_overflow_tokens() == -1024 * 16
+
+
+async def test_an_engine_is_idle_again_after_its_calls_finish(manager, engine):
+    session = manager.create_session()
+    calls = [submit(manager, session, f"call {i} {{{{output:y}}}}") for i in range(3)]
+    for call in calls:
+        await manager.get(session, out(call, "y"), Criterion.LATENCY, timeout=10)
+    state = manager.engines.get("e0")
+    assert state.num_calls_done == 3
+    assert load(state) == (0, 0, 0, 0, frozenset())

@@ -1,0 +1,64 @@
+"""The builtin engine's batch scheduler through its public step (`schedule`), no model needed:
+decodes go before prefill chunks, and KV pressure evicts the least recently used idle context."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")  # context.py types a torch.Generator
+
+from parrot.engines.builtin.block_manager import BlockManager  # noqa: E402
+from parrot.engines.builtin.context import Context, Work, WorkKind  # noqa: E402
+from parrot.engines.builtin.scheduler import Scheduler  # noqa: E402
+
+BLOCK = 4
+
+
+def make_scheduler(num_blocks: int, max_batch_tokens: int = 64) -> Scheduler:
+    return Scheduler(BlockManager(num_blocks, BLOCK), max_batch_tokens=max_batch_tokens,
+                     max_num_seqs=8, max_context_len=256, eos_token_ids=(0,))
+
+
+def computed_context(sched: Scheduler, context_id: str, num_tokens: int,
+                     last_used: int = 0) -> Context:
+    """An idle context at rest: every token but the pending last one is in KV."""
+    ctx = Context(context_id, None, token_ids=list(range(1, num_tokens + 1)))
+    sched.blocks.grow(ctx, num_tokens - 1)
+    ctx.num_computed, ctx.last_used = num_tokens - 1, last_used
+    sched.contexts[context_id] = ctx
+    return ctx
+
+
+def add_fill(sched: Scheduler, context_id: str, num_tokens: int, seq: int) -> Work:
+    ctx = Context(context_id, None)
+    sched.contexts[context_id] = ctx
+    work = Work(WorkKind.FILL, ctx, seq, new_tokens=list(range(1, num_tokens + 1)))
+    sched.add(work)
+    return work
+
+
+def test_a_decode_step_goes_before_an_older_prefill_that_would_eat_the_budget():
+    sched = make_scheduler(num_blocks=32, max_batch_tokens=8)
+    fill = add_fill(sched, "f", 20, seq=0)                     # older, 19 tokens to compute
+    gen_ctx = computed_context(sched, "g", 5)
+    gen = Work(WorkKind.GENERATE, gen_ctx, seq=1)
+    sched.add(gen)
+    batch = sched.schedule()
+    assert batch is not None
+    assert [(c.work, c.start, c.end, c.sample) for c in batch.chunks] == [
+        (gen, 4, 5, True),     # one decode token, sampled
+        (fill, 0, 7, False),   # the prefill gets what the decode left of the 8-token budget
+    ]
+    sched.check_invariants()
+
+
+def test_kv_pressure_evicts_the_least_recently_used_idle_context():
+    sched = make_scheduler(num_blocks=4)
+    old = computed_context(sched, "old", 5, last_used=3)        # one block each
+    new = computed_context(sched, "new", 5, last_used=7)
+    add_fill(sched, "fresh", 10, seq=0)                         # needs 3 blocks, 2 are free
+    batch = sched.schedule()
+    assert batch is not None and [(c.start, c.end) for c in batch.chunks] == [(0, 9)]
+    assert old.block_table == [] and old.num_computed == 0      # evicted: recomputed if used
+    assert len(new.block_table) == 1 and new.num_computed == 4  # kept
+    sched.check_invariants()
