@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from parrot.sim.live_cells import live_cell, load_live
 from parrot.sim.sweep import point_figures
 
 BEGIN, END = "<!-- paper-table:begin -->", "<!-- paper-table:end -->"
@@ -77,6 +78,8 @@ def write_report(out: Path, experiments: Sequence[Any], seconds: dict[str, float
     summary: dict[str, Any] = {"wall_s": wall_s, "experiments": {}}
     command = (lambda e: e.command()) if profile is None else (  # noqa: E731
         lambda e: e.command(str(out), profile))
+    # The live column: the committed live results beside the simulated ones (docs/results/).
+    live = load_live(out.parent / "live_paper_h200" / "results.json")
     for e in experiments:
         run_dir = out / e.key
         loaded = _load(run_dir)
@@ -93,7 +96,8 @@ def write_report(out: Path, experiments: Sequence[Any], seconds: dict[str, float
         plot = _plot(run_dir, loaded[0]) if loaded else None
         rel = os.path.relpath(run_dir, "docs")  # links are relative to the page in docs/
         plot_cell = f"[{plot}]({rel}/{plot})" if plot else "-"
-        lines.append(f"| {e.title} | {e.paper} | {'<br>'.join(cells)} | pending | "
+        lines.append(f"| {e.title} | {e.paper} | {'<br>'.join(cells)} | "
+                     f"{live_cell(live, e.key)} | "
                      f"{plot_cell} | `{command(e)}` |")
         summary["experiments"][e.key] = {"title": e.title, "paper": e.paper,
                                          "command": command(e), "ratios": record,
