@@ -40,6 +40,7 @@ def check_serve(bin_dir: Path, work: Path) -> None:
         if match is None:
             raise SystemExit(f"FAILED: parrot-serve --config sim\n{proc.stderr.read()[-2000:]}")
         url = match.group(1)
+        token = proc.stdout.readline().rsplit(" ", 1)[-1].strip()  # the generated admin token
         models = json.loads(urllib.request.urlopen(url + "/v1/models", timeout=30).read())
         model = models["data"][0]["id"]
         request = urllib.request.Request(url + "/v1/completions", method="POST",
@@ -48,7 +49,9 @@ def check_serve(bin_dir: Path, work: Path) -> None:
                                                           "max_tokens": 2}).encode())
         reply = json.loads(urllib.request.urlopen(request, timeout=120).read())
         assert reply["usage"]["completion_tokens"] == 2, reply
-        metrics = urllib.request.urlopen(url + "/metrics", timeout=30).read().decode()
+        scrape = urllib.request.Request(url + "/metrics",
+                                        headers={"Authorization": f"Bearer {token}"})
+        metrics = urllib.request.urlopen(scrape, timeout=30).read().decode()
         probe = ("from prometheus_client.parser import text_string_to_metric_families as f;"
                  "import sys; print(len(list(f(sys.stdin.read()))))")
         families = subprocess.run([str(bin_dir / "python"), "-c", probe], input=metrics,

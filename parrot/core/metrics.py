@@ -43,6 +43,7 @@ from prometheus_client.registry import Collector
 from parrot.core.engine_pool import EngineState
 from parrot.core.manager import Manager
 from parrot.core.nodes import Call
+from parrot.core.tenants import AccessControl
 from parrot.engines.protocol import EngineStats
 from parrot.errors import ParrotError
 from parrot.types import CallState, Criterion
@@ -149,7 +150,11 @@ class ManagerCollector(Collector):
 class Metrics:
     """A registry for one server: the state collector plus the event metrics."""
 
-    def __init__(self, manager: Manager, wire_routes: Sequence[tuple[str, str]]) -> None:
+    def __init__(self, manager: Manager, wire_routes: Sequence[tuple[str, str]],
+                 access: AccessControl | None = None) -> None:
+        # The scrape shows per-engine prefix hits: the side channel GET /v1/engines keeps from
+        # tenants (docs/SECURITY.md), so /metrics needs the admin token too.
+        self._access = access
         self.registry = CollectorRegistry()
         self.state = ManagerCollector(manager)
         self.registry.register(self.state)
@@ -204,6 +209,10 @@ class Metrics:
         app.middlewares.append(self.middleware)
 
     async def serve(self, request: web.Request) -> web.Response:
+        if self._access is not None:
+            from parrot.core.http_api import bearer_token
+
+            self._access.require_admin(bearer_token(request), "/metrics")
         await self.state.refresh_engine_stats()
         return web.Response(body=generate_latest(self.registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -64,7 +64,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("GET", "/v1/stats", "scheduler and engine counters", reply=shapes.Stats,
               auth="admin"),
     Operation("GET", "/metrics", "Prometheus metrics (text exposition format)",
-              reply_kind="text"),
+              reply_kind="text", auth="admin"),
     Operation("GET", "/openapi.json", "this document", reply_kind="json"),
     Operation("GET", "/v1/models", "OpenAI: the models the engines serve",
               reply=shapes.ModelList, openai=True),

@@ -25,8 +25,8 @@ async def server():
     await srv.stop()
 
 
-async def scrape(http: aiohttp.ClientSession) -> dict[tuple[str, tuple], float]:
-    async with http.get("/metrics") as resp:
+async def scrape(http: aiohttp.ClientSession, admin_token: str) -> dict[tuple[str, tuple], float]:
+    async with http.get("/metrics", headers={"Authorization": f"Bearer {admin_token}"}) as resp:
         assert resp.status == 200
         assert resp.headers["Content-Type"].startswith("text/plain")
         text = await resp.text()
@@ -41,7 +41,9 @@ async def test_metrics_count_requests_calls_and_engines(server):
             assert resp.status == 200
         async with http.get("/v1/sessions/s-nope/graph") as resp:
             assert resp.status == 404
-        m = await scrape(http)
+        async with http.get("/metrics") as resp:  # per-engine prefix hits: the admin's only
+            assert resp.status == 401
+        m = await scrape(http, server.admin_token)
     assert m[("parrot_http_requests_total", (("method", "POST"), ("route", "/v1/completions"),
                                              ("status", "200")))] == 1
     # wire routes are labelled by their template, never by the raw path
@@ -78,7 +80,7 @@ async def test_calls_by_state_and_sessions(server):
                 "placeholders": [{"name": "a", "in_out": "input", "value": "x"}],
                 "sampling": {"max_tokens": 2}, "wait": True}) as resp:
             assert resp.status == 200
-        m = await scrape(http)
+        m = await scrape(http, server.admin_token)
     assert m[("parrot_sessions", ())] == 1
     assert m[("parrot_calls", (("state", "done"),))] == 1
     assert m[("parrot_calls", (("state", "pending"),))] == 0
@@ -116,12 +118,12 @@ async def test_outputs_stream_from_an_engine_process_only_when_read_as_a_stream(
             body = {"model": "simulated", "prompt": "p", "max_tokens": 4}
             async with http.post("/v1/completions", json=body) as resp:
                 assert resp.status == 200
-            m = await scrape(http)
+            m = await scrape(http, srv.admin_token)
             assert m[("parrot_call_e2e_seconds_count", ())] == 1
             assert m[("parrot_call_ttft_seconds_count", ())] == 0
             async with http.post("/v1/completions", json={**body, "stream": True}) as resp:
                 assert resp.status == 200 and (await resp.read()).endswith(b"[DONE]\n\n")
-            m = await scrape(http)
+            m = await scrape(http, srv.admin_token)
             assert m[("parrot_call_e2e_seconds_count", ())] == 2
             assert m[("parrot_call_ttft_seconds_count", ())] == 1
     finally:
