@@ -273,7 +273,12 @@ class Manager:
             call.error = "cancelled (session deleted or manager stopped)"
             raise
         except EngineUnavailableError as exc:
-            await self.health.confirm_down(engine, exc)
+            try:
+                await self.health.confirm_down(engine, exc)
+            except asyncio.CancelledError:  # cancelled while probing: it ends like any cancel
+                transition(call, CallState.FAILED)
+                call.error = "cancelled (session deleted or manager stopped)"
+                raise
             call.attempts += 1
             requeue = not published and call.attempts <= self.config.max_call_retries \
                 and self.health.no_engine_error() is None

@@ -278,3 +278,24 @@ async def test_idle_sessions_expire_but_busy_ones_stay(engine):
             manager.authenticate(busy.session_id, busy.token)
     finally:
         await manager.close()
+
+
+async def test_a_call_cancelled_while_its_engine_is_probed_ends_failed(manager, engine):
+    """The engine-unavailable path awaits a liveness probe; a cancel arriving then (session
+    deleted, manager stopping) must still end the call, not leave it RUNNING forever."""
+    probing = asyncio.Event()
+
+    async def slow_probe(state, error):
+        probing.set()
+        await asyncio.sleep(3600)
+
+    manager.health.confirm_down = slow_probe  # type: ignore[method-assign]
+    engine.fail_next = 1
+    session = manager.create_session()
+    call = submit(manager, session, "A {{input:x}} {{output:y}}", x="1")
+    await asyncio.wait_for(probing.wait(), 5)
+    assert call.state is CallState.RUNNING
+    session.tasks[call.call_id].cancel()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert call.state is CallState.FAILED and "cancelled" in call.error
