@@ -9,19 +9,6 @@
      │ session deleted            │ session deleted              │ cancelled, retries spent
      └────────────────────────────┴──────────────────────────────┴─────────────────────> FAILED
 ```
-PENDING ──inputs arrive──> READY ──policy places it──> RUNNING ──outputs published──> DONE
-   │                         │  ^                         │
-   │                         │  └──engine lost, retried───┤
-   └──input failed / ────────┴──session deleted ──────────┴──error / cancelled──> FAILED
-```
-            last input published        placed by the policy        every output published
-  PENDING ─────────────────────> READY ─────────────────────> RUNNING ─────────────────────> DONE
-     │                            │  ^                           │
-     │                            │  └── engine lost, retried ───┤
-     │ input failed,              │ upstream failed,             │ engine/transform error,
-     │ session deleted            │ session deleted              │ cancelled, retries spent
-     └────────────────────────────┴──────────────────────────────┴─────────────────────> FAILED
-```
 
 Every change of `Call.state` goes through `transition`, so an impossible move (a DONE call
 re-dispatched, a FAILED call made ready) is a loud `IllegalTransitionError` at the line that
