@@ -24,7 +24,7 @@ import bisect
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import yaml
 
@@ -33,6 +33,19 @@ from parrot.errors import InvalidRequestError
 
 class EngineConfigError(InvalidRequestError):
     """An engine's configuration has an unknown key or an invalid value."""
+
+
+def check_param_keys(owner: str, params: Mapping[str, Any], allowed: Iterable[str],
+                     required: Iterable[str] = ()) -> None:
+    """Every engine kind's first check of its YAML params: no unknown key, the required ones
+    present (`owner` names the engine in the message, e.g. "openai engine")."""
+    allowed = sorted(allowed)
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise EngineConfigError(f"{owner}: unknown key(s) {unknown}; allowed: {allowed}")
+    for key in required:
+        if key not in params:
+            raise EngineConfigError(f"{owner}: params need {key!r}")
 
 
 def _number(owner: str, key: str, value: Any, *, positive: bool = False) -> float:
@@ -160,10 +173,7 @@ class SimulatedEngineConfig:
         merged.update({k: v for k, v in params.items() if k != "profile"})
         latency_keys = {f.name for f in fields(LatencyModel)}
         engine_keys = {f.name for f in fields(cls)} - {"latency", "profile"}
-        unknown = sorted(set(merged) - engine_keys - latency_keys)
-        if unknown:
-            raise EngineConfigError(f"simulated engine: unknown key(s) {unknown}; allowed: "
-                                    f"{sorted(engine_keys | latency_keys | {'profile'})}")
+        check_param_keys("simulated engine", merged, engine_keys | latency_keys | {"profile"})
         latency_kwargs = {k: merged.pop(k) for k in latency_keys if k in merged}
         if "decode_table" in latency_kwargs:
             clash = sorted(set(_DECODE_FORMULA_KEYS) & set(latency_kwargs))

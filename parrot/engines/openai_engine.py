@@ -32,7 +32,7 @@ from typing import Any, AsyncIterator, Mapping
 import aiohttp
 
 from parrot.chat import ChatTemplate, load_chat_template
-from parrot.engines.latency_model import EngineConfigError
+from parrot.engines.latency_model import EngineConfigError, check_param_keys
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
 from parrot.errors import (EngineUnavailableError, InvalidRequestError, PromptTooLongError,
@@ -68,13 +68,7 @@ class OpenAIEngineConfig:
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any]) -> "OpenAIEngineConfig":
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(params) - known)
-        if unknown:
-            raise EngineConfigError(f"openai engine: unknown key(s) {unknown}; allowed: "
-                                    f"{sorted(known)}")
-        if "url" not in params:
-            raise EngineConfigError("openai engine: params need 'url'")
+        check_param_keys("openai engine", params, cls.__dataclass_fields__, required=("url",))
         return cls(**params)
 
     @property

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Mapping
 
 from parrot.chat import ChatTemplate
-from parrot.engines.latency_model import EngineConfigError
+from parrot.engines.latency_model import EngineConfigError, check_param_keys
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
 from parrot.errors import EngineUnavailableError, PromptTooLongError, UnknownContextError
@@ -57,12 +57,7 @@ class VLLMEngineConfig:
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any]) -> "VLLMEngineConfig":
-        unknown = sorted(set(params) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise EngineConfigError(f"vllm engine: unknown key(s) {unknown}; allowed: "
-                                    f"{sorted(cls.__dataclass_fields__)}")
-        if "model" not in params:
-            raise EngineConfigError("vllm engine: params need 'model'")
+        check_param_keys("vllm engine", params, cls.__dataclass_fields__, required=("model",))
         return cls(**params)
 
 

@@ -7,7 +7,7 @@ matplotlib comes with the `bench` extra; without it `require_matplotlib()` raise
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from parrot.sim.workloads.base import AppRecord
 
@@ -71,12 +71,7 @@ def latency_cdf(runs: Sequence[tuple[str, Sequence[AppRecord]]], path: Path,
     ax.set_ylabel("fraction of applications")
     ax.set_ylim(0, 1.02)
     ax.set_xlim(left=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _finish(plt, fig, ax, path, title)
 
 
 def timeline(label: str, records: Sequence[AppRecord], path: Path, title: str,
@@ -142,12 +137,7 @@ def sweep_plot(summary: dict, path: Path, title: str) -> None:
     ax.set_xlabel(summary["field"])
     ax.set_ylabel(f"speedup vs {summary['reference']}")
     ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _finish(plt, fig, ax, path, title)
 
 
 def rate_plot(summary: dict, path: Path, title: str) -> None:
@@ -168,8 +158,14 @@ def rate_plot(summary: dict, path: Path, title: str) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("request rate (req/s)")
     ax.set_ylabel("mean latency per output token (ms)")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
+    _finish(plt, fig, ax, path, title, grid_which="both", legend_size=7)
+
+
+def _finish(plt: Any, fig: Any, ax: Any, path: Path, title: str, *,
+            grid_which: str = "major", legend_size: int = 8) -> None:
+    """The common end of a line plot: grid, legend, title, saved at 120 dpi, closed."""
+    ax.grid(alpha=0.3, which=grid_which)
+    ax.legend(fontsize=legend_size)
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
