@@ -10,6 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from parrot.engines.builtin.attention import make_decode_fn  # noqa: E402
 from parrot.engines.builtin.build import ModelBundle, build_engine, load_bundle  # noqa: E402
 from parrot.engines.builtin.config import BuiltinEngineConfig  # noqa: E402
 from parrot.engines.builtin.engine import BuiltinEngine  # noqa: E402
@@ -22,6 +23,18 @@ def tiny_bundle() -> ModelBundle:
     # float64: logic tests compare greedy tokens across batchings and chunkings exactly.
     return load_bundle(BuiltinEngineConfig(model="tiny", dtype="float64", device="cpu",
                                            num_blocks=64))
+
+
+@pytest.fixture(scope="module")
+def kernel_bundle() -> ModelBundle:
+    """The tiny model on the Triton kernels' decode path (interpreter on the CPU): one per
+    module, since the graph and launch-ahead tests change its decode function's state."""
+    kernels = pytest.importorskip("parrot_kernels")
+    bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
+                                             num_blocks=64))
+    bundle.model._decode = make_decode_fn(kernels)
+    bundle.uses_kernels = True
+    return bundle
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,6 @@ import asyncio
 import pytest
 import torch
 
-from parrot.engines.builtin.attention import make_decode_fn
-from parrot.engines.builtin.build import load_bundle
 from parrot.engines.builtin.cascade import split_groups
 from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
 from parrot.engines.builtin.graphs import (DecodeGraphs, DecodeRows, batch_bucket, graph_key,
@@ -59,16 +57,6 @@ def test_graph_keys():
     assert graph_key(paged_rows(3), 2, 16) is None          # over the largest bucket
     assert graph_key(paged_rows(3), 64, 2) is None          # wider than the context can be
     assert graph_key(grouped_rows(), 64, 16) == (4, 2, 2, 1)
-
-
-@pytest.fixture(scope="module")
-def kernel_bundle():
-    kernels = pytest.importorskip("parrot_kernels")
-    bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
-                                             num_blocks=64))
-    bundle.model._decode = make_decode_fn(kernels)
-    bundle.uses_kernels = True
-    return bundle
 
 
 def make_graphs(bundle, num_blocks: int, max_batch: int, max_width: int) -> DecodeGraphs:

@@ -9,10 +9,7 @@ import asyncio
 import pytest
 import torch
 
-from parrot.engines.builtin.attention import make_decode_fn
-from parrot.engines.builtin.build import load_bundle
 from parrot.engines.builtin.cascade import split_groups
-from parrot.engines.builtin.config import BuiltinEngineConfig
 from parrot.engines.builtin.context import Context, Work, WorkKind
 from parrot.engines.builtin.graphs import DecodeGraphs, DecodeRows
 from parrot.engines.builtin.kv_cache import KVCache
@@ -63,16 +60,6 @@ def test_finishes():
     ignoring = Work(WorkKind.GENERATE, ctx, 2, sampling=SamplingParams(max_tokens=9,
                                                                         ignore_eos=True))
     assert not finishes(ignoring, 2, eos, 100)
-
-
-@pytest.fixture(scope="module")
-def kernel_bundle():
-    kernels = pytest.importorskip("parrot_kernels")
-    bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
-                                             num_blocks=64))
-    bundle.model._decode = make_decode_fn(kernels)
-    bundle.uses_kernels = True
-    return bundle
 
 
 def use_graphs(engine, bundle) -> DecodeGraphs:
