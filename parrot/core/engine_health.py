@@ -148,14 +148,21 @@ class EngineHealth:
     def check_can_take(self, max_tokens: dict[str, int]) -> None:
         """Refuse a submit no engine can serve: every engine down past the grace period, or an
         output's max_tokens over the largest context window (it could never finish as asked
-        and would hold a batch slot until the window fills)."""
+        and would hold a batch slot until the window fills) or over `max_output_tokens`."""
         if (error := self.no_engine_error()) is not None:
             raise error
         window = max((e.info.max_context_len for e in self._pool), default=None)
+        cap = self._config.max_output_tokens
+        limits = [(window, f"the largest engine context window ({window} tokens)"),
+                  (cap, f"manager.max_output_tokens ({cap})")]
+        known = [(n, why) for n, why in limits if n is not None]
+        if not known:
+            return
+        limit, why = min(known)
         for name, n in max_tokens.items():
-            if window is not None and n > window:
-                raise InvalidRequestError(f"output {name!r}: max_tokens={n} exceeds the largest "
-                                          f"engine context window ({window} tokens)")
+            if n > limit:
+                raise InvalidRequestError(f"output {name!r}: max_tokens={n} exceeds {why}: "
+                                          f"over the limit of {limit}")
 
     # ---- internals ---------------------------------------------------------------------------
 

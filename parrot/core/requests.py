@@ -59,11 +59,6 @@ class SubmitRequest:
         return cls(session_id=session_id_of(body), prompt=prompt, placeholders=specs,
                    sampling=sampling)
 
-    def max_output_tokens(self) -> int:
-        """The largest `max_tokens` any output of this call may generate."""
-        return max([self.sampling.max_tokens] + [self.sampling.merged(p.sampling).max_tokens
-                                                 for p in self.placeholders if p.is_output])
-
 
 def _placeholder(item: Any, index: int) -> PlaceholderSpec:
     where = f"placeholders[{index}]"

@@ -149,21 +149,10 @@ class WireAPI:
         return reply
 
     def _submit(self, session: Session, request: SubmitRequest) -> Call:
-        limit = self.max_output_tokens()
-        if request.max_output_tokens() > limit:
-            raise InvalidRequestError(f"max_tokens {request.max_output_tokens()} is over the "
-                                      f"limit of {limit} (the largest engine context window "
-                                      "or manager.max_output_tokens)")
+        # max_tokens against the engines' windows and the configured cap: Manager.submit.
         call = self.manager.submit(session, request)
         self.admission.admitted(session, call)
         return call
-
-    def max_output_tokens(self) -> int:
-        """The most tokens one output may ask for: no engine could generate more."""
-        windows = [e.info.max_context_len for e in self.manager.engines]
-        cap = self.manager.config.max_output_tokens
-        limits = ([max(windows)] if windows else []) + ([cap] if cap is not None else [])
-        return min(limits) if limits else 1 << 31
 
     @staticmethod
     def _submit_reply(call: Call) -> Reply:
