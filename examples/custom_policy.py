@@ -14,7 +14,7 @@ calls it leaves out stay queued for the next round.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
 
 from parrot.policies import CallView, EngineView, Placement, Policy, PolicyConfigError, PolicyParams
 

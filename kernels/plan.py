@@ -69,7 +69,7 @@ def _round_up(a: int, b: int) -> int:
     return _cdiv(a, b) * b
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _num_sms(device: torch.device) -> int:
     if device.type != "cuda":
         return 4  # interpreter: keep grids small

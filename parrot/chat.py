@@ -12,7 +12,8 @@ simulated engine, a remote server that does not say) get ChatML, the format of S
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 from parrot.errors import InvalidRequestError
 
@@ -30,7 +31,7 @@ class ChatMessage:
     content: str
 
     @classmethod
-    def from_json(cls, data: Any, where: str) -> "ChatMessage":
+    def from_json(cls, data: Any, where: str) -> ChatMessage:
         if not isinstance(data, Mapping):
             raise InvalidRequestError(f"{where} must be an object {{role, content}}")
         role, content = data.get("role"), data.get("content")
@@ -82,7 +83,7 @@ class ChatTemplate:
         return {"source": self.source, "bos_token": self.bos_token, "eos_token": self.eos_token}
 
     @classmethod
-    def from_json(cls, data: Any) -> "ChatTemplate | None":
+    def from_json(cls, data: Any) -> ChatTemplate | None:
         if data is None:
             return None
         if not isinstance(data, Mapping) or not isinstance(data.get("source"), str):
@@ -91,7 +92,7 @@ class ChatTemplate:
         return cls(data["source"], data.get("bos_token"), data.get("eos_token"))
 
     @classmethod
-    def from_tokenizer(cls, tokenizer: Any) -> "ChatTemplate | None":
+    def from_tokenizer(cls, tokenizer: Any) -> ChatTemplate | None:
         """The template a transformers tokenizer carries (None when it has none)."""
         source = getattr(tokenizer, "chat_template", None)
         if not isinstance(source, str) or not source:

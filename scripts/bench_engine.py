@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         command = "python3 " + " ".join(shlex.quote(a) for a in [sys.argv[0], *sys.argv[1:]])
         text = "\n".join([
             f"# builtin engine vs HF generate ({args.device})", "",
-            f"* date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
+            f"* date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}",
             f"* machine: {machine(torch, args.device)}",
             f"* command: `{command}`",
             f"* best of {args.repeats} alternating runs; greedy, EOS ignored; engine modes: "
@@ -290,7 +290,7 @@ def suite(args: argparse.Namespace, torch) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     bundle, hf = load(torch, args.models[0], "cuda")
-    started = datetime.datetime.now(datetime.timezone.utc)
+    started = datetime.datetime.now(datetime.UTC)
     def log(text: str) -> None:
         print(text, flush=True)
 

@@ -139,7 +139,7 @@ def _table(title: str, row: dict) -> str:
 
 async def main(args: argparse.Namespace) -> None:
     out = [f"Machine: {platform.node()} ({os.cpu_count()} CPUs), "
-           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; command: "
+           f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}; command: "
            f"`python scripts/bench_engine_faults.py --calls {args.calls} --tokens {args.tokens} "
            f"--freeze-s {args.freeze_s} --clients {args.clients}`", ""]
     out.append(_table("A. burst over 2 simulated engine processes",

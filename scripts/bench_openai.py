@@ -88,7 +88,7 @@ async def _stream_cost(readers: str, rounds: int = 3) -> float:
     gen = parrot.semantic_function(prompt="Write about {{input:x}}: {{output:y}}",
                                    max_tokens=64, ignore_eos=True)
 
-    async def read(var: "parrot.SemanticVariable") -> str:
+    async def read(var: parrot.SemanticVariable) -> str:
         if readers == "aget":
             return await var.aget()
         return "".join([piece async for piece in var.astream()])

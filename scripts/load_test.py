@@ -58,7 +58,7 @@ class Manager:
         self._sampler = asyncio.create_task(self._sample_rss())
 
     @classmethod
-    async def start(cls, num_engines: int, in_process: bool) -> "Manager":
+    async def start(cls, num_engines: int, in_process: bool) -> Manager:
         config = {"manager": {"port": 0}, "policy": {"name": "app_centric"},
                   "engines": [{"name": f"sim-{i}", "kind": "simulated", "in_process": in_process,
                                "latency_capacity": 1 << 20, "throughput_capacity": 1 << 20,
@@ -282,7 +282,7 @@ def main() -> None:
     print(header)
     results = asyncio.run(run(args))
     if args.out:
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
         with open(args.out, "a") as out:
             out.write(f"\n### {stamp} — {platform.node()}, {os.cpu_count()} CPUs, "
                       f"Python {platform.python_version()}\n\n"

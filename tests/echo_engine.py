@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from parrot.chat import ChatTemplate
 from parrot.core.config import EngineSpec, ServeConfig

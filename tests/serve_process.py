@@ -8,7 +8,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import yaml
 

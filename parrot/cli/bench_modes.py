@@ -7,7 +7,8 @@ import dataclasses
 import json
 import math
 import sys
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from parrot.sim.compare import Settings, Variant, results_json, run_variant
 from parrot.sim.sweep import Sweep, sustainable_rate, sweep_summary, sweep_table

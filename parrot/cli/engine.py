@@ -32,7 +32,8 @@ import os
 import secrets
 import signal
 import sys
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import aiohttp
 import yaml

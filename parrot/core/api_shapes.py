@@ -13,7 +13,7 @@ from typing import Any, Literal
 class Error:
     """Every Parrot error: `type` is the exception class (InvalidRequestError, ...)."""
 
-    error: "ErrorDetail"
+    error: ErrorDetail
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class ErrorDetail:
 class OpenAIError:
     """Errors of the /v1/models, /v1/completions and /v1/chat/completions routes."""
 
-    error: "OpenAIErrorDetail"
+    error: OpenAIErrorDetail
 
 
 @dataclass(frozen=True)
@@ -200,7 +200,7 @@ class Completion:
     choices: list[CompletionChoice]
     usage: Usage | None = None
     system_fingerprint: None = None
-    parrot: "ParrotReply | None" = None
+    parrot: ParrotReply | None = None
 
 
 @dataclass(frozen=True)
@@ -229,7 +229,7 @@ class ChatCompletion:
     choices: list[ChatChoice]
     usage: Usage
     system_fingerprint: None = None
-    parrot: "ParrotReply | None" = None
+    parrot: ParrotReply | None = None
 
 
 @dataclass(frozen=True)

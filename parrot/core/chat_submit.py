@@ -8,7 +8,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from parrot.chat import ChatTemplate, chat_prompt
 from parrot.core.engine_pool import EngineState

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import yaml
 
@@ -161,7 +162,7 @@ class ServeConfig:
         _require(len(set(keys)) == len(keys), "tenants[].api_key", "<hidden>", "unique keys")
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], *, base_dir: Path | None = None) -> "ServeConfig":
+    def from_mapping(cls, data: Mapping[str, Any], *, base_dir: Path | None = None) -> ServeConfig:
         _require(isinstance(data, Mapping), "<root>", type(data).__name__, "a mapping")
         _no_unknown(data, ("manager", "policy", "engines", "tenants"), "<root>")
         manager = ManagerConfig(**_section(data.get("manager"), ManagerConfig, "manager"))
@@ -194,7 +195,7 @@ class ServeConfig:
         return cls(manager, policy, tuple(engines), tuple(tenants))
 
     @classmethod
-    def load(cls, path: str | Path) -> "ServeConfig":
+    def load(cls, path: str | Path) -> ServeConfig:
         path = Path(path)
         try:
             data = yaml.safe_load(path.read_text())

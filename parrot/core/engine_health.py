@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable, Coroutine
+from collections.abc import Callable, Coroutine
 
 from parrot.core.config import EngineSpec, ManagerConfig
 from parrot.core.contexts import EngineContexts
@@ -199,7 +199,7 @@ class EngineHealth:
         try:
             return await asyncio.wait_for(state.engine.healthz(),
                                           self._config.engine_heartbeat_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None
         except ParrotError:
             return False

@@ -6,7 +6,8 @@ import collections
 import logging
 from collections.abc import Set
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any
+from collections.abc import Iterator, Mapping
 
 from parrot.core.config import EngineSpec
 from parrot.core.contexts import EngineContexts
@@ -82,7 +83,7 @@ class EngineState:
     info: EngineInfo
     contexts: EngineContexts
     is_healthy: bool = True
-    running: dict[str, "_Placed"] = field(default_factory=dict)
+    running: dict[str, _Placed] = field(default_factory=dict)
     num_tokens_in_use: int = 0
     num_latency_calls: int = 0
     num_throughput_calls: int = 0

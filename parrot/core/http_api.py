@@ -20,14 +20,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from http import HTTPStatus
-from typing import Any, Awaitable, Callable, Iterable, Sequence
+from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from parrot.core.json_body import parse_json_body
 from parrot.core.wire import WireAPI
-from parrot.errors import (InvalidRequestError, ParrotError, PayloadTooLargeError,
+from parrot.errors import (ParrotError, PayloadTooLargeError,
                            RequestTimeoutError, TooManyRequestsError)
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ async def read_json(request: web.Request, max_body: int, timeout_s: float) -> An
         raw = await asyncio.wait_for(request.read(), timeout_s)
     except web.HTTPRequestEntityTooLarge:
         raise PayloadTooLargeError(f"request body over {max_body} bytes") from None
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise RequestTimeoutError(f"request body not received within {timeout_s:g} s") from None
     return parse_json_body(raw)
 

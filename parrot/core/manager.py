@@ -13,7 +13,7 @@ import asyncio
 import itertools
 import logging
 import secrets
-from typing import Callable
+from collections.abc import Callable
 
 from parrot.core.config import EngineSpec, ManagerConfig
 from parrot.core.deduction import deduce
@@ -158,7 +158,7 @@ class Manager:
             session.num_waiters += 1
             try:
                 await asyncio.wait_for(var.ready.wait(), limit)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise GetTimeoutError(f"variable {var_id} not ready after {limit:g} s") from None
             finally:
                 session.num_waiters -= 1

@@ -32,7 +32,7 @@ import asyncio
 import logging
 import re
 import time
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from aiohttp import web
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram,
@@ -71,7 +71,7 @@ class ManagerCollector(Collector):
         async def one(engine: EngineState) -> EngineStats | None:
             try:
                 return await asyncio.wait_for(engine.engine.stats(), timeout_s)
-            except (ParrotError, asyncio.TimeoutError):
+            except (TimeoutError, ParrotError):
                 return None
 
         reports = await asyncio.gather(*(one(e) for e in engines))

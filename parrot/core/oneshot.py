@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
-from typing import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from parrot.core.manager import Manager
 from parrot.core.nodes import Call, Variable
@@ -134,7 +134,7 @@ class OneShot:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _pump(self, index: int, var: Variable,
-                    queue: "asyncio.Queue[Delta | BaseException]") -> None:
+                    queue: asyncio.Queue[Delta | BaseException]) -> None:
         try:
             async for piece in follow_as_get(self._manager, self.session, var, self._criterion):
                 await queue.put(Delta(index, piece))

@@ -16,7 +16,8 @@ import logging
 import secrets
 import time
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -150,7 +151,7 @@ class OpenAIRoutes:
     def _max_body(self) -> int:
         return self.manager.config.max_body_bytes
 
-    async def _serve(self, request: web.Request, run: OneShot, reply: "_Reply", stream: bool,
+    async def _serve(self, request: web.Request, run: OneShot, reply: _Reply, stream: bool,
                      include_usage: bool) -> web.StreamResponse:
         if not run.owns_session:  # the outputs are the client's Semantic Variables
             reply.parrot = {"session_id": run.session.session_id,

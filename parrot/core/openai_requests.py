@@ -9,7 +9,8 @@ Parrot's own extension travels in `extra_body={"parrot": {...}}` (see `ParrotOpt
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
+from collections.abc import Mapping
 
 from parrot.chat import ChatMessage, parse_messages
 from parrot.errors import InvalidRequestError
@@ -118,7 +119,7 @@ class ParrotOptions:
     inputs: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def from_json(cls, data: Any) -> "ParrotOptions":
+    def from_json(cls, data: Any) -> ParrotOptions:
         if data is None:
             return cls()
         allowed = _allowed(ParrotOptionsBody)
@@ -153,7 +154,7 @@ class CompletionRequest:
     parrot: ParrotOptions = ParrotOptions()
 
     @classmethod
-    def from_json(cls, data: Any) -> "CompletionRequest":
+    def from_json(cls, data: Any) -> CompletionRequest:
         body = _object(data)
         common = _common(body, CompletionBody, "completions")
         prompt = body.get("prompt")
@@ -184,7 +185,7 @@ class ChatCompletionRequest:
     parrot: ParrotOptions = ParrotOptions()
 
     @classmethod
-    def from_json(cls, data: Any) -> "ChatCompletionRequest":
+    def from_json(cls, data: Any) -> ChatCompletionRequest:
         body = _object(data)
         common = _common(body, ChatCompletionBody, "chat")
         messages = parse_messages(body.get("messages"))

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from parrot.errors import InvalidRequestError
 from parrot.sampling import SamplingParams
@@ -38,7 +39,7 @@ class SubmitRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     @classmethod
-    def from_json(cls, data: Any) -> "SubmitRequest":
+    def from_json(cls, data: Any) -> SubmitRequest:
         body = _object(data, "request body")
         _only(body, {"session_id", "prompt", "placeholders", "sampling"}, "submit")
         prompt = body.get("prompt")
@@ -97,7 +98,7 @@ class GetRequest:
     timeout: float | None = None
 
     @classmethod
-    def from_json(cls, data: Any) -> "GetRequest":
+    def from_json(cls, data: Any) -> GetRequest:
         body = _object(data, "request body")
         _only(body, {"session_id", "semantic_var_id", "criteria", "timeout"}, "get")
         var_id = body.get("semantic_var_id")

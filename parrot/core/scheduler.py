@@ -12,7 +12,7 @@ import logging
 import time
 from collections import Counter, deque
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from parrot.core.engine_pool import EnginePool, EngineState, prefix_num_tokens
 from parrot.core.nodes import Call
@@ -134,6 +134,6 @@ class _Sizes:
     prefix_num_tokens: tuple[int, ...]   # estimated prompt tokens up to each prefix hash
 
     @classmethod
-    def of(cls, call: Call) -> "_Sizes":
+    def of(cls, call: Call) -> _Sizes:
         output = sum(b.sampling.max_tokens for b in call.outputs.values())
         return cls(min(output, call.num_tokens), prefix_num_tokens(call))

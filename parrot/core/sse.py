@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, AsyncIterator, Mapping
+from typing import Any
+from collections.abc import AsyncIterator, Mapping
 
 from aiohttp import web
 

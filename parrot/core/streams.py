@@ -13,7 +13,8 @@ variable's final value is always authoritative.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator
 
 if TYPE_CHECKING:
     from parrot.core.nodes import Variable
@@ -51,7 +52,7 @@ class TextStream:
         await self._changed.wait()
 
 
-async def follow(var: "Variable") -> AsyncIterator[str]:
+async def follow(var: Variable) -> AsyncIterator[str]:
     """Yield the text of `var` as it is generated, then the rest of its final value.
 
     The pieces are the engine's text as it arrives. An output with transforms is not streamed
@@ -76,7 +77,7 @@ async def follow(var: "Variable") -> AsyncIterator[str]:
         await var.stream.wait_changed()
 
 
-async def follow_as_get(manager: Any, session: Any, var: "Variable",
+async def follow_as_get(manager: Any, session: Any, var: Variable,
                         criterion: Any) -> AsyncIterator[str]:
     """`follow`, while a `get` of the variable at `criterion` is pending in the manager: a
     streaming reader seeds the objective of the calls upstream exactly as a client's get does."""

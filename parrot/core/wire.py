@@ -14,7 +14,8 @@ from __future__ import annotations
 import gc
 import re
 import sys
-from typing import Any, Awaitable, Callable
+from typing import Any
+from collections.abc import Awaitable, Callable
 
 from parrot.core.admission import Admission
 from parrot.core.chat_submit import mark_streamed, pop_streamed, render_chat_submit

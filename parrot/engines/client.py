@@ -22,7 +22,8 @@ import asyncio
 import json
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any
+from collections.abc import AsyncIterator
 
 import aiohttp
 
@@ -188,7 +189,7 @@ class HttpEngine(Engine):
             async with self._prober().get(self.url + "/healthz", headers=self._headers,
                                           timeout=timeout) as resp:
                 data = await _read_json(resp)
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             return False
         self._answered()
         ok = resp.status == 200 and isinstance(data, dict) and bool(data.get("ok"))
@@ -259,7 +260,7 @@ class HttpEngine(Engine):
         try:
             async with scope:
                 yield
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             if retry_connect and isinstance(exc, _CONNECT_TIMEOUT) and scope not in self._aborted:
                 raise _ConnectTimedOut() from exc
             if scope in self._aborted:

@@ -11,7 +11,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from parrot.engines.latency_model import EngineConfigError
 from parrot.engines.protocol import Engine

@@ -24,7 +24,8 @@ import bisect
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 import yaml
 
@@ -159,7 +160,7 @@ class SimulatedEngineConfig:
                 "must be a boolean")
 
     @classmethod
-    def from_mapping(cls, params: Mapping[str, Any] | None) -> "SimulatedEngineConfig":
+    def from_mapping(cls, params: Mapping[str, Any] | None) -> SimulatedEngineConfig:
         """Parse YAML/JSON params. `profile` (a path, or a name in configs/profiles/) supplies
         defaults that the other keys override."""
         if params is None:

@@ -32,7 +32,8 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 from parrot.engines.client import HttpEngine, HttpEngineSettings
 from parrot.errors import EngineError
@@ -136,7 +137,7 @@ class EngineProcess:
             _signal_group(proc.pid, signal.SIGTERM)
             try:
                 await asyncio.wait_for(proc.wait(), self._grace_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.warning("engine %s ignored SIGTERM for %.1fs; killing it", self.spec.name,
                             self._grace_s)
                 _signal_group(proc.pid, signal.SIGKILL)

@@ -23,11 +23,11 @@ characters a token, and streamed chunks carry no token ids. Params:
 
 from __future__ import annotations
 
-import asyncio
 import json
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Mapping
+from typing import Any
+from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
 
@@ -67,7 +67,7 @@ class OpenAIEngineConfig:
                 raise EngineConfigError(f"openai engine: {key}={value!r} must be a string")
 
     @classmethod
-    def from_mapping(cls, params: Mapping[str, Any]) -> "OpenAIEngineConfig":
+    def from_mapping(cls, params: Mapping[str, Any]) -> OpenAIEngineConfig:
         check_param_keys("openai engine", params, cls.__dataclass_fields__, required=("url",))
         return cls(**params)
 
@@ -154,7 +154,7 @@ class OpenAIEngine(Engine):
                                 finished = reason is not None
                                 yield GenerateChunk(text, (), _FINISH.get(reason, reason)
                                                     if reason else None)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise EngineUnavailableError(f"{self.config.base_url} unreachable: {exc!r}") from exc
         finally:
             self._num_running -= 1
@@ -211,7 +211,7 @@ class OpenAIEngine(Engine):
                 if resp.status >= 400:
                     raise _http_error(resp.status, await resp.text())
                 data = await resp.json()
-        except (aiohttp.ClientError, asyncio.TimeoutError, json.JSONDecodeError) as exc:
+        except (TimeoutError, aiohttp.ClientError, json.JSONDecodeError) as exc:
             raise EngineUnavailableError(f"{self.config.base_url} unreachable: {exc!r}") from exc
         return [m["id"] for m in data.get("data", []) if isinstance(m, dict) and "id" in m]
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Mapping
+from typing import Any
+from collections.abc import AsyncIterator, Mapping
 
 from parrot.chat import ChatTemplate
 from parrot.errors import InvalidRequestError
@@ -54,7 +55,7 @@ class FillRequest:
             raise InvalidRequestError("text must be a string")
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "FillRequest":
+    def from_json(cls, data: Mapping[str, Any]) -> FillRequest:
         token_ids = data.get("token_ids")
         if token_ids is not None and not isinstance(token_ids, list):
             raise InvalidRequestError("token_ids must be a list of integers")
@@ -80,7 +81,7 @@ class FillResult:
                 "context_len": self.context_len}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "FillResult":
+    def from_json(cls, data: Mapping[str, Any]) -> FillResult:
         return cls(str(data["context_id"]), int(data["num_filled_tokens"]),
                    int(data["context_len"]))
 
@@ -100,7 +101,7 @@ class GenerateRequest:
             raise InvalidRequestError("sampling must be SamplingParams")
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "GenerateRequest":
+    def from_json(cls, data: Mapping[str, Any]) -> GenerateRequest:
         return cls(context_id=data.get("context_id"),  # type: ignore[arg-type]
                    parent_context_id=data.get("parent_context_id"),
                    sampling=SamplingParams.from_json(data.get("sampling")))
@@ -127,7 +128,7 @@ class GenerateChunk:
                 "finish_reason": self.finish_reason}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "GenerateChunk":
+    def from_json(cls, data: Mapping[str, Any]) -> GenerateChunk:
         return cls(str(data["text"]), tuple(int(t) for t in data["token_ids"]),
                    data.get("finish_reason"))
 
@@ -155,7 +156,7 @@ class EngineStats:
         return dict(self.__dict__)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "EngineStats":
+    def from_json(cls, data: Mapping[str, Any]) -> EngineStats:
         return cls(**{k: int(data[k]) for k in cls.__dataclass_fields__})
 
 
@@ -177,7 +178,7 @@ class EngineInfo:
         return data
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "EngineInfo":
+    def from_json(cls, data: Mapping[str, Any]) -> EngineInfo:
         return cls(name=str(data["name"]), kind=str(data["kind"]), model=str(data["model"]),
                    max_context_len=int(data["max_context_len"]),
                    block_size=int(data["block_size"]),

@@ -29,7 +29,8 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Collection, Iterable
+from collections.abc import Collection, Iterable
 
 from parrot.types import estimate_num_tokens
 

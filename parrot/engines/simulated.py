@@ -31,7 +31,7 @@ import asyncio
 import enum
 import logging
 from dataclasses import dataclass, field
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 # the configuration lives with the latency model; re-exported here as part of this module's API
 from parrot.engines.latency_model import (EngineConfigError, LatencyModel, SimulatedEngineConfig,

@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Mapping
+from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping
 
 from parrot.chat import ChatTemplate
 from parrot.engines.latency_model import EngineConfigError, check_param_keys
@@ -56,7 +57,7 @@ class VLLMEngineConfig:
             raise EngineConfigError("vllm engine: engine_args must be a mapping")
 
     @classmethod
-    def from_mapping(cls, params: Mapping[str, Any]) -> "VLLMEngineConfig":
+    def from_mapping(cls, params: Mapping[str, Any]) -> VLLMEngineConfig:
         check_param_keys("vllm engine", params, cls.__dataclass_fields__, required=("model",))
         return cls(**params)
 

@@ -19,7 +19,8 @@ import dataclasses
 import inspect
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 from parrot.errors import InvalidRequestError
 from parrot.sampling import SamplingParams
@@ -97,7 +98,7 @@ class SemanticFunction:
             return {}
         return {"chat": {"system": self.system} if self.system else True}
 
-    def options(self, **sampling: Any) -> "SemanticFunction":
+    def options(self, **sampling: Any) -> SemanticFunction:
         """This function with some sampling fields replaced (e.g. `fn.options(max_tokens=20)`)."""
         return dataclasses.replace(self, sampling=self.sampling.merged(sampling))
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from dataclasses import dataclass
-from typing import Any, Coroutine
+from typing import Any
+from collections.abc import Coroutine
 
 from parrot.errors import InvalidRequestError, error_from_wire
 from parrot.frontend.function import SemanticFunction
@@ -34,10 +35,10 @@ class _PendingCall:
     fn: SemanticFunction
     inputs: dict[str, Any]
     outputs: tuple[SemanticVariable, ...]
-_current: contextvars.ContextVar["Session"] = contextvars.ContextVar("parrot_session")
+_current: contextvars.ContextVar[Session] = contextvars.ContextVar("parrot_session")
 
 
-def current_session() -> "Session":
+def current_session() -> Session:
     try:
         return _current.get()
     except LookupError:
@@ -71,7 +72,7 @@ class Session:
     # not inside the open/close coroutines (a sync session runs those as tasks with their own
     # context copy).
 
-    async def __aenter__(self) -> "Session":
+    async def __aenter__(self) -> Session:
         self._loop = asyncio.get_running_loop()
         await self._open()
         self._token = _current.set(self)
@@ -81,7 +82,7 @@ class Session:
         self._reset_current()
         await self._close()
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         self._loop, self._owns_loop = asyncio.new_event_loop(), True
         self.run(self._open())
         self._token = _current.set(self)
@@ -190,7 +191,7 @@ class Session:
             for var in pending.outputs:
                 var._resolve(ids[var.name])
 
-    async def _call_body(self, pending: "_PendingCall",
+    async def _call_body(self, pending: _PendingCall,
                          produced: dict[int, tuple[int, str]]) -> dict[str, Any]:
         fn = pending.fn
         placeholders = []

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator
 
 from parrot.errors import error_from_wire
 from parrot.types import Criterion
@@ -20,7 +21,7 @@ class SemanticVariable:
     service deduces the objectives of every call upstream from it.
     """
 
-    def __init__(self, session: "Session", name: str) -> None:
+    def __init__(self, session: Session, name: str) -> None:
         self.session = session
         self.name = name
         self._id: asyncio.Future[str] = session._loop.create_future()  # type: ignore[union-attr]

@@ -33,7 +33,8 @@ call starves; a call that fits nowhere stays queued.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import AbstractSet, Hashable, Sequence
+from typing import AbstractSet
+from collections.abc import Hashable, Sequence
 
 from parrot.policies.base import CallView, EngineView, Placement, Policy, PolicyParams
 from parrot.policies.params import PolicyConfigError, check_number

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import AbstractSet, Any, ClassVar, Mapping, Sequence
+from typing import AbstractSet, Any, ClassVar
+from collections.abc import Mapping, Sequence
 
 from parrot.policies.cost import DEFAULT_PROFILE, SpeedProfile
 from parrot.types import Criterion
@@ -92,7 +93,7 @@ class PolicyParams:
     """Base for a policy's parameters; subclasses add validated fields (see `Policy.Params`)."""
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any] | None) -> "PolicyParams":
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> PolicyParams:
         from parrot.policies.params import parse_params
 
         return parse_params(cls, data or {})

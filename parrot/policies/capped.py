@@ -9,7 +9,7 @@ no prefix affinity, no criteria: that is what makes them baselines.
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Sequence
+from collections.abc import Sequence
 
 from parrot.policies.base import CallView, EngineView, Placement, Policy
 

@@ -76,7 +76,7 @@ class SpeedProfile:
         return low
 
     @classmethod
-    def from_latency_profile(cls, data: dict) -> "SpeedProfile":
+    def from_latency_profile(cls, data: dict) -> SpeedProfile:
         """From a simulator profile's keys (configs/profiles/*.yaml): `prefill_per_token_ms` and
         either `decode_table` or the `decode_base_ms`/`decode_per_token_ms` formula."""
         prefill = float(data.get("prefill_per_token_ms", DEFAULT_PROFILE.prefill_ms_per_token))

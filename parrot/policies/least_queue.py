@@ -8,7 +8,7 @@ calls finish (FastChat's controller never decremented them).
 from __future__ import annotations
 
 import heapq
-from typing import Sequence
+from collections.abc import Sequence
 
 from parrot.policies.base import CallView, EngineView, Placement, Policy
 

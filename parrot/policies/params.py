@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import typing
-from typing import Any, Mapping, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Mapping
 
 from parrot.errors import InvalidRequestError
 

@@ -9,7 +9,8 @@ turns that into an estimated finish time with the engine's speed profile (cost.p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import AbstractSet, Sequence
+from typing import AbstractSet
+from collections.abc import Sequence
 
 from parrot.policies.base import CallView, EngineView
 from parrot.types import Criterion
@@ -42,7 +43,7 @@ class Slot:
     placed_prefixes: set[str] = field(default_factory=set)
 
     @classmethod
-    def of(cls, view: EngineView, index: int) -> "Slot":
+    def of(cls, view: EngineView, index: int) -> Slot:
         return cls(view=view, index=index, load=view.num_tokens_in_use,
                    num_calls=view.num_running_calls,
                    num_by_criterion={Criterion.LATENCY: view.num_latency_calls,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from parrot.policies.base import Policy
 from parrot.policies.params import PolicyConfigError

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import selectors
-from typing import Any, Callable, Coroutine, Mapping, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Mapping
 
 T = TypeVar("T")
 

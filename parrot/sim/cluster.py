@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
 
 from parrot.core.config import EngineSpec, ManagerConfig
 from parrot.core.manager import Manager

@@ -8,7 +8,8 @@ from __future__ import annotations
 import datetime
 import platform
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 import yaml
 
@@ -178,7 +179,7 @@ def results_json(settings: Settings, runs: list[VariantRun], reference: Variant)
         "workload": settings.workload,
         "mode": "live" if settings.live else "sim",
         "seed": settings.seed,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} {platform.machine()} {platform.system()} "
                    f"python {platform.python_version()}",
         "settings": {"cluster": {k: v for k, v in asdict(settings.cluster).items()

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from parrot.core.config import PolicySpec, ServeConfig
 from parrot.core.server import ParrotServer

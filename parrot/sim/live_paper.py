@@ -17,7 +17,8 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from parrot.core.config import ServeConfig
 from parrot.engines.launcher import EngineSpec as LaunchSpec
@@ -98,7 +99,7 @@ async def _run(config: ServeConfig, experiment: LiveExperiment, variant: Variant
             config, variant.registry_name, dict(variant.policy_params),
             WORKLOADS[experiment.workload], spec, mode=variant.mode, seed=spec.seed,
             delay_s=delay_s), RUN_TIMEOUT_S)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return VariantRun(variant, "timeout", None, f"longer than {RUN_TIMEOUT_S:.0f}s")
     except Exception as exc:  # noqa: BLE001 - reported in the table, the next run goes on
         return VariantRun(variant, "error", None, f"{type(exc).__name__}: {exc}")

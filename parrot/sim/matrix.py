@@ -21,7 +21,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from parrot.core.engine_pool import speed_profile
 from parrot.sim.cluster import ClusterSpec
@@ -186,7 +187,7 @@ def markdown_table(cells: Sequence[Cell], spec: MatrixSpec) -> str:
 
 def results_json(cells: Sequence[Cell], spec: MatrixSpec, wall_s: float) -> dict[str, Any]:
     return {
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} {platform.machine()} python {platform.python_version()}",
         "spec": asdict(spec),
         "wall_s": wall_s,

@@ -7,7 +7,8 @@ variant (see docs/BENCHMARKS.md).
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
 from parrot.sim.workloads.base import AppRecord
 

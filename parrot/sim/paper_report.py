@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from parrot.sim.live_cells import live_cell, load_live
 from parrot.sim.sweep import point_figures

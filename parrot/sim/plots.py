@@ -7,7 +7,8 @@ matplotlib comes with the `bench` extra; without it `require_matplotlib()` raise
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from parrot.sim.workloads.base import AppRecord
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import yaml
 
@@ -31,7 +32,7 @@ class Sweep:
     values: tuple[Any, ...]
 
     @classmethod
-    def parse(cls, text: str) -> "Sweep":
+    def parse(cls, text: str) -> Sweep:
         """`FIELD=V1,V2,...` with FIELD a WorkloadSpec field (errors name what is allowed)."""
         name, sep, values = text.partition("=")
         if not sep or name not in SWEEPABLE:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-from typing import Any, AsyncIterator
+from typing import Any
+from collections.abc import AsyncIterator
 
 import aiohttp
 
@@ -75,7 +76,7 @@ async def raw_exchange(url: str, data: bytes, read_timeout: float = 10.0
             left = deadline - asyncio.get_running_loop().time()
             try:
                 chunk = await asyncio.wait_for(reader.read(65536), max(left, 0))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return answer, False
             if not chunk:
                 return answer, True

@@ -42,7 +42,7 @@ class Harness:
     statuses: dict[int, int] = field(default_factory=dict)
 
     @classmethod
-    async def start(cls) -> "Harness":
+    async def start(cls) -> Harness:
         # Short waits: a `get` of an unset variable, and a raw connection kept alive after its
         # answer, would otherwise hold a whole batch up.
         server = ParrotServer(config({"max_get_timeout_s": 0.02, "default_get_timeout_s": 0.02,

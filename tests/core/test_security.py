@@ -118,7 +118,6 @@ async def test_openai_routes_need_a_tenant_key_and_salt_prefixes_by_tenant():
     from parrot.core.openai_api import OpenAIRoutes
     from parrot.core.tenants import AccessControl
     from parrot.core.wire import WireAPI
-    from aiohttp import web
     from aiohttp.test_utils import TestClient, TestServer
     from parrot.core.http_api import create_app
     from parrot.core.manager import Manager

@@ -3,7 +3,8 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from typing import Any, AsyncIterator
+from typing import Any
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest

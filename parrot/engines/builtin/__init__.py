@@ -16,7 +16,8 @@ Importing this package is cheap: torch and transformers load in `create_engine`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
 
 from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["BuiltinConfigError", "BuiltinEngineConfig", "create_engine"]
 
 
-def create_engine(name: str, params: Mapping[str, Any] | None) -> "Engine":
+def create_engine(name: str, params: Mapping[str, Any] | None) -> Engine:
     """Build a builtin engine from its YAML mapping (blocking: loads the model).
 
     Bad keys or values raise BuiltinConfigError (an InvalidRequestError) naming them."""

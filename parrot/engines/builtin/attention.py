@@ -14,7 +14,7 @@ import importlib
 import logging
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from parrot.errors import InvalidRequestError
 
@@ -116,7 +117,7 @@ class BuiltinEngineConfig:
                "cache_dir", self.cache_dir, "null or a folder path")
 
     @classmethod
-    def from_mapping(cls, params: Mapping[str, Any] | None) -> "BuiltinEngineConfig":
+    def from_mapping(cls, params: Mapping[str, Any] | None) -> BuiltinEngineConfig:
         """Parse an engine's YAML mapping; unknown keys raise BuiltinConfigError."""
         if params is None:
             return cls()

@@ -29,8 +29,8 @@ class Context:
     token_ids: list[int] = field(default_factory=list)
     num_computed: int = 0
     block_table: list[int] = field(default_factory=list)
-    owner: "Work | None" = None           # the operation in progress (the context is busy)
-    fork_from: "Context | None" = None    # parent to fork from when the first work starts
+    owner: Work | None = None           # the operation in progress (the context is busy)
+    fork_from: Context | None = None    # parent to fork from when the first work starts
     num_waiting_children: int = 0         # forks that still need this context's blocks
     is_freed: bool = False
     last_used: int = 0                    # iteration counter, for LRU eviction
@@ -74,8 +74,8 @@ class Work:
     num_generated: int = 0
     state: WorkState = WorkState.WAITING
     is_started: bool = False                      # fork done and new tokens appended
-    fill_result: "asyncio.Future[Any] | None" = None
-    chunks: "asyncio.Queue[GenerateChunk | BaseException] | None" = None
+    fill_result: asyncio.Future[Any] | None = None
+    chunks: asyncio.Queue[GenerateChunk | BaseException] | None = None
 
     @property
     def is_fill(self) -> bool:

@@ -25,7 +25,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import Any, AsyncIterator
+from typing import Any
+from collections.abc import AsyncIterator
 
 from parrot.chat import ChatTemplate
 from parrot.engines.builtin.context import Context, Work, WorkKind

@@ -7,7 +7,8 @@ the HF state dict's q/k projections expect (transformers un-permutes GGUF weight
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import torch
 

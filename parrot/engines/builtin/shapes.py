@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class ModelShape:
                              f"num_kv_heads={self.num_kv_heads}")
 
     @classmethod
-    def from_hf_config(cls, cfg: Mapping[str, Any]) -> "ModelShape":
+    def from_hf_config(cls, cfg: Mapping[str, Any]) -> ModelShape:
         """From a LLaMA-family config.json (transformers 4.x and 5.x spellings)."""
         model_type = cfg.get("model_type", "llama")
         if model_type not in ("llama", "mistral", "qwen2"):
@@ -71,7 +72,7 @@ class ModelShape:
             tie_word_embeddings=self.tie_word_embeddings, attention_bias=False, mlp_bias=False,
             hidden_act="silu")
 
-    def with_vocab(self, vocab_size: int) -> "ModelShape":
+    def with_vocab(self, vocab_size: int) -> ModelShape:
         return replace(self, vocab_size=vocab_size)
 
     def kv_bytes_per_token(self, dtype_size: int) -> int:

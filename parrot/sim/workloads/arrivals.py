@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import Awaitable, Callable, Sequence, TypeVar
+from typing import TypeVar
+from collections.abc import Awaitable, Callable, Sequence
 
 T = TypeVar("T")
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Protocol
+from typing import Any, Protocol
+from collections.abc import AsyncIterator
 
 import parrot
 from parrot.frontend.session import Session

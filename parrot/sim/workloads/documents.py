@@ -15,7 +15,8 @@ functions off the event loop (`asyncio.to_thread`) when a loop is running.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
+from collections.abc import Sequence
 
 from parrot.types import CHARS_PER_TOKEN, estimate_num_tokens  # re-exported: the shared rule
 

@@ -10,7 +10,8 @@ default, the reference variant of its headline ratio, spec fields that differ fr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
 
 from parrot.sim.workloads.apps import chain_summary, concurrent_chains, map_reduce, mixed
 from parrot.sim.workloads.base import AppRecord

@@ -4,7 +4,8 @@ fresh KV cache and scheduler) over them, on its own event loop."""
 from __future__ import annotations
 
 import importlib.util
-from typing import Any, AsyncIterator, Callable
+from typing import Any
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
