@@ -31,6 +31,7 @@ is not installed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import asyncio
 import datetime
 import platform
@@ -60,12 +61,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "prefill rate, shared prefix on/off")
     p.add_argument("--suite-quick", action="store_true",
                    help="CUDA: the fused engine's TPOT with decode launch-ahead off/on only")
+    p.add_argument("--suite-prefix", action="store_true",
+                   help="CUDA: shared-prefix decode only (engine_prefix_suite.py), the "
+                        "position table stretched to fit --prefix + --suffix")
     p.add_argument("--prefix", type=int, default=3800, help="--suite: shared prefix tokens")
     p.add_argument("--suffix", type=int, default=200, help="--suite: suffix tokens")
     args = p.parse_args(argv)
     cuda = args.device == "cuda"
     args.models = (args.models or ("llama-7b" if cuda else "smollm2")).split(",")
-    args.suite = args.suite or args.suite_quick
+    args.suite = args.suite or args.suite_quick or args.suite_prefix
     default_batches = "1,32,64" if args.suite else ("1,32" if cuda else "1,16")
     args.batches = [int(b) for b in (args.batches or default_batches).split(",")]
     args.prompt_len = args.prompt_len or (512 if cuda else 64)
@@ -78,8 +82,9 @@ def sync(torch, device: str) -> None:
         torch.cuda.synchronize()
 
 
-def load(torch, name: str, device: str):
-    """(our ModelBundle, the HF model) over the same weights."""
+def load(torch, name: str, device: str, max_positions: int | None = None):
+    """(our ModelBundle, the HF model) over the same weights; `max_positions` stretches a
+    random-weight shape's position table (same weights and cost per token)."""
     from parrot.engines.builtin.build import load_bundle
     from parrot.engines.builtin.config import BuiltinEngineConfig, default_cache_dir
     from parrot.engines.builtin.loader import LoadedModel, prepare_smollm2
@@ -97,6 +102,8 @@ def load(torch, name: str, device: str):
         from transformers import LlamaConfig, LlamaForCausalLM
 
         shape = NAMED_SHAPES[name]
+        if max_positions is not None and max_positions > shape.max_position_embeddings:
+            shape = dataclasses.replace(shape, max_position_embeddings=max_positions)
         previous = torch.get_default_dtype()
         torch.set_default_dtype(getattr(torch, dtype))
         try:
@@ -289,12 +296,21 @@ def suite(args: argparse.Namespace, torch) -> int:
     import engine_suite
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    bundle, hf = load(torch, args.models[0], "cuda")
+    positions = None
+    if args.suite_prefix:
+        positions = -(-(args.prefix + args.suffix + 64) // 1024) * 1024
+    bundle, hf = load(torch, args.models[0], "cuda", positions)
     started = datetime.datetime.now(datetime.UTC)
     def log(text: str) -> None:
         print(text, flush=True)
 
-    if args.suite_quick:
+    if args.suite_prefix:
+        import engine_prefix_suite
+
+        del hf
+        lines = asyncio.run(engine_prefix_suite.run_prefix(
+            torch, bundle, args.prefix, args.suffix, sorted(args.batches), log))
+    elif args.suite_quick:
         del hf
         lines = asyncio.run(engine_suite.run_quick(torch, bundle, sorted(args.batches), log))
     else:

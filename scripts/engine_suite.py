@@ -224,7 +224,7 @@ async def run_suite(torch, bundle, hf, hf_run, batches: list[int], prefix: int, 
 
 
 async def shared_prefix(engine, bundle, prefix: int, suffix: int, bw: float, wbytes: int,
-                        kvb: int, log) -> list[str]:
+                        kvb: int, log, batches: tuple[int, ...] = (16, 64)) -> list[str]:
     """Sharing on (forks of one context) vs off (each request fills prefix + suffix)."""
     import torch
 
@@ -235,7 +235,7 @@ async def shared_prefix(engine, bundle, prefix: int, suffix: int, bw: float, wby
     free_tokens = engine._scheduler.blocks.allocator.num_free_blocks * 16
     base = prompts_for(1, prefix, 5, vocab)[0]
     rows = []
-    for b in (16, 64):
+    for b in batches:
         suffixes = prompts_for(b, suffix, 6 + b, vocab)
         for sharing in (True, False):
             need = (prefix + b * (suffix + new)) if sharing else b * (prefix + suffix + new)

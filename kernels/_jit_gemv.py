@@ -1,0 +1,63 @@
+"""Triton kernel of the small-batch linear layer (decode at batch 1-4): y = x @ W^T.
+
+Imported lazily by ``gemv.py`` on the first launch (``@triton.jit`` reads ``TRITON_INTERPRET``
+at decoration). Each program owns BLOCK_N output columns for every row of x and streams its
+BLOCK_N rows of W once, in BLOCK_K slices: at batch <= 4 the layer is a pure weight read,
+so all that matters is keeping enough bytes of W in flight on every SM. The products are
+accumulated elementwise in fp32 and reduced once at the end (no shuffle per slice).
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _gemv_kernel(x_ptr, w_ptr, y_ptr, N, K, stride_x, stride_w, stride_y,
+                 ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 EVEN_K: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    offs_k = tl.arange(0, BLOCK_K)
+    w_rows = w_ptr + cols.to(tl.int64)[:, None] * stride_w
+    acc0 = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    acc1 = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    acc2 = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    acc3 = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + offs_k
+        if EVEN_K:
+            w = tl.load(w_rows + ks[None, :], mask=col_mask[:, None], other=0.0)
+            x0 = tl.load(x_ptr + ks)
+        else:
+            k_mask = ks < K
+            w = tl.load(w_rows + ks[None, :], mask=col_mask[:, None] & k_mask[None, :],
+                        other=0.0)
+            x0 = tl.load(x_ptr + ks, mask=k_mask, other=0.0)
+        w = w.to(tl.float32)
+        acc0 += w * x0.to(tl.float32)[None, :]
+        if ROWS > 1:
+            if EVEN_K:
+                x1 = tl.load(x_ptr + stride_x + ks)
+            else:
+                x1 = tl.load(x_ptr + stride_x + ks, mask=k_mask, other=0.0)
+            acc1 += w * x1.to(tl.float32)[None, :]
+        if ROWS > 2:
+            if EVEN_K:
+                x2 = tl.load(x_ptr + 2 * stride_x + ks)
+            else:
+                x2 = tl.load(x_ptr + 2 * stride_x + ks, mask=k_mask, other=0.0)
+            acc2 += w * x2.to(tl.float32)[None, :]
+        if ROWS > 3:
+            if EVEN_K:
+                x3 = tl.load(x_ptr + 3 * stride_x + ks)
+            else:
+                x3 = tl.load(x_ptr + 3 * stride_x + ks, mask=k_mask, other=0.0)
+            acc3 += w * x3.to(tl.float32)[None, :]
+    out_ty = y_ptr.dtype.element_ty
+    tl.store(y_ptr + cols, tl.sum(acc0, axis=1).to(out_ty), mask=col_mask)
+    if ROWS > 1:
+        tl.store(y_ptr + stride_y + cols, tl.sum(acc1, axis=1).to(out_ty), mask=col_mask)
+    if ROWS > 2:
+        tl.store(y_ptr + 2 * stride_y + cols, tl.sum(acc2, axis=1).to(out_ty), mask=col_mask)
+    if ROWS > 3:
+        tl.store(y_ptr + 3 * stride_y + cols, tl.sum(acc3, axis=1).to(out_ty), mask=col_mask)
