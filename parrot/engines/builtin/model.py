@@ -8,11 +8,15 @@ layer is three matmuls plus the output projection).
 Two implementations of the elementwise parts, equal in value: PyTorch ops (the CPU, and CUDA
 without the kernels), or the fused Triton ops of `parrot_kernels` (`use_fused`): residual
 add + RMSNorm, RoPE + K/V cache write, SiLU * up as one launch each, so a decode layer is
-4 GEMMs + 3 fused kernels + attention instead of ~20 launches.
+4 GEMMs + 3 fused kernels + attention instead of ~20 launches. With the fused ops on CUDA,
+a one-row step (decode at batch 1) also runs its GEMMs and the LM head through the kernels'
+small-batch linear (`small_batch_linear`): a weight read, 5-17% faster than cuBLAS there
+(docs/results/gemv_h200.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -23,6 +27,9 @@ from parrot.engines.builtin.attention import (AttentionMetadata, DecodeFn, prefi
                                               write_kv)
 from parrot.engines.builtin.rope import apply_rope, cos_sin_table, inv_frequencies
 from parrot.engines.builtin.shapes import ModelShape
+
+
+Linear = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]   # (x [T, K], W [N, K]) -> [T, N]
 
 
 @dataclass
@@ -66,12 +73,19 @@ class LlamaModel:
         self._q_size = shape.num_heads * shape.head_dim
         self._kv_size = shape.num_kv_heads * shape.head_dim
         self._fused: ModuleType | None = None
+        self._one_row_linear: Linear = F.linear
 
-    def use_fused(self, kernels: ModuleType | None) -> None:
-        """Run the elementwise parts through these fused kernels (None: PyTorch ops)."""
+    def use_fused(self, kernels: ModuleType | None, *, one_row_gemv: bool | None = None) -> None:
+        """Run the elementwise parts through these fused kernels (None: PyTorch ops), and
+        one-row steps' linear layers through their small-batch kernel (default: on CUDA, where
+        its tiles were measured; the CPU tests turn it on under the interpreter)."""
         if kernels is not None and not hasattr(kernels, "rope_kv_write"):
             kernels = None  # an older parrot_kernels without the fused ops
         self._fused = kernels
+        if one_row_gemv is None:
+            one_row_gemv = self.device.type == "cuda"
+        gemv = getattr(kernels, "small_batch_linear", None)
+        self._one_row_linear = gemv if (gemv is not None and one_row_gemv) else F.linear
 
     @property
     def fused(self) -> bool:
@@ -130,17 +144,18 @@ class LlamaModel:
         assert ops is not None
         x = F.embedding(input_ids, self.embed)                        # [T, H], updated in place
         t = x.shape[0]
+        linear = self._one_row_linear if t == 1 else F.linear
         h = ops.add_rms_norm(x, None, self.layers[0].input_norm, eps)
         norms = [layer.input_norm for layer in self.layers[1:]] + [self.final_norm]
         for layer, next_norm, (k_cache, v_cache) in zip(self.layers, norms, kv_caches):
-            q, k, v = ops.rope_kv_write(F.linear(h, layer.qkv), self.cos, self.sin, positions,
+            q, k, v = ops.rope_kv_write(linear(h, layer.qkv), self.cos, self.sin, positions,
                                         meta.slot_mapping, k_cache, v_cache, s.num_heads,
                                         s.num_kv_heads)
             attn = self._attention(q, k, v, k_cache, v_cache, meta)   # [T, Hq, D]
-            h = ops.add_rms_norm(x, F.linear(attn.reshape(t, self._q_size), layer.o_proj),
+            h = ops.add_rms_norm(x, linear(attn.reshape(t, self._q_size), layer.o_proj),
                                  layer.post_norm, eps)
-            act = ops.silu_mul(F.linear(h, layer.gate_up))
-            h = ops.add_rms_norm(x, F.linear(act, layer.down), next_norm, eps)
+            act = ops.silu_mul(linear(h, layer.gate_up))
+            h = ops.add_rms_norm(x, linear(act, layer.down), next_norm, eps)
         return h
 
     def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -158,4 +173,6 @@ class LlamaModel:
         """hidden [N, H] -> float32 logits [N, V]."""
         if self._lm_head_slices is not None:
             return torch.cat([hidden @ w for w in self._lm_head_slices], dim=-1).float()
+        if hidden.shape[0] == 1 and self._fused is not None:
+            return self._one_row_linear(hidden, self.lm_head).float()
         return F.linear(hidden, self.lm_head).float()
