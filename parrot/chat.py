@@ -12,8 +12,8 @@ simulated engine, a remote server that does not say) get ChatML, the format of S
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
 
 from parrot.errors import InvalidRequestError
 
@@ -38,9 +38,10 @@ class ChatMessage:
         if role not in ROLES:
             raise InvalidRequestError(f"{where}.role must be one of {list(ROLES)}, got {role!r}")
         if isinstance(content, list):  # OpenAI's content parts: text parts only
-            texts = [part.get("text") for part in content
-                     if isinstance(part, Mapping) and part.get("type") == "text"]
-            if len(texts) != len(content) or not all(isinstance(t, str) for t in texts):
+            texts = [text for part in content
+                     if isinstance(part, Mapping) and part.get("type") == "text"
+                     and isinstance(text := part.get("text"), str)]
+            if len(texts) != len(content):
                 raise InvalidRequestError(f"{where}.content: only text parts are supported")
             content = "".join(texts)
         if not isinstance(content, str):
@@ -57,6 +58,13 @@ def parse_messages(data: Any, where: str = "messages") -> tuple[ChatMessage, ...
     return tuple(ChatMessage.from_json(m, f"{where}[{i}]") for i, m in enumerate(data))
 
 
+class SpecialTokens(TypedDict, total=False):
+    """The tokens a chat template may name, passed to it as template variables."""
+
+    bos_token: str
+    eos_token: str
+
+
 @dataclass(frozen=True)
 class ChatTemplate:
     """A model's chat template and the special tokens templates may refer to."""
@@ -68,8 +76,11 @@ class ChatTemplate:
     def render(self, messages: Sequence[ChatMessage], *,
                add_generation_prompt: bool = True) -> str:
         conversation = [m.to_json() for m in messages]
-        tokens = {k: v for k, v in (("bos_token", self.bos_token),
-                                    ("eos_token", self.eos_token)) if v is not None}
+        tokens = SpecialTokens()
+        if self.bos_token is not None:
+            tokens["bos_token"] = self.bos_token
+        if self.eos_token is not None:
+            tokens["eos_token"] = self.eos_token
         try:
             return _render(conversation, self.source, add_generation_prompt, tokens)
         except InvalidRequestError:
@@ -106,7 +117,7 @@ def _token(tokenizer: Any, name: str) -> str | None:
 
 
 def _render(conversation: list[dict[str, str]], source: str, add_generation_prompt: bool,
-            tokens: dict[str, str]) -> str:
+            tokens: SpecialTokens) -> str:
     try:
         from transformers.utils.chat_template_utils import render_jinja_template
     except ImportError:
@@ -118,7 +129,7 @@ def _render(conversation: list[dict[str, str]], source: str, add_generation_prom
 
 
 def _render_jinja(conversation: list[dict[str, str]], source: str, add_generation_prompt: bool,
-                  tokens: dict[str, str]) -> str:
+                  tokens: SpecialTokens) -> str:
     """The environment transformers builds: sandboxed, trim_blocks, lstrip_blocks,
     `raise_exception` for templates that reject a conversation."""
     from jinja2.exceptions import TemplateError
@@ -178,10 +189,10 @@ def chat_prompt(template_source: str, system: str | None, template: ChatTemplate
         if not isinstance(seg, Placeholder):
             pending.append(seg.text)
         elif not seg.is_output:
-            pending.append("{{input:%s}}" % seg.name)
+            pending.append("{{input:" + seg.name + "}}")
         else:
             messages.append(ChatMessage("user", "".join(pending).strip()))
-            messages.append(ChatMessage("assistant", "{{output:%s}}" % seg.name))
+            messages.append(ChatMessage("assistant", "{{output:" + seg.name + "}}"))
             pending = []
     if "".join(pending).strip():
         raise InvalidRequestError("chat: text after the last output is never seen by the model; "

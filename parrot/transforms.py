@@ -137,7 +137,8 @@ def _parse_one(item: Any, where: str) -> Transform:
             compiled = regex.compile(pattern, regex.DOTALL)
         except (regex.error, ValueError, OverflowError, RecursionError) as exc:
             raise InvalidRequestError(f"{where}: invalid regex {pattern!r}: {exc}") from None
-        if not isinstance(group, int) or isinstance(group, bool) or not 0 <= group <= compiled.groups:
+        if (not isinstance(group, int) or isinstance(group, bool)
+                or not 0 <= group <= compiled.groups):
             raise InvalidRequestError(f"{where}: regex group {group!r} must be in "
                                       f"[0, {compiled.groups}]")
         return Transform(kind, pattern=pattern, group=group)

@@ -18,6 +18,7 @@ Where the repo is not pip-installed, kernels/ is loaded under its import name pa
 from __future__ import annotations
 
 import argparse
+import functools
 import pathlib
 import statistics
 import time
@@ -178,13 +179,13 @@ def sweep(timer) -> list[str]:
     lines = ["| shape B/P/S/kv heads | kernel | variant | ms |", "|---|---|---|---|"]
     for b, p, s, kvh in [(64, 6000, 200, 32), (64, 1000, 500, 32), (128, 16000, 50, 8)]:
         sh = Shape(b, p, s, kvh, sdpa=False)
-        runs = {"cascade": lambda t: sh.shared(strategy="cascade", tuning=t),
-                "per_row": lambda t: sh.shared(strategy="per_row", tuning=t),
-                "paged": lambda t: sh.paged(tuning=t)}
+        runs = {"cascade": functools.partial(sh.shared, strategy="cascade"),
+                "per_row": functools.partial(sh.shared, strategy="per_row"),
+                "paged": sh.paged}
         for name, (tuning, kernels) in variants.items():
             for kernel in kernels:
                 try:
-                    ms = f"{timer(lambda: runs[kernel](tuning), 10):.4f}"
+                    ms = f"{timer(functools.partial(runs[kernel], tuning=tuning), 10):.4f}"
                 except Exception as e:  # a variant may not compile (resources): report it
                     ms = f"failed: {type(e).__name__}"
                 lines.append(f"| {b}/{p}/{s}/{kvh} | {kernel} | {name} | {ms} |")

@@ -18,17 +18,17 @@ async def breakdown(engine, bundle, batches: list[int], log) -> list[str]:
     for b in batches:
         spent: dict[str, list[float]] = {"step": [], "run": []}
 
-        def timed(name: str, fn):
+        def timed(times: list[float], fn):
             def wrapper(*args):
                 t = time.perf_counter()
                 try:
                     return fn(*args)
                 finally:
-                    spent[name].append(time.perf_counter() - t)
+                    times.append(time.perf_counter() - t)
             return wrapper
 
         step, run = runner.step, runner.graphs.run
-        runner.step, runner.graphs.run = timed("step", step), timed("run", run)
+        runner.step, runner.graphs.run = timed(spent["step"], step), timed(spent["run"], run)
         try:
             prompts = prompts_for(b, PROMPT, b, bundle.shape.vocab_size)
             _, dec, _ = await decode_run(engine, prompts, NEW_SHORT, "b")

@@ -1,7 +1,9 @@
 """Record a latency profile of the builtin engine for the simulated engine (one command).
 
-    python scripts/record_profile.py --model llama-13b --device cuda --out configs/profiles/h200_llama13b.yaml
-    python scripts/record_profile.py --model smollm2 --device cpu --quick --out /tmp/smollm2_cpu.yaml
+    python scripts/record_profile.py --model llama-13b --device cuda \\
+        --out configs/profiles/h200_llama13b.yaml
+    python scripts/record_profile.py --model smollm2 --device cpu --quick \\
+        --out /tmp/smollm2_cpu.yaml
 
 Measures, through the engine protocol (so scheduler and batching overheads are included):
 

@@ -35,6 +35,7 @@ import time
 from collections.abc import Iterable, Sequence
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram,
                                generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -158,8 +159,9 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.state = ManagerCollector(manager)
         self.registry.register(self.state)
-        self._route_labels = [(method, re.compile(pattern), _template(pattern))
-                              for method, pattern in wire_routes]
+        # A label is the route's template whatever the method (the method is its own label).
+        self._route_labels = [(re.compile(pattern), _template(pattern))
+                              for _method, pattern in wire_routes]
         r = self.registry
         self.ttft = Histogram("parrot_call_ttft_seconds", "submit to first generated token",
                               buckets=_LATENCY_BUCKETS, registry=r)
@@ -199,7 +201,7 @@ class Metrics:
         canonical = resource.canonical if resource is not None else ""
         if canonical and "{tail}" not in canonical:
             return canonical
-        for method, pattern, template in self._route_labels:
+        for pattern, template in self._route_labels:
             if pattern.fullmatch(request.path):
                 return template
         return "unmatched"
@@ -218,11 +220,11 @@ class Metrics:
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     @web.middleware
-    async def middleware(self, request: web.Request, handler: object) -> web.StreamResponse:
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         started = time.perf_counter()
         status = 500
         try:
-            response = await handler(request)  # type: ignore[operator]
+            response = await handler(request)
             status = response.status
             return response
         except web.HTTPException as exc:

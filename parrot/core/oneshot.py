@@ -81,9 +81,10 @@ class OneShot:
             for prompt in prompts:
                 if session is None:
                     template = PROMPT_TEMPLATE
-                    bindings = (PlaceholderSpec("prompt", "input", value=prompt),)
+                    bindings: tuple[PlaceholderSpec, ...] = (
+                        PlaceholderSpec("prompt", "input", value=prompt),)
                 else:
-                    template = prompt + "{{output:%s}}" % output
+                    template = prompt + "{{output:" + output + "}}"
                     bindings = tuple(PlaceholderSpec(name, "input", semantic_var_id=var_id)
                                      for name, var_id in inputs)
                 for j in range(n):

@@ -17,7 +17,7 @@ import secrets
 import time
 from dataclasses import replace
 from typing import Any
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -53,7 +53,7 @@ def openai_error_body(exc: ParrotError) -> dict[str, Any]:
                       "param": getattr(exc, "param", None), "code": type(exc).__name__}}
 
 
-Route = Callable[[web.Request], Any]
+Route = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class OpenAIRoutes:

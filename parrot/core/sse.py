@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 
 from aiohttp import web
 
@@ -55,7 +55,7 @@ _STREAM_PATH = re.compile(r"/v1/variables/(?P<vid>[^/]+)/stream")
 
 
 async def variable_events(manager: Manager, path: str, query: Mapping[str, str],
-                          token: str | None) -> AsyncIterator[dict[str, Any]]:
+                          token: str | None) -> AsyncGenerator[dict[str, Any], None]:
     """The events of `GET /v1/variables/{vid}/stream` (for the HTTP route and the in-process
     transport alike): `{"text": piece}`..., or a last `{"error": ...}` event. A bad request
     (unknown session or variable, wrong token) raises before the first event."""

@@ -35,8 +35,8 @@ def check_submit(session: Session, request: SubmitRequest) -> CheckedSubmit:
     for name in template.output_names:
         if name in specs and not specs[name].is_output:
             raise InvalidRequestError(f"placeholder {name!r} is an output in the prompt")
-    input_vars = {n: session.variable(specs[n].semantic_var_id) for n in template.input_names
-                  if specs[n].semantic_var_id is not None}
+    input_vars = {n: session.variable(var_id) for n in template.input_names
+                  if (var_id := specs[n].semantic_var_id) is not None}
     output_vars: dict[str, Variable | None] = {}
     for name in template.output_names:
         spec = specs.get(name)

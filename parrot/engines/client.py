@@ -23,7 +23,7 @@ import json
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import aiohttp
 
@@ -79,7 +79,8 @@ class HttpEngine(Engine):
                  connect_timeout_s: float | None = None,
                  request_timeout_s: float | None = None) -> None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise InvalidRequestError(f"engine url must start with http:// or https://, got {url!r}")
+            raise InvalidRequestError(
+                f"engine url must start with http:// or https://, got {url!r}")
         settings = settings or HttpEngineSettings()
         if connect_timeout_s is not None or request_timeout_s is not None:
             settings = HttpEngineSettings(
@@ -165,7 +166,8 @@ class HttpEngine(Engine):
         raise EngineUnavailableError(f"engine {self.name}: stream ended before the last chunk")
 
     async def generate_all(self, request: GenerateRequest) -> GenerateResult:
-        data = await self._call("POST", "/v1/engine/generate", {**request.to_json(), "stream": False})
+        data = await self._call("POST", "/v1/engine/generate",
+                                {**request.to_json(), "stream": False})
         return GenerateResult(str(data["text"]), tuple(int(t) for t in data["token_ids"]),
                               str(data["finish_reason"]))
 
@@ -314,7 +316,7 @@ async def _read_json(resp: aiohttp.ClientResponse) -> Any:
         return text  # error_from_wire turns an unknown shape into a ParrotError with the status
 
 
-async def _ndjson(resp: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+async def _ndjson(resp: aiohttp.ClientResponse) -> AsyncGenerator[dict[str, Any], None]:
     """Lines of any length (aiohttp's readline caps line size)."""
     buffer = b""
     async for piece in resp.content.iter_any():

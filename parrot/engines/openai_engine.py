@@ -27,7 +27,7 @@ import json
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 
 import aiohttp
 
@@ -243,7 +243,7 @@ def _http_error(status: int, text: str) -> Exception:
     return InvalidRequestError(f"remote server answered {status}: {message}")
 
 
-async def _sse_events(resp: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+async def _sse_events(resp: aiohttp.ClientResponse) -> AsyncGenerator[dict[str, Any], None]:
     """The JSON payloads of a server-sent event stream, up to `data: [DONE]`."""
     buffer = b""
     async for piece in resp.content.iter_any():

@@ -78,6 +78,11 @@ class _Request:
     def is_prefilling(self) -> bool:
         return self.kind is _Kind.FILL or self.num_recompute > 0
 
+    @property
+    def held_context(self) -> SimContext:
+        assert self.context is not None, "admission gives a running request its context"
+        return self.context
+
 
 class SimulatedEngine(Engine):
     def __init__(self, name: str, config: SimulatedEngineConfig | None = None) -> None:
@@ -111,7 +116,8 @@ class SimulatedEngine(Engine):
                           c.num_blocks)
 
     async def fill(self, request: FillRequest) -> FillResult:
-        n = len(request.token_ids) if request.token_ids is not None else count_tokens(request.text or "")
+        n = (len(request.token_ids) if request.token_ids is not None
+             else count_tokens(request.text or ""))
         req = self._submit(_Request(_Kind.FILL, request.context_id, request.parent_context_id, n))
         try:
             await req.event.wait()
@@ -175,9 +181,9 @@ class SimulatedEngine(Engine):
                     await self._wakeup.wait()
                     continue
                 decodes, prefills = self._plan()
-                kv_tokens = (self._kv.unique_tokens(r.context for r in decodes)  # type: ignore[misc]
-                             if self.config.shared_prefix_decode
-                             else sum(r.context.length for r in decodes))  # type: ignore[union-attr]
+                contexts = [r.held_context for r in decodes]
+                kv_tokens = (self._kv.unique_tokens(contexts) if self.config.shared_prefix_decode
+                             else sum(ctx.length for ctx in contexts))
                 await asyncio.sleep(latency.iteration_seconds(
                     len(decodes), kv_tokens, sum(n for _, n in prefills)))
                 self._apply(decodes, prefills)
@@ -239,7 +245,8 @@ class SimulatedEngine(Engine):
                     continue  # the parent is still being filled: fork once it is done
                 parent = self._contexts.get(req.parent_id)
                 if parent is None:
-                    self._abort(req, UnknownContextError(f"unknown parent context {req.parent_id!r}"))
+                    self._abort(req, UnknownContextError(
+                        f"unknown parent context {req.parent_id!r}"))
                     continue
             base_len = ctx.length if ctx else parent.length if parent else 0
             try:

@@ -30,10 +30,13 @@ from __future__ import annotations
 
 import asyncio
 import selectors
-from typing import Any, TypeVar
+import socket
 from collections.abc import Callable, Coroutine, Mapping
+from concurrent.futures import Executor
+from typing import Any, TypeVar, TypeVarTuple
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 class VirtualClockDeadlockError(RuntimeError):
@@ -79,8 +82,13 @@ class _VirtualSelector(selectors.BaseSelector):
         return []
 
 
-class VirtualClockEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,valid-type]
+class VirtualClockEventLoop(asyncio.SelectorEventLoop):
     """An asyncio event loop whose `time()` is virtual and whose idle waits jump the clock."""
+
+    # Set by asyncio's own __init__ (the timer heap, the wake-up socket) and read below;
+    # typeshed leaves the base loop's private attributes out, so they are declared here.
+    _scheduled: list[asyncio.TimerHandle]
+    _ssock: socket.socket
 
     def __init__(self, start_time: float = 0.0) -> None:
         self._virtual_now = float(start_time)
@@ -98,15 +106,15 @@ class VirtualClockEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,val
         if self._scheduled:
             # Land exactly on the next deadline (now + (when - now) may miss it by an ulp);
             # a wait shorter than that (asyncio caps one wait at a day) just moves forward.
-            when = self._scheduled[0]._when
+            when = self._scheduled[0].when()
             if when <= target:
                 target = when
         self._virtual_now = max(self._virtual_now, target)
 
     # --- threads: tracked so the clock stands still while they run -----------------------
 
-    def run_in_executor(self, executor: Any, func: Callable[..., T],
-                        *args: Any) -> asyncio.Future[T]:
+    def run_in_executor(self, executor: Executor | None, func: Callable[[*Ts], T],
+                        *args: *Ts) -> asyncio.Future[T]:
         future = super().run_in_executor(executor, func, *args)
         self._num_threads_in_flight += 1
         future.add_done_callback(self._thread_done)
@@ -129,7 +137,9 @@ class VirtualClockEventLoop(asyncio.SelectorEventLoop):  # type: ignore[misc,val
         if fd != self._ssock.fileno():
             raise RuntimeError("VirtualClockEventLoop does no real I/O (time is simulated); "
                                f"cannot watch file descriptor {fd!r}")
-        return super()._add_reader(fd, callback, *args)
+        # _add_reader is the selector loop's private hook (CPython's selector_events.py),
+        # absent from typeshed's stub of the base class.
+        return super()._add_reader(fd, callback, *args)  # type: ignore[misc]
 
     def _add_writer(self, fd: Any, callback: Callable[..., Any], *args: Any) -> Any:
         raise RuntimeError("VirtualClockEventLoop does no real I/O (time is simulated); "

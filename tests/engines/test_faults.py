@@ -202,7 +202,8 @@ async def test_a_burst_over_a_small_pool_places_every_call_once() -> None:
         await asyncio.wait_for(asyncio.gather(
             *(manager.get(session, out(c, "y"), Criterion.THROUGHPUT) for c in calls)), 120)
         await _until_finished(calls)
-        bad = [(c.state, c.attempts, c.error) for c in calls if c.state is not CallState.DONE or c.attempts]
+        bad = [(c.state, c.attempts, c.error) for c in calls
+               if c.state is not CallState.DONE or c.attempts]
         assert not bad, (len(bad), bad[:3])
         placed = sum(n for _, n in manager.scheduler.round_stats)
         assert placed == len(calls)
@@ -246,7 +247,8 @@ async def test_an_engine_joining_by_url_proves_its_secret_and_reregisters_after_
     from parrot.core.config import ServeConfig
     from parrot.core.server import ParrotServer
 
-    server = ParrotServer(ServeConfig(manager=ManagerConfig(admin_token="admin-token-of-the-test", **HEARTBEAT)))
+    server = ParrotServer(ServeConfig(manager=ManagerConfig(
+        admin_token="admin-token-of-the-test", **HEARTBEAT)))
     manager_url = await server.start(port=0)
     manager = server.manager
     procs: list[asyncio.subprocess.Process] = []
@@ -266,7 +268,8 @@ async def test_an_engine_joining_by_url_proves_its_secret_and_reregisters_after_
         proc.kill()  # the engine dies ...
         await proc.wait()
         await _until(lambda: not manager.engines.get("joiner").is_healthy)
-        proc, second_url = await _start_joiner(manager_url, "admin-token-of-the-test")  # ... and is started again
+        # ... and is started again
+        proc, second_url = await _start_joiner(manager_url, "admin-token-of-the-test")
         procs.append(proc)
         await _until(lambda: manager.engines.get("joiner").is_healthy)
         assert manager.engines.get("joiner").engine.url == second_url != first_url

@@ -465,7 +465,8 @@ def test_concurrent_work_on_a_small_cache_always_finishes(
 
 # ---- the reproduction on a simulated cluster ---------------------------------------------
 
-SYSTEM_PROMPT = "You are the assistant of a large service; follow these rules. " * 226  # 3,503 tokens
+# 3,503 tokens
+SYSTEM_PROMPT = "You are the assistant of a large service; follow these rules. " * 226
 
 
 async def users_sharing_a_system_prompt(env, spec):  # a workload: (Env, WorkloadSpec) -> records
@@ -495,8 +496,8 @@ def test_no_deadlock_under_overload_on_a_cluster(variant: str) -> None:
 
     assert count_tokens(SYSTEM_PROMPT) == 3503
     policy, mode = variant.split(":")
-    result = run_simulation(ClusterSpec(policy=policy, num_engines=1), users_sharing_a_system_prompt,
-                            WorkloadSpec(), mode=mode, seed=0)
+    result = run_simulation(ClusterSpec(policy=policy, num_engines=1),
+                            users_sharing_a_system_prompt, WorkloadSpec(), mode=mode, seed=0)
     assert [r.error for r in result.records] == [None] * 24
     assert all(c.state == "done" for r in result.records for c in r.calls)
     assert result.duration_s < 600  # slowly, by recomputing evicted prompts, but it finishes

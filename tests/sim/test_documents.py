@@ -83,7 +83,8 @@ def test_chunks_by_tokenizer_count_its_tokens():
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, "8"])
 def test_bad_chunk_size_is_rejected(bad):
-    with pytest.raises(ValueError, match=f"chunk_tokens: {bad!r} is not valid; allowed: integer >= 1"):
+    with pytest.raises(ValueError,
+                       match=f"chunk_tokens: {bad!r} is not valid; allowed: integer >= 1"):
         chunk_document("text", bad)
 
 

@@ -195,7 +195,8 @@ class ModelRunner:
         bs, table = self.block_size, c.block_table
         return [table[p // bs] * bs + p % bs for p in range(c.start, c.end)]
 
-    def _tensor(self, values: list[int], dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    def _tensor(self, values: list[int] | list[list[int]],
+                dtype: torch.dtype = torch.int64) -> torch.Tensor:
         return torch.tensor(values, dtype=dtype, device=self.device)
 
     def _padded(self, tables: list[list[int]]) -> torch.Tensor:

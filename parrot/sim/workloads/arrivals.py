@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import TypeVar
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -31,20 +31,20 @@ def poisson_offsets(rng: random.Random, rate: float, *, horizon_s: float | None 
     return offsets
 
 
-class Arrivals:
+class Arrivals(Generic[T]):
     """Starts `make(i)` at `offsets[i]` seconds after `start()`; `wait()` returns every
     result once all have arrived and finished (in arrival order)."""
 
-    def __init__(self, offsets: Sequence[float], make: Callable[[int], Awaitable[T]],
+    def __init__(self, offsets: Sequence[float], make: Callable[[int], Coroutine[Any, Any, T]],
                  name: str) -> None:
         self._offsets, self._make, self._name = list(offsets), make, name
-        self._driver: asyncio.Task | None = None
-        self._tasks: list[asyncio.Task] = []
+        self._driver: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[T]] = []
 
     def start(self) -> None:
         self._driver = asyncio.create_task(self._drive(), name=f"{self._name}-arrivals")
 
-    async def wait(self) -> list:
+    async def wait(self) -> list[T]:
         assert self._driver is not None, "start() first"
         await self._driver
         return list(await asyncio.gather(*self._tasks))
