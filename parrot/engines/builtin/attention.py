@@ -88,12 +88,15 @@ def prefill_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: to
                   v_cache: torch.Tensor, chunk: PrefillChunk, scale: float) -> torch.Tensor:
     """One chunk: q/k/v [n, H, D] are its fresh rows; earlier positions come from the cache."""
     n = chunk.row_end - chunk.row_start
+    # GQA only where the model has it: some SDPA backends refuse the flag even for equal head
+    # counts, and torch then falls back to a slower one.
+    gqa = q.shape[1] != k.shape[1]
     qs = q[chunk.row_start:chunk.row_end].transpose(0, 1)[None]              # [1, Hq, n, D]
     if chunk.pos_start == 0:
         ks = k[chunk.row_start:chunk.row_end].transpose(0, 1)[None]
         vs = v[chunk.row_start:chunk.row_end].transpose(0, 1)[None]
         out = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale,
-                                             enable_gqa=True)
+                                             enable_gqa=gqa)
     else:
         length = chunk.pos_start + n
         num_blocks = -(-length // k_cache.shape[1])
@@ -103,7 +106,7 @@ def prefill_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: to
         positions = torch.arange(chunk.pos_start, length, device=q.device)
         mask = torch.arange(length, device=q.device)[None, :] <= positions[:, None]
         out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=scale,
-                                             enable_gqa=True)
+                                             enable_gqa=gqa)
     return out[0].transpose(0, 1)                                              # [n, Hq, D]
 
 

@@ -1,0 +1,83 @@
+"""Prefill on the H200 (`bench_engine.py --suite-prefill`): the rate of 64 x 2,048-token Fills
+against the measured bf16 matmul rate, the device time per kernel of one Fill step, and the
+attention call prefill makes (torch SDPA, causal, [1, H, 2048, D]) timed with and without
+`enable_gqa` (a flag that some SDPA backends do not take: with it set, torch may fall back
+to a slower backend even when the query and key heads are equal)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from engine_suite import ceilings, decode_run, make_engine, prompts_for, table
+
+
+def _sdpa_times(torch, heads: int, dim: int, n: int = 2048) -> list[str]:
+    import torch.nn.functional as F
+
+    q, k, v = (torch.randn(n, heads, dim, device="cuda", dtype=torch.bfloat16)
+               .transpose(0, 1)[None] for _ in range(3))
+    rows = []
+    for gqa in (True, False):
+        for _ in range(3):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(20):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        torch.cuda.synchronize()
+        sec = (time.perf_counter() - start) / 20
+        flops = 4 * heads * dim * n * n / 2
+        rows.append([str(gqa), f"{sec * 1e3:.3f}", f"{flops / sec / 1e12:.0f}"])
+    return rows
+
+
+async def run_prefill(torch, bundle, log) -> list[str]:
+    bw, flops = ceilings(torch)
+    shape = bundle.shape
+    out = table("SDPA as prefill calls it (causal, one 2,048-token chunk)",
+                ["enable_gqa", "ms", "TFLOP/s"],
+                _sdpa_times(torch, shape.num_heads, shape.head_dim))
+    log("\n".join(out))
+    engine, _ = make_engine(bundle, "prefill", num_blocks=9000, max_num_seqs=128,
+                            max_batch_tokens=8192, max_context_len=4096)
+    try:
+        vocab = shape.vocab_size
+        prompts = prompts_for(64, 2048, 7, vocab)
+        await decode_run(engine, prompts[:4], 1, "w")
+        fill_s, _, _ = await decode_run(engine, prompts, 1, "p")
+        linear = sum(t.numel() for layer in bundle.model.layers
+                     for t in (layer.qkv, layer.o_proj, layer.gate_up, layer.down))
+        attn = 2 * 2 * shape.num_layers * shape.num_heads * shape.head_dim * 2048 ** 2 / 2
+        total = 64 * (2 * linear * 2048 + attn)
+        out += table("Prefill (64 x 2,048-token Fills, max_batch_tokens 8192)",
+                     ["tokens", "seconds", "tokens/s", "TFLOP/s", "of measured matmul rate",
+                      "matmul TFLOP/s"],
+                     [[str(64 * 2048), f"{fill_s:.2f}", f"{64 * 2048 / fill_s:.0f}",
+                       f"{total / fill_s / 1e12:.0f}", f"{total / fill_s / flops:.0%}",
+                       f"{flops / 1e12:.0f}"]])
+        log("\n".join(out[-5:]))
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+            t = time.perf_counter()
+            await decode_run(engine, prompts[:4], 1, "prof")
+            wall = time.perf_counter() - t
+        totals: dict[str, float] = {}
+        for event in prof.events():
+            if event.device_type.name == "CUDA":
+                totals[event.name[:80]] = totals.get(event.name[:80], 0.0) + event.device_time
+        gpu = sum(totals.values()) / 1e3
+        log(f"one step of 4 x 2,048 tokens: wall {wall * 1e3:.1f} ms, GPU kernels {gpu:.1f} ms")
+        rows = [[f"{us / 1e3:.2f}", f"{us / 1e3 / max(gpu, 1e-9):.1%}", name]
+                for name, us in sorted(totals.items(), key=lambda kv: -kv[1])[:12]]
+        out += table(f"One Fill step of 4 x 2,048 tokens: wall {wall * 1e3:.1f} ms, "
+                     f"kernels {gpu:.1f} ms (top 12)", ["ms", "share", "kernel"], rows)
+        log("\n".join(out[-16:]))
+    finally:
+        await engine.close()
+    return out
+
+
+def run(torch, bundle, log) -> list[str]:
+    return asyncio.run(run_prefill(torch, bundle, log))
