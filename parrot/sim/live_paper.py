@@ -137,16 +137,24 @@ async def run_live_paper(setups: Sequence[ServeSetup], out: Path, *, smoke: bool
                     continue
                 results[e.key] = await _run_experiment(served, setup.path, e,
                                                        e.workload_spec(smoke), delay_s, log)
+                # Saved after every experiment: a run killed at the machine's time limit
+                # keeps what it measured.
+                _save(out, {"wall_s": time.perf_counter() - started, "smoke": smoke,
+                            "partial": True, "experiments": results})
         finally:
             await stop_engines(launched)
-    wall = time.perf_counter() - started
-    summary = {"wall_s": wall, "smoke": smoke, "experiments": results}
+    summary = {"wall_s": time.perf_counter() - started, "smoke": smoke, "experiments": results}
+    log(_save(out, summary))
+    return summary
+
+
+def _save(out: Path, summary: dict[str, Any]) -> str:
+    """Write OUT/results.json and OUT/table.txt; returns the table."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
     table = live_table(summary)
     (out / "table.txt").write_text(table + "\n")
-    log(table)
-    return summary
+    return table
 
 
 async def _run_experiment(served: ServeConfig, config_path: str, e: LiveExperiment,
@@ -174,7 +182,8 @@ def live_table(summary: dict[str, Any]) -> str:
     """Mean E2E of the main apps and its ratio to the reference; ms per output token of the
     main apps and of background chat (mixed)."""
     lines = [f"live paper runs ({'smoke, tiny model on the CPU' if summary['smoke'] else 'H200'}"
-             f"; {summary['wall_s']:.0f}s wall); x = mean E2E of the reference / mean E2E; "
+             f"; {summary['wall_s']:.0f}s wall{', partial' if summary.get('partial') else ''}"
+             "); x = mean E2E of the reference / mean E2E; "
              "ms/tok = mean latency per output token",
              f"{'experiment':<18} {'variant':<48} {'status':<8} {'mean s':>8} {'x':>7} "
              f"{'ms/tok':>7} {'chat ms/tok':>11}"]

@@ -147,3 +147,19 @@ def test_smoke_sizes_differ_from_gpu_sizes():
     for e in LIVE_EXPERIMENTS:
         assert dataclasses.asdict(e.workload_spec(True)) != dataclasses.asdict(
             e.workload_spec(False)), e.key
+
+
+async def test_results_are_saved_after_each_experiment(tmp_path):
+    first = LiveExperiment("first", "chain_summary", "app_centric", "app_centric", TINY, TINY)
+    second = dataclasses.replace(first, key="second")
+    seen: list[dict] = []
+
+    def log(line: str) -> None:   # the second experiment's run has just finished
+        if line.startswith("second "):
+            seen.append(json.loads((tmp_path / "results.json").read_text()))
+
+    await run_live_paper([ONE], tmp_path, smoke=True, budget_s=300, delay_s=(0.0, 0.0),
+                         experiments=(first, second), log=log)
+    assert seen[0]["partial"] is True and set(seen[0]["experiments"]) == {"first"}
+    final = json.loads((tmp_path / "results.json").read_text())
+    assert "partial" not in final and set(final["experiments"]) == {"first", "second"}
