@@ -1,7 +1,11 @@
 """Run the paper's experiments live on one GPU (see parrot/sim/live_paper.py); print a table.
 
     python scripts/live_paper.py --out $OUT [--config configs/live_h200_llama7b.yaml]
+    python scripts/live_paper.py --out $OUT --only gpts,mixed --tokenizer $PWD/.tok
     python scripts/live_paper.py --out /tmp/smoke --smoke     # tiny random model on the CPU
+
+Experiments on one engine use --config; those on two engines (gpts, mixed) use
+--two-engine-config. Only the configs the selected experiments need are read.
 """
 
 from __future__ import annotations
@@ -18,18 +22,45 @@ import_parrot()
 alias_kernels()
 
 from parrot.core.config import ServeConfig  # noqa: E402
-from parrot.sim.live_paper import run  # noqa: E402
+from parrot.sim.live_experiments import LiveExperimentError, select_experiments  # noqa: E402
+from parrot.sim.live_paper import ServeSetup, run  # noqa: E402
 
 # The CPU smoke test: the same runs, tiny sizes, a 2-layer random model with SmolLM2's
-# tokenizer, float32 on the CPU.
+# tokenizer, float32 on the CPU (every engine of a config gets these params).
 SMOKE_ENGINE = {"model": "tiny", "tokenizer": "smollm2", "device": "cpu", "dtype": "float32",
                 "kv_cache_tokens": 16384, "max_batch_tokens": 2048, "max_num_seqs": 64}
+
+
+def _engine_params(engine, *, smoke: bool, tokenizer: str | None) -> dict:  # noqa: ANN001
+    if engine.kind != "builtin":
+        return dict(engine.params)
+    params = dict(SMOKE_ENGINE) if smoke else dict(engine.params)
+    if tokenizer is not None:
+        params["tokenizer"] = tokenizer
+    return params
+
+
+def load_setup(path: str, *, smoke: bool, tokenizer: str | None) -> ServeSetup:
+    config = ServeConfig.load(path)
+    engines = tuple(dataclasses.replace(e, params=_engine_params(e, smoke=smoke,
+                                                                 tokenizer=tokenizer))
+                    for e in config.engines)
+    return ServeSetup(path, dataclasses.replace(config, engines=engines))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "live_out")))
-    parser.add_argument("--config", default="configs/live_h200_llama7b.yaml")
+    parser.add_argument("--config", default="configs/live_h200_llama7b.yaml",
+                        help="the one-engine experiments' parrot-serve config")
+    parser.add_argument("--two-engine-config",
+                        default="configs/live_h200_two_engines_llama7b.yaml",
+                        help="gpts and mixed (two engines); on the two-GPU kind: "
+                             "configs/live_h200x2_llama7b.yaml")
+    parser.add_argument("--only", default=None, metavar="KEY1,KEY2",
+                        help="run these experiments only (results.json holds only them)")
+    parser.add_argument("--tokenizer", default=None, metavar="PATH",
+                        help="every builtin engine's tokenizer (a folder of tokenizer files)")
     parser.add_argument("--smoke", action="store_true",
                         default=os.environ.get("PARROT_LIVE_SMOKE", "") not in ("", "0"))
     parser.add_argument("--budget-s", type=float, default=480.0,
@@ -37,13 +68,20 @@ def main() -> int:
     parser.add_argument("--network-delay-ms", default=None, metavar="LOW:HIGH",
                         help="default 200:300 (10:20 with --smoke)")
     args = parser.parse_args()
-    config = ServeConfig.load(args.config)
-    if args.smoke:
-        config = dataclasses.replace(config, engines=tuple(
-            dataclasses.replace(e, params=SMOKE_ENGINE) for e in config.engines))
+    try:
+        experiments = select_experiments(args.only)
+    except LiveExperimentError as exc:
+        parser.error(str(exc))
+    paths = {1: args.config, 2: args.two_engine_config}
+    counts = sorted({e.engines for e in experiments})
+    if any(n not in paths for n in counts):
+        parser.error(f"experiments need {counts} engines; configs exist for {sorted(paths)}")
+    setups = [load_setup(paths[n], smoke=args.smoke, tokenizer=args.tokenizer)
+              for n in counts]
     delay = args.network_delay_ms or ("10:20" if args.smoke else "200:300")
     low, high = (float(x) / 1000.0 for x in delay.split(":"))
-    return run(config, args.out, smoke=args.smoke, budget_s=args.budget_s, delay_s=(low, high))
+    return run(setups, args.out, smoke=args.smoke, budget_s=args.budget_s,
+               delay_s=(low, high), experiments=experiments)
 
 
 if __name__ == "__main__":

@@ -1,50 +1,113 @@
 """The "ours, live" cells of the paper table: read from the committed results of
-`scripts/live_paper.sh` (docs/results/live_paper_h200/results.json) so that regenerating the
-simulated table keeps the live measurements beside it instead of "pending".
+`scripts/live_paper.sh` so that regenerating the simulated table keeps the live measurements
+beside it instead of "pending". Two folders under docs/results/ (LIVE_DIRS): the one-engine
+runs (live_paper_h200/) and the two-engine runs (gpts, mixed: live_paper_h200_two_engines/,
+two engines sharing one H200), merged.
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
-smaller, see docs/RESULTS.md); a ratio is the reference variant's mean E2E over ours.
+smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
+output token of the main apps or of background chat).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from collections.abc import Callable
 
-# paper experiment key -> (label, live experiment, our variant, baseline variant or None for the
-# experiment's own reference); a baseline given as "exp/variant" comes from another live run.
-LIVE_RATIOS: dict[str, tuple[tuple[str, str, str, str | None], ...]] = {
-    "chain_output": (("vs request-level", "chain_summary", "app_centric:parrot", None),),
-    "concurrent_chains": (("mean JCT vs request-level (10 clients)", "concurrent_chains",
-                           "app_centric:parrot", None),),
-    "map_reduce_apps": (("vs latency-capped request-level", "map_reduce",
-                         "app_centric:parrot", None),),
-    "copilot": (("32 users, sharing vs no sharing", "copilot_32", "least_queue:parrot", None),
-                ("32 users, app_centric vs no sharing", "copilot_32", "app_centric:parrot", None),
-                ("64 users, sharing vs no sharing", "copilot_64", "least_queue:parrot", None),
-                ("32 users, sharing vs static sharing", "copilot_32", "least_queue:parrot",
-                 "copilot_32_static/least_queue:parrot"),
-                ("64 users, sharing vs static sharing", "copilot_64", "least_queue:parrot",
-                 "copilot_64_static/least_queue:parrot")),
-    "multi_agent": (("8 files, vs latency-centric", "multi_agent", "app_centric:parrot", None),
-                    ("8 files, vs throughput-centric", "multi_agent", "app_centric:parrot",
-                     "multi_agent/throughput_centric:baseline")),
+LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines")
+
+
+def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
+    def read(variant: dict[str, Any]) -> float | None:
+        value: Any = variant
+        for key in path:
+            value = (value or {}).get(key)
+        return value
+    return read
+
+
+# metric name -> its value in one variant's results (lower is better for every one)
+METRICS: dict[str, Callable[[dict[str, Any]], float | None]] = {
+    "e2e": _mean("e2e_latency_s", "mean"),
+    "normalized": _mean("normalized_latency_s_per_token", "mean"),
+    "chat_normalized": _mean("background", "normalized_latency_s_per_token", "mean"),
+}
+
+
+@dataclass(frozen=True)
+class LiveRatio:
+    """`metric` of `baseline` over `metric` of `ours` in live experiment `experiment`;
+    `baseline` None: the experiment's own reference; "exp/variant": a variant of another run."""
+
+    label: str
+    experiment: str
+    ours: str
+    baseline: str | None = None
+    metric: str = "e2e"
+
+
+_PARROT, _LAT, _THR = "app_centric:parrot", "latency_centric:parrot", "throughput_centric:parrot"
+LIVE_RATIOS: dict[str, tuple[LiveRatio, ...]] = {
+    "chain_output": (LiveRatio("vs request-level", "chain_summary", _PARROT),),
+    "concurrent_chains": (LiveRatio("mean JCT vs request-level (10 clients)",
+                                    "concurrent_chains", _PARROT),),
+    "map_reduce_apps": (LiveRatio("vs latency-capped request-level", "map_reduce", _PARROT),),
+    "copilot": (LiveRatio("32 users, sharing vs no sharing", "copilot_32", "least_queue:parrot"),
+                LiveRatio("32 users, app_centric vs no sharing", "copilot_32", _PARROT),
+                LiveRatio("64 users, sharing vs no sharing", "copilot_64", "least_queue:parrot"),
+                LiveRatio("32 users, sharing vs static sharing", "copilot_32",
+                          "least_queue:parrot", "copilot_32_static/least_queue:parrot"),
+                LiveRatio("64 users, sharing vs static sharing", "copilot_64",
+                          "least_queue:parrot", "copilot_64_static/least_queue:parrot")),
+    "gpts_rate": (
+        LiveRatio("2 engines on 1 H200, one rate above the baseline's knee: latency per token, "
+                  "app_centric vs no sharing", "gpts", _PARROT, metric="normalized"),
+        LiveRatio("affinity off vs no sharing", "gpts",
+                  "app_centric:parrot+policy.prefix_affinity=false", metric="normalized"),
+        LiveRatio("sharing, least-queue placement vs no sharing", "gpts", "least_queue:parrot",
+                  metric="normalized")),
+    "multi_agent": (LiveRatio("8 files, vs latency-centric", "multi_agent", _PARROT),
+                    LiveRatio("8 files, vs throughput-centric", "multi_agent", _PARROT,
+                              "multi_agent/throughput_centric:baseline")),
+    "mixed": (
+        LiveRatio("2 engines on 1 H200: chat normalized latency vs latency-centric", "mixed",
+                  _PARROT, f"mixed/{_LAT}", "chat_normalized"),
+        LiveRatio("chat normalized latency vs throughput-centric", "mixed", _PARROT,
+                  f"mixed/{_THR}", "chat_normalized"),
+        LiveRatio("map-reduce job time vs latency-centric", "mixed", _PARROT, f"mixed/{_LAT}"),
+        LiveRatio("map-reduce job time vs throughput-centric", "mixed", _PARROT,
+                  f"mixed/{_THR}")),
 }
 
 
 def load_live(path: Path) -> dict[str, Any] | None:
+    """The experiments of one live results.json; None when missing or a smoke run."""
     if not path.is_file():
         return None
     data = json.loads(path.read_text())
     return None if data.get("smoke") else data.get("experiments")
 
 
-def _mean_e2e(live: dict[str, Any], experiment: str, variant: str) -> float | None:
+def load_live_dirs(results_dir: Path, dirs: tuple[str, ...] = LIVE_DIRS
+                   ) -> dict[str, Any] | None:
+    """The experiments of every `results_dir/<dir>/results.json` in `dirs`, merged (a later
+    folder's experiment replaces an earlier one's of the same key); None when there are none."""
+    merged: dict[str, Any] | None = None
+    for name in dirs:
+        live = load_live(results_dir / name / "results.json")
+        if live is not None:
+            merged = {**(merged or {}), **live}
+    return merged
+
+
+def _value(live: dict[str, Any], experiment: str, variant: str, metric: str) -> float | None:
     run = live.get(experiment, {}).get("variants", {}).get(variant)
     if not run or run.get("status") != "ok":
         return None
-    return run["e2e_latency_s"]["mean"]
+    return METRICS[metric](run)
 
 
 def live_cell(live: dict[str, Any] | None, key: str) -> str:
@@ -54,12 +117,15 @@ def live_cell(live: dict[str, Any] | None, key: str) -> str:
     ratios = LIVE_RATIOS.get(key)
     if not ratios:
         return "not run live"
+    if not any(r.experiment in live for r in ratios):
+        return "pending"
     cells = []
-    for label, experiment, ours, baseline in ratios:
-        if baseline is None:
-            baseline = f"{experiment}/{live.get(experiment, {}).get('reference', '')}"
+    for r in ratios:
+        own = live.get(r.experiment, {}).get("reference", "")
+        baseline = r.baseline or f"{r.experiment}/{own}"
         ref_exp, ref_variant = baseline.split("/", 1)
-        mine, theirs = _mean_e2e(live, experiment, ours), _mean_e2e(live, ref_exp, ref_variant)
+        mine = _value(live, r.experiment, r.ours, r.metric)
+        theirs = _value(live, ref_exp, ref_variant, r.metric)
         value = "n/a" if not mine or theirs is None else f"{theirs / mine:.2f}×"
-        cells.append(f"{label}: {value}")
+        cells.append(f"{r.label}: {value}")
     return "<br>".join(cells)

@@ -1,12 +1,16 @@
-"""The paper's experiments live: one engine process (builtin, LLaMA-7B shape on one H200)
-shared by every run, a fresh manager per (experiment, variant), a warm-up pass first.
+"""The paper's experiments live: engine processes (builtin, LLaMA-7B shape on one H200) shared
+by every run, a fresh manager per (experiment, variant), a warm-up pass first.
 
     scripts/live_paper.sh                          # on the GPU machine, results under $OUT
+    scripts/live_paper.sh --only gpts,mixed        # some experiments only
     PARROT_LIVE_SMOKE=1 scripts/live_paper.sh      # tiny random model on the CPU, minutes
 
-Engines with other parameters (copilot's static-sharing variant turns the shared-prefix
-kernel off) get their own process, started after the first one stops. Every run's figures go
-into one results.json; table.txt holds the printed table.
+An experiment names how many engines it needs (`LiveExperiment.engines`): one engine runs on
+the one-engine config, two (gpts, mixed) on the two-engine config (two processes; on one H200
+each holds half the KV memory). Engines with other parameters (copilot's static-sharing
+variant turns the shared-prefix kernel off) get their own processes. The processes of one
+group are stopped before the next group's start. Every run's figures go into one
+results.json under the output folder; table.txt holds the printed table.
 """
 
 from __future__ import annotations
@@ -15,78 +19,62 @@ import asyncio
 import dataclasses
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Mapping
+from collections.abc import Sequence
 
 from parrot.core.config import ServeConfig
 from parrot.engines.launcher import EngineSpec as LaunchSpec
 from parrot.engines.launcher import launch_engines, stop_engines
 from parrot.sim.compare import Settings, Variant, VariantRun, parse_variants, results_json
 from parrot.sim.live import as_remote, run_live_async
+from parrot.sim.live_experiments import (LIVE_EXPERIMENTS, STATIC_SHARING,  # noqa: F401
+                                         LiveExperiment, LiveExperimentError)
 from parrot.sim.workloads.registry import WORKLOADS
 from parrot.sim.workloads.spec import WorkloadSpec
 
-# Turns the builtin engine's shared-prefix decode kernel off: forks still share KV blocks,
-# decode reads the prefix once per sequence (vLLM-style static prefix sharing).
-STATIC_SHARING = {"shared_prefix_min_group": 1_000_000}
-
 
 @dataclass(frozen=True)
-class LiveExperiment:
-    key: str
-    workload: str
-    compare: str
-    reference: str
-    spec: Mapping[str, Any]
-    smoke_spec: Mapping[str, Any]
-    engine_params: Mapping[str, Any] = field(default_factory=dict)
+class ServeSetup:
+    """A parrot-serve config and the file it came from (recorded with the results); the
+    experiments that need `num_engines` engines run on it."""
+
+    path: str
+    config: ServeConfig
+
+    @property
+    def num_engines(self) -> int:
+        return len(self.config.engines)
 
 
-_CHAIN = {"doc_tokens": 8192, "chunk_tokens": 1024, "output_tokens": 50}
-_SMOKE_DOC = {"doc_tokens": 1024, "chunk_tokens": 256, "output_tokens": 4}
-_COPILOT_SMOKE = {"num_clients": 4, "system_prompt_tokens": 300, "output_tokens": 4}
-
-LIVE_EXPERIMENTS = (  # the issue's live goals (map-reduce, multi_agent) first
-    LiveExperiment("map_reduce", "map_reduce", "app_centric,latency_centric:baseline",
-                   "latency_centric:baseline",
-                   {"doc_tokens": 32768, "chunk_tokens": 1024, "output_tokens": 100,
-                    "num_apps": 3}, _SMOKE_DOC),
-    LiveExperiment("multi_agent", "multi_agent",
-                   "app_centric,throughput_centric:baseline,latency_centric:baseline",
-                   "latency_centric:baseline",
-                   {"num_clients": 8, "output_tokens": 200, "rounds": 3},
-                   {"num_clients": 2, "output_tokens": 8, "rounds": 1}),
-    LiveExperiment("chain_summary", "chain_summary", "app_centric,least_queue:baseline",
-                   "least_queue:baseline", {**_CHAIN, "num_apps": 2}, _SMOKE_DOC),
-    LiveExperiment("concurrent_chains", "concurrent_chains", "app_centric,least_queue:baseline",
-                   "least_queue:baseline", {**_CHAIN, "num_clients": 10},
-                   {**_SMOKE_DOC, "num_clients": 2}),
-    # 3,300-token system prompt (~3,340 SmolLM2 tokens): with a 512-token query and 100-token
-    # answer it fits the 4,096 positions of the random LLaMA-7B shape.
-    LiveExperiment("copilot_32", "copilot", "app_centric,least_queue,least_queue:baseline",
-                   "least_queue:baseline",
-                   {"num_clients": 32, "system_prompt_tokens": 3300, "output_tokens": 100},
-                   _COPILOT_SMOKE),
-    LiveExperiment("copilot_64", "copilot", "least_queue,least_queue:baseline",
-                   "least_queue:baseline",
-                   {"num_clients": 64, "system_prompt_tokens": 3300, "output_tokens": 100},
-                   _COPILOT_SMOKE),
-    LiveExperiment("copilot_32_static", "copilot", "least_queue", "least_queue",
-                   {"num_clients": 32, "system_prompt_tokens": 3300, "output_tokens": 100},
-                   _COPILOT_SMOKE, STATIC_SHARING),
-    LiveExperiment("copilot_64_static", "copilot", "least_queue", "least_queue",
-                   {"num_clients": 64, "system_prompt_tokens": 3300, "output_tokens": 100},
-                   _COPILOT_SMOKE, STATIC_SHARING),
-)
+def setups_by_engines(setups: Sequence[ServeSetup],
+                      experiments: Sequence[LiveExperiment]) -> dict[int, ServeSetup]:
+    """The setup for each engine count the experiments need; a missing one is an error before
+    anything starts (not a failed run half an hour in)."""
+    by_count: dict[int, ServeSetup] = {}
+    for setup in setups:
+        if setup.num_engines in by_count:
+            raise LiveExperimentError(f"{setup.path} and {by_count[setup.num_engines].path} "
+                                      f"both have {setup.num_engines} engines; give one")
+        by_count[setup.num_engines] = setup
+    for e in experiments:
+        if e.engines not in by_count:
+            raise LiveExperimentError(
+                f"{e.key} needs a config with {e.engines} engine(s); given: "
+                + (", ".join(f"{s.path} ({s.num_engines})" for s in setups) or "none"))
+    return by_count
 
 
 def warmup_spec(spec: WorkloadSpec) -> WorkloadSpec:
-    """The same shapes (prompt lengths, batch sizes) with short outputs and one app/round:
-    compiles kernels and captures graphs for the sizes the timed run meets."""
-    return dataclasses.replace(spec, output_tokens=min(spec.output_tokens, 8), num_apps=1,
-                               rounds=1)
+    """The same shapes (prompt lengths, batch sizes) with short outputs, one app/round, a few
+    requests and seconds of chat: compiles kernels and captures graphs for the sizes the timed
+    run meets."""
+    return dataclasses.replace(
+        spec, output_tokens=min(spec.output_tokens, 8), num_apps=1, rounds=1,
+        num_requests=min(spec.num_requests, 8), max_chat_s=min(spec.max_chat_s, 5.0),
+        chat_output_tokens=(min(spec.chat_output_tokens[0], 8),
+                            min(spec.chat_output_tokens[1], 8)))
 
 
 RUN_TIMEOUT_S = 240.0  # one variant of one experiment; a stuck run must not eat the budget
@@ -108,82 +96,119 @@ async def _run(config: ServeConfig, experiment: LiveExperiment, variant: Variant
                       failed[0] if failed else None)
 
 
-async def run_live_paper(config: ServeConfig, out: Path, *, smoke: bool, budget_s: float,
-                         delay_s: tuple[float, float] = (0.2, 0.3),
-                         experiments: tuple[LiveExperiment, ...] = LIVE_EXPERIMENTS,
+def _groups(experiments: Sequence[LiveExperiment]
+            ) -> dict[tuple[int, str], list[LiveExperiment]]:
+    """Experiments that can share engine processes: the same engine count and parameters."""
+    groups: dict[tuple[int, str], list[LiveExperiment]] = {}
+    for e in experiments:
+        key = (e.engines, json.dumps(dict(e.engine_params), sort_keys=True))
+        groups.setdefault(key, []).append(e)
+    return groups
+
+
+async def run_live_paper(setups: Sequence[ServeSetup], out: Path, *, smoke: bool,
+                         budget_s: float, delay_s: tuple[float, float] = (0.2, 0.3),
+                         experiments: Sequence[LiveExperiment] = LIVE_EXPERIMENTS,
                          log: Any = print) -> dict[str, Any]:
+    """Run `experiments`, each on the setup with its number of engines; write
+    OUT/results.json and OUT/table.txt (only these experiments: a subset run into another
+    folder leaves earlier results alone)."""
+    by_count = setups_by_engines(setups, experiments)
     started = time.perf_counter()
     results: dict[str, Any] = {}
-    groups: dict[str, list[LiveExperiment]] = {}
-    for e in experiments:
-        groups.setdefault(json.dumps(dict(e.engine_params), sort_keys=True), []).append(e)
-    for params_key, group in groups.items():
-        params = json.loads(params_key)
+    for (count, params_key), group in _groups(experiments).items():
+        setup, params = by_count[count], json.loads(params_key)
         specs = [LaunchSpec(e.name, e.kind, {**e.params, **params})
-                 for e in config.engines if e.kind != "remote"]
+                 for e in setup.config.engines if e.kind != "remote"]
         launched = await launch_engines(specs, startup_timeout_s=600.0)
         try:
-            served = as_remote(config, {e.name: e.url for e in launched},
+            served = as_remote(setup.config, {e.name: e.url for e in launched},
                                {e.name: e.process.secret for e in launched})
-            log(f"engines up ({params or 'default params'}) at "
+            log(f"{count} engine(s) up ({setup.path}, {params or 'default params'}) at "
                 f"{time.perf_counter() - started:.0f}s; warming up")
             for e in group:
-                spec = WorkloadSpec(**{**WORKLOADS[e.workload].spec_defaults,
-                                       **(e.smoke_spec if smoke else e.spec)})
                 for variant in {v.mode: v for v in parse_variants(e.compare)}.values():
-                    await _run(served, e, variant, warmup_spec(spec), delay_s)
+                    await _run(served, e, variant, warmup_spec(e.workload_spec(smoke)),
+                               delay_s)
             for e in group:
                 if time.perf_counter() - started > budget_s:
                     log(f"{e.key}: skipped, the time budget ({budget_s:.0f}s) is spent")
                     results[e.key] = {"skipped": "time budget"}
                     continue
-                spec = WorkloadSpec(**{**WORKLOADS[e.workload].spec_defaults,
-                                       **(e.smoke_spec if smoke else e.spec)})
-                variants = parse_variants(e.compare)
-                runs = []
-                for variant in variants:
-                    run = await _run(served, e, variant, spec, delay_s)
-                    log(f"{e.key} {variant.label}: {run.status}"
-                        + (f" {run.result.duration_s:.2f}s" if run.result else f" {run.error}"))
-                    runs.append(run)
-                wanted = parse_variants(e.reference)[0].label
-                reference = next(v for v in variants if v.label == wanted)
-                settings = Settings(e.workload, live=True, seed=spec.seed, workload_spec=spec,
-                                    serve_config="configs/live_h200_llama7b.yaml")
-                results[e.key] = results_json(settings, runs, reference)
+                results[e.key] = await _run_experiment(served, setup.path, e,
+                                                       e.workload_spec(smoke), delay_s, log)
+                # Saved after every experiment: a run killed at the machine's time limit
+                # keeps what it measured.
+                _save(out, {"wall_s": time.perf_counter() - started, "smoke": smoke,
+                            "partial": True, "experiments": results})
         finally:
             await stop_engines(launched)
-    wall = time.perf_counter() - started
-    summary = {"wall_s": wall, "smoke": smoke, "experiments": results}
+    summary = {"wall_s": time.perf_counter() - started, "smoke": smoke, "experiments": results}
+    log(_save(out, summary))
+    return summary
+
+
+def _save(out: Path, summary: dict[str, Any]) -> str:
+    """Write OUT/results.json and OUT/table.txt; returns the table."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
     table = live_table(summary)
     (out / "table.txt").write_text(table + "\n")
-    log(table)
-    return summary
+    return table
+
+
+async def _run_experiment(served: ServeConfig, config_path: str, e: LiveExperiment,
+                          spec: WorkloadSpec, delay_s: tuple[float, float],
+                          log: Any) -> dict[str, Any]:
+    variants = parse_variants(e.compare)
+    runs = []
+    for variant in variants:
+        run = await _run(served, e, variant, spec, delay_s)
+        log(f"{e.key} {variant.label}: {run.status}"
+            + (f" {run.result.duration_s:.2f}s" if run.result else f" {run.error}"))
+        runs.append(run)
+    wanted = parse_variants(e.reference)[0].label
+    reference = next(v for v in variants if v.label == wanted)
+    settings = Settings(e.workload, live=True, seed=spec.seed, workload_spec=spec,
+                        serve_config=config_path)
+    return {**results_json(settings, runs, reference), "num_engines": e.engines}
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.1f}"
 
 
 def live_table(summary: dict[str, Any]) -> str:
+    """Mean E2E of the main apps and its ratio to the reference; ms per output token of the
+    main apps and of background chat (mixed)."""
     lines = [f"live paper runs ({'smoke, tiny model on the CPU' if summary['smoke'] else 'H200'}"
-             f"; {summary['wall_s']:.0f}s wall); x = mean E2E of the reference / mean E2E",
-             f"{'experiment':<20} {'variant':<42} {'status':<8} {'mean s':>8} {'x':>7}"]
+             f"; {summary['wall_s']:.0f}s wall{', partial' if summary.get('partial') else ''}"
+             "); x = mean E2E of the reference / mean E2E; "
+             "ms/tok = mean latency per output token",
+             f"{'experiment':<18} {'variant':<48} {'status':<8} {'mean s':>8} {'x':>7} "
+             f"{'ms/tok':>7} {'chat ms/tok':>11}"]
     for key, results in summary["experiments"].items():
         if "skipped" in results:
-            lines.append(f"{key:<20} {'-':<42} {'skipped':<8}")
+            lines.append(f"{key:<18} {'-':<48} {'skipped':<8}")
             continue
         for label, v in results["variants"].items():
             mean = v["e2e_latency_s"]["mean"]
             x = results["speedup_vs_reference"][label]
-            lines.append(f"{key:<20} {label:<42} {v['status']:<8} "
+            norm = (v.get("normalized_latency_s_per_token") or {}).get("mean")
+            chat = ((v.get("background") or {}).get("normalized_latency_s_per_token")
+                    or {}).get("mean")
+            lines.append(f"{key:<18} {label:<48} {v['status']:<8} "
                          f"{'-' if mean is None else f'{mean:.2f}':>8} "
-                         f"{'-' if x is None else f'{x:.2f}x':>7}")
+                         f"{'-' if x is None else f'{x:.2f}x':>7} {_ms(norm):>7} "
+                         f"{_ms(chat):>11}")
     return "\n".join(lines)
 
 
-def run(config: ServeConfig, out: Path, *, smoke: bool, budget_s: float,
-        delay_s: tuple[float, float]) -> int:
-    summary = asyncio.run(run_live_paper(config, out, smoke=smoke, budget_s=budget_s,
-                                         delay_s=delay_s))
+def run(setups: Sequence[ServeSetup], out: Path, *, smoke: bool, budget_s: float,
+        delay_s: tuple[float, float],
+        experiments: Sequence[LiveExperiment] = LIVE_EXPERIMENTS) -> int:
+    summary = asyncio.run(run_live_paper(setups, out, smoke=smoke, budget_s=budget_s,
+                                         delay_s=delay_s, experiments=experiments))
     ok = all("skipped" in r or all(v["status"] == "ok" for v in r["variants"].values())
              for r in summary["experiments"].values())
     return 0 if ok else 1

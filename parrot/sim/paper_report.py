@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
-from parrot.sim.live_cells import live_cell, load_live
+from parrot.sim.live_cells import live_cell, load_live_dirs
 from parrot.sim.sweep import point_figures
 
 BEGIN, END = "<!-- paper-table:begin -->", "<!-- paper-table:end -->"
@@ -80,7 +80,7 @@ def write_report(out: Path, experiments: Sequence[Any], seconds: dict[str, float
     command = (lambda e: e.command()) if profile is None else (  # noqa: E731
         lambda e: e.command(str(out), profile))
     # The live column: the committed live results beside the simulated ones (docs/results/).
-    live = load_live(out.parent / "live_paper_h200" / "results.json")
+    live = load_live_dirs(out.parent)
     for e in experiments:
         run_dir = out / e.key
         loaded = _load(run_dir)
@@ -116,3 +116,27 @@ def splice_page(page: Path, table: str) -> None:
     if start < 0 or end < start:
         raise ValueError(f"{page}: needs the markers {BEGIN} and {END}")
     page.write_text(text[:start + len(BEGIN)] + "\n" + table + text[end:])
+
+
+def refresh_page(out: Path, page: Path, profile: str | None = None) -> str:
+    """Rewrite OUT/table.md and OUT/paper.json from the runs already under `out` (no run),
+    with the live column from the committed live results, and splice the table into `page`:
+    after a live run is committed, the page shows it without regenerating the simulation."""
+    from parrot.sim.paper import EXPERIMENTS, PROFILE
+
+    run = json.loads((out / "run.json").read_text())
+    seconds = {k: v["seconds"] for k, v in run["runs"].items()}
+    table = write_report(out, EXPERIMENTS, seconds, run["wall_s"], profile or PROFILE)
+    splice_page(page, table)
+    return table
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=refresh_page.__doc__)
+    parser.add_argument("out", type=Path, help="the paper runs, e.g. docs/results/paper")
+    parser.add_argument("--page", type=Path, required=True, help="e.g. docs/RESULTS.md")
+    parser.add_argument("--profile", default=None, help="as the runs used (h200_llama7b)")
+    args = parser.parse_args()
+    print(refresh_page(args.out, args.page, args.profile))

@@ -1,14 +1,21 @@
-"""The live column of the paper table comes from the committed live results."""
+"""The live column of the paper table comes from the committed live results: the one-engine
+runs and the two-engine runs (gpts, mixed), each in its own folder."""
 
 from __future__ import annotations
 
 import json
 
-from parrot.sim.live_cells import live_cell, load_live
+from parrot.sim.live_cells import LIVE_DIRS, live_cell, load_live, load_live_dirs
+from parrot.sim.paper import EXPERIMENTS
+from parrot.sim.paper_report import BEGIN, END, refresh_page, write_report
 
 
-def _run(mean: float) -> dict:
-    return {"status": "ok", "e2e_latency_s": {"mean": mean}}
+def _run(mean: float, per_token: float | None = None, chat: float | None = None) -> dict:
+    run = {"status": "ok", "e2e_latency_s": {"mean": mean},
+           "normalized_latency_s_per_token": {"mean": per_token}}
+    if chat is not None:
+        run["background"] = {"normalized_latency_s_per_token": {"mean": chat}}
+    return run
 
 
 LIVE = {"map_reduce": {"reference": "latency_centric:baseline",
@@ -29,7 +36,8 @@ def test_ratios_are_the_reference_mean_over_ours_and_failures_say_na():
     assert cell[1] == "32 users, app_centric vs no sharing: n/a"      # that run failed
     assert cell[2] == "64 users, sharing vs no sharing: n/a"          # not in the results
     assert cell[3] == "32 users, sharing vs static sharing: 0.50×"    # cross-run baseline
-    assert live_cell(LIVE, "gpts_rate") == "not run live"
+    assert live_cell(LIVE, "chain_bg") == "not run live"
+    assert live_cell(LIVE, "gpts_rate") == "pending"   # a two-engine row, not run yet
 
 
 def test_no_results_or_a_smoke_run_leave_the_column_pending(tmp_path):
@@ -40,3 +48,73 @@ def test_no_results_or_a_smoke_run_leave_the_column_pending(tmp_path):
     real = tmp_path / "real.json"
     real.write_text(json.dumps({"smoke": False, "experiments": LIVE}))
     assert load_live(real) == LIVE
+
+
+TWO_ENGINES = {
+    "gpts": {"reference": "least_queue:baseline",
+             "variants": {"app_centric:parrot": _run(3.0, 0.02),
+                          "least_queue:parrot": _run(2.0, 0.01),
+                          "app_centric:parrot+policy.prefix_affinity=false": _run(9.0, 0.16),
+                          "least_queue:baseline": _run(8.0, 0.08)}},
+    "mixed": {"reference": "latency_centric:parrot",
+              "variants": {"app_centric:parrot": _run(4.0, chat=0.02),
+                           "throughput_centric:parrot": _run(2.0, chat=0.05),
+                           "latency_centric:parrot": _run(12.0, chat=0.03)}},
+}
+
+
+def test_gpts_and_mixed_ratios_use_their_papers_metrics():
+    gpts = live_cell(TWO_ENGINES, "gpts_rate").split("<br>")
+    assert gpts[0].endswith("app_centric vs no sharing: 4.00×")     # per output token
+    assert gpts[1] == "affinity off vs no sharing: 0.50×"
+    assert gpts[2] == "sharing, least-queue placement vs no sharing: 8.00×"
+    mixed = live_cell(TWO_ENGINES, "mixed").split("<br>")
+    assert mixed[0].endswith("chat normalized latency vs latency-centric: 1.50×")
+    assert mixed[1] == "chat normalized latency vs throughput-centric: 2.50×"
+    assert mixed[2] == "map-reduce job time vs latency-centric: 3.00×"
+    assert mixed[3] == "map-reduce job time vs throughput-centric: 0.50×"
+
+
+def _write(folder, experiments, smoke=False):
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps({"smoke": smoke,
+                                                      "experiments": experiments}))
+
+
+def test_both_live_folders_fill_the_table(tmp_path):
+    results = tmp_path / "results"
+    assert load_live_dirs(results) is None
+    _write(results / LIVE_DIRS[1], TWO_ENGINES)
+    assert set(load_live_dirs(results)) == {"gpts", "mixed"}
+    _write(results / LIVE_DIRS[0], LIVE)
+    merged = load_live_dirs(results)
+    assert set(merged) == set(LIVE) | set(TWO_ENGINES)
+    out = results / "paper"
+    out.mkdir()
+    table = write_report(out, EXPERIMENTS, {}, 1.0)
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()}
+    gpts_row = next(v for k, v in rows.items() if k.startswith("GPTs"))
+    assert "app_centric vs no sharing: 4.00×" in gpts_row
+    mixed_row = next(v for k, v in rows.items() if k.startswith("mixed"))
+    assert "map-reduce job time vs latency-centric: 3.00×" in mixed_row
+    map_reduce_row = next(v for k, v in rows.items() if "3 apps of 32" in k)
+    assert "vs latency-capped request-level: 2.00×" in map_reduce_row
+
+
+def test_refresh_page_rewrites_the_table_from_committed_runs(tmp_path):
+    results = tmp_path / "results"
+    out = results / "paper"
+    out.mkdir(parents=True)
+    (out / "run.json").write_text(json.dumps({"wall_s": 3.0, "runs": {
+        "mixed": {"exit": 0, "seconds": 2.0}}}))
+    page = tmp_path / "RESULTS.md"
+    page.write_text(f"top\n{BEGIN}\nold\n{END}\nend\n")
+    refresh_page(out, page)
+    assert "| pending |" in page.read_text() and "old" not in page.read_text()
+    _write(results / LIVE_DIRS[1], TWO_ENGINES)
+    table = refresh_page(out, page)
+    assert "chat normalized latency vs latency-centric: 1.50×" in page.read_text()
+    assert table in page.read_text() and page.read_text().endswith(f"{END}\nend\n")
+    paper = json.loads((out / "paper.json").read_text())
+    assert paper["wall_s"] == 3.0 and paper["experiments"]["mixed"]["seconds"] == 2.0
+    assert f"--profile h200_llama7b --out {out}/mixed`" in table

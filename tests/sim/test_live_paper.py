@@ -1,28 +1,44 @@
 """The live paper runner end to end on real engine processes (simulated engines, so it runs
-in seconds): one process per engine-parameter set, warm-up, one results.json and a table."""
+in seconds): one process group per engine count and parameter set, warm-up, one results.json
+and a table; experiments pick the config with the engines they need."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
+import pytest
+
 from parrot.core.config import EngineSpec, ServeConfig
-from parrot.sim.live_paper import LIVE_EXPERIMENTS, LiveExperiment, run_live_paper
+from parrot.sim.live_experiments import (LIVE_EXPERIMENTS, LiveExperiment, LiveExperimentError,
+                                         select_experiments)
+from parrot.sim.live_paper import ServeSetup, run_live_paper, warmup_spec
+from parrot.sim.workloads.gpts import system_prompt_lengths
+from parrot.sim.workloads.spec import WorkloadSpec
 
 FAST = {"profile": "h200_llama7b", "max_context_len": 4096}
+TINY = {"doc_tokens": 1024, "chunk_tokens": 512, "output_tokens": 4}
+
+
+def _setup(path: str, *names: str) -> ServeSetup:
+    return ServeSetup(path, ServeConfig(engines=tuple(
+        EngineSpec(name=n, kind="simulated", params=FAST) for n in names)))
+
+
+ONE = _setup("one.yaml", "e0")
+TWO = _setup("two.yaml", "a0", "b0")
 
 
 async def test_live_paper_runs_each_group_on_its_own_engine_process(tmp_path):
-    config = ServeConfig(engines=(EngineSpec(name="e0", kind="simulated", params=FAST),))
-    tiny = {"doc_tokens": 1024, "chunk_tokens": 512, "output_tokens": 4}
     experiments = (
         LiveExperiment("chain", "chain_summary", "app_centric,least_queue:baseline",
-                       "least_queue:baseline", tiny, tiny),
+                       "least_queue:baseline", TINY, TINY),
         LiveExperiment("static", "copilot", "least_queue", "least_queue",
                        {"num_clients": 2, "system_prompt_tokens": 200, "output_tokens": 4},
                        {}, {"shared_prefix_decode": False}),
     )
     lines: list[str] = []
-    summary = await run_live_paper(config, tmp_path, smoke=False, budget_s=300,
+    summary = await run_live_paper([ONE], tmp_path, smoke=False, budget_s=300,
                                    delay_s=(0.0, 0.0), experiments=experiments,
                                    log=lines.append)
     chain = summary["experiments"]["chain"]
@@ -30,27 +46,120 @@ async def test_live_paper_runs_each_group_on_its_own_engine_process(tmp_path):
     assert {v["status"] for v in chain["variants"].values()} == {"ok"}
     static = summary["experiments"]["static"]["variants"]["least_queue:parrot"]
     assert static["status"] == "ok" and static["num_apps"] == 2
-    assert sum("engines up" in line for line in lines) == 2  # two engine processes
+    assert sum("engine(s) up" in line for line in lines) == 2  # two engine processes
     saved = json.loads((tmp_path / "results.json").read_text())
     assert set(saved["experiments"]) == {"chain", "static"}
     assert "chain" in (tmp_path / "table.txt").read_text()
 
 
+async def test_each_experiment_runs_on_the_config_with_its_engine_count(tmp_path):
+    gpts = LiveExperiment("gpts", "gpts", "least_queue,least_queue:baseline",
+                          "least_queue:baseline",
+                          {}, {"prompt_scale": 0.05, "request_rate": 50.0, "num_requests": 6,
+                               "output_tokens": 4}, engines=2)
+    chain = LiveExperiment("chain", "chain_summary", "app_centric", "app_centric", TINY, TINY)
+    lines: list[str] = []
+    summary = await run_live_paper([TWO, ONE], tmp_path, smoke=True, budget_s=300,
+                                   delay_s=(0.0, 0.0), experiments=(gpts, chain),
+                                   log=lines.append)
+    two = summary["experiments"]["gpts"]
+    assert two["num_engines"] == 2 and two["settings"]["serve_config"] == "two.yaml"
+    for variant in two["variants"].values():
+        assert variant["status"] == "ok" and variant["num_apps"] == 6
+        assert [e["name"] for e in variant["engines"]] == ["a0", "b0"]
+    one = summary["experiments"]["chain"]
+    assert one["num_engines"] == 1 and one["settings"]["serve_config"] == "one.yaml"
+    assert [e["name"] for e in one["variants"]["app_centric:parrot"]["engines"]] == ["e0"]
+    assert [line.split(" (")[0] for line in lines if "up (" in line] == [
+        "2 engine(s) up", "1 engine(s) up"]
+    table = (tmp_path / "table.txt").read_text()
+    assert "ms/tok" in table and "gpts" in table
+
+
+async def test_a_missing_engine_count_fails_before_any_engine_starts(tmp_path):
+    mixed = LiveExperiment("mixed", "mixed", "app_centric", "app_centric", {}, {}, engines=2)
+    with pytest.raises(LiveExperimentError, match="mixed needs a config with 2 engine"):
+        await run_live_paper([ONE], tmp_path, smoke=True, budget_s=300, delay_s=(0.0, 0.0),
+                             experiments=(mixed,), log=lambda line: None)
+    assert not (tmp_path / "results.json").exists()
+    with pytest.raises(LiveExperimentError, match="both have 1 engines"):
+        await run_live_paper([ONE, _setup("other.yaml", "x")], tmp_path, smoke=True,
+                             budget_s=300, delay_s=(0.0, 0.0), experiments=(mixed,))
+
+
 async def test_a_spent_budget_skips_the_remaining_experiments(tmp_path):
-    config = ServeConfig(engines=(EngineSpec(name="e0", kind="simulated", params=FAST),))
-    tiny = {"doc_tokens": 1024, "chunk_tokens": 512, "output_tokens": 4}
     experiment = LiveExperiment("chain", "chain_summary", "app_centric", "app_centric",
-                                tiny, tiny)
-    summary = await run_live_paper(config, tmp_path, smoke=True, budget_s=0.0,
+                                TINY, TINY)
+    summary = await run_live_paper([ONE], tmp_path, smoke=True, budget_s=0.0,
                                    delay_s=(0.0, 0.0), experiments=(experiment,),
                                    log=lambda line: None)
     assert summary["experiments"]["chain"] == {"skipped": "time budget"}
 
 
+def test_only_selects_experiments_in_the_order_given():
+    chosen = select_experiments("mixed,gpts")
+    assert [e.key for e in chosen] == ["mixed", "gpts"]
+    assert {e.engines for e in chosen} == {2}
+    assert select_experiments(None) == LIVE_EXPERIMENTS
+    for bad in ("gpts,nope", "", "gpts,gpts"):
+        with pytest.raises(LiveExperimentError, match="--only"):
+            select_experiments(bad)
+    with pytest.raises(LiveExperimentError, match="engines=0"):
+        LiveExperiment("x", "gpts", "app_centric", "app_centric", {}, {}, engines=0)
+
+
+def test_the_two_engine_experiments_are_the_papers_multi_engine_ones():
+    by_key = {e.key: e for e in LIVE_EXPERIMENTS}
+    assert {k for k, e in by_key.items() if e.engines == 2} == {"gpts", "mixed"}
+    assert by_key["gpts"].reference == "least_queue:baseline"
+    assert "app_centric+policy.prefix_affinity=false" in by_key["gpts"].compare
+    assert by_key["mixed"].compare == "app_centric,throughput_centric,latency_centric"
+
+
+def test_warmup_keeps_the_shapes_and_cuts_the_time():
+    spec = LIVE_EXPERIMENTS[-1].workload_spec(smoke=False)   # mixed
+    warm = warmup_spec(spec)
+    assert (warm.doc_tokens, warm.chunk_tokens, warm.chat_prompt_tokens) == (
+        spec.doc_tokens, spec.chunk_tokens, spec.chat_prompt_tokens)
+    assert warm.num_apps == 1 and warm.max_chat_s == 5.0 and warm.chat_output_tokens == (8, 8)
+    gpts = warmup_spec(WorkloadSpec(num_requests=320, request_rate=16.0))
+    assert gpts.num_requests == 8 and gpts.request_rate == 16.0
+
+
 def test_the_gpu_runs_fit_the_random_llama_window():
     for e in LIVE_EXPERIMENTS:
+        spec = e.workload_spec(smoke=False)
         if e.workload == "copilot":
             # SmolLM2 counts ~1.01 tokens per estimated token on this text (3,400 -> 3,437);
             # + the template's ~30 tokens + the longest query (512) + the answer.
             need = e.spec["system_prompt_tokens"] * 1.02 + 30 + 512 + e.spec["output_tokens"]
             assert need <= 4096
+        if e.workload == "gpts":   # the longest of the four system prompts, scaled
+            need = max(system_prompt_lengths(spec.prompt_scale)) * 1.02 + 30 + 512
+            assert need + spec.output_tokens <= 4096
+        if e.workload == "mixed":  # a chunk, or the reduce over every map's summary
+            assert spec.chunk_tokens + 100 + spec.output_tokens <= 4096
+            assert spec.num_chunks * (spec.output_tokens + 10) + 100 <= 4096
+            assert max(spec.chat_prompt_tokens) + max(spec.chat_output_tokens) <= 4096
+
+
+def test_smoke_sizes_differ_from_gpu_sizes():
+    for e in LIVE_EXPERIMENTS:
+        assert dataclasses.asdict(e.workload_spec(True)) != dataclasses.asdict(
+            e.workload_spec(False)), e.key
+
+
+async def test_results_are_saved_after_each_experiment(tmp_path):
+    first = LiveExperiment("first", "chain_summary", "app_centric", "app_centric", TINY, TINY)
+    second = dataclasses.replace(first, key="second")
+    seen: list[dict] = []
+
+    def log(line: str) -> None:   # the second experiment's run has just finished
+        if line.startswith("second "):
+            seen.append(json.loads((tmp_path / "results.json").read_text()))
+
+    await run_live_paper([ONE], tmp_path, smoke=True, budget_s=300, delay_s=(0.0, 0.0),
+                         experiments=(first, second), log=log)
+    assert seen[0]["partial"] is True and set(seen[0]["experiments"]) == {"first"}
+    final = json.loads((tmp_path / "results.json").read_text())
+    assert "partial" not in final and set(final["experiments"]) == {"first", "second"}
