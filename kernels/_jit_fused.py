@@ -35,36 +35,43 @@ def _add_rms_norm_kernel(x_ptr, delta_ptr, w_ptr, out_ptr, eps, stride_x, stride
 @triton.jit
 def _rope_kv_write_kernel(qkv_ptr, cos_ptr, sin_ptr, pos_ptr, slot_ptr, k_cache_ptr,
                           v_cache_ptr, stride_t, stride_cos, stride_slot, stride_head,
-                          HQ: tl.constexpr, HKV: tl.constexpr, HALF: tl.constexpr):
-    """One (token, head) of the fused projection [T, (HQ + 2 HKV) * D]: q and k heads are
-    rotated in place (rotate_half layout); k and v heads are also stored at the token's slot
-    of the paged caches (slot = block * block_size + offset; caches [slots, HKV, D] flat)."""
+                          HQ: tl.constexpr, HKV: tl.constexpr, HALF: tl.constexpr,
+                          HEAD_BLOCK: tl.constexpr):
+    """HEAD_BLOCK heads of one token of the fused projection [T, (HQ + 2 HKV) * D]: q and k
+    heads are rotated in place (rotate_half layout); k and v heads are also stored at the
+    token's slot of the paged caches (slot = block * block_size + offset; caches
+    [slots, HKV, D] flat). A block of heads per program, not one head: at prefill sizes
+    (thousands of tokens x 96 heads) one-head programs left the kernel ~10x off its bytes."""
     t = tl.program_id(0).to(tl.int64)
-    head = tl.program_id(1)
-    offs = tl.arange(0, HALF)
-    base = qkv_ptr + t * stride_t + head * (2 * HALF)
-    x1 = tl.load(base + offs)
-    x2 = tl.load(base + HALF + offs)
+    head = tl.program_id(1) * HEAD_BLOCK + tl.arange(0, HEAD_BLOCK)        # [HB]
+    offs = tl.arange(0, HALF)                                              # [HALF]
+    valid = head < HQ + 2 * HKV
+    rotated = head < HQ + HKV
+    is_k = rotated & (head >= HQ)
+    is_v = valid & (head >= HQ + HKV)
+    base = qkv_ptr + t * stride_t + head[:, None] * (2 * HALF) + offs[None, :]
+    x1 = tl.load(base, mask=valid[:, None], other=0.0)
+    x2 = tl.load(base + HALF, mask=valid[:, None], other=0.0)
     dtype = qkv_ptr.dtype.element_ty
     slot = tl.load(slot_ptr + t).to(tl.int64)
-    if head < HQ + HKV:
-        pos = tl.load(pos_ptr + t).to(tl.int64)
-        c = tl.load(cos_ptr + pos * stride_cos + offs).to(tl.float32)
-        s = tl.load(sin_ptr + pos * stride_cos + offs).to(tl.float32)
-        a1, a2 = x1.to(tl.float32), x2.to(tl.float32)
-        # x * cos + rotate_half(x) * sin, each product rounded to the dtype like PyTorch's
-        y1 = ((a1 * c).to(dtype).to(tl.float32) + (-a2 * s).to(dtype).to(tl.float32)).to(dtype)
-        y2 = ((a2 * c).to(dtype).to(tl.float32) + (a1 * s).to(dtype).to(tl.float32)).to(dtype)
-        tl.store(base + offs, y1)
-        tl.store(base + HALF + offs, y2)
-        if head >= HQ:
-            dst = k_cache_ptr + slot * stride_slot + (head - HQ) * stride_head
-            tl.store(dst + offs, y1)
-            tl.store(dst + HALF + offs, y2)
-    else:
-        dst = v_cache_ptr + slot * stride_slot + (head - HQ - HKV) * stride_head
-        tl.store(dst + offs, x1)
-        tl.store(dst + HALF + offs, x2)
+    pos = tl.load(pos_ptr + t).to(tl.int64)
+    c = tl.load(cos_ptr + pos * stride_cos + offs).to(tl.float32)[None, :]
+    s = tl.load(sin_ptr + pos * stride_cos + offs).to(tl.float32)[None, :]
+    a1, a2 = x1.to(tl.float32), x2.to(tl.float32)
+    # x * cos + rotate_half(x) * sin, each product rounded to the dtype like PyTorch's
+    y1 = ((a1 * c).to(dtype).to(tl.float32) + (-a2 * s).to(dtype).to(tl.float32)).to(dtype)
+    y2 = ((a2 * c).to(dtype).to(tl.float32) + (a1 * s).to(dtype).to(tl.float32)).to(dtype)
+    rot = rotated[:, None]
+    tl.store(base, y1, mask=rot)
+    tl.store(base + HALF, y2, mask=rot)
+    k_dst = (k_cache_ptr + slot * stride_slot + (head - HQ)[:, None] * stride_head
+             + offs[None, :])
+    tl.store(k_dst, y1, mask=is_k[:, None])
+    tl.store(k_dst + HALF, y2, mask=is_k[:, None])
+    v_dst = (v_cache_ptr + slot * stride_slot + (head - HQ - HKV)[:, None] * stride_head
+             + offs[None, :])
+    tl.store(v_dst, x1, mask=is_v[:, None])
+    tl.store(v_dst + HALF, x2, mask=is_v[:, None])
 
 
 @triton.jit

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from .decode import _use_triton, triton_next_pow2
 
 SILU_BLOCK = 1024
+ROPE_HEAD_BLOCK = 16   # heads per program of rope_kv_write
 
 
 def reference_add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor,
@@ -95,12 +96,14 @@ def rope_kv_write(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     from . import _jit_fused as jit
 
     t = qkv.shape[0]
+    heads = num_heads + 2 * num_kv_heads
     if t:
-        jit._rope_kv_write_kernel[(t, num_heads + 2 * num_kv_heads)](
+        head_block = min(ROPE_HEAD_BLOCK, triton_next_pow2(heads))
+        jit._rope_kv_write_kernel[(t, -(-heads // head_block))](
             qkv, cos, sin, positions, slots, k_cache, v_cache, qkv.stride(0), cos.stride(0),
-            num_kv_heads * d, d, HQ=num_heads, HKV=num_kv_heads, HALF=d // 2, num_warps=1)
-    heads = qkv.view(t, num_heads + 2 * num_kv_heads, d)
-    return heads.split([num_heads, num_kv_heads, num_kv_heads], dim=1)
+            num_kv_heads * d, d, HQ=num_heads, HKV=num_kv_heads, HALF=d // 2,
+            HEAD_BLOCK=head_block, num_warps=4)
+    return qkv.view(t, heads, d).split([num_heads, num_kv_heads, num_kv_heads], dim=1)
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:

@@ -69,7 +69,8 @@ def make_rope_inputs(t, hq, hkv, d, dtype, seed, num_blocks=6, block_size=4):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("t,hq,hkv,d", [(1, 4, 2, 16), (7, 4, 4, 32), (3, 32, 8, 128)])
+@pytest.mark.parametrize("t,hq,hkv,d", [(1, 4, 2, 16), (7, 4, 4, 32), (3, 32, 8, 128),
+                                        (2, 12, 4, 16)])  # 20 heads: a part-empty block
 def test_rope_kv_write(dtype, t, hq, hkv, d):
     qkv, cos, sin, positions, slots, cache = make_rope_inputs(t, hq, hkv, d, dtype, seed=t + d)
     qkv_ref, cache_ref = qkv.clone(), cache.clone()
