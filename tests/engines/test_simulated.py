@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parrot.engines.latency_model import EngineConfigError, LatencyModel
+from parrot.engines.latency_model import LatencyModel
+from parrot.errors import EngineConfigError
 from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.engines.simulated import (SimulatedEngine, SimulatedEngineConfig, count_tokens,
                                       load_profile)
@@ -347,8 +348,8 @@ def test_table_interpolates_and_extrapolates() -> None:
 
 
 @pytest.mark.parametrize("params, words", [
-    ({"num_blocks": 0}, "num_blocks=0"),
-    ({"block_size": "16"}, "block_size='16'"),
+    ({"num_blocks": 0}, "simulated engine.num_blocks: 0 is out of range"),
+    ({"block_size": "16"}, "simulated engine.block_size: '16' is not valid"),
     ({"bogus": 1}, "bogus"),
     ({"decode_base_ms": -1}, "decode_base_ms"),
     ({"zero_latency": "yes"}, "zero_latency"),
