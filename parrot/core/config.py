@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,7 +172,7 @@ class ServeConfig:
         tenants = []
         for i, item in enumerate(tenants_data):
             fields_ = _section(item, TenantSpec, f"tenants[{i}]")
-            Checks(f"tenants[{i}]").keys(fields_, tuple(TenantSpec.__dataclass_fields__),
+            Checks(f"tenants[{i}]").keys(fields_, (f.name for f in dataclasses.fields(TenantSpec)),
                                          required=("name", "api_key"))
             tenants.append(TenantSpec(**fields_))
         return cls(manager, policy, tuple(engines), tuple(tenants))
@@ -190,5 +191,5 @@ def _section(value: Any, cls: type, where: str) -> dict[str, Any]:
     if value is None:
         return {}
     check = Checks(where)
-    check.keys(check.mapping("", value), tuple(cls.__dataclass_fields__))
+    check.keys(check.mapping("", value), (f.name for f in dataclasses.fields(cls)))
     return dict(value)

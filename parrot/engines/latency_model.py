@@ -2,7 +2,8 @@
 
 One iteration runs a decode step for every generating sequence plus a chunk of prefill:
 
-    iteration_s = decode_s(num_decode_seqs, decode_kv_tokens) + prefill_per_token_ms * prefill_tokens
+    iteration_s = decode_s(num_decode_seqs, decode_kv_tokens)
+                  + prefill_per_token_ms * prefill_tokens
 
 `decode_kv_tokens` is the total context length of the decoding sequences (the KV cache every
 decode step reads). Decode time is either the formula
@@ -21,7 +22,6 @@ parsed once from YAML/JSON params, optionally on top of a profile in configs/pro
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -148,7 +148,8 @@ class SimulatedEngineConfig:
             if clash:
                 _CHECK.fail(clash[0], "conflicts with decode_table",
                             "decode_table or the decode formula's keys, not both")
-            latency_kwargs["decode_table"] = LatencyModel.parse_table(latency_kwargs["decode_table"])
+            table = LatencyModel.parse_table(latency_kwargs["decode_table"])
+            latency_kwargs["decode_table"] = table
         try:
             return cls(latency=LatencyModel(**latency_kwargs),
                        profile=None if profile is None else str(profile), **merged)

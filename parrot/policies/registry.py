@@ -19,8 +19,9 @@ class PolicyRegistry:
 
     def register(self, cls: type[Policy]) -> type[Policy]:
         name = getattr(cls, "name", None)
-        _CHECK.require(isinstance(name, str) and bool(name), "name", name,
-                       f"a non-empty string set by {cls.__qualname__}")
+        if not isinstance(name, str) or not name:
+            _CHECK.fail("name", f"{name!r} is not valid",
+                        f"a non-empty string set by {cls.__qualname__}")
         if name in self._by_name and self._by_name[name] is not cls:
             _CHECK.fail("name", f"{name!r} is already registered by "
                                 f"{self._by_name[name].__qualname__}", "a name of its own")

@@ -57,8 +57,9 @@ class ClusterSpec:
         _CHECK.number("num_engines", self.num_engines, minimum=1, maximum=MAX_ENGINES,
                       integer=True)
         delay = self.network_delay_s
-        _CHECK.require(isinstance(delay, (tuple, list)) and len(delay) == 2 and all(map(is_number, delay))
-                       and 0 <= delay[0] <= delay[1], "network_delay_s", delay,
+        _CHECK.require(isinstance(delay, (tuple, list)) and len(delay) == 2
+                       and all(map(is_number, delay)) and 0 <= delay[0] <= delay[1],
+                       "network_delay_s", delay,
                        "(low, high) seconds with 0 <= low <= high")
         # Fail here, not inside the event loop: unknown policy names, bad params, bad profile.
         default_registry().create(self.policy, dict(self.policy_params))

@@ -398,7 +398,8 @@ def test_blocks_are_conserved(ops: list[tuple[str, int, int, int]], num_blocks: 
         for ctx in list(engine._contexts):
             await engine.free_context(ctx)
         assert (await engine.stats()).num_blocks_free == num_blocks
-        assert engine._kv.pool._refs == [0] * num_blocks
+        assert engine._kv.pool.num_free_blocks == num_blocks
+        engine._kv.pool.check_invariants()
         await engine.close()
     run_virtual(main())
 
@@ -459,7 +460,8 @@ def test_concurrent_work_on_a_small_cache_always_finishes(
         stats = await engine.stats()
         assert (stats.num_running, stats.num_waiting, stats.num_contexts) == (0, 0, 1)
         await engine.free_context("system")
-        assert engine._kv.pool._refs == [0] * num_blocks
+        assert engine._kv.pool.num_free_blocks == num_blocks
+        engine._kv.pool.check_invariants()
         await engine.close()
     run_virtual(main())
 

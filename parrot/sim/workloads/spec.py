@@ -53,8 +53,8 @@ class WorkloadSpec:
         _CHECK.positive("prompt_scale", self.prompt_scale)
         for key in ("chat_prompt_tokens", "chat_output_tokens"):
             value = getattr(self, key)
-            _CHECK.require(isinstance(value, (tuple, list)) and len(value) == 2 and all(map(is_int, value))
-                           and 1 <= value[0] <= value[1], key, value,
+            _CHECK.require(isinstance(value, (tuple, list)) and len(value) == 2
+                           and all(map(is_int, value)) and 1 <= value[0] <= value[1], key, value,
                            "two integers 1 <= low <= high")
 
     @property
