@@ -42,7 +42,13 @@ class ConfigError(InvalidRequestError):
     also sent on the wire next to the message. Build them with `parrot.validation`.
     """
 
-    def __init__(self, key: str, problem: str, allowed: str | None = None) -> None:
+    def __init__(self, key: str, problem: str | None = None, allowed: str | None = None) -> None:
+        if problem is None:
+            # One preformatted message (how user policies raised these before): the key is
+            # what precedes its first ": ", so the form stays the same.
+            key, sep, problem = key.partition(": ")
+            if not sep:
+                key, problem = "<config>", key
         self.key, self.problem, self.allowed = key, problem, allowed
         super().__init__(f"{key}: {problem}" + ("" if allowed is None else f"; allowed: {allowed}"))
 
@@ -53,10 +59,11 @@ class ConfigError(InvalidRequestError):
 
     @classmethod
     def from_wire(cls, error: dict[str, Any]) -> ParrotError:
-        # The message is rebuilt verbatim: the key, then whatever followed it.
-        key, message = str(error.get("key", "")), str(error["message"])
-        problem = message[len(key) + 2:] if key and message.startswith(f"{key}: ") else message
-        return cls(key or "<config>", problem)
+        # The message is rebuilt verbatim; the wire's key wins over splitting at ": ".
+        key, message = error.get("key"), str(error["message"])
+        if isinstance(key, str) and message.startswith(f"{key}: "):
+            return cls(key, message[len(key) + 2:])
+        return cls(message)
 
 
 class EngineConfigError(ConfigError):

@@ -101,3 +101,11 @@ def test_the_key_survives_the_wire():
     bare = error_from_wire({"error": {"type": "PolicyConfigError", "message": "bad"}}, 400)
     assert type(bare) is PolicyConfigError and str(bare) == "<config>: bad"
     assert type(error_from_wire({"error": "x"}, 400)) is ParrotError
+
+
+def test_a_single_preformatted_message_keeps_the_form():
+    # User policies written before the split raise PolicyConfigError(message).
+    exc = PolicyConfigError("round_robin.skip_unhealthy: 'no' is not valid; allowed: true, false")
+    assert exc.key == "round_robin.skip_unhealthy"
+    assert str(exc) == "round_robin.skip_unhealthy: 'no' is not valid; allowed: true, false"
+    assert str(PolicyConfigError("no key here")) == "<config>: no key here"
