@@ -26,8 +26,8 @@ class RoundRobinParams(PolicyParams):
 
     def __post_init__(self) -> None:
         if not isinstance(self.skip_unhealthy, bool):
-            raise PolicyConfigError(
-                f"round_robin.skip_unhealthy: {self.skip_unhealthy!r}; allowed: true, false")
+            raise PolicyConfigError("round_robin.skip_unhealthy",
+                                    f"{self.skip_unhealthy!r} is not valid", "true or false")
 
 
 class RoundRobinPolicy(Policy):

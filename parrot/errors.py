@@ -18,11 +18,60 @@ class ParrotError(Exception):
     def to_wire(self) -> dict[str, Any]:
         return {"error": {"type": type(self).__name__, "message": str(self)}}
 
+    @classmethod
+    def from_wire(cls, error: dict[str, Any]) -> ParrotError:
+        """The exception back from the `error` object of its wire form."""
+        return cls(str(error["message"]))
+
 
 class InvalidRequestError(ParrotError):
     """The request is malformed: bad JSON, a missing field, an invalid value."""
 
     status = 400
+
+
+class ConfigError(InvalidRequestError):
+    """A configuration value is invalid, or a key unknown or missing.
+
+    Every configuration error of the project is one of these (engine, policy, serve, simulation
+    and workload configs subclass it), with one message form that names the key path:
+
+        <key>: <problem>[; allowed: <what is allowed>]
+
+    e.g. `manager.port: 70000 is out of range; allowed: integer >= 0 and <= 65535`. `key` is
+    also sent on the wire next to the message. Build them with `parrot.validation`.
+    """
+
+    def __init__(self, key: str, problem: str | None = None, allowed: str | None = None) -> None:
+        if problem is None:
+            # One preformatted message (how user policies raised these before): the key is
+            # what precedes its first ": ", so the form stays the same.
+            key, sep, problem = key.partition(": ")
+            if not sep:
+                key, problem = "<config>", key
+        self.key, self.problem, self.allowed = key, problem, allowed
+        super().__init__(f"{key}: {problem}" + ("" if allowed is None else f"; allowed: {allowed}"))
+
+    def to_wire(self) -> dict[str, Any]:
+        wire = super().to_wire()
+        wire["error"]["key"] = self.key
+        return wire
+
+    @classmethod
+    def from_wire(cls, error: dict[str, Any]) -> ParrotError:
+        # The message is rebuilt verbatim; the wire's key wins over splitting at ": ".
+        key, message = error.get("key"), str(error["message"])
+        if isinstance(key, str) and message.startswith(f"{key}: "):
+            return cls(key, message[len(key) + 2:])
+        return cls(message)
+
+
+class EngineConfigError(ConfigError):
+    """An engine's parameters (any kind) have an unknown key or an invalid value."""
+
+
+class PolicyConfigError(ConfigError):
+    """A policy name or parameter is invalid."""
 
 
 class TemplateSyntaxError(InvalidRequestError):
@@ -130,7 +179,8 @@ class ManagerUnavailableError(ParrotError):
 _WIRE_TYPES: dict[str, type[ParrotError]] = {
     cls.__name__: cls
     for cls in (
-        ParrotError, InvalidRequestError, TemplateSyntaxError, UnauthorizedError, NotFoundError,
+        ParrotError, InvalidRequestError, ConfigError, EngineConfigError, PolicyConfigError,
+        TemplateSyntaxError, UnauthorizedError, NotFoundError,
         MethodNotAllowedError, RequestTimeoutError, TooManyRequestsError, ShuttingDownError,
         ConflictError, PayloadTooLargeError, CallFailedError, GetTimeoutError, EngineError,
         UnknownContextError, ContextExistsError, PromptTooLongError, OutOfKVCacheError,
@@ -144,7 +194,7 @@ def error_from_wire(payload: Any, status: int) -> ParrotError:
     try:
         err = payload["error"]
         cls = _WIRE_TYPES.get(err["type"], ParrotError)
-        exc = cls(str(err["message"]))
+        exc = cls.from_wire(err)
     except (KeyError, TypeError):
         exc = ParrotError(f"HTTP {status}: {payload!r}")
     if type(exc) is ParrotError:

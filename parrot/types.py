@@ -1,4 +1,6 @@
-"""The small shared vocabulary: performance criteria and call lifecycle states."""
+"""The small shared vocabulary: performance criteria, call lifecycle states, engine kinds.
+
+Every layer may import it (the engines too: it imports nothing of the project at load time)."""
 
 from __future__ import annotations
 
@@ -44,3 +46,21 @@ class CallState(str, enum.Enum):
     @property
     def is_finished(self) -> bool:
         return self in (CallState.DONE, CallState.FAILED)
+
+
+class EngineKind(str, enum.Enum):
+    """How an engine is built (`engines/factory.py`) and named in a serve config's `kind:`."""
+
+    SIMULATED = "simulated"  # the simulated engine (latency model, no model weights)
+    BUILTIN = "builtin"      # our PyTorch engine
+    REMOTE = "remote"        # an engine process reached by URL
+    OPENAI = "openai"        # any OpenAI-compatible server
+    VLLM = "vllm"            # vLLM's async engine in the process
+
+    def __str__(self) -> str:  # "builtin", not "EngineKind.BUILTIN", in messages and argv
+        return self.value
+
+    @property
+    def runs_in_engine_process(self) -> bool:
+        """Whether `parrot-engine --kind` can serve it (a remote engine is already a server)."""
+        return self is not EngineKind.REMOTE

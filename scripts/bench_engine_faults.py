@@ -30,8 +30,7 @@ from parrot.core.config import EngineSpec, ManagerConfig  # noqa: E402
 from parrot.core.engine_health import http_engine_settings  # noqa: E402
 from parrot.core.manager import Manager  # noqa: E402
 from parrot.core.requests import SubmitRequest  # noqa: E402
-from parrot.engines.launcher import EngineSpec as LaunchSpec  # noqa: E402
-from parrot.engines.launcher import launch_engines, stop_engines  # noqa: E402
+from parrot.engines.launcher import LaunchSpec, launch_engines, stop_engines  # noqa: E402
 from parrot.errors import ParrotError  # noqa: E402
 from parrot.policies.least_queue import LeastQueuePolicy  # noqa: E402
 from parrot.types import Criterion  # noqa: E402

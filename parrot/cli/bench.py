@@ -24,12 +24,12 @@ from collections.abc import Sequence
 import yaml
 
 from parrot.errors import InvalidRequestError
-from parrot.sim.cluster import ClusterConfigError, ClusterSpec
+from parrot.sim.cluster import ClusterSpec
 from parrot.sim.compare import (CompareError, Settings, Variant, VariantRun, parse_variants,
                                 results_json, run_variant)
 from parrot.sim.workloads.base import AppRecord
 from parrot.sim.workloads.registry import WORKLOADS
-from parrot.sim.workloads.spec import WorkloadConfigError, WorkloadSpec
+from parrot.sim.workloads.spec import WorkloadSpec
 
 # --option dest -> WorkloadSpec field; unset options take the workload's default, then the spec's.
 SPEC_OPTIONS = {"apps": "num_apps", "doc_tokens": "doc_tokens", "chunk_tokens": "chunk_tokens",
@@ -196,8 +196,7 @@ def parse_settings(parser: argparse.ArgumentParser,
                 raise CompareError(f"--reference: {args.reference!r} must name one variant of "
                                    f"{[v.label for v in variants]}")
             reference = matches[0]
-    except (CompareError, WorkloadConfigError, ClusterConfigError, ValueError,
-            InvalidRequestError) as exc:  # policy and engine config errors are the latter
+    except (CompareError, ValueError, InvalidRequestError) as exc:  # ConfigError is the latter
         parser.error(str(exc))
     return settings, variants, reference
 

@@ -84,7 +84,8 @@ def run_rate_search(parser: argparse.ArgumentParser, args: argparse.Namespace,
         entry["ratio_vs_reference"] = (entry["sustainable_rate"] / ref_rate if ref_rate
                                        else None)
     summary = {"workload": settings.workload, "target_s_per_token": args.sustainable_rate,
-               "rate_window_s": args.rate_window_s, "max_rate": args.max_rate, "reference": reference.label,
+               "rate_window_s": args.rate_window_s, "max_rate": args.max_rate,
+               "reference": reference.label,
                "settings": {"workload": dataclasses.asdict(settings.workload_spec),
                             "cluster": {"num_engines": settings.cluster.num_engines,
                                         "profile": settings.cluster.profile}},

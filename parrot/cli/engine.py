@@ -43,10 +43,11 @@ from parrot.cli.logs import configure_logging
 from parrot.engines.factory import create_engine
 from parrot.engines.server import DEFAULT_MAX_BODY_BYTES, create_app
 from parrot.errors import ParrotError
+from parrot.types import EngineKind
 
 log = logging.getLogger("parrot.engine")
 
-SERVED_KINDS = ("simulated", "builtin", "openai", "vllm")
+SERVED_KINDS = tuple(k.value for k in EngineKind if k.runs_in_engine_process)
 SECRET_ENV = "PARROT_ENGINE_SECRET"
 ADMIN_TOKEN_ENV = "PARROT_ADMIN_TOKEN"
 PARENT_PID_ENV = "PARROT_PARENT_PID"  # set by the launcher for --exit-with-parent

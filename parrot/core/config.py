@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -9,13 +10,12 @@ from collections.abc import Mapping
 
 import yaml
 
-from parrot.errors import InvalidRequestError
+from parrot.errors import ConfigError
+from parrot.types import EngineKind
+from parrot.validation import Checks
 
-ENGINE_KINDS = ("builtin", "simulated", "remote", "openai", "vllm")
-
-
-class ConfigError(InvalidRequestError):
-    """The configuration file is invalid; the message names the key and what is allowed."""
+__all__ = ["ConfigError", "EngineSpec", "ManagerConfig", "PolicySpec", "ServeConfig",
+           "TenantSpec"]
 
 
 @dataclass(frozen=True)
@@ -51,43 +51,25 @@ class ManagerConfig:
     shutdown_grace_s: float = 30.0            # on SIGTERM, running calls get this long
 
     def __post_init__(self) -> None:
-        _require(isinstance(self.port, int) and 0 <= self.port < 65536, "manager.port",
-                 self.port, "an integer in [0, 65535]")
-        _require(isinstance(self.max_body_bytes, int) and self.max_body_bytes >= 1024,
-                 "manager.max_body_bytes", self.max_body_bytes, "an integer >= 1024")
-        _require(_is_pos(self.max_get_timeout_s), "manager.max_get_timeout_s",
-                 self.max_get_timeout_s, "a positive number")
-        _require(_is_pos(self.default_get_timeout_s), "manager.default_get_timeout_s",
-                 self.default_get_timeout_s, "a positive number")
-        _require(_is_pos(self.session_idle_timeout_s), "manager.session_idle_timeout_s",
-                 self.session_idle_timeout_s, "a positive number of seconds")
-        _require(isinstance(self.max_call_retries, int) and self.max_call_retries >= 0,
-                 "manager.max_call_retries", self.max_call_retries, "an integer >= 0")
-        for key in ("engine_connect_timeout_s", "engine_heartbeat_interval_s",
-                    "engine_heartbeat_timeout_s", "no_engine_grace_s"):
-            _require(_is_pos(getattr(self, key)), f"manager.{key}", getattr(self, key),
-                     "a positive number of seconds")
-        _require(self.engine_request_timeout_s is None or _is_pos(self.engine_request_timeout_s),
-                 "manager.engine_request_timeout_s", self.engine_request_timeout_s,
-                 "a positive number of seconds or null")
-        _require(isinstance(self.engine_pool_size, int) and not isinstance(
-            self.engine_pool_size, bool) and self.engine_pool_size >= 1,
-            "manager.engine_pool_size", self.engine_pool_size, "an integer >= 1")
-        _require(self.admin_token is None or (isinstance(self.admin_token, str)
-                                              and len(self.admin_token) >= 16
-                                              and self.admin_token.isascii()),
-                 "manager.admin_token", "<hidden>", "an ASCII string of at least 16 characters")
-        for key in ("request_header_timeout_s", "request_body_timeout_s", "retry_after_s"):
-            _require(_is_pos(getattr(self, key)), f"manager.{key}", getattr(self, key),
-                     "a positive number of seconds")
-        _require(isinstance(self.shutdown_grace_s, (int, float)) and self.shutdown_grace_s >= 0,
-                 "manager.shutdown_grace_s", self.shutdown_grace_s, "a number >= 0")
-        for key in ("max_sessions", "max_active_calls", "max_active_calls_per_session",
-                    "max_waiting_gets_per_session"):
-            _require(_is_pos_int(getattr(self, key)), f"manager.{key}", getattr(self, key),
-                     "a positive integer")
-        _require(self.max_output_tokens is None or _is_pos_int(self.max_output_tokens),
-                 "manager.max_output_tokens", self.max_output_tokens, "a positive integer")
+        check = Checks("manager")
+        check.number("port", self.port, minimum=0, maximum=65535, integer=True)
+        check.number("max_body_bytes", self.max_body_bytes, minimum=1024, integer=True)
+        for key in ("max_get_timeout_s", "default_get_timeout_s", "session_idle_timeout_s",
+                    "engine_connect_timeout_s", "engine_heartbeat_interval_s",
+                    "engine_heartbeat_timeout_s", "no_engine_grace_s",
+                    "request_header_timeout_s", "request_body_timeout_s", "retry_after_s"):
+            check.positive(key, getattr(self, key))
+        check.positive("engine_request_timeout_s", self.engine_request_timeout_s, optional=True)
+        check.number("max_call_retries", self.max_call_retries, minimum=0, integer=True)
+        check.number("shutdown_grace_s", self.shutdown_grace_s, minimum=0)
+        for key in ("engine_pool_size", "max_sessions", "max_active_calls",
+                    "max_active_calls_per_session", "max_waiting_gets_per_session"):
+            check.positive_int(key, getattr(self, key))
+        check.positive_int("max_output_tokens", self.max_output_tokens, optional=True)
+        check.require(self.admin_token is None or (isinstance(self.admin_token, str)
+                                                   and len(self.admin_token) >= 16
+                                                   and self.admin_token.isascii()),
+                      "admin_token", "<hidden>", "an ASCII string of at least 16 characters")
 
 
 @dataclass(frozen=True)
@@ -100,14 +82,15 @@ class TenantSpec:
     share_prefixes: bool = False
 
     def __post_init__(self) -> None:
-        _require(isinstance(self.name, str) and 0 < len(self.name) <= 64 and self.name.isascii(),
-                 "tenants[].name", self.name, "an ASCII string of 1 to 64 characters")
-        _require(isinstance(self.api_key, str) and len(self.api_key) >= 16
-                 and self.api_key.isascii() and " " not in self.api_key,
-                 f"tenants[{self.name!r}].api_key", "<hidden>",
-                 "an ASCII string of at least 16 characters without spaces")
-        _require(isinstance(self.share_prefixes, bool), f"tenants[{self.name!r}].share_prefixes",
-                 self.share_prefixes, "a boolean")
+        Checks("tenants[]").require(
+            isinstance(self.name, str) and 0 < len(self.name) <= 64 and self.name.isascii(),
+            "name", self.name, "an ASCII string of 1 to 64 characters")
+        check = Checks(f"tenants[{self.name!r}]")
+        check.require(isinstance(self.api_key, str) and len(self.api_key) >= 16
+                      and self.api_key.isascii() and " " not in self.api_key,
+                      "api_key", "<hidden>",
+                      "an ASCII string of at least 16 characters without spaces")
+        check.boolean("share_prefixes", self.share_prefixes)
 
 
 @dataclass(frozen=True)
@@ -115,7 +98,7 @@ class EngineSpec:
     """One engine: started by parrot-serve (builtin/simulated) or reached by URL (remote)."""
 
     name: str
-    kind: str = "simulated"
+    kind: str = EngineKind.SIMULATED   # an EngineKind value; stored as the EngineKind member
     url: str | None = None
     latency_capacity: int = 6144       # token load under which latency calls stay fast
     throughput_capacity: int = 32768   # token load a throughput engine may be filled to
@@ -124,18 +107,17 @@ class EngineSpec:
     params: Mapping[str, Any] = field(default_factory=dict)  # passed to the engine factory
 
     def __post_init__(self) -> None:
-        where = f"engines[{self.name!r}]"
-        _require(isinstance(self.name, str) and self.name.replace("-", "").replace("_", "")
-                 .isalnum(), "engines[].name", self.name, "letters, digits, '-' and '_'")
-        _require(self.kind in ENGINE_KINDS, f"{where}.kind", self.kind, f"one of {ENGINE_KINDS}")
-        _require((self.kind == "remote") == (self.url is not None), f"{where}.url", self.url,
-                 "set exactly when kind is 'remote'")
-        for key in ("latency_capacity", "throughput_capacity"):
-            value = getattr(self, key)
-            _require(isinstance(value, int) and value > 0, f"{where}.{key}", value,
-                     "a positive integer (tokens)")
-        _require(_is_pos(self.speed), f"{where}.speed", self.speed, "a positive number")
-        _require(isinstance(self.params, Mapping), f"{where}.params", self.params, "a mapping")
+        Checks("engines[]").require(
+            isinstance(self.name, str) and self.name.replace("-", "").replace("_", "").isalnum(),
+            "name", self.name, "letters, digits, '-' and '_'")
+        check = Checks(f"engines[{self.name!r}]")
+        object.__setattr__(self, "kind", check.enum("kind", self.kind, EngineKind))
+        check.require((self.kind is EngineKind.REMOTE) == (self.url is not None), "url",
+                      self.url, "set exactly when kind is 'remote'")
+        check.positive_int("latency_capacity", self.latency_capacity)
+        check.positive_int("throughput_capacity", self.throughput_capacity)
+        check.positive("speed", self.speed)
+        check.mapping("params", self.params)
 
 
 @dataclass(frozen=True)
@@ -152,24 +134,26 @@ class ServeConfig:
     tenants: tuple[TenantSpec, ...] = ()   # none: anyone may open a session (one tenant)
 
     def __post_init__(self) -> None:
+        check = Checks()
         names = [e.name for e in self.engines]
         dupes = sorted({n for n in names if names.count(n) > 1})
-        _require(not dupes, "engines[].name", dupes, "unique names")
+        check.require(not dupes, "engines[].name", dupes, "unique names")
         tenant_names = [t.name for t in self.tenants]
         dupes = sorted({n for n in tenant_names if tenant_names.count(n) > 1})
-        _require(not dupes, "tenants[].name", dupes, "unique names")
+        check.require(not dupes, "tenants[].name", dupes, "unique names")
         keys = [t.api_key for t in self.tenants]
-        _require(len(set(keys)) == len(keys), "tenants[].api_key", "<hidden>", "unique keys")
+        check.require(len(set(keys)) == len(keys), "tenants[].api_key", "<hidden>", "unique keys")
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, base_dir: Path | None = None) -> ServeConfig:
-        _require(isinstance(data, Mapping), "<root>", type(data).__name__, "a mapping")
-        _no_unknown(data, ("manager", "policy", "engines", "tenants"), "<root>")
+        check = Checks()
+        check.require(isinstance(data, Mapping), "", type(data).__name__, "a mapping")
+        check.keys(data, ("manager", "policy", "engines", "tenants"))
         manager = ManagerConfig(**_section(data.get("manager"), ManagerConfig, "manager"))
         policy_data = _section(data.get("policy"), PolicySpec, "policy")
         policy = PolicySpec(**policy_data)
         engines_data = data.get("engines") or []
-        _require(isinstance(engines_data, list), "engines", engines_data, "a list")
+        check.require(isinstance(engines_data, list), "engines", engines_data, "a list")
         engines = []
         for i, item in enumerate(engines_data):
             fields_ = _section(item, EngineSpec, f"engines[{i}]")
@@ -184,13 +168,12 @@ class ServeConfig:
             fields_["params"] = params
             engines.append(EngineSpec(**fields_))
         tenants_data = data.get("tenants") or []
-        _require(isinstance(tenants_data, list), "tenants", tenants_data, "a list")
+        check.require(isinstance(tenants_data, list), "tenants", tenants_data, "a list")
         tenants = []
         for i, item in enumerate(tenants_data):
             fields_ = _section(item, TenantSpec, f"tenants[{i}]")
-            missing = sorted({"name", "api_key"} - set(fields_))
-            _require(not missing, f"tenants[{i}]", f"<missing {missing}>",
-                     "a mapping with name and api_key")
+            Checks(f"tenants[{i}]").keys(fields_, (f.name for f in dataclasses.fields(TenantSpec)),
+                                         required=("name", "api_key"))
             tenants.append(TenantSpec(**fields_))
         return cls(manager, policy, tuple(engines), tuple(tenants))
 
@@ -200,32 +183,13 @@ class ServeConfig:
         try:
             data = yaml.safe_load(path.read_text())
         except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"cannot read config {str(path)!r}: {exc}") from None
+            raise ConfigError(str(path), f"cannot read the config file: {exc}") from None
         return cls.from_mapping(data or {}, base_dir=path.parent)
 
 
 def _section(value: Any, cls: type, where: str) -> dict[str, Any]:
     if value is None:
         return {}
-    _require(isinstance(value, Mapping), where, value, "a mapping")
-    _no_unknown(value, tuple(cls.__dataclass_fields__), where)
+    check = Checks(where)
+    check.keys(check.mapping("", value), (f.name for f in dataclasses.fields(cls)))
     return dict(value)
-
-
-def _no_unknown(data: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
-    unknown = sorted(set(data) - set(allowed))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
-
-
-def _is_pos(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-
-
-def _is_pos_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def _require(ok: bool, key: str, value: Any, allowed: str) -> None:
-    if not ok:
-        raise ConfigError(f"invalid {key}={value!r}: must be {allowed}")

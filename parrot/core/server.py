@@ -30,8 +30,7 @@ from parrot.core.tenants import AccessControl
 from parrot.core.wire import WireAPI
 from parrot.engines.client import HttpEngine
 from parrot.engines.factory import create_engine
-from parrot.engines.launcher import EngineSpec as LaunchSpec
-from parrot.engines.launcher import LaunchedEngine, launch_engines, stop_engines
+from parrot.engines.launcher import LaunchedEngine, LaunchSpec, launch_engines, stop_engines
 from parrot.engines.protocol import Engine
 from parrot.errors import ShuttingDownError
 from parrot.policies.registry import default_registry

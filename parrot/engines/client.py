@@ -29,8 +29,9 @@ import aiohttp
 
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest, GenerateResult)
-from parrot.errors import (EngineError, EngineUnavailableError, InvalidRequestError,
-                           UnknownContextError, error_from_wire)
+from parrot.errors import (EngineConfigError, EngineError, EngineUnavailableError,
+                           InvalidRequestError, UnknownContextError, error_from_wire)
+from parrot.validation import Checks
 
 
 CONNECT_ATTEMPTS = 4  # tries of one request whose TCP connect timed out
@@ -58,17 +59,11 @@ class HttpEngineSettings:
     pool_size: int = 512                    # concurrent connections to one engine
 
     def __post_init__(self) -> None:
-        for key in ("connect_timeout_s", "probe_timeout_s"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise InvalidRequestError(f"{key}={value!r} must be a number > 0")
-        value = self.request_timeout_s
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or value <= 0):
-            raise InvalidRequestError(f"request_timeout_s={value!r} must be a number > 0 or null")
-        if isinstance(self.pool_size, bool) or not isinstance(self.pool_size, int) \
-                or self.pool_size < 1:
-            raise InvalidRequestError(f"pool_size={self.pool_size!r} must be an integer >= 1")
+        check = Checks("remote engine", EngineConfigError)
+        check.positive("connect_timeout_s", self.connect_timeout_s)
+        check.positive("probe_timeout_s", self.probe_timeout_s)
+        check.positive("request_timeout_s", self.request_timeout_s, optional=True)
+        check.positive_int("pool_size", self.pool_size)
 
 
 class HttpEngine(Engine):

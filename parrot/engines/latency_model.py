@@ -2,7 +2,8 @@
 
 One iteration runs a decode step for every generating sequence plus a chunk of prefill:
 
-    iteration_s = decode_s(num_decode_seqs, decode_kv_tokens) + prefill_per_token_ms * prefill_tokens
+    iteration_s = decode_s(num_decode_seqs, decode_kv_tokens)
+                  + prefill_per_token_ms * prefill_tokens
 
 `decode_kv_tokens` is the total context length of the decoding sequences (the KV cache every
 decode step reads). Decode time is either the formula
@@ -21,40 +22,18 @@ parsed once from YAML/JSON params, optionally on top of a profile in configs/pro
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 import yaml
 
-from parrot.errors import InvalidRequestError
+from parrot.errors import EngineConfigError
+from parrot.validation import Checks, is_int
 
-
-class EngineConfigError(InvalidRequestError):
-    """An engine's configuration has an unknown key or an invalid value."""
-
-
-def check_param_keys(owner: str, params: Mapping[str, Any], allowed: Iterable[str],
-                     required: Iterable[str] = ()) -> None:
-    """Every engine kind's first check of its YAML params: no unknown key, the required ones
-    present (`owner` names the engine in the message, e.g. "openai engine")."""
-    allowed = sorted(allowed)
-    unknown = sorted(set(params) - set(allowed))
-    if unknown:
-        raise EngineConfigError(f"{owner}: unknown key(s) {unknown}; allowed: {allowed}")
-    for key in required:
-        if key not in params:
-            raise EngineConfigError(f"{owner}: params need {key!r}")
-
-
-def _number(owner: str, key: str, value: Any, *, positive: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (positive and value == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise EngineConfigError(f"{owner}.{key}: {value!r} must be a finite number {bound}")
-    return float(value)
+# Where the simulated engine's parameters are named in errors.
+_CHECK = Checks("simulated engine", EngineConfigError)
 
 
 @dataclass(frozen=True)
@@ -70,31 +49,28 @@ class LatencyModel:
     def __post_init__(self) -> None:
         for key in ("prefill_per_token_ms", "decode_base_ms", "decode_per_seq_ms",
                     "decode_per_token_ms"):
-            _number("LatencyModel", key, getattr(self, key))
-        if not isinstance(self.zero_latency, bool):
-            raise EngineConfigError(f"zero_latency: {self.zero_latency!r} must be a boolean")
+            _CHECK.number(key, getattr(self, key), minimum=0)
+        _CHECK.boolean("zero_latency", self.zero_latency)
         if self.decode_table is not None:
             table = self.decode_table
-            if len(table) < 2:
-                raise EngineConfigError(
-                    f"decode_table: {table!r} needs at least two (batch_tokens, ms) points")
+            _CHECK.require(len(table) >= 2, "decode_table", table,
+                           "at least two [batch_tokens, ms] points")
             xs = [x for x, _ in table]
-            if xs != sorted(set(xs)):
-                raise EngineConfigError(
-                    f"decode_table: batch_tokens {xs} must be strictly increasing")
+            _CHECK.require(xs == sorted(set(xs)), "decode_table", table,
+                           "points with strictly increasing batch_tokens")
 
     @classmethod
     def parse_table(cls, value: Any) -> tuple[tuple[int, float], ...]:
         """Wire/YAML form: a list of [batch_tokens, ms] pairs."""
-        if not isinstance(value, (list, tuple)):
-            raise EngineConfigError(f"decode_table: {value!r} must be a list of [tokens, ms]")
+        _CHECK.require(isinstance(value, (list, tuple)), "decode_table", value,
+                       "a list of [batch_tokens, ms] points")
         points = []
-        for point in value:
-            if not isinstance(point, (list, tuple)) or len(point) != 2 or \
-                    not isinstance(point[0], int) or isinstance(point[0], bool) or point[0] < 0:
-                raise EngineConfigError(
-                    f"decode_table: point {point!r} must be [batch_tokens >= 0, ms]")
-            points.append((point[0], _number("decode_table", str(point[0]), point[1])))
+        for i, point in enumerate(value):
+            _CHECK.require(isinstance(point, (list, tuple)) and len(point) == 2
+                           and is_int(point[0]) and point[0] >= 0, f"decode_table[{i}]", point,
+                           "[batch_tokens >= 0, ms >= 0]")
+            _CHECK.number(f"decode_table[{i}][1]", point[1], minimum=0)
+            points.append((point[0], float(point[1])))
         return tuple(points)
 
     def decode_ms(self, num_decode_seqs: int, decode_kv_tokens: int) -> float:
@@ -149,24 +125,15 @@ class SimulatedEngineConfig:
     def __post_init__(self) -> None:
         for key in ("max_context_len", "block_size", "num_blocks", "max_num_seqs",
                     "max_num_batched_tokens"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise EngineConfigError(f"simulated engine: {key}={value!r} must be an integer >= 1")
-        if not isinstance(self.model, str) or not self.model:
-            raise EngineConfigError(f"simulated engine: model={self.model!r} must be a string")
-        if not isinstance(self.shared_prefix_decode, bool):
-            raise EngineConfigError(
-                f"simulated engine: shared_prefix_decode={self.shared_prefix_decode!r} "
-                "must be a boolean")
+            _CHECK.positive_int(key, getattr(self, key))
+        _CHECK.text("model", self.model)
+        _CHECK.boolean("shared_prefix_decode", self.shared_prefix_decode)
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any] | None) -> SimulatedEngineConfig:
         """Parse YAML/JSON params. `profile` (a path, or a name in configs/profiles/) supplies
         defaults that the other keys override."""
-        if params is None:
-            params = {}
-        if not isinstance(params, Mapping):
-            raise EngineConfigError(f"simulated engine: params must be a mapping, got {params!r}")
+        params = _CHECK.mapping("", {} if params is None else params)
         merged: dict[str, Any] = {}
         profile = params.get("profile")
         if profile is not None:
@@ -174,34 +141,32 @@ class SimulatedEngineConfig:
         merged.update({k: v for k, v in params.items() if k != "profile"})
         latency_keys = {f.name for f in fields(LatencyModel)}
         engine_keys = {f.name for f in fields(cls)} - {"latency", "profile"}
-        check_param_keys("simulated engine", merged, engine_keys | latency_keys | {"profile"})
+        _CHECK.keys(merged, engine_keys | latency_keys | {"profile"})
         latency_kwargs = {k: merged.pop(k) for k in latency_keys if k in merged}
         if "decode_table" in latency_kwargs:
             clash = sorted(set(_DECODE_FORMULA_KEYS) & set(latency_kwargs))
             if clash:
-                raise EngineConfigError(
-                    f"simulated engine: {clash} conflict with decode_table; give one or the other")
-            latency_kwargs["decode_table"] = LatencyModel.parse_table(latency_kwargs["decode_table"])
+                _CHECK.fail(clash[0], "conflicts with decode_table",
+                            "decode_table or the decode formula's keys, not both")
+            table = LatencyModel.parse_table(latency_kwargs["decode_table"])
+            latency_kwargs["decode_table"] = table
         try:
             return cls(latency=LatencyModel(**latency_kwargs),
                        profile=None if profile is None else str(profile), **merged)
         except TypeError as exc:  # pragma: no cover - unknown keys are caught above
-            raise EngineConfigError(f"simulated engine: {exc}") from None
+            _CHECK.fail("", str(exc))
 
 
 def load_profile(profile: Any) -> dict[str, Any]:
     """Read a latency profile YAML (a path, or the name of a file in configs/profiles/)."""
-    if not isinstance(profile, str) or not profile:
-        raise EngineConfigError(f"profile: {profile!r} must be a path or a profile name")
+    known = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+    allowed = f"a YAML file or one of {known}"
+    _CHECK.text("profile", profile)
     path = Path(profile)
     if not path.is_file():
         path = PROFILE_DIR / (profile if profile.endswith(".yaml") else f"{profile}.yaml")
-    if not path.is_file():
-        known = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
-        raise EngineConfigError(f"profile: {profile!r} is not a file nor one of {known}")
+    _CHECK.require(path.is_file(), "profile", profile, allowed)
     data = yaml.safe_load(path.read_text())
-    if not isinstance(data, dict):
-        raise EngineConfigError(f"profile {path}: must be a YAML mapping")
-    if "profile" in data:
-        raise EngineConfigError(f"profile {path}: a profile cannot name another profile")
+    _CHECK.require(isinstance(data, dict) and "profile" not in data, "profile", profile,
+                   f"{allowed}, holding a mapping that names no other profile")
     return {k: v for k, v in data.items() if k not in _PROFILE_METADATA_KEYS}

@@ -2,7 +2,7 @@
 
 `parrot-serve` uses this for the engines its YAML names:
 
-    engines = await launch_engines([EngineSpec("e0", "simulated", {"zero_latency": True})])
+    engines = await launch_engines([LaunchSpec("e0", "simulated", {"zero_latency": True})])
     ... engines[0].url, engines[0].engine (an HttpEngine) ...
     await stop_engines(engines)
 
@@ -49,9 +49,11 @@ class EngineLaunchError(EngineError):
 
 
 @dataclass(frozen=True)
-class EngineSpec:
+class LaunchSpec:
+    """One engine process to start (the serve config's `EngineSpec` says which, and more)."""
+
     name: str
-    kind: str  # "simulated" | "builtin"
+    kind: str  # an EngineKind value that runs in an engine process (not "remote")
     params: Mapping[str, Any] = field(default_factory=dict)
     host: str = "127.0.0.1"
     register_url: str | None = None
@@ -61,7 +63,7 @@ class EngineSpec:
 class EngineProcess:
     """One engine subprocess; `start()` returns its URL once it is healthy."""
 
-    def __init__(self, spec: EngineSpec, *, python: str = sys.executable,
+    def __init__(self, spec: LaunchSpec, *, python: str = sys.executable,
                  startup_timeout_s: float = 60.0, grace_s: float = 5.0) -> None:
         self.spec = spec
         self.url: str | None = None
@@ -87,9 +89,9 @@ class EngineProcess:
 
     def command(self) -> list[str]:
         spec = self.spec
-        cmd = [self._python, "-m", "parrot.cli.engine", "--kind", spec.kind, "--name", spec.name,
-               "--params", json.dumps(dict(spec.params)), "--host", spec.host, "--port", "0",
-               "--exit-with-parent"]
+        cmd = [self._python, "-m", "parrot.cli.engine", "--kind", str(spec.kind),
+               "--name", spec.name, "--params", json.dumps(dict(spec.params)),
+               "--host", spec.host, "--port", "0", "--exit-with-parent"]
         if spec.register_url:
             cmd += ["--register-url", spec.register_url]
         # the child logs at our level; its lines are relayed into our log (relay_line)
@@ -189,7 +191,7 @@ def relay_line(relay: logging.Logger, text: str) -> None:
     if match is None:
         relay.info("%s", text.rstrip("\n"))
     else:
-        relay.log(logging.getLevelName(match.group(1)), "%s", match.group(2))
+        relay.log(logging.getLevelNamesMapping()[match.group(1)], "%s", match.group(2))
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -213,7 +215,7 @@ class LaunchedEngine:
         return await self.process.stop()
 
 
-async def launch_engines(specs: Sequence[EngineSpec], *, startup_timeout_s: float = 60.0,
+async def launch_engines(specs: Sequence[LaunchSpec], *, startup_timeout_s: float = 60.0,
                          grace_s: float = 5.0, settings: HttpEngineSettings | None = None
                          ) -> list[LaunchedEngine]:
     """Start all engines concurrently; if any fails, stop the others and raise its error.
@@ -228,10 +230,11 @@ async def launch_engines(specs: Sequence[EngineSpec], *, startup_timeout_s: floa
     if failures:
         await asyncio.gather(*(p.stop() for p in processes))
         raise failures[0]
+    urls = [r for r in results if isinstance(r, str)]
     return [LaunchedEngine(p.spec.name, url,
                            HttpEngine(url, name=p.spec.name, secret=p.secret, settings=settings),
                            p)
-            for p, url in zip(processes, results)]  # type: ignore[arg-type]
+            for p, url in zip(processes, urls)]
 
 
 async def stop_engines(engines: Sequence[LaunchedEngine]) -> None:

@@ -32,16 +32,17 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 import aiohttp
 
 from parrot.chat import ChatTemplate, load_chat_template
-from parrot.engines.latency_model import EngineConfigError, check_param_keys
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
-from parrot.errors import (EngineUnavailableError, InvalidRequestError, PromptTooLongError,
-                           UnknownContextError)
+from parrot.errors import (EngineConfigError, EngineUnavailableError, InvalidRequestError,
+                           PromptTooLongError, UnknownContextError)
 from parrot.sampling import SamplingParams
 from parrot.types import estimate_num_tokens
+from parrot.validation import Checks
 
 BLOCK_SIZE = 16
 _FINISH = {"stop": "stop", "length": "length", "eos": "eos"}
+_CHECK = Checks("openai engine", EngineConfigError)
 
 
 @dataclass(frozen=True)
@@ -55,20 +56,17 @@ class OpenAIEngineConfig:
     request_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
-            raise EngineConfigError(f"openai engine: url={self.url!r} must start with http(s)://")
+        _CHECK.require(isinstance(self.url, str) and self.url.startswith(("http://", "https://")),
+                       "url", self.url, "a URL starting with http:// or https://")
         for key in ("max_context_len", "kv_cache_tokens"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise EngineConfigError(f"openai engine: {key}={value!r} must be an integer >= 1")
+            _CHECK.positive_int(key, getattr(self, key))
         for key in ("model", "api_key", "chat_template"):
-            value = getattr(self, key)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise EngineConfigError(f"openai engine: {key}={value!r} must be a string")
+            _CHECK.text(key, getattr(self, key), optional=True)
+        _CHECK.positive("request_timeout_s", self.request_timeout_s, optional=True)
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any]) -> OpenAIEngineConfig:
-        check_param_keys("openai engine", params, cls.__dataclass_fields__, required=("url",))
+        _CHECK.keys(params, cls.__dataclass_fields__, required=("url",))
         return cls(**params)
 
     @property
@@ -86,7 +84,8 @@ class OpenAIEngine(Engine):
             try:
                 self._template = load_chat_template(config.chat_template)
             except (OSError, ValueError, InvalidRequestError) as exc:
-                raise EngineConfigError(f"openai engine {name!r}: {exc}") from None
+                raise EngineConfigError(f"openai engine {name!r}.chat_template", str(exc)) \
+                    from None
         self._model = config.model
         self._contexts: dict[str, str] = {}
         self._num_running = 0

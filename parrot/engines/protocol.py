@@ -195,7 +195,7 @@ class Engine(ABC):
     # manager may read a heartbeat late; answers to other requests still prove the engine lives.
     last_answer_at: float | None = None
 
-    def abort_requests(self, reason: str) -> None:
+    def abort_requests(self, reason: str) -> None:  # noqa: B027 - a no-op by default, on purpose
         """The manager declared this engine down: fail its in-flight requests now with
         EngineUnavailableError(reason) (an in-process engine has nothing to abort)."""
 

@@ -1,10 +1,10 @@
-"""The simulated engine's stand-ins for a tokenizer and a KV block allocator.
+"""The simulated engine's stand-in tokenizer and its KV space over the shared block allocator.
 
 Tokens: ceil(len(text) / 4) per text (the manager estimates the same way); generated tokens are
-4-character word-like pieces chosen by a hash, so output is deterministic filler. Blocks: ids
-with reference counts, shared by forks like a real paged KV cache. A context whose KV was
-evicted keeps its tokens (its length) and recomputes the KV when it is used again, as the
-builtin engine does.
+4-character word-like pieces chosen by a hash, so output is deterministic filler. Blocks: the
+reference-counted allocator the builtin engine uses too (block_allocator.py), shared by forks
+like a real paged KV cache. A context whose KV was evicted keeps its tokens (its length) and
+recomputes the KV when it is used again, as the builtin engine does.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import hashlib
 from dataclasses import dataclass, field
 from collections.abc import Collection, Iterable
 
+from parrot.engines.block_allocator import BlockAllocator
 from parrot.types import estimate_num_tokens
 
 # 2000 four-character pieces: " " + consonant + vowel + consonant.
@@ -32,44 +33,6 @@ def filler_token(context_id: str, seed: int | None, position: int) -> int:
 
 def detokenize(token_ids: Iterable[int]) -> str:
     return "".join(_VOCAB[t] for t in token_ids)
-
-
-class BlockPool:
-    """Reference-counted KV blocks (simulated: ids only)."""
-
-    def __init__(self, num_blocks: int) -> None:
-        self.num_blocks_total = num_blocks
-        self._free = list(range(num_blocks - 1, -1, -1))
-        self._refs = [0] * num_blocks
-
-    @property
-    def num_free_blocks(self) -> int:
-        return len(self._free)
-
-    def ref_count(self, block: int) -> int:
-        return self._refs[block]
-
-    def can_allocate(self, n: int) -> bool:
-        return n <= len(self._free)
-
-    def allocate(self, n: int) -> list[int]:
-        assert self.can_allocate(n), (n, len(self._free))
-        blocks = [self._free.pop() for _ in range(n)]
-        for b in blocks:
-            self._refs[b] = 1
-        return blocks
-
-    def share(self, blocks: Iterable[int]) -> None:
-        for b in blocks:
-            assert self._refs[b] > 0, b
-            self._refs[b] += 1
-
-    def release(self, blocks: Iterable[int]) -> None:
-        for b in blocks:
-            assert self._refs[b] > 0, b
-            self._refs[b] -= 1
-            if self._refs[b] == 0:
-                self._free.append(b)
 
 
 @dataclass(eq=False)
@@ -92,7 +55,7 @@ class KVSpace:
     """The simulated engine's contexts and their blocks: reservation, eviction, recompute."""
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
-        self.pool = BlockPool(num_blocks)
+        self.pool = BlockAllocator(num_blocks)
         self.block_size = block_size
         self.contexts: dict[str, SimContext] = {}
         self._num_reserved = 0  # the contexts' LRU clock
@@ -167,7 +130,7 @@ class KVSpace:
         return len(full_blocks) * bs + partial
 
 
-def evict_idle(pool: BlockPool, contexts: Iterable[SimContext], num_blocks: int,
+def evict_idle(pool: BlockAllocator, contexts: Iterable[SimContext], num_blocks: int,
                busy: Collection[str]) -> None:
     """Drop the KV of contexts not in `busy` until `num_blocks` blocks are free: least recently
     used first, those that own a block outright before those whose blocks are all shared with

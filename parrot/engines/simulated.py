@@ -34,18 +34,16 @@ from dataclasses import dataclass, field
 from collections.abc import AsyncIterator
 
 # the configuration lives with the latency model; re-exported here as part of this module's API
-from parrot.engines.latency_model import (EngineConfigError, LatencyModel, SimulatedEngineConfig,
-                                          load_profile)
+from parrot.engines.latency_model import LatencyModel, SimulatedEngineConfig, load_profile
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
-from parrot.engines.sim_blocks import (BlockPool, KVSpace, SimContext, count_tokens,
-                                       detokenize, filler_token)
-from parrot.errors import (ContextExistsError, EngineError, EngineUnavailableError,
-                           InvalidRequestError, OutOfKVCacheError, PromptTooLongError,
-                           UnknownContextError)
+from parrot.engines.sim_blocks import KVSpace, SimContext, count_tokens, detokenize, filler_token
+from parrot.errors import (ContextExistsError, EngineConfigError, EngineError,
+                           EngineUnavailableError, InvalidRequestError, OutOfKVCacheError,
+                           PromptTooLongError, UnknownContextError)
 
 __all__ = ["SimulatedEngine", "SimulatedEngineConfig", "LatencyModel", "EngineConfigError",
-           "load_profile", "count_tokens", "detokenize", "filler_token", "BlockPool"]
+           "load_profile", "count_tokens", "detokenize", "filler_token"]
 
 log = logging.getLogger(__name__)
 

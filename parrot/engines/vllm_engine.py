@@ -22,15 +22,17 @@ from typing import Any
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from parrot.chat import ChatTemplate
-from parrot.engines.latency_model import EngineConfigError, check_param_keys
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
-from parrot.errors import EngineUnavailableError, PromptTooLongError, UnknownContextError
+from parrot.errors import (EngineConfigError, EngineUnavailableError, PromptTooLongError,
+                           UnknownContextError)
 from parrot.extras import missing_extra
 from parrot.sampling import SamplingParams
+from parrot.validation import Checks
 
 BLOCK_SIZE = 16
 _TOKENIZE_INLINE_CHARS = 4096  # longer texts are tokenized in a worker thread
+_CHECK = Checks("vllm engine", EngineConfigError)
 
 
 @dataclass(frozen=True)
@@ -45,20 +47,16 @@ class VLLMEngineConfig:
     engine_args: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.model, str) or not self.model:
-            raise EngineConfigError(f"vllm engine: model={self.model!r} must be a model name "
-                                    "or folder")
-        for key in ("tensor_parallel_size", "max_model_len", "kv_cache_tokens"):
-            value = getattr(self, key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < 1):
-                raise EngineConfigError(f"vllm engine: {key}={value!r} must be an integer >= 1")
-        if not isinstance(self.engine_args, Mapping):
-            raise EngineConfigError("vllm engine: engine_args must be a mapping")
+        _CHECK.require(isinstance(self.model, str) and bool(self.model), "model", self.model,
+                       "a model name or folder")
+        _CHECK.positive_int("tensor_parallel_size", self.tensor_parallel_size)
+        for key in ("max_model_len", "kv_cache_tokens"):
+            _CHECK.positive_int(key, getattr(self, key), optional=True)
+        _CHECK.mapping("engine_args", self.engine_args)
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any]) -> VLLMEngineConfig:
-        check_param_keys("vllm engine", params, cls.__dataclass_fields__, required=("model",))
+        _CHECK.keys(params, cls.__dataclass_fields__, required=("model",))
         return cls(**params)
 
 

@@ -1,7 +1,7 @@
 """Scheduling policies: one ABC (`Policy`), read-only views, and a registry by name."""
 
+from parrot.errors import PolicyConfigError
 from parrot.policies.base import CallView, EngineView, Placement, Policy, PolicyParams
-from parrot.policies.params import PolicyConfigError
 from parrot.policies.registry import PolicyRegistry, default_registry
 
 

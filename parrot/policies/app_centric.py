@@ -37,9 +37,10 @@ from typing import AbstractSet
 from collections.abc import Hashable, Sequence
 
 from parrot.policies.base import CallView, EngineView, Placement, Policy, PolicyParams
-from parrot.policies.params import PolicyConfigError, check_number
+from parrot.errors import PolicyConfigError
 from parrot.policies.placement import Demand, Slot
 from parrot.types import Criterion
+from parrot.validation import Checks
 
 
 @dataclass(frozen=True)
@@ -60,19 +61,14 @@ class AppCentricParams(PolicyParams):
     colocate_task_groups: bool = True
 
     def __post_init__(self) -> None:
-        owner = "app_centric"
+        check = Checks("app_centric", PolicyConfigError)
         if not isinstance(self.default_criterion, Criterion):
-            raise PolicyConfigError(
-                f"{owner}.default_criterion: {self.default_criterion!r} is not one of "
-                f"{[c.value for c in Criterion]}")
-        check_number(owner, "affinity_max_load_fraction", self.affinity_max_load_fraction,
-                     minimum=0.0, exclusive_minimum=True, maximum=1.0)
-        check_number(owner, "colocation_slack", self.colocation_slack, minimum=0.0,
-                     maximum=10.0)
+            check.fail("default_criterion", f"{self.default_criterion!r} is not one of "
+                                            f"{[c.value for c in Criterion]}")
+        check.fraction("affinity_max_load_fraction", self.affinity_max_load_fraction)
+        check.number("colocation_slack", self.colocation_slack, minimum=0.0, maximum=10.0)
         for key in ("isolate_criteria", "prefix_affinity", "colocate_task_groups"):
-            if not isinstance(getattr(self, key), bool):
-                raise PolicyConfigError(
-                    f"{owner}.{key}: {getattr(self, key)!r} is not valid; allowed: true, false")
+            check.boolean(key, getattr(self, key))
 
 
 _OTHER = {Criterion.LATENCY: Criterion.THROUGHPUT, Criterion.THROUGHPUT: Criterion.LATENCY}

@@ -10,14 +10,35 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
-from parrot.policies.base import CallView, EngineView, Placement, Policy
+from parrot.errors import PolicyConfigError
+from parrot.policies.base import CallView, EngineView, Placement, Policy, PolicyParams
+from parrot.validation import Checks
+
+
+@dataclass(frozen=True)
+class CappedParams(PolicyParams):
+    """A subclass sets `policy_name` (for errors) and the capacity's default."""
+
+    policy_name: ClassVar[str]
+    # Token load (sum of num_tokens of running calls) an engine may carry; same for all engines.
+    token_capacity: int
+
+    def __post_init__(self) -> None:
+        Checks(self.policy_name, PolicyConfigError).positive_int("token_capacity",
+                                                                 self.token_capacity)
 
 
 class CappedPolicy(Policy):
+    """A subclass sets `name`, `Params` (a CappedParams) and `rank`."""
+
+    params: CappedParams
+
     @property
-    @abstractmethod
-    def token_capacity(self) -> int: ...
+    def token_capacity(self) -> int:
+        return self.params.token_capacity
 
     @staticmethod
     @abstractmethod

@@ -9,29 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parrot.policies.base import PolicyParams
-from parrot.policies.capped import CappedPolicy
-from parrot.policies.params import check_number
+from parrot.policies.capped import CappedParams, CappedPolicy
 
 
 @dataclass(frozen=True)
-class LatencyCentricParams(PolicyParams):
-    # Token load (sum of num_tokens of running calls) an engine may carry; same for all engines.
+class LatencyCentricParams(CappedParams):
+    policy_name = "latency_centric"
     token_capacity: int = 4096
-
-    def __post_init__(self) -> None:
-        check_number("latency_centric", "token_capacity", self.token_capacity,
-                     minimum=1, integer=True)
 
 
 class LatencyCentricPolicy(CappedPolicy):
     name = "latency_centric"
     Params = LatencyCentricParams
-    params: LatencyCentricParams
-
-    @property
-    def token_capacity(self) -> int:
-        return self.params.token_capacity
 
     @staticmethod
     def rank(load: int, num_calls: int) -> tuple[int, ...]:

@@ -6,8 +6,11 @@ import importlib
 from typing import Any
 from collections.abc import Mapping
 
+from parrot.errors import PolicyConfigError
 from parrot.policies.base import Policy
-from parrot.policies.params import PolicyConfigError
+from parrot.validation import Checks
+
+_CHECK = Checks("policy", PolicyConfigError)
 
 
 class PolicyRegistry:
@@ -17,10 +20,11 @@ class PolicyRegistry:
     def register(self, cls: type[Policy]) -> type[Policy]:
         name = getattr(cls, "name", None)
         if not isinstance(name, str) or not name:
-            raise PolicyConfigError(f"{cls.__qualname__} must set a non-empty `name`")
+            _CHECK.fail("name", f"{name!r} is not valid",
+                        f"a non-empty string set by {cls.__qualname__}")
         if name in self._by_name and self._by_name[name] is not cls:
-            raise PolicyConfigError(f"policy name {name!r} is already registered "
-                                    f"by {self._by_name[name].__qualname__}")
+            _CHECK.fail("name", f"{name!r} is already registered by "
+                                f"{self._by_name[name].__qualname__}", "a name of its own")
         self._by_name[name] = cls
         return cls
 
@@ -30,21 +34,20 @@ class PolicyRegistry:
 
     def resolve(self, name: str) -> type[Policy]:
         """A registered name, or `package.module:ClassName` of a Policy subclass."""
-        if not isinstance(name, str) or not name:
-            raise PolicyConfigError(f"policy name must be a non-empty string, got {name!r}")
+        allowed = f"one of {self.names} or 'module:Class'"
+        _CHECK.require(isinstance(name, str) and bool(name), "name", name, allowed)
         if name in self._by_name:
             return self._by_name[name]
         if ":" not in name:
-            raise PolicyConfigError(
-                f"unknown policy {name!r}; known: {self.names} (or 'module:Class')")
+            _CHECK.fail("name", f"unknown policy {name!r}", allowed)
         module_name, _, attr = name.partition(":")
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
-            raise PolicyConfigError(f"cannot import policy module {module_name!r}: {exc}") from None
+            _CHECK.fail("name", f"cannot import policy module {module_name!r} ({exc})", allowed)
         cls = getattr(module, attr, None)
         if not (isinstance(cls, type) and issubclass(cls, Policy)):
-            raise PolicyConfigError(f"{name!r} is not a parrot.policies.Policy subclass")
+            _CHECK.fail("name", f"{name!r} is not a parrot.policies.Policy subclass", allowed)
         return cls
 
     def create(self, name: str, params: Mapping[str, Any] | None = None) -> Policy:

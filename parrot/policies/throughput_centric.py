@@ -11,29 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parrot.policies.base import PolicyParams
-from parrot.policies.capped import CappedPolicy
-from parrot.policies.params import check_number
+from parrot.policies.capped import CappedParams, CappedPolicy
 
 
 @dataclass(frozen=True)
-class ThroughputCentricParams(PolicyParams):
-    # Token load (sum of num_tokens of running calls) an engine may be filled to.
+class ThroughputCentricParams(CappedParams):
+    policy_name = "throughput_centric"
     token_capacity: int = 32768
-
-    def __post_init__(self) -> None:
-        check_number("throughput_centric", "token_capacity", self.token_capacity,
-                     minimum=1, integer=True)
 
 
 class ThroughputCentricPolicy(CappedPolicy):
     name = "throughput_centric"
     Params = ThroughputCentricParams
-    params: ThroughputCentricParams
-
-    @property
-    def token_capacity(self) -> int:
-        return self.params.token_capacity
 
     @staticmethod
     def rank(load: int, num_calls: int) -> tuple[int, ...]:

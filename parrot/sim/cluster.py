@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from parrot.core.config import EngineSpec, ManagerConfig
 from parrot.core.manager import Manager
 from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig
+from parrot.errors import ConfigError
 from parrot.frontend.session import MODES, Session
 from parrot.frontend.transport import InProcessTransport
 from parrot.policies.registry import default_registry
@@ -26,14 +27,19 @@ from parrot.sim.network import NetworkDelay
 from parrot.sim.probe import ProbedEngine
 from parrot.sim.workloads.base import AppRecord
 from parrot.sim.workloads.spec import WorkloadSpec
+from parrot.types import EngineKind
+from parrot.validation import Checks, is_number
 
 MAX_ENGINES = 1024
 # A simulated get may wait as long as the simulated traffic lasts.
 SIM_MANAGER = ManagerConfig(default_get_timeout_s=7 * 86400.0, max_get_timeout_s=7 * 86400.0)
 
 
-class ClusterConfigError(ValueError):
+class ClusterConfigError(ConfigError):
     """A cluster parameter is invalid; the message names it and what is allowed."""
+
+
+_CHECK = Checks("", ClusterConfigError)
 
 
 @dataclass(frozen=True)
@@ -48,14 +54,13 @@ class ClusterSpec:
     network_delay_s: tuple[float, float] = (0.2, 0.3)
 
     def __post_init__(self) -> None:
-        if isinstance(self.num_engines, bool) or not isinstance(self.num_engines, int) \
-                or not 1 <= self.num_engines <= MAX_ENGINES:
-            raise ClusterConfigError(f"num_engines: {self.num_engines!r} is not valid; allowed: "
-                                     f"integer in [1, {MAX_ENGINES}]")
-        low, high = self.network_delay_s
-        if not 0 <= low <= high:
-            raise ClusterConfigError(f"network_delay_s: {self.network_delay_s!r} is not valid; "
-                                     "allowed: 0 <= low <= high (seconds)")
+        _CHECK.number("num_engines", self.num_engines, minimum=1, maximum=MAX_ENGINES,
+                      integer=True)
+        delay = self.network_delay_s
+        _CHECK.require(isinstance(delay, (tuple, list)) and len(delay) == 2
+                       and all(map(is_number, delay)) and 0 <= delay[0] <= delay[1],
+                       "network_delay_s", delay,
+                       "(low, high) seconds with 0 <= low <= high")
         # Fail here, not inside the event loop: unknown policy names, bad params, bad profile.
         default_registry().create(self.policy, dict(self.policy_params))
         self.engine_config()
@@ -67,7 +72,7 @@ class ClusterSpec:
                                                    **self.engine_params})
 
     def engine_spec(self, index: int) -> EngineSpec:
-        return EngineSpec(name=f"sim-{index}", kind="simulated", in_process=True,
+        return EngineSpec(name=f"sim-{index}", kind=EngineKind.SIMULATED, in_process=True,
                           latency_capacity=self.latency_capacity,
                           throughput_capacity=self.throughput_capacity,
                           params={"profile": self.profile, **self.engine_params})
@@ -95,8 +100,7 @@ class SimEnv:
 
     def __init__(self, manager: Manager, mode: str, spec: ClusterSpec, seed: int,
                  on_app: ProgressFn | None) -> None:
-        if mode not in MODES:
-            raise ClusterConfigError(f"mode: {mode!r} is not valid; allowed: {list(MODES)}")
+        _CHECK.one_of("mode", mode, MODES)
         self.manager, self.mode = manager, mode
         self._spec, self._seed, self._on_app = spec, seed, on_app
         self._loop_time: Callable[[], float] | None = None

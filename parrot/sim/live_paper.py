@@ -25,7 +25,7 @@ from typing import Any
 from collections.abc import Sequence
 
 from parrot.core.config import ServeConfig
-from parrot.engines.launcher import EngineSpec as LaunchSpec
+from parrot.engines.launcher import LaunchSpec
 from parrot.engines.launcher import launch_engines, stop_engines
 from parrot.sim.compare import Settings, Variant, VariantRun, parse_variants, results_json
 from parrot.sim.live import as_remote, run_live_async

@@ -36,11 +36,11 @@ class Sweep:
         """`FIELD=V1,V2,...` with FIELD a WorkloadSpec field (errors name what is allowed)."""
         name, sep, values = text.partition("=")
         if not sep or name not in SWEEPABLE:
-            raise WorkloadConfigError(f"--sweep: {text!r} is not valid; expected FIELD=V1,V2,... "
-                                      f"with FIELD one of {list(SWEEPABLE)}")
+            raise WorkloadConfigError("--sweep", f"{text!r} is not valid",
+                                      f"FIELD=V1,V2,... with FIELD one of {list(SWEEPABLE)}")
         parsed = tuple(yaml.safe_load(v) for v in values.split(",") if v.strip())
         if not parsed:
-            raise WorkloadConfigError(f"--sweep: {text!r} lists no values")
+            raise WorkloadConfigError("--sweep", f"{text!r} lists no values")
         return cls(name, parsed)
 
     def specs(self, base: WorkloadSpec) -> list[WorkloadSpec]:

@@ -38,8 +38,9 @@ def test_tiny_comparison_writes_results_table_and_plots(tmp_path, capsys):
     (["--compare", "no_such_policy"], "unknown policy 'no_such_policy'"),
     (["--compare", "app_centric,,least_queue"], "empty item"),
     (["--chat-prompt-tokens", "10-20"], "--chat-prompt-tokens: '10-20' is not valid"),
-    (["--chunk-tokens", "4096", "--doc-tokens", "1024"], "chunk_tokens: 4096 is larger"),
-    (["--engines", "0"], "num_engines: 0 is not valid"),
+    (["--chunk-tokens", "4096", "--doc-tokens", "1024"],
+     "chunk_tokens: 4096 is not valid; allowed: at most doc_tokens (1024)"),
+    (["--engines", "0"], "num_engines: 0 is out of range; allowed: integer >= 1 and <= 1024"),
     (["--policy-param", "latency_centric.token_capacity=0", "--compare", "latency_centric"],
      "token_capacity"),
     (["--policy-param", "throughput_centric.token_capacity=1"], "not in --compare"),
@@ -49,7 +50,7 @@ def test_tiny_comparison_writes_results_table_and_plots(tmp_path, capsys):
     (["--engine-param", "shared_prefix_decode"], "--engine-param: 'shared_prefix_decode'"),
     (["--engine-param", "bogus=1"], "unknown key(s) ['bogus']"),
     (["--compare", "app_centric+affinity=0"], "+policy.KEY=VALUE"),
-    (["--clients", "0"], "num_clients: 0 is not valid"),
+    (["--clients", "0"], "num_clients: 0 is out of range; allowed: integer >= 1"),
     (["--mode", "live", "--engine-param", "x=1"], "--engine-param: simulation only"),
 ])
 def test_argument_errors_are_clear(tmp_path, capsys, argv, message):

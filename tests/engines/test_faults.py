@@ -18,8 +18,7 @@ import pytest
 from parrot.core.config import EngineSpec, ManagerConfig
 from parrot.core.engine_health import http_engine_settings
 from parrot.core.manager import Manager
-from parrot.engines.launcher import EngineSpec as LaunchSpec
-from parrot.engines.launcher import LaunchedEngine, launch_engines, stop_engines
+from parrot.engines.launcher import LaunchedEngine, LaunchSpec, launch_engines, stop_engines
 from parrot.errors import CallFailedError, EngineUnavailableError, ParrotError
 from parrot.policies.least_queue import LeastQueuePolicy
 from parrot.types import CallState, Criterion

@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from parrot.cli.engine import load_params
-from parrot.engines.launcher import (EngineLaunchError, EngineProcess, EngineSpec,
+from parrot.engines.launcher import (EngineLaunchError, EngineProcess, LaunchSpec,
                                      launch_engines, stop_engines)
 from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.sampling import SamplingParams
 
 
 async def test_engines_start_serve_and_stop() -> None:
-    specs = [EngineSpec("e0", "simulated", {"zero_latency": True}),
-             EngineSpec("e1", "simulated", {"zero_latency": True, "num_blocks": 64})]
+    specs = [LaunchSpec("e0", "simulated", {"zero_latency": True}),
+             LaunchSpec("e1", "simulated", {"zero_latency": True, "num_blocks": 64})]
     engines = await launch_engines(specs, startup_timeout_s=30)
     try:
         assert [e.name for e in engines] == ["e0", "e1"]
@@ -35,16 +35,17 @@ async def test_engines_start_serve_and_stop() -> None:
 
 
 async def test_a_failed_start_reports_the_stderr_tail() -> None:
-    good = EngineSpec("good", "simulated", {"zero_latency": True})
-    bad = EngineSpec("bad", "simulated", {"num_blocks": 0})
+    good = LaunchSpec("good", "simulated", {"zero_latency": True})
+    bad = LaunchSpec("bad", "simulated", {"num_blocks": 0})
     with pytest.raises(EngineLaunchError) as info:
         await launch_engines([good, bad], startup_timeout_s=30)
     message = str(info.value)
-    assert "'bad'" in message and "num_blocks=0" in message and "exit code 2" in message
+    assert "'bad'" in message and "exit code 2" in message
+    assert "num_blocks: 0 is out of range" in message
 
 
 async def test_stop_kills_after_the_grace_period() -> None:
-    process = EngineProcess(EngineSpec("e", "simulated", {}), grace_s=0.2)
+    process = EngineProcess(LaunchSpec("e", "simulated", {}), grace_s=0.2)
     await process.start()
     assert process.pid is not None
     # make the engine ignore SIGTERM: stop() has to fall back to SIGKILL
@@ -53,7 +54,7 @@ async def test_stop_kills_after_the_grace_period() -> None:
 
 
 def test_duplicate_names_are_rejected() -> None:
-    spec = EngineSpec("same", "simulated")
+    spec = LaunchSpec("same", "simulated")
     with pytest.raises(EngineLaunchError, match="duplicate"):
         asyncio.run(launch_engines([spec, spec]))
 
@@ -72,7 +73,7 @@ def test_cli_reads_params_from_yaml_or_json(tmp_path: Path) -> None:
 async def test_a_launched_engine_serves_only_with_its_secret() -> None:
     import aiohttp
 
-    engines = await launch_engines([EngineSpec("e0", "simulated", {"zero_latency": True})],
+    engines = await launch_engines([LaunchSpec("e0", "simulated", {"zero_latency": True})],
                                    startup_timeout_s=30)
     try:
         url = engines[0].url
@@ -82,7 +83,7 @@ async def test_a_launched_engine_serves_only_with_its_secret() -> None:
                 assert resp.status == 401
                 assert (await resp.json())["error"]["type"] == "UnauthorizedError"
         assert (await engines[0].engine.fill(FillRequest("a", text="x" * 8))).context_len == 2
-        other = (await launch_engines([EngineSpec("e1", "simulated", {})], startup_timeout_s=30))
+        other = (await launch_engines([LaunchSpec("e1", "simulated", {})], startup_timeout_s=30))
         try:
             assert other[0].process.secret != engines[0].process.secret  # one per engine
         finally:
@@ -93,9 +94,9 @@ async def test_a_launched_engine_serves_only_with_its_secret() -> None:
 
 _PARENT = """
 import asyncio, sys
-from parrot.engines.launcher import EngineSpec, launch_engines
+from parrot.engines.launcher import LaunchSpec, launch_engines
 async def main():
-    engines = await launch_engines([EngineSpec("orphan", "simulated", {})], startup_timeout_s=30)
+    engines = await launch_engines([LaunchSpec("orphan", "simulated", {})], startup_timeout_s=30)
     print(engines[0].process.pid, flush=True)
     await asyncio.sleep(120)
 asyncio.run(main())

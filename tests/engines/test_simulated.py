@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parrot.engines.latency_model import EngineConfigError, LatencyModel
+from parrot.engines.latency_model import LatencyModel
+from parrot.errors import EngineConfigError
 from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.engines.simulated import (SimulatedEngine, SimulatedEngineConfig, count_tokens,
                                       load_profile)
@@ -347,8 +348,8 @@ def test_table_interpolates_and_extrapolates() -> None:
 
 
 @pytest.mark.parametrize("params, words", [
-    ({"num_blocks": 0}, "num_blocks=0"),
-    ({"block_size": "16"}, "block_size='16'"),
+    ({"num_blocks": 0}, "simulated engine.num_blocks: 0 is out of range"),
+    ({"block_size": "16"}, "simulated engine.block_size: '16' is not valid"),
     ({"bogus": 1}, "bogus"),
     ({"decode_base_ms": -1}, "decode_base_ms"),
     ({"zero_latency": "yes"}, "zero_latency"),
@@ -397,7 +398,8 @@ def test_blocks_are_conserved(ops: list[tuple[str, int, int, int]], num_blocks: 
         for ctx in list(engine._contexts):
             await engine.free_context(ctx)
         assert (await engine.stats()).num_blocks_free == num_blocks
-        assert engine._kv.pool._refs == [0] * num_blocks
+        assert engine._kv.pool.num_free_blocks == num_blocks
+        engine._kv.pool.check_invariants()
         await engine.close()
     run_virtual(main())
 
@@ -458,7 +460,8 @@ def test_concurrent_work_on_a_small_cache_always_finishes(
         stats = await engine.stats()
         assert (stats.num_running, stats.num_waiting, stats.num_contexts) == (0, 0, 1)
         await engine.free_context("system")
-        assert engine._kv.pool._refs == [0] * num_blocks
+        assert engine._kv.pool.num_free_blocks == num_blocks
+        engine._kv.pool.check_invariants()
         await engine.close()
     run_virtual(main())
 

@@ -35,7 +35,7 @@ def test_without_vllm_one_line_names_the_package():
 def test_config_is_validated():
     with pytest.raises(EngineConfigError, match="unknown key"):
         VLLMEngineConfig.from_mapping({"model": "m", "tp": 2})
-    with pytest.raises(EngineConfigError, match="need 'model'"):
+    with pytest.raises(EngineConfigError, match="required key 'model' is missing"):
         VLLMEngineConfig.from_mapping({})
     with pytest.raises(EngineConfigError, match="tensor_parallel_size"):
         VLLMEngineConfig.from_mapping({"model": "m", "tensor_parallel_size": 0})

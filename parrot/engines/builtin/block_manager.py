@@ -1,70 +1,22 @@
-"""KV blocks: a reference-counted allocator and the per-context operations on block tables.
+"""KV blocks: the per-context operations on block tables, over the shared reference-counted
+allocator (`parrot.engines.block_allocator`, the simulated engine's too).
 
 A context's block table covers its computed tokens, densely packed: token i lives in block
 table[i // block_size] at offset i % block_size. A fork shares the parent's *full* computed
 blocks (reference +1) and copies its partial last block into a fresh block, so a context only
-ever writes into blocks it owns alone. Allocation comes in check/act pairs and every mutation
-keeps the invariants: reference counts >= 0, a block is free iff its count is 0,
-free + used = total.
+ever writes into blocks it owns alone.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from parrot.engines.block_allocator import BlockAllocator
+
 
 class HasBlocks(Protocol):
     block_table: list[int]
     num_computed: int
-
-
-class BlockAllocator:
-    def __init__(self, num_blocks: int) -> None:
-        if num_blocks < 1:
-            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
-        self.num_blocks_total = num_blocks
-        self._ref_counts = [0] * num_blocks
-        self._free: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() gives 0, 1, ...
-
-    @property
-    def num_free_blocks(self) -> int:
-        return len(self._free)
-
-    @property
-    def num_used_blocks(self) -> int:
-        return self.num_blocks_total - len(self._free)
-
-    def ref_count(self, block: int) -> int:
-        return self._ref_counts[block]
-
-    def can_allocate(self, n: int) -> bool:
-        return n <= len(self._free)
-
-    def allocate(self, n: int) -> list[int]:
-        assert self.can_allocate(n), f"allocate({n}) with {len(self._free)} free blocks"
-        blocks = [self._free.pop() for _ in range(n)]
-        for b in blocks:
-            assert self._ref_counts[b] == 0, f"free block {b} had ref count {self._ref_counts[b]}"
-            self._ref_counts[b] = 1
-        return blocks
-
-    def incref(self, block: int) -> None:
-        assert self._ref_counts[block] > 0, f"incref of free block {block}"
-        self._ref_counts[block] += 1
-
-    def decref(self, block: int) -> None:
-        assert self._ref_counts[block] > 0, f"decref of free block {block} (double free)"
-        self._ref_counts[block] -= 1
-        if self._ref_counts[block] == 0:
-            self._free.append(block)
-
-    def check_invariants(self) -> None:
-        free = set(self._free)
-        assert len(free) == len(self._free), "a block is on the free list twice"
-        assert all(c >= 0 for c in self._ref_counts), "negative reference count"
-        for b, count in enumerate(self._ref_counts):
-            assert (count == 0) == (b in free), f"block {b}: ref count {count}, free={b in free}"
-        assert self.num_free_blocks + self.num_used_blocks == self.num_blocks_total
 
 
 class BlockManager:
@@ -94,15 +46,14 @@ class BlockManager:
         assert not child.block_table and child.num_computed == 0, "fork into a non-empty context"
         num_full = parent.num_computed // self.block_size
         shared = parent.block_table[:num_full]
-        for b in shared:
-            self.allocator.incref(b)
+        self.allocator.share(shared)
         child.block_table = list(shared)
         child.num_computed = num_full * self.block_size
         partial = parent.num_computed - child.num_computed
         if partial and self.allocator.can_allocate(1):
             src = parent.block_table[num_full]
             (dst,) = self.allocator.allocate(1)
-            self.allocator.incref(src)  # keep src alive until the copy has run
+            self.allocator.share((src,))  # keep src alive until the copy has run
             self._pending_copies.append((src, dst))
             child.block_table.append(dst)
             child.num_computed = parent.num_computed
@@ -111,8 +62,7 @@ class BlockManager:
         """Drop ctx's blocks (its KV must be recomputed to be used again); returns how many
         blocks went back to the free pool."""
         before = self.allocator.num_free_blocks
-        for b in ctx.block_table:
-            self.allocator.decref(b)
+        self.allocator.release(ctx.block_table)
         ctx.block_table = []
         ctx.num_computed = 0
         return self.allocator.num_free_blocks - before
@@ -126,7 +76,7 @@ class BlockManager:
     def copies_done(self, copies: list[tuple[int, int]]) -> None:
         for pair in copies:
             self._running_copies.remove(pair)
-            self.allocator.decref(pair[0])
+            self.allocator.release((pair[0],))
 
     def pending_copy_sources(self) -> list[int]:
         """Blocks pinned as the source of a copy that has not run yet."""

@@ -47,14 +47,14 @@ def load_bundle(config: BuiltinEngineConfig, loaded: LoadedModel | None = None) 
     replaced by fused copies) and pick the attention path."""
     device = resolve_device(config.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise BuiltinConfigError(f"invalid builtin engine device={config.device!r}: "
-                                 "CUDA is not available")
+        raise BuiltinConfigError("builtin engine.device", f"{config.device!r} is not valid here",
+                                 "'cpu' or 'auto': CUDA is not available")
     kernels = load_kernels() if device.type == "cuda" and config.attention_backend != "torch" \
         else None
     try:
         backend = choose_backend(config.attention_backend, device.type, kernels is not None)
     except KernelsUnavailableError as exc:
-        raise BuiltinConfigError(str(exc)) from None
+        raise BuiltinConfigError("builtin engine.attention_backend", str(exc)) from None
     if backend == "torch":
         kernels = None
         if device.type == "cuda":

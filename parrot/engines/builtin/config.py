@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Mapping
 
-from parrot.errors import InvalidRequestError
+from parrot.errors import EngineConfigError
+from parrot.validation import Checks
 
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
@@ -21,8 +22,11 @@ DEFAULT_MODEL = "smollm2"
 _ALIASES = {"max_num_batched_tokens": "max_batch_tokens"}
 
 
-class BuiltinConfigError(InvalidRequestError):
+class BuiltinConfigError(EngineConfigError):
     """A bad key or value in a builtin engine's configuration."""
+
+
+_CHECK = Checks("builtin engine", BuiltinConfigError)
 
 
 @dataclass(frozen=True)
@@ -66,73 +70,52 @@ class BuiltinEngineConfig:
     cache_dir: str | None = None      # default: $PARROT_CACHE_DIR or ~/.cache/parrot/models
 
     def __post_init__(self) -> None:
-        _check(isinstance(self.model, str) and bool(self.model), "model", self.model,
-               f"a non-empty string: {DEFAULT_MODEL!r}, a model folder, a .gguf file or one of "
-               f"{list(RANDOM_SHAPES)}")
-        _check(self.dtype in DTYPES, "dtype", self.dtype, f"one of {list(DTYPES)}")
-        _check(isinstance(self.device, str) and (self.device in ("auto", "cpu", "cuda")
-                                                 or self.device.startswith("cuda:")),
-               "device", self.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
-        _check(_is_int(self.block_size) and 1 <= self.block_size <= 1024, "block_size",
-               self.block_size, "an integer in [1, 1024]")
+        check = _CHECK
+        check.require(isinstance(self.model, str) and bool(self.model), "model", self.model,
+                      f"{DEFAULT_MODEL!r}, a model folder, a .gguf file or one of "
+                      f"{list(RANDOM_SHAPES)}")
+        check.one_of("dtype", self.dtype, DTYPES)
+        check.require(isinstance(self.device, str) and (self.device in ("auto", "cpu", "cuda")
+                                                        or self.device.startswith("cuda:")),
+                      "device", self.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
+        check.number("block_size", self.block_size, minimum=1, maximum=1024, integer=True)
         sizes = [k for k in ("num_blocks", "kv_cache_tokens", "kv_cache_fraction")
                  if getattr(self, k) is not None]
-        _check(len(sizes) <= 1, sizes[-1] if sizes else "num_blocks", sizes,
-               "at most one of num_blocks, kv_cache_tokens, kv_cache_fraction")
-        _check(self.num_blocks is None or (_is_int(self.num_blocks) and self.num_blocks >= 1),
-               "num_blocks", self.num_blocks, "an integer >= 1")
-        _check(self.kv_cache_tokens is None
-               or (_is_int(self.kv_cache_tokens) and self.kv_cache_tokens >= self.block_size),
-               "kv_cache_tokens", self.kv_cache_tokens, "an integer >= block_size")
-        _check(self.kv_cache_fraction is None
-               or (isinstance(self.kv_cache_fraction, (int, float))
-                   and not isinstance(self.kv_cache_fraction, bool)
-                   and 0.0 < self.kv_cache_fraction <= 0.95),
-               "kv_cache_fraction", self.kv_cache_fraction, "a number in (0, 0.95]")
-        _check(_is_int(self.max_batch_tokens) and self.max_batch_tokens >= 1, "max_batch_tokens",
-               self.max_batch_tokens, "an integer >= 1")
-        _check(_is_int(self.max_num_seqs) and self.max_num_seqs >= 1, "max_num_seqs",
-               self.max_num_seqs, "an integer >= 1")
-        _check(self.max_context_len is None
-               or (_is_int(self.max_context_len) and self.max_context_len >= 2),
-               "max_context_len", self.max_context_len, "an integer >= 2")
-        _check(self.attention_backend in ATTENTION_BACKENDS, "attention_backend",
-               self.attention_backend, f"one of {list(ATTENTION_BACKENDS)}")
-        _check(_is_int(self.shared_prefix_min_tokens) and self.shared_prefix_min_tokens >= 1,
-               "shared_prefix_min_tokens", self.shared_prefix_min_tokens, "an integer >= 1")
-        _check(_is_int(self.shared_prefix_min_group) and self.shared_prefix_min_group >= 2,
-               "shared_prefix_min_group", self.shared_prefix_min_group, "an integer >= 2")
-        _check(isinstance(self.cuda_graphs, bool), "cuda_graphs", self.cuda_graphs,
-               "true or false")
-        _check(_is_int(self.cuda_graph_max_batch) and 1 <= self.cuda_graph_max_batch <= 1024,
-               "cuda_graph_max_batch", self.cuda_graph_max_batch, "an integer in [1, 1024]")
-        _check(isinstance(self.fused_ops, bool), "fused_ops", self.fused_ops, "true or false")
-        _check(isinstance(self.warmup, bool), "warmup", self.warmup, "true or false")
-        _check(self.tokenizer is None or (isinstance(self.tokenizer, str) and self.tokenizer),
-               "tokenizer", self.tokenizer, "null, 'smollm2' or a tokenizer folder")
-        _check(_is_int(self.seed) and self.seed >= 0, "seed", self.seed, "an integer >= 0")
-        _check(self.num_threads is None or (_is_int(self.num_threads) and self.num_threads >= 1),
-               "num_threads", self.num_threads, "null or an integer >= 1")
-        _check(self.cache_dir is None or (isinstance(self.cache_dir, str) and self.cache_dir),
-               "cache_dir", self.cache_dir, "null or a folder path")
+        check.require(len(sizes) <= 1, sizes[-1] if sizes else "num_blocks", sizes,
+                      "at most one of num_blocks, kv_cache_tokens, kv_cache_fraction")
+        check.positive_int("num_blocks", self.num_blocks, optional=True)
+        check.number("kv_cache_tokens", self.kv_cache_tokens, minimum=self.block_size,
+                     integer=True, optional=True)
+        if self.kv_cache_fraction is not None:
+            check.fraction("kv_cache_fraction", self.kv_cache_fraction, maximum=0.95)
+        for key in ("max_batch_tokens", "max_num_seqs", "shared_prefix_min_tokens"):
+            check.positive_int(key, getattr(self, key))
+        check.number("max_context_len", self.max_context_len, minimum=2, integer=True,
+                     optional=True)
+        check.one_of("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
+        check.number("shared_prefix_min_group", self.shared_prefix_min_group, minimum=2,
+                     integer=True)
+        for key in ("cuda_graphs", "fused_ops", "warmup"):
+            check.boolean(key, getattr(self, key))
+        check.number("cuda_graph_max_batch", self.cuda_graph_max_batch, minimum=1, maximum=1024,
+                     integer=True)
+        check.require(self.tokenizer is None or (isinstance(self.tokenizer, str)
+                                                 and bool(self.tokenizer)),
+                      "tokenizer", self.tokenizer, "null, 'smollm2' or a tokenizer folder")
+        check.number("seed", self.seed, minimum=0, integer=True)
+        check.positive_int("num_threads", self.num_threads, optional=True)
+        check.require(self.cache_dir is None or (isinstance(self.cache_dir, str)
+                                                 and bool(self.cache_dir)),
+                      "cache_dir", self.cache_dir, "null or a folder path")
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any] | None) -> BuiltinEngineConfig:
         """Parse an engine's YAML mapping; unknown keys raise BuiltinConfigError."""
         if params is None:
             return cls()
-        if not isinstance(params, Mapping):
-            raise BuiltinConfigError(
-                f"builtin engine params must be a mapping, got {type(params).__name__}")
-        known = {f.name for f in fields(cls)}
-        kwargs: dict[str, Any] = {}
-        for key, value in params.items():
-            name = _ALIASES.get(key, key)
-            if name not in known:
-                raise BuiltinConfigError(
-                    f"unknown builtin engine key {key!r}; allowed: {sorted(known)}")
-            kwargs[name] = value
-        return cls(**kwargs)
+        params = _CHECK.mapping("", params)
+        _CHECK.keys(params, {f.name for f in fields(cls)} | set(_ALIASES))
+        return cls(**{_ALIASES.get(key, key): value for key, value in params.items()})
 
     @property
     def is_random_shape(self) -> bool:
@@ -150,12 +133,3 @@ def default_cache_dir() -> Path:
     if env:
         return Path(env).expanduser()
     return Path.home() / ".cache" / "parrot" / "models"
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check(ok: bool, name: str, value: Any, allowed: str) -> None:
-    if not ok:
-        raise BuiltinConfigError(f"invalid builtin engine {name}={value!r}: must be {allowed}")

@@ -8,9 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from parrot.errors import ConfigError
+from parrot.validation import Checks, is_int
 
-class WorkloadConfigError(ValueError):
+
+class WorkloadConfigError(ConfigError):
     """A workload parameter is out of range; the message names it and what is allowed."""
+
+
+_CHECK = Checks("", WorkloadConfigError)
 
 
 @dataclass(frozen=True)
@@ -38,26 +44,18 @@ class WorkloadSpec:
     def __post_init__(self) -> None:
         for key in ("doc_tokens", "chunk_tokens", "output_tokens", "num_apps", "num_clients",
                     "num_requests", "system_prompt_tokens", "rounds"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise WorkloadConfigError(f"{key}: {value!r} is not valid; allowed: integer >= 1")
-        if self.chunk_tokens > self.doc_tokens:
-            raise WorkloadConfigError(f"chunk_tokens: {self.chunk_tokens} is larger than "
-                                      f"doc_tokens ({self.doc_tokens})")
-        for key, unit in (("chat_rate", "requests per second"), ("max_chat_s", "seconds")):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise WorkloadConfigError(f"{key}: {value!r} is not valid; allowed: "
-                                          f"number >= 0 ({unit})")
-        for key in ("request_rate", "prompt_scale"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise WorkloadConfigError(f"{key}: {value!r} is not valid; allowed: number > 0")
+            _CHECK.positive_int(key, getattr(self, key))
+        _CHECK.require(self.chunk_tokens <= self.doc_tokens, "chunk_tokens", self.chunk_tokens,
+                       f"at most doc_tokens ({self.doc_tokens})")
+        _CHECK.number("chat_rate", self.chat_rate, minimum=0)  # requests per second
+        _CHECK.number("max_chat_s", self.max_chat_s, minimum=0)
+        _CHECK.positive("request_rate", self.request_rate)
+        _CHECK.positive("prompt_scale", self.prompt_scale)
         for key in ("chat_prompt_tokens", "chat_output_tokens"):
-            low, high = getattr(self, key)
-            if not (isinstance(low, int) and isinstance(high, int) and 1 <= low <= high):
-                raise WorkloadConfigError(f"{key}: {(low, high)!r} is not valid; allowed: "
-                                          "two integers 1 <= low <= high")
+            value = getattr(self, key)
+            _CHECK.require(isinstance(value, (tuple, list)) and len(value) == 2
+                           and all(map(is_int, value)) and 1 <= value[0] <= value[1], key, value,
+                           "two integers 1 <= low <= high")
 
     @property
     def num_chunks(self) -> int:

@@ -1,35 +1,17 @@
-"""The reference-counted block allocator and fork/release of block tables."""
+"""Fork/release of block tables over the shared block allocator."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
 
-import pytest
-
-from parrot.engines.builtin.block_manager import BlockAllocator, BlockManager
+from parrot.engines.builtin.block_manager import BlockManager
 
 
 @dataclass
 class Seq:
     block_table: list[int] = field(default_factory=list)
     num_computed: int = 0
-
-
-def test_allocator_check_act_and_double_free():
-    alloc = BlockAllocator(4)
-    assert alloc.can_allocate(4) and not alloc.can_allocate(5)
-    blocks = alloc.allocate(3)
-    assert (blocks, alloc.num_free_blocks, alloc.num_used_blocks) == ([0, 1, 2], 1, 3)
-    alloc.incref(1)
-    alloc.decref(1)
-    alloc.decref(1)
-    assert alloc.num_free_blocks == 2
-    with pytest.raises(AssertionError, match="double free"):
-        alloc.decref(1)
-    with pytest.raises(AssertionError):
-        alloc.allocate(3)
-    alloc.check_invariants()
 
 
 def test_fork_shares_full_blocks_and_copies_the_partial_one():

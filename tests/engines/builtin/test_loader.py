@@ -32,7 +32,8 @@ async def test_create_engine_from_yaml_mapping():
 
 
 def test_create_engine_rejects_bad_params_before_loading():
-    with pytest.raises(BuiltinConfigError, match="unknown builtin engine key 'num_block'"):
+    with pytest.raises(BuiltinConfigError,
+                       match=r"builtin engine: unknown key\(s\) \['num_block'\]"):
         create_engine("t1", {"model": "tiny", "num_block": 3})
     with pytest.raises(FileNotFoundError, match="neither 'smollm2', a random shape"):
         create_engine("t2", {"model": "/no/such/model"})
