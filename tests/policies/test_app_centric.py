@@ -223,10 +223,26 @@ def test_isolation_can_be_switched_off():
 
 def test_engine_serving_latency_calls_is_held_to_latency_capacity():
     engines = [make_engine("lat", tokens=2000, lat=1),
-               make_engine("thr", tokens=30000, thr=1)]      # no room for 3000 more
+               make_engine("thr", tokens=27000, thr=1)]      # room for 5768 more
     assert schedule([make_call("small", criterion=THR, tokens=2000)], engines) == {
         "small": "lat"}
-    assert schedule([make_call("big", criterion=THR, tokens=3000)], engines) == {}
+    # 3000 more would take "lat" past its latency capacity (4096): the slower "thr" instead.
+    assert schedule([make_call("big", criterion=THR, tokens=3000)], engines) == {"big": "thr"}
+
+
+def test_throughput_work_joins_latency_engines_when_latency_free_engines_are_full():
+    # "thr" (the only engine free of latency calls) has room for 2768 tokens; the ready
+    # throughput work needs 3000. Holding it to the latency capacity on "lat" would only queue
+    # it while "lat" has room, so it fills "lat" up to the throughput capacity.
+    engines = [make_engine("lat", tokens=2000, lat=1),
+               make_engine("thr", tokens=30000, thr=1)]
+    assert schedule([make_call("big", criterion=THR, tokens=3000)], engines) == {"big": "lat"}
+    # The ready work counts, not each call alone: 3 x 1400 tokens do not fit "thr" (one call
+    # would), so all three run, "lat" past its latency capacity (2000 + 2 x 1400 > 4096).
+    trio = [make_call(f"t{i}", criterion=THR, tokens=1400, seq=i) for i in range(3)]
+    assert sorted(schedule(trio, engines).values()) == ["lat", "lat", "thr"]
+    # Latency calls keep to the latency capacity whatever the throughput work does.
+    assert schedule([make_call("chat", criterion=LAT, tokens=3000)], engines) == {}
 
 
 def test_when_every_engine_serves_latency_throughput_fills_to_throughput_capacity():

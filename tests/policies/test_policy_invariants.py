@@ -69,8 +69,12 @@ def test_app_centric_respects_capacities(cluster):
             c.criterion is Criterion.LATENCY or (c.criterion is None and c.task_group is None)
             for c in mine)
         # Throughput calls are held to the latency cap of a latency engine only where some
-        # engine serves no latency call (isolation is possible at all).
-        isolates = any(e.is_healthy and e.num_latency_calls == 0 for e in engines)
+        # engine serves no latency call and those engines have room for the ready throughput
+        # work (else isolation would only queue it).
+        latency_free = [e for e in engines if e.is_healthy and e.num_latency_calls == 0]
+        need = sum(c.num_tokens for c in calls if c.criterion is Criterion.THROUGHPUT)
+        room = sum(max(0, e.throughput_capacity - e.num_tokens_in_use) for e in latency_free)
+        isolates = bool(latency_free) and need <= room
         latency = [c.criterion is Criterion.LATENCY or c.criterion is None for c in mine]
         latency_bound = (all(latency) if not isolates
                          else any(latency) or engine.num_latency_calls > 0)
