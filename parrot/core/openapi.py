@@ -2,8 +2,9 @@
 
 The wire API's bodies and replies are the classes of `parrot.wire_types` (the same ones the
 frontend builds and the manager parses); the OpenAI routes' bodies are the parser classes of
-`openai_requests` and their replies the shapes of `api_shapes`. The route list is `OPERATIONS`; tests/core/test_openapi.py checks it against the live routes (every
-route documented, nothing documented that does not exist) and validates live replies.
+`openai_requests` and their replies the shapes of `api_shapes`. The route list is
+`OPERATIONS`; tests/core/test_openapi.py checks it against the live routes (every route
+documented, nothing documented that does not exist) and validates live replies.
 """
 
 from __future__ import annotations

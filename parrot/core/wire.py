@@ -54,7 +54,7 @@ class WireAPI:
         self.admission = Admission(config.max_active_calls, config.max_active_calls_per_session,
                                    config.retry_after_s)
         self.is_draining = False  # set on shutdown: no new sessions or calls
-        self._routes: list[tuple[str, re.Pattern, Route]] = [
+        self._routes: list[tuple[str, re.Pattern[str], Route]] = [
             ("GET", re.compile(r"/healthz"), self.healthz),
             ("POST", re.compile(r"/v1/sessions"), self.create_session),
             ("DELETE", re.compile(r"/v1/sessions/(?P<sid>[^/]+)"), self.delete_session),
@@ -159,9 +159,9 @@ class WireAPI:
 
     @staticmethod
     def _submit_reply(call: Call) -> SubmitReply:
-        return SubmitReply(call.call_id, tuple(
-            PlaceholderBinding(b.name, b.var_id)
-            for b in (*call.inputs.values(), *call.outputs.values())))
+        inputs = [PlaceholderBinding(b.name, b.var_id) for b in call.inputs.values()]
+        outputs = [PlaceholderBinding(b.name, b.var_id) for b in call.outputs.values()]
+        return SubmitReply(call.call_id, (*inputs, *outputs))
 
     async def submit_batch(self, match: re.Match[str], body: RawBody,
                            token: str | None) -> BatchReply:

@@ -104,7 +104,7 @@ class SemanticFunction:
         return outputs[0] if len(outputs) == 1 else outputs
 
 
-def semantic_function(fn: Callable | None = None, *, prompt: str | None = None,
+def semantic_function(fn: Callable[..., Any] | None = None, *, prompt: str | None = None,
                       outputs: Mapping[str, Mapping[str, Any]] | None = None,
                       transforms: Mapping[str, list[Any]] | None = None,
                       chat: bool = False, system: str | None = None,
@@ -121,7 +121,7 @@ def semantic_function(fn: Callable | None = None, *, prompt: str | None = None,
     name = sampling.pop("name", None)
     params = SamplingParams.from_json(sampling)
 
-    def build(func: Callable | None) -> SemanticFunction:
+    def build(func: Callable[..., Any] | None) -> SemanticFunction:
         source = prompt if prompt is not None else inspect.getdoc(func) if func else None
         if not source:
             raise InvalidRequestError("a semantic function needs a prompt (docstring or prompt=)")

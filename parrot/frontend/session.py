@@ -74,10 +74,10 @@ class Session:
         self.credentials: SessionCredentials | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._owns_loop = False
-        self._last_submit: asyncio.Future | None = None
+        self._last_submit: asyncio.Future[Any] | None = None
         self._batch: list[_PendingCall] = []
-        self._tasks: list[asyncio.Future] = []
-        self._token: contextvars.Token | None = None
+        self._tasks: list[asyncio.Future[Any]] = []
+        self._token: contextvars.Token[Session] | None = None
 
     # --- context management ---------------------------------------------------------------
 
@@ -242,7 +242,7 @@ class Session:
                 values[name] = apply_transforms(transforms, values[name])
         # Outputs stay placeholders: the service generates them.
         rendered = fn.template.render(
-            {**values, **{name: "{{output:%s}}" % name for name in fn.template.output_names}})
+            {**values, **{name: "{{output:" + name + "}}" for name in fn.template.output_names}})
         placeholders = fn.output_placeholders()
         # One blocking completion per call (`wait`): the reply carries the generated values.
         try:
@@ -253,7 +253,7 @@ class Session:
             for var in outputs:
                 var._fail(exc)
             raise
-        ids, values = reply.var_ids(), reply.values or {}
+        ids, values = reply.var_ids(), dict(reply.values or {})
         for var in outputs:
             var._known(values[var.name])
             var._resolve(ids[var.name])

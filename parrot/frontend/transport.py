@@ -2,10 +2,12 @@
 
 Both carry the typed messages of `parrot.wire_types` as their JSON form (`to_wire()` on the way
 out, `from_wire()` of the reply's type on the way back), so the in-process transport exercises
-the same request parsing as the HTTP server and a reply that drifts from its type fails here. An optional `delay` emulates the client↔service network: every
-message pays a round trip of `delay()` seconds on the loop clock (the paper's 200–300 ms
-setting), half on the way to the service and half on the way back — so a long-polling `get`
-pays its return leg after the value exists, as over a real network.
+the same request parsing as the HTTP server and a reply that drifts from its type fails here.
+
+An optional `delay` emulates the client↔service network: every message pays a round trip of
+`delay()` seconds on the loop clock (the paper's 200–300 ms setting), half on the way to the
+service and half on the way back — so a long-polling `get` pays its return leg after the value
+exists, as over a real network.
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ class Transport(ABC):
     def _stream(self, path: str, query: dict[str, str], token: str | None) -> AsyncIterator[Json]:
         raise InvalidRequestError(f"{type(self).__name__} cannot stream")
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:  # noqa: B027 - a hook: only a connection pool needs it
+        """Release what the transport holds (HTTP: its connection pool)."""
 
 
 class HttpTransport(Transport):
@@ -169,7 +172,8 @@ class InProcessTransport(Transport):
         # manager parses exactly what an HTTP body would hold.
         raw = json.loads(json.dumps(body)) if body is not None else None
         reply = await self._api.handle(method, path, raw, token)
-        return json.loads(json.dumps(reply.to_wire()))  # the one serialisation, in-process
+        wire: Json = json.loads(json.dumps(reply.to_wire()))  # the one serialisation here
+        return wire
 
     async def _stream(self, path: str, query: dict[str, str],
                       token: str | None) -> AsyncIterator[Json]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from parrot.types import Criterion
 from parrot.wire_types import ErrorReply, GetRequest, SetVariableRequest, Value, VariableId
@@ -32,8 +32,8 @@ class SemanticVariable:
         ident = self._id.result() if self._id.done() and not self._id.exception() else "pending"
         return f"SemanticVariable({self.name!r}, {ident})"
 
-    def _bind(self, creation: asyncio.Future) -> None:
-        def done(task: asyncio.Future) -> None:
+    def _bind(self, creation: asyncio.Future[str]) -> None:
+        def done(task: asyncio.Future[str]) -> None:
             if task.cancelled() or task.exception() is not None:
                 self._fail(task.exception() or asyncio.CancelledError())
             else:
@@ -95,7 +95,8 @@ class SemanticVariable:
 
     def get(self, perf: Criterion | str = Criterion.LATENCY, timeout: float | None = None) -> str:
         """Blocking get, for `with parrot.Session(...)` (synchronous) sessions."""
-        return self.session.run(self.aget(perf, timeout))
+        value: str = self.session.run(self.aget(perf, timeout))
+        return value
 
     async def aset(self, value: str) -> None:
         await self.session.request("POST", f"/v1/variables/{await self.aid()}", VariableId,

@@ -12,7 +12,6 @@ from parrot.errors import InvalidRequestError, TemplateSyntaxError
 from parrot.sampling import SamplingParams
 from parrot.template import parse_template
 from parrot.transforms import MAX_TRANSFORMS, Transform
-from parrot.types import Criterion
 from parrot.wire_types.service import ErrorReply
 from parrot.wire_types.codec import (Json, JsonObject, WireMessage, check, check_session_id,
                                      check_value, decode)

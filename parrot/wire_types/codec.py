@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections.abc
 import dataclasses
 import enum
-import functools
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -173,9 +172,14 @@ def _sampling(data: object, path: str) -> SamplingParams:
     return SamplingParams.from_json(data)
 
 
-@functools.cache
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    """The resolved field types of a class (resolved once: they are read on every parse)."""
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
 
 
 def _kind(data: object) -> str:

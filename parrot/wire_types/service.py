@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from parrot.errors import InvalidRequestError, ParrotError, error_from_wire
+from parrot.errors import ParrotError, error_from_wire
 from parrot.types import Criterion
 from parrot.wire_types.codec import WireMessage, check, check_session_id, check_value
 
