@@ -48,11 +48,11 @@ class WireMessage:
 
     def to_wire(self) -> JsonObject:
         out: JsonObject = {}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            if value is None and f.default is None:
+        for name, omit_none in _layout(type(self)).encoded:
+            value = getattr(self, name)
+            if value is None and omit_none:
                 continue
-            out[f.name] = encode(value)
+            out[name] = encode(value)
         return out
 
     @classmethod
@@ -62,17 +62,16 @@ class WireMessage:
         path = path or cls.WIRE_NAME or cls.__name__
         if not isinstance(data, Mapping):
             raise InvalidRequestError(f"{path} must be a JSON object, got {_kind(data)}")
-        fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
-        unknown = sorted(str(k) for k in set(data) - set(fields))
-        if unknown and strict:
+        layout = _layout(cls)
+        if strict and not layout.names.issuperset(data):
+            unknown = sorted(str(k) for k in set(data) - layout.names)
             raise InvalidRequestError(f"{path}: unknown field(s) {unknown}; allowed: "
-                                      f"{sorted(fields)}")
-        hints = _hints(cls)
+                                      f"{sorted(layout.names)}")
         kwargs: dict[str, Any] = {}
-        for name, f in fields.items():
+        for name, decoder, required in layout.decoded:
             if name in data:
-                kwargs[name] = decode(hints[name], data[name], f"{path}.{name}", strict)
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                kwargs[name] = decoder(data[name], f"{path}.{name}", strict)
+            elif required:
                 raise InvalidRequestError(f"{path}.{name} is required")
         try:
             return cls(**kwargs)
@@ -99,87 +98,145 @@ def encode(value: Any) -> Json:
 
 def decode(tp: Any, data: object, path: str, strict: bool = True) -> Any:
     """`data` (parsed JSON) as type `tp`, or InvalidRequestError naming `path`."""
+    return _decoder(tp)(data, path, strict)
+
+
+# --- decoders, built once per type (parsing is on every message's path) ---------------------------
+
+Decoder = Callable[[object, str, bool], Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    names: frozenset[str]                                # the init fields
+    decoded: tuple[tuple[str, Decoder, bool], ...]       # (name, decoder, required)
+    encoded: tuple[tuple[str, bool], ...]                # (name, left out when None)
+    literals: tuple[tuple[str, tuple[Any, ...]], ...]    # fields with a fixed value set
+
+
+_LAYOUTS: dict[type, _Layout] = {}
+_DECODERS: dict[Any, Decoder] = {}
+
+
+def _layout(cls: type) -> _Layout:
+    if cls not in _LAYOUTS:
+        hints = typing.get_type_hints(cls)
+        fields = [f for f in dataclasses.fields(cls) if f.init]
+        _LAYOUTS[cls] = _Layout(
+            frozenset(f.name for f in fields),
+            tuple((f.name, _decoder(hints[f.name]),
+                   f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+                  for f in fields),
+            tuple((f.name, f.default is None) for f in dataclasses.fields(cls)),
+            tuple((f.name, typing.get_args(hints[f.name])) for f in fields
+                  if typing.get_origin(hints[f.name]) is typing.Literal))
+    return _LAYOUTS[cls]
+
+
+def _decoder(tp: Any) -> Decoder:
+    if tp not in _DECODERS:
+        _DECODERS[tp] = _build_decoder(tp)
+    return _DECODERS[tp]
+
+
+def _build_decoder(tp: Any) -> Decoder:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp in FOREIGN:
-        return FOREIGN[tp][1](data, path)
+        parse = FOREIGN[tp][1]
+        return lambda data, path, strict: parse(data, path)
     if isinstance(tp, type) and issubclass(tp, WireMessage):
-        return tp.from_wire(data, path, strict=strict)
+        return lambda data, path, strict: tp.from_wire(data, path, strict=strict)
     if origin in (typing.Union, types.UnionType):
-        return _decode_union(args, data, path, strict)
+        return _union_decoder(args)
     if origin is typing.Literal:
-        if data not in args or isinstance(data, bool) != isinstance(args[0], bool):
-            raise _bad(path, f"one of {list(args)}", data)
-        return data
+        def literal(data: object, path: str, strict: bool) -> Any:
+            if data not in args or isinstance(data, bool) != isinstance(args[0], bool):
+                raise _bad(path, f"one of {list(args)}", data)
+            return data
+        return literal
     if origin in (tuple, collections.abc.Sequence):
-        if not isinstance(data, list):
-            raise _bad(path, "a list", data)
-        return tuple(decode(args[0], item, f"{path}[{i}]", strict) for i, item in enumerate(data))
+        item = _decoder(args[0])
+
+        def sequence(data: object, path: str, strict: bool) -> Any:
+            if not isinstance(data, list):
+                raise _bad(path, "a list", data)
+            return tuple(item(x, f"{path}[{i}]", strict) for i, x in enumerate(data))
+        return sequence
     if origin in (dict, collections.abc.Mapping):
-        if not isinstance(data, Mapping):
-            raise _bad(path, "an object", data)
-        return {key: decode(args[1], value, f"{path}.{key}", strict)
-                for key, value in data.items()}
+        value = _decoder(args[1])
+
+        def mapping(data: object, path: str, strict: bool) -> Any:
+            if not isinstance(data, Mapping):
+                raise _bad(path, "an object", data)
+            return {k: value(v, f"{path}.{k}", strict) for k, v in data.items()}
+        return mapping
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        try:
-            return tp(data)
-        except ValueError:
-            raise _bad(path, f"one of {[m.value for m in tp]}", data) from None
-    return _decode_scalar(tp, data, path)
+        def member(data: object, path: str, strict: bool) -> Any:
+            try:
+                return tp(data)
+            except ValueError:
+                raise _bad(path, f"one of {[m.value for m in tp]}", data) from None
+        return member
+    return _scalar_decoder(tp)
 
 
-def _decode_scalar(tp: Any, data: object, path: str) -> Any:
-    if tp is type(None):
-        if data is not None:
-            raise _bad(path, "null", data)
-        return None
-    if tp is bool:
-        if not isinstance(data, bool):
-            raise _bad(path, "a boolean", data)
-        return data
-    if tp is int:  # bool is an int in Python: `true` must not pass for 1
-        if not isinstance(data, int) or isinstance(data, bool):
-            raise _bad(path, "an integer", data)
-        return data
-    if tp is float:
-        if not isinstance(data, (int, float)) or isinstance(data, bool):
-            raise _bad(path, "a number", data)
-        return float(data)
-    if tp is str:
-        if not isinstance(data, str):
-            raise _bad(path, "a string", data)
-        return data
-    raise TypeError(f"{path}: no wire form for {tp!r}")
+def _scalar_decoder(tp: Any) -> Decoder:
+    # bool is an int in Python: `true` must not pass for 1 (nor 1 for a boolean).
+    checks: dict[Any, tuple[Callable[[object], bool], str]] = {
+        type(None): (lambda d: d is None, "null"),
+        bool: (lambda d: isinstance(d, bool), "a boolean"),
+        int: (lambda d: isinstance(d, int) and not isinstance(d, bool), "an integer"),
+        float: (lambda d: isinstance(d, (int, float)) and not isinstance(d, bool), "a number"),
+        str: (lambda d: isinstance(d, str), "a string"),
+    }
+    if tp not in checks:  # e.g. RejectedCall: parsed by its message's own from_wire
+        def unreadable(data: object, path: str, strict: bool) -> Any:
+            raise TypeError(f"{path}: no wire form for {tp!r}")
+        return unreadable
+    ok, expected = checks[tp]
+
+    def scalar(data: object, path: str, strict: bool) -> Any:
+        if not ok(data):
+            raise _bad(path, expected, data)
+        return float(data) if tp is float else data  # type: ignore[arg-type]
+    return scalar
 
 
-def _decode_union(args: tuple[Any, ...], data: object, path: str, strict: bool) -> Any:
-    if data is None and type(None) in args:
-        return None
+def _union_decoder(args: tuple[Any, ...]) -> Decoder:
+    nullable = type(None) in args
     options = [a for a in args if a is not type(None)]
-    if len(options) == 1:
-        return decode(options[0], data, path, strict)
-    errors = []
-    for option in options:  # e.g. SubmitReply | ErrorReply: the first that parses
-        try:
-            return decode(option, data, path, strict)
-        except InvalidRequestError as exc:
-            errors.append(str(exc))
-    raise InvalidRequestError(f"{path} matches none of its forms: {'; '.join(errors)}")
+    decoders = [_decoder(a) for a in options]
+
+    def union(data: object, path: str, strict: bool) -> Any:
+        if data is None and nullable:
+            return None
+        if len(decoders) == 1:
+            return decoders[0](data, path, strict)
+        errors = []
+        for option, decoder in zip(options, decoders):  # e.g. SubmitReply | ErrorReply
+            if not _may_be(option, data):
+                continue
+            try:
+                return decoder(data, path, strict)
+            except InvalidRequestError as exc:
+                errors.append(str(exc))
+        raise InvalidRequestError(f"{path} matches none of its forms: {'; '.join(errors)}")
+    return union
+
+
+def _may_be(option: Any, data: object) -> bool:
+    """Whether `data` can be an `option` of a union by its fixed-value fields (a call node's
+    `kind: "call"`): cheaper than a failed parse."""
+    if not (isinstance(option, type) and issubclass(option, WireMessage)
+            and isinstance(data, Mapping)):
+        return True
+    return all(data.get(name) in values for name, values in _layout(option).literals)
 
 
 def _sampling(data: object, path: str) -> SamplingParams:
     if not isinstance(data, Mapping):
         raise _bad(path, "an object", data)
     return SamplingParams.from_json(data)
-
-
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    """The resolved field types of a class (resolved once: they are read on every parse)."""
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
 
 
 def _kind(data: object) -> str:
