@@ -1,5 +1,5 @@
-"""The wire API's messages about calls and variables: submit (and its placeholders, per-output
-sampling, chat), submit_batch with refs, variables, get."""
+"""The wire API's messages about calls: submit (its placeholders, per-output sampling, chat,
+stream) and submit_batch with refs, and their replies."""
 
 from __future__ import annotations
 
@@ -95,15 +95,15 @@ class PlaceholderSpec(WireMessage):
         check(bool(self.name), "'name' must be a non-empty string")
         check_value(self.value)
         check(len(self.transforms) <= MAX_TRANSFORMS,
-               f"{where}: transforms must be a list of at most {MAX_TRANSFORMS} items")
+              f"{where}: transforms must be a list of at most {MAX_TRANSFORMS} items")
         if self.is_output:
             check(self.value is None and self.ref is None,
-                   f"{where}: an output cannot have a 'value' or a 'ref'")
+                  f"{where}: an output cannot have a 'value' or a 'ref'")
         else:
             bound = (self.semantic_var_id, self.value, self.ref)
             check(sum(b is not None for b in bound) == 1,
-                   f"{where}: an input needs exactly one of 'semantic_var_id' and 'value'"
-                   " (or 'ref' in a batch)")
+                  f"{where}: an input needs exactly one of 'semantic_var_id' and 'value'"
+                  " (or 'ref' in a batch)")
             check(self.sampling is None, f"{where}: 'sampling' is an object, on outputs only")
 
     @property
@@ -121,7 +121,7 @@ class _CallChecks:
 
     def _check_call(self) -> None:
         check(len(self.placeholders) <= MAX_PLACEHOLDERS,
-               f"'placeholders' must be a list of at most {MAX_PLACEHOLDERS} objects")
+              f"'placeholders' must be a list of at most {MAX_PLACEHOLDERS} objects")
         names = [p.name for p in self.placeholders]
         dupes = sorted({n for n in names if names.count(n) > 1})
         check(not dupes, f"placeholder(s) {dupes} given more than once")
@@ -212,7 +212,7 @@ class SubmitBatchRequest(WireMessage):
     def __post_init__(self) -> None:
         check_session_id(self.session_id)
         check(1 <= len(self.calls) <= MAX_BATCH_CALLS,
-               f"'calls' must be a list of 1 to {MAX_BATCH_CALLS} submit objects")
+              f"'calls' must be a list of 1 to {MAX_BATCH_CALLS} submit objects")
         for index, call in enumerate(self.calls):
             if isinstance(call, BatchCall):
                 _check_refs(call, index)
@@ -254,9 +254,9 @@ class SubmitBatchRequest(WireMessage):
 def _check_refs(call: BatchCall, index: int) -> None:
     for spec in call.placeholders:
         if spec.ref is not None:
-            check(spec.ref.call < index, f"calls[{index}]: 'ref' must be {{call: <index of an "
-                                          f"earlier call>, output: <name>}}, got call "
-                                         f"{spec.ref.call}")
+            check(spec.ref.call < index,
+                  f"calls[{index}]: 'ref' must be {{call: <index of an earlier call>, "
+                  f"output: <name>}}, got call {spec.ref.call}")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The wire API's service-side messages: errors, sessions, health, engines, stats, the graph."""
+"""The wire API's other messages: errors, sessions, health, variables and get, engines, stats,
+the session graph."""
 
 from __future__ import annotations
 
@@ -227,7 +228,7 @@ class GetRequest(WireMessage):
     def __post_init__(self) -> None:
         check_session_id(self.session_id)
         check(self.timeout is None or self.timeout > 0,
-               f"'timeout' must be a positive number, got {self.timeout!r}")
+              f"'timeout' must be a positive number, got {self.timeout!r}")
 
 
 @dataclass(frozen=True)
