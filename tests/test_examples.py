@@ -29,8 +29,8 @@ async def test_chain_summary(url):
         summary = await chain_summary(chunks, max_tokens=5)
         graph = await session.graph()
     assert len(summary) == 5 * 4
-    calls = [n for n in graph["nodes"] if n["kind"] == "call"]
-    assert [c["state"] for c in calls] == ["done"] * 3
+    calls = [n for n in graph.nodes if n.kind == "call"]
+    assert [c.state for c in calls] == ["done"] * 3
 
 
 async def test_map_reduce_summary_groups_the_maps(url):
@@ -39,13 +39,13 @@ async def test_map_reduce_summary_groups_the_maps(url):
         summary = await map_reduce_summary(chunks, max_tokens=3)
         graph = await session.graph()
     assert len(summary) == 12
-    calls = [n for n in graph["nodes"] if n["kind"] == "call"]
-    maps = [c for c in calls if "Summarize" in c["prompt"]]
-    reduce_ = [c for c in calls if "Combine" in c["prompt"]]
+    calls = [n for n in graph.nodes if n.kind == "call"]
+    maps = [c for c in calls if "Summarize" in c.prompt]
+    reduce_ = [c for c in calls if "Combine" in c.prompt]
     assert len(maps) == 4 and len(reduce_) == 1
-    assert {c["criterion"] for c in maps} == {"throughput"}
-    assert len({c["task_group"] for c in maps}) == 1 and maps[0]["task_group"] is not None
-    assert reduce_[0]["criterion"] == "latency" and reduce_[0]["task_group"] is None
+    assert {c.criterion for c in maps} == {"throughput"}
+    assert len({c.task_group for c in maps}) == 1 and maps[0].task_group is not None
+    assert reduce_[0].criterion == "latency" and reduce_[0].task_group is None
 
 
 async def test_multi_output(url):

@@ -1,4 +1,5 @@
-"""The manager's HTTP server (aiohttp): JSON in, `WireAPI` route table, JSON out.
+"""The manager's HTTP server (aiohttp): JSON in, `WireAPI` route table, typed replies out as
+JSON (their `to_wire()`, here and only here for HTTP).
 
 Every answer that is not a 200 is JSON `{"error": {"type", "message"}}` — the wire API's own
 errors, aiohttp's (an unknown route of an added handler, a body over the limit) and even the
@@ -30,6 +31,7 @@ from parrot.core.json_body import parse_json_body
 from parrot.core.wire import WireAPI
 from parrot.errors import (ParrotError, PayloadTooLargeError,
                            RequestTimeoutError, TooManyRequestsError)
+from parrot.wire_types import ErrorDetail, ErrorReply, Health, JsonObject
 
 log = logging.getLogger(__name__)
 
@@ -41,16 +43,16 @@ _TYPE_OF_STATUS = {400: "InvalidRequestError", 401: "UnauthorizedError", 404: "N
                    413: "PayloadTooLargeError", 429: "TooManyRequestsError"}
 
 
-def error_body(status: int, message: str) -> dict[str, Any]:
+def error_body(status: int, message: str) -> JsonObject:
     kind = _TYPE_OF_STATUS.get(status, "InternalError" if status >= 500 else "HTTPError")
-    return {"error": {"type": kind, "message": message}}
+    return ErrorReply(ErrorDetail(kind, message)).to_wire()
 
 
 def error_response(exc: ParrotError) -> web.Response:
     headers = {}
     if isinstance(exc, TooManyRequestsError):
         headers["Retry-After"] = str(max(1, round(exc.retry_after_s)))
-    resp = web.json_response(exc.to_wire(), status=exc.status, headers=headers)
+    resp = web.json_response(ErrorReply.of(exc).to_wire(), status=exc.status, headers=headers)
     if isinstance(exc, RequestTimeoutError):
         resp.force_close()  # the rest of the body may still trickle in: drop the connection
     return resp
@@ -66,7 +68,7 @@ def bearer_token(request: web.Request) -> str | None:
     return token
 
 
-async def read_json(request: web.Request, max_body: int, timeout_s: float) -> Any:
+async def read_json(request: web.Request, max_body: int, timeout_s: float) -> object:
     if not request.can_read_body:
         return None
     try:
@@ -109,8 +111,8 @@ def create_app(api: WireAPI, setup: Sequence[AppSetup] = (),
     async def dispatch(request: web.Request) -> web.Response:
         body = await read_json(request, max_body, config.request_body_timeout_s)
         reply = await api.handle(request.method, request.path, body, bearer_token(request))
-        status = 503 if request.path == "/healthz" and reply["status"] != "ok" else 200
-        return web.json_response(reply, status=status)
+        status = 503 if isinstance(reply, Health) and reply.status != "ok" else 200
+        return web.json_response(reply.to_wire(), status=status)  # the one serialisation
 
     app = web.Application(client_max_size=max_body)
     for add in setup:

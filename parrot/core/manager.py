@@ -178,8 +178,7 @@ class Manager:
         checked = check_submit(session, request)  # every mistake is raised before any change
         template, specs = checked.template, checked.specs
         self.health.check_can_take({  # the engines' windows bound max_tokens up front
-            name: request.sampling.merged(specs[name].sampling if name in specs else None)
-            .max_tokens for name in template.output_names})
+            name: request.output_sampling(name).max_tokens for name in template.output_names})
         call_id = f"r-{secrets.token_hex(8)}"
         inputs: dict[str, InputBinding] = {}
         for name in template.input_names:
@@ -194,7 +193,7 @@ class Manager:
             spec = specs.get(name)
             var = checked.output_vars[name] or self.create_variable(session, name, None)
             outputs[name] = OutputBinding(
-                name, var.var_id, request.sampling.merged(spec.sampling if spec else None),
+                name, var.var_id, request.output_sampling(name),
                 spec.transforms if spec else (), stream=var.stream)
         call = Call(call_id, session.session_id, template, inputs, outputs,
                     arrival_seq=next(self._arrivals))

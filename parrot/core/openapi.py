@@ -1,9 +1,10 @@
 """`GET /openapi.json`: the OpenAPI 3.1 document of the manager's HTTP API, generated.
 
-Request bodies come from the parser classes (`SubmitRequest`, `GetRequest`,
-`CompletionBody`, `ChatCompletionBody`) and from `api_shapes`; replies from `api_shapes`. The
-route list is `OPERATIONS`; tests/core/test_openapi.py checks it against the live routes (every
-route documented, nothing documented that does not exist) and validates live replies.
+The wire API's bodies and replies are the classes of `parrot.wire_types` (the same ones the
+frontend builds and the manager parses); the OpenAI routes' bodies are the parser classes of
+`openai_requests` and their replies the shapes of `api_shapes`. The route list is
+`OPERATIONS`; tests/core/test_openapi.py checks it against the live routes (every route
+documented, nothing documented that does not exist) and validates live replies.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from typing import Any
 from aiohttp import web
 
 import parrot
+from parrot import wire_types as wt
 from parrot.core import api_shapes as shapes
 from parrot.core.openai_requests import ChatCompletionBody, CompletionBody
-from parrot.core.requests import GetRequest, SubmitRequest
 from parrot.core.schema import SchemaBuilder
 
 
@@ -34,34 +35,34 @@ class Operation:
 
 OPERATIONS: tuple[Operation, ...] = (
     Operation("GET", "/healthz", "health of the manager and its engines (503 when degraded)",
-              reply=shapes.Health),
+              reply=wt.Health),
     Operation("POST", "/v1/sessions", "open a session; the reply's token authorizes it",
-              reply=shapes.SessionCreated),
+              reply=wt.SessionCreated),
     Operation("DELETE", "/v1/sessions/{sid}", "delete a session (cancels its running calls)",
-              reply=shapes.SessionDeleted, auth="session"),
+              reply=wt.SessionDeleted, auth="session"),
     Operation("GET", "/v1/sessions/{sid}/graph", "the session DAG (node-link JSON)",
-              reply=shapes.Graph, auth="session"),
+              reply=wt.Graph, auth="session"),
     Operation("GET", "/v1/sessions/{sid}/stats", "the session's own counters",
-              reply=shapes.SessionStats, auth="session"),
+              reply=wt.SessionStats, auth="session"),
     Operation("POST", "/v1/submit", "submit one semantic-function call (a template and its "
               "placeholder bindings); with wait: true the reply carries the output values",
-              body=SubmitRequest, reply=shapes.SubmitReply, auth="session"),
+              body=wt.SubmitRequest, reply=wt.SubmitReply, auth="session"),
     Operation("POST", "/v1/submit_batch", "several submits in one message",
-              body=shapes.BatchBody, reply=shapes.BatchReply, auth="session"),
+              body=wt.SubmitBatchRequest, reply=wt.BatchReply, auth="session"),
     Operation("POST", "/v1/variables", "create a Semantic Variable (set now or later)",
-              body=shapes.CreateVariableBody, reply=shapes.VariableId, auth="session"),
+              body=wt.CreateVariableRequest, reply=wt.VariableId, auth="session"),
     Operation("POST", "/v1/variables/{vid}", "set a client-owned variable; releases its "
-              "consumers", body=shapes.SetVariableBody, reply=shapes.VariableId,
+              "consumers", body=wt.SetVariableRequest, reply=wt.VariableId,
               auth="session"),
     Operation("GET", "/v1/variables/{vid}/stream", "a variable's value as it is generated "
               "(query: session_id, criteria?): SSE `data: {text}` events, then [DONE]",
               auth="session", reply_kind="sse"),
     Operation("POST", "/v1/get", "wait for a variable's value; criteria seeds objective "
-              "deduction", body=GetRequest, reply=shapes.Value, auth="session"),
-    Operation("GET", "/v1/engines", "the registered engines", reply=shapes.Engines),
+              "deduction", body=wt.GetRequest, reply=wt.Value, auth="session"),
+    Operation("GET", "/v1/engines", "the registered engines", reply=wt.EngineList),
     Operation("POST", "/v1/engines", "register an engine process by URL",
-              body=shapes.RegisterEngineBody, reply=shapes.Registered, auth="admin"),
-    Operation("GET", "/v1/stats", "scheduler and engine counters", reply=shapes.Stats,
+              body=wt.RegisterEngineRequest, reply=wt.Registered, auth="admin"),
+    Operation("GET", "/v1/stats", "scheduler and engine counters", reply=wt.Stats,
               auth="admin"),
     Operation("GET", "/metrics", "Prometheus metrics (text exposition format)",
               reply_kind="text", auth="admin"),
@@ -109,20 +110,8 @@ def _operation(op: Operation, builder: SchemaBuilder) -> dict[str, Any]:
         out["parameters"] = [{"name": p, "in": "path", "required": True,
                               "schema": {"type": "string"}} for p in params]
     if op.body is not None:
-        if op.body is SubmitRequest:  # wait, stream, chat: read by the route, not the parser
-            schema = builder.object_schema(SubmitRequest, extra={
-                "wait": {"type": "boolean"},
-                "stream": {"description": "outputs that will be read as they are generated",
-                           "type": "array", "items": {"type": "string"}},
-                "chat": {"description": "render the prompt through the model's chat template "
-                                        "(text before an output = user turn)",
-                         "anyOf": [{"type": "boolean"}, {
-                             "type": "object", "additionalProperties": False,
-                             "properties": {"system": {"type": "string"}}}]}})
-        else:
-            schema = builder.ref(op.body)
         out["requestBody"] = {"required": True,
-                              "content": {"application/json": {"schema": schema}}}
+                              "content": {"application/json": {"schema": builder.ref(op.body)}}}
     if op.auth is not None:
         out["security"] = [{op.auth: []}]
     ok: dict[str, Any] = {"description": "success"}
@@ -137,7 +126,7 @@ def _operation(op: Operation, builder: SchemaBuilder) -> dict[str, Any]:
         ok["content"] = media
     else:
         ok["content"] = {"application/json": {"schema": {"type": "object"}}}
-    error = builder.ref(shapes.OpenAIError if op.openai else shapes.Error)
+    error = builder.ref(shapes.OpenAIError if op.openai else wt.ErrorReply)
     out["responses"] = {"200": ok, **{code: {"description": text, "content": {
         "application/json": {"schema": error}}} for code, text in _ERRORS.items()}}
     return out

@@ -1,7 +1,8 @@
 """JSON Schema (OpenAPI 3.1) from typed dataclasses, for /openapi.json.
 
 A dataclass becomes an object schema under `components/schemas` (its docstring the
-description); a field without a default (or with `metadata={"required": True}`) is required.
+description); a field without a default (or with `metadata={"required": True}`) is required;
+`metadata={"schema": T}` documents a field as type `T` (a parsed form that never travels).
 Types: str/int/float/bool/None, `X | Y`, `Literal`, `tuple[X, ...]`/`list[X]` (arrays),
 `Mapping`/`dict` (objects), enums (their values), nested dataclasses (`$ref`). A type whose wire
 form differs from its Python form names it in `WIRE_FORMS`.
@@ -17,10 +18,17 @@ import types
 import typing
 from typing import Any
 
+from parrot.sampling import SamplingParams
 from parrot.transforms import Transform
+from parrot.wire_types import ChatSpec, SamplingOverride
 
-# Types serialized differently from their fields (their `to_json`/parsers say how).
+# Types serialized differently from their fields (their `to_wire`/`to_json` say how).
 WIRE_FORMS: dict[type, dict[str, Any]] = {
+    ChatSpec: {"description": "render the prompt through the model's chat template (text "
+                              "before an output = the user's turn): true or {system?}",
+               "anyOf": [{"type": "boolean"}, {
+                   "type": "object", "additionalProperties": False,
+                   "properties": {"system": {"type": "string"}}}]},
     Transform: {"description": "a transform: 'strip' | 'parse_list' | 'parse_json' | "
                                "{type: 'json_path', path} | {type: 'regex', pattern, group?}",
                 "anyOf": [{"type": "string", "enum": ["strip", "parse_list", "parse_json"]},
@@ -53,7 +61,7 @@ class SchemaBuilder:
         for f in dataclasses.fields(cls):
             if f.name in skip or not f.init:
                 continue
-            properties[f.name] = self.of(hints[f.name])
+            properties[f.name] = self.of(f.metadata.get("schema", hints[f.name]))
             has_default = f.default is not dataclasses.MISSING \
                 or f.default_factory is not dataclasses.MISSING
             if not has_default or f.metadata.get("required"):
@@ -72,6 +80,8 @@ class SchemaBuilder:
         origin, args = typing.get_origin(tp), typing.get_args(tp)
         if tp in WIRE_FORMS:
             return WIRE_FORMS[tp]
+        if tp is SamplingOverride:  # some fields of SamplingParams (none is required there)
+            return self.ref(SamplingParams)
         if tp is Any:
             return {}
         if tp is type(None):

@@ -26,6 +26,7 @@ from parrot.errors import InvalidRequestError
 from parrot.sampling import SamplingParams
 from parrot.template import Template, parse_template
 from parrot.transforms import Transform, parse_transforms
+from parrot.wire_types import ChatSpec, PlaceholderSpec, SamplingOverride
 
 
 @dataclass(frozen=True)
@@ -80,23 +81,17 @@ class SemanticFunction:
             raise TypeError(f"{self.name}() is missing input(s) {missing}")
         return bound
 
-    def output_placeholders(self) -> list[dict[str, Any]]:
-        """The wire form of the output placeholders (per-output sampling and transforms)."""
-        specs = []
-        for name in self.template.output_names:
-            spec: dict[str, Any] = {"name": name, "in_out": "output"}
-            if name in self.output_sampling:
-                spec["sampling"] = dict(self.output_sampling[name])
-            if name in self.transforms:
-                spec["transforms"] = self.transforms[name]
-            specs.append(spec)
-        return specs
+    def output_placeholders(self) -> tuple[PlaceholderSpec, ...]:
+        """The output placeholders of a submit (per-output sampling and transforms)."""
+        return tuple(
+            PlaceholderSpec(name, "output", transforms=self.parsed_transforms.get(name, ()),
+                            sampling=SamplingOverride.of(self.output_sampling[name])
+                            if name in self.output_sampling else None)
+            for name in self.template.output_names)
 
-    def wire_chat(self) -> dict[str, Any]:
-        """The submit body's `chat` field (empty for plain prompts)."""
-        if not self.chat:
-            return {}
-        return {"chat": {"system": self.system} if self.system else True}
+    def chat_spec(self) -> ChatSpec | None:
+        """The submit's `chat` field (None for plain prompts)."""
+        return ChatSpec(self.system) if self.chat else None
 
     def options(self, **sampling: Any) -> SemanticFunction:
         """This function with some sampling fields replaced (e.g. `fn.options(max_tokens=20)`)."""
@@ -109,7 +104,7 @@ class SemanticFunction:
         return outputs[0] if len(outputs) == 1 else outputs
 
 
-def semantic_function(fn: Callable | None = None, *, prompt: str | None = None,
+def semantic_function(fn: Callable[..., Any] | None = None, *, prompt: str | None = None,
                       outputs: Mapping[str, Mapping[str, Any]] | None = None,
                       transforms: Mapping[str, list[Any]] | None = None,
                       chat: bool = False, system: str | None = None,
@@ -126,7 +121,7 @@ def semantic_function(fn: Callable | None = None, *, prompt: str | None = None,
     name = sampling.pop("name", None)
     params = SamplingParams.from_json(sampling)
 
-    def build(func: Callable | None) -> SemanticFunction:
+    def build(func: Callable[..., Any] | None) -> SemanticFunction:
         source = prompt if prompt is not None else inspect.getdoc(func) if func else None
         if not source:
             raise InvalidRequestError("a semantic function needs a prompt (docstring or prompt=)")

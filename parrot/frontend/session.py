@@ -16,16 +16,25 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from dataclasses import dataclass
-from typing import Any
 from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from parrot.errors import InvalidRequestError, error_from_wire
+from parrot.errors import InvalidRequestError
 from parrot.frontend.function import SemanticFunction
 from parrot.frontend.transport import (Delay, HttpTransport, InProcessTransport,
                                        SessionCredentials, Transport)
 from parrot.frontend.variable import SemanticVariable
 from parrot.transforms import apply_transforms
 from parrot.types import Criterion
+from parrot.wire_types import (BatchCall, BatchRef, BatchReply, CreateVariableRequest, ErrorReply,
+                               Graph, PlaceholderSpec, SessionCreated, SessionDeleted,
+                               SessionStats, SubmitBatchRequest, SubmitReply, SubmitRequest,
+                               VariableId, WireMessage)
+
+if TYPE_CHECKING:
+    from parrot.core.manager import Manager
+
+R = TypeVar("R", bound=WireMessage)
 
 MODES = ("parrot", "baseline")
 
@@ -35,6 +44,8 @@ class _PendingCall:
     fn: SemanticFunction
     inputs: dict[str, Any]
     outputs: tuple[SemanticVariable, ...]
+
+
 _current: contextvars.ContextVar[Session] = contextvars.ContextVar("parrot_session")
 
 
@@ -46,25 +57,27 @@ def current_session() -> Session:
 
 
 class Session:
-    def __init__(self, url: str | None = None, *, manager: Any = None,
+    def __init__(self, url: str | None = None, *, manager: Manager | None = None,
                  transport: Transport | None = None, mode: str = "parrot",
                  delay: Delay | None = None) -> None:
         if mode not in MODES:
             raise InvalidRequestError(f"unknown session mode {mode!r}; allowed: {list(MODES)}")
         if sum(x is not None for x in (url, manager, transport)) != 1:
             raise InvalidRequestError("give exactly one of url, manager and transport")
-        if transport is None:
-            transport = (HttpTransport(url, delay) if url is not None
-                         else InProcessTransport(manager, delay))
+        if url is not None:
+            transport = HttpTransport(url, delay)
+        elif manager is not None:
+            transport = InProcessTransport(manager, delay)
+        assert transport is not None
         self.transport = transport
         self.mode = mode
         self.credentials: SessionCredentials | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._owns_loop = False
-        self._last_submit: asyncio.Future | None = None
+        self._last_submit: asyncio.Future[Any] | None = None
         self._batch: list[_PendingCall] = []
-        self._tasks: list[asyncio.Future] = []
-        self._token: contextvars.Token | None = None
+        self._tasks: list[asyncio.Future[Any]] = []
+        self._token: contextvars.Token[Session] | None = None
 
     # --- context management ---------------------------------------------------------------
 
@@ -102,14 +115,14 @@ class Session:
             self._token = None
 
     async def _open(self) -> None:
-        reply = await self.transport.request("POST", "/v1/sessions", {})
-        self.credentials = SessionCredentials(reply["session_id"], reply["token"])
+        reply = await self.transport.request("POST", "/v1/sessions", SessionCreated)
+        self.credentials = SessionCredentials(reply.session_id, reply.token)
 
     async def _close(self) -> None:
         # Let queued submissions finish (or fail) before the session goes away.
         await asyncio.gather(*self._tasks, return_exceptions=True)
         try:
-            await self.request("DELETE", f"/v1/sessions/{self.session_id}")
+            await self.request("DELETE", f"/v1/sessions/{self.session_id}", SessionDeleted)
         finally:
             await self.transport.close()
 
@@ -118,16 +131,16 @@ class Session:
         assert self.credentials is not None, "the session is not open"
         return self.credentials.session_id
 
-    def run(self, coro: Coroutine) -> Any:
+    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
         """Run a coroutine to completion on a synchronous session's private loop."""
         assert self._loop is not None and self._owns_loop, "run() is for `with Session()`"
         return self._loop.run_until_complete(coro)
 
-    async def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict:
+    async def request(self, method: str, path: str, reply: type[R],
+                      body: WireMessage | None = None) -> R:
+        """One message of this session (its token), answered by a `reply`."""
         assert self.credentials is not None
-        if body is not None:
-            body = {"session_id": self.session_id, **body}
-        return await self.transport.request(method, path, body, self.credentials.token)
+        return await self.transport.request(method, path, reply, body, self.credentials.token)
 
     # --- variables ---------------------------------------------------------------------
 
@@ -138,13 +151,17 @@ class Session:
         return var
 
     async def _create_variable(self, name: str, value: str | None) -> str:
-        body: dict[str, Any] = {"name": name}
-        if value is not None:
-            body["value"] = value
-        return (await self.request("POST", "/v1/variables", body))["semantic_var_id"]
+        reply = await self.request("POST", "/v1/variables", VariableId,
+                                   CreateVariableRequest(self.session_id, name, value))
+        return reply.semantic_var_id
 
-    async def graph(self) -> dict:
-        return await self.request("GET", f"/v1/sessions/{self.session_id}/graph")
+    async def graph(self) -> Graph:
+        """The session's DAG as the service sees it (calls, variables, states, engines)."""
+        return await self.request("GET", f"/v1/sessions/{self.session_id}/graph", Graph)
+
+    async def stats(self) -> SessionStats:
+        """The session's own counters: calls by state, variables, waiting gets, tenant."""
+        return await self.request("GET", f"/v1/sessions/{self.session_id}/stats", SessionStats)
 
     # --- calls -------------------------------------------------------------------------
 
@@ -161,57 +178,56 @@ class Session:
             self._last_submit = self._spawn(self._flush(self._last_submit))
         return outputs
 
-    def _spawn(self, coro: Coroutine) -> asyncio.Future:
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
         assert self._loop is not None, "the session is not open"
         task = self._loop.create_task(coro)
         self._tasks.append(task)
         return task
 
-    async def _flush(self, previous: asyncio.Future | None) -> None:
+    async def _flush(self, previous: asyncio.Future[Any] | None) -> None:
         if previous is not None:  # keep the service's view in program order
             await asyncio.gather(previous, return_exceptions=True)
         batch, self._batch = self._batch, []
         produced = {id(var): (index, var.name) for index, pending in enumerate(batch)
                     for var in pending.outputs}
         try:
-            calls = [await self._call_body(pending, produced) for pending in batch]
-            reply = await self.request("POST", "/v1/submit_batch", {"calls": calls})
+            calls = tuple([await self._batch_call(pending, produced) for pending in batch])
+            reply = await self.request("POST", "/v1/submit_batch", BatchReply,
+                                       SubmitBatchRequest(self.session_id, calls))
         except BaseException as exc:
             for pending in batch:
                 for var in pending.outputs:
                     var._fail(exc)
             raise
-        for pending, result in zip(batch, reply["results"]):
-            if "error" in result:
-                error = error_from_wire(result, 400)
+        for pending, result in zip(batch, reply.results):
+            if isinstance(result, ErrorReply):
+                error = result.to_exception(400)
                 for var in pending.outputs:
                     var._fail(error)
                 continue
-            ids = {p["name"]: p["semantic_var_id"] for p in result["placeholders"]}
+            ids = result.var_ids()
             for var in pending.outputs:
                 var._resolve(ids[var.name])
 
-    async def _call_body(self, pending: _PendingCall,
-                         produced: dict[int, tuple[int, str]]) -> dict[str, Any]:
+    async def _batch_call(self, pending: _PendingCall,
+                          produced: dict[int, tuple[int, str]]) -> BatchCall:
         fn = pending.fn
         placeholders = []
         for name, value in pending.inputs.items():
-            spec: dict[str, Any] = {"name": name, "in_out": "input"}
+            transforms = fn.parsed_transforms.get(name, ())
             if isinstance(value, SemanticVariable) and id(value) in produced:
-                index, output = produced[id(value)]
-                spec["ref"] = {"call": index, "output": output}
+                index, output = produced[id(value)]  # an output of this same batch
+                spec = PlaceholderSpec(name, "input", ref=BatchRef(index, output),
+                                       transforms=transforms)
             elif isinstance(value, SemanticVariable):
-                spec["semantic_var_id"] = await value.aid()
+                spec = PlaceholderSpec(name, "input", await value.aid(), transforms=transforms)
             else:
-                spec["value"] = str(value)
-            if name in fn.transforms:
-                spec["transforms"] = fn.transforms[name]
+                spec = PlaceholderSpec(name, "input", value=str(value), transforms=transforms)
             placeholders.append(spec)
         placeholders.extend(fn.output_placeholders())
-        streamed = [var.name for var in pending.outputs if var.stream_wanted]
-        return {"prompt": fn.template.source, "placeholders": placeholders,
-                "sampling": fn.sampling.to_json(), **fn.wire_chat(),
-                **({"stream": streamed} if streamed else {})}
+        streamed = tuple(var.name for var in pending.outputs if var.stream_wanted)
+        return BatchCall(fn.template.source, tuple(placeholders), fn.sampling, streamed,
+                         fn.chat_spec())
 
     async def _submit_baseline(self, fn: SemanticFunction, inputs: dict[str, Any],
                                outputs: tuple[SemanticVariable, ...]) -> None:
@@ -226,18 +242,18 @@ class Session:
                 values[name] = apply_transforms(transforms, values[name])
         # Outputs stay placeholders: the service generates them.
         rendered = fn.template.render(
-            {**values, **{name: "{{output:%s}}" % name for name in fn.template.output_names}})
+            {**values, **{name: "{{output:" + name + "}}" for name in fn.template.output_names}})
         placeholders = fn.output_placeholders()
         # One blocking completion per call (`wait`): the reply carries the generated values.
         try:
-            reply = await self.request("POST", "/v1/submit", {
-                "prompt": rendered, "placeholders": placeholders,
-                "sampling": fn.sampling.to_json(), "wait": True, **fn.wire_chat()})
+            reply = await self.request("POST", "/v1/submit", SubmitReply, SubmitRequest(
+                self.session_id, rendered, placeholders, fn.sampling, wait=True,
+                chat=fn.chat_spec()))
         except BaseException as exc:
             for var in outputs:
                 var._fail(exc)
             raise
-        ids = {p["name"]: p["semantic_var_id"] for p in reply["placeholders"]}
+        ids, values = reply.var_ids(), dict(reply.values or {})
         for var in outputs:
-            var._known(reply["values"][var.name])
+            var._known(values[var.name])
             var._resolve(ids[var.name])

@@ -1,10 +1,13 @@
 """How the frontend reaches the manager: over HTTP, or in-process (tests and simulation).
 
-Both speak the wire API's JSON shapes, so the in-process transport exercises the same request
-parsing as the HTTP server. An optional `delay` emulates the client↔service network: every
-message pays a round trip of `delay()` seconds on the loop clock (the paper's 200–300 ms
-setting), half on the way to the service and half on the way back — so a long-polling `get`
-pays its return leg after the value exists, as over a real network.
+Both carry the typed messages of `parrot.wire_types` as their JSON form (`to_wire()` on the way
+out, `from_wire()` of the reply's type on the way back), so the in-process transport exercises
+the same request parsing as the HTTP server and a reply that drifts from its type fails here.
+
+An optional `delay` emulates the client↔service network: every message pays a round trip of
+`delay()` seconds on the loop clock (the paper's 200–300 ms setting), half on the way to the
+service and half on the way back — so a long-polling `get` pays its return leg after the value
+exists, as over a real network.
 """
 
 from __future__ import annotations
@@ -13,15 +16,20 @@ import asyncio
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
 from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import aiohttp
 
 from parrot.errors import (InvalidRequestError, ManagerUnavailableError, TooManyRequestsError,
                            error_from_wire)
+from parrot.wire_types import ErrorReply, Json, JsonObject, TextChunk, WireMessage
+
+if TYPE_CHECKING:
+    from parrot.core.manager import Manager
 
 Delay = Callable[[], float]
+R = TypeVar("R", bound=WireMessage)
 
 
 @dataclass(frozen=True)
@@ -35,38 +43,46 @@ class Transport(ABC):
         self._delay = delay
         self.num_messages = 0
 
-    async def request(self, method: str, path: str, body: dict[str, Any] | None = None,
-                      token: str | None = None) -> dict[str, Any]:
+    async def request(self, method: str, path: str, reply: type[R],
+                      body: WireMessage | None = None, token: str | None = None) -> R:
+        """Send `body` and parse the answer as `reply`; an error answer raises its typed
+        error (`parrot.errors`)."""
         self.num_messages += 1
         one_way = self._delay() / 2 if self._delay is not None else 0.0
         if one_way:
             await asyncio.sleep(one_way)
         try:
-            return await self._request(method, path, body, token)
+            payload = await self._request(method, path, None if body is None else body.to_wire(),
+                                          token)
         finally:  # the answer (or the error) travels back too
             if one_way:
                 await asyncio.sleep(one_way)
+        return reply.from_wire(payload, f"reply of {method} {path}")
 
     @abstractmethod
-    async def _request(self, method: str, path: str, body: dict[str, Any] | None,
-                       token: str | None) -> dict[str, Any]: ...
+    async def _request(self, method: str, path: str, body: JsonObject | None,
+                       token: str | None) -> Json: ...
 
     async def stream(self, path: str, query: dict[str, str],
-                     token: str | None) -> AsyncIterator[dict[str, Any]]:
+                     token: str | None) -> AsyncIterator[TextChunk | ErrorReply]:
         """The events of a server-sent-event route (GET), as they arrive. Errors before the
-        stream starts raise; an error event later is yielded as `{"error": ...}`."""
+        stream starts raise; an error event later is yielded as an `ErrorReply`."""
         self.num_messages += 1
         one_way = self._delay() / 2 if self._delay is not None else 0.0
         if one_way:  # the request travels; the events then arrive as they are sent
             await asyncio.sleep(one_way)
         async for event in self._stream(path, query, token):
-            yield event
+            where = f"event of {path}"
+            if isinstance(event, dict) and "error" in event:
+                yield ErrorReply.from_wire(event, where)
+            else:
+                yield TextChunk.from_wire(event, where)
 
-    def _stream(self, path: str, query: dict[str, str],
-                token: str | None) -> AsyncIterator[dict[str, Any]]:
+    def _stream(self, path: str, query: dict[str, str], token: str | None) -> AsyncIterator[Json]:
         raise InvalidRequestError(f"{type(self).__name__} cannot stream")
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:  # noqa: B027 - a hook: only a connection pool needs it
+        """Release what the transport holds (HTTP: its connection pool)."""
 
 
 class HttpTransport(Transport):
@@ -81,8 +97,8 @@ class HttpTransport(Transport):
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._http: aiohttp.ClientSession | None = None
 
-    async def _request(self, method: str, path: str, body: dict[str, Any] | None,
-                       token: str | None) -> dict[str, Any]:
+    async def _request(self, method: str, path: str, body: JsonObject | None,
+                       token: str | None) -> Json:
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=self._timeout)
         token = token or self.api_key
@@ -92,7 +108,7 @@ class HttpTransport(Transport):
                                           headers=headers) as resp:
                 text = await resp.text()
                 try:
-                    payload = json.loads(text) if text else {}
+                    payload: Json = json.loads(text) if text else {}
                 except json.JSONDecodeError:
                     payload = {"error": {"type": "ParrotError", "message": text[:500]}}
                 if resp.status >= 400:
@@ -108,7 +124,7 @@ class HttpTransport(Transport):
                                          f"{exc}") from None
 
     async def _stream(self, path: str, query: dict[str, str],
-                      token: str | None) -> AsyncIterator[dict[str, Any]]:
+                      token: str | None) -> AsyncIterator[Json]:
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=self._timeout)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -118,7 +134,7 @@ class HttpTransport(Transport):
                 if resp.status >= 400:
                     text = await resp.text()
                     try:
-                        payload = json.loads(text)
+                        payload: Json = json.loads(text)
                     except json.JSONDecodeError:
                         payload = {"error": {"type": "ParrotError", "message": text[:500]}}
                     raise error_from_wire(payload, resp.status)
@@ -144,20 +160,23 @@ class HttpTransport(Transport):
 class InProcessTransport(Transport):
     """Calls a Manager object in the same event loop, through the wire API's JSON shapes."""
 
-    def __init__(self, manager: Any, delay: Delay | None = None) -> None:
+    def __init__(self, manager: Manager, delay: Delay | None = None) -> None:
         super().__init__(delay)
         from parrot.core.wire import WireAPI  # the manager side of this transport
 
         self._api = WireAPI(manager)
 
-    async def _request(self, method: str, path: str, body: dict[str, Any] | None,
-                       token: str | None) -> dict[str, Any]:
-        # Round-trip through JSON so nothing is shared by reference with the manager.
-        body = json.loads(json.dumps(body)) if body is not None else None
-        return json.loads(json.dumps(await self._api.handle(method, path, body, token)))
+    async def _request(self, method: str, path: str, body: JsonObject | None,
+                       token: str | None) -> Json:
+        # Round-trip through JSON so nothing is shared by reference with the manager, and the
+        # manager parses exactly what an HTTP body would hold.
+        raw = json.loads(json.dumps(body)) if body is not None else None
+        reply = await self._api.handle(method, path, raw, token)
+        wire: Json = json.loads(json.dumps(reply.to_wire()))  # the one serialisation here
+        return wire
 
     async def _stream(self, path: str, query: dict[str, str],
-                      token: str | None) -> AsyncIterator[dict[str, Any]]:
+                      token: str | None) -> AsyncIterator[Json]:
         from parrot.core.sse import variable_events  # the manager side, as the HTTP route
 
         async for event in variable_events(self._api.manager, path, query, token):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
-from parrot.errors import error_from_wire
 from parrot.types import Criterion
+from parrot.wire_types import ErrorReply, GetRequest, SetVariableRequest, Value, VariableId
 
 if TYPE_CHECKING:
     from parrot.frontend.session import Session
@@ -32,8 +32,8 @@ class SemanticVariable:
         ident = self._id.result() if self._id.done() and not self._id.exception() else "pending"
         return f"SemanticVariable({self.name!r}, {ident})"
 
-    def _bind(self, creation: asyncio.Future) -> None:
-        def done(task: asyncio.Future) -> None:
+    def _bind(self, creation: asyncio.Future[str]) -> None:
+        def done(task: asyncio.Future[str]) -> None:
             if task.cancelled() or task.exception() is not None:
                 self._fail(task.exception() or asyncio.CancelledError())
             else:
@@ -65,11 +65,10 @@ class SemanticVariable:
         var_id = await self.aid()
         if self._value is not None:
             return self._value
-        body: dict[str, Any] = {"semantic_var_id": var_id, "criteria": criterion.value}
-        if timeout is not None:
-            body["timeout"] = timeout
-        self._value = (await self.session.request("POST", "/v1/get", body))["value"]
-        return self._value
+        reply = await self.session.request("POST", "/v1/get", Value, GetRequest(
+            self.session.session_id, var_id, criterion, timeout))
+        self._value = reply.value
+        return reply.value
 
     async def astream(self, perf: Criterion | str = Criterion.LATENCY) -> AsyncIterator[str]:
         """The value as it is generated: `async for text in var.astream(): ...`. The pieces
@@ -90,16 +89,18 @@ class SemanticVariable:
             {"session_id": self.session.session_id, "criteria": criterion.value},
             self.session.credentials.token)
         async for event in events:
-            if "error" in event:
-                raise error_from_wire(event, 424)
-            yield event["text"]
+            if isinstance(event, ErrorReply):
+                raise event.to_exception(424)
+            yield event.text
 
     def get(self, perf: Criterion | str = Criterion.LATENCY, timeout: float | None = None) -> str:
         """Blocking get, for `with parrot.Session(...)` (synchronous) sessions."""
-        return self.session.run(self.aget(perf, timeout))
+        value: str = self.session.run(self.aget(perf, timeout))
+        return value
 
     async def aset(self, value: str) -> None:
-        await self.session.request("POST", f"/v1/variables/{await self.aid()}", {"value": value})
+        await self.session.request("POST", f"/v1/variables/{await self.aid()}", VariableId,
+                                   SetVariableRequest(self.session.session_id, value))
 
     def set(self, value: str) -> None:
         self.session.run(self.aset(value))

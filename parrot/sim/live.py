@@ -13,6 +13,7 @@ from parrot.core.config import PolicySpec, ServeConfig
 from parrot.core.server import ParrotServer
 from parrot.frontend.session import Session
 from parrot.frontend.transport import HttpTransport
+from parrot.wire_types import EngineList
 from parrot.sim.cluster import ProgressFn, RunResult, WorkloadFn
 from parrot.sim.network import NetworkDelay
 from parrot.sim.workloads.base import AppRecord
@@ -64,7 +65,8 @@ def as_remote(config: ServeConfig, urls: Mapping[str, str],
 async def _engines(url: str, admin_token: str) -> list[dict[str, Any]]:
     transport = HttpTransport(url)
     try:  # the prefix-cache counters are the admin's only
-        return (await transport.request("GET", "/v1/engines", token=admin_token))["engines"]
+        reply = await transport.request("GET", "/v1/engines", EngineList, token=admin_token)
+        return [engine.to_wire() for engine in reply.engines]
     finally:
         await transport.close()
 

@@ -53,7 +53,8 @@ async def test_chain_of_ten_calls_only_final_get(http):
     var = first["placeholders"][-1]["semantic_var_id"]
     for i in range(1, 10):
         status, reply = await post(http, "/v1/submit", {
-            "session_id": sid, "prompt": f"Step {i}: improve {{{{input:prev}}}} -> {{{{output:out}}}}",
+            "session_id": sid,
+            "prompt": f"Step {i}: improve {{{{input:prev}}}} -> {{{{output:out}}}}",
             "placeholders": [{"name": "prev", "in_out": "input", "semantic_var_id": var}],
             "sampling": {"max_tokens": 4}}, auth)
         assert status == 200, reply
@@ -251,3 +252,19 @@ async def test_submit_with_wait_is_a_blocking_completion(http):
     status, reply = await post(http, "/v1/submit", {
         "session_id": sid, "prompt": "{{output:a}}", "wait": "yes"}, auth)
     assert status == 400 and "wait" in reply["error"]["message"]
+
+
+async def test_the_server_judges_fields_the_client_checks_too(server, http):
+    """`parrot.Session` cannot build these (the types refuse them), so a raw client sends them:
+    the manager's parse of the same types refuses them before anything is submitted."""
+    sid, auth = await new_session(http)
+    status, reply = await post(http, "/v1/submit", {
+        "session_id": sid, "prompt": "{{output:a}}", "stream": ["b"]}, auth)
+    assert status == 400 and "'stream' names ['b'], not outputs" in reply["error"]["message"]
+    status, reply = await post(http, "/v1/variables", {"session_id": sid, "name": 7}, auth)
+    assert status == 400 and "variables.name must be a string" in reply["error"]["message"]
+    status, reply = await post(http, "/v1/submit_batch", {"session_id": sid, "calls": [
+        {"prompt": "{{output:a}}", "session_id": sid}]}, auth)
+    assert status == 200 and "unknown field(s) ['session_id']" in \
+        reply["results"][0]["error"]["message"]
+    assert not server.manager.sessions.get(sid).calls

@@ -3,6 +3,7 @@ requests and replies of every JSON route validate against the generated schemas.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import aiohttp
@@ -11,7 +12,9 @@ import pytest
 
 from parrot.core.config import ServeConfig
 from parrot.core.metrics import _template
+import parrot.wire_types as wt
 from parrot.core.openapi import OPERATIONS, build_document
+from parrot.core.schema import SchemaBuilder
 from parrot.core.server import ParrotServer
 from parrot.core.wire import WireAPI
 
@@ -129,3 +132,38 @@ def test_unknown_fields_are_rejected_by_schema_and_parser():
         check(document, schema, {"model": "m", "prompt": "x", "functions": []})
     with pytest.raises(jsonschema.ValidationError):
         check(document, schema, {"prompt": "x"})  # model is required
+
+
+def _wire_fields(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def test_every_wire_api_schema_is_its_types_fields():
+    """The wire API's bodies and replies are documented from `parrot.wire_types`, the classes
+    the frontend builds and the manager parses: field for field, and required where the type
+    has no default."""
+    document = build_document()
+    schemas = document["components"]["schemas"]
+    typed = {t for op in OPERATIONS for t in (op.body, op.reply)
+             if isinstance(t, type) and issubclass(t, wt.WireMessage)}
+    assert {wt.SubmitRequest, wt.SubmitBatchRequest, wt.GetRequest, wt.Graph, wt.Stats} <= typed
+    for cls in typed:
+        assert set(schemas[cls.__name__]["properties"]) == _wire_fields(cls), cls
+    assert set(schemas["SubmitRequest"]["required"]) == {"session_id", "prompt"}
+    assert {"wait", "stream", "chat"} <= set(schemas["SubmitRequest"]["properties"])
+    assert set(schemas["BatchCall"]["properties"]) == _wire_fields(wt.BatchCall)
+
+
+def test_a_field_added_to_a_type_shows_up_in_the_document():
+    grown = dataclasses.make_dataclass(
+        "SubmitRequest", [("priority", int, dataclasses.field(default=0))],
+        bases=(wt.SubmitRequest,), frozen=True)
+    builder = SchemaBuilder()
+    builder.ref(grown)
+    schema = builder.components["SubmitRequest"]
+    assert schema["properties"]["priority"] == {"type": "integer"}
+    assert "priority" not in schema.get("required", [])
+    parsed = grown.from_wire({"session_id": "s", "prompt": "{{output:y}}", "priority": 2})
+    assert parsed.priority == 2 and parsed.to_wire()["priority"] == 2
+    document = build_document()  # the real type has no such field, so neither has the document
+    assert "priority" not in document["components"]["schemas"]["SubmitRequest"]["properties"]

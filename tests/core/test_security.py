@@ -107,8 +107,7 @@ async def test_frontend_opens_sessions_with_a_tenant_key():
 
     async with running(config(tenants=TENANTS)) as (server, _):
         async with Session(transport=HttpTransport(server.url, api_key=KEY_A)) as session:
-            stats = await session.request("GET", f"/v1/sessions/{session.session_id}/stats")
-            assert stats["tenant"] == "a"
+            assert (await session.stats()).tenant == "a"
 
 
 async def test_openai_routes_need_a_tenant_key_and_salt_prefixes_by_tenant():

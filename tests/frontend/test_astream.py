@@ -11,6 +11,7 @@ from parrot.core.config import ServeConfig
 from parrot.core.server import ParrotServer
 from parrot.errors import CallFailedError, InvalidRequestError
 from parrot.types import CallState
+from parrot.wire_types import SubmitReply, SubmitRequest
 from tests.echo_engine import echo_server
 
 SLOW_SIM = {"name": "sim-0", "kind": "simulated", "in_process": True,
@@ -96,7 +97,7 @@ async def test_chat_function_renders_with_the_engine_template():
             assert await answer.aget() == ("<system>Be brief.</system><user>Tell me about owls."
                                            "</user><assistant>")
             graph = await session.graph()
-            prompts = [n["prompt"] for n in graph["nodes"] if n.get("kind") == "call"]
+            prompts = [n.prompt for n in graph.nodes if n.kind == "call"]
             assert prompts == ["<system>Be brief.</system><user>Tell me about "
                                "{{input:question}}.</user><assistant>{{output:answer}}"
                                "</assistant>"]
@@ -107,6 +108,6 @@ async def test_chat_function_renders_with_the_engine_template():
 async def test_stream_field_is_checked_before_submitting(server):
     async with parrot.Session(server.url) as session:
         with pytest.raises(InvalidRequestError, match="not outputs of the prompt"):
-            await session.request("POST", "/v1/submit", {
-                "prompt": "{{output:a}}", "placeholders": [], "stream": ["b"]})
+            await session.request("POST", "/v1/submit", SubmitReply, SubmitRequest(
+                session.session_id, "{{output:a}}", stream=("b",)))
         assert not server.manager.sessions.get(session.session_id).calls

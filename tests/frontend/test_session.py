@@ -39,8 +39,8 @@ async def test_async_session_chain_and_transport_messages(manager):
         value = await s2.aget(parrot.LATENCY)
         assert value.startswith("gen(")
         graph = await session.graph()
-    calls = [n for n in graph["nodes"] if n["kind"] == "call"]
-    assert [c["state"] for c in calls] == ["done", "done"]
+    calls = [n for n in graph.nodes if n.kind == "call"]
+    assert [c.state for c in calls] == ["done", "done"]
     # create session, one submit_batch with both calls, 1 get, the graph, delete.
     assert session.transport.num_messages == 5
 
@@ -91,10 +91,10 @@ async def test_baseline_mode_brings_every_intermediate_value_to_the_client(manag
     # create, completion 1 (its reply carries s1, which the client renders into call 2),
     # completion 2, graph, delete.
     assert session.transport.num_messages == 5
-    calls = [n for n in graph["nodes"] if n["kind"] == "call"]
+    calls = [n for n in graph.nodes if n.kind == "call"]
     # The service saw two unrelated completions: the second prompt holds the rendered value.
-    assert all("{{input:" not in c["prompt"] for c in calls)
-    assert len(graph["links"]) == 2
+    assert all("{{input:" not in c.prompt for c in calls)
+    assert len(graph.links) == 2
 
 
 async def test_rejected_call_in_a_batch_fails_only_its_outputs(manager):
@@ -144,18 +144,21 @@ def test_sync_session_over_http(tmp_path):
 def test_network_delay_is_split_between_request_and_reply():
     from parrot.frontend.transport import Transport
     from parrot.sim.clock import run_virtual
+    from parrot.wire_types import GetRequest, Value
 
     class SlowService(Transport):
         async def _request(self, method, path, body, token):
             arrived.append(asyncio.get_running_loop().time())
             await asyncio.sleep(1.0)  # the service works for a second
-            return {}
+            return {"value": "v"}
 
     arrived: list[float] = []
 
     async def main() -> float:
         transport = SlowService(delay=lambda: 0.5)
-        await transport.request("POST", "/v1/get", {})
+        reply = await transport.request("POST", "/v1/get", Value,
+                                        GetRequest("s-1", "v-1"), token="t")
+        assert reply == Value("v")
         return asyncio.get_running_loop().time()
 
     assert run_virtual(main()) == 1.5

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 import parrot
 from parrot.frontend.session import Session
 from parrot.sim.network import NetworkDelay
+from parrot.wire_types import CallNode, Graph
 
 
 @dataclass(frozen=True)
@@ -94,16 +95,16 @@ async def app_session(env: Env, app_id: str, kind: str, *, is_main: bool,
     env.app_done(record)
 
 
-def calls_of(app_id: str, kind: str, graph: dict[str, Any]) -> list[CallRecord]:
+def calls_of(app_id: str, kind: str, graph: Graph) -> list[CallRecord]:
     calls = []
-    for node in graph.get("nodes", []):
-        if node.get("kind") != "call":
+    for node in graph.nodes:
+        if not isinstance(node, CallNode):
             continue
-        timings = node.get("timings") or {}
-        calls.append(CallRecord(app_id, kind, node.get("engine"), node.get("criterion"),
+        timings = node.timings
+        calls.append(CallRecord(app_id, kind, node.engine, node.criterion,
                                 timings.get("submitted"), timings.get("ready"),
                                 timings.get("dispatched"), timings.get("finished"),
-                                node.get("state", "")))
+                                node.state))
     calls.sort(key=lambda c: (c.dispatched is None, c.dispatched or 0.0))
     return calls
 

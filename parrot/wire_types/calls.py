@@ -1,0 +1,280 @@
+"""The wire API's messages about calls: submit (its placeholders, per-output sampling, chat,
+stream) and submit_batch with refs, and their replies."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from parrot.errors import InvalidRequestError, TemplateSyntaxError
+from parrot.sampling import SamplingParams
+from parrot.template import parse_template
+from parrot.transforms import MAX_TRANSFORMS, Transform
+from parrot.wire_types.service import ErrorReply
+from parrot.wire_types.codec import (Json, JsonObject, WireMessage, check, check_session_id,
+                                     check_value, decode)
+
+MAX_PLACEHOLDERS = 1024
+MAX_BATCH_CALLS = 4096
+
+
+# --- submit ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SamplingOverride(WireMessage):
+    """Some sampling fields for one output (wire form: a partial sampling object); the call's
+    `sampling` gives the others."""
+
+    params: SamplingParams            # the given fields, defaults elsewhere (all validated)
+    names: frozenset[str]             # the fields given
+
+    @classmethod
+    def of(cls, fields: Mapping[str, Any]) -> SamplingOverride:
+        return cls(SamplingParams.from_json(fields), frozenset(fields))
+
+    def apply(self, base: SamplingParams) -> SamplingParams:
+        return dataclasses.replace(base, **{n: getattr(self.params, n) for n in self.names})
+
+    def to_wire(self) -> JsonObject:
+        full = self.params.to_json()
+        return {name: full[name] for name in sorted(self.names)}
+
+    @classmethod
+    def from_wire(cls, data: object, path: str = "", *, strict: bool = True) -> SamplingOverride:
+        if not isinstance(data, Mapping):
+            raise InvalidRequestError(f"{path or 'sampling'} must be an object")
+        return cls.of(data)
+
+
+@dataclass(frozen=True)
+class ChatSpec(WireMessage):
+    """`"chat": true` or `{"system": "..."}`: the prompt is a chat rendered by the service with
+    the engines' chat template (text before an output = the user's turn)."""
+
+    system: str | None = None
+
+    def to_wire(self) -> Json:  # type: ignore[override]
+        return {"system": self.system} if self.system else True
+
+    @classmethod
+    def from_wire(cls, data: object, path: str = "", *, strict: bool = True) -> ChatSpec:
+        if data is True:
+            return cls()
+        spec = super().from_wire(data, path or "chat", strict=strict)
+        return cls(spec.system or None)
+
+
+@dataclass(frozen=True)
+class BatchRef(WireMessage):
+    """In a submit_batch: output `output` of the batch's earlier call number `call`."""
+
+    call: int
+    output: str
+
+    def __post_init__(self) -> None:
+        check(self.call >= 0, f"'call' must be the index of an earlier call, got {self.call}")
+
+
+@dataclass(frozen=True)
+class PlaceholderSpec(WireMessage):
+    """One binding of a submit: an input bound to exactly one of a variable id, a literal value
+    or (in a batch) an earlier call's output; an output optionally to an existing variable."""
+
+    name: str
+    in_out: Literal["input", "output"]
+    semantic_var_id: str | None = None
+    value: str | None = None                      # a literal input value
+    transforms: tuple[Transform, ...] = ()
+    sampling: SamplingOverride | None = None      # per-output override
+    ref: BatchRef | None = None                   # submit_batch only
+
+    def __post_init__(self) -> None:
+        where = f"placeholder {self.name!r}"
+        check(bool(self.name), "'name' must be a non-empty string")
+        check_value(self.value)
+        check(len(self.transforms) <= MAX_TRANSFORMS,
+              f"{where}: transforms must be a list of at most {MAX_TRANSFORMS} items")
+        if self.is_output:
+            check(self.value is None and self.ref is None,
+                  f"{where}: an output cannot have a 'value' or a 'ref'")
+        else:
+            bound = (self.semantic_var_id, self.value, self.ref)
+            check(sum(b is not None for b in bound) == 1,
+                  f"{where}: an input needs exactly one of 'semantic_var_id' and 'value'"
+                  " (or 'ref' in a batch)")
+            check(self.sampling is None, f"{where}: 'sampling' is an object, on outputs only")
+
+    @property
+    def is_output(self) -> bool:
+        return self.in_out == "output"
+
+
+class _CallChecks:
+    """The rules a submit and each call of a submit_batch share (both hold these fields)."""
+
+    prompt: str
+    placeholders: tuple[PlaceholderSpec, ...]
+    sampling: SamplingParams
+    stream: tuple[str, ...]
+
+    def _check_call(self) -> None:
+        check(len(self.placeholders) <= MAX_PLACEHOLDERS,
+              f"'placeholders' must be a list of at most {MAX_PLACEHOLDERS} objects")
+        names = [p.name for p in self.placeholders]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        check(not dupes, f"placeholder(s) {dupes} given more than once")
+        if self.stream:
+            try:
+                outputs = set(parse_template(self.prompt).output_names)
+            except TemplateSyntaxError:
+                return  # the submit itself reports the bad prompt
+            unknown = sorted(set(self.stream) - outputs)
+            check(not unknown, f"'stream' names {unknown}, not outputs of the prompt")
+
+    def output_sampling(self, name: str) -> SamplingParams:
+        """The sampling of output `name`: the call's, with the output's own override."""
+        spec = next((p for p in self.placeholders if p.name == name), None)
+        return spec.sampling.apply(self.sampling) if spec and spec.sampling else self.sampling
+
+
+def _without_false_chat(data: object) -> object:
+    """`"chat": false` means no chat, as if absent."""
+    if isinstance(data, Mapping) and data.get("chat") is False:
+        return {k: v for k, v in data.items() if k != "chat"}
+    return data
+
+
+@dataclass(frozen=True)
+class SubmitRequest(_CallChecks, WireMessage):
+    """`POST /v1/submit`: one call, a template and its bindings. `wait: true` answers when
+    the outputs exist, with them; `stream` names outputs read as generated (streamed from the
+    engine from the start); `chat` renders the prompt with the engines' chat template."""
+
+    WIRE_NAME = "submit"
+    session_id: str
+    prompt: str
+    placeholders: tuple[PlaceholderSpec, ...] = ()
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    wait: bool = False
+    stream: tuple[str, ...] = ()
+    chat: ChatSpec | None = None
+
+    def __post_init__(self) -> None:
+        check_session_id(self.session_id)
+        self._check_call()
+        refs = [p.name for p in self.placeholders if p.ref is not None]
+        check(not refs, f"placeholder(s) {refs}: 'ref' is for submit_batch only")
+
+    @classmethod
+    def from_wire(cls, data: object, path: str = "", *, strict: bool = True) -> SubmitRequest:
+        return super().from_wire(_without_false_chat(data), path, strict=strict)
+
+    from_json = from_wire   # the name the manager's tests and benchmark scripts use
+
+
+@dataclass(frozen=True)
+class BatchCall(_CallChecks, WireMessage):
+    """One call of a submit_batch: a submit body without session_id and wait."""
+
+    prompt: str
+    placeholders: tuple[PlaceholderSpec, ...] = ()
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stream: tuple[str, ...] = ()
+    chat: ChatSpec | None = None
+
+    def __post_init__(self) -> None:
+        self._check_call()
+
+    @classmethod
+    def from_wire(cls, data: object, path: str = "", *, strict: bool = True) -> BatchCall:
+        return super().from_wire(_without_false_chat(data), path, strict=strict)
+
+
+@dataclass(frozen=True)
+class RejectedCall:
+    """A call of a submit_batch that did not parse: rejected on its own, the others go on."""
+
+    error: InvalidRequestError
+
+
+@dataclass(frozen=True)
+class SubmitBatchRequest(WireMessage):
+    """`POST /v1/submit_batch`: several calls in one message, in order; a call may bind an
+    output of an earlier one with `ref` (it has no id on the client yet)."""
+
+    WIRE_NAME = "submit_batch"
+    session_id: str
+    calls: tuple[BatchCall | RejectedCall, ...] = field(
+        metadata={"schema": tuple[BatchCall, ...]})
+
+    def __post_init__(self) -> None:
+        check_session_id(self.session_id)
+        check(1 <= len(self.calls) <= MAX_BATCH_CALLS,
+              f"'calls' must be a list of 1 to {MAX_BATCH_CALLS} submit objects")
+        for index, call in enumerate(self.calls):
+            if isinstance(call, BatchCall):
+                _check_refs(call, index)
+
+    @classmethod
+    def from_wire(cls, data: object, path: str = "", *,
+                  strict: bool = True) -> SubmitBatchRequest:
+        """Each call parses on its own: a bad one becomes a `RejectedCall`."""
+        path = path or cls.WIRE_NAME
+        calls = data.get("calls") if isinstance(data, Mapping) else None
+        if not isinstance(calls, list):  # the usual errors, from the usual parser
+            return super().from_wire(data, path, strict=strict)
+        parsed: list[BatchCall | RejectedCall] = []
+        for index, item in enumerate(calls):
+            try:
+                call = BatchCall.from_wire(item, f"calls[{index}]")
+                _check_refs(call, index)
+                parsed.append(call)
+            except InvalidRequestError as exc:
+                parsed.append(RejectedCall(exc))
+        assert isinstance(data, Mapping)
+        unknown = sorted(str(k) for k in set(data) - {"session_id", "calls"})
+        if unknown and strict:
+            raise InvalidRequestError(f"{path}: unknown field(s) {unknown}; allowed: "
+                                      "['calls', 'session_id']")
+        session_id = decode(str, data.get("session_id"), f"{path}.session_id")
+        try:
+            return cls(session_id, tuple(parsed))
+        except InvalidRequestError as exc:
+            exc.args = (f"{path}: {exc}",)
+            raise
+
+    def to_wire(self) -> JsonObject:
+        if any(isinstance(c, RejectedCall) for c in self.calls):
+            raise TypeError("a batch with rejected calls has no wire form")
+        return super().to_wire()
+
+
+def _check_refs(call: BatchCall, index: int) -> None:
+    for spec in call.placeholders:
+        if spec.ref is not None:
+            check(spec.ref.call < index,
+                  f"calls[{index}]: 'ref' must be {{call: <index of an earlier call>, "
+                  f"output: <name>}}, got call {spec.ref.call}")
+
+
+@dataclass(frozen=True)
+class PlaceholderBinding(WireMessage):
+    name: str
+    semantic_var_id: str
+
+
+@dataclass(frozen=True)
+class SubmitReply(WireMessage):
+    request_id: str
+    placeholders: tuple[PlaceholderBinding, ...]   # inputs, then outputs
+    values: Mapping[str, str] | None = None        # with "wait": true, the outputs by name
+
+    def var_ids(self) -> dict[str, str]:
+        return {p.name: p.semantic_var_id for p in self.placeholders}
+
+
+@dataclass(frozen=True)
+class BatchReply(WireMessage):
+    results: tuple[SubmitReply | ErrorReply, ...]   # in order; each call accepted or rejected
