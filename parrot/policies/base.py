@@ -86,6 +86,10 @@ class EngineView:
 class Placement:
     call_id: str
     engine_id: str
+    # The criterion the policy placed the call under (its deduced one, or the policy's default
+    # for a call without one); the engine's accounting counts the call as that. None: the
+    # call's own criterion (latency when it has none).
+    criterion: Criterion | None = None
 
 
 @dataclass(frozen=True)
