@@ -96,9 +96,9 @@ async def test_a_policy_that_keeps_raising_fails_its_calls_at_once():
     started = loop.time()
     try:
         with pytest.raises(SchedulingFailedError, match="policy bug") as raised:
-            await manager.get(session, out(call, "a"), Criterion.LATENCY, timeout=60)
+            await manager.get(session, out(call, "a"), Criterion.LATENCY, timeout=10)
         # Failed after MAX_POLICY_FAILURES rounds retried POLICY_RETRY_DELAY_S apart, not at
-        # the get's 60 s timeout.
+        # the get's 10 s timeout.
         assert loop.time() - started < MAX_POLICY_FAILURES * POLICY_RETRY_DELAY_S + 2
         assert policy.num_rounds == MAX_POLICY_FAILURES
         assert isinstance(raised.value, CallFailedError) and raised.value.status == 424
@@ -117,7 +117,7 @@ async def test_a_policy_that_keeps_placing_invalidly_fails_its_calls():
     await manager.start()
     try:
         with pytest.raises(SchedulingFailedError, match="unknown engine 'nowhere'"):
-            await manager.get(session, out(call, "a"), Criterion.LATENCY, timeout=60)
+            await manager.get(session, out(call, "a"), Criterion.LATENCY, timeout=10)
         assert all(not e.log for e in engines.values())
     finally:
         await manager.close()
