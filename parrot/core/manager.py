@@ -223,7 +223,7 @@ class Manager:
             b.sampling.max_tokens for b in call.outputs.values())
         transition(call, CallState.READY)
         call.mark("ready", asyncio.get_running_loop().time())
-        self.prefix_index.add(call.call_id, call.prefix_hashes)
+        self.prefix_index.add(call.prefix_hashes)
         self.scheduler.enqueue(call)
 
     def _dispatch(self, call: Call, engine: EngineState, criterion: Criterion | None) -> None:
@@ -285,8 +285,6 @@ class Manager:
                 transition(call, CallState.READY)
                 call.engine_id = None
                 self.scheduler.enqueue(call)
-            else:
-                self.prefix_index.remove(call.call_id, call.prefix_hashes)
             self.scheduler.wake()
 
     def _publish_value(self, session: Session, var: Variable, value: str) -> None:

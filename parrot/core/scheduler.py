@@ -132,8 +132,8 @@ class Scheduler:
 
     def _call_views(self, calls: list[Call]) -> list[CallView]:
         # SharedReqsInQueue: how many queued calls have each prefix (a round-local hash → count
-        # over the queue; the manager's PrefixIndex also counts running calls, which are placed
-        # already). A call's shared prefix is its deepest one another queued call also has.
+        # over the queue; running calls are placed already). A call's shared prefix is its
+        # deepest one another queued call also has.
         counts = Counter(h for call in calls for h in call.prefix_hashes)
         views = []
         for call in calls:

@@ -35,7 +35,7 @@ class CallView:
     # Estimated prompt tokens up to each of prefix_hashes (same length, non-decreasing).
     prefix_num_tokens: tuple[int, ...] = ()
     # The deepest of prefix_hashes that another *queued* call shares (the paper's
-    # SharedReqsInQueue, from the manager's PrefixIndex); None when no queued call shares one.
+    # SharedReqsInQueue, counted over the queue each round); None when no queued call shares one.
     shared_prefix: str | None = None
 
     @property
