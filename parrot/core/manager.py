@@ -14,7 +14,8 @@ import asyncio
 import itertools
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from parrot.core.config import EngineSpec, ManagerConfig
 from parrot.core.deduction import deduce
@@ -51,8 +52,8 @@ class Manager:
                                    self._fail_calls)
         self._dirty: set[Session] = set()
         self._arrivals = itertools.count()
-        self._scheduler_task: asyncio.Task | None = None
-        self._background: set[asyncio.Task] = set()
+        self._scheduler_task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
         self.health = EngineHealth(self.engines, self.config, spawn=self._spawn_background,
                                    on_up=self.scheduler.wake,
                                    on_no_engine=self._fail_ready_calls)
@@ -153,7 +154,7 @@ class Manager:
         assert var.value is not None
         return var.value
 
-    def graph(self, session: Session) -> dict:
+    def graph(self, session: Session) -> dict[str, Any]:
         deduce(session.graph, active_only=False)  # the whole DAG, finished calls included
         return session.graph.to_node_link()
 
@@ -176,11 +177,12 @@ class Manager:
             inputs[name] = InputBinding(name, var.var_id, spec.transforms)
         outputs: dict[str, OutputBinding] = {}
         for name in template.output_names:
-            spec = specs.get(name)
+            out_spec = specs.get(name)
             var = checked.output_vars[name] or self.create_variable(session, name, None)
             outputs[name] = OutputBinding(
-                name, var.var_id, request.sampling.merged(spec.sampling if spec else None),
-                spec.transforms if spec else (), stream=var.stream)
+                name, var.var_id,
+                request.sampling.merged(out_spec.sampling if out_spec else None),
+                out_spec.transforms if out_spec else (), stream=var.stream)
         call = Call(call_id, session.session_id, template, inputs, outputs,
                     arrival_seq=next(self._arrivals))
         session.graph.add_call(call)
@@ -311,7 +313,7 @@ class Manager:
                         pending.append((consumer, CallFailedError(
                             f"input {var.name!r} failed: {cause}")))
 
-    def _spawn_background(self, coro, name: str) -> None:
+    def _spawn_background(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
         """A task the manager owns (kept referenced, cancelled on close)."""
         task = asyncio.create_task(coro, name=name)
         self._background.add(task)

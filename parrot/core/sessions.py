@@ -23,7 +23,7 @@ class Session:
     graph: SessionGraph = field(default_factory=SessionGraph)
     variables: dict[str, Variable] = field(default_factory=dict)
     calls: dict[str, Call] = field(default_factory=dict)
-    tasks: dict[str, asyncio.Task] = field(default_factory=dict)  # running call tasks
+    tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)  # running call tasks
     needs_deduction: bool = False
     last_active: float = 0.0      # loop time of the last authenticated request
     num_waiters: int = 0          # `get`s waiting on this session's variables

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import AbstractSet, Any, ClassVar
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
+from typing import Any, ClassVar
 
 from parrot.policies.cost import DEFAULT_PROFILE, SpeedProfile
 from parrot.types import Criterion
@@ -63,14 +63,14 @@ class EngineView:
     num_latency_calls: int               # of the running calls, how many are LATENCY
     num_throughput_calls: int            # ... and how many are THROUGHPUT
     task_groups: frozenset[str]          # task groups with a call on this engine
-    cached_prefixes: AbstractSet[str]    # prefix hashes with a context on (or going to) it
+    cached_prefixes: Set[str]            # prefix hashes with a context on (or going to) it
     is_healthy: bool = True
     # How fast it prefills and decodes (see cost.py); the engine's configured latency profile
     # where it has one.
     profile: SpeedProfile = DEFAULT_PROFILE
     # Prefix hashes of its running calls: already counted (once) in num_tokens_in_use. A
     # cached prefix saves a new call's prefill; only one in this set also saves its load.
-    running_prefixes: AbstractSet[str] = frozenset()
+    running_prefixes: Set[str] = frozenset()
 
     @property
     def mode(self) -> Criterion | None:
@@ -118,6 +118,8 @@ class Policy(ABC):
         """Return placements for some of `calls` (each at most once) on `engines`.
 
         `calls` come in the manager's priority order: the order in which they were submitted
-        (first come, first served per application). A call left out stays queued. Placements must name call and engine ids from the arguments.
+        (first come, first served per application). A call left out stays queued. Placements
+        must name call ids from `calls` and healthy engine ids from `engines`: the manager
+        rejects a round with any other (see core/placement_check.py).
         """
 
