@@ -12,7 +12,7 @@ import pytest
 from parrot.core.config import EngineSpec
 from parrot.core.manager import Manager
 from parrot.core.scheduler import MAX_POLICY_FAILURES, POLICY_RETRY_DELAY_S
-from parrot.errors import CallFailedError, SchedulingFailedError
+from parrot.errors import CallFailedError, SchedulingFailedError, error_from_wire
 from parrot.policies.base import CallView, EngineView, Placement, Policy
 from parrot.types import CallState, Criterion
 from tests.core.conftest import out, submit
@@ -102,6 +102,8 @@ async def test_a_policy_that_keeps_raising_fails_its_calls_at_once():
         assert loop.time() - started < MAX_POLICY_FAILURES * POLICY_RETRY_DELAY_S + 2
         assert policy.num_rounds == MAX_POLICY_FAILURES
         assert isinstance(raised.value, CallFailedError) and raised.value.status == 424
+        # The same type on the client's side of an HTTP hop.
+        assert type(error_from_wire(raised.value.to_wire(), 424)) is SchedulingFailedError
         assert call.state is CallState.FAILED and manager.scheduler.num_ready == 0
         with pytest.raises(CallFailedError, match="policy bug"):  # downstream, too
             await manager.get(session, out(downstream, "b"), Criterion.LATENCY, timeout=1)

@@ -1,21 +1,27 @@
 """A builtin engine whose batch scheduler raises: its requests fail with a typed error, the loop
-backs off (the event loop keeps running), the engine says it is unhealthy (also over HTTP) and
-recovers once scheduling works again."""
+backs off (the event loop keeps running), the engine says it is unhealthy (also over HTTP),
+the manager moves its calls to another engine, and it recovers once scheduling works again."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import pytest
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 
+from parrot.core.config import EngineSpec, ManagerConfig
+from parrot.core.manager import Manager
 from parrot.engines.builtin.engine import RETRY_MAX_S, RETRY_MIN_S
 from parrot.engines.builtin.scheduler import Batch, BatchScheduler
 from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.engines.server import create_app
 from parrot.errors import EngineUnavailableError
+from parrot.policies.base import CallView, EngineView, Placement, Policy
 from parrot.sampling import SamplingParams
+from parrot.types import Criterion
+from tests.core.conftest import out, submit
 
 # A spinning loop never yields: this test would hang, and the timeout makes that a failure.
 pytestmark = pytest.mark.timeout(20)
@@ -127,3 +133,41 @@ async def test_engine_server_healthz_is_503_while_scheduling_fails(tiny_bundle, 
                 assert response.status == 200
     finally:
         await server.close()
+
+
+class FirstHealthy(Policy):
+    """Every ready call on the first healthy engine, in the order engines joined."""
+
+    name = "first-healthy"
+
+    def schedule(self, *, calls: Sequence[CallView],
+                 engines: Sequence[EngineView]) -> list[Placement]:
+        healthy = [e for e in engines if e.is_healthy]
+        return [Placement(c.call_id, healthy[0].engine_id) for c in calls] if healthy else []
+
+
+async def test_the_manager_moves_calls_off_an_engine_whose_scheduler_raises(smollm2_bundle,
+                                                                            make_engine):
+    switch = Switch()
+    switch.broken = True
+    broken = make_engine(smollm2_bundle, scheduler_type=flaky_scheduler(switch))
+    good = make_engine(smollm2_bundle)
+    manager = Manager(FirstHealthy(), ManagerConfig(engine_heartbeat_interval_s=0.05))
+    await manager.add_engine(EngineSpec(name="broken", in_process=True), broken)
+    await manager.add_engine(EngineSpec(name="good", in_process=True), good)
+    await manager.start()
+    try:
+        session = manager.create_session()
+        call = submit(manager, session, "Say hi: {{output:a}}", a={
+            "in_out": "output", "sampling": {"max_tokens": 3, "ignore_eos": True}})
+        text = await manager.get(session, out(call, "a"), Criterion.LATENCY, timeout=10)
+        assert text and call.engine_id == "good" and call.attempts == 1
+        assert not manager.engines.get("broken").is_healthy
+        switch.broken = False  # fixed: the engine heals, the manager's probe re-admits it
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RETRY_MAX_S + 2.0
+        while not manager.engines.get("broken").is_healthy:
+            assert loop.time() < deadline, "the healed engine was not re-admitted"
+            await asyncio.sleep(0.02)
+    finally:
+        await manager.close()
