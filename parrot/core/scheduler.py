@@ -86,8 +86,9 @@ class Scheduler:
             self._wakeup.clear()
             try:
                 self.step()
-            except Exception:  # noqa: BLE001 - a policy bug must not stop scheduling forever
-                log.exception("scheduling round failed; ready calls stay queued")
+            except Exception:  # noqa: BLE001 - a deduction or dispatch bug must not stop
+                # scheduling forever (a policy's own failures are handled inside step()).
+                log.exception("scheduling round failed")
 
     def step(self) -> int:
         """One scheduling round; returns how many calls were placed."""
