@@ -134,6 +134,11 @@ class CallFailedError(ParrotError):
     status = 424
 
 
+class SchedulingFailedError(CallFailedError):
+    """The scheduling policy kept failing (raising, or placing calls invalidly) while the call
+    waited, so the call was failed rather than left queued until its `get` timed out."""
+
+
 class GetTimeoutError(ParrotError):
     """A `get` waited longer than its timeout; the variable may still become ready later."""
 
@@ -185,6 +190,7 @@ _WIRE_TYPES: dict[str, type[ParrotError]] = {
         ConflictError, PayloadTooLargeError, CallFailedError, GetTimeoutError, EngineError,
         UnknownContextError, ContextExistsError, PromptTooLongError, OutOfKVCacheError,
         EngineUnavailableError, ManagerUnavailableError,
+        SchedulingFailedError,
     )
 }
 

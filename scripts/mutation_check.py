@@ -92,6 +92,48 @@ MUTATIONS: tuple[Mutation, ...] = (
         "lifecycle_done_not_final", "parrot/core/lifecycle.py",
         "    _D: frozenset(),", "    _D: frozenset({_R}),",
         ("tests/core/test_lifecycle.py",)),
+    Mutation(
+        "scheduler_skip_placement_validation", "parrot/core/scheduler.py",
+        "checked = check_placements(placements, self._ready, self._pool)",
+        "checked = list(placements)",
+        ("tests/core/test_scheduler_policy_failures.py::"
+         "test_an_invalid_placement_changes_nothing",)),
+    Mutation(
+        "scheduler_policy_failures_never_fail_calls", "parrot/core/scheduler.py",
+        "        if self.num_policy_failures < MAX_POLICY_FAILURES:\n",
+        "        if True:\n",
+        ("tests/core/test_scheduler_policy_failures.py::"
+         "test_a_policy_that_keeps_raising_fails_its_calls_at_once",)),
+    Mutation(
+        "scheduler_failure_count_not_reset", "parrot/core/scheduler.py",
+        "        self.num_policy_failures = 0\n        for placement in checked:",
+        "        for placement in checked:",
+        ("tests/core/test_scheduler_policy_failures.py::"
+         "test_a_policy_that_recovers_resets_the_count",)),
+    Mutation(
+        "placement_criterion_ignored", "parrot/core/manager.py",
+        "        engine.add_call(call, criterion)\n",
+        "        engine.add_call(call)\n",
+        ("tests/core/test_scheduler_policy_failures.py::"
+         "test_the_placement_criterion_is_what_the_engine_counts",)),
+    Mutation(
+        "builtin_loop_spins_on_scheduler_error", "parrot/engines/builtin/engine.py",
+        "                await self._back_off(retry_s)\n",
+        "",
+        ("tests/engines/builtin/test_engine_scheduling_faults.py::"
+         "test_a_raising_scheduler_fails_requests_backs_off_and_recovers",)),
+    Mutation(
+        "builtin_healthy_while_scheduling_fails", "parrot/engines/builtin/engine.py",
+        "return not self._closing and self._unhealthy is None \\\n",
+        "return not self._closing \\\n",
+        ("tests/engines/builtin/test_engine_scheduling_faults.py::"
+         "test_engine_server_healthz_is_503_while_scheduling_fails",)),
+    Mutation(
+        "sessions_expire_while_waited_on", "parrot/core/sessions.py",
+        "if session.tasks or session.num_waiters or idle < self._ttl_s:",
+        "if idle < self._ttl_s:",
+        ("tests/core/test_sessions.py::"
+         "test_a_session_with_a_waiting_get_or_a_running_call_is_kept",)),
 )
 
 
@@ -135,7 +177,8 @@ def run_tests(root: Path, tests: tuple[str, ...], per_test_s: int,
         return False, time.monotonic() - started, f"killed after {limit_s} s"
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
     # The short summary's first FAILED/ERROR line says why (an assertion, a pytest-timeout).
-    reason = next((ln for ln in lines if ln.startswith(("FAILED", "ERROR"))),
+    # (Captured log lines also start with "ERROR", followed by spaces, not a test id.)
+    reason = next((ln for ln in lines if ln.startswith(("FAILED ", "ERROR tests"))),
                   lines[-1] if lines else "")
     return proc.returncode == 0, time.monotonic() - started, reason
 

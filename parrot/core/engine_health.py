@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
+from typing import Any
 
 from parrot.core.config import EngineSpec, ManagerConfig
 from parrot.core.contexts import EngineContexts
@@ -33,7 +34,7 @@ from parrot.errors import ConflictError, EngineUnavailableError, InvalidRequestE
 
 log = logging.getLogger(__name__)
 
-Spawn = Callable[[Coroutine, str], None]
+Spawn = Callable[[Coroutine[Any, Any, Any], str], None]
 
 
 def http_engine_settings(config: ManagerConfig) -> HttpEngineSettings:
@@ -73,9 +74,10 @@ class EngineHealth:
             log.info("engine %s joined (%s, %s)", spec.name, info.kind, info.model)
             self._end_outage()  # a new engine ends an outage as well as a returning one
         else:
-            same_url = isinstance(engine, HttpEngine) and \
-                getattr(state.engine, "url", None) == engine.url
-            if state.is_healthy and same_url and engine.same_endpoint(state.engine):
+            client = engine if isinstance(engine, HttpEngine) else None
+            same_url = client is not None and getattr(state.engine, "url", None) == client.url
+            if state.is_healthy and client is not None and same_url \
+                    and client.same_endpoint(state.engine):
                 await engine.close()
                 return state
             if state.is_healthy and not same_url:

@@ -110,7 +110,9 @@ class EngineState:
         return (self.num_tokens_in_use + rounding + self.contexts.num_cached_tokens
                 - self.kv_capacity_tokens)
 
-    def add_call(self, call: Call) -> None:
+    def add_call(self, call: Call, criterion: Criterion | None = None) -> None:
+        """Count `call` as running here; as `criterion` (the one its placement names) when
+        given, else as its own."""
         assert call.call_id not in self.running
         cumulative = prefix_num_tokens(call)
         prefixes = tuple((h, n - prev) for h, n, prev in
@@ -118,8 +120,8 @@ class EngineState:
         output = sum(b.sampling.max_tokens for b in call.outputs.values())
         # Remember what was counted: re-deduction may change the call's criterion later.
         placed = _Placed(max(0, call.num_tokens - (cumulative[-1] if cumulative else 0)),
-                         call.criterion is Criterion.THROUGHPUT, call.task_group, prefixes,
-                         output)
+                         (criterion or call.criterion) is Criterion.THROUGHPUT,
+                         call.task_group, prefixes, output)
         self.running[call.call_id] = placed
         self.num_tokens_in_use += placed.num_tokens
         for prefix, tokens in prefixes:

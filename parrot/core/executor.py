@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
+from typing import cast
 
 from parrot.core.engine_pool import EngineState
 from parrot.core.nodes import Call, OutputBinding
 from parrot.core.prefix import PrefixPiece
-from parrot.engines.protocol import Engine, FillRequest, GenerateRequest
+from parrot.engines.protocol import Engine, FillRequest, GenerateChunk, GenerateRequest
 from parrot.errors import OutOfKVCacheError, ParrotError, UnknownContextError
 from parrot.template import Placeholder, Text
 from parrot.transforms import apply_transforms
@@ -167,7 +168,9 @@ async def _generate(call: Call, binding: OutputBinding, engine: EngineState,
                     visible=not binding.transforms)
         return result.text
     texts: list[str] = []
-    async with aclosing(engine.engine.generate(request)) as chunks:
+    # Every engine's generate is an async generator (the protocol declares AsyncIterator).
+    generated = cast(AsyncGenerator[GenerateChunk, None], engine.engine.generate(request))
+    async with aclosing(generated) as chunks:
         async for chunk in chunks:
             if "first_token" not in call.timings:
                 call.mark("first_token", asyncio.get_running_loop().time())

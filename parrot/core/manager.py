@@ -1,8 +1,9 @@
 """The manager: sessions, the call lifecycle over each session's DAG, and the engines.
 
-One asyncio loop. `Manager.step`-style flow: a call becomes READY when its last input arrives →
-the scheduler asks the policy where ready calls go → `_dispatch` starts a task that lowers the
-call onto its engine → each output value set wakes exactly the consumers of that variable.
+One asyncio loop, event-driven: a call becomes READY when its last input arrives → the
+scheduler asks the policy where ready calls go → `_dispatch` starts a task that lowers the call
+onto its engine → each output value set wakes exactly the consumers of that variable. Every
+state change goes through `lifecycle.transition`.
 Engine failures (engine_health.py): a call whose engine dies or freezes is re-dispatched, up to
 `max_call_retries` times; with no engine left it fails after `no_engine_grace_s`.
 """
@@ -13,7 +14,8 @@ import asyncio
 import itertools
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from parrot.core.config import EngineSpec, ManagerConfig
 from parrot.core.deduction import deduce
@@ -26,7 +28,7 @@ from parrot.core.prefill_ahead import prefill_ahead
 from parrot.core.prefix import PrefixIndex, prefix_pieces
 from parrot.core.requests import SubmitRequest
 from parrot.core.scheduler import Scheduler
-from parrot.core.sessions import Session, SessionStore
+from parrot.core.sessions import IdleExpiry, Session, SessionStore
 from parrot.core.submission import check_submit
 from parrot.engines.protocol import Engine
 from parrot.errors import (CallFailedError, ConflictError, EngineUnavailableError,
@@ -38,18 +40,20 @@ from parrot.types import CallState, Criterion, estimate_num_tokens
 log = logging.getLogger(__name__)
 
 
-
 class Manager:
     def __init__(self, policy: Policy, config: ManagerConfig | None = None) -> None:
         self.config = config or ManagerConfig()
         self.sessions = SessionStore()
+        self._expiry = IdleExpiry(self.sessions, self.config.session_idle_timeout_s,
+                                  self.delete_session)
         self.engines = EnginePool()
         self.prefix_index = PrefixIndex()
-        self.scheduler = Scheduler(policy, self.engines, self._dispatch, self._deduce_dirty)
+        self.scheduler = Scheduler(policy, self.engines, self._dispatch, self._deduce_dirty,
+                                   self._fail_calls)
         self._dirty: set[Session] = set()
         self._arrivals = itertools.count()
-        self._scheduler_task: asyncio.Task | None = None
-        self._background: set[asyncio.Task] = set()
+        self._scheduler_task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
         self.health = EngineHealth(self.engines, self.config, spawn=self._spawn_background,
                                    on_up=self.scheduler.wake,
                                    on_no_engine=self._fail_ready_calls)
@@ -83,26 +87,8 @@ class Manager:
 
     def create_session(self) -> Session:
         session = self.sessions.create()
-        self._arm_expiry(session, self.config.session_idle_timeout_s)
+        self._expiry.arm(session)
         return session
-
-    def _arm_expiry(self, session: Session, delay: float) -> None:
-        """One timer per session, re-armed only when it fires (not on every request). It holds
-        the session's id, not the session: a deleted session's memory is freed at once."""
-        session.expiry_timer = asyncio.get_running_loop().call_later(
-            delay, self._expire_if_idle, session.session_id)
-
-    def _expire_if_idle(self, session_id: str) -> None:
-        session = self.sessions.find(session_id)
-        if session is None:
-            return  # deleted already
-        ttl = self.config.session_idle_timeout_s
-        idle = asyncio.get_running_loop().time() - session.last_active
-        if session.tasks or session.num_waiters or idle < ttl:
-            self._arm_expiry(session, max(ttl - idle, 1e-3) if idle < ttl else ttl)
-            return
-        log.info("session %s idle for %.0f s: deleted", session.session_id, idle)
-        self.delete_session(session)
 
     def authenticate(self, session_id: str, token: str | None) -> Session:
         return self.sessions.authenticate(session_id, token)
@@ -168,7 +154,7 @@ class Manager:
         assert var.value is not None
         return var.value
 
-    def graph(self, session: Session) -> dict:
+    def graph(self, session: Session) -> dict[str, Any]:
         deduce(session.graph, active_only=False)  # the whole DAG, finished calls included
         return session.graph.to_node_link()
 
@@ -190,11 +176,11 @@ class Manager:
             inputs[name] = InputBinding(name, var.var_id, spec.transforms)
         outputs: dict[str, OutputBinding] = {}
         for name in template.output_names:
-            spec = specs.get(name)
+            out_spec = specs.get(name)
             var = checked.output_vars[name] or self.create_variable(session, name, None)
             outputs[name] = OutputBinding(
                 name, var.var_id, request.output_sampling(name),
-                spec.transforms if spec else (), stream=var.stream)
+                out_spec.transforms if out_spec else (), stream=var.stream)
         call = Call(call_id, session.session_id, template, inputs, outputs,
                     arrival_seq=next(self._arrivals))
         session.graph.add_call(call)
@@ -237,15 +223,15 @@ class Manager:
             b.sampling.max_tokens for b in call.outputs.values())
         transition(call, CallState.READY)
         call.mark("ready", asyncio.get_running_loop().time())
-        self.prefix_index.add(call.call_id, call.prefix_hashes)
+        self.prefix_index.add(call.prefix_hashes)
         self.scheduler.enqueue(call)
 
-    def _dispatch(self, call: Call, engine: EngineState) -> None:
+    def _dispatch(self, call: Call, engine: EngineState, criterion: Criterion | None) -> None:
         session = self._session_of(call)
         transition(call, CallState.RUNNING)
         call.engine_id = engine.engine_id
         call.mark("dispatched", asyncio.get_running_loop().time())
-        engine.add_call(call)
+        engine.add_call(call, criterion)
         session.tasks[call.call_id] = asyncio.create_task(
             self._run(session, call, engine), name=f"call-{call.call_id}")
         for var in session.graph.output_variables(call):
@@ -299,8 +285,6 @@ class Manager:
                 transition(call, CallState.READY)
                 call.engine_id = None
                 self.scheduler.enqueue(call)
-            else:
-                self.prefix_index.remove(call.call_id, call.prefix_hashes)
             self.scheduler.wake()
 
     def _publish_value(self, session: Session, var: Variable, value: str) -> None:
@@ -327,7 +311,7 @@ class Manager:
                         pending.append((consumer, CallFailedError(
                             f"input {var.name!r} failed: {cause}")))
 
-    def _spawn_background(self, coro, name: str) -> None:
+    def _spawn_background(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
         """A task the manager owns (kept referenced, cancelled on close)."""
         task = asyncio.create_task(coro, name=name)
         self._background.add(task)
@@ -335,10 +319,12 @@ class Manager:
 
     def _fail_ready_calls(self, error: EngineUnavailableError) -> None:
         """No engine came back within the grace period: fail what waits for one."""
-        for session in list(self.sessions):
-            for call in list(session.calls.values()):
-                if call.state is CallState.READY:
-                    self._fail_call(session, call, CallFailedError(str(error)))
+        self._fail_calls([call for session in self.sessions for call in session.calls.values()
+                          if call.state is CallState.READY], CallFailedError(str(error)))
+
+    def _fail_calls(self, calls: list[Call], error: ParrotError) -> None:
+        for call in calls:
+            self._fail_call(self._session_of(call), call, error)
 
     # --- deduction -------------------------------------------------------------------------
 

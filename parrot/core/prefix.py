@@ -9,7 +9,7 @@ the call generates).
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -59,20 +59,18 @@ def prefix_pieces(template: Template, values: Mapping[str, str],
 
 
 class PrefixIndex:
-    """hash → ids of the calls (queued or running) whose prompt has that prefix; O(1) lookups.
-
-    It also remembers (bounded, least recently seen forgotten first) how many calls ever had
-    each prefix, so a prefix that recurs is worth a context of its own on the engine.
+    """How many calls recently had each prefix (bounded: the least recently seen prefix is
+    forgotten first), so a prefix that recurs is worth a context of its own on the engine.
+    Which *queued* calls share a prefix the scheduler counts per round (`_call_views`).
     """
 
     def __init__(self, max_remembered: int = MAX_REMEMBERED_PREFIXES) -> None:
-        self._calls: dict[str, set[str]] = defaultdict(set)
         self._occurrences: OrderedDict[str, int] = OrderedDict()
         self._max_remembered = max_remembered
 
-    def add(self, call_id: str, hashes: tuple[str, ...]) -> None:
+    def add(self, hashes: tuple[str, ...]) -> None:
+        """One more call has these prefixes."""
         for h in hashes:
-            self._calls[h].add(call_id)
             self._occurrences[h] = self._occurrences.pop(h, 0) + 1
         while len(self._occurrences) > self._max_remembered:
             self._occurrences.popitem(last=False)
@@ -81,16 +79,5 @@ class PrefixIndex:
         """Whether at least two calls (now or recently) had this prefix."""
         return self._occurrences.get(prefix_hash, 0) >= 2
 
-    def remove(self, call_id: str, hashes: tuple[str, ...]) -> None:
-        for h in hashes:
-            ids = self._calls.get(h)
-            if ids is not None:
-                ids.discard(call_id)
-                if not ids:
-                    del self._calls[h]
-
-    def calls_with(self, prefix_hash: str) -> frozenset[str]:
-        return frozenset(self._calls.get(prefix_hash, ()))
-
     def __len__(self) -> int:
-        return len(self._calls)
+        return len(self._occurrences)

@@ -3,6 +3,13 @@
 Event-driven: anything that can change a decision (a call becomes ready, a call finishes, an
 engine joins or recovers, a `get` changes criteria) calls `wake()`; the loop then runs one
 `step()` for everything that happened meanwhile. No polling.
+
+A policy is code the manager does not trust: its placements are checked (placement_check.py)
+before anything changes, so a bad round leaves every call queued. A round whose policy raises
+or returns an invalid placement is a *policy failure*; the round is retried after
+`POLICY_RETRY_DELAY_S`, and after `MAX_POLICY_FAILURES` failures in a row the calls offered in
+the last one fail with `SchedulingFailedError` (their `get`s answer at once, not at their
+timeout). Any good round resets the count.
 """
 
 from __future__ import annotations
@@ -16,21 +23,35 @@ from collections.abc import Callable, Iterable
 
 from parrot.core.engine_pool import EnginePool, EngineState, prefix_num_tokens
 from parrot.core.nodes import Call
+from parrot.core.placement_check import InvalidPlacementError, check_placements
+from parrot.errors import SchedulingFailedError
 from parrot.policies.base import CallView, Policy
-from parrot.types import CallState
+from parrot.types import CallState, Criterion
 
 log = logging.getLogger(__name__)
 
-Dispatch = Callable[[Call, EngineState], None]
+# (call, engine, the criterion the policy placed it under; None: the call's own)
+Dispatch = Callable[[Call, EngineState, Criterion | None], None]
+FailCalls = Callable[[list[Call], SchedulingFailedError], None]
+
+# Policy failures in a row (rounds that raised or placed invalidly) after which the calls the
+# policy was offered fail. A few, so a transient fault (an engine view changing under a buggy
+# policy) is retried, yet a broken policy fails its callers in about a second, not at their
+# `get` timeout.
+MAX_POLICY_FAILURES = 3
+# A failed round is retried this long after it, even if nothing wakes the scheduler.
+POLICY_RETRY_DELAY_S = 0.2
 
 
 class Scheduler:
     def __init__(self, policy: Policy, pool: EnginePool, dispatch: Dispatch,
-                 before_round: Callable[[], None]) -> None:
+                 before_round: Callable[[], None], fail_calls: FailCalls) -> None:
         self.policy = policy
         self._pool = pool
         self._dispatch = dispatch
         self._before_round = before_round
+        self._fail_calls = fail_calls
+        self.num_policy_failures = 0  # consecutive; reset by any good round
         self._ready: dict[str, Call] = {}
         self._sizes: dict[str, _Sizes] = {}  # per ready call, computed once when it is queued
         self._wakeup = asyncio.Event()
@@ -65,8 +86,9 @@ class Scheduler:
             self._wakeup.clear()
             try:
                 self.step()
-            except Exception:  # noqa: BLE001 - a policy bug must not stop scheduling forever
-                log.exception("scheduling round failed; ready calls stay queued")
+            except Exception:  # noqa: BLE001 - a deduction or dispatch bug must not stop
+                # scheduling forever (a policy's own failures are handled inside step()).
+                log.exception("scheduling round failed")
 
     def step(self) -> int:
         """One scheduling round; returns how many calls were placed."""
@@ -76,29 +98,43 @@ class Scheduler:
         self._before_round()
         calls = ready_order(self._ready.values())
         views = self._call_views(calls)
-        placements = self.policy.schedule(calls=views, engines=self._pool.views())
-        placed = 0
-        for placement in placements:
-            call = self._ready.pop(placement.call_id, None)
-            self._sizes.pop(placement.call_id, None)
-            if call is None:
-                log.error("policy %s placed unknown or already placed call %r",
-                          self.policy.name, placement.call_id)
-                continue
-            engine = self._pool.get(placement.engine_id)
-            self._dispatch(call, engine)
-            placed += 1
+        try:
+            placements = self.policy.schedule(calls=views, engines=self._pool.views())
+            checked = check_placements(placements, self._ready, self._pool)
+        except Exception as exc:  # noqa: BLE001 - a policy bug fails its calls, not the manager
+            self._policy_failed(calls, exc)
+            return 0
+        self.num_policy_failures = 0
+        for placement in checked:
+            call = self._ready.pop(placement.call_id)
+            self._sizes.pop(placement.call_id)
+            self._dispatch(call, self._pool.get(placement.engine_id), placement.criterion)
         seconds = time.perf_counter() - started
-        self.round_stats.append((seconds, placed))
+        self.round_stats.append((seconds, len(checked)))
         for observe in self.round_observers:
-            observe(seconds, placed)
-        return placed
+            observe(seconds, len(checked))
+        return len(checked)
 
+    def _policy_failed(self, calls: list[Call], exc: Exception) -> None:
+        self.num_policy_failures += 1
+        what = str(exc) if isinstance(exc, InvalidPlacementError) else f"raised {exc!r}"
+        log.error("policy %s failed (%d in a row): %s; its %d ready calls stay queued",
+                  self.policy.name, self.num_policy_failures, what, len(calls),
+                  exc_info=not isinstance(exc, InvalidPlacementError))
+        if self.num_policy_failures < MAX_POLICY_FAILURES:
+            asyncio.get_running_loop().call_later(POLICY_RETRY_DELAY_S, self.wake)
+            return
+        self.num_policy_failures = 0
+        for call in calls:
+            self.discard(call)
+        self._fail_calls(calls, SchedulingFailedError(
+            f"policy {self.policy.name!r} failed {MAX_POLICY_FAILURES} scheduling rounds in a "
+            f"row (last: {what})"))
 
     def _call_views(self, calls: list[Call]) -> list[CallView]:
         # SharedReqsInQueue: how many queued calls have each prefix (a round-local hash → count
-        # over the queue; the manager's PrefixIndex also counts running calls, which are placed
-        # already). A call's shared prefix is its deepest one another queued call also has.
+        # over the queue; running calls are placed already). A call's shared prefix is its
+        # deepest one another queued call also has.
         counts = Counter(h for call in calls for h in call.prefix_hashes)
         views = []
         for call in calls:

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import secrets
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from parrot.core.graph import SessionGraph
 from parrot.core.nodes import Call, Variable
 from parrot.errors import NotFoundError, ParrotError, UnauthorizedError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -19,7 +23,7 @@ class Session:
     graph: SessionGraph = field(default_factory=SessionGraph)
     variables: dict[str, Variable] = field(default_factory=dict)
     calls: dict[str, Call] = field(default_factory=dict)
-    tasks: dict[str, asyncio.Task] = field(default_factory=dict)  # running call tasks
+    tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)  # running call tasks
     needs_deduction: bool = False
     last_active: float = 0.0      # loop time of the last authenticated request
     num_waiters: int = 0          # `get`s waiting on this session's variables
@@ -76,8 +80,36 @@ class SessionStore:
                     failed += 1
         return failed
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Session]:
         return iter(list(self._sessions.values()))
 
     def __len__(self) -> int:
         return len(self._sessions)
+
+
+class IdleExpiry:
+    """Deletes a session nobody has used for `ttl_s` seconds: no authenticated request, no
+    running call and no waiting `get`.
+
+    One timer per session, re-armed only when it fires (not on every request). The timer holds
+    the session's id, not the session, so a deleted session's memory is freed at once.
+    """
+
+    def __init__(self, store: SessionStore, ttl_s: float,
+                 delete: Callable[[Session], None]) -> None:
+        self._store, self._ttl_s, self._delete = store, ttl_s, delete
+
+    def arm(self, session: Session, delay_s: float | None = None) -> None:
+        session.expiry_timer = asyncio.get_running_loop().call_later(
+            self._ttl_s if delay_s is None else delay_s, self._check, session.session_id)
+
+    def _check(self, session_id: str) -> None:
+        session = self._store.find(session_id)
+        if session is None:
+            return  # deleted already
+        idle = asyncio.get_running_loop().time() - session.last_active
+        if session.tasks or session.num_waiters or idle < self._ttl_s:
+            self.arm(session, max(self._ttl_s - idle, 1e-3) if idle < self._ttl_s else None)
+            return
+        log.info("session %s idle for %.0f s: deleted", session.session_id, idle)
+        self._delete(session)

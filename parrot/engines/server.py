@@ -29,10 +29,11 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from typing import Any
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Any, cast
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from parrot.engines.protocol import Engine, FillRequest, GenerateChunk, GenerateRequest
 from parrot.errors import (InvalidRequestError, NotFoundError, ParrotError,
@@ -52,7 +53,7 @@ def create_app(engine: Engine, *, secret: str | None = None,
     """Build the app. With `manage_engine` the app starts the engine on startup and closes it
     on cleanup; otherwise the caller owns the engine's lifecycle. `secret=None` serves without
     authentication (in-process tests only; parrot-engine always sets one)."""
-    middlewares = [_error_middleware]
+    middlewares: list[Middleware] = [_error_middleware]
     if secret is not None:
         middlewares.append(_auth_middleware(secret))
     app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
@@ -96,7 +97,8 @@ class _Routes:
             result = await self.engine.generate_all(gen_request)
             return web.json_response({"text": result.text, "token_ids": list(result.token_ids),
                                       "finish_reason": result.finish_reason})
-        chunks = self.engine.generate(gen_request)
+        # Every engine's generate is an async generator (the protocol declares AsyncIterator).
+        chunks = cast(AsyncGenerator[GenerateChunk, None], self.engine.generate(gen_request))
         try:
             # The first chunk comes before the response starts, so that errors found up front
             # (unknown context, busy, too long) keep their HTTP status.
@@ -184,7 +186,7 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     return body
 
 
-def _auth_middleware(secret: str) -> Callable[..., Awaitable[web.StreamResponse]]:
+def _auth_middleware(secret: str) -> Middleware:
     expected = f"Bearer {secret}".encode()
 
     @web.middleware

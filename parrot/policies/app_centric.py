@@ -107,7 +107,8 @@ class AppCentricPolicy(Policy):
         # Dispatched in the given order (engines admit first come, first served).
         order = {call.call_id: i for i, call in enumerate(calls)}
         placed.sort(key=lambda p: order[p[0].call_id])
-        return [Placement(call.call_id, slot.view.engine_id) for call, slot in placed]
+        return [Placement(call.call_id, slot.view.engine_id, self._criterion(call))
+                for call, slot in placed]
 
     def _criterion(self, call: CallView) -> Criterion:
         return call.criterion if call.criterion is not None else self.params.default_criterion

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import AbstractSet, Any, ClassVar
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
+from typing import Any, ClassVar
 
 from parrot.policies.cost import DEFAULT_PROFILE, SpeedProfile
 from parrot.types import Criterion
@@ -35,7 +35,7 @@ class CallView:
     # Estimated prompt tokens up to each of prefix_hashes (same length, non-decreasing).
     prefix_num_tokens: tuple[int, ...] = ()
     # The deepest of prefix_hashes that another *queued* call shares (the paper's
-    # SharedReqsInQueue, from the manager's PrefixIndex); None when no queued call shares one.
+    # SharedReqsInQueue, counted over the queue each round); None when no queued call shares one.
     shared_prefix: str | None = None
 
     @property
@@ -63,14 +63,14 @@ class EngineView:
     num_latency_calls: int               # of the running calls, how many are LATENCY
     num_throughput_calls: int            # ... and how many are THROUGHPUT
     task_groups: frozenset[str]          # task groups with a call on this engine
-    cached_prefixes: AbstractSet[str]    # prefix hashes with a context on (or going to) it
+    cached_prefixes: Set[str]            # prefix hashes with a context on (or going to) it
     is_healthy: bool = True
     # How fast it prefills and decodes (see cost.py); the engine's configured latency profile
     # where it has one.
     profile: SpeedProfile = DEFAULT_PROFILE
     # Prefix hashes of its running calls: already counted (once) in num_tokens_in_use. A
     # cached prefix saves a new call's prefill; only one in this set also saves its load.
-    running_prefixes: AbstractSet[str] = frozenset()
+    running_prefixes: Set[str] = frozenset()
 
     @property
     def mode(self) -> Criterion | None:
@@ -86,6 +86,10 @@ class EngineView:
 class Placement:
     call_id: str
     engine_id: str
+    # The criterion the policy placed the call under (its deduced one, or the policy's default
+    # for a call without one); the engine's accounting counts the call as that. None: the
+    # call's own criterion (latency when it has none).
+    criterion: Criterion | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,8 @@ class Policy(ABC):
         """Return placements for some of `calls` (each at most once) on `engines`.
 
         `calls` come in the manager's priority order: the order in which they were submitted
-        (first come, first served per application). A call left out stays queued. Placements must name call and engine ids from the arguments.
+        (first come, first served per application). A call left out stays queued. Placements
+        must name call ids from `calls` and healthy engine ids from `engines`: the manager
+        rejects a round with any other (see core/placement_check.py).
         """
 

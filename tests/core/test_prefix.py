@@ -56,16 +56,16 @@ def test_thousands_of_tiny_boundaries_make_few_contexts():
     assert again == contexts
 
 
-def test_index_tracks_live_calls_and_recurrence():
+def test_index_remembers_recurring_prefixes_boundedly():
     index = PrefixIndex(max_remembered=2)
-    index.add("r1", ("h1", "h2"))
-    assert index.calls_with("h1") == {"r1"} and not index.is_recurring("h1")
-    index.add("r2", ("h1",))
-    assert index.calls_with("h1") == {"r1", "r2"} and index.is_recurring("h1")
-    index.remove("r1", ("h1", "h2"))
-    assert index.calls_with("h2") == frozenset() and index.is_recurring("h1")
-    index.add("r3", ("h3",))  # remembers at most two hashes: h2 (oldest) is forgotten
-    assert len(index) == 2 and not index.is_recurring("h2")
+    index.add(("h1", "h2"))
+    assert not index.is_recurring("h1") and not index.is_recurring("h2")
+    index.add(("h1",))
+    assert index.is_recurring("h1") and not index.is_recurring("h2")
+    index.add(("h3",))  # remembers at most two hashes: h2 (least recently seen) is forgotten
+    assert len(index) == 2 and index.is_recurring("h1") and not index.is_recurring("h2")
+    index.add(("h2",))  # seen again after being forgotten: counts from one
+    assert not index.is_recurring("h2") and not index.is_recurring("h1")  # h1 forgotten now
 
 
 def test_a_whole_constant_prompt_is_not_cached_unless_it_recurs():

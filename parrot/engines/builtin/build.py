@@ -23,7 +23,7 @@ from parrot.engines.builtin.loader import (LoadedModel, load_model, resolve_devi
                                            resolve_dtype)
 from parrot.engines.builtin.model import LlamaModel
 from parrot.engines.builtin.runner import ModelRunner
-from parrot.engines.builtin.scheduler import Scheduler
+from parrot.engines.builtin.scheduler import BatchScheduler
 from parrot.engines.builtin.shapes import ModelShape
 from parrot.engines.builtin.warmup import WarmupReport, batch_buckets, warm_up, width_buckets
 
@@ -72,9 +72,11 @@ def load_bundle(config: BuiltinEngineConfig, loaded: LoadedModel | None = None) 
                        loaded.eos_token_ids, kernels is not None)
 
 
-def build_engine(name: str, config: BuiltinEngineConfig,
-                 bundle: ModelBundle | None = None) -> BuiltinEngine:
-    """Blocking when it loads the model (bundle None)."""
+def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | None = None,
+                 *, runner_type: type[ModelRunner] = ModelRunner,
+                 scheduler_type: type[BatchScheduler] = BatchScheduler) -> BuiltinEngine:
+    """Blocking when it loads the model (bundle None). `runner_type` / `scheduler_type`: a
+    subclass to build instead (tests inject faults through them)."""
     if bundle is None:
         bundle = load_bundle(config)
     model = bundle.model
@@ -95,17 +97,18 @@ def build_engine(name: str, config: BuiltinEngineConfig,
     if use_graphs:
         graphs = DecodeGraphs(model, kv_cache, max_width=max_blocks,
                               max_batch=min(config.cuda_graph_max_batch, config.max_num_seqs))
-    runner = ModelRunner(model, kv_cache, use_shared_prefix=bundle.uses_kernels,
+    runner = runner_type(model, kv_cache, use_shared_prefix=bundle.uses_kernels,
                          shared_prefix_min_tokens=config.shared_prefix_min_tokens,
                          shared_prefix_min_group=config.shared_prefix_min_group,
                          max_blocks=max_blocks, graphs=graphs,
                          eos_token_ids=frozenset(bundle.eos_token_ids),
                          max_context_len=max_context_len)
-    scheduler = Scheduler(BlockManager(num_blocks, config.block_size),
-                          max_batch_tokens=config.max_batch_tokens,
-                          max_num_seqs=config.max_num_seqs, max_context_len=max_context_len,
-                          eos_token_ids=bundle.eos_token_ids,
-                          reserve_next_block=graphs is not None)
+    scheduler = scheduler_type(BlockManager(num_blocks, config.block_size),
+                               max_batch_tokens=config.max_batch_tokens,
+                               max_num_seqs=config.max_num_seqs,
+                               max_context_len=max_context_len,
+                               eos_token_ids=bundle.eos_token_ids,
+                               reserve_next_block=graphs is not None)
     report = None
     if graphs is not None and config.warmup:
         report = warm_up(graphs, shared_prefix=bundle.uses_kernels,

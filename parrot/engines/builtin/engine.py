@@ -18,6 +18,11 @@ Context rules (the protocol docstring, made exact):
 * A context longer than max_context_len -> PromptTooLongError; Generate stops with "length"
   when the context window is full. Token ids outside the vocabulary, or stop strings without a
   tokenizer -> InvalidRequestError.
+
+When the batch scheduler raises (a bug), the loop fails every queued request with
+EngineUnavailableError, reports itself unhealthy (`healthz` False, new requests refused with the
+same error, so the manager re-dispatches them elsewhere) and retries scheduling with a growing
+back-off; the first iteration that schedules without raising makes it healthy again.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from parrot.chat import ChatTemplate
 from parrot.engines.builtin.context import Context, Work, WorkKind
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.sampler import make_generator
-from parrot.engines.builtin.scheduler import Batch, Scheduler
+from parrot.engines.builtin.scheduler import Batch, BatchScheduler
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
 from parrot.errors import (ContextExistsError, EngineError, EngineUnavailableError,
@@ -41,10 +46,15 @@ from parrot.errors import (ContextExistsError, EngineError, EngineUnavailableErr
 log = logging.getLogger(__name__)
 
 _TOKENIZE_INLINE_CHARS = 4096  # longer texts are tokenized in a worker thread
+# While the batch scheduler raises, scheduling is retried after a back-off growing from
+# RETRY_MIN_S to RETRY_MAX_S: the loop awaits on its error path, so a broken scheduler never
+# starves the event loop (or the engine server's /healthz) with a busy retry loop.
+RETRY_MIN_S = 0.01
+RETRY_MAX_S = 1.0
 
 
 class BuiltinEngine(Engine):
-    def __init__(self, name: str, model_name: str, runner: ModelRunner, scheduler: Scheduler,
+    def __init__(self, name: str, model_name: str, runner: ModelRunner, scheduler: BatchScheduler,
                  tokenizer: Any | None, vocab_size: int, seed: int) -> None:
         self._name, self._model_name = name, model_name
         self._runner, self._scheduler = runner, scheduler
@@ -55,7 +65,9 @@ class BuiltinEngine(Engine):
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._closed = asyncio.Event()  # ends a back-off early
         self._step_in_flight = False
+        self._unhealthy: str | None = None  # why, while the batch scheduler keeps raising
         bos = getattr(tokenizer, "bos_token_id", None)
         self._bos: int | None = (bos if tokenizer is not None and bos is not None
                                  and tokenizer("x").input_ids[:1] == [bos] else None)
@@ -70,6 +82,7 @@ class BuiltinEngine(Engine):
 
     async def close(self) -> None:
         self._closing = True
+        self._closed.set()
         self._wake.set()
         if self._task is not None:
             await self._task  # finishes the step in flight, then returns
@@ -96,7 +109,20 @@ class BuiltinEngine(Engine):
                            num_contexts=len(s.contexts))
 
     async def healthz(self) -> bool:
-        return not self._closing and (self._task is None or not self._task.done())
+        return not self._closing and self._unhealthy is None \
+            and (self._task is None or not self._task.done())
+
+    def check_invariants(self) -> None:
+        """Assert the KV blocks' bookkeeping is consistent (every block's reference count is
+        the number of block tables and pending copies holding it). For tests and debugging."""
+        self._scheduler.check_invariants()
+
+    def block_table(self, context_id: str) -> tuple[int, ...]:
+        """The KV blocks a live context uses, in position order (for tests and debugging)."""
+        ctx = self._scheduler.contexts.get(context_id)
+        if ctx is None:
+            raise UnknownContextError(f"unknown context {context_id!r}")
+        return tuple(ctx.block_table)
 
     # -- the protocol ---------------------------------------------------------------------------
 
@@ -162,6 +188,8 @@ class BuiltinEngine(Engine):
         """Validate a request against the engine's state and make its work item."""
         if self._closing:
             raise EngineUnavailableError(f"engine {self._name!r} is closed")
+        if self._unhealthy is not None:
+            raise EngineUnavailableError(f"engine {self._name!r} is unhealthy: {self._unhealthy}")
         self._check_token_ids(tokens, "token_ids")
         contexts = self._scheduler.contexts
         ctx = contexts.get(context_id)
@@ -217,19 +245,38 @@ class BuiltinEngine(Engine):
     # -- the batching loop ------------------------------------------------------------------------
 
     async def _run(self) -> None:
+        retry_s = RETRY_MIN_S
         while not self._closing:
             self._wake.clear()
             try:
                 batch = self._scheduler.schedule()
-            except Exception as exc:  # a bug in scheduling: fail what is queued, keep serving
-                log.exception("scheduling failed")
-                for work in self._scheduler.works:
-                    work.fail(EngineError(f"scheduling failed: {exc!r}"))
+            except Exception as exc:  # noqa: BLE001 - a scheduling bug: fail, back off, retry
+                self._scheduling_failed(exc)
+                await self._back_off(retry_s)
+                retry_s = min(2 * retry_s, RETRY_MAX_S)
                 continue
+            retry_s = RETRY_MIN_S
+            if self._unhealthy is not None:
+                log.warning("engine %s schedules again: healthy", self._name)
+                self._unhealthy = None
             if batch is None:
                 await self._wake.wait()
                 continue
             await self._step(batch)
+
+    def _scheduling_failed(self, exc: Exception) -> None:
+        if self._unhealthy is None:  # the traceback once, not at every retry
+            log.exception("engine %s: scheduling failed; unhealthy until it succeeds", self._name)
+        self._unhealthy = f"its batch scheduler failed: {exc!r}"
+        error = EngineUnavailableError(f"engine {self._name!r} is unhealthy: {self._unhealthy}")
+        for work in self._scheduler.works:
+            work.fail(error)
+
+    async def _back_off(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._closed.wait(), seconds)
+        except TimeoutError:
+            pass
 
     async def _step(self, batch: Batch) -> None:
         self._step_in_flight = True

@@ -45,7 +45,7 @@ class Batch:
         return sum(c.end - c.start for c in self.chunks)
 
 
-class Scheduler:
+class BatchScheduler:
     def __init__(self, blocks: BlockManager, *, max_batch_tokens: int, max_num_seqs: int,
                  max_context_len: int, eos_token_ids: tuple[int, ...],
                  reserve_next_block: bool = False) -> None:

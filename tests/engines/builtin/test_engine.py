@@ -9,6 +9,7 @@ import random
 import pytest
 
 from parrot.engines.builtin.engine import BuiltinEngine
+from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.errors import (ContextExistsError, EngineError, InvalidRequestError,
                            PromptTooLongError, UnknownContextError)
@@ -43,7 +44,7 @@ async def test_fill_generate_appends_to_context(tiny_bundle, make_engine):
     assert (stats.num_contexts, stats.num_tokens_in_use, stats.num_running) == (1, 16, 0)
     # the generated tokens stay in the context: a second fill appends after them
     assert await fill(engine, "a", (7, 8)) == 18
-    engine._scheduler.check_invariants()
+    engine.check_invariants()
 
 
 async def test_fork_matches_fill_from_scratch_and_shares_full_blocks(tiny_bundle, make_engine):
@@ -53,9 +54,8 @@ async def test_fork_matches_fill_from_scratch_and_shares_full_blocks(tiny_bundle
     free_before = (await engine.stats()).num_blocks_free
     await fill(engine, "child", (), parent="parent")   # a pure fork
     assert (await engine.stats()).num_blocks_free == free_before - 1  # only the partial copy
-    sched = engine._scheduler
-    parent_table = sched.contexts["parent"].block_table
-    child_table = sched.contexts["child"].block_table
+    parent_table = engine.block_table("parent")
+    child_table = engine.block_table("child")
     assert child_table[:5] == parent_table[:5] and child_table[5] != parent_table[5]
     await fill(engine, "child", suffix)
     forked = await generate(engine, "child")
@@ -63,7 +63,7 @@ async def test_fork_matches_fill_from_scratch_and_shares_full_blocks(tiny_bundle
     assert forked == await generate(engine, "scratch")
     # a fork and generate in one request gives the same as generate on a filled copy
     assert await generate(engine, "g", parent="parent") == await generate(engine, "parent")
-    sched.check_invariants()
+    engine.check_invariants()
 
 
 async def test_freeing_parent_keeps_children(tiny_bundle, make_engine):
@@ -77,7 +77,7 @@ async def test_freeing_parent_keeps_children(tiny_bundle, make_engine):
         await engine.free_context(ctx)
     stats = await engine.stats()
     assert stats.num_blocks_free == stats.num_blocks_total
-    engine._scheduler.check_invariants()
+    engine.check_invariants()
 
 
 async def test_batched_equals_one_at_a_time(tiny_bundle, make_engine):
@@ -114,7 +114,7 @@ async def test_kv_pressure_preempts_and_gives_same_tokens(tiny_bundle, make_engi
         return await generate(tight, f"x{i}", SamplingParams(max_tokens=8, ignore_eos=True))
 
     assert list(await asyncio.gather(*(run(i) for i in range(4)))) == expected
-    tight._scheduler.check_invariants()
+    tight.check_invariants()
 
 
 async def test_errors_are_typed_and_engine_keeps_serving(tiny_bundle, make_engine):
@@ -145,7 +145,7 @@ async def test_errors_are_typed_and_engine_keeps_serving(tiny_bundle, make_engin
         await fill(engine, "q", (3,), parent="full")           # exists with another parent
     assert await fill(engine, "ok", (5, 6, 7)) == 3            # still serving
     assert len(await generate(engine, "ok")) == 6
-    engine._scheduler.check_invariants()
+    engine.check_invariants()
 
 
 async def test_busy_context_and_free_while_busy(tiny_bundle, make_engine):
@@ -163,7 +163,7 @@ async def test_busy_context_and_free_while_busy(tiny_bundle, make_engine):
             pass
     await fill(engine, "b", (1, 2, 3))
     assert len(await generate(engine, "b")) == 6
-    engine._scheduler.check_invariants()
+    engine.check_invariants()
 
 
 async def test_fork_of_busy_parent_waits_for_it(tiny_bundle, make_engine):
@@ -187,7 +187,7 @@ async def test_abandoned_generate_frees_the_context_for_reuse(tiny_bundle, make_
             break
     assert await fill(engine, "a", (1,)) > 9                   # idle again, tokens kept
     assert len(await generate(engine, "a")) == 6
-    engine._scheduler.check_invariants()
+    engine.check_invariants()
 
 
 async def test_seeded_sampling_is_reproducible_and_batch_independent(tiny_bundle, make_engine):
@@ -248,13 +248,10 @@ async def test_randomized_fill_fork_generate_free_keeps_kv_invariants(tiny_bundl
                                                                       ignore_eos=True), parent)
                                    for n in names), return_exceptions=False)
             live.extend(names)
-        engine._scheduler.check_invariants()
-        stats = await engine.stats()
-        assert stats.num_blocks_free + engine._scheduler.blocks.allocator.num_used_blocks \
-            == stats.num_blocks_total
+        engine.check_invariants()  # includes: free + used blocks == total
     for ctx in live:
         await engine.free_context(ctx)
-    engine._scheduler.check_invariants()
+    engine.check_invariants()
     stats = await engine.stats()
     assert (stats.num_blocks_free, stats.num_contexts) == (stats.num_blocks_total, 0)
 
@@ -270,19 +267,20 @@ async def test_info_and_stats(tiny_bundle, make_engine):
 
 
 async def test_a_failing_model_step_fails_only_its_requests(tiny_bundle, make_engine):
-    engine = make_engine(tiny_bundle)
+    fail_next = [False]
+
+    class BrokenOnce(ModelRunner):
+        def step(self, batch):
+            if fail_next[0]:
+                fail_next[0] = False
+                raise RuntimeError("device lost")
+            return super().step(batch)
+
+    engine = make_engine(tiny_bundle, runner_type=BrokenOnce)
     await fill(engine, "a", prompt(12, 5))
-    real_step = engine._runner.step
-    calls = []
-
-    def broken_once(batch):
-        calls.append(len(batch.chunks))
-        if len(calls) == 1:
-            raise RuntimeError("device lost")
-        return real_step(batch)
-
-    engine._runner.step = broken_once
+    fail_next[0] = True
     with pytest.raises(EngineError, match="device lost"):
         await generate(engine, "a")
     assert len(await generate(engine, "a")) == 6               # same context, served again
-    engine._scheduler.check_invariants()
+    assert await engine.healthz()                               # a step fault is not sickness
+    engine.check_invariants()

@@ -169,7 +169,7 @@ async def test_rows_of_different_lengths_cross_blocks_ahead(make_engine, kernel_
         results = await asyncio.gather(*(engine.generate_all(GenerateRequest(f"r{i}",
                                                                              sampling=params))
                                          for i in range(4)))
-        engine._scheduler.check_invariants()
+        engine.check_invariants()
         return [r.token_ids for r in results]
 
     plain = make_engine(kernel_bundle, block_size=BS)

@@ -9,17 +9,17 @@ pytest.importorskip("torch")  # context.py types a torch.Generator
 
 from parrot.engines.builtin.block_manager import BlockManager  # noqa: E402
 from parrot.engines.builtin.context import Context, Work, WorkKind  # noqa: E402
-from parrot.engines.builtin.scheduler import Scheduler  # noqa: E402
+from parrot.engines.builtin.scheduler import BatchScheduler  # noqa: E402
 
 BLOCK = 4
 
 
-def make_scheduler(num_blocks: int, max_batch_tokens: int = 64) -> Scheduler:
-    return Scheduler(BlockManager(num_blocks, BLOCK), max_batch_tokens=max_batch_tokens,
+def make_scheduler(num_blocks: int, max_batch_tokens: int = 64) -> BatchScheduler:
+    return BatchScheduler(BlockManager(num_blocks, BLOCK), max_batch_tokens=max_batch_tokens,
                      max_num_seqs=8, max_context_len=256, eos_token_ids=(0,))
 
 
-def computed_context(sched: Scheduler, context_id: str, num_tokens: int,
+def computed_context(sched: BatchScheduler, context_id: str, num_tokens: int,
                      last_used: int = 0) -> Context:
     """An idle context at rest: every token but the pending last one is in KV."""
     ctx = Context(context_id, None, token_ids=list(range(1, num_tokens + 1)))
@@ -29,7 +29,7 @@ def computed_context(sched: Scheduler, context_id: str, num_tokens: int,
     return ctx
 
 
-def add_fill(sched: Scheduler, context_id: str, num_tokens: int, seq: int) -> Work:
+def add_fill(sched: BatchScheduler, context_id: str, num_tokens: int, seq: int) -> Work:
     ctx = Context(context_id, None)
     sched.contexts[context_id] = ctx
     work = Work(WorkKind.FILL, ctx, seq, new_tokens=list(range(1, num_tokens + 1)))

@@ -68,13 +68,12 @@ async def test_fork_of_shared_prompt_matches_scratch_and_shares_blocks(smollm2_b
     for i, q in enumerate(questions):
         await engine.fill(FillRequest(f"f{i}", "sys", text=q + "<|im_end|>\n"))
         forks.append(f"f{i}")
-    contexts = engine._scheduler.contexts
     shared = (sys_len - 1) // 16                  # full blocks of the parent's computed tokens
     assert shared >= 1
     own = 0
     for name in forks:
-        table = contexts[name].block_table
-        assert table[:shared] == contexts["sys"].block_table[:shared]
+        table = engine.block_table(name)
+        assert table[:shared] == engine.block_table("sys")[:shared]
         own += len(table) - shared
     # the forks allocated only their own tail blocks, nothing for the shared ones
     assert (await engine.stats()).num_blocks_free == free - own
