@@ -18,5 +18,5 @@ def front_door(api: WireAPI) -> list[AppSetup]:
     """Routes: /metrics (and the access log), the OpenAI API, variable streams,
     /openapi.json."""
     return [Metrics(api.manager, api.route_table, api.access).setup,
-            OpenAIRoutes(api.manager, api.admit_session).setup,
+            OpenAIRoutes(api.manager, api.admit_session, api.admission).setup,
             VariableStreamRoute(api.manager).setup, OpenAPIRoute().setup]

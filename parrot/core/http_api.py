@@ -48,11 +48,16 @@ def error_body(status: int, message: str) -> JsonObject:
     return ErrorReply(ErrorDetail(kind, message)).to_wire()
 
 
-def error_response(exc: ParrotError) -> web.Response:
-    headers = {}
+def error_headers(exc: ParrotError) -> dict[str, str]:
+    """The headers an error's status calls for (Retry-After on a 429), for every API."""
     if isinstance(exc, TooManyRequestsError):
-        headers["Retry-After"] = str(max(1, round(exc.retry_after_s)))
-    resp = web.json_response(ErrorReply.of(exc).to_wire(), status=exc.status, headers=headers)
+        return {"Retry-After": str(max(1, round(exc.retry_after_s)))}
+    return {}
+
+
+def error_response(exc: ParrotError) -> web.Response:
+    resp = web.json_response(ErrorReply.of(exc).to_wire(), status=exc.status,
+                             headers=error_headers(exc))
     if isinstance(exc, RequestTimeoutError):
         resp.force_close()  # the rest of the body may still trickle in: drop the connection
     return resp

@@ -13,6 +13,7 @@ import asyncio
 from dataclasses import dataclass, replace
 from collections.abc import AsyncIterator, Sequence
 
+from parrot.core.admission import Admission
 from parrot.core.manager import Manager
 from parrot.core.nodes import Call, Variable
 from parrot.core.requests import PlaceholderSpec, SubmitRequest
@@ -59,14 +60,16 @@ class OneShot:
                  sampling: SamplingParams, criterion: Criterion,
                  session: Session | None = None, output: str = "completion",
                  inputs: Sequence[tuple[str, str]] = (), stream: bool = False,
-                 grant: TenantGrant | None = None) -> None:
+                 grant: TenantGrant | None = None, admission: Admission | None = None) -> None:
         """Submit `len(prompts) * n` calls; choice `i * n + j` is prompt i's j-th sample.
 
         Without `session` the calls run in a private session deleted by `close()`, and the
         prompt is a literal value. In a client's `session` the output variables stay (named
         `output`) and the prompt is a template whose `{{input:x}}` placeholders `inputs` binds
         to the session's variables. `stream` marks the outputs as read while generated before
-        any call can start (the executor then streams their Generates)."""
+        any call can start (the executor then streams their Generates). `admission` holds
+        the calls to the service's limits on unfinished calls like the wire API's submits
+        (429 + Retry-After past them)."""
         self._manager = manager
         self._criterion = criterion
         self._prompts = tuple(prompts)
@@ -78,6 +81,8 @@ class OneShot:
         self._output = output if session is not None else "completion"
         self.calls: list[Call] = []
         try:
+            if admission is not None:
+                admission.check(self.session, len(self._prompts) * n)
             for prompt in prompts:
                 if session is None:
                     template = PROMPT_TEMPLATE
@@ -92,6 +97,8 @@ class OneShot:
                         self.session.session_id, template,
                         (*bindings, PlaceholderSpec(self._output, "output")),
                         _nth_sample(sampling, j))))
+                    if admission is not None:
+                        admission.admitted(self.session, self.calls[-1])
                     if stream:
                         self.outputs[-1].stream.wanted = True
         except BaseException:

@@ -21,14 +21,16 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from parrot.core.admission import Admission
 from parrot.core.chat_submit import chat_template_of
 from parrot.core.engine_pool import EngineState
-from parrot.core.http_api import bearer_token, read_json
+from parrot.core.http_api import bearer_token, error_headers, read_json
 from parrot.core.manager import Manager
 from parrot.core.oneshot import OneShot
 from parrot.core.openai_requests import (ChatCompletionRequest, CompletionRequest,
                                          ParrotOptions)
 from parrot.core.sse import finish, is_disconnect, open_stream, send
+from parrot.core.sessions import Session
 from parrot.core.tenants import TenantGrant
 from parrot.errors import (EngineUnavailableError, InvalidRequestError, NotFoundError,
                            ParrotError)
@@ -44,7 +46,8 @@ _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
 
 
 def openai_error(exc: ParrotError) -> web.Response:
-    return web.json_response(openai_error_body(exc), status=exc.status)
+    return web.json_response(openai_error_body(exc), status=exc.status,
+                             headers=error_headers(exc))
 
 
 def openai_error_body(exc: ParrotError) -> dict[str, Any]:
@@ -58,8 +61,10 @@ Route = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 class OpenAIRoutes:
     def __init__(self, manager: Manager,
-                 admit_session: Callable[[str | None], TenantGrant] | None = None) -> None:
+                 admit_session: Callable[[str | None], TenantGrant] | None = None,
+                 admission: Admission | None = None) -> None:
         self.manager = manager
+        self._admission = admission  # the wire API's limits on unfinished calls
         # The wire API's checks before a new session: a tenant's API key where tenants are
         # configured (the request's bearer token), draining, the session limit.
         self._admit_session = admit_session
@@ -116,14 +121,16 @@ class OpenAIRoutes:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         req = CompletionRequest.from_json(await read_json(
             request, self._max_body, self.manager.config.request_body_timeout_s))
+        caller = self._admit(request, req.parrot)   # who may ask comes before what exists
         self._engines_of(req.model)
-        run = self._one_shot(request, req.prompts, req.n, req.sampling, req.parrot, req.stream)
+        run = self._one_shot(caller, req.prompts, req.n, req.sampling, req.parrot, req.stream)
         reply = _Reply("cmpl", "text_completion", req.model, chat=False)
         return await self._serve(request, run, reply, req.stream, req.include_usage)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         req = ChatCompletionRequest.from_json(await read_json(
             request, self._max_body, self.manager.config.request_body_timeout_s))
+        caller = self._admit(request, req.parrot)
         engines = self._engines_of(req.model)
         template = chat_template_of(engines)
         prompt = template.render(req.messages)
@@ -131,21 +138,28 @@ class OpenAIRoutes:
         if not req.max_tokens_given:  # until the turn ends or the context is full
             room = min(e.info.max_context_len for e in engines) - estimate_num_tokens(prompt)
             sampling = replace(sampling, max_tokens=max(room, 1))
-        run = self._one_shot(request, [prompt], req.n, sampling, req.parrot, req.stream)
+        run = self._one_shot(caller, [prompt], req.n, sampling, req.parrot, req.stream)
         reply = _Reply("chatcmpl", "chat.completion", req.model, chat=True)
         return await self._serve(request, run, reply, req.stream, req.include_usage)
 
-    def _one_shot(self, request: web.Request, prompts: list[str] | tuple[str, ...], n: int,
-                  sampling: SamplingParams, options: ParrotOptions, stream: bool) -> OneShot:
-        if options.session_id is None:
-            grant = (None if self._admit_session is None
-                     else self._admit_session(bearer_token(request)))
-            return OneShot(self.manager, prompts, n, sampling, options.criteria, stream=stream,
-                           grant=grant)
-        # joining a client's session: the API key is the session's token
-        session = self.manager.authenticate(options.session_id, bearer_token(request))
-        return OneShot(self.manager, prompts, n, sampling, options.criteria, session,
-                       options.output, options.inputs, stream)
+    def _admit(self, request: web.Request, options: ParrotOptions) -> TenantGrant | Session | None:
+        """The caller's right to run calls, checked before the model or anything else is looked
+        up (an unauthenticated client learns nothing, not even which models exist): a
+        tenant's grant for a private session, or the client's own session when joining one
+        (the API key is then the session's token)."""
+        if options.session_id is not None:
+            return self.manager.authenticate(options.session_id, bearer_token(request))
+        return None if self._admit_session is None else self._admit_session(
+            bearer_token(request))
+
+    def _one_shot(self, caller: TenantGrant | Session | None,
+                  prompts: list[str] | tuple[str, ...], n: int, sampling: SamplingParams,
+                  options: ParrotOptions, stream: bool) -> OneShot:
+        if isinstance(caller, Session):
+            return OneShot(self.manager, prompts, n, sampling, options.criteria, caller,
+                           options.output, options.inputs, stream, admission=self._admission)
+        return OneShot(self.manager, prompts, n, sampling, options.criteria, stream=stream,
+                       grant=caller, admission=self._admission)
 
     @property
     def _max_body(self) -> int:

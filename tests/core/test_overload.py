@@ -126,3 +126,19 @@ async def test_shutdown_finishes_short_calls_and_answers_long_ones():
         assert "grace period" in long_[1]["error"]["message"]
         await asyncio.wait_for(shutdown, 10)
         assert 1.4 < loop.time() - started < 5
+
+
+async def test_openai_requests_count_against_the_service_limit():
+    """A completion is unfinished work like a wire submit: past `max_active_calls` the OpenAI
+    routes answer 429 (OpenAI's error shape, Retry-After) instead of queueing without bound."""
+    cfg = config({"max_active_calls": 2, "retry_after_s": 0.01}, engine=SLOW_ENGINE)
+    async with running(cfg) as (_, http):
+        sid, auth = await new_session(http)
+        for _ in range(2):   # two long calls fill the service
+            assert (await call(http, "POST", "/v1/submit", one_call(sid, sampling=LONG),
+                               auth))[0] == 200
+        body = {"model": "simulated", "prompt": "hello", "max_tokens": 2}
+        async with http.post("/v1/completions", json=body) as resp:
+            assert resp.status == 429, await resp.text()
+            assert resp.headers["Retry-After"] == "1"
+            assert "the service" in (await resp.json())["error"]["message"]

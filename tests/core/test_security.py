@@ -146,6 +146,13 @@ async def test_openai_routes_need_a_tenant_key_and_salt_prefixes_by_tenant():
             async with http.post("/v1/completions", json=body) as resp:
                 assert resp.status == 401
                 assert (await resp.json())["error"]["type"] == "authentication_error"
+            # without a key, a model that does not exist is still a 401 (not a 404 that
+            # tells a stranger which models do), for completions and chat alike
+            for path, extra in (("/v1/completions", {"prompt": "x"}),
+                                ("/v1/chat/completions",
+                                 {"messages": [{"role": "user", "content": "x"}]})):
+                async with http.post(path, json={"model": "no-such-model", **extra}) as resp:
+                    assert resp.status == 401, (path, await resp.text())
             async with http.post("/v1/completions", json=body,
                                  headers={"Authorization": f"Bearer {key}"}) as resp:
                 assert resp.status == 200, await resp.text()
