@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 
 class ProfileError(ValueError):
@@ -76,7 +78,7 @@ class SpeedProfile:
         return low
 
     @classmethod
-    def from_latency_profile(cls, data: dict) -> SpeedProfile:
+    def from_latency_profile(cls, data: Mapping[str, Any]) -> SpeedProfile:
         """From a simulator profile's keys (configs/profiles/*.yaml): `prefill_per_token_ms` and
         either `decode_table` or the `decode_base_ms`/`decode_per_token_ms` formula."""
         prefill = float(data.get("prefill_per_token_ms", DEFAULT_PROFILE.prefill_ms_per_token))
