@@ -51,6 +51,8 @@ class SpeedProfile:
 
     def decode_ms(self, batch_tokens: int) -> float:
         points = self.decode_points
+        # `_xs` is a cache __post_init__ sets, not a field: declaring it would add it to the
+        # dataclass's fields (asdict, replace) of a frozen value type.
         i = bisect.bisect_right(self._xs, batch_tokens)  # type: ignore[attr-defined]
         if i == 0:
             return points[0][1]
