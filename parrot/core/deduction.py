@@ -101,11 +101,11 @@ def _leave_groups_when_latency_critical(groups: dict[int, dict[int, Call]],
     while worklist:
         leaving = worklist.pop()
         for cid in groups_of.get(leaving, ()):
-            members = groups.get(cid)
-            if members is None or members.pop(leaving, None) is None or len(members) >= 2:
+            group = groups.get(cid)
+            if group is None or group.pop(leaving, None) is None or len(group) >= 2:
                 continue
             del groups[cid]
-            for last in members:  # it alone gates the consumer now
+            for last in group:  # it alone gates the consumer now
                 before = alone[last]
                 alone[last] = strongest([before, by_id[cid].demand])
                 if alone[last] is Criterion.LATENCY and before is not Criterion.LATENCY:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Set
+from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Iterator, Mapping
 
 from parrot.core.config import EngineSpec
 from parrot.core.contexts import EngineContexts
@@ -22,12 +21,12 @@ from parrot.types import CHARS_PER_TOKEN, Criterion
 log = logging.getLogger(__name__)
 
 
-class _ReadOnlyKeys(Set):
+class _ReadOnlyKeys(Set[str]):
     """A live, read-only set view over a mapping's keys (no copy per scheduling round)."""
 
     __slots__ = ("_mapping",)
 
-    def __init__(self, mapping: collections.abc.Mapping) -> None:
+    def __init__(self, mapping: Mapping[str, object]) -> None:
         self._mapping = mapping
 
     def __contains__(self, item: object) -> bool:
@@ -87,11 +86,11 @@ class EngineState:
     num_tokens_in_use: int = 0
     num_latency_calls: int = 0
     num_throughput_calls: int = 0
-    task_groups: collections.Counter = field(default_factory=collections.Counter)
+    task_groups: collections.Counter[str] = field(default_factory=collections.Counter)
     num_calls_done: int = 0
     # Prefixes of the running calls, each counted once in num_tokens_in_use however many
     # calls fork it: hash → number of running calls with it.
-    prefix_refs: collections.Counter = field(default_factory=collections.Counter)
+    prefix_refs: collections.Counter[str] = field(default_factory=collections.Counter)
     profile: SpeedProfile = DEFAULT_PROFILE
 
     @property
@@ -179,13 +178,13 @@ class EngineState:
             num_latency_calls=self.num_latency_calls,
             num_throughput_calls=self.num_throughput_calls,
             task_groups=frozenset(self.task_groups),
-            cached_prefixes=_ReadOnlyKeys(self.contexts.prefix_hashes),  # type: ignore[arg-type]
+            cached_prefixes=_ReadOnlyKeys(self.contexts.prefix_hashes),
             is_healthy=self.is_healthy,
             profile=self.profile,
-            running_prefixes=_ReadOnlyKeys(self.prefix_refs),  # type: ignore[arg-type]
+            running_prefixes=_ReadOnlyKeys(self.prefix_refs),
         )
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {"name": self.engine_id, "kind": self.info.kind, "model": self.info.model,
                 "healthy": self.is_healthy, "running_calls": len(self.running),
                 "tokens_in_use": self.num_tokens_in_use, "calls_done": self.num_calls_done,

@@ -35,8 +35,7 @@ call starves; a call that fits nowhere stays queued.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import AbstractSet
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Sequence, Set
 
 from parrot.policies.base import CallView, EngineView, Placement, Policy, PolicyParams
 from parrot.errors import PolicyConfigError
@@ -191,7 +190,9 @@ class AppCentricPolicy(Policy):
                          or whole_ms <= split_ms * (1 + self.params.colocation_slack))
         if not keep_together:
             return split
-        assignments, total, brought = [], Demand(), set()
+        assignments: list[Assignment] = []
+        total = Demand()
+        brought: set[str] = set()
         for call in unit:
             after = self._demand(slot, [call], criterion, total, brought)
             assignments.append((call, slot, _delta(after, total)))
@@ -244,7 +245,7 @@ class AppCentricPolicy(Policy):
         return assignments, finish
 
     def _demand(self, slot: Slot, calls: list[CallView], criterion: Criterion,
-                base: Demand, brought: AbstractSet[str] = frozenset()) -> Demand:
+                base: Demand, brought: Set[str] = frozenset()) -> Demand:
         return slot.demand(calls, criterion, affinity=self.params.prefix_affinity,
                            gate=self.params.affinity_max_load_fraction, base=base,
                            brought=brought)

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 
 class ProfileError(ValueError):
@@ -49,6 +51,8 @@ class SpeedProfile:
 
     def decode_ms(self, batch_tokens: int) -> float:
         points = self.decode_points
+        # `_xs` is a cache __post_init__ sets, not a field: declaring it would add it to the
+        # dataclass's fields (asdict, replace) of a frozen value type.
         i = bisect.bisect_right(self._xs, batch_tokens)  # type: ignore[attr-defined]
         if i == 0:
             return points[0][1]
@@ -76,7 +80,7 @@ class SpeedProfile:
         return low
 
     @classmethod
-    def from_latency_profile(cls, data: dict) -> SpeedProfile:
+    def from_latency_profile(cls, data: Mapping[str, Any]) -> SpeedProfile:
         """From a simulator profile's keys (configs/profiles/*.yaml): `prefill_per_token_ms` and
         either `decode_table` or the `decode_base_ms`/`decode_per_token_ms` formula."""
         prefill = float(data.get("prefill_per_token_ms", DEFAULT_PROFILE.prefill_ms_per_token))

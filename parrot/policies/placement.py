@@ -9,8 +9,7 @@ turns that into an estimated finish time with the engine's speed profile (cost.p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import AbstractSet
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 
 from parrot.policies.base import CallView, EngineView
 from parrot.types import Criterion
@@ -94,7 +93,7 @@ class Slot:
 
     def demand(self, calls: Sequence[CallView], criterion: Criterion, *, affinity: bool,
                gate: float, base: Demand | None = None,
-               brought: AbstractSet[str] = frozenset()) -> Demand:
+               brought: Set[str] = frozenset()) -> Demand:
         """What `calls` add here on top of `base` (calls already assigned here this step,
         bringing the prefixes `brought`).
 

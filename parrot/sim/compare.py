@@ -1,6 +1,7 @@
 """Compare policy/mode variants on one workload: run each, summarize, compute speedups.
 
-A variant is a policy (built-in name or a `module:Class`) and a frontend mode: `app_centric` (parrot mode), `least_queue:baseline`.
+A variant is a policy (built-in name or a `module:Class`) and a frontend mode: `app_centric`
+(parrot mode), `least_queue:baseline`.
 """
 
 from __future__ import annotations

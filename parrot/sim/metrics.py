@@ -55,9 +55,11 @@ def summarize(records: Sequence[AppRecord], engines: Sequence[dict[str, Any]],
     main = [r for r in records if r.is_main]
     background = [r for r in records if not r.is_main]
     summary = _apps_summary(main)
-    calls = [c for r in main for c in r.calls
-             if c.ready is not None and c.dispatched is not None]
-    summary["queue_s_per_call"] = distribution([c.dispatched - c.ready for c in calls])
+    # A call never dispatched (failed upstream, or still queued when its app failed) has no
+    # queue time: it is left out rather than counted as zero.
+    summary["queue_s_per_call"] = distribution(
+        [c.dispatched - c.ready for r in main for c in r.calls
+         if c.ready is not None and c.dispatched is not None])
     all_tokens = sum(r.output_tokens for r in records if r.error is None)
     summary["throughput"] = {
         "duration_s": duration_s,

@@ -34,8 +34,8 @@ def ratio_values(kind: str, data: Any, ratio: Any) -> list[dict[str, Any]]:
                  "ours_capped": bool(ours_entry.get("capped")),
                  "baseline_capped": bool(base_entry.get("capped")),
                  "value": ours / base if ours is not None and base else None}]
-    points = ([{"value": None, "figures": point_figures(data)}] if kind == "results"
-              else data["points"])
+    points: list[dict[str, Any]] = ([{"value": None, "figures": point_figures(data)}]
+                                    if kind == "results" else data["points"])
     rows = []
     for point in points:
         if ratio.at and point["value"] not in ratio.at:

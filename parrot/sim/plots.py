@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
-from parrot.sim.workloads.base import AppRecord
+from parrot.sim.workloads.base import AppRecord, CallRecord
 
 KIND_COLORS = {"chain_summary": "tab:blue", "map_reduce": "tab:green", "chat": "tab:gray"}
 MAX_BARS = 20_000  # keep huge runs plottable; the earliest calls are drawn
@@ -52,6 +52,19 @@ def timeline_rows(records: Sequence[AppRecord], engines: Sequence[str] = ()) -> 
     return sorted({*engines, *used}, key=_engine_order)
 
 
+Bar = tuple[CallRecord, tuple[str, float, float]]   # a call and (engine, dispatched, finished)
+
+
+def timeline_bars(records: Sequence[AppRecord]) -> list[Bar]:
+    """The timeline's bars in dispatch order (the first MAX_BARS). A call has no bar when it
+    has no engine or timestamp to draw: never dispatched (failed upstream, or still queued
+    when its app failed) or still running when its app failed and the graph was read."""
+    bars = [(c, (c.engine, c.dispatched, c.finished)) for r in records for c in r.calls
+            if c.engine and c.dispatched is not None and c.finished is not None]
+    bars.sort(key=lambda bar: bar[1][1])
+    return bars[:MAX_BARS]
+
+
 def latency_cdf(runs: Sequence[tuple[str, Sequence[AppRecord]]], path: Path,
                 title: str) -> None:
     """CDF of the main applications' end-to-end latency (and background chat, dashed)."""
@@ -81,9 +94,7 @@ def timeline(label: str, records: Sequence[AppRecord], path: Path, title: str,
     per call from dispatch to finish, coloured by application kind (the main apps get
     distinct shades), hatched when the call ran as THROUGHPUT."""
     plt = _pyplot()
-    calls = sorted((c for r in records for c in r.calls
-                    if c.engine and c.dispatched is not None and c.finished is not None),
-                   key=lambda c: c.dispatched)[:MAX_BARS]
+    bars = timeline_bars(records)
     rows = timeline_rows(records, engines)
     row = {e: i for i, e in enumerate(rows)}
     origin = min((r.started for r in records), default=0.0)
@@ -92,15 +103,15 @@ def timeline(label: str, records: Sequence[AppRecord], path: Path, title: str,
     height = max(2.5, min(0.35 * len(rows) + 1.5, 24))
     fig, ax = plt.subplots(figsize=(11, height))
     seen: set[str] = set()
-    for call in calls:
+    for call, (engine, dispatched, finished) in bars:
         is_main = call.app_id in shade
         color = KIND_COLORS.get(call.kind, "tab:orange")
         if is_main and len(main_ids) > 1:
             color = plt.get_cmap("tab10")(shade[call.app_id] % 10)
         throughput = call.criterion == "throughput"
         key = f"{call.kind} ({call.criterion or 'none'})"
-        ax.barh(row[call.engine] + (0.0 if is_main else 0.2), call.finished - call.dispatched,
-                left=call.dispatched - origin, height=0.5 if is_main else 0.25,
+        ax.barh(row[engine] + (0.0 if is_main else 0.2), finished - dispatched,
+                left=dispatched - origin, height=0.5 if is_main else 0.25,
                 color=color, alpha=0.85 if is_main else 0.4, edgecolor="black",
                 linewidth=0.3, hatch="//" if throughput else None,
                 label=None if key in seen else key)

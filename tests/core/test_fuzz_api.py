@@ -133,7 +133,8 @@ def requests(draw: st.DrawFn, h: Harness) -> dict[str, Any]:
     vid = draw(st.one_of(st.sampled_from(h.var_ids), st.text(max_size=12).map(_quote)))
     route = draw(st.sampled_from([
         # A DELETE never has the right token for the harness's sessions (they must live on).
-        ("POST", "/v1/sessions"), ("DELETE", f"/v1/sessions/{draw(st.text(max_size=12).map(_quote))}"),
+        ("POST", "/v1/sessions"),
+        ("DELETE", f"/v1/sessions/{draw(st.text(max_size=12).map(_quote))}"),
         ("GET", f"/v1/sessions/{sid}/graph"), ("GET", f"/v1/sessions/{sid}/stats"),
         ("POST", "/v1/submit"), ("POST", "/v1/submit_batch"), ("POST", "/v1/variables"),
         ("POST", f"/v1/variables/{vid}"), ("POST", "/v1/get"), ("GET", "/v1/engines"),

@@ -65,9 +65,6 @@ def test_app_centric_respects_capacities(cluster):
         if not mine or (engine.num_running_calls == 0 and len(mine) == 1):
             continue  # an idle engine may take one call of any size
         load = engine.num_tokens_in_use + sum(c.num_tokens for c in mine)
-        serves_latency = engine.num_latency_calls > 0 or any(
-            c.criterion is Criterion.LATENCY or (c.criterion is None and c.task_group is None)
-            for c in mine)
         # Throughput calls are held to the latency cap of a latency engine only where some
         # engine serves no latency call and those engines have room for the ready throughput
         # work (else isolation would only queue it).
@@ -80,3 +77,13 @@ def test_app_centric_respects_capacities(cluster):
                          else any(latency) or engine.num_latency_calls > 0)
         cap = engine.latency_capacity if latency_bound else engine.throughput_capacity
         assert load <= cap, (engine, mine)
+        # Whether or not the cluster isolates, a latency call (no criterion: the default,
+        # LATENCY) is placed only where the load stays under the latency capacity, so the
+        # engine's load plus the latency calls placed on it never exceeds it — but for the
+        # one call of any size an idle engine takes (throughput calls may join it after).
+        latency_calls = [c for c, is_latency in zip(mine, latency) if is_latency]
+        latency_load = engine.num_tokens_in_use + sum(c.num_tokens for c in latency_calls)
+        oversized_on_idle = (engine.num_running_calls == 0 and len(latency_calls) == 1
+                             and latency_calls[0].num_tokens > engine.latency_capacity)
+        if latency_calls and not oversized_on_idle:
+            assert latency_load <= engine.latency_capacity, (engine, mine)

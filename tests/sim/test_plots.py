@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from parrot.cli.bench import main
-from parrot.sim.plots import cdf_points, timeline_rows
+from parrot.sim.plots import MAX_BARS, cdf_points, timeline_bars, timeline_rows
 from parrot.sim.workloads.base import AppRecord, CallRecord
 
 
@@ -21,6 +21,25 @@ def test_engines_without_calls_keep_a_row():
     rows = timeline_rows([record], ["sim-0", "sim-1", "sim-10", "sim-2"])
     assert rows == ["sim-0", "sim-1", "sim-2", "sim-10"]
     assert timeline_rows([record]) == ["sim-1"]
+
+
+def test_timeline_draws_only_calls_that_ran_to_an_end_in_dispatch_order():
+    late = CallRecord("a", "chat", "sim-1", "latency", 0.0, 0.0, 2.0, 3.0, "done")
+    early = CallRecord("a", "chat", "sim-0", "latency", 0.0, 0.0, 1.0, 4.0, "done")
+    running = CallRecord("a", "chat", "sim-0", "latency", 0.0, 0.0, 1.5, None, "running")
+    never = CallRecord("a", "chat", None, None, 0.0, 0.5, None, None, "failed")
+    record = AppRecord("a", "chat", True, 0.0, 4.0, 1, [late, running, never, early],
+                       error="CallFailedError: x")
+    assert timeline_bars([record]) == [(early, ("sim-0", 1.0, 4.0)),
+                                       (late, ("sim-1", 2.0, 3.0))]
+
+
+def test_timeline_keeps_the_earliest_bars():
+    calls = [CallRecord("a", "chat", "sim-0", None, 0.0, 0.0, float(MAX_BARS - i),
+                        float(MAX_BARS - i) + 0.5, "done") for i in range(MAX_BARS + 1)]
+    bars = timeline_bars([AppRecord("a", "chat", True, 0.0, 1.0, 1, calls)])
+    assert len(bars) == MAX_BARS
+    assert bars[0][1][1] == 0.0 and bars[-1][1][1] == MAX_BARS - 1
 
 
 def test_without_matplotlib_bench_says_one_line(tmp_path, capsys, monkeypatch):

@@ -172,8 +172,10 @@ class DecodeGraphs:
         """Start `rows` (a predicted next step) on the GPU without waiting; `run` uses it only
         for an identical step. Only buckets already captured (never a capture here)."""
         key = graph_key(rows, self.max_batch, self.max_width)
-        graph = None if key is None else self._graphs.get(key)
-        if graph is None or key in self._failed:
+        if key is None or key in self._failed:
+            return
+        graph = self._graphs.get(key)
+        if graph is None:
             return
         self.fill(rows, key)
         self._ahead = (rows, graph.replay())
@@ -199,7 +201,7 @@ class DecodeGraphs:
     def fill_padding(self, key: GraphKey) -> None:
         """Every row of the bucket a padding row (scratch slot, length 1; all in the last
         group): a harmless step to capture or compile a bucket with before any request."""
-        bb, gb = key[0], key[1]
+        gb = key[1]
         if not gb:
             self.fill(DecodeRows([], [], [], [], [], None), key)
             return

@@ -43,8 +43,9 @@ Assistant: {{output:reply}}"""
 
 
 def documents(spec: WorkloadSpec, count: int | None = None) -> list[list[str]]:
-    """`count` (default `num_apps`) different documents of `doc_tokens` tokens each (consecutive windows of the
-    stdlib documentation, wrapping around), already split into chunks."""
+    """`count` (default `num_apps`) different documents of `doc_tokens` tokens each
+    (consecutive windows of the stdlib documentation, wrapping around), already split into
+    chunks."""
     # A literal "{{name:" would read as a placeholder once the baseline client renders it.
     text = stdlib_document()
     while "{{" in text:

@@ -1,0 +1,31 @@
+"""Run figures from call records, including calls of a failed application that never got a
+dispatch time (failed upstream, or still queued when the application failed)."""
+
+from __future__ import annotations
+
+from parrot.sim.metrics import summarize
+from parrot.sim.workloads.base import AppRecord, CallRecord
+
+
+def _call(ready: float | None, dispatched: float | None, finished: float | None,
+          state: str) -> CallRecord:
+    return CallRecord("a", "map_reduce", "sim-0" if dispatched is not None else None,
+                      "throughput", 0.0, ready, dispatched, finished, state)
+
+
+def test_queue_time_leaves_out_calls_never_dispatched():
+    ran = _call(ready=1.0, dispatched=1.5, finished=3.0, state="done")
+    queued_when_app_failed = _call(ready=2.0, dispatched=None, finished=None, state="failed")
+    failed_upstream = _call(ready=None, dispatched=None, finished=None, state="failed")
+    app = AppRecord("a", "map_reduce", True, 0.0, 3.0, 8,
+                    [ran, queued_when_app_failed, failed_upstream], error="CallFailedError: x")
+    summary = summarize([app], engines=[], duration_s=3.0)
+    assert summary["queue_s_per_call"] == {"mean": 0.5, "p50": 0.5, "p99": 0.5}
+    assert summary["num_failed"] == 1
+
+
+def test_queue_time_of_no_dispatched_call_is_none():
+    app = AppRecord("a", "map_reduce", True, 0.0, 1.0, 8,
+                    [_call(ready=0.5, dispatched=None, finished=None, state="failed")])
+    assert summarize([app], engines=[], duration_s=1.0)["queue_s_per_call"] == {
+        "mean": None, "p50": None, "p99": None}
