@@ -283,6 +283,8 @@ class Manager:
             session.tasks.pop(call.call_id, None)
             if requeue:
                 transition(call, CallState.READY)
+                # ready again now: its queue time counts from here, not from its failed run
+                call.mark("ready", asyncio.get_running_loop().time())
                 call.engine_id = None
                 self.scheduler.enqueue(call)
             self.scheduler.wake()

@@ -145,6 +145,10 @@ async def test_call_on_a_dead_engine_is_redispatched_and_the_engine_readmitted(m
     value = await manager.get(session, out(call, "y"), Criterion.LATENCY)
     assert value.startswith("gen(") and call.state.value == "done"
     assert call.attempts == 1 and call.engine_id == "backup"
+    # queued again when its first engine failed: the queue time starts there, after the
+    # failed run (its first dispatch), not at its first readiness
+    assert call.timings["ready"] > call.timings["submitted"]
+    assert call.timings["dispatched"] >= call.timings["ready"]
     assert not manager.engines.get("e0").is_healthy
     assert [op for op, *_ in backup.log if op == "generate"] == ["generate"]
     engine.alive = True  # it answers again: re-admitted by the watcher within an interval
