@@ -128,6 +128,9 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale: f
                    block_tables, seq_lens, scale, out, workspace)
 
 
+STRATEGIES = ("auto", "cascade", "per_row")
+
+
 def shared_prefix_decode_attention(q, k_cache, v_cache, group_indptr, prefix_block_tables,
                                    prefix_lens, suffix_block_tables, suffix_lens, scale: float,
                                    *, out: torch.Tensor | None = None,
@@ -145,6 +148,8 @@ def shared_prefix_decode_attention(q, k_cache, v_cache, group_indptr, prefix_blo
     """
     _check(q, k_cache, v_cache, (prefix_block_tables, suffix_block_tables, group_indptr,
                                  prefix_lens, suffix_lens), out)
+    if strategy not in STRATEGIES:   # on every path, the reference fallback included
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     if not _use_triton(q):
         ref = reference_shared_prefix_decode_attention(
             q, k_cache, v_cache, group_indptr, prefix_block_tables, prefix_lens,
