@@ -61,19 +61,25 @@ def test_each_check_names_the_key_and_what_is_allowed(call, message):
     assert isinstance(info.value, InvalidRequestError) and info.value.status == 400
 
 
-@pytest.mark.parametrize("call", [
-    lambda: CHECK.require(True, "k", 3, "x"),
-    lambda: CHECK.number("k", 0, minimum=0, maximum=0, integer=True),
-    lambda: CHECK.number("k", 0.5, minimum=0, exclusive_minimum=True),
-    lambda: CHECK.positive_int("k", None, optional=True),
-    lambda: CHECK.fraction("k", 1),
-    lambda: CHECK.boolean("k", False),
-    lambda: CHECK.text("k", None, optional=True),
-    lambda: CHECK.one_of("k", "a", ("a", "b")),
-    lambda: CHECK.keys({"a": 1, "b": 2}, ("a", "b"), required=("b",)),
+@pytest.mark.parametrize("valid,invalid", [
+    (lambda: CHECK.require(True, "k", 3, "x"), lambda: CHECK.require(False, "k", 3, "x")),
+    (lambda: CHECK.number("k", 0, minimum=0, maximum=0, integer=True),
+     lambda: CHECK.number("k", 1, minimum=0, maximum=0, integer=True)),
+    (lambda: CHECK.number("k", 0.5, minimum=0, exclusive_minimum=True),
+     lambda: CHECK.number("k", 0, minimum=0, exclusive_minimum=True)),
+    (lambda: CHECK.positive_int("k", None, optional=True), lambda: CHECK.positive_int("k", None)),
+    (lambda: CHECK.fraction("k", 1), lambda: CHECK.fraction("k", 1.01)),
+    (lambda: CHECK.boolean("k", False), lambda: CHECK.boolean("k", 0)),
+    (lambda: CHECK.text("k", None, optional=True), lambda: CHECK.text("k", None)),
+    (lambda: CHECK.one_of("k", "a", ("a", "b")), lambda: CHECK.one_of("k", "c", ("a", "b"))),
+    (lambda: CHECK.keys({"a": 1, "b": 2}, ("a", "b"), required=("b",)),
+     lambda: CHECK.keys({"a": 1}, ("a", "b"), required=("b",))),
 ])
-def test_valid_values_pass(call):
-    call()
+def test_valid_values_pass_and_their_neighbours_do_not(valid, invalid):
+    """Each check accepts a value at its boundary and rejects the one just past it."""
+    assert valid() is None
+    with pytest.raises(ConfigError):
+        invalid()
 
 
 def test_enum_returns_the_member_and_the_error_class_is_the_bound_one():
