@@ -11,6 +11,16 @@ import triton.language as tl
 
 
 @triton.jit
+def _x_slice(row_ptr, ks, K, EVEN_K: tl.constexpr):
+    """One row of x over the slice ks, as fp32 (zeros past K)."""
+    if EVEN_K:
+        x = tl.load(row_ptr + ks)
+    else:
+        x = tl.load(row_ptr + ks, mask=ks < K, other=0.0)
+    return x.to(tl.float32)
+
+
+@triton.jit
 def _gemv_kernel(x_ptr, w_ptr, y_ptr, N, K, stride_x, stride_w, stride_y,
                  ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  EVEN_K: tl.constexpr):
@@ -27,32 +37,18 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, N, K, stride_x, stride_w, stride_y,
         ks = k0 + offs_k
         if EVEN_K:
             w = tl.load(w_rows + ks[None, :], mask=col_mask[:, None], other=0.0)
-            x0 = tl.load(x_ptr + ks)
         else:
-            k_mask = ks < K
-            w = tl.load(w_rows + ks[None, :], mask=col_mask[:, None] & k_mask[None, :],
+            w = tl.load(w_rows + ks[None, :], mask=col_mask[:, None] & (ks < K)[None, :],
                         other=0.0)
-            x0 = tl.load(x_ptr + ks, mask=k_mask, other=0.0)
         w = w.to(tl.float32)
-        acc0 += w * x0.to(tl.float32)[None, :]
+        # one accumulator per row of x (ROWS is a constexpr: the unused ones compile away)
+        acc0 += w * _x_slice(x_ptr, ks, K, EVEN_K)[None, :]
         if ROWS > 1:
-            if EVEN_K:
-                x1 = tl.load(x_ptr + stride_x + ks)
-            else:
-                x1 = tl.load(x_ptr + stride_x + ks, mask=k_mask, other=0.0)
-            acc1 += w * x1.to(tl.float32)[None, :]
+            acc1 += w * _x_slice(x_ptr + stride_x, ks, K, EVEN_K)[None, :]
         if ROWS > 2:
-            if EVEN_K:
-                x2 = tl.load(x_ptr + 2 * stride_x + ks)
-            else:
-                x2 = tl.load(x_ptr + 2 * stride_x + ks, mask=k_mask, other=0.0)
-            acc2 += w * x2.to(tl.float32)[None, :]
+            acc2 += w * _x_slice(x_ptr + 2 * stride_x, ks, K, EVEN_K)[None, :]
         if ROWS > 3:
-            if EVEN_K:
-                x3 = tl.load(x_ptr + 3 * stride_x + ks)
-            else:
-                x3 = tl.load(x_ptr + 3 * stride_x + ks, mask=k_mask, other=0.0)
-            acc3 += w * x3.to(tl.float32)[None, :]
+            acc3 += w * _x_slice(x_ptr + 3 * stride_x, ks, K, EVEN_K)[None, :]
     out_ty = y_ptr.dtype.element_ty
     tl.store(y_ptr + cols, tl.sum(acc0, axis=1).to(out_ty), mask=col_mask)
     if ROWS > 1:
