@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from engine_breakdown import kernel_profile
+from engine_breakdown import median, profile_kernels, replay_ms, step_timings
 from engine_suite import ceilings, kv_token_bytes, make_engine, shared_prefix, table, weight_bytes
 
 
@@ -47,17 +47,6 @@ async def _where_it_goes(torch, engine, bundle, prefix: int, suffix: int, batch:
     from parrot.sampling import SamplingParams
 
     runner = engine._runner
-    spent: dict[str, list[float]] = {"step": [], "run": []}
-
-    def timed(name: str, fn):
-        def wrapper(*args):
-            t = time.perf_counter()
-            try:
-                return fn(*args)
-            finally:
-                spent[name].append(time.perf_counter() - t)
-        return wrapper
-
     vocab, new = bundle.shape.vocab_size, 48
     await engine.fill(FillRequest("sys", token_ids=prompts_for(1, prefix, 5, vocab)[0]))
     suffixes = prompts_for(batch, suffix, 77, vocab)
@@ -65,9 +54,7 @@ async def _where_it_goes(torch, engine, bundle, prefix: int, suffix: int, batch:
                            for i, s in enumerate(suffixes)))
     graphs = runner.graphs
     hits0, replays0 = graphs.num_ahead_hits, graphs.num_replays
-    step, run = runner.step, graphs.run
-    runner.step, graphs.run = timed("step", step), timed("run", run)
-    try:
+    with step_timings(runner) as spent:
         torch.cuda.synchronize()
         t = time.perf_counter()
         params = SamplingParams(max_tokens=new, ignore_eos=True)
@@ -75,31 +62,15 @@ async def _where_it_goes(torch, engine, bundle, prefix: int, suffix: int, batch:
                                for i in range(batch)))
         torch.cuda.synchronize()
         wall = (time.perf_counter() - t) / new
-    finally:
-        runner.step, graphs.run = step, run
     keys = [k for k in graphs._graphs if k[0] >= batch and k[1] > 0]
     replay = float("nan")
-    if keys:
+    if keys and graphs._graphs[keys[-1]].graph is not None:
         graph = graphs._graphs[keys[-1]].graph
-        if graph is not None:
-            start, end = (torch.cuda.Event(enable_timing=True),
-                          torch.cuda.Event(enable_timing=True))
-            start.record()
-            for _ in range(20):
-                graph.replay()
-            end.record()
-            end.synchronize()
-            replay = start.elapsed_time(end) / 20
-            try:
-                kernel_profile(torch, graph, log)
-            except Exception as exc:  # a diagnostic: never fail the run for it
-                log(f"profile failed: {exc!r}")
+        replay = replay_ms(torch, graph)
+        profile_kernels(torch, graph, log)
     for i in range(batch):
         await engine.free_context(f"s{i}")
     await engine.free_context("sys")
-
-    def median(xs: list[float]) -> float:
-        return sorted(xs)[len(xs) // 2] if xs else float("nan")
 
     row = [str(batch), f"{wall * 1e3:.2f}", f"{median(spent['step']) * 1e3:.2f}",
            f"{median(spent['run']) * 1e3:.2f}", f"{replay:.2f}",
