@@ -22,15 +22,12 @@ import asyncio
 import datetime
 import os
 import platform
-import re
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import aiohttp
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -42,6 +39,7 @@ from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig  # n
 from parrot.policies.registry import default_registry  # noqa: E402
 from parrot.sim.metrics import percentile  # noqa: E402
 from parrot.types import Criterion  # noqa: E402
+from serve_subprocess import start_parrot_serve, zero_latency_engines  # noqa: E402
 
 NUM_ENGINES = 16
 QUEUED = 1000
@@ -95,24 +93,11 @@ async def decision_latency(policy_name: str, trials: int) -> dict[str, float]:
             "round_p99_ms": percentile(per_round, 99) * 1e3}
 
 
-async def start_server(policy: str) -> tuple[asyncio.subprocess.Process, str, str]:
+async def start_server(policy: str) -> tuple[asyncio.subprocess.Process, str]:
     config = {"manager": {"port": 0}, "policy": {"name": policy},
-              "engines": [{"name": f"sim-{i}", "kind": "simulated", "in_process": True,
-                           "latency_capacity": 1 << 20, "throughput_capacity": 1 << 20,
-                           "params": {"zero_latency": True, "num_blocks": 1 << 16}}
-                          for i in range(NUM_ENGINES)]}
-    path = Path(tempfile.mkdtemp()) / "bench.yaml"
-    path.write_text(yaml.safe_dump(config))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "parrot.cli.serve", "--config", str(path), "--log-level",
-        "WARNING", stdout=asyncio.subprocess.PIPE, cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.stdout is not None
-    line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
-    match = re.search(r"ready at (\S+)", line)
-    if not match:
-        raise RuntimeError(f"parrot-serve did not start: {line!r}")
-    return proc, match.group(1), str(path)
+              "engines": zero_latency_engines(NUM_ENGINES, in_process=True)}
+    proc, url, _ = await start_parrot_serve(config, timeout_s=60)
+    return proc, url
 
 
 async def http_throughput(url: str, num_calls: int, concurrency: int, chain: int,
@@ -172,7 +157,7 @@ async def main() -> None:
     rows = []
     for policy in ("least_queue", "app_centric"):
         d = await decision_latency(policy, args.trials)
-        proc, url, _ = await start_server(policy)
+        proc, url = await start_server(policy)
         try:
             await http_throughput(url, 200, 8, 1)  # warm-up
             each = await http_throughput(url, args.calls, args.concurrency, 1)

@@ -26,21 +26,19 @@ import asyncio
 import datetime
 import os
 import platform
-import re
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import psutil
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from parrot.sim.metrics import percentile  # noqa: E402
+from serve_subprocess import start_parrot_serve, zero_latency_engines  # noqa: E402
 
 DOC = "The quarterly report says revenue grew in every region while costs stayed flat. " * 3
 
@@ -60,24 +58,9 @@ class Manager:
     @classmethod
     async def start(cls, num_engines: int, in_process: bool) -> Manager:
         config = {"manager": {"port": 0}, "policy": {"name": "app_centric"},
-                  "engines": [{"name": f"sim-{i}", "kind": "simulated", "in_process": in_process,
-                               "latency_capacity": 1 << 20, "throughput_capacity": 1 << 20,
-                               "params": {"zero_latency": True, "num_blocks": 1 << 16}}
-                              for i in range(num_engines)]}
-        path = Path(tempfile.mkdtemp()) / "load.yaml"
-        path.write_text(yaml.safe_dump(config))
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "parrot.cli.serve", "--config", str(path), "--log-level",
-            "WARNING", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        assert proc.stdout is not None
-        ready = (await asyncio.wait_for(proc.stdout.readline(), 120)).decode()
-        token = (await asyncio.wait_for(proc.stdout.readline(), 10)).decode()
-        url = re.search(r"ready at (\S+)", ready)
-        admin = re.search(r"admin token \(generated\): (\S+)", token)
-        if not (url and admin):
-            raise RuntimeError(f"parrot-serve did not start: {ready!r} {token!r}")
-        return cls(proc, url.group(1), admin.group(1))
+                  "engines": zero_latency_engines(num_engines, in_process=in_process)}
+        proc, url, admin = await start_parrot_serve(config, pipe_stderr=True)
+        return cls(proc, url, admin)
 
     async def _read_stderr(self, stream: asyncio.StreamReader) -> None:
         async for line in stream:
