@@ -19,7 +19,7 @@ from parrot.errors import InvalidRequestError, NotFoundError, UnauthorizedError
 from parrot.sampling import SamplingParams
 from parrot.transforms import parse_transforms
 from parrot.types import Criterion
-from tests.core.fakes import RecordingEngine
+from tests.core.fakes import manager_with_recording_engine
 from tests.core.front_door import bearer, call, config, new_session, running
 
 OUTPUT = wt.PlaceholderSpec("y", "output", sampling=wt.SamplingOverride.of({"max_tokens": 3}),
@@ -190,15 +190,8 @@ def test_an_error_reply_is_the_typed_error_again():
 
 @pytest.fixture
 async def manager():
-    from parrot.core.config import EngineSpec
-    from parrot.core.manager import Manager
-    from parrot.policies.least_queue import LeastQueuePolicy
-
-    mgr = Manager(LeastQueuePolicy())
-    await mgr.start()
-    await mgr.add_engine(EngineSpec(name="e0", in_process=True), RecordingEngine())
-    yield mgr
-    await mgr.close()
+    async with manager_with_recording_engine() as mgr:
+        yield mgr
 
 
 def _fields(cls: type) -> set[str]:

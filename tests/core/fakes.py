@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+from typing import TYPE_CHECKING
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
 from parrot.errors import ContextExistsError, EngineUnavailableError, UnknownContextError
+
+if TYPE_CHECKING:
+    from parrot.core.manager import Manager
 
 
 @dataclass
@@ -78,3 +83,19 @@ class RecordingEngine(Engine):
 
     async def stats(self) -> EngineStats:
         return EngineStats(0, 0, 1 << 16, 1 << 16, 16, 0, len(self.contexts))
+
+
+@contextlib.asynccontextmanager
+async def manager_with_recording_engine() -> AsyncIterator[Manager]:
+    """A started least-queue Manager with one RecordingEngine "e0", closed on exit."""
+    from parrot.core.config import EngineSpec
+    from parrot.core.manager import Manager
+    from parrot.policies.least_queue import LeastQueuePolicy
+
+    manager = Manager(LeastQueuePolicy())
+    await manager.start()
+    try:
+        await manager.add_engine(EngineSpec(name="e0", in_process=True), RecordingEngine())
+        yield manager
+    finally:
+        await manager.close()

@@ -5,12 +5,9 @@ import asyncio
 import pytest
 
 import parrot
-from parrot.core.config import EngineSpec
-from parrot.core.manager import Manager
 from parrot.errors import (CallFailedError, InvalidRequestError, NotFoundError,
                            TemplateSyntaxError)
-from parrot.policies.least_queue import LeastQueuePolicy
-from tests.core.fakes import RecordingEngine
+from tests.core.fakes import manager_with_recording_engine
 
 
 @parrot.semantic_function(max_tokens=8)
@@ -25,11 +22,8 @@ def combine(a, b, out):
 
 @pytest.fixture
 async def manager():
-    mgr = Manager(LeastQueuePolicy())
-    await mgr.start()
-    await mgr.add_engine(EngineSpec(name="e0", in_process=True), RecordingEngine())
-    yield mgr
-    await mgr.close()
+    async with manager_with_recording_engine() as mgr:
+        yield mgr
 
 
 async def test_async_session_chain_and_transport_messages(manager):
