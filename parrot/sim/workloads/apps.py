@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Awaitable, Callable
 
 import parrot
 from parrot.sim.workloads.arrivals import Arrivals, poisson_offsets
@@ -75,13 +76,24 @@ async def _apps_in_sequence(env: Env, spec: WorkloadSpec, prefix: str,
     """Run `one_app(env, app_id, chunks, output_tokens)` per document, one after another, with
     Poisson background chat alongside when `spec.chat_rate` > 0."""
     docs = await asyncio.to_thread(documents, spec)  # tokenising is blocking work
+
+    async def apps() -> list[AppRecord]:
+        return [await one_app(env, f"{prefix}-{i}", chunks, spec.output_tokens)
+                for i, chunks in enumerate(docs)]
+
+    return await _with_background_chat(env, spec, apps)
+
+
+async def _with_background_chat(env: Env, spec: WorkloadSpec,
+                                main: Callable[[], Awaitable[list[AppRecord]]]
+                                ) -> list[AppRecord]:
+    """`main()`'s records, then those of the Poisson background chat that runs alongside it
+    when `spec.chat_rate` > 0 (started first, cancelled if main fails)."""
     chat = BackgroundChat(env, spec) if spec.chat_rate > 0 else None
-    records: list[AppRecord] = []
     if chat is not None:
         chat.start()
     try:
-        for i, chunks in enumerate(docs):
-            records.append(await one_app(env, f"{prefix}-{i}", chunks, spec.output_tokens))
+        records = await main()
     except BaseException:
         if chat is not None:
             await chat.cancel()
@@ -131,20 +143,16 @@ async def mixed(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
         return await _one_map_reduce(env, f"mapreduce-{i}", docs[i], spec.output_tokens)
 
     jobs = Arrivals(offsets, job, "mapreduce")
-    chat = BackgroundChat(env, spec) if spec.chat_rate > 0 else None
-    if chat is not None:
-        chat.start()
-    jobs.start()
-    try:
-        records = await jobs.wait()
-    except BaseException:
-        await jobs.cancel()
-        if chat is not None:
-            await chat.cancel()
-        raise
-    if chat is not None:
-        records.extend(await chat.stop())
-    return records
+
+    async def all_jobs() -> list[AppRecord]:
+        jobs.start()
+        try:
+            return await jobs.wait()
+        except BaseException:
+            await jobs.cancel()
+            raise
+
+    return await _with_background_chat(env, spec, all_jobs)
 
 
 async def _one_map_reduce(env: Env, app_id: str, chunks: list[str],
