@@ -173,6 +173,5 @@ class LlamaModel:
         """hidden [N, H] -> float32 logits [N, V]."""
         if self._lm_head_slices is not None:
             return torch.cat([hidden @ w for w in self._lm_head_slices], dim=-1).float()
-        if hidden.shape[0] == 1 and self._fused is not None:
-            return self._one_row_linear(hidden, self.lm_head).float()
-        return F.linear(hidden, self.lm_head).float()
+        linear = self._one_row_linear if hidden.shape[0] == 1 else F.linear
+        return linear(hidden, self.lm_head).float()
