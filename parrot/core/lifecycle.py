@@ -50,11 +50,18 @@ def is_legal(current: CallState, target: CallState) -> bool:
     return target in LEGAL_MOVES[current]
 
 
+# The call timings (`Call.timings`, shown in the graph and the benchmarks) that entering a
+# state sets.
+_TIMING_OF_STATE = {CallState.READY: "ready", CallState.RUNNING: "dispatched"}
+
+
 def transition(call: Call, target: CallState, now: float | None = None) -> None:
     """Move `call` to `target`, or raise IllegalTransitionError leaving the call unchanged.
 
-    Records `call.state_entered[target] = now` and adds the time spent in the state it leaves
-    to `call.state_seconds`.
+    Records `call.state_entered[target] = now`, adds the time spent in the state it leaves
+    to `call.state_seconds`, and marks the call's `ready` / `dispatched` timings on entering
+    READY / RUNNING (every entry: a call re-queued after its engine failed is ready again
+    from then on).
     """
     current = call.state
     if not is_legal(current, target):
@@ -65,3 +72,6 @@ def transition(call: Call, target: CallState, now: float | None = None) -> None:
         call.state_seconds[current] = call.state_seconds.get(current, 0.0) + (now - entered)
     call.state = target
     call.state_entered[target] = now
+    event = _TIMING_OF_STATE.get(target)
+    if event is not None:
+        call.mark(event, now)

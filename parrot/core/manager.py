@@ -222,7 +222,6 @@ class Manager:
         call.num_tokens = estimate_num_tokens(prompt) + sum(
             b.sampling.max_tokens for b in call.outputs.values())
         transition(call, CallState.READY)
-        call.mark("ready", asyncio.get_running_loop().time())
         self.prefix_index.add(call.prefix_hashes)
         self.scheduler.enqueue(call)
 
@@ -230,7 +229,6 @@ class Manager:
         session = self._session_of(call)
         transition(call, CallState.RUNNING)
         call.engine_id = engine.engine_id
-        call.mark("dispatched", asyncio.get_running_loop().time())
         engine.add_call(call, criterion)
         session.tasks[call.call_id] = asyncio.create_task(
             self._run(session, call, engine), name=f"call-{call.call_id}")
@@ -282,9 +280,7 @@ class Manager:
             engine.remove_call(call)
             session.tasks.pop(call.call_id, None)
             if requeue:
-                transition(call, CallState.READY)
-                # ready again now: its queue time counts from here, not from its failed run
-                call.mark("ready", asyncio.get_running_loop().time())
+                transition(call, CallState.READY)   # ready (queued) again from now
                 call.engine_id = None
                 self.scheduler.enqueue(call)
             self.scheduler.wake()
