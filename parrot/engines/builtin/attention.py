@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +104,17 @@ def prefill_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: to
         table = chunk.block_table[:num_blocks]
         ks = k_cache.index_select(0, table).flatten(0, 1)[:length].transpose(0, 1)[None]
         vs = v_cache.index_select(0, table).flatten(0, 1)[:length].transpose(0, 1)[None]
-        positions = torch.arange(chunk.pos_start, length, device=q.device)
-        mask = torch.arange(length, device=q.device)[None, :] <= positions[:, None]
-        out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=scale,
-                                             enable_gqa=gqa)
+        if gqa:   # the lower-right causal path below takes equal head counts
+            ks = ks.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+            vs = vs.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        # Row i (position pos_start + i) sees keys 0..pos_start + i: causal aligned to the
+        # bottom right. Not an explicit boolean mask: on CUDA SDPA would send that to cuDNN,
+        # which builds an execution plan for every new (n, length), ~50 ms each on an H200
+        # (every continued or forked context's prefill has a new shape: a serving engine
+        # would pay it on most requests); this bias runs flash attention, no per-shape cost
+        # (docs/ENGINE.md). On the CPU it materialises the same mask.
+        out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=causal_lower_right(n, length),
+                                             scale=scale)
     return out[0].transpose(0, 1)                                              # [n, Hq, D]
 
 
@@ -156,8 +164,16 @@ def make_decode_fn(kernels: ModuleType | None) -> DecodeFn:
 
     def decode_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                       meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        # q may be a strided view of the fused projection: the kernels take its strides
+        # q may be a strided view of the fused projection: the kernels take its strides.
+        # The metadata may cover more rows than q (the runner pads an eager step to its
+        # graph bucket): zero query rows fill the difference, their outputs are dropped.
         sp = meta.shared_prefix
+        rows = q.shape[0]
+        lens = sp.suffix_lens if sp is not None else meta.decode_seq_lens
+        assert lens is not None, "a decode step without lengths"
+        padded = lens.shape[0]
+        if padded > rows:
+            q = torch.cat([q, q.new_zeros(padded - rows, *q.shape[1:])])
         if sp is not None and hasattr(kernels, "shared_prefix_decode_attention"):
             out = kernels.shared_prefix_decode_attention(
                 q, k_cache, v_cache, sp.group_indptr, sp.prefix_block_tables, sp.prefix_lens,
@@ -165,6 +181,7 @@ def make_decode_fn(kernels: ModuleType | None) -> DecodeFn:
         else:
             out = kernels.paged_decode_attention(q, k_cache, v_cache, meta.decode_block_tables,
                                                  meta.decode_seq_lens, scale)
-        return out[0] if isinstance(out, tuple) else out
+        out = out[0] if isinstance(out, tuple) else out
+        return out[:rows]
 
     return decode_triton

@@ -1,0 +1,66 @@
+"""prefill_torch over a cached context (a continued or forked context's new tokens)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from torch.nn.attention.bias import CausalBias  # noqa: E402
+
+from parrot.engines.builtin.attention import PrefillChunk, prefill_torch  # noqa: E402
+
+
+def reference(q, k_all, v_all, pos_start, scale):
+    """Each new row attends every key up to its own position (repeat kv heads for GQA)."""
+    n, length = q.shape[0], k_all.shape[0]
+    group = q.shape[1] // k_all.shape[1]
+    k = k_all.repeat_interleave(group, dim=1).transpose(0, 1)
+    v = v_all.repeat_interleave(group, dim=1).transpose(0, 1)
+    scores = torch.einsum("hnd,hld->hnl", q.transpose(0, 1).double(), k.double()) * scale
+    allowed = torch.arange(length)[None, :] <= torch.arange(pos_start, pos_start + n)[:, None]
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    return torch.einsum("hnl,hld->hnd", scores.softmax(-1), v.double()).transpose(0, 1)
+
+
+@pytest.mark.parametrize("num_heads,num_kv_heads", [(4, 4), (6, 2)])
+def test_new_rows_attend_the_cached_context_causally(num_heads, num_kv_heads):
+    torch.manual_seed(0)
+    block, pos_start, n, d = 4, 9, 5, 8
+    length = pos_start + n
+    k_cache = torch.randn(6, block, num_kv_heads, d)
+    v_cache = torch.randn(6, block, num_kv_heads, d)
+    table = torch.tensor([3, 0, 5, 1])                     # blocks of the context, in order
+    q = torch.randn(n, num_heads, d)
+    k_new, v_new = torch.randn(n, num_kv_heads, d), torch.randn(n, num_kv_heads, d)
+    # the step writes the new rows' K/V into the cache before attending
+    flat_k, flat_v = k_cache.view(-1, num_kv_heads, d), v_cache.view(-1, num_kv_heads, d)
+    slots = torch.tensor([table[p // block] * block + p % block for p in range(pos_start, length)])
+    flat_k[slots], flat_v[slots] = k_new, v_new
+    out = prefill_torch(q, k_new, v_new, k_cache, v_cache, PrefillChunk(0, n, pos_start, table),
+                        d ** -0.5)
+    k_all = k_cache[table].flatten(0, 1)[:length]
+    v_all = v_cache[table].flatten(0, 1)[:length]
+    torch.testing.assert_close(out.double(), reference(q, k_all, v_all, pos_start, d ** -0.5),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_no_boolean_mask_reaches_sdpa(monkeypatch):
+    """A boolean mask is a new shape per chunk for SDPA, which on CUDA sends it to cuDNN's
+    per-shape plan build (~50 ms each): the cached-context path passes a causal bias."""
+    seen = []
+    original = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("attn_mask"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    k_cache = v_cache = torch.randn(2, 4, 2, 8)
+    q, kv = torch.randn(3, 2, 8), torch.randn(3, 2, 8)
+    prefill_torch(q, kv, kv, k_cache, v_cache, PrefillChunk(0, 3, 2, torch.tensor([1, 0])),
+                  0.3)
+    assert seen and isinstance(seen[0], CausalBias)
+    assert not any(m is not None and m.dtype == torch.bool and not isinstance(m, CausalBias)
+                   for m in seen)
