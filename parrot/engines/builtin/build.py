@@ -101,6 +101,7 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
                          shared_prefix_min_tokens=config.shared_prefix_min_tokens,
                          shared_prefix_min_group=config.shared_prefix_min_group,
                          max_blocks=max_blocks, graphs=graphs,
+                         max_decode_rows=config.max_num_seqs,
                          eos_token_ids=frozenset(bundle.eos_token_ids),
                          max_context_len=max_context_len)
     scheduler = scheduler_type(BlockManager(num_blocks, config.block_size),
@@ -113,7 +114,8 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
     if graphs is not None and config.warmup:
         report = warm_up(graphs, shared_prefix=bundle.uses_kernels,
                          min_prefix_blocks=-(-config.shared_prefix_min_tokens
-                                             // config.block_size))
+                                             // config.block_size),
+                         max_decode_rows=config.max_num_seqs)
     log.info("%s", startup_summary(name, bundle, num_blocks, config.block_size, graphs, report))
     return BuiltinEngine(name, bundle.name, runner, scheduler, bundle.tokenizer,
                          bundle.shape.vocab_size, config.seed)

@@ -84,3 +84,21 @@ def split_groups(tables: list[list[int]], seq_lens: list[int], group_sizes: list
         row += size
         indptr.append(row)
     return GroupedRows(indptr, prefix_tables, prefix_lens, suffix_tables, suffix_lens)
+
+
+def pad_groups(groups: GroupedRows, batch: int, num_groups: int, pad_block: int
+               ) -> GroupedRows:
+    """The rows padded to `batch` and the groups to `num_groups` the way a CUDA-graph bucket
+    pads them (graphs.py `fill`): padding groups are empty (no prefix), padding rows join the
+    last group with a one-token suffix in `pad_block` (read, never written; their outputs are
+    dropped). An eager step padded this way gets its bucket's kernel launch plan, so it runs
+    the Triton specialisations the start-up warm-up compiled (never a JIT mid-serving)."""
+    n, g = len(groups.suffix_lens), len(groups.prefix_lens)
+    if batch < n or not g <= num_groups <= batch:
+        raise ValueError(f"cannot pad {n} rows in {g} groups to {batch} rows in {num_groups}")
+    indptr = groups.indptr + [n] * (num_groups - g)
+    indptr[num_groups] = batch
+    return GroupedRows(indptr, groups.prefix_tables + [[]] * (num_groups - g),
+                       groups.prefix_lens + [0] * (num_groups - g),
+                       groups.suffix_tables + [[pad_block]] * (batch - n),
+                       groups.suffix_lens + [1] * (batch - n))

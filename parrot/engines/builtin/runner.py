@@ -14,8 +14,10 @@ from dataclasses import dataclass
 import torch
 
 from parrot.engines.builtin.attention import AttentionMetadata, PrefillChunk, SharedPrefixMeta
-from parrot.engines.builtin.cascade import GroupedRows, plan_shared_prefix, split_groups
-from parrot.engines.builtin.graphs import DecodeGraphs, DecodeRows, width_bucket
+from parrot.engines.builtin.cascade import (GroupedRows, pad_groups, plan_shared_prefix,
+                                           split_groups)
+from parrot.engines.builtin.graphs import (DecodeGraphs, DecodeRows, batch_bucket, next_pow2,
+                                           width_bucket)
 from parrot.engines.builtin.kv_cache import KVCache
 from parrot.engines.builtin.lookahead import finishes, next_rows
 from parrot.engines.builtin.model import LlamaModel
@@ -54,6 +56,7 @@ class ModelRunner:
     def __init__(self, model: LlamaModel, kv_cache: KVCache, *, use_shared_prefix: bool,
                  shared_prefix_min_tokens: int, shared_prefix_min_group: int,
                  max_blocks: int | None = None, graphs: DecodeGraphs | None = None,
+                 max_decode_rows: int | None = None,
                  eos_token_ids: frozenset[int] = frozenset(),
                  max_context_len: int | None = None, launch_ahead: bool = True) -> None:
         self.model = model
@@ -69,6 +72,7 @@ class ModelRunner:
         # every column, so it keeps exact widths.
         self.bucket_widths = use_shared_prefix
         self.max_blocks = max_blocks
+        self.max_decode_rows = max_decode_rows   # the scheduler's max_num_seqs (row buckets)
         self.graphs = graphs
         self.eos_token_ids, self.max_context_len = eos_token_ids, max_context_len
         self.launch_ahead = launch_ahead
@@ -172,6 +176,19 @@ class ModelRunner:
     def to_device(self, host: HostInputs) -> StepInputs:
         has_decode = bool(host.decode_lens)
         g = host.groups
+        tables, lens = host.decode_tables, host.decode_lens
+        if self.bucket_widths and has_decode:
+            # The kernel path pads the decode rows (and groups) to the CUDA-graph bucket of
+            # their count too: the launch plan, and so the Triton specialisation, depends on
+            # them, and the warm-up compiled the buckets' plans only. Padding rows read one
+            # slot of block 0 (never written); the attention drops their outputs.
+            n = len(lens)
+            bb = next_pow2(n) if self.max_decode_rows is None else (
+                batch_bucket(n, self.max_decode_rows) or n)
+            tables = tables + [[0]] * (bb - len(lens))
+            lens = lens + [1] * (bb - len(lens))
+            if g is not None:
+                g = pad_groups(g, bb, min(next_pow2(len(g.prefix_lens)), bb), 0)
         shared = None if g is None else SharedPrefixMeta(
             group_indptr=self._tensor(g.indptr, torch.int32),
             prefix_block_tables=self._padded(g.prefix_tables),
@@ -182,8 +199,8 @@ class ModelRunner:
                     for start, end, pos, table in host.prefills]
         meta = AttentionMetadata(
             slot_mapping=self._tensor(host.slots), num_decode=len(host.decode_lens),
-            decode_block_tables=self._padded(host.decode_tables) if has_decode else None,
-            decode_seq_lens=self._tensor(host.decode_lens, torch.int32) if has_decode else None,
+            decode_block_tables=self._padded(tables) if has_decode else None,
+            decode_seq_lens=self._tensor(lens, torch.int32) if has_decode else None,
             shared_prefix=shared, prefills=prefills)
         return StepInputs(self._tensor(host.token_ids), self._tensor(host.positions), meta,
                           host.order, host.sample_rows, host.sample_chunks)

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 INT64_BUFFERS = ("input_ids", "positions", "slots")
+ALIGN_BYTES = 16
 
 
 def _layout(max_batch: int, max_width: int) -> dict[str, tuple[int, ...]]:
@@ -32,17 +33,23 @@ class StaticInputs:
         self.host: dict[str, np.ndarray] = {}        # the host mirror's views
         self._packed: list[tuple[torch.Tensor, torch.Tensor]] = []
         for dtype, shapes in ((torch.int64, shapes64), (torch.int32, shapes32)):
-            total = sum(int(np.prod(s)) for s in shapes.values())
+            # Every view starts on a 16-byte boundary, as a tensor of its own does: Triton
+            # specialises a pointer argument on 16-byte alignment, so an unaligned view would
+            # make the graph's kernels a different compilation from the eager step's (the
+            # warm-up compiles one; the other would JIT while serving).
+            align = ALIGN_BYTES // dtype.itemsize
+            offsets, total = {}, 0
+            for name, shape in shapes.items():
+                offsets[name] = total
+                total += -(-int(np.prod(shape)) // align) * align
             dev = torch.zeros(total, dtype=dtype, device=device)
             host = torch.zeros(total, dtype=dtype, pin_memory=pin)
             self._packed.append((dev, host))
             flat = host.numpy()
-            offset = 0
             for name, shape in shapes.items():
-                n = int(np.prod(shape))
+                offset, n = offsets[name], int(np.prod(shape))
                 self.views[name] = dev[offset:offset + n].view(shape)
                 self.host[name] = flat[offset:offset + n].reshape(shape)
-                offset += n
 
     def upload(self) -> None:
         for dev, host in self._packed:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from parrot.engines.builtin.attention import AttentionMetadata, PrefillChunk
+from parrot.engines.builtin.attention import AttentionMetadata, PrefillChunk, SharedPrefixMeta
 from parrot.engines.builtin.graphs import DecodeGraphs, GraphKey
 
 log = logging.getLogger(__name__)
@@ -66,29 +66,56 @@ class WarmupReport:
                 f"shapes compiled ({self.shared_seconds:.1f} s)")
 
 
-def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
-            ) -> WarmupReport:
+def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int,
+            max_decode_rows: int | None = None) -> WarmupReport:
+    """max_decode_rows: the most decode rows a step can have (the scheduler's max_num_seqs;
+    None: the graphs' largest bucket). Eager steps pad their rows to the same buckets
+    (runner.py), so their attention shapes are compiled here too, also past the graphs'."""
     started = time.perf_counter()
     keys = paged_keys(graphs.max_batch, graphs.max_width)
+    max_rows = max(graphs.max_batch, max_decode_rows or 0)
     failed = 0
     with torch.inference_mode():
         for key in sorted(keys, reverse=True):
             graphs.fill_padding(key)
             failed += graphs.capture(key) is None
         captured = time.perf_counter()
-        shared = (shared_keys(graphs.max_batch, graphs.max_width, min_prefix_blocks)
+        eager_only = [k for k in paged_keys(max_rows, graphs.max_width) if k[0] > graphs.max_batch]
+        shared = (shared_keys(max_rows, graphs.max_width, min_prefix_blocks)
                   if shared_prefix else [])
-        for key in shared:
-            graphs.fill_padding(key)
+        for key in eager_only + shared:
             compile_attention(graphs, key)
         compiled = time.perf_counter()
         prefill(graphs)
         if graphs.model.device.type == "cuda":
             torch.cuda.synchronize(graphs.model.device)
     report = WarmupReport(time.perf_counter() - started, len(keys) - failed, failed,
-                          len(shared), captured - started, compiled - captured)
+                          len(eager_only) + len(shared), captured - started,
+                          compiled - captured)
     log.info("%s", report.describe())
     return report
+
+
+def padding_meta(key: GraphKey, block: int, device: torch.device) -> AttentionMetadata:
+    """Decode attention metadata of a bucket whose rows are all padding (graphs.py
+    `fill_padding`: one slot of `block` each, all in the last group), in tensors of its own,
+    so any bucket can be built, also one larger than the graphs' static buffers."""
+    bb, gb, pwidth, width = key
+
+    def ints(values: list[int] | list[list[int]]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int32, device=device)
+
+    tables, lens = ints([[block] * width] * bb), ints([1] * bb)
+    shared = None
+    if gb:
+        shared = SharedPrefixMeta(group_indptr=ints([0] * gb + [bb]),
+                                  prefix_block_tables=ints([[block] * pwidth] * gb),
+                                  prefix_lens=ints([0] * gb), suffix_block_tables=tables,
+                                  suffix_lens=lens)
+    return AttentionMetadata(slot_mapping=torch.zeros(bb, dtype=torch.int64, device=device),
+                             num_decode=bb, decode_block_tables=None if gb else tables,
+                             decode_seq_lens=None if gb else lens, shared_prefix=shared,
+                             prefills=[])
 
 
 def compile_attention(graphs: DecodeGraphs, key: GraphKey) -> None:
@@ -97,7 +124,8 @@ def compile_attention(graphs: DecodeGraphs, key: GraphKey) -> None:
     shape = model.shape
     q = torch.randn(bb, shape.num_heads, shape.head_dim, dtype=model.dtype, device=model.device)
     k_cache, v_cache = graphs.kv.layers[0]
-    model._decode(q, k_cache, v_cache, graphs.meta(key), model.scale)
+    model._decode(q, k_cache, v_cache, padding_meta(key, graphs.scratch_block, model.device),
+                  model.scale)
 
 
 def prefill(graphs: DecodeGraphs) -> None:

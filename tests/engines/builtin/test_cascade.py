@@ -1,6 +1,8 @@
 """Grouping decode rows by shared prefix blocks for the shared-prefix kernel."""
 
-from parrot.engines.builtin.cascade import plan_shared_prefix
+import pytest
+
+from parrot.engines.builtin.cascade import pad_groups, plan_shared_prefix, split_groups
 
 
 def test_groups_rows_forked_from_one_parent():
@@ -22,3 +24,26 @@ def test_prefix_never_covers_a_rows_last_token():
     # both rows end exactly at a block boundary: the last block holds the new token
     plan = plan_shared_prefix([[0, 1], [0, 1]], [8, 8], 4, min_tokens=4, min_group=2)
     assert plan is not None and plan.prefix_blocks == [1]
+
+
+def test_pad_groups_pads_like_a_graph_bucket():
+    groups = split_groups([[5, 6, 7], [5, 6, 8], [9]], [10, 11, 2], [2, 1], [2, 0], 4)
+    # two groups in a bucket of two: the padding row joins the last (prefix-less) group
+    padded = pad_groups(groups, 4, 2, pad_block=0)
+    assert padded.indptr == [0, 2, 4]
+    assert padded.prefix_tables == [[5, 6], []] and padded.prefix_lens == [8, 0]
+    assert padded.suffix_tables == [[7], [8], [9], [0]]
+    assert padded.suffix_lens == [2, 3, 2, 1]
+    # a bucket of four groups: empty padding groups, the padding row in the last one
+    padded = pad_groups(groups, 4, 4, pad_block=3)
+    assert padded.indptr == [0, 2, 3, 3, 4]
+    assert padded.prefix_lens == [8, 0, 0, 0] and padded.prefix_tables[2:] == [[], []]
+    assert padded.suffix_tables[3] == [3]
+    assert pad_groups(groups, 3, 2, 0) == groups         # already a bucket: unchanged
+
+
+@pytest.mark.parametrize("batch,num_groups", [(2, 2), (4, 1), (4, 5)])
+def test_pad_groups_rejects_buckets_that_do_not_hold_the_rows(batch, num_groups):
+    groups = split_groups([[5, 6, 7], [5, 6, 8], [9]], [10, 11, 2], [2, 1], [2, 0], 4)
+    with pytest.raises(ValueError, match="cannot pad"):
+        pad_groups(groups, batch, num_groups, 0)

@@ -83,3 +83,22 @@ def test_warm_up_prepares_every_paged_bucket_and_keeps_the_cache():
     real = torch.ones(17, dtype=torch.bool)
     real[graphs.scratch_block] = False
     assert torch.equal(kv.data[:, :, real], before[:, :, real])   # only scratch was written
+
+
+def test_warm_up_compiles_the_eager_buckets_past_the_graphs():
+    """max_num_seqs above the largest graph bucket: eager decode steps pad to buckets up to
+    it, and the warm-up runs their attention shapes too (paged and shared-prefix)."""
+    kernels = pytest.importorskip("parrot_kernels")
+    bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
+                                             num_blocks=16))
+    bundle.model._decode = make_decode_fn(kernels)
+    kv = KVCache(bundle.shape, 16, 4, torch.float32, torch.device("cpu"), scratch_block=True)
+    graphs = DecodeGraphs(bundle.model, kv, max_batch=2, max_width=4, capture=False)
+    seen = []
+    original = bundle.model._decode
+    bundle.model._decode = lambda q, *args: seen.append(q.shape[0]) or original(q, *args)
+    report = warm_up(graphs, shared_prefix=True, min_prefix_blocks=2, max_decode_rows=4)
+    beyond = [k for k in paged_keys(4, 4) if k[0] > 2]
+    assert report.shared_shapes == len(beyond) + len(shared_keys(4, 4, 2))
+    assert set(graphs._graphs) == set(paged_keys(2, 4))           # graphs only up to 2 rows
+    assert 4 in seen                                              # a 4-row step was compiled
