@@ -140,6 +140,12 @@ class GenerateResult:
     finish_reason: str
 
 
+# EngineStats fields an engine may leave out of its JSON (read as 0): counters added after the
+# first version of the protocol, which engines without them need not send.
+OPTIONAL_STATS = ("graph_captures_at_runtime", "graph_capture_ms_at_runtime", "num_steps",
+                  "step_ms", "loop_ms", "prefill_tokens", "decode_tokens")
+
+
 @dataclass(frozen=True)
 class EngineStats:
     """What an engine reports about itself (policies see it through EngineView)."""
@@ -151,13 +157,28 @@ class EngineStats:
     block_size: int
     num_tokens_in_use: int    # tokens held by live contexts
     num_contexts: int
+    # Decode steps that met a CUDA-graph bucket not captured at start-up and captured it while
+    # serving (each stalls the engine for the capture), and the time spent: a warm engine's
+    # numbers stay at 0. Optional on the wire (engines that have no graphs omit them).
+    graph_captures_at_runtime: int = 0
+    graph_capture_ms_at_runtime: int = 0
+    # Cumulative work counters (0 where an engine does not count): model steps, the time
+    # inside them and inside whole loop iterations (scheduling, the step, postprocessing:
+    # loop_ms - step_ms is the engine's host time between steps), tokens prefilled and
+    # decode tokens generated.
+    num_steps: int = 0
+    step_ms: int = 0
+    loop_ms: int = 0
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EngineStats:
-        return cls(**{k: int(data[k]) for k in cls.__dataclass_fields__})
+        return cls(**{k: int(data[k]) for k in cls.__dataclass_fields__
+                      if k in data or k not in OPTIONAL_STATS})
 
 
 @dataclass(frozen=True)

@@ -433,3 +433,15 @@ async def test_connect_timeouts_give_up_after_a_few_tries() -> None:
         await client.close()
         for sock in (listener, *fillers):
             sock.close()
+
+
+def test_stats_graph_capture_fields_are_optional_on_the_wire():
+    """Engines without CUDA graphs (or older ones) omit the capture counters: they read as 0;
+    a required field missing is still an error."""
+    full = EngineStats(1, 2, 64, 60, 16, 40, 3, graph_captures_at_runtime=5,
+                       graph_capture_ms_at_runtime=210)
+    assert EngineStats.from_json(full.to_json()) == full
+    old = {k: v for k, v in full.to_json().items() if not k.startswith("graph_")}
+    assert EngineStats.from_json(old) == EngineStats(1, 2, 64, 60, 16, 40, 3)
+    with pytest.raises(KeyError):
+        EngineStats.from_json({k: v for k, v in old.items() if k != "num_contexts"})

@@ -30,6 +30,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
+from dataclasses import dataclass
 from typing import Any
 from collections.abc import AsyncIterator
 
@@ -53,11 +55,23 @@ RETRY_MIN_S = 0.01
 RETRY_MAX_S = 1.0
 
 
+@dataclass
+class StepCounters:
+    """Cumulative work of the batching loop (EngineStats reports them)."""
+
+    num_steps: int = 0
+    step_s: float = 0.0          # inside the model step (the worker thread)
+    loop_s: float = 0.0          # whole iterations that ran a batch: schedule, step, postprocess
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+
+
 class BuiltinEngine(Engine):
     def __init__(self, name: str, model_name: str, runner: ModelRunner, scheduler: BatchScheduler,
                  tokenizer: Any | None, vocab_size: int, seed: int) -> None:
         self._name, self._model_name = name, model_name
         self._runner, self._scheduler = runner, scheduler
+        self._counters = StepCounters()
         self._tokenizer = tokenizer
         self._vocab_size = vocab_size
         self._rng = random.Random(seed)
@@ -102,11 +116,21 @@ class BuiltinEngine(Engine):
     async def stats(self) -> EngineStats:
         s = self._scheduler
         alloc = s.blocks.allocator
+        graphs = self._runner.graphs
         return EngineStats(num_running=s.num_running, num_waiting=s.num_waiting,
                            num_blocks_total=alloc.num_blocks_total,
                            num_blocks_free=alloc.num_free_blocks, block_size=s.blocks.block_size,
                            num_tokens_in_use=sum(len(c.token_ids) for c in s.contexts.values()),
-                           num_contexts=len(s.contexts))
+                           num_contexts=len(s.contexts),
+                           graph_captures_at_runtime=0 if graphs is None
+                           else graphs.runtime_captures,
+                           graph_capture_ms_at_runtime=0 if graphs is None
+                           else round(graphs.runtime_capture_s * 1000),
+                           num_steps=self._counters.num_steps,
+                           step_ms=round(self._counters.step_s * 1000),
+                           loop_ms=round(self._counters.loop_s * 1000),
+                           prefill_tokens=self._counters.prefill_tokens,
+                           decode_tokens=self._counters.decode_tokens)
 
     async def healthz(self) -> bool:
         return not self._closing and self._unhealthy is None \
@@ -248,6 +272,7 @@ class BuiltinEngine(Engine):
         retry_s = RETRY_MIN_S
         while not self._closing:
             self._wake.clear()
+            started = time.perf_counter()
             try:
                 batch = self._scheduler.schedule()
             except Exception as exc:  # noqa: BLE001 - a scheduling bug: fail, back off, retry
@@ -263,6 +288,7 @@ class BuiltinEngine(Engine):
                 await self._wake.wait()
                 continue
             await self._step(batch)
+            self._counters.loop_s += time.perf_counter() - started
 
     def _scheduling_failed(self, exc: Exception) -> None:
         if self._unhealthy is None:  # the traceback once, not at every retry
@@ -280,8 +306,18 @@ class BuiltinEngine(Engine):
 
     async def _step(self, batch: Batch) -> None:
         self._step_in_flight = True
+        counters = self._counters
+        started = time.perf_counter()
         try:
             sampled = await asyncio.to_thread(self._runner.step, batch)  # the blocking boundary
+            counters.num_steps += 1
+            counters.step_s += time.perf_counter() - started
+            for chunk in batch.chunks:
+                n = chunk.end - chunk.start
+                if n > 1:
+                    counters.prefill_tokens += n
+                else:
+                    counters.decode_tokens += n
         except Exception as exc:  # a failed step fails its requests, never the loop
             log.exception("model step failed")
             self._scheduler.fail_batch(batch, EngineError(f"model step failed: {exc!r}"))

@@ -31,6 +31,7 @@ decode-only step is captured once per bucket and replayed:
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from collections.abc import Callable
 
@@ -132,6 +133,10 @@ class DecodeGraphs:
         self._pool = torch.cuda.graph_pool_handle() if capture else None
         self.num_ahead_hits = 0
         self.num_ahead_misses = 0       # launched ahead, then a different step came
+        # buckets a step met before any capture (warm-up captures call `capture` directly):
+        # each such capture stalls the engine, so they are counted and timed (EngineStats)
+        self.runtime_captures = 0
+        self.runtime_capture_s = 0.0
         self._ahead: tuple[DecodeRows, StepOutput] | None = None   # launched, not yet used
         self.inputs = StaticInputs(max_batch, max_width, model.device)
         views = self.inputs.views
@@ -161,7 +166,7 @@ class DecodeGraphs:
         if key in self._failed:
             return None
         self.fill(rows, key)
-        graph = self._graphs.get(key) or self.capture(key)
+        graph = self._graphs.get(key) or self._capture_at_runtime(key)
         if graph is None:
             return None
         self.num_replays += 1
@@ -183,6 +188,16 @@ class DecodeGraphs:
     def drop_ahead(self) -> None:
         self.num_ahead_misses += self._ahead is not None
         self._ahead = None
+
+    def _capture_at_runtime(self, key: GraphKey) -> _Graph | None:
+        started = time.perf_counter()
+        graph = self.capture(key)
+        spent = time.perf_counter() - started
+        self.runtime_captures += 1
+        self.runtime_capture_s += spent
+        log.info("decode graph bucket %s captured while serving in %.1f ms (%d so far, %.2f s)",
+                 key, spent * 1000, self.runtime_captures, self.runtime_capture_s)
+        return graph
 
     def capture(self, key: GraphKey) -> _Graph | None:
         """Capture the bucket over what the static buffers hold now (None: capture failed,

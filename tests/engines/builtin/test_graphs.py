@@ -174,3 +174,15 @@ def test_config_keys():
 def test_cpu_engine_has_no_graphs(make_engine, tiny_bundle):
     engine = make_engine(tiny_bundle)
     assert engine._runner.graphs is None and engine._runner.kv.scratch_block is None
+
+
+def test_captures_while_serving_are_counted(kernel_bundle):
+    """A step whose bucket the warm-up did not capture is captured on the spot (a stall):
+    counted and timed for EngineStats; replays and warm-up captures are not."""
+    graphs = make_graphs(kernel_bundle, 40, 8, 16)
+    rows = paged_rows(3)
+    graphs.capture(graph_key(paged_rows(1), 8, 16))                 # as the warm-up does
+    assert graphs.runtime_captures == 0
+    graphs.run(rows)
+    graphs.run(rows)
+    assert graphs.runtime_captures == 1 and graphs.runtime_capture_s > 0
