@@ -22,7 +22,8 @@ import_parrot()
 alias_kernels()
 
 from parrot.core.config import ServeConfig  # noqa: E402
-from parrot.sim.live_experiments import LiveExperimentError, select_experiments  # noqa: E402
+from parrot.sim.live_experiments import (LiveExperimentError, select_experiments,  # noqa: E402
+                                         with_variants)
 from parrot.sim.live_paper import ServeSetup, run  # noqa: E402
 
 # The CPU smoke test: the same runs, tiny sizes, a 2-layer random model with SmolLM2's
@@ -59,6 +60,9 @@ def main() -> int:
                              "configs/live_h200x2_llama7b.yaml")
     parser.add_argument("--only", default=None, metavar="KEY1,KEY2",
                         help="run these experiments only (results.json holds only them)")
+    parser.add_argument("--variants", default=None, metavar="V1,V2,...",
+                        help="with --only KEY: run these variants (in this order, the "
+                             "reference among them) instead of the experiment's own")
     parser.add_argument("--tokenizer", default=None, metavar="PATH",
                         help="every builtin engine's tokenizer (a folder of tokenizer files)")
     parser.add_argument("--smoke", action="store_true",
@@ -70,6 +74,8 @@ def main() -> int:
     args = parser.parse_args()
     try:
         experiments = select_experiments(args.only)
+        if args.variants is not None:
+            experiments = with_variants(experiments, args.variants)
     except LiveExperimentError as exc:
         parser.error(str(exc))
     paths = {1: args.config, 2: args.two_engine_config}

@@ -1,8 +1,10 @@
 """The "ours, live" cells of the paper table: read from the committed results of
 `scripts/live_paper.sh` so that regenerating the simulated table keeps the live measurements
-beside it instead of "pending". Two folders under docs/results/ (LIVE_DIRS): the one-engine
-runs (live_paper_h200/) and the two-engine runs (gpts, mixed: live_paper_h200_two_engines/,
-two engines sharing one H200), merged.
+beside it instead of "pending". Folders under docs/results/ (LIVE_DIRS), merged in order: the
+one-engine runs (live_paper_h200/), the two-engine runs (gpts, mixed:
+live_paper_h200_two_engines/, two engines sharing one H200), then gpts again with the engines'
+latency capacity calibrated to the H200 (live_paper_h200_two_engines_latency20k/), which
+replaces the gpts of the folder before it.
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -17,7 +19,8 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable
 
-LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines")
+LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
+             "live_paper_h200_two_engines_latency20k")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
@@ -63,8 +66,9 @@ LIVE_RATIOS: dict[str, tuple[LiveRatio, ...]] = {
                 LiveRatio("64 users, sharing vs static sharing", "copilot_64",
                           "least_queue:parrot", "copilot_64_static/least_queue:parrot")),
     "gpts_rate": (
-        LiveRatio("2 engines on 1 H200, one rate above the baseline's knee: latency per token, "
-                  "app_centric vs no sharing", "gpts", _PARROT, metric="normalized"),
+        LiveRatio("2 engines on 1 H200, one rate above the baseline's knee, latency capacity "
+                  "calibrated (20,480): latency per token, app_centric vs no sharing", "gpts",
+                  _PARROT, metric="normalized"),
         LiveRatio("affinity off vs no sharing", "gpts",
                   "app_centric:parrot+policy.prefix_affinity=false", metric="normalized"),
         LiveRatio("sharing, least-queue placement vs no sharing", "gpts", "least_queue:parrot",

@@ -8,6 +8,7 @@ one H200") says what was scaled and why.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Mapping
@@ -123,3 +124,24 @@ def select_experiments(keys: str | None,
         raise LiveExperimentError(f"--only: {keys!r} is not valid; allowed: distinct keys "
                                   f"out of {list(by_key)}, comma-separated")
     return tuple(by_key[k] for k in wanted)
+
+
+def with_variants(experiments: tuple[LiveExperiment, ...], compare: str
+                  ) -> tuple[LiveExperiment, ...]:
+    """The experiments with `compare` (comma-separated variants, in run order) instead of
+    their own: for one experiment at a time, and the reference must stay among them (every
+    ratio is against it). Order matters live: a variant that meets engine shapes no earlier
+    run met pays for them (graphs captured while serving, reported per run)."""
+    from parrot.sim.compare import parse_variants   # the registry import is heavy
+    if len(experiments) != 1:
+        raise LiveExperimentError("--variants needs exactly one experiment (--only KEY)")
+    e = experiments[0]
+    try:
+        labels = [v.label for v in parse_variants(compare)]
+        reference = parse_variants(e.reference)[0].label
+    except ValueError as exc:
+        raise LiveExperimentError(f"--variants: {exc}") from exc
+    if reference not in labels:
+        raise LiveExperimentError(f"--variants must include {e.key}'s reference "
+                                  f"{e.reference!r}; given: {compare!r}")
+    return (dataclasses.replace(e, compare=compare),)

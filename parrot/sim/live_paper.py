@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 from parrot.core.config import ServeConfig
 from parrot.engines.launcher import LaunchSpec
+from parrot.engines.protocol import OPTIONAL_STATS
 from parrot.engines.launcher import launch_engines, stop_engines
 from parrot.sim.compare import Settings, Variant, VariantRun, parse_variants, results_json
 from parrot.sim.live import as_remote, run_live_async
@@ -136,7 +137,8 @@ async def run_live_paper(setups: Sequence[ServeSetup], out: Path, *, smoke: bool
                     results[e.key] = {"skipped": "time budget"}
                     continue
                 results[e.key] = await _run_experiment(served, setup.path, e,
-                                                       e.workload_spec(smoke), delay_s, log)
+                                                       e.workload_spec(smoke), delay_s, log,
+                                                       launched)
                 # Saved after every experiment: a run killed at the machine's time limit
                 # keeps what it measured.
                 _save(out, {"wall_s": time.perf_counter() - started, "smoke": smoke,
@@ -157,21 +159,50 @@ def _save(out: Path, summary: dict[str, Any]) -> str:
     return table
 
 
+async def _engine_counters(engines: Sequence[Any]) -> dict[str, dict[str, int]]:
+    """Each engine's cumulative counters (EngineStats' optional fields: graphs captured while
+    serving, steps, time in steps, tokens); engines that do not answer are left out (the
+    figures are diagnostics, never a reason to fail a run)."""
+    counts: dict[str, dict[str, int]] = {}
+    for launched in engines:
+        try:
+            stats = (await launched.engine.stats()).to_json()
+        except Exception:  # noqa: BLE001 - see the docstring
+            continue
+        counts[launched.name] = {k: stats[k] for k in OPTIONAL_STATS}
+    return counts
+
+
 async def _run_experiment(served: ServeConfig, config_path: str, e: LiveExperiment,
                           spec: WorkloadSpec, delay_s: tuple[float, float],
-                          log: Any) -> dict[str, Any]:
+                          log: Any, engines: Sequence[Any] = ()) -> dict[str, Any]:
     variants = parse_variants(e.compare)
-    runs = []
+    runs, counters = [], {}
     for variant in variants:
+        before = await _engine_counters(engines)
         run = await _run(served, e, variant, spec, delay_s)
+        after = await _engine_counters(engines)
+        # What each engine did during this run: graphs it had to capture (each stalled it; a
+        # variant that meets buckets no earlier run met pays for them), steps, step time.
+        counters[variant.label] = {
+            name: {k: v - before[name][k] for k, v in now.items()}
+            for name, now in after.items() if name in before}
         log(f"{e.key} {variant.label}: {run.status}"
-            + (f" {run.result.duration_s:.2f}s" if run.result else f" {run.error}"))
+            + (f" {run.result.duration_s:.2f}s" if run.result else f" {run.error}")
+            + "".join(f"; {name}: {c['num_steps']} steps, {c['step_ms']} ms in steps, "
+                      f"{c['loop_ms']} ms in loop iterations, {c['graph_captures_at_runtime']} "
+                      f"graphs captured while serving ({c['graph_capture_ms_at_runtime']} ms)"
+                      for name, c in counters[variant.label].items()))
         runs.append(run)
     wanted = parse_variants(e.reference)[0].label
     reference = next(v for v in variants if v.label == wanted)
     settings = Settings(e.workload, live=True, seed=spec.seed, workload_spec=spec,
                         serve_config=config_path)
-    return {**results_json(settings, runs, reference), "num_engines": e.engines}
+    results = results_json(settings, runs, reference)
+    for label, per_engine in counters.items():
+        if label in results["variants"]:
+            results["variants"][label]["engine_counters"] = per_engine
+    return {**results, "num_engines": e.engines}
 
 
 def _ms(value: float | None) -> str:
