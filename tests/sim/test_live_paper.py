@@ -10,8 +10,9 @@ import json
 import pytest
 
 from parrot.core.config import EngineSpec, ServeConfig
+from parrot.engines.protocol import OPTIONAL_STATS
 from parrot.sim.live_experiments import (LIVE_EXPERIMENTS, LiveExperiment, LiveExperimentError,
-                                         select_experiments)
+                                         select_experiments, with_variants)
 from parrot.sim.live_paper import ServeSetup, run_live_paper, warmup_spec
 from parrot.sim.workloads.gpts import system_prompt_lengths
 from parrot.sim.workloads.spec import WorkloadSpec
@@ -44,6 +45,8 @@ async def test_live_paper_runs_each_group_on_its_own_engine_process(tmp_path):
     chain = summary["experiments"]["chain"]
     assert chain["mode"] == "live" and chain["reference"] == "least_queue:baseline"
     assert {v["status"] for v in chain["variants"].values()} == {"ok"}
+    counters = chain["variants"]["app_centric:parrot"]["engine_counters"]
+    assert set(counters) == {"e0"} and set(counters["e0"]) == set(OPTIONAL_STATS)
     static = summary["experiments"]["static"]["variants"]["least_queue:parrot"]
     assert static["status"] == "ok" and static["num_apps"] == 2
     assert sum("engine(s) up" in line for line in lines) == 2  # two engine processes
@@ -106,6 +109,20 @@ def test_only_selects_experiments_in_the_order_given():
             select_experiments(bad)
     with pytest.raises(LiveExperimentError, match="engines=0"):
         LiveExperiment("x", "gpts", "app_centric", "app_centric", {}, {}, engines=0)
+
+
+def test_variants_replace_one_experiments_runs_in_the_order_given():
+    gpts = select_experiments("gpts")
+    (chosen,) = with_variants(gpts, "app_centric+policy.prefix_affinity=false,"
+                                    "least_queue:baseline,app_centric")
+    assert chosen.compare.split(",")[0] == "app_centric+policy.prefix_affinity=false"
+    assert chosen.reference == gpts[0].reference and chosen.spec == gpts[0].spec
+    with pytest.raises(LiveExperimentError, match="reference"):
+        with_variants(gpts, "app_centric,least_queue")
+    with pytest.raises(LiveExperimentError, match="exactly one"):
+        with_variants(select_experiments("gpts,mixed"), "app_centric,least_queue:baseline")
+    with pytest.raises(LiveExperimentError, match="--variants"):
+        with_variants(gpts, "app_centric,,least_queue:baseline")
 
 
 def test_the_two_engine_experiments_are_the_papers_multi_engine_ones():
