@@ -39,6 +39,8 @@ ENGINE_COUNTS = (1, 2, 4, 8)
 LONG_CONTEXT_PROFILE = "h200_llama7b"          # 16384-token context (configs/profiles/)
 LONG_CONTEXT_WORKLOADS = ("copilot", "gpts")
 LATENCY_DECODE_RATIO = 40.0 / 22.0              # the paper's latency engine: 40 ms vs 22 ms
+PAPER_PROFILE = "a100_llama13b"                 # the paper's hardware and model
+LATENCY_CENTRIC_PAPER_TOKENS = 4096             # the paper's latency-centric baseline cap
 
 
 @dataclass(frozen=True)
@@ -117,8 +119,25 @@ def latency_capacity_for(profile: str) -> int:
     paper keeps a latency engine at ~6144 tokens, where one decode step of its A100 LLaMA-13B
     takes ~40 ms, 1.8x the empty-batch step. The same ratio on another profile gives its
     capacity (rounded down to 1024 tokens): 6144 on a100_llama13b, 20480 on h200_llama7b."""
+    return _same_slowdown(profile, LATENCY_DECODE_RATIO)
+
+
+def latency_centric_capacity_for(profile: str) -> int:
+    """The latency-centric baseline's per-engine cap, calibrated by the same rule as
+    app_centric's latency capacity (so neither side keeps an A100 figure on faster hardware):
+    the paper caps that baseline at 4096 tokens on its A100 LLaMA-13B, where a decode step
+    is 34 ms, 1.55x the empty-batch step; the same ratio elsewhere: 4096 on a100_llama13b,
+    13312 on h200_llama7b."""
+    paper = speed_profile({"profile": PAPER_PROFILE})
+    ratio = paper.decode_ms(LATENCY_CENTRIC_PAPER_TOKENS) / paper.decode_ms(0)
+    return _same_slowdown(profile, ratio)
+
+
+def _same_slowdown(profile: str, ratio: float) -> int:
+    """Tokens at which a decode step takes `ratio` x the empty-batch step on `profile`,
+    rounded down to 1024 (at least 1024)."""
     cost = speed_profile({"profile": profile})
-    tokens = cost.max_batch_tokens(LATENCY_DECODE_RATIO * cost.decode_ms(0))
+    tokens = cost.max_batch_tokens(ratio * cost.decode_ms(0))
     return max(1024, tokens // 1024 * 1024)
 
 
@@ -129,7 +148,9 @@ def run_cell(spec: MatrixSpec, workload: str, num_engines: int) -> Cell:
     settings = Settings(workload=workload, seed=spec.seed,
                         cluster=ClusterSpec(num_engines=num_engines, profile=profile,
                                             latency_capacity=latency_capacity_for(profile)),
-                        workload_spec=cell_workload_spec(workload, num_engines, spec.seed))
+                        workload_spec=cell_workload_spec(workload, num_engines, spec.seed),
+                        policy_params={"latency_centric": {
+                            "token_capacity": latency_centric_capacity_for(profile)}})
     means: dict[str, float | None] = {}
     chats: dict[str, float | None] = {}
     for label in (spec.parrot, *spec.baselines):

@@ -8,7 +8,8 @@ import math
 import pytest
 
 from parrot.sim.matrix import (Cell, MatrixSpec, cell_workload_spec, geometric_mean,
-                               latency_capacity_for, markdown_table, run_cell, write_outputs)
+                               latency_capacity_for, latency_centric_capacity_for, markdown_table,
+                               run_cell, write_outputs)
 from parrot.sim.workloads.registry import WORKLOADS
 
 
@@ -38,6 +39,30 @@ def test_latency_capacity_is_calibrated_per_profile():
     # The paper's 6144 tokens on its A100 LLaMA-13B; the same decode-time ratio elsewhere.
     assert latency_capacity_for("a100_llama13b") == 6144
     assert latency_capacity_for("h200_llama7b") == 20480
+    # the latency-centric baseline's 4096-token cap, calibrated by the same rule
+    assert latency_centric_capacity_for("a100_llama13b") == 4096
+    assert latency_centric_capacity_for("h200_llama7b") == 13312
+
+
+def test_cells_run_the_latency_centric_baseline_with_its_calibrated_cap(monkeypatch):
+    """The matrix calibrates both sides' latency caps to the profile: app_centric's latency
+    capacity and the latency-centric baseline's token cap (never an A100 cap on one side)."""
+    import parrot.sim.matrix as matrix
+
+    seen = []
+    real = matrix.run_variant
+
+    def spy(settings, variant, *args, **kwargs):
+        seen.append((variant.policy, settings.params_for(variant),
+                     settings.cluster.latency_capacity))
+        return real(settings, variant, *args, **kwargs)
+
+    monkeypatch.setattr(matrix, "run_variant", spy)
+    run_cell(MatrixSpec(workloads=("chain_summary",), engine_counts=(1,),
+                        profile="h200_llama7b"), "chain_summary", 1)
+    by_policy = {policy: (params, capacity) for policy, params, capacity in seen}
+    assert by_policy["latency_centric"][0]["token_capacity"] == 13312
+    assert by_policy["app_centric"][1] == 20480
 
 
 def cell(workload, n, ours, *baselines):
