@@ -38,6 +38,12 @@ class ManagerConfig:
     engine_heartbeat_interval_s: float = 1.0  # an engine's /healthz is asked this often
     engine_heartbeat_timeout_s: float = 5.0   # unanswered this long: engine down, calls moved
     no_engine_grace_s: float = 10.0           # with every engine down, calls wait this long
+    # Engine processes parrot-serve launched and that exit on their own are restarted
+    # (engine_supervisor.py): at most engine_restart_max times within engine_restart_window_s
+    # (0: never), after a back-off starting at engine_restart_backoff_s, doubling.
+    engine_restart_max: int = 5
+    engine_restart_window_s: float = 600.0
+    engine_restart_backoff_s: float = 1.0
     # The front door's limits (docs/SECURITY.md): slow clients, queues, shutdown.
     request_header_timeout_s: float = 30.0    # a connection must send a request's headers
     request_body_timeout_s: float = 30.0      # ...and then its body, within these
@@ -57,10 +63,12 @@ class ManagerConfig:
         for key in ("max_get_timeout_s", "default_get_timeout_s", "session_idle_timeout_s",
                     "engine_connect_timeout_s", "engine_heartbeat_interval_s",
                     "engine_heartbeat_timeout_s", "no_engine_grace_s",
+                    "engine_restart_window_s", "engine_restart_backoff_s",
                     "request_header_timeout_s", "request_body_timeout_s", "retry_after_s"):
             check.positive(key, getattr(self, key))
         check.positive("engine_request_timeout_s", self.engine_request_timeout_s, optional=True)
         check.number("max_call_retries", self.max_call_retries, minimum=0, integer=True)
+        check.number("engine_restart_max", self.engine_restart_max, minimum=0, integer=True)
         check.number("shutdown_grace_s", self.shutdown_grace_s, minimum=0)
         for key in ("engine_pool_size", "max_sessions", "max_active_calls",
                     "max_active_calls_per_session", "max_waiting_gets_per_session"):

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from parrot.core.config import EngineSpec, ServeConfig
 from parrot.core.engine_health import http_engine_settings
+from parrot.core.engine_supervisor import EngineSupervisor, RestartPolicy
 from parrot.core.front_door import front_door
 from parrot.core.http_api import JsonAppRunner, create_app
 from parrot.core.manager import Manager
@@ -53,6 +54,7 @@ class ParrotServer:
         self.api = WireAPI(self.manager, register_engine=self.register_remote,
                            access=AccessControl(config.tenants, self.admin_token))
         self._launched: list[LaunchedEngine] = []
+        self.supervisor: EngineSupervisor | None = None
         self._in_process: list[Engine] = []
         self._runner: JsonAppRunner | None = None
         self.url: str | None = None
@@ -93,6 +95,14 @@ class ParrotServer:
                 await engine.start()
                 self._in_process.append(engine)
                 await self.manager.add_engine(spec, engine)
+        if self._launched:
+            m = self.config.manager
+            self.supervisor = EngineSupervisor(
+                self.manager, self._launched, self.config.engines,
+                RestartPolicy(m.engine_restart_max, m.engine_restart_window_s,
+                              m.engine_restart_backoff_s),
+                settings=http_engine_settings(m), startup_timeout_s=ENGINE_STARTUP_TIMEOUT_S)
+            self.supervisor.start()
 
     async def register_remote(self, spec: EngineSpec) -> None:
         """Add an engine reached by URL (from the config or `POST /v1/engines`)."""
@@ -133,6 +143,9 @@ class ParrotServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self.supervisor is not None:   # before the engines stop: not crashes
+            await self.supervisor.close()
+            self.supervisor = None
         await self.manager.close()
         for engine in self._in_process:
             await engine.close()

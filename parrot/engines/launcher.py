@@ -83,6 +83,12 @@ class EngineProcess:
     def returncode(self) -> int | None:
         return None if self._proc is None else self._proc.returncode
 
+    async def wait(self) -> int | None:
+        """Until the process exits (at once when it never started); its exit code."""
+        if self._proc is None:
+            return None
+        return await self._proc.wait()
+
     @property
     def stderr_tail(self) -> str:
         return "".join(self._stderr_tail)

@@ -281,3 +281,62 @@ async def test_an_engine_joining_by_url_proves_its_secret_and_reregisters_after_
                 proc.terminate()
                 await proc.wait()
         await server.stop()
+
+
+async def test_parrot_serve_restarts_a_launched_engine_that_dies() -> None:
+    """A launched engine killed with SIGKILL is marked down at once (the exit is proof),
+    started again under its name (new port, new secret) and takes calls; a crash loop stops
+    after engine_restart_max restarts in the window, leaving the engine down."""
+    from parrot.core.config import ServeConfig
+    from parrot.core.server import ParrotServer
+
+    server = ParrotServer(ServeConfig(
+        manager=ManagerConfig(engine_restart_max=2, engine_restart_window_s=600,
+                              engine_restart_backoff_s=0.05, **HEARTBEAT),
+        engines=(EngineSpec(name="e0", kind="simulated", params=SIM),)))
+    await server.start(port=0)
+    manager = server.manager
+    try:
+        first = server._launched[0]
+        session = manager.create_session()
+        call = submit(manager, session, "A {{input:x}} {{output:y}}", x="1")
+        assert await manager.get(session, out(call, "y"), Criterion.LATENCY, timeout=10)
+
+        os.kill(first.process.pid, signal.SIGKILL)
+        await _until(lambda: server.supervisor.restarts.get("e0") == 1)
+        second = server._launched[0]
+        assert second.process.pid != first.process.pid and second.url != first.url
+        state = manager.engines.get("e0")
+        assert state.is_healthy and state.engine is second.engine
+        call = submit(manager, session, "B {{input:x}} {{output:y}}", x="2")
+        assert await manager.get(session, out(call, "y"), Criterion.LATENCY, timeout=10)
+
+        os.kill(second.process.pid, signal.SIGKILL)                  # restart 2 of 2
+        await _until(lambda: server.supervisor.restarts.get("e0") == 2)
+        third = server._launched[0]
+        os.kill(third.process.pid, signal.SIGKILL)                   # one too many
+        await _until(lambda: not manager.engines.get("e0").is_healthy, timeout_s=5)
+        await asyncio.sleep(0.5)
+        assert server.supervisor.restarts["e0"] == 2 and server._launched[0] is third
+        assert not manager.engines.get("e0").is_healthy
+    finally:
+        await server.stop()
+    assert server._launched == []
+
+
+async def test_no_restart_when_turned_off_or_when_the_server_stops() -> None:
+    from parrot.core.config import ServeConfig
+    from parrot.core.server import ParrotServer
+
+    server = ParrotServer(ServeConfig(
+        manager=ManagerConfig(engine_restart_max=0, **HEARTBEAT),
+        engines=(EngineSpec(name="e0", kind="simulated", params=SIM),)))
+    await server.start(port=0)
+    try:
+        first = server._launched[0]
+        os.kill(first.process.pid, signal.SIGKILL)
+        await _until(lambda: not server.manager.engines.get("e0").is_healthy, timeout_s=5)
+        await asyncio.sleep(0.3)
+        assert server._launched[0] is first                          # not restarted
+    finally:
+        await server.stop()
