@@ -17,6 +17,10 @@ Every server has its own `CollectorRegistry` (no process-global state).
     parrot_engine_healthy{engine}
     parrot_engine_reported_kv_blocks_used/_total{engine}, parrot_engine_reported_waiting/_running
                                            what each engine reports about itself (asked at scrape)
+    parrot_engine_steps_total, _step_seconds_total, _loop_seconds_total, _prefill_tokens_total,
+    _decode_tokens_total, _graph_captures_at_runtime_total, _graph_capture_seconds_total {engine}
+                                           the engine's own cumulative work counters (0 where
+                                           an engine does not count them)
     parrot_prefix_lookups_total{engine,result="hit"|"miss"}, parrot_prefix_hit_ratio{engine}
     parrot_call_ttft_seconds, parrot_call_tpot_seconds, parrot_call_e2e_seconds  (histograms;
         TTFT/TPOT of calls whose outputs were streamed: always on in-process engines, over
@@ -140,12 +144,33 @@ class ManagerCollector(Collector):
                                     "the engine", labels=["engine"])
         running = GaugeMetricFamily("parrot_engine_reported_running", "sequences in the "
                                     "engine's running batch", labels=["engine"])
+        work = {key: CounterMetricFamily(name, doc, labels=["engine"])
+                for key, (name, doc, _) in ENGINE_WORK.items()}
         for name, stats in sorted(self.engine_stats.items()):
             blocks_used.add_metric([name], stats.num_blocks_total - stats.num_blocks_free)
             blocks_total.add_metric([name], stats.num_blocks_total)
             waiting.add_metric([name], stats.num_waiting)
             running.add_metric([name], stats.num_running)
-        yield from (blocks_used, blocks_total, waiting, running)
+            for key, (_, _, scale) in ENGINE_WORK.items():
+                work[key].add_metric([name], getattr(stats, key) * scale)
+        yield from (blocks_used, blocks_total, waiting, running, *work.values())
+
+
+# EngineStats' cumulative counters as Prometheus counters: field -> (name, help, scale).
+# rate(parrot_engine_step_seconds_total) is the fraction of time an engine computes;
+# the loop - step difference is its host time between steps.
+ENGINE_WORK: dict[str, tuple[str, str, float]] = {
+    "num_steps": ("parrot_engine_steps", "model steps the engine ran", 1.0),
+    "step_ms": ("parrot_engine_step_seconds", "time inside model steps", 1e-3),
+    "loop_ms": ("parrot_engine_loop_seconds", "time in batching-loop iterations that ran a "
+                "step (scheduling and postprocessing included)", 1e-3),
+    "prefill_tokens": ("parrot_engine_prefill_tokens", "tokens prefilled", 1.0),
+    "decode_tokens": ("parrot_engine_decode_tokens", "tokens decoded", 1.0),
+    "graph_captures_at_runtime": ("parrot_engine_graph_captures_at_runtime", "CUDA graphs "
+                                  "captured while serving (each stalls the engine)", 1.0),
+    "graph_capture_ms_at_runtime": ("parrot_engine_graph_capture_seconds", "time spent "
+                                    "capturing CUDA graphs while serving", 1e-3),
+}
 
 
 class Metrics:

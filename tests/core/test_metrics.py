@@ -128,3 +128,37 @@ async def test_outputs_stream_from_an_engine_process_only_when_read_as_a_stream(
             assert m[("parrot_call_ttft_seconds_count", ())] == 1
     finally:
         await srv.stop()
+
+
+def test_engine_work_counters_are_exported_in_seconds_and_tokens():
+    """What an engine reports about its own work (EngineStats' counters) becomes Prometheus
+    counters per engine, milliseconds as seconds."""
+    from types import SimpleNamespace
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from parrot.core.metrics import ManagerCollector
+    from parrot.engines.protocol import EngineStats
+
+    collector = ManagerCollector(SimpleNamespace(engines=[]))
+    collector.engine_stats = {"gpu-0": EngineStats(
+        3, 0, 100, 60, 16, 640, 2, graph_captures_at_runtime=4, graph_capture_ms_at_runtime=250,
+        num_steps=120, step_ms=1500, loop_ms=1600, prefill_tokens=9000, decode_tokens=2400)}
+    class Reported:
+        def collect(self):
+            return collector._reported()
+
+    registry = CollectorRegistry()
+    registry.register(Reported())
+    m = {(s.name, tuple(sorted(s.labels.items()))): s.value
+         for f in text_string_to_metric_families(generate_latest(registry).decode())
+         for s in f.samples}
+    label = (("engine", "gpu-0"),)
+    assert m[("parrot_engine_steps_total", label)] == 120
+    assert m[("parrot_engine_step_seconds_total", label)] == 1.5
+    assert m[("parrot_engine_loop_seconds_total", label)] == 1.6
+    assert m[("parrot_engine_prefill_tokens_total", label)] == 9000
+    assert m[("parrot_engine_decode_tokens_total", label)] == 2400
+    assert m[("parrot_engine_graph_captures_at_runtime_total", label)] == 4
+    assert m[("parrot_engine_graph_capture_seconds_total", label)] == 0.25
+    assert m[("parrot_engine_reported_kv_blocks_used", label)] == 40
