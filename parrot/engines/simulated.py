@@ -94,6 +94,8 @@ class SimulatedEngine(Engine):
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self._num_steps = self._prefill_tokens = self._decode_tokens = 0
+        self._step_s = 0.0
 
     # ---- Engine protocol -------------------------------------------------------------------
 
@@ -161,7 +163,11 @@ class SimulatedEngine(Engine):
                            num_blocks_free=self._kv.pool.num_free_blocks,
                            block_size=self.config.block_size,
                            num_tokens_in_use=self._kv.unique_tokens(self._contexts.values()),
-                           num_contexts=len(self._contexts))
+                           num_contexts=len(self._contexts), num_steps=self._num_steps,
+                           step_ms=round(self._step_s * 1000),
+                           loop_ms=round(self._step_s * 1000),
+                           prefill_tokens=self._prefill_tokens,
+                           decode_tokens=self._decode_tokens)
 
     async def healthz(self) -> bool:
         return not self._closed
@@ -182,9 +188,15 @@ class SimulatedEngine(Engine):
                 contexts = [r.held_context for r in decodes]
                 kv_tokens = (self._kv.unique_tokens(contexts) if self.config.shared_prefix_decode
                              else sum(ctx.length for ctx in contexts))
-                await asyncio.sleep(latency.iteration_seconds(
-                    len(decodes), kv_tokens, sum(n for _, n in prefills)))
+                prefill_tokens = sum(n for _, n in prefills)
+                seconds = latency.iteration_seconds(len(decodes), kv_tokens, prefill_tokens)
+                await asyncio.sleep(seconds)
                 self._apply(decodes, prefills)
+                # the counters a real engine reports (EngineStats): model time, no host time
+                self._num_steps += 1
+                self._step_s += seconds
+                self._prefill_tokens += prefill_tokens
+                self._decode_tokens += len(decodes)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug: make sure no waiter hangs

@@ -30,6 +30,11 @@ from parrot.sim.workloads.spec import WorkloadSpec
 from parrot.types import EngineKind
 from parrot.validation import Checks, is_number
 
+
+# The engines' work counters a simulated run records per engine (results.json `engines[]`),
+# comparable with a live run's `engine_counters`.
+WORK_COUNTERS = ("num_steps", "step_ms", "prefill_tokens", "decode_tokens")
+
 MAX_ENGINES = 1024
 # A simulated get may wait as long as the simulated traffic lasts.
 SIM_MANAGER = ManagerConfig(default_get_timeout_s=7 * 86400.0, max_get_timeout_s=7 * 86400.0)
@@ -144,8 +149,11 @@ async def _simulate(spec: ClusterSpec, workload: WorkloadFn, workload_spec: Work
         records = await workload(env, workload_spec)
         duration = max((r.finished for r in records), default=started) - started
         probes = {spec.engine_spec(i).name: e for i, e in enumerate(engines)}
-        described = [{**state.describe(), **probes[state.engine_id].describe()}
-                     for state in manager.engines]
+        described = []
+        for state in manager.engines:
+            stats = (await state.engine.stats()).to_json()   # steps, model time, tokens
+            described.append({**state.describe(), **probes[state.engine_id].describe(),
+                              **{k: stats[k] for k in WORK_COUNTERS}})
         return RunResult(records, described, duration, 0.0,
                          sum(d.num_messages for d in env.delays),
                          peak_kv_tokens=sum(e.readings.peak_kv_tokens for e in engines),

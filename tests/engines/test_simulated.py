@@ -72,6 +72,23 @@ def test_concurrent_generates_batch_together() -> None:
     run_virtual(main())
 
 
+def test_stats_count_steps_model_time_and_tokens() -> None:
+    """The work counters a real engine reports: steps, time in them (model time here), tokens
+    prefilled and decoded (two batched generates of 5 after a 30-token fill)."""
+    async def main() -> None:
+        engine = make_engine(decode_per_seq_ms=1.0, prefill_per_token_ms=0.1)
+        await engine.fill(fill("p", 30))
+        await asyncio.gather(engine.generate_all(gen("a", 5, parent="p")),
+                             engine.generate_all(gen("b", 5, parent="p")))
+        stats = await engine.stats()
+        assert (stats.prefill_tokens, stats.decode_tokens) == (30, 10)
+        assert stats.num_steps == 1 + 5                  # one prefill step, five batched decodes
+        # the prefill-only step costs its tokens (3 ms), each decode step base + 2 sequences
+        assert stats.step_ms == stats.loop_ms == round(3 + 5 * (ITER_MS + 2))
+        await engine.close()
+    run_virtual(main())
+
+
 def test_decode_time_grows_with_batch_tokens() -> None:
     async def main() -> None:
         engine = make_engine(decode_per_token_ms=0.01)

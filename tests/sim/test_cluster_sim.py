@@ -47,6 +47,11 @@ def test_chain_summary_runs_its_steps_one_after_another_on_the_virtual_clock():
     for before, after in zip(app.calls, app.calls[1:]):
         assert after.dispatched >= before.finished  # each step needs the previous summary
     assert 0 < app.latency_s < 60 and result.wall_s < 5
+    # the engine's work counters, as a live run records them: every output token decoded
+    (engine,) = result.engines
+    assert engine["decode_tokens"] == app.output_tokens
+    assert engine["num_steps"] >= app.output_tokens and engine["prefill_tokens"] > 0
+    assert 0 < engine["step_ms"] <= app.latency_s * 1000
 
 
 def test_baseline_mode_pays_a_round_trip_per_step():
