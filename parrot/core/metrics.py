@@ -17,7 +17,7 @@ Every server has its own `CollectorRegistry` (no process-global state).
     parrot_engine_healthy{engine}
     parrot_engine_reported_kv_blocks_used/_total{engine}, parrot_engine_reported_waiting/_running
                                            what each engine reports about itself (asked at scrape)
-    parrot_engine_steps_total, _step_seconds_total, _loop_seconds_total, _prefill_tokens_total,
+    parrot_engine_steps_total, _graph_steps_total, _step_seconds_total, _loop_seconds_total, _prefill_tokens_total,
     _decode_tokens_total, _graph_captures_at_runtime_total, _graph_capture_seconds_total {engine}
                                            the engine's own cumulative work counters (0 where
                                            an engine does not count them)
@@ -161,6 +161,8 @@ class ManagerCollector(Collector):
 # the loop - step difference is its host time between steps.
 ENGINE_WORK: dict[str, tuple[str, str, float]] = {
     "num_steps": ("parrot_engine_steps", "model steps the engine ran", 1.0),
+    "num_graph_steps": ("parrot_engine_graph_steps", "model steps replayed from a CUDA graph "
+                        "(the others ran eagerly)", 1.0),
     "step_ms": ("parrot_engine_step_seconds", "time inside model steps", 1e-3),
     "loop_ms": ("parrot_engine_loop_seconds", "time in batching-loop iterations that ran a "
                 "step (scheduling and postprocessing included)", 1e-3),

@@ -143,7 +143,7 @@ def test_engine_work_counters_are_exported_in_seconds_and_tokens():
     collector = ManagerCollector(SimpleNamespace(engines=[]))
     collector.engine_stats = {"gpu-0": EngineStats(
         3, 0, 100, 60, 16, 640, 2, graph_captures_at_runtime=4, graph_capture_ms_at_runtime=250,
-        num_steps=120, step_ms=1500, loop_ms=1600, prefill_tokens=9000, decode_tokens=2400)}
+        num_steps=120, num_graph_steps=100, step_ms=1500, loop_ms=1600, prefill_tokens=9000, decode_tokens=2400)}
     class Reported:
         def collect(self):
             return collector._reported()
@@ -155,6 +155,7 @@ def test_engine_work_counters_are_exported_in_seconds_and_tokens():
          for s in f.samples}
     label = (("engine", "gpu-0"),)
     assert m[("parrot_engine_steps_total", label)] == 120
+    assert m[("parrot_engine_graph_steps_total", label)] == 100
     assert m[("parrot_engine_step_seconds_total", label)] == 1.5
     assert m[("parrot_engine_loop_seconds_total", label)] == 1.6
     assert m[("parrot_engine_prefill_tokens_total", label)] == 9000

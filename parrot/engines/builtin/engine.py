@@ -127,6 +127,7 @@ class BuiltinEngine(Engine):
                            graph_capture_ms_at_runtime=0 if graphs is None
                            else round(graphs.runtime_capture_s * 1000),
                            num_steps=self._counters.num_steps,
+                           num_graph_steps=self._runner.num_graph_steps,
                            step_ms=round(self._counters.step_s * 1000),
                            loop_ms=round(self._counters.loop_s * 1000),
                            prefill_tokens=self._counters.prefill_tokens,

@@ -76,6 +76,7 @@ class ModelRunner:
         self.graphs = graphs
         self.eos_token_ids, self.max_context_len = eos_token_ids, max_context_len
         self.launch_ahead = launch_ahead
+        self.num_graph_steps = 0     # steps replayed from a CUDA graph (the rest ran eagerly)
 
     @torch.inference_mode()
     def step(self, batch: Batch) -> list[int | None]:
@@ -95,6 +96,7 @@ class ModelRunner:
             rows = DecodeRows(host.token_ids, host.positions, host.slots, host.decode_tables,
                               host.decode_lens, host.groups)
             out = self.graphs.run(rows)
+        self.num_graph_steps += out is not None
         if out is None:
             inputs = self.to_device(host)
             hidden = self.model.forward(inputs.input_ids, inputs.positions, self.kv.layers,

@@ -152,12 +152,17 @@ async def run_forks(engine) -> list[tuple[int, ...]]:
 async def test_engine_with_graphs_matches_eager(make_engine, kernel_bundle):
     common = dict(block_size=BS, shared_prefix_min_tokens=8, shared_prefix_min_group=2,
                   num_blocks=64)
-    expected = await run_forks(make_engine(kernel_bundle, **common))
+    eager = make_engine(kernel_bundle, **common)
+    expected = await run_forks(eager)
     engine = make_engine(kernel_bundle, **common)
     runner = engine._runner
     runner.graphs = graphs = make_graphs(kernel_bundle, 64, 4, runner.max_blocks)
     runner.kv = graphs.kv
     assert await run_forks(engine) == expected
+    # the stats tell graph steps from eager ones (prefill steps are always eager)
+    stats, eager_stats = await engine.stats(), await eager.stats()
+    assert eager_stats.num_graph_steps == 0 and eager_stats.num_steps > 0
+    assert 0 < stats.num_graph_steps == graphs.num_replays < stats.num_steps
     assert graphs.num_replays > 0
     assert any(key[1] for key in graphs._graphs)          # a shared-prefix bucket ran
     assert any(key[0] > 1 for key in graphs._graphs)
