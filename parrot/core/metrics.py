@@ -17,8 +17,9 @@ Every server has its own `CollectorRegistry` (no process-global state).
     parrot_engine_healthy{engine}
     parrot_engine_reported_kv_blocks_used/_total{engine}, parrot_engine_reported_waiting/_running
                                            what each engine reports about itself (asked at scrape)
-    parrot_engine_steps_total, _graph_steps_total, _step_seconds_total, _loop_seconds_total, _prefill_tokens_total,
-    _decode_tokens_total, _graph_captures_at_runtime_total, _graph_capture_seconds_total {engine}
+    parrot_engine_steps_total, _graph_steps_total, _step_seconds_total, _loop_seconds_total,
+    _prefill_tokens_total, _decode_tokens_total, _graph_captures_at_runtime_total,
+    _graph_capture_seconds_total {engine}
                                            the engine's own cumulative work counters (0 where
                                            an engine does not count them)
     parrot_prefix_lookups_total{engine,result="hit"|"miss"}, parrot_prefix_hit_ratio{engine}

@@ -143,7 +143,8 @@ def test_engine_work_counters_are_exported_in_seconds_and_tokens():
     collector = ManagerCollector(SimpleNamespace(engines=[]))
     collector.engine_stats = {"gpu-0": EngineStats(
         3, 0, 100, 60, 16, 640, 2, graph_captures_at_runtime=4, graph_capture_ms_at_runtime=250,
-        num_steps=120, num_graph_steps=100, step_ms=1500, loop_ms=1600, prefill_tokens=9000, decode_tokens=2400)}
+        num_steps=120, num_graph_steps=100, step_ms=1500, loop_ms=1600, prefill_tokens=9000,
+        decode_tokens=2400)}
     class Reported:
         def collect(self):
             return collector._reported()
