@@ -2,6 +2,7 @@
 
     python scripts/live_paper.py --out $OUT [--config configs/live_h200_llama7b.yaml]
     python scripts/live_paper.py --out $OUT --only gpts,mixed --tokenizer $PWD/.tok
+    python scripts/live_paper.py --out $OUT --only gpts_rate ...  # the live gpts rate search
     python scripts/live_paper.py --out /tmp/smoke --smoke     # tiny random model on the CPU
 
 Experiments on one engine use --config; those on two engines (gpts, mixed) use

@@ -4,7 +4,8 @@ beside it instead of "pending". Folders under docs/results/ (LIVE_DIRS), merged 
 one-engine runs (live_paper_h200/), the two-engine runs (gpts, mixed:
 live_paper_h200_two_engines/, two engines sharing one H200), then gpts again with the engines'
 latency capacity calibrated to the H200 (live_paper_h200_two_engines_latency20k/), which
-replaces the gpts of the folder before it.
+replaces the gpts of the folder before it, and the live gpts rate search when it has run
+(live_paper_h200_gpts_rate/, `--only gpts_rate`).
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -20,7 +21,7 @@ from typing import Any
 from collections.abc import Callable
 
 LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
-             "live_paper_h200_two_engines_latency20k")
+             "live_paper_h200_two_engines_latency20k", "live_paper_h200_gpts_rate")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
@@ -32,12 +33,14 @@ def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
     return read
 
 
-# metric name -> its value in one variant's results (lower is better for every one)
+# metric name -> its value in one variant's results (lower is better, except HIGHER_IS_BETTER)
 METRICS: dict[str, Callable[[dict[str, Any]], float | None]] = {
     "e2e": _mean("e2e_latency_s", "mean"),
     "normalized": _mean("normalized_latency_s_per_token", "mean"),
     "chat_normalized": _mean("background", "normalized_latency_s_per_token", "mean"),
+    "sustainable_rate": _mean("sustainable_rate"),   # a live rate search (gpts_rate)
 }
+HIGHER_IS_BETTER = frozenset({"sustainable_rate"})
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class LiveRatio:
     ours: str
     baseline: str | None = None
     metric: str = "e2e"
+    optional: bool = False   # from an experiment run only when named (EXTRA_EXPERIMENTS)
 
 
 _PARROT, _LAT, _THR = "app_centric:parrot", "latency_centric:parrot", "throughput_centric:parrot"
@@ -66,6 +70,14 @@ LIVE_RATIOS: dict[str, tuple[LiveRatio, ...]] = {
                 LiveRatio("64 users, sharing vs static sharing", "copilot_64",
                           "least_queue:parrot", "copilot_64_static/least_queue:parrot")),
     "gpts_rate": (
+        # the paper's metric, when the live rate search (`--only gpts_rate`) has run
+        LiveRatio("2 engines on 1 H200, sustainable rate at <= 40 ms/token: app_centric vs no "
+                  "sharing", "gpts_rate", _PARROT, metric="sustainable_rate", optional=True),
+        LiveRatio("affinity off vs no sharing", "gpts_rate",
+                  "app_centric:parrot+policy.prefix_affinity=false", metric="sustainable_rate",
+                  optional=True),
+        LiveRatio("sharing, least-queue placement vs no sharing", "gpts_rate",
+                  "least_queue:parrot", metric="sustainable_rate", optional=True),
         LiveRatio("2 engines on 1 H200, one rate above the baseline's knee, latency capacity "
                   "calibrated (20,480): latency per token, app_centric vs no sharing", "gpts",
                   _PARROT, metric="normalized"),
@@ -109,7 +121,7 @@ def load_live_dirs(results_dir: Path, dirs: tuple[str, ...] = LIVE_DIRS
 
 def _value(live: dict[str, Any], experiment: str, variant: str, metric: str) -> float | None:
     run = live.get(experiment, {}).get("variants", {}).get(variant)
-    if not run or run.get("status") != "ok":
+    if not run or run.get("status", "ok") != "ok":   # a rate search's entries have no status
         return None
     return METRICS[metric](run)
 
@@ -121,15 +133,20 @@ def live_cell(live: dict[str, Any] | None, key: str) -> str:
     ratios = LIVE_RATIOS.get(key)
     if not ratios:
         return "not run live"
-    if not any(r.experiment in live for r in ratios):
+    # a ratio of an optional experiment that did not run is left out; others say n/a
+    present = [r for r in ratios if not r.optional or r.experiment in live]
+    if not any(r.experiment in live for r in present):
         return "pending"
     cells = []
-    for r in ratios:
+    for r in present:
         own = live.get(r.experiment, {}).get("reference", "")
         baseline = r.baseline or f"{r.experiment}/{own}"
         ref_exp, ref_variant = baseline.split("/", 1)
         mine = _value(live, r.experiment, r.ours, r.metric)
         theirs = _value(live, ref_exp, ref_variant, r.metric)
-        value = "n/a" if not mine or theirs is None else f"{theirs / mine:.2f}×"
+        if r.metric in HIGHER_IS_BETTER:
+            value = "n/a" if mine is None or not theirs else f"{mine / theirs:.2f}×"
+        else:
+            value = "n/a" if not mine or theirs is None else f"{theirs / mine:.2f}×"
         cells.append(f"{r.label}: {value}")
     return "<br>".join(cells)

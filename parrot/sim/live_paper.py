@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +31,10 @@ from parrot.engines.protocol import OPTIONAL_STATS
 from parrot.engines.launcher import launch_engines, stop_engines
 from parrot.sim.compare import Settings, Variant, VariantRun, parse_variants, results_json
 from parrot.sim.live import as_remote, run_live_async
-from parrot.sim.live_experiments import (LIVE_EXPERIMENTS, STATIC_SHARING,  # noqa: F401
-                                         LiveExperiment, LiveExperimentError)
+from parrot.sim.live_experiments import (LIVE_EXPERIMENTS, SMOKE_RATE_SEARCH,  # noqa: F401
+                                         STATIC_SHARING, LiveExperiment, LiveExperimentError,
+                                         RateSearchSpec)
+from parrot.sim.sweep import RateSearch, meets_target
 from parrot.sim.workloads.registry import WORKLOADS
 from parrot.sim.workloads.spec import WorkloadSpec
 
@@ -82,14 +85,15 @@ RUN_TIMEOUT_S = 240.0  # one variant of one experiment; a stuck run must not eat
 
 
 async def _run(config: ServeConfig, experiment: LiveExperiment, variant: Variant,
-               spec: WorkloadSpec, delay_s: tuple[float, float]) -> VariantRun:
+               spec: WorkloadSpec, delay_s: tuple[float, float],
+               timeout_s: float = RUN_TIMEOUT_S) -> VariantRun:
     try:
         result = await asyncio.wait_for(run_live_async(
             config, variant.registry_name, dict(variant.policy_params),
             WORKLOADS[experiment.workload], spec, mode=variant.mode, seed=spec.seed,
-            delay_s=delay_s), RUN_TIMEOUT_S)
+            delay_s=delay_s), timeout_s)
     except TimeoutError:
-        return VariantRun(variant, "timeout", None, f"longer than {RUN_TIMEOUT_S:.0f}s")
+        return VariantRun(variant, "timeout", None, f"longer than {timeout_s:.0f}s")
     except Exception as exc:  # noqa: BLE001 - reported in the table, the next run goes on
         return VariantRun(variant, "error", None, f"{type(exc).__name__}: {exc}")
     failed = [r.error for r in result.records if r.error]
@@ -136,9 +140,14 @@ async def run_live_paper(setups: Sequence[ServeSetup], out: Path, *, smoke: bool
                     log(f"{e.key}: skipped, the time budget ({budget_s:.0f}s) is spent")
                     results[e.key] = {"skipped": "time budget"}
                     continue
-                results[e.key] = await _run_experiment(served, setup.path, e,
-                                                       e.workload_spec(smoke), delay_s, log,
-                                                       launched)
+                if e.rate_search is not None:
+                    results[e.key] = await _run_rate_search(
+                        served, setup.path, e, e.workload_spec(smoke), delay_s, log,
+                        SMOKE_RATE_SEARCH if smoke else e.rate_search)
+                else:
+                    results[e.key] = await _run_experiment(served, setup.path, e,
+                                                           e.workload_spec(smoke), delay_s,
+                                                           log, launched)
                 # Saved after every experiment: a run killed at the machine's time limit
                 # keeps what it measured.
                 _save(out, {"wall_s": time.perf_counter() - started, "smoke": smoke,
@@ -206,6 +215,45 @@ async def _run_experiment(served: ServeConfig, config_path: str, e: LiveExperime
     return {**results, "num_engines": e.engines}
 
 
+async def _run_rate_search(served: ServeConfig, config_path: str, e: LiveExperiment,
+                           spec: WorkloadSpec, delay_s: tuple[float, float], log: Any,
+                           search_spec: RateSearchSpec) -> dict[str, Any]:
+    """Per variant, the highest Poisson rate whose mean latency per output token stays within
+    the target (sweep.RateSearch; requests arrive over `window_s` at each rate tried)."""
+    variants = parse_variants(e.compare)
+    reference = parse_variants(e.reference)[0].label
+    found: dict[str, Any] = {}
+    for variant in variants:
+        search = RateSearch(start=search_spec.start, max_rate=search_spec.max_rate,
+                            refinements=search_spec.refinements)
+        while (rate := search.next_rate()) is not None:
+            at = dataclasses.replace(spec, request_rate=rate, num_requests=max(
+                1, math.ceil(rate * search_spec.window_s)))
+            # a rate far past the knee would drain for minutes: it has failed long before
+            run = await _run(served, e, variant, at, delay_s,
+                             min(RUN_TIMEOUT_S, 4 * search_spec.window_s + 60))
+            settings = Settings(e.workload, live=True, seed=spec.seed, workload_spec=at,
+                                serve_config=config_path)
+            entry = results_json(settings, [run], variant)["variants"][variant.label]
+            ok, norm = meets_target(entry, search_spec.target_s_per_token)
+            search.record(rate, ok, norm)
+            log(f"{e.key} {variant.label}: {rate:.3g} req/s -> "
+                f"{'-' if norm is None else f'{norm * 1000:.1f}'} ms/token "
+                f"({'within' if ok else 'over'} the target; {run.status}"
+                + (f": {run.error}" if run.error else "") + ")")
+        sustained, points = search.result
+        found[variant.label] = {"sustainable_rate": sustained,
+                                "capped": search.bad is None and sustained > 0,
+                                "points": [dataclasses.asdict(p) for p in points]}
+    base = found[reference]["sustainable_rate"]
+    for entry in found.values():
+        entry["ratio_vs_reference"] = entry["sustainable_rate"] / base if base else None
+    return {"workload": e.workload, "mode": "live", "reference": reference,
+            "rate_search": dataclasses.asdict(search_spec), "serve_config": config_path,
+            "workload_spec": dataclasses.asdict(spec), "num_engines": e.engines,
+            "variants": found}
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.1f}"
 
@@ -222,6 +270,15 @@ def live_table(summary: dict[str, Any]) -> str:
     for key, results in summary["experiments"].items():
         if "skipped" in results:
             lines.append(f"{key:<18} {'-':<48} {'skipped':<8}")
+            continue
+        if "rate_search" in results:   # sustainable rate per variant; x = rate / reference's
+            target = results["rate_search"]["target_s_per_token"] * 1000
+            for label, v in results["variants"].items():
+                x = v["ratio_vs_reference"]
+                rate = ("≥" if v["capped"] else "") + f"{v['sustainable_rate']:.2f}"
+                lines.append(f"{key:<18} {label:<48} {'rate':<8} {rate:>8} "
+                             f"{'-' if x is None else f'{x:.2f}x':>7} req/s at <= {target:.0f} "
+                             "ms/token")
             continue
         for label, v in results["variants"].items():
             mean = v["e2e_latency_s"]["mean"]
@@ -241,6 +298,7 @@ def run(setups: Sequence[ServeSetup], out: Path, *, smoke: bool, budget_s: float
         experiments: Sequence[LiveExperiment] = LIVE_EXPERIMENTS) -> int:
     summary = asyncio.run(run_live_paper(setups, out, smoke=smoke, budget_s=budget_s,
                                          delay_s=delay_s, experiments=experiments))
-    ok = all("skipped" in r or all(v["status"] == "ok" for v in r["variants"].values())
+    ok = all("skipped" in r or "rate_search" in r   # a search's failed rates are its data
+             or all(v["status"] == "ok" for v in r["variants"].values())
              for r in summary["experiments"].values())
     return 0 if ok else 1

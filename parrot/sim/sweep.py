@@ -124,33 +124,61 @@ def meets_target(entry: dict[str, Any], target_s_per_token: float) -> tuple[bool
     return ok, norm
 
 
+class RateSearch:
+    """The search of `sustainable_rate` as a state machine, so a synchronous (simulation) and
+    an asynchronous (live) driver share it: `while (rate := search.next_rate()) is not None:
+    search.record(rate, ok, norm)`, then `search.result`.
+
+    Double from `start` until a rate fails (or passes `max_rate`), then bisect geometrically
+    between the last good and the first bad rate `refinements` times."""
+
+    def __init__(self, *, start: float = 0.5, factor: float = 2.0, max_rate: float = 512.0,
+                 refinements: int = 3) -> None:
+        self._factor, self._max_rate, self._left = factor, max_rate, refinements
+        self.points: list[RatePoint] = []
+        self.good: float = 0.0           # the highest rate that held so far
+        self.bad: float | None = None    # the lowest rate that failed so far
+        self._next: float | None = start if start <= max_rate else None
+
+    def next_rate(self) -> float | None:
+        return self._next
+
+    def record(self, rate: float, ok: bool, norm: float | None = None) -> None:
+        if rate != self._next:
+            raise ValueError(f"recorded {rate}, expected a result for {self._next}")
+        self.points.append(RatePoint(rate, norm, ok))
+        if self.bad is None:                     # doubling
+            if ok:
+                self.good = rate
+                nxt = rate * self._factor
+                self._next = nxt if nxt <= self._max_rate else None
+                return
+            self.bad = rate
+            if self.good == 0.0:                 # even the first rate fails: no bisection
+                self._next = None
+                return
+        elif ok:                                 # bisecting
+            self.good = rate
+        else:
+            self.bad = rate
+        if self._left <= 0:
+            self._next = None
+            return
+        self._left -= 1
+        self._next = math.sqrt(self.good * self.bad)
+
+    @property
+    def result(self) -> tuple[float, list[RatePoint]]:
+        return self.good, self.points
+
+
 def sustainable_rate(run_at: RunAt, target_s_per_token: float, *, start: float = 0.5,
                      factor: float = 2.0, max_rate: float = 512.0,
                      refinements: int = 3) -> tuple[float, list[RatePoint]]:
-    """The highest rate found that meets the target: double from `start` until a rate fails
-    (or `max_rate`), then bisect (geometrically) between the last good and the first bad rate
-    `refinements` times. Returns (rate, every point tried); rate 0.0 when even `start` fails."""
-    points: list[RatePoint] = []
-
-    def attempt(rate: float) -> bool:
+    """The highest rate found that meets the target (RateSearch). Returns (rate, every point
+    tried); rate 0.0 when even `start` fails."""
+    search = RateSearch(start=start, factor=factor, max_rate=max_rate, refinements=refinements)
+    while (rate := search.next_rate()) is not None:
         ok, norm = meets_target(run_at(rate), target_s_per_token)
-        points.append(RatePoint(rate, norm, ok))
-        return ok
-
-    good, bad = 0.0, None
-    rate = start
-    while rate <= max_rate:
-        if not attempt(rate):
-            bad = rate
-            break
-        good, rate = rate, rate * factor
-    if bad is None:
-        return good, points
-    low = good if good > 0 else bad / factor
-    for _ in range(refinements if good > 0 else 0):
-        mid = math.sqrt(low * bad)
-        if attempt(mid):
-            good = low = mid
-        else:
-            bad = mid
-    return good, points
+        search.record(rate, ok, norm)
+    return search.result

@@ -75,6 +75,22 @@ def test_gpts_and_mixed_ratios_use_their_papers_metrics():
     assert mixed[3] == "map-reduce job time vs throughput-centric: 0.50×"
 
 
+def test_a_live_rate_search_adds_the_papers_rate_ratios_higher_is_better():
+    searched = {**TWO_ENGINES, "gpts_rate": {"reference": "least_queue:baseline", "variants": {
+        "app_centric:parrot": {"sustainable_rate": 24.0},
+        "least_queue:parrot": {"sustainable_rate": 32.0},
+        "app_centric:parrot+policy.prefix_affinity=false": {"sustainable_rate": 12.0},
+        "least_queue:baseline": {"sustainable_rate": 4.0}}}}
+    gpts = live_cell(searched, "gpts_rate").split("<br>")
+    assert gpts[0].endswith("sustainable rate at <= 40 ms/token: app_centric vs no sharing: "
+                            "6.00×")
+    assert gpts[1] == "affinity off vs no sharing: 3.00×"
+    assert gpts[2] == "sharing, least-queue placement vs no sharing: 8.00×"
+    assert gpts[3].endswith("app_centric vs no sharing: 4.00×")    # the fixed-rate run
+    # without the search its rows are left out, not "n/a"
+    assert "sustainable rate" not in live_cell(TWO_ENGINES, "gpts_rate")
+
+
 def _write(folder, experiments, smoke=False):
     folder.mkdir(parents=True)
     (folder / "results.json").write_text(json.dumps({"smoke": smoke,

@@ -99,6 +99,37 @@ async def test_a_spent_budget_skips_the_remaining_experiments(tmp_path):
     assert summary["experiments"]["chain"] == {"skipped": "time budget"}
 
 
+async def test_a_rate_search_finds_each_variants_rate_on_live_engines(tmp_path):
+    from parrot.sim.live_experiments import RateSearchSpec
+
+    search = LiveExperiment(
+        "gpts_rate", "gpts", "least_queue,least_queue:baseline", "least_queue:baseline",
+        {"prompt_scale": 0.05, "output_tokens": 4}, {}, engines=2,
+        rate_search=RateSearchSpec(target_s_per_token=10.0, window_s=0.5, start=4.0,
+                                   max_rate=8.0, refinements=1))
+    lines: list[str] = []
+    summary = await run_live_paper([TWO], tmp_path, smoke=False, budget_s=300,
+                                   delay_s=(0.0, 0.0), experiments=(search,),
+                                   log=lines.append)
+    result = summary["experiments"]["gpts_rate"]
+    assert result["reference"] == "least_queue:baseline" and result["rate_search"]["start"] == 4
+    for label in ("least_queue:parrot", "least_queue:baseline"):
+        entry = result["variants"][label]
+        # a generous target: both rates hold, the search stops at max_rate (capped)
+        assert [p["rate"] for p in entry["points"]] == [4.0, 8.0]
+        assert entry["sustainable_rate"] == 8.0 and entry["capped"]
+    assert result["variants"]["least_queue:baseline"]["ratio_vs_reference"] == 1.0
+    assert sum("req/s ->" in line for line in lines) == 4
+    assert "gpts_rate" in (tmp_path / "table.txt").read_text()
+
+
+def test_the_rate_search_is_run_only_when_named():
+    assert "gpts_rate" not in {e.key for e in select_experiments(None)}
+    (chosen,) = select_experiments("gpts_rate")
+    assert chosen.rate_search is not None and chosen.engines == 2
+    assert "request_rate" not in chosen.spec        # set per rate tried
+
+
 def test_only_selects_experiments_in_the_order_given():
     chosen = select_experiments("mixed,gpts")
     assert [e.key for e in chosen] == ["mixed", "gpts"]

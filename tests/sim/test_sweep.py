@@ -9,7 +9,7 @@ import pytest
 from parrot.cli.bench import main
 from parrot.sim.paper import EXPERIMENTS, Experiment, Ratio
 from parrot.sim.paper_report import BEGIN, END, ratio_values, splice_page, write_report
-from parrot.sim.sweep import Sweep, meets_target, sustainable_rate
+from parrot.sim.sweep import RateSearch, Sweep, meets_target, sustainable_rate
 from parrot.sim.workloads.spec import WorkloadConfigError, WorkloadSpec
 
 
@@ -136,3 +136,23 @@ def test_run_paper_writes_the_table_and_splices_the_page(tmp_path):
     assert "`parrot-bench --workload map_reduce" in text
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     assert set(run["runs"]) == {"chain", "mr"} and run["wall_s"] > 0
+
+
+def test_rate_search_doubles_then_bisects_and_checks_what_it_is_told():
+    search = RateSearch(start=2.0, max_rate=64.0, refinements=2)
+    tried = []
+    while (rate := search.next_rate()) is not None:
+        tried.append(rate)
+        search.record(rate, rate <= 10.0, 0.01)
+    assert tried == [2.0, 4.0, 8.0, 16.0, pytest.approx(8 * 2 ** 0.5),
+                     pytest.approx((8 * 8 * 2 ** 0.5) ** 0.5)]
+    # 11.3 fails, 9.5 holds: the search reports the last rate that held
+    assert search.result[0] == pytest.approx(tried[-1]) and search.bad == pytest.approx(tried[4])
+    assert [p.ok for p in search.result[1]] == [True, True, True, False, False, True]
+    fresh = RateSearch(start=2.0)
+    with pytest.raises(ValueError, match="expected a result for 2.0"):
+        fresh.record(4.0, True)
+    capped = RateSearch(start=2.0, max_rate=4.0)
+    capped.record(2.0, True)
+    capped.record(4.0, True)
+    assert capped.next_rate() is None and capped.result[0] == 4.0 and capped.bad is None
