@@ -105,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--jobs", type=int, default=2, help="--paper: runs in parallel processes")
     m.add_argument("--paper-profile", default="h200_llama7b",
                    help="--paper: the latency profile of every run (default h200_llama7b)")
+    m.add_argument("--paper-calibrate", action="store_true",
+                   help="--paper: both latency caps (app_centric's latency capacity, the "
+                        "latency-centric baseline's cap) calibrated to the profile instead of "
+                        "the paper's A100 figures (docs/RESULTS.md)")
     m.add_argument("--page", type=Path, help="--paper: splice the table into this markdown "
                    "page between its paper-table markers (e.g. docs/RESULTS.md)")
     p.add_argument("--no-plots", action="store_true")
@@ -283,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         from parrot.sim.paper import run_paper
 
         return run_paper(args.out, quiet=args.quiet, plots=not args.no_plots, jobs=args.jobs,
-                         page=args.page, profile=args.paper_profile)
+                         page=args.page, profile=args.paper_profile,
+                         calibrate=args.paper_calibrate)
     if args.workload is None:
         parser.error("--workload is required (or --paper)")
     settings, variants, reference = parse_settings(parser, args)

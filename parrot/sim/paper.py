@@ -15,6 +15,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 PROFILE = "h200_llama7b"
@@ -52,14 +53,26 @@ class Experiment:
     ratios: tuple[Ratio, ...]
     note: str = ""
 
-    def argv(self, out: Path, profile: str = PROFILE) -> list[str]:
+    def argv(self, out: Path, profile: str = PROFILE, extra: Sequence[str] = ()) -> list[str]:
         # Sweeps keep only their own plot (speedup against the swept value).
-        return [*self.args, "--profile", profile, "--out", str(out / self.key), "--quiet",
-                "--no-point-plots"]
+        return [*self.args, *extra, "--profile", profile, "--out", str(out / self.key),
+                "--quiet", "--no-point-plots"]
 
-    def command(self, out: str = "docs/results/paper", profile: str = PROFILE) -> str:
-        return " ".join(["parrot-bench", *self.args, "--profile", profile, "--out",
+    def command(self, out: str = "docs/results/paper", profile: str = PROFILE,
+                extra: Sequence[str] = ()) -> str:
+        return " ".join(["parrot-bench", *self.args, *extra, "--profile", profile, "--out",
                          f"{out}/{self.key}"])
+
+
+def calibration_args(profile: str) -> tuple[str, ...]:
+    """`--paper-calibrate`: both latency caps calibrated to `profile` by the paper's rule
+    (matrix.py): app_centric's latency capacity (the paper's 6,144 tokens on its A100) and the
+    latency-centric baseline's cap (the paper's 4,096), instead of the paper's A100 figures on
+    every profile. Neither side keeps a cap made for slower hardware."""
+    from parrot.sim.matrix import latency_capacity_for, latency_centric_capacity_for
+
+    return ("--latency-capacity", str(latency_capacity_for(profile)), "--policy-param",
+            f"latency_centric.token_capacity={latency_centric_capacity_for(profile)}")
 
 
 def _compare(*labels: str) -> tuple[str, str]:
@@ -173,16 +186,18 @@ def _run_one(argv: list[str]) -> tuple[str, int, float]:
 
 def run_paper(out: Path, *, quiet: bool = False, plots: bool = True, jobs: int = 2,
               page: Path | None = None, profile: str = PROFILE,
-              experiments: tuple[Experiment, ...] = EXPERIMENTS) -> int:
+              experiments: tuple[Experiment, ...] = EXPERIMENTS, calibrate: bool = False) -> int:
     """Run every experiment (rate searches first, `jobs` at a time), then write the table in
-    the order of `experiments`."""
+    the order of `experiments`. `calibrate`: calibration_args on every run (the live column,
+    measured with the paper's caps, is then left out)."""
     from parrot.sim.paper_report import splice_page, write_report
 
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     # The rate searches are the long poles: start them first so the pool stays busy.
     ordered = sorted(experiments, key=lambda e: "--sustainable-rate" not in e.args)
-    argvs = [e.argv(out, profile) + ([] if plots else ["--no-plots"]) for e in ordered]
+    extra = calibration_args(profile) if calibrate else ()
+    argvs = [e.argv(out, profile, extra) + ([] if plots else ["--no-plots"]) for e in ordered]
     codes: dict[str, tuple[int, float]] = {}
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
         for path, code, seconds in pool.map(_run_one, argvs):
@@ -192,13 +207,14 @@ def run_paper(out: Path, *, quiet: bool = False, plots: bool = True, jobs: int =
                       file=sys.stderr)
     wall = time.perf_counter() - started
     table = write_report(out, experiments, {k: s for k, (_, s) in codes.items()}, wall,
-                         profile)
+                         profile, extra)
     if page is not None:
         splice_page(page, table)
     print(table)
     print(f"\nwrote {out / 'table.md'} and {out / 'paper.json'} in {wall:.0f}s")
     (out / "run.json").write_text(json.dumps(
-        {"wall_s": wall, "jobs": jobs, "runs": {k: {"exit": c, "seconds": s}
+        {"wall_s": wall, "jobs": jobs, "extra_args": list(extra),
+         "runs": {k: {"exit": c, "seconds": s}
                                                  for k, (c, s) in codes.items()}}, indent=2)
         + "\n")
     return 0 if all(c == 0 for c, _ in codes.values()) else 1

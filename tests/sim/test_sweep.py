@@ -156,3 +156,29 @@ def test_rate_search_doubles_then_bisects_and_checks_what_it_is_told():
     capped.record(2.0, True)
     capped.record(4.0, True)
     assert capped.next_rate() is None and capped.result[0] == 4.0 and capped.bad is None
+
+
+def test_the_calibrated_paper_table_runs_both_caps_calibrated(tmp_path):
+    """--paper-calibrate: app_centric's latency capacity and the latency-centric baseline's
+    cap both calibrated to the profile on every run, said in each command; the live column
+    (measured with the paper's caps) is left out."""
+    from parrot.sim.paper import calibration_args, run_paper
+
+    assert calibration_args("h200_llama7b") == (
+        "--latency-capacity", "20480", "--policy-param", "latency_centric.token_capacity=13312")
+    assert calibration_args("a100_llama13b")[1::2] == (
+        "6144", "latency_centric.token_capacity=4096")            # the paper's own figures
+    tiny = ("--doc-tokens", "4096", "--chunk-tokens", "1024", "--output-tokens", "8")
+    experiments = (Experiment("mr", "map-reduce", "2.37x", ("--workload", "map_reduce", *tiny),
+                              (Ratio("vs capped", "app_centric:parrot",
+                                     "latency_centric:baseline"),)),)
+    out = tmp_path / "results" / "paper_calibrated"
+    assert run_paper(out, quiet=True, plots=False, jobs=1, experiments=experiments,
+                     calibrate=True) == 0
+    results = json.loads((out / "mr" / "results.json").read_text())
+    assert results["settings"]["cluster"]["latency_capacity"] == 20480
+    assert results["settings"]["policy_params"]["latency_centric"]["token_capacity"] == 13312
+    table = (out / "table.md").read_text()
+    assert "--latency-capacity 20480 --policy-param latency_centric.token_capacity=13312" in table
+    assert "see the main table" in table
+    assert json.loads((out / "run.json").read_text())["extra_args"][1] == "20480"
