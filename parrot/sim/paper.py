@@ -64,15 +64,28 @@ class Experiment:
                          f"{out}/{self.key}"])
 
 
-def calibration_args(profile: str) -> tuple[str, ...]:
+def calibration_args(profile: str, with_latency_centric: bool = True) -> tuple[str, ...]:
     """`--paper-calibrate`: both latency caps calibrated to `profile` by the paper's rule
-    (matrix.py): app_centric's latency capacity (the paper's 6,144 tokens on its A100) and the
-    latency-centric baseline's cap (the paper's 4,096), instead of the paper's A100 figures on
-    every profile. Neither side keeps a cap made for slower hardware."""
+    (matrix.py): app_centric's latency capacity (the paper's 6,144 tokens on its A100) and,
+    where the run has that baseline, the latency-centric baseline's cap (the paper's 4,096),
+    instead of the paper's A100 figures on every profile. Neither side keeps a cap made for
+    slower hardware."""
     from parrot.sim.matrix import latency_capacity_for, latency_centric_capacity_for
 
-    return ("--latency-capacity", str(latency_capacity_for(profile)), "--policy-param",
-            f"latency_centric.token_capacity={latency_centric_capacity_for(profile)}")
+    args: tuple[str, ...] = ("--latency-capacity", str(latency_capacity_for(profile)))
+    if with_latency_centric:
+        args += ("--policy-param",
+                 f"latency_centric.token_capacity={latency_centric_capacity_for(profile)}")
+    return args
+
+
+def experiment_calibration(e: Experiment, profile: str) -> tuple[str, ...]:
+    """calibration_args for one experiment (the baseline's cap only where it runs)."""
+    from parrot.sim.workloads.registry import WORKLOADS
+
+    args = dict(zip(e.args[::2], e.args[1::2]))
+    compare = args.get("--compare") or WORKLOADS[args["--workload"]].default_compare
+    return calibration_args(profile, "latency_centric" in compare)
 
 
 def _compare(*labels: str) -> tuple[str, str]:
@@ -196,8 +209,8 @@ def run_paper(out: Path, *, quiet: bool = False, plots: bool = True, jobs: int =
     started = time.perf_counter()
     # The rate searches are the long poles: start them first so the pool stays busy.
     ordered = sorted(experiments, key=lambda e: "--sustainable-rate" not in e.args)
-    extra = calibration_args(profile) if calibrate else ()
-    argvs = [e.argv(out, profile, extra) + ([] if plots else ["--no-plots"]) for e in ordered]
+    argvs = [e.argv(out, profile, experiment_calibration(e, profile) if calibrate else ())
+             + ([] if plots else ["--no-plots"]) for e in ordered]
     codes: dict[str, tuple[int, float]] = {}
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
         for path, code, seconds in pool.map(_run_one, argvs):
@@ -207,13 +220,13 @@ def run_paper(out: Path, *, quiet: bool = False, plots: bool = True, jobs: int =
                       file=sys.stderr)
     wall = time.perf_counter() - started
     table = write_report(out, experiments, {k: s for k, (_, s) in codes.items()}, wall,
-                         profile, extra)
+                         profile, calibrate)
     if page is not None:
         splice_page(page, table)
     print(table)
     print(f"\nwrote {out / 'table.md'} and {out / 'paper.json'} in {wall:.0f}s")
     (out / "run.json").write_text(json.dumps(
-        {"wall_s": wall, "jobs": jobs, "extra_args": list(extra),
+        {"wall_s": wall, "jobs": jobs, "calibrated": calibrate,
          "runs": {k: {"exit": c, "seconds": s}
                                                  for k, (c, s) in codes.items()}}, indent=2)
         + "\n")

@@ -73,16 +73,22 @@ def _plot(run_dir: Path, kind: str) -> str | None:
 
 
 def write_report(out: Path, experiments: Sequence[Any], seconds: dict[str, float],
-                 wall_s: float, profile: str | None = None, extra: Sequence[str] = ()) -> str:
-    """extra: arguments every run had besides the experiment's own (the calibrated table's);
-    with them the live column is left out (the live runs used the paper's caps)."""
+                 wall_s: float, profile: str | None = None, calibrate: bool = False) -> str:
+    """calibrate: the runs had both latency caps calibrated (paper.experiment_calibration),
+    which the commands say; the live column is then left out (the live runs used the
+    paper's caps)."""
+    from parrot.sim.paper import PROFILE, experiment_calibration
+
+    def extra(e: Any) -> tuple[str, ...]:
+        return experiment_calibration(e, profile or PROFILE) if calibrate else ()
+
     lines = ["| experiment | paper | ours, simulated (one run per ratio) | ours, live | "
              "plot | command |", "|---|---|---|---|---|---|"]
     summary: dict[str, Any] = {"wall_s": wall_s, "experiments": {}}
-    command = (lambda e: e.command(extra=extra)) if profile is None else (  # noqa: E731
-        lambda e: e.command(str(out), profile, extra))
+    command = (lambda e: e.command(extra=extra(e))) if profile is None else (  # noqa: E731
+        lambda e: e.command(str(out), profile, extra(e)))
     # The live column: the committed live results beside the simulated ones (docs/results/).
-    live = load_live_dirs(out.parent) if not extra else None
+    live = load_live_dirs(out.parent) if not calibrate else None
     for e in experiments:
         run_dir = out / e.key
         loaded = _load(run_dir)
@@ -100,7 +106,7 @@ def write_report(out: Path, experiments: Sequence[Any], seconds: dict[str, float
         rel = os.path.relpath(run_dir, "docs")  # links are relative to the page in docs/
         plot_cell = f"[{plot}]({rel}/{plot})" if plot else "-"
         lines.append(f"| {e.title} | {e.paper} | {'<br>'.join(cells)} | "
-                     f"{live_cell(live, e.key) if not extra else 'see the main table'} | "
+                     f"{live_cell(live, e.key) if not calibrate else 'see the main table'} | "
                      f"{plot_cell} | `{command(e)}` |")
         summary["experiments"][e.key] = {"title": e.title, "paper": e.paper,
                                          "command": command(e), "ratios": record,
@@ -129,7 +135,7 @@ def refresh_page(out: Path, page: Path, profile: str | None = None) -> str:
     run = json.loads((out / "run.json").read_text())
     seconds = {k: v["seconds"] for k, v in run["runs"].items()}
     table = write_report(out, EXPERIMENTS, seconds, run["wall_s"], profile or PROFILE,
-                         run.get("extra_args", ()))
+                         bool(run.get("calibrated")))
     splice_page(page, table)
     return table
 

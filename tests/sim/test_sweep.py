@@ -168,6 +168,8 @@ def test_the_calibrated_paper_table_runs_both_caps_calibrated(tmp_path):
         "--latency-capacity", "20480", "--policy-param", "latency_centric.token_capacity=13312")
     assert calibration_args("a100_llama13b")[1::2] == (
         "6144", "latency_centric.token_capacity=4096")            # the paper's own figures
+    assert calibration_args("h200_llama7b", with_latency_centric=False) == (
+        "--latency-capacity", "20480")          # runs without that baseline: no param for it
     tiny = ("--doc-tokens", "4096", "--chunk-tokens", "1024", "--output-tokens", "8")
     experiments = (Experiment("mr", "map-reduce", "2.37x", ("--workload", "map_reduce", *tiny),
                               (Ratio("vs capped", "app_centric:parrot",
@@ -181,4 +183,4 @@ def test_the_calibrated_paper_table_runs_both_caps_calibrated(tmp_path):
     table = (out / "table.md").read_text()
     assert "--latency-capacity 20480 --policy-param latency_centric.token_capacity=13312" in table
     assert "see the main table" in table
-    assert json.loads((out / "run.json").read_text())["extra_args"][1] == "20480"
+    assert json.loads((out / "run.json").read_text())["calibrated"] is True
