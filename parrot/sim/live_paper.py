@@ -52,6 +52,19 @@ class ServeSetup:
         return len(self.config.engines)
 
 
+def with_latency_capacity(setup: ServeSetup, tokens: int) -> ServeSetup:
+    """The setup with every engine's latency capacity set to `tokens` (e.g. calibrated to the
+    hardware by the paper's rule, docs/RESULTS.md) instead of the config's; the path records
+    it, so results say which capacity they ran with."""
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise LiveExperimentError(f"--latency-capacity: {tokens!r} is not valid; allowed: "
+                                  "integer >= 1")
+    engines = tuple(dataclasses.replace(e, latency_capacity=tokens)
+                    for e in setup.config.engines)
+    return ServeSetup(f"{setup.path} (latency_capacity={tokens})",
+                      dataclasses.replace(setup.config, engines=engines))
+
+
 def setups_by_engines(setups: Sequence[ServeSetup],
                       experiments: Sequence[LiveExperiment]) -> dict[int, ServeSetup]:
     """The setup for each engine count the experiments need; a missing one is an error before

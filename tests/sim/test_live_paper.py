@@ -211,3 +211,15 @@ async def test_results_are_saved_after_each_experiment(tmp_path):
     assert seen[0]["partial"] is True and set(seen[0]["experiments"]) == {"first"}
     final = json.loads((tmp_path / "results.json").read_text())
     assert "partial" not in final and set(final["experiments"]) == {"first", "second"}
+
+
+def test_latency_capacity_override_sets_every_engine_and_says_so():
+    from parrot.sim.live_paper import with_latency_capacity
+
+    setup = with_latency_capacity(TWO, 20480)
+    assert [e.latency_capacity for e in setup.config.engines] == [20480, 20480]
+    assert [e.latency_capacity for e in TWO.config.engines] == [6144, 6144]   # untouched
+    assert setup.path == "two.yaml (latency_capacity=20480)"
+    for bad in (0, -5, 2.5, True):
+        with pytest.raises(LiveExperimentError, match="--latency-capacity"):
+            with_latency_capacity(TWO, bad)
