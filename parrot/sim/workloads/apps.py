@@ -142,17 +142,7 @@ async def mixed(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
     async def job(i: int) -> AppRecord:
         return await _one_map_reduce(env, f"mapreduce-{i}", docs[i], spec.output_tokens)
 
-    jobs = Arrivals(offsets, job, "mapreduce")
-
-    async def all_jobs() -> list[AppRecord]:
-        jobs.start()
-        try:
-            return await jobs.wait()
-        except BaseException:
-            await jobs.cancel()
-            raise
-
-    return await _with_background_chat(env, spec, all_jobs)
+    return await _with_background_chat(env, spec, Arrivals(offsets, job, "mapreduce").run)
 
 
 async def _one_map_reduce(env: Env, app_id: str, chunks: list[str],

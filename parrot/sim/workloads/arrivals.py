@@ -49,6 +49,15 @@ class Arrivals(Generic[T]):
         await self._driver
         return list(await asyncio.gather(*self._tasks))
 
+    async def run(self) -> list[T]:
+        """start() then wait(); if waiting fails (or is cancelled), cancel what is left."""
+        self.start()
+        try:
+            return await self.wait()
+        except BaseException:
+            await self.cancel()
+            raise
+
     async def cancel(self) -> None:
         """Stop early (the run failed): no new arrivals, in-flight requests cancelled."""
         for task in (self._driver, *self._tasks):

@@ -48,10 +48,4 @@ async def gpts(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
             record.finished = env.now()
         return record
 
-    arrivals = Arrivals(offsets, request, "gpts")
-    arrivals.start()
-    try:
-        return await arrivals.wait()
-    except BaseException:
-        await arrivals.cancel()
-        raise
+    return await Arrivals(offsets, request, "gpts").run()
