@@ -16,7 +16,7 @@ from parrot.engines.protocol import Engine, EngineInfo
 from parrot.errors import ConflictError, NotFoundError
 from parrot.policies.base import EngineView
 from parrot.policies.cost import DEFAULT_PROFILE, ProfileError, SpeedProfile
-from parrot.types import CHARS_PER_TOKEN, Criterion
+from parrot.types import Criterion
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +42,7 @@ class _ReadOnlyKeys(Set[str]):
 def prefix_num_tokens(call: Call) -> tuple[int, ...]:
     """Estimated prompt tokens up to each of `call.prefix_hashes` (non-decreasing)."""
     shareable = set(call.prefix_hashes)
-    chars, tokens = 0, []
-    for piece in call.prefix_pieces:
-        chars += len(piece.text)
-        if piece.prefix_hash in shareable:
-            tokens.append(-(-chars // CHARS_PER_TOKEN))
-    return tuple(tokens)
+    return tuple(p.num_tokens for p in call.prefix_pieces if p.prefix_hash in shareable)
 
 
 def speed_profile(params: Mapping[str, Any]) -> SpeedProfile:
@@ -91,6 +86,9 @@ class EngineState:
     # Prefixes of the running calls, each counted once in num_tokens_in_use however many
     # calls fork it: hash → number of running calls with it.
     prefix_refs: collections.Counter[str] = field(default_factory=collections.Counter)
+    # The tokens counted for each of those prefixes (by the call that brought it: calls with
+    # equal prefix text may estimate it differently when one knows its inputs' real counts).
+    prefix_tokens: dict[str, int] = field(default_factory=dict)
     profile: SpeedProfile = DEFAULT_PROFILE
 
     @property
@@ -126,6 +124,7 @@ class EngineState:
         for prefix, tokens in prefixes:
             if self.prefix_refs[prefix] == 0:
                 self.num_tokens_in_use += tokens
+                self.prefix_tokens[prefix] = tokens
             self.prefix_refs[prefix] += 1
         if placed.is_throughput:
             self.num_throughput_calls += 1
@@ -139,11 +138,11 @@ class EngineState:
         if placed is None:
             return
         self.num_tokens_in_use -= placed.num_tokens
-        for prefix, tokens in placed.prefixes:
+        for prefix, _ in placed.prefixes:
             self.prefix_refs[prefix] -= 1
             if self.prefix_refs[prefix] == 0:
                 del self.prefix_refs[prefix]
-                self.num_tokens_in_use -= tokens
+                self.num_tokens_in_use -= self.prefix_tokens.pop(prefix)
         if placed.is_throughput:
             self.num_throughput_calls -= 1
         else:

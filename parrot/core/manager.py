@@ -25,7 +25,7 @@ from parrot.core.executor import run_call, shareable_hashes
 from parrot.core.lifecycle import transition
 from parrot.core.nodes import Call, InputBinding, OutputBinding, Variable
 from parrot.core.prefill_ahead import prefill_ahead
-from parrot.core.prefix import PrefixIndex, prefix_pieces
+from parrot.core.prefix import PrefixIndex, prefix_pieces, prompt_num_tokens
 from parrot.core.requests import SubmitRequest
 from parrot.core.scheduler import Scheduler
 from parrot.core.sessions import IdleExpiry, Session, SessionStore
@@ -35,7 +35,7 @@ from parrot.errors import (CallFailedError, ConflictError, EngineUnavailableErro
                            GetTimeoutError, InvalidRequestError, NotFoundError, ParrotError)
 from parrot.policies.base import Policy
 from parrot.transforms import TransformError, apply_transforms
-from parrot.types import CallState, Criterion, estimate_num_tokens
+from parrot.types import CallState, Criterion
 
 log = logging.getLogger(__name__)
 
@@ -213,13 +213,17 @@ class Manager:
         except TransformError as exc:
             self._fail_call(session, call, CallFailedError(f"input transform failed: {exc}"))
             return
+        # Inputs a generation produced unchanged: the engine counted their tokens.
+        token_counts = {name: var.num_tokens for name, b in call.inputs.items()
+                        if not b.transforms
+                        and (var := session.variables[b.var_id]).num_tokens is not None}
         call.prefix_pieces = prefix_pieces(call.template, call.rendered_inputs,
-                                           session.prefix_salt)
+                                           session.prefix_salt, token_counts)
         # Only boundaries far enough in to be worth a context are advertised to the policy:
         # affinity to a prefix no engine would cache only piles unrelated calls together.
         call.prefix_hashes = shareable_hashes(call.prefix_pieces)
-        prompt = call.template.render({**call.rendered_inputs, **{n: "" for n in call.outputs}})
-        call.num_tokens = estimate_num_tokens(prompt) + sum(
+        call.num_tokens = prompt_num_tokens(call.template, call.rendered_inputs,
+                                            token_counts) + sum(
             b.sampling.max_tokens for b in call.outputs.values())
         transition(call, CallState.READY)
         self.prefix_index.add(call.prefix_hashes)
@@ -244,7 +248,15 @@ class Manager:
 
         def publish(call_: Call, binding: OutputBinding, value: str) -> None:
             published.append(binding.name)
-            self._publish_value(session, session.variables[binding.var_id], value)
+            if len(published) == len(call.outputs):
+                # Its work on the engine is done (what is left is freeing its context): the
+                # calls this output unblocks are placed against the load without it, not in
+                # the window before its `finally` runs (measured live: a phase of 8 reviewers
+                # placed 6 against the previous phase's stale load, the other 2 a phase later).
+                engine.remove_call(call)
+            # The generated tokens, unless a transform changed the text.
+            num_tokens = None if binding.transforms else binding.stream.num_tokens
+            self._publish_value(session, session.variables[binding.var_id], value, num_tokens)
 
         requeue = False
         try:
@@ -285,8 +297,9 @@ class Manager:
                 self.scheduler.enqueue(call)
             self.scheduler.wake()
 
-    def _publish_value(self, session: Session, var: Variable, value: str) -> None:
-        var.set_value(value)
+    def _publish_value(self, session: Session, var: Variable, value: str,
+                       num_tokens: int | None = None) -> None:
+        var.set_value(value, num_tokens)
         for consumer in session.graph.get_consumers(var.var_id):
             consumer.num_missing_inputs -= 1
             if consumer.num_missing_inputs == 0 and consumer.state is CallState.PENDING:

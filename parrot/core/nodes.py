@@ -34,6 +34,9 @@ class Variable:
     value: str | None = None
     error: ParrotError | None = None
     producer: str | None = None               # call id, None for client-set variables
+    # Tokens of the value as the engine generated them (None: set by the client, or changed
+    # by an output transform): capacity estimates of the calls that read it use this count.
+    num_tokens: int | None = None
     criterion: Criterion | None = None        # set by a `get` (seed of deduction)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     stream: TextStream = field(default_factory=TextStream)  # the value while it is generated
@@ -46,9 +49,10 @@ class Variable:
     def is_finished(self) -> bool:
         return self.value is not None or self.error is not None
 
-    def set_value(self, value: str) -> None:
+    def set_value(self, value: str, num_tokens: int | None = None) -> None:
         assert not self.is_finished, f"variable {self.var_id} set twice"
         self.value = value
+        self.num_tokens = num_tokens
         self.ready.set()
         self.stream.notify()
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from parrot.template import Placeholder, Template, Text
+from parrot.types import CHARS_PER_TOKEN
 
 HASH_BYTES = 12
 
@@ -28,18 +29,61 @@ class PrefixPiece:
     text: str
     prefix_hash: str
     is_template_text: bool = False  # constant text of the template (not an input's value)
+    # Estimated prompt tokens from the start of the prompt to the end of this piece (0 where
+    # not computed: pieces merged for the engine).
+    num_tokens: int = 0
 
 
-def prefix_pieces(template: Template, values: Mapping[str, str],
-                  salt: str = "") -> tuple[PrefixPiece, ...]:
+class TokenCount:
+    """A running estimate of a prompt's tokens: inputs whose real count is known (an output a
+    generation produced: the engine counted its tokens) add that count, other text adds its
+    characters at CHARS_PER_TOKEN. Text produced by a model can be far from 4 characters per
+    token (detokenized random-weight output is ~6.5), and a capacity decided on such an
+    estimate holds calls back that would fit."""
+
+    def __init__(self) -> None:
+        self.known_tokens = 0
+        self.other_chars = 0
+
+    def add(self, text: str, num_tokens: int | None = None) -> None:
+        if num_tokens is None:
+            self.other_chars += len(text)
+        else:
+            self.known_tokens += num_tokens
+
+    @property
+    def num_tokens(self) -> int:
+        return self.known_tokens + -(-self.other_chars // CHARS_PER_TOKEN)
+
+
+def prompt_num_tokens(template: Template, values: Mapping[str, str],
+                      token_counts: Mapping[str, int] | None = None) -> int:
+    """Estimated tokens of the rendered prompt (outputs empty); `token_counts`: the real token
+    counts of some inputs, by name."""
+    counts = token_counts or {}
+    total = TokenCount()
+    for seg in template.segments:
+        if isinstance(seg, Text):
+            total.add(seg.text)
+        elif not seg.is_output:
+            total.add(values.get(seg.name, ""), counts.get(seg.name))
+    return total.num_tokens
+
+
+def prefix_pieces(template: Template, values: Mapping[str, str], salt: str = "",
+                  token_counts: Mapping[str, int] | None = None) -> tuple[PrefixPiece, ...]:
     """Split the prompt before the first output into boundary-to-boundary pieces.
 
     Each piece's hash covers the whole rendered prompt up to its end, so equal hashes mean
     equal prefixes. Empty pieces are dropped (they add no boundary worth a context). For a call
     whose inputs are not all known, the pieces stop at the first missing input: the prefix that
     is already certain. A `salt` (the session's tenant, unless it shares) starts every hash, so
-    equal prompts of different tenants never share a context (docs/SECURITY.md).
+    equal prompts of different tenants never share a context (docs/SECURITY.md). Each piece
+    carries the estimated tokens up to its end (`TokenCount`, with `token_counts` the real
+    counts of some inputs by name).
     """
+    counts = token_counts or {}
+    total = TokenCount()
     hasher = hashlib.blake2b(digest_size=HASH_BYTES)
     if salt:
         hasher.update(salt.encode("utf-8") + b"\x01")
@@ -54,7 +98,9 @@ def prefix_pieces(template: Template, values: Mapping[str, str],
         # A separator after each piece keeps "ab"+"c" and "a"+"bc" apart: the boundaries are
         # where contexts are forked, so they are part of the identity of a prefix.
         hasher.update(b"\x00")
-        pieces.append(PrefixPiece(text, hasher.copy().hexdigest(), isinstance(seg, Text)))
+        total.add(text, None if isinstance(seg, Text) else counts.get(seg.name))
+        pieces.append(PrefixPiece(text, hasher.copy().hexdigest(), isinstance(seg, Text),
+                                  total.num_tokens))
     return tuple(pieces)
 
 

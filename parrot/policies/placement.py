@@ -98,10 +98,11 @@ class Slot:
         bringing the prefixes `brought`).
 
         A call's deepest prefix that this engine holds, or that `brought` or an earlier call in
-        `calls` brings, is not prefilled again, and not loaded again where a running or placed
-        call already counts it — while the engine stays under `gate` × capacity after taking
-        the call (prefix affinity gated on load); past the gate the engine is costed as if it
-        did not hold the prefix, so the call spreads.
+        `calls` brings, is not loaded again where a running or placed call already counts it
+        (the engine's accounting counts it once), and not prefilled again while the engine
+        stays under `gate` × capacity after taking the call (prefix affinity gated on load);
+        past the gate the engine is costed as if it had to prefill the prefix, so the call
+        spreads where another engine is about as fast.
         """
         load, prefill, output, affine = (0, 0, 0, False) if base is None else (
             base.load, base.prefill, base.output, base.affine)
@@ -116,11 +117,15 @@ class Slot:
                     is_brought = prefix in brought or prefix in local
                     if is_brought or self.holds_prefix(prefix):
                         tokens = min(tokens, call.num_prompt_tokens)
-                        counted = is_brought or self.counts_prefix(prefix)
-                        added = call.num_tokens - (tokens if counted else 0)
-                        if self.load + load + added <= limit:
+                        # The engine's accounting counts a prefix once however loaded it
+                        # is, so the load it adds is real whatever the gate says; the gate
+                        # only decides whether the call is costed as reusing it (past it,
+                        # other engines look as good and the call spreads). Gating the load
+                        # too made a call that fits wait a whole phase on one engine.
+                        if is_brought or self.counts_prefix(prefix):
+                            saved_load = tokens
+                        if self.load + load + call.num_tokens - saved_load <= limit:
                             affine, saved_prefill = True, tokens
-                            saved_load = tokens if counted else 0
                         break
             if len(calls) > 1:
                 local.update(call.prefix_hashes)

@@ -67,3 +67,54 @@ def test_speed_profile_comes_from_the_engines_latency_profile():
         .prefill_ms_per_token == 0.3
     assert speed_profile({}) is DEFAULT_PROFILE
     assert speed_profile({"profile": "no-such-profile"}) is DEFAULT_PROFILE
+
+
+async def test_a_generated_input_counts_the_tokens_the_engine_generated(manager):
+    # The fake engine answers 1,200 characters (300 tokens at 4 characters each) in one token.
+    engine = RecordingEngine(outputs={"write: ": "y" * 1200})
+    await manager.add_engine(EngineSpec(name="one", in_process=True), engine)
+    session = manager.create_session()
+    producer = submit(manager, session, "write: {{output:code}}")
+    # The same output through a transform: its text is no longer what the engine counted.
+    stripped = submit(manager, session, "write: {{output:code}}",
+                      code={"in_out": "output", "transforms": ["strip"]})
+    consumer = submit(manager, session, "Review {{input:code}} now {{output:r}}",
+                      code=out(producer, "code"))
+    estimated = submit(manager, session, "Review {{input:code}} now {{output:r}}",
+                       code=out(stripped, "code"))
+    for call in (consumer, estimated):
+        await manager.get(session, out(call, "r"), Criterion.LATENCY)
+    assert session.variables[out(producer, "code")].num_tokens == 1
+    assert session.variables[out(stripped, "code")].num_tokens is None
+    max_tokens = consumer.outputs["r"].sampling.max_tokens
+    text = -(-len("Review  now ") // 4)
+    assert consumer.num_tokens == 1 + text + max_tokens
+    assert [p.num_tokens for p in consumer.prefix_pieces] == [2, 3, 4]
+    assert estimated.num_tokens == -(-(len("Review  now ") + 1200) // 4) + max_tokens
+    # Equal prompt text, different estimates: the prefix leaves the count as it entered it.
+    state = manager.engines.get("one")
+    assert state.num_tokens_in_use == 0 and not state.prefix_refs
+
+
+class SlowFree(RecordingEngine):
+    """Frees contexts slowly: a finished call's last step is still in flight a while."""
+
+    async def free_context(self, context_id: str) -> None:
+        await asyncio.sleep(0.5)
+        await super().free_context(context_id)
+
+
+async def test_a_call_stops_counting_once_its_last_output_is_published(manager):
+    engine = SlowFree()
+    await manager.add_engine(EngineSpec(name="slow", in_process=True), engine)
+    session = manager.create_session()
+    producer = submit(manager, session, "write: {{output:code}} and {{output:notes}}")
+    consumer = submit(manager, session, "Review {{input:code}} {{output:r}}",
+                      code=out(producer, "code"))
+    state = manager.engines.get("slow")
+    await manager.get(session, out(producer, "notes"), Criterion.LATENCY)
+    # The producer is freeing its context; its consumer was placed without its load.
+    assert producer.call_id not in state.running
+    assert set(state.running) <= {consumer.call_id}
+    await manager.get(session, out(consumer, "r"), Criterion.LATENCY)
+    assert state.num_tokens_in_use == 0 and not state.running

@@ -1,5 +1,5 @@
 from parrot.core.executor import MIN_CONTEXT_TOKENS, plan_prefix_contexts, shareable_hashes
-from parrot.core.prefix import PrefixIndex, prefix_pieces
+from parrot.core.prefix import PrefixIndex, prefix_pieces, prompt_num_tokens
 from parrot.template import parse_template
 from parrot.types import estimate_num_tokens
 
@@ -84,3 +84,17 @@ def test_only_boundaries_worth_a_context_are_advertised():
     short = prefix_pieces(parse_template("Hi {{input:q}}" + "x" * 200 + " {{output:a}}"),
                           {"q": "there"})
     assert shareable_hashes(short) == ()  # 209 characters: under MIN_CONTEXT_TOKENS
+
+
+def test_pieces_count_tokens_with_the_real_counts_of_generated_inputs():
+    t = parse_template(SYSTEM + "{{input:code}} Review {{input:q}} {{output:a}} tail")
+    code = "x" * 1300   # 325 tokens at 4 characters each; the engine generated 200
+    estimated = prefix_pieces(t, {"code": code, "q": "why"})
+    counted = prefix_pieces(t, {"code": code, "q": "why"}, token_counts={"code": 200})
+    assert [p.prefix_hash for p in estimated] == [p.prefix_hash for p in counted]
+    assert [p.num_tokens for p in estimated] == [75, 400, 402, 403, 403]
+    # Known tokens add exactly; the rest of the text is estimated over its characters.
+    assert [p.num_tokens for p in counted] == [75, 275, 277, 278, 278]
+    assert prompt_num_tokens(t, {"code": code, "q": "why"}) == \
+        estimate_num_tokens(t.render({"code": code, "q": "why", "a": ""}))
+    assert prompt_num_tokens(t, {"code": code, "q": "why"}, {"code": 200}) == 200 + 80

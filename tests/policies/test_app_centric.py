@@ -143,12 +143,23 @@ def test_deepest_shared_prefix_wins():
 
 def test_affinity_is_gated_on_load():
     # A running call on e1 has 800 of the call's 950 prompt tokens, but 3200 + 200 > 0.8 x
-    # 4096: past the gate e1 is costed like any engine (3200 + 1000: no room), so e0 wins.
-    engines = [make_engine("e0", tokens=3000, lat=1),
+    # 4096: past the gate e1 is costed as if it had to prefill them, and e0, less loaded
+    # after taking the call (3000 vs 3400 tokens), finishes it first.
+    engines = [make_engine("e0", tokens=2000, lat=1),
                make_engine("e1", tokens=3200, lat=1, running={"sys"})]
     calls = [make_call("x", tokens=1000, output=50, prefixes=["sys"], prefix_tokens=[800])]
     assert schedule(calls, engines) == {"x": "e0"}
     assert schedule(calls, engines, affinity_max_load_fraction=1.0) == {"x": "e1"}
+
+
+def test_past_the_gate_a_shared_prefix_still_counts_once_for_room():
+    # The gate decides where a call is cheapest, not whether it fits: e0 already counts the
+    # 800-token prefix, so the call adds 200 tokens (3400 <= 4096) and runs now instead of
+    # waiting for the running calls to finish.
+    engines = [make_engine("e0", tokens=3200, lat=1, running={"sys"})]
+    calls = [make_call("x", tokens=1000, output=50, prefixes=["sys"], prefix_tokens=[800])]
+    assert schedule(calls, engines) == {"x": "e0"}
+    assert schedule(calls, engines, prefix_affinity=False) == {}
 
 
 def test_hot_prefix_spreads_and_capacity_is_respected():
