@@ -165,6 +165,8 @@ ENGINE_WORK: dict[str, tuple[str, str, float]] = {
     "num_graph_steps": ("parrot_engine_graph_steps", "model steps replayed from a CUDA graph "
                         "(the others ran eagerly)", 1.0),
     "step_ms": ("parrot_engine_step_seconds", "time inside model steps", 1e-3),
+    "graph_step_ms": ("parrot_engine_graph_step_seconds", "time inside model steps replayed "
+                      "from a CUDA graph (the rest of the step time ran eagerly)", 1e-3),
     "loop_ms": ("parrot_engine_loop_seconds", "time in batching-loop iterations that ran a "
                 "step (scheduling and postprocessing included)", 1e-3),
     "prefill_tokens": ("parrot_engine_prefill_tokens", "tokens prefilled", 1.0),

@@ -143,7 +143,8 @@ class GenerateResult:
 # EngineStats fields an engine may leave out of its JSON (read as 0): counters added after the
 # first version of the protocol, which engines without them need not send.
 OPTIONAL_STATS = ("graph_captures_at_runtime", "graph_capture_ms_at_runtime", "num_steps",
-                  "num_graph_steps", "step_ms", "loop_ms", "prefill_tokens", "decode_tokens")
+                  "num_graph_steps", "step_ms", "graph_step_ms", "loop_ms", "prefill_tokens",
+                  "decode_tokens")
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,7 @@ class EngineStats:
     num_steps: int = 0
     num_graph_steps: int = 0  # of num_steps, replayed from a CUDA graph (the rest: eager)
     step_ms: int = 0
+    graph_step_ms: int = 0    # of step_ms, inside the steps replayed from a CUDA graph
     loop_ms: int = 0
     prefill_tokens: int = 0
     decode_tokens: int = 0

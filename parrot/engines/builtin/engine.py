@@ -61,6 +61,7 @@ class StepCounters:
 
     num_steps: int = 0
     step_s: float = 0.0          # inside the model step (the worker thread)
+    graph_step_s: float = 0.0    # of step_s, in steps replayed from a CUDA graph
     loop_s: float = 0.0          # whole iterations that ran a batch: schedule, step, postprocess
     prefill_tokens: int = 0
     decode_tokens: int = 0
@@ -129,6 +130,7 @@ class BuiltinEngine(Engine):
                            num_steps=self._counters.num_steps,
                            num_graph_steps=self._runner.num_graph_steps,
                            step_ms=round(self._counters.step_s * 1000),
+                           graph_step_ms=round(self._counters.graph_step_s * 1000),
                            loop_ms=round(self._counters.loop_s * 1000),
                            prefill_tokens=self._counters.prefill_tokens,
                            decode_tokens=self._counters.decode_tokens)
@@ -309,10 +311,14 @@ class BuiltinEngine(Engine):
         self._step_in_flight = True
         counters = self._counters
         started = time.perf_counter()
+        graph_steps = self._runner.num_graph_steps
         try:
             sampled = await asyncio.to_thread(self._runner.step, batch)  # the blocking boundary
             counters.num_steps += 1
-            counters.step_s += time.perf_counter() - started
+            seconds = time.perf_counter() - started
+            counters.step_s += seconds
+            if self._runner.num_graph_steps > graph_steps:   # this step replayed a graph
+                counters.graph_step_s += seconds
             for chunk in batch.chunks:
                 n = chunk.end - chunk.start
                 if n > 1:
