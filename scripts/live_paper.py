@@ -24,7 +24,7 @@ alias_kernels()
 
 from parrot.core.config import ServeConfig  # noqa: E402
 from parrot.sim.live_experiments import (LiveExperimentError, select_experiments,  # noqa: E402
-                                         with_variants)
+                                         with_rate_search, with_variants)
 from parrot.sim.live_paper import ServeSetup, run, with_latency_capacity  # noqa: E402
 
 # The CPU smoke test: the same runs, tiny sizes, a 2-layer random model with SmolLM2's
@@ -75,11 +75,22 @@ def main() -> int:
                         help="no new experiment starts after this many seconds")
     parser.add_argument("--network-delay-ms", default=None, metavar="LOW:HIGH",
                         help="default 200:300 (10:20 with --smoke)")
+    parser.add_argument("--rate-window-s", type=float, default=None,
+                        help="rate search: seconds of Poisson arrivals per rate tried "
+                             "(default 15)")
+    parser.add_argument("--rate-start", type=float, default=None,
+                        help="rate search: the first rate tried, requests/s (default 2)")
+    parser.add_argument("--rate-refinements", type=int, default=None,
+                        help="rate search: bisection steps after the first failing rate "
+                             "(default 2)")
     args = parser.parse_args()
     try:
         experiments = select_experiments(args.only)
         if args.variants is not None:
             experiments = with_variants(experiments, args.variants)
+        experiments = with_rate_search(experiments, window_s=args.rate_window_s,
+                                       start=args.rate_start,
+                                       refinements=args.rate_refinements)
     except LiveExperimentError as exc:
         parser.error(str(exc))
     paths = {1: args.config, 2: args.two_engine_config}

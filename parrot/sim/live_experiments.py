@@ -190,3 +190,26 @@ def with_variants(experiments: tuple[LiveExperiment, ...], compare: str
         raise LiveExperimentError(f"--variants must include {e.key}'s reference "
                                   f"{e.reference!r}; given: {compare!r}")
     return (dataclasses.replace(e, compare=compare),)
+
+
+def with_rate_search(experiments: tuple[LiveExperiment, ...], **changes: float | int | None
+                     ) -> tuple[LiveExperiment, ...]:
+    """The experiments with their rate search's `window_s` / `start` / `refinements` (those
+    given, not None) changed: a shorter search for a small device budget, said in the
+    results (each rate search's results.json records the spec it ran)."""
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if not changes:
+        return experiments
+    if not any(e.rate_search is not None for e in experiments):
+        raise LiveExperimentError("the rate-search options need a rate-search experiment "
+                                  "(--only gpts_rate)")
+    out = []
+    for e in experiments:
+        if e.rate_search is not None:
+            try:
+                e = dataclasses.replace(e, rate_search=dataclasses.replace(e.rate_search,
+                                                                           **changes))
+            except TypeError as exc:
+                raise LiveExperimentError(f"rate search: {exc}") from exc
+        out.append(e)
+    return tuple(out)

@@ -12,7 +12,7 @@ import pytest
 from parrot.core.config import EngineSpec, ServeConfig
 from parrot.engines.protocol import OPTIONAL_STATS
 from parrot.sim.live_experiments import (LIVE_EXPERIMENTS, LiveExperiment, LiveExperimentError,
-                                         select_experiments, with_variants)
+                                         select_experiments, with_rate_search, with_variants)
 from parrot.sim.live_paper import ServeSetup, run_live_paper, warmup_spec
 from parrot.sim.workloads.gpts import system_prompt_lengths
 from parrot.sim.workloads.spec import WorkloadSpec
@@ -128,6 +128,19 @@ def test_the_rate_search_is_run_only_when_named():
     (chosen,) = select_experiments("gpts_rate")
     assert chosen.rate_search is not None and chosen.engines == 2
     assert "request_rate" not in chosen.spec        # set per rate tried
+
+
+def test_a_shorter_rate_search_changes_only_what_is_given():
+    chosen = select_experiments("gpts_rate,mixed")
+    short = with_rate_search(chosen, window_s=8.0, start=4.0, refinements=None)
+    assert short[0].rate_search == dataclasses.replace(chosen[0].rate_search, window_s=8.0,
+                                                       start=4.0)
+    assert short[1] == chosen[1]                       # no rate search: unchanged
+    assert with_rate_search(chosen) == chosen
+    with pytest.raises(LiveExperimentError, match="gpts_rate"):
+        with_rate_search(select_experiments("mixed"), window_s=8.0)
+    with pytest.raises(LiveExperimentError, match="window_s"):
+        with_rate_search(chosen, window_s=0.0)
 
 
 def test_only_selects_experiments_in_the_order_given():
