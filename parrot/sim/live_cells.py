@@ -133,7 +133,8 @@ def live_cell(live: dict[str, Any] | None, key: str) -> str:
     ratios = LIVE_RATIOS.get(key)
     if not ratios:
         return "not run live"
-    # a ratio of an optional experiment that did not run is left out; others say n/a
+    # a ratio of an optional experiment (or variant) that did not run is left out; others
+    # say n/a
     present = [r for r in ratios if not r.optional or r.experiment in live]
     if not any(r.experiment in live for r in present):
         return "pending"
@@ -144,6 +145,8 @@ def live_cell(live: dict[str, Any] | None, key: str) -> str:
         ref_exp, ref_variant = baseline.split("/", 1)
         mine = _value(live, r.experiment, r.ours, r.metric)
         theirs = _value(live, ref_exp, ref_variant, r.metric)
+        if r.optional and r.ours not in live[r.experiment].get("variants", {}):
+            continue   # an optional search run with fewer variants (--variants)
         if r.metric in HIGHER_IS_BETTER:
             value = "n/a" if mine is None or not theirs else f"{mine / theirs:.2f}×"
         else:

@@ -87,8 +87,11 @@ def test_a_live_rate_search_adds_the_papers_rate_ratios_higher_is_better():
     assert gpts[1] == "affinity off vs no sharing: 3.00×"
     assert gpts[2] == "sharing, least-queue placement vs no sharing: 8.00×"
     assert gpts[3].endswith("app_centric vs no sharing: 4.00×")    # the fixed-rate run
-    # without the search its rows are left out, not "n/a"
+    # without the search its rows are left out, not "n/a"; so are variants it did not run
     assert "sustainable rate" not in live_cell(TWO_ENGINES, "gpts_rate")
+    del searched["gpts_rate"]["variants"]["least_queue:parrot"]
+    assert "least-queue placement vs no sharing: " not in \
+        live_cell(searched, "gpts_rate").split("<br>")[2]
 
 
 def _write(folder, experiments, smoke=False):
