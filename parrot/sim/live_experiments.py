@@ -192,24 +192,27 @@ def with_variants(experiments: tuple[LiveExperiment, ...], compare: str
     return (dataclasses.replace(e, compare=compare),)
 
 
-def with_rate_search(experiments: tuple[LiveExperiment, ...], **changes: float | int | None
-                     ) -> tuple[LiveExperiment, ...]:
+def with_rate_search(experiments: tuple[LiveExperiment, ...], *,
+                     window_s: float | None = None, start: float | None = None,
+                     refinements: int | None = None) -> tuple[LiveExperiment, ...]:
     """The experiments with their rate search's `window_s` / `start` / `refinements` (those
     given, not None) changed: a shorter search for a small device budget, said in the
     results (each rate search's results.json records the spec it ran)."""
-    changes = {k: v for k, v in changes.items() if v is not None}
-    if not changes:
+    if window_s is None and start is None and refinements is None:
         return experiments
     if not any(e.rate_search is not None for e in experiments):
         raise LiveExperimentError("the rate-search options need a rate-search experiment "
                                   "(--only gpts_rate)")
     out = []
     for e in experiments:
-        if e.rate_search is not None:
-            try:
-                e = dataclasses.replace(e, rate_search=dataclasses.replace(e.rate_search,
-                                                                           **changes))
-            except TypeError as exc:
-                raise LiveExperimentError(f"rate search: {exc}") from exc
+        spec = e.rate_search
+        if spec is not None:
+            spec = RateSearchSpec(
+                target_s_per_token=spec.target_s_per_token,
+                window_s=spec.window_s if window_s is None else window_s,
+                start=spec.start if start is None else start,
+                max_rate=spec.max_rate,
+                refinements=spec.refinements if refinements is None else refinements)
+            e = dataclasses.replace(e, rate_search=spec)
         out.append(e)
     return tuple(out)
