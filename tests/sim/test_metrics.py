@@ -21,7 +21,21 @@ def test_queue_time_leaves_out_calls_never_dispatched():
                     [ran, queued_when_app_failed, failed_upstream], error="CallFailedError: x")
     summary = summarize([app], engines=[], duration_s=3.0)
     assert summary["queue_s_per_call"] == {"mean": 0.5, "p50": 0.5, "p99": 0.5}
+    assert summary["queue_s_by_criterion"] == {"throughput": {"mean": 0.5, "p50": 0.5,
+                                                              "p99": 0.5}}
     assert summary["num_failed"] == 1
+
+
+def test_queue_time_is_split_by_criterion():
+    latency = CallRecord("a", "multi_agent", "sim-0", "latency", 0.0, 1.0, 3.0, 4.0, "done")
+    undecided = CallRecord("a", "multi_agent", "sim-0", None, 0.0, 1.0, 1.25, 2.0, "done")
+    app = AppRecord("a", "multi_agent", True, 0.0, 4.0, 8,
+                    [_call(ready=1.0, dispatched=1.0, finished=2.0, state="done"), latency,
+                     undecided])
+    by = summarize([app], engines=[], duration_s=4.0)["queue_s_by_criterion"]
+    assert list(by) == ["latency", "none", "throughput"]
+    assert (by["latency"]["mean"], by["none"]["mean"], by["throughput"]["mean"]) == \
+        (2.0, 0.25, 0.0)
 
 
 def test_queue_time_of_no_dispatched_call_is_none():
