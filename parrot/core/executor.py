@@ -40,12 +40,7 @@ MIN_CONTEXT_TOKENS = 64
 def shareable_hashes(pieces: tuple[PrefixPiece, ...]) -> tuple[str, ...]:
     """The hashes of the boundaries that may get a context (far enough in to be worth a fork);
     the policy's prefix affinity looks only at these."""
-    hashes, chars = [], 0
-    for piece in pieces:
-        chars += len(piece.text)
-        if -(-chars // CHARS_PER_TOKEN) >= MIN_CONTEXT_TOKENS:
-            hashes.append(piece.prefix_hash)
-    return tuple(hashes)
+    return tuple(p.prefix_hash for p in pieces if p.num_tokens >= MIN_CONTEXT_TOKENS)
 
 
 def plan_prefix_contexts(pieces: tuple[PrefixPiece, ...],

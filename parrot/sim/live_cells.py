@@ -143,10 +143,10 @@ def live_cell(live: dict[str, Any] | None, key: str) -> str:
         own = live.get(r.experiment, {}).get("reference", "")
         baseline = r.baseline or f"{r.experiment}/{own}"
         ref_exp, ref_variant = baseline.split("/", 1)
-        mine = _value(live, r.experiment, r.ours, r.metric)
-        theirs = _value(live, ref_exp, ref_variant, r.metric)
         if r.optional and r.ours not in live[r.experiment].get("variants", {}):
             continue   # an optional search run with fewer variants (--variants)
+        mine = _value(live, r.experiment, r.ours, r.metric)
+        theirs = _value(live, ref_exp, ref_variant, r.metric)
         if r.metric in HIGHER_IS_BETTER:
             value = "n/a" if mine is None or not theirs else f"{mine / theirs:.2f}×"
         else:

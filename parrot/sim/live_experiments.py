@@ -207,11 +207,9 @@ def with_rate_search(experiments: tuple[LiveExperiment, ...], *,
     for e in experiments:
         spec = e.rate_search
         if spec is not None:
-            spec = RateSearchSpec(
-                target_s_per_token=spec.target_s_per_token,
-                window_s=spec.window_s if window_s is None else window_s,
+            spec = dataclasses.replace(
+                spec, window_s=spec.window_s if window_s is None else window_s,
                 start=spec.start if start is None else start,
-                max_rate=spec.max_rate,
                 refinements=spec.refinements if refinements is None else refinements)
             e = dataclasses.replace(e, rate_search=spec)
         out.append(e)

@@ -212,7 +212,7 @@ async def _run_experiment(served: ServeConfig, config_path: str, e: LiveExperime
         log(f"{e.key} {variant.label}: {run.status}"
             + (f" {run.result.duration_s:.2f}s" if run.result else f" {run.error}")
             + "".join(f"; {name}: {c['num_steps']} steps ({c['num_graph_steps']} from graphs), "
-                      f"{c['step_ms']} ms in steps ({c.get('graph_step_ms', 0)} in graph steps), "
+                      f"{c['step_ms']} ms in steps ({c['graph_step_ms']} in graph steps), "
                       f"{c['loop_ms']} ms in loop iterations, {c['graph_captures_at_runtime']} "
                       f"graphs captured while serving ({c['graph_capture_ms_at_runtime']} ms)"
                       for name, c in counters[variant.label].items()))
