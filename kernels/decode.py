@@ -87,7 +87,7 @@ def _launch(plan: Plan, tuning: KernelTuning, q, k_cache, v_cache, tables, lens,
             BLOCK_N=plan.block_n, TILE_BLOCK_N=plan.tile_block_n,
             BLOCK_G=triton_next_pow2(groups + 1), PREFIX_TILES=tiles, ROW_PROGRAMS=rows,
             ROW_HAS_PREFIX=plan.row_has_prefix, DIRECT_OUT=plan.direct_out, USE_DOT=use_dot,
-            num_warps=num_warps, num_stages=tuning.num_stages)
+            num_warps=num_warps, num_stages=plan.num_stages)
 
     if n_tile_programs and not tuning.fuse:
         partials(n_tile_programs, n_tile_programs, True, False,

@@ -11,6 +11,17 @@ from dataclasses import dataclass
 import torch
 
 MIN_SPLIT_TOKENS = 256  # shortest KV range worth a program of its own
+# Per-row launches (paged, or the per_row shared-prefix strategy) do not split KV once the rows
+# alone give at least this many programs per SM: a table is padded to its power-of-two width
+# bucket, so a row fills (W/2, W] of it and a split of W/2 leaves the second program nearly
+# empty, while the merge launch costs as much as the split saves. H200 sweep, MHA, contexts
+# 544/1100/3000, B = 1..64 (docs/results/attention_sweep_h200.md): one split was the fastest
+# or within 1% at every B >= 8, 3-12% ahead of the token-count rule below.
+ONE_SPLIT_PROGRAMS_PER_SM = 1
+# ... and from this many programs per SM the loop steps 64 tokens in 3 stages instead of 128 in
+# 2 (fewer registers: more programs resident; same sweep: 4-10% faster at B >= 16, slower at
+# B = 8, where two programs per SM need the longer step's bytes in flight).
+SHORT_STEP_PROGRAMS_PER_SM = 3
 # Split KV until there are about this many programs per SM. Per-row launches want many
 # (wave tails; H200: 4 splits beat 1 at B=64, 6200 tokens); the cascade wants few, long
 # prefix splits (each split adds a slot of B x Hq x D fp32 partials to write and merge).
@@ -38,7 +49,7 @@ class KernelTuning:
     use_dot: bool = True  # per-row programs: tl.dot, GQA heads padded to 16 (else CUDA cores)
     num_warps: int = 4
     tile_num_warps: int | None = None  # prefix tiles' warps when not fused (None: num_warps)
-    num_stages: int = 2
+    num_stages: int | None = None  # None: 3 with the short per-row step (see above), else 2
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,7 @@ class Plan:
     row_has_prefix: bool  # per-row programs read their group's prefix themselves
     block_n: int
     tile_block_n: int
+    num_stages: int = 2
 
     @property
     def direct_out(self) -> bool:
@@ -89,17 +101,23 @@ def make_plan(batch: int, groups: int, kvh: int, gqa: int, max_prefix: int, max_
     """max_rows: KV tokens a per-row program may see (suffix, or prefix + suffix)."""
     n_tiles = groups + max(batch - groups, 0) // max(1, tuning.block_m // gqa) if cascade else 0
     tile_work, row_work = n_tiles * kvh * max_prefix, batch * kvh * max_rows
-    block_n = tuning.block_n or (64 if cascade else 128)
+    sms = _num_sms(device)
+    row_programs = batch * kvh
+    short_step = not cascade and row_programs >= SHORT_STEP_PROGRAMS_PER_SM * sms
+    block_n = tuning.block_n or (64 if cascade or short_step else 128)
     tile_block_n = tuning.tile_block_n or (32 if row_work >= tile_work else 64)
+    num_stages = tuning.num_stages or (3 if short_step else 2)
     if tuning.split_tokens is not None:
         chunk = tuning.split_tokens
+    elif not cascade and row_programs >= ONE_SPLIT_PROGRAMS_PER_SM * sms:
+        chunk = max_rows
     else:
         per_sm = CASCADE_PROGRAMS_PER_SM if cascade else ROW_PROGRAMS_PER_SM
-        chunk = max(MIN_SPLIT_TOKENS, _cdiv(tile_work + row_work, per_sm * _num_sms(device)))
+        chunk = max(MIN_SPLIT_TOKENS, _cdiv(tile_work + row_work, per_sm * sms))
     p_splits, p_len = _splits(max_prefix, chunk, tile_block_n) if cascade else (0, tile_block_n)
     r_splits, r_len = _splits(max_rows, chunk, block_n)
     return Plan(n_tiles, p_splits, p_len, r_splits, r_len, row_has_prefix, block_n,
-                 tile_block_n)
+                 tile_block_n, num_stages)
 
 
 def choose_shared_prefix_strategy(batch: int, num_groups: int, max_prefix_tokens: int,

@@ -66,6 +66,9 @@ def ci_cases(jit) -> dict:
             block_h=16, use_dot=True, tile_block_n=32), 4),
         "paged MHA, dot rows, block_n 128": (jit._decode_partial_kernel, decode_constexprs(
             tiles=False, block_h=16, use_dot=True, block_n=128, direct_out=True), 4),
+        "paged MHA, dot rows, block_n 64, 3 stages": (jit._decode_partial_kernel,
+                                                      decode_constexprs(
+            tiles=False, block_h=16, use_dot=True, block_n=64, direct_out=True), 4, 3),
         "fused GQA 4, dot rows, prefix": (jit._decode_partial_kernel, decode_constexprs(
             kvh=8, gqa=4, block_h=16, use_dot=True, row_has_prefix=True), 4),
         "paged direct, GQA 3 elementwise": (jit._decode_partial_kernel, decode_constexprs(
@@ -90,8 +93,8 @@ def main() -> None:
             "rows MHA dot": decode_constexprs(tiles=False, block_h=16, use_dot=True),
         }.items():
             cases[name] = (jit._decode_partial_kernel, const, 4)
-    for name, (kernel, const, warps) in cases.items():
-        usage = compile_sm90(kernel, const, num_warps=warps)
+    for name, (kernel, const, warps, *stages) in cases.items():
+        usage = compile_sm90(kernel, const, num_warps=warps, num_stages=stages[0] if stages else 2)
         print(f"{name}: {usage}", flush=True)
         assert usage["spill_bytes"] == 0, f"{name} spills registers"
 
