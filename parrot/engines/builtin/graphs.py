@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -94,6 +94,30 @@ def graph_key(rows: DecodeRows, max_batch: int, max_width: int) -> GraphKey | No
             width_bucket(swidth, max_width))
 
 
+def predicted_rows_index(predicted: DecodeRows, real: DecodeRows) -> list[int] | None:
+    """Which rows of the predicted step the real step is, in order, or None when it is not
+    the prediction: the real step may leave out rows that finished (EOS, a stop token or a
+    stop string: known only once the token is read) but every row it has must be a predicted
+    row, field by field. Shared-prefix steps must match exactly (their groups are planned
+    over all rows)."""
+    n = len(predicted.token_ids)
+    if predicted == real:
+        return list(range(n))
+    if predicted.groups is not None or real.groups is not None:
+        return None
+    index, j = [], 0
+    for i, slot in enumerate(real.slots):
+        while j < n and predicted.slots[j] != slot:   # a slot is one row's next position
+            j += 1
+        if j == n or (predicted.token_ids[j], predicted.positions[j], predicted.seq_lens[j],
+                      predicted.tables[j]) != (real.token_ids[i], real.positions[i],
+                                               real.seq_lens[i], real.tables[i]):
+            return None
+        index.append(j)
+        j += 1
+    return index
+
+
 @dataclass(frozen=True)
 class StepOutput:
     """A decode step's results for its rows: float32 logits [n, V], greedy token ids [n]."""
@@ -133,6 +157,8 @@ class DecodeGraphs:
         self._pool = torch.cuda.graph_pool_handle() if capture else None
         self.num_ahead_hits = 0
         self.num_ahead_misses = 0       # launched ahead, then a different step came
+        self.num_ahead_fed = 0          # of the launches ahead, queued before the tokens were read
+        self.num_ahead_partial_hits = 0  # of the hits, steps that left out finished rows
         # buckets a step met before any capture (warm-up captures call `capture` directly):
         # each such capture stalls the engine, so they are counted and timed (EngineStats)
         self.runtime_captures = 0
@@ -146,6 +172,11 @@ class DecodeGraphs:
         self.seq_lens = views["seq_lens"]  # paged lengths, or the suffix lengths
         self.indptr = views["indptr"]
         self.prefix_tables, self.prefix_lens = views["prefix_tables"], views["prefix_lens"]
+        # a fed launch-ahead reads a step's greedy tokens back through here while the next
+        # step runs (a blocking read would wait for that step too)
+        on_cuda = model.device.type == "cuda"
+        self._host_tokens = torch.zeros(max_batch, dtype=torch.int64, pin_memory=on_cuda)
+        self._tokens_read = torch.cuda.Event() if on_cuda else None
 
     @property
     def num_graphs(self) -> int:
@@ -155,10 +186,16 @@ class DecodeGraphs:
         """Logits and greedy tokens of the step's n rows, or None: run it eagerly."""
         ahead, self._ahead = self._ahead, None
         n = len(rows.token_ids)
-        if ahead is not None and ahead[0] == rows:   # launched ahead (lookahead.py): its results
+        index = None if ahead is None else predicted_rows_index(ahead[0], rows)
+        if ahead is not None and index is not None:   # launched ahead (lookahead.py)
             self.num_replays += 1
             self.num_ahead_hits += 1
-            return StepOutput(ahead[1].logits[:n], ahead[1].greedy[:n])
+            logits, greedy = ahead[1].logits, ahead[1].greedy
+            if index == list(range(n)):
+                return StepOutput(logits[:n], greedy[:n])
+            self.num_ahead_partial_hits += 1
+            rows_used = torch.tensor(index, device=greedy.device)   # finished rows left out
+            return StepOutput(logits.index_select(0, rows_used), greedy.index_select(0, rows_used))
         self.num_ahead_misses += ahead is not None
         key = graph_key(rows, self.max_batch, self.max_width)
         if key is None:
@@ -184,6 +221,35 @@ class DecodeGraphs:
             return
         self.fill(rows, key)
         self._ahead = (rows, graph.replay())
+
+    def launch_ahead_fed(self, rows: DecodeRows, source: StepOutput) -> list[int]:
+        """Queue `rows` (the predicted next step) on the GPU right behind the step whose
+        outputs are `source`, its token ids copied on the device from `source.greedy`
+        (`rows.token_ids` is ignored), then read this step's greedy tokens back and return
+        them while the predicted step runs. `run` uses the prediction, with the tokens read,
+        for the same step or the same step less finished rows. `source` is not valid after
+        this call (a replay of the same bucket overwrites it). Only captured buckets (the
+        tokens are read back either way)."""
+        n = len(source.greedy)
+        host_tokens = self._host_tokens[:n]
+        host_tokens.copy_(source.greedy, non_blocking=True)   # queued before the next replay
+        if self._tokens_read is not None:
+            self._tokens_read.record()
+        key = graph_key(rows, self.max_batch, self.max_width)
+        graph = None if key is None or key in self._failed else self._graphs.get(key)
+        outputs = None
+        if graph is not None:
+            assert key is not None
+            self.fill(rows, key)
+            self.input_ids[:n].copy_(source.greedy)            # after the upload it overwrites
+            outputs = graph.replay()
+            self.num_ahead_fed += 1
+        if self._tokens_read is not None:
+            self._tokens_read.synchronize()
+        tokens = host_tokens.tolist()
+        if outputs is not None:
+            self._ahead = (replace(rows, token_ids=tokens), outputs)
+        return tokens
 
     def drop_ahead(self) -> None:
         self.num_ahead_misses += self._ahead is not None

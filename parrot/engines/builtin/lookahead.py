@@ -6,7 +6,16 @@ GPU idle). But a decode-only batch that simply continues is predictable: every r
 the token it just sampled at the next position. So after sampling step n the runner launches
 that predicted step n+1 from its graph (asynchronously) and returns; when the scheduler's real
 step n+1 arrives, the runner compares it with the prediction, field by field, and uses the
-launched results only on an exact match (else it runs the real step as usual).
+launched results only when it is the prediction, or the prediction less rows that finished
+(`graphs.predicted_rows_index`; else it runs the real step as usual).
+
+When every row is greedy the prediction does not wait for the tokens at all: the next step is
+queued on the GPU right behind step n, its token ids copied on the device from step n's
+argmax (`DecodeGraphs.launch_ahead_fed`), and step n's tokens are read back while step n+1
+runs, so the GPU does not idle between the steps for the read-back, the host's checks and the
+staging. A row that then turns out to finish (EOS, a stop token) is simply left out of the
+real step; only rows whose end is known beforehand (max_tokens, a full window) stop the
+prediction.
 
 Why a wrong guess is harmless: the predicted step writes K/V only at each row's next position,
 and only when that slot lies in a block the row already owns that is not full (a not-full
@@ -30,15 +39,19 @@ from parrot.engines.builtin.context import Work
 from parrot.engines.builtin.graphs import DecodeRows
 
 
+def ends_regardless(work: Work, max_context_len: int | None) -> bool:
+    """Whether work's generation ends with its next token, whatever that token is."""
+    return (work.state.is_finished or work.num_generated + 1 >= work.sampling.max_tokens
+            or (max_context_len is not None
+                and len(work.context.token_ids) + 1 >= max_context_len))
+
+
 def finishes(work: Work, token: int, eos_token_ids: frozenset[int],
              max_context_len: int | None) -> bool:
     """Whether `token` (about to be appended) ends work's generation for a known reason."""
     params = work.sampling
-    return (work.state.is_finished or token in params.stop_token_ids
-            or (token in eos_token_ids and not params.ignore_eos)
-            or work.num_generated + 1 >= params.max_tokens
-            or (max_context_len is not None
-                and len(work.context.token_ids) + 1 >= max_context_len))
+    return (ends_regardless(work, max_context_len) or token in params.stop_token_ids
+            or (token in eos_token_ids and not params.ignore_eos))
 
 
 def next_rows(rows: DecodeRows, tokens: list[int], block_size: int,
@@ -46,28 +59,32 @@ def next_rows(rows: DecodeRows, tokens: list[int], block_size: int,
     """The decode step after `rows` when every row continues with its sampled token, or None
     when it cannot be predicted. `owned[r]`: every block row r's context holds (its table may
     reach one block past the current one: the scheduler's `reserve_next_block`), so a row
-    whose next position starts a new block can continue into it; without that block, or in a
-    shared-prefix step (its groups are re-planned), such a step is not predicted."""
+    whose next position starts a new block can continue into it; without that block such a
+    step is not predicted. In a shared-prefix step the groups stay as they are (the new block
+    is the row's own, so the re-planned step shares the same prefix) and the row's suffix
+    table grows by it."""
     crossing = [(p + 1) % block_size == 0 for p in rows.positions]
-    groups = rows.groups
-    if any(crossing) and (groups is not None or owned is None):
+    if any(crossing) and owned is None:
         return None
-    if groups is not None:
-        groups = replace(groups, suffix_lens=[n + 1 for n in groups.suffix_lens])
-        return DecodeRows(list(tokens), [p + 1 for p in rows.positions],
-                          [s + 1 for s in rows.slots], rows.tables,
-                          [n + 1 for n in rows.seq_lens], groups)
+    groups = rows.groups
+    suffix_tables = None if groups is None else list(groups.suffix_tables)
     tables, slots = [], []
     for r, p in enumerate(rows.positions):
-        block = (p + 1) // block_size
         if not crossing[r]:
             tables.append(rows.tables[r])
             slots.append(rows.slots[r] + 1)
             continue
         assert owned is not None
+        block = (p + 1) // block_size
         if block >= len(owned[r]):
             return None                  # no block reserved for this row's next position
         tables.append(owned[r][:block + 1])
         slots.append(owned[r][block] * block_size)
+        if suffix_tables is not None:
+            suffix_tables[r] = suffix_tables[r] + [owned[r][block]]
+    if groups is not None:
+        assert suffix_tables is not None
+        groups = replace(groups, suffix_tables=suffix_tables,
+                         suffix_lens=[n + 1 for n in groups.suffix_lens])
     return DecodeRows(list(tokens), [p + 1 for p in rows.positions], slots, tables,
-                      [n + 1 for n in rows.seq_lens], None)
+                      [n + 1 for n in rows.seq_lens], groups)

@@ -19,7 +19,7 @@ from parrot.engines.builtin.cascade import (GroupedRows, pad_groups, plan_shared
 from parrot.engines.builtin.graphs import (DecodeGraphs, DecodeRows, batch_bucket, next_pow2,
                                            width_bucket)
 from parrot.engines.builtin.kv_cache import KVCache
-from parrot.engines.builtin.lookahead import finishes, next_rows
+from parrot.engines.builtin.lookahead import ends_regardless, finishes, next_rows
 from parrot.engines.builtin.model import LlamaModel
 from parrot.engines.builtin.sampler import sample
 from parrot.engines.builtin.scheduler import Batch, ScheduledChunk
@@ -97,6 +97,14 @@ class ModelRunner:
                               host.decode_lens, host.groups)
             out = self.graphs.run(rows)
         self.num_graph_steps += out is not None
+        if out is not None and rows is not None and self.launch_ahead:
+            assert self.graphs is not None
+            predicted = self._fed_prediction(batch, host, rows)
+            if predicted is not None:   # greedy rows: the next step queued behind this one
+                tokens = self.graphs.launch_ahead_fed(predicted, out)
+                for i, token in zip(host.sample_chunks, tokens):
+                    sampled[i] = token
+                return sampled
         if out is None:
             inputs = self.to_device(host)
             hidden = self.model.forward(inputs.input_ids, inputs.positions, self.kv.layers,
@@ -121,6 +129,20 @@ class ModelRunner:
         if out is not None and rows is not None and self.launch_ahead:
             self._launch_ahead(batch, host, rows, sampled)
         return sampled
+
+    def _fed_prediction(self, batch: Batch, host: HostInputs, rows: DecodeRows
+                        ) -> DecodeRows | None:
+        """The next step's rows (token ids to be fed on the device) when it can be queued
+        before this step's tokens are read: every row samples greedily and none ends with
+        its next token whatever it is (lookahead.py)."""
+        if host.sample_rows != list(range(len(rows.token_ids))):
+            return None
+        for i in host.sample_chunks:
+            work = batch.chunks[i].work
+            if not work.sampling.is_greedy or ends_regardless(work, self.max_context_len):
+                return None
+        owned = [batch.chunks[i].block_table for i in host.order]   # row order
+        return next_rows(rows, rows.token_ids, self.block_size, owned)
 
     def _launch_ahead(self, batch: Batch, host: HostInputs, rows: DecodeRows,
                       sampled: list[int | None]) -> None:

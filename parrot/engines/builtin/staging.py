@@ -6,7 +6,12 @@ positions, slots: int64; block tables, lengths, group indptr, prefix tables and 
 int32) is a fixed view of one packed tensor per dtype. A step writes the host mirror's numpy views
 (pinned memory on CUDA) and `upload` copies each packed tensor once: two host-to-device
 copies per step instead of one per buffer, and no Python list-of-lists -> tensor conversion.
-The copies are blocking: a later fill never overwrites host memory a pending copy still reads.
+
+The copies do not block the host: a step can be staged while the GPU still runs the one
+before it (launch-ahead, lookahead.py). So there are two host mirrors, used in turn: `upload`
+queues the copies from the current one, records an event behind them and switches to the
+other, first waiting for that one's own last copies (queued a step earlier, so in practice
+long done). A fill therefore never overwrites host memory a pending copy still reads.
 """
 
 from __future__ import annotations
@@ -30,8 +35,10 @@ class StaticInputs:
         shapes64 = {name: (max_batch,) for name in INT64_BUFFERS}
         shapes32 = _layout(max_batch, max_width)
         self.views: dict[str, torch.Tensor] = {}     # device views, fixed addresses
-        self.host: dict[str, np.ndarray] = {}        # the host mirror's views
-        self._packed: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._mirrors: list[dict[str, np.ndarray]] = [{}, {}]   # two host mirrors' views
+        self._packed: list[tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]] = []
+        self._events = [torch.cuda.Event() if pin else None for _ in range(2)]
+        self._current = 0
         for dtype, shapes in ((torch.int64, shapes64), (torch.int32, shapes32)):
             # Every view starts on a 16-byte boundary, as a tensor of its own does: Triton
             # specialises a pointer argument on 16-byte alignment, so an unaligned view would
@@ -43,17 +50,31 @@ class StaticInputs:
                 offsets[name] = total
                 total += -(-int(np.prod(shape)) // align) * align
             dev = torch.zeros(total, dtype=dtype, device=device)
-            host = torch.zeros(total, dtype=dtype, pin_memory=pin)
-            self._packed.append((dev, host))
-            flat = host.numpy()
+            hosts = (torch.zeros(total, dtype=dtype, pin_memory=pin),
+                     torch.zeros(total, dtype=dtype, pin_memory=pin))
+            self._packed.append((dev, hosts))
             for name, shape in shapes.items():
                 offset, n = offsets[name], int(np.prod(shape))
                 self.views[name] = dev[offset:offset + n].view(shape)
-                self.host[name] = flat[offset:offset + n].reshape(shape)
+                for mirror, host in zip(self._mirrors, hosts):
+                    mirror[name] = host.numpy()[offset:offset + n].reshape(shape)
+
+    @property
+    def host(self) -> dict[str, np.ndarray]:
+        """The views of the host mirror the next `upload` copies (free to write now)."""
+        return self._mirrors[self._current]
 
     def upload(self) -> None:
-        for dev, host in self._packed:
-            dev.copy_(host)
+        """Queue the copies of the current mirror to the device; switch mirrors."""
+        for dev, hosts in self._packed:
+            dev.copy_(hosts[self._current], non_blocking=True)
+        event = self._events[self._current]
+        if event is not None:
+            event.record()
+        self._current ^= 1
+        event = self._events[self._current]
+        if event is not None:
+            event.synchronize()     # that mirror's last copies have run: it may be written
 
     @staticmethod
     def write_rows(dst: np.ndarray, tables: list[list[int]]) -> None:

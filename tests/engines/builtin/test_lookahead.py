@@ -5,13 +5,14 @@ that results are used only for an identical step -- through the graph path on th
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 import torch
 
 from parrot.engines.builtin.cascade import split_groups
 from parrot.engines.builtin.context import Context, Work, WorkKind
-from parrot.engines.builtin.graphs import DecodeGraphs, DecodeRows
+from parrot.engines.builtin.graphs import DecodeGraphs, DecodeRows, predicted_rows_index
 from parrot.engines.builtin.kv_cache import KVCache
 from parrot.engines.builtin.lookahead import finishes, next_rows
 from parrot.engines.protocol import FillRequest, GenerateRequest
@@ -43,6 +44,17 @@ def test_next_rows_keeps_groups():
     nxt = next_rows(rows, [3, 4], BS)
     assert nxt.groups.suffix_lens == [x + 1 for x in groups.suffix_lens]
     assert nxt.groups.prefix_tables == groups.prefix_tables and nxt.seq_lens == [11, 12]
+
+
+def test_next_rows_crosses_a_reserved_block_in_a_group():
+    tables, lens = [[5, 6, 7], [5, 6, 8]], [12, 10]       # row 0's next token starts block 3
+    groups = split_groups(tables, lens, [2], [2], BS)
+    rows = DecodeRows([1, 2], [11, 9], [7 * BS + 3, 8 * BS + 1], tables, lens, groups)
+    assert next_rows(rows, [3, 4], BS, [[5, 6, 7], [5, 6, 8]]) is None   # none reserved
+    nxt = next_rows(rows, [3, 4], BS, [[5, 6, 7, 9], [5, 6, 8]])
+    assert nxt.tables == [[5, 6, 7, 9], [5, 6, 8]] and nxt.slots == [9 * BS, 8 * BS + 2]
+    # what the runner re-plans for that step: the same groups, row 0's suffix one block longer
+    assert nxt.groups == split_groups(nxt.tables, [13, 11], [2], [2], BS)
 
 
 def test_finishes():
@@ -182,3 +194,92 @@ async def test_rows_of_different_lengths_cross_blocks_ahead(make_engine, kernel_
     # 14 tokens: 13 steps after the first, each row crossing a block every 4 steps; all but
     # the last (rows finish) come from the prediction
     assert graphs.num_ahead_hits == 12 and graphs.num_ahead_misses == 0
+
+
+def test_predicted_rows_index_allows_finished_rows_to_leave():
+    p = DecodeRows([5, 6, 7], [4, 5, 9], [40, 45, 61], [[10], [11], [12, 15]], [5, 6, 10], None)
+    assert predicted_rows_index(p, p) == [0, 1, 2]
+    less = DecodeRows([5, 7], [4, 9], [40, 61], [[10], [12, 15]], [5, 10], None)
+    assert predicted_rows_index(p, less) == [0, 2]
+    assert predicted_rows_index(p, replace(less, token_ids=[5, 8])) is None     # other token
+    assert predicted_rows_index(p, replace(less, slots=[61, 40], token_ids=[7, 5],
+                                           positions=[9, 4], seq_lens=[10, 5],
+                                           tables=[[12, 15], [10]])) is None   # reordered
+    extra = DecodeRows([5, 6, 7, 1], [4, 5, 9, 0], [40, 45, 61, 70], [[10], [11], [12, 15], [17]],
+                       [5, 6, 10, 1], None)
+    assert predicted_rows_index(p, extra) is None                               # a new row
+
+
+def test_a_fed_prediction_serves_the_step_less_its_finished_rows(kernel_bundle):
+    rows = DecodeRows([5, 6, 7], [4, 5, 6], [10 * BS, 11 * BS + 1, 12 * BS + 2],
+                      [[1, 10], [2, 11], [3, 12]], [5, 6, 7], None)
+    graphs = graphs_for(kernel_bundle)
+    torch.manual_seed(0)
+    graphs.kv.data.normal_()
+    first = graphs.run(rows)
+    greedy = first.greedy.tolist()
+    nxt = next_rows(rows, [0, 0, 0], BS)
+    state = graphs.kv.data.clone()
+    assert graphs.launch_ahead_fed(nxt, first) == greedy      # this step's tokens, read back
+    assert graphs.num_ahead_fed == 1
+    fed = replace(nxt, token_ids=greedy)
+    less = DecodeRows(*(getattr(fed, f)[::2] for f in ("token_ids", "positions", "slots",
+                                                        "tables", "seq_lens")), None)
+    got = graphs.run(less)                                   # row 1 finished: left out
+    assert graphs.num_ahead_hits == 1 and graphs.num_ahead_misses == 0
+    graphs.kv.data.copy_(state)
+    expected = graphs.run(fed)                               # the full step, run for real
+    torch.testing.assert_close(got.logits, expected.logits[::2])
+    assert got.greedy.tolist() == expected.greedy[::2].tolist()
+
+
+async def test_greedy_steps_are_queued_before_their_tokens_are_read(make_engine, kernel_bundle):
+    """The fed path serves greedy steps; a sampled row falls back to launching after the
+    read-back; both give the tokens of an engine without launch-ahead."""
+    async def run(engine, temperature: float) -> list[tuple[int, ...]]:
+        for i, n in enumerate((5, 7)):
+            await engine.fill(FillRequest(f"r{i}", token_ids=tuple(range(3, 3 + n))))
+        results = await asyncio.gather(*(engine.generate_all(GenerateRequest(
+            f"r{i}", sampling=SamplingParams(max_tokens=10, ignore_eos=True, seed=i,
+                                             temperature=temperature if i else 0.0)))
+            for i in range(2)))
+        return [r.token_ids for r in results]
+
+    for temperature, fed in ((0.0, True), (0.8, False)):
+        plain = make_engine(kernel_bundle, block_size=BS)
+        plain._runner.launch_ahead = False
+        use_graphs(plain, kernel_bundle)
+        engine = make_engine(kernel_bundle, block_size=BS)
+        graphs = use_graphs(engine, kernel_bundle)
+        assert await run(engine, temperature) == await run(plain, temperature)
+        assert graphs.num_ahead_hits == 8 and graphs.num_ahead_misses == 0
+        assert (graphs.num_ahead_fed == 8) == fed and (graphs.num_ahead_fed == 0) != fed
+
+
+async def test_a_row_ending_on_a_stop_token_leaves_the_fed_prediction(make_engine, kernel_bundle):
+    """A stop token is known only once read: the step queued ahead still serves the other
+    rows (the finished one is left out), and every token is as without launch-ahead."""
+    async def run(engine, stop: tuple[int, ...]) -> list[tuple[int, ...]]:
+        for i, n in enumerate((5, 6, 7)):
+            await engine.fill(FillRequest(f"r{i}", token_ids=tuple(range(3, 3 + n))))
+        results = await asyncio.gather(*(engine.generate_all(GenerateRequest(
+            f"r{i}", sampling=SamplingParams(max_tokens=12, ignore_eos=True,
+                                             stop_token_ids=stop if i == 1 else ())))
+            for i in range(3)))
+        return [r.token_ids for r in results]
+
+    probe = make_engine(kernel_bundle, block_size=BS)
+    use_graphs(probe, kernel_bundle)
+    stop = (( await run(probe, ()))[1][4],)                 # row 1's fifth token
+    plain = make_engine(kernel_bundle, block_size=BS)
+    plain._runner.launch_ahead = False
+    use_graphs(plain, kernel_bundle)
+    expected = await run(plain, stop)
+    assert len(expected[1]) < 12                            # row 1 did end on it
+    engine = make_engine(kernel_bundle, block_size=BS)
+    graphs = use_graphs(engine, kernel_bundle)
+    assert await run(engine, stop) == expected
+    # every step but the first of each bucket (captured while running: no warm-up here) came
+    # from the prediction, one of them with row 1 left out
+    assert graphs.num_ahead_misses == 0 and graphs.num_ahead_partial_hits == 1
+    assert graphs.num_ahead_hits == engine._runner.num_graph_steps - graphs.runtime_captures

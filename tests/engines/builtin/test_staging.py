@@ -27,3 +27,18 @@ def test_views_do_not_overlap_and_upload_copies_the_host_mirror():
     inputs.upload()
     for i, name in enumerate(inputs.views):
         assert (inputs.views[name] == i + 1).all(), name
+
+
+def test_uploads_alternate_between_two_host_mirrors():
+    """A step can be staged while the previous step's copies are still queued (launch-ahead):
+    the next fill writes the other mirror, never the one a pending copy reads."""
+    inputs = StaticInputs(3, 5, torch.device("cpu"))
+    first = inputs.host
+    first["positions"][...] = 7
+    inputs.upload()
+    second = inputs.host
+    assert second is not first
+    second["positions"][...] = 9            # the first mirror keeps what was uploaded
+    assert (first["positions"] == 7).all() and (inputs.views["positions"] == 7).all()
+    inputs.upload()
+    assert inputs.host is first and (inputs.views["positions"] == 9).all()
