@@ -25,8 +25,9 @@ SHAPES = {"qkv": (12288, 4096), "o_proj": (4096, 4096), "gate_up": (22016, 4096)
           "down": (4096, 11008), "lm_head": (32000, 4096)}
 
 
-def graph_time(torch, calls) -> float:
-    """Seconds per call: a CUDA graph of `calls` (a list of thunks) replayed 5 times."""
+def graph_time(torch, calls, reps: int = 5, warm: int = 1) -> float:
+    """Seconds per call: a CUDA graph of `calls` (a list of thunks) replayed `reps` times after
+    `warm` untimed replays."""
     for c in calls:
         c()
     torch.cuda.synchronize()
@@ -34,14 +35,22 @@ def graph_time(torch, calls) -> float:
     with torch.cuda.graph(graph):
         for c in calls:
             c()
-    graph.replay()
+    for _ in range(warm):
+        graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    for _ in range(5):
+    for _ in range(reps):
         graph.replay()
     end.record()
     end.synchronize()
-    return start.elapsed_time(end) / 1e3 / (5 * len(calls))
+    return start.elapsed_time(end) / 1e3 / (reps * len(calls))
+
+
+def rotated_weights(torch, n: int, k: int) -> list:
+    """Copies of a random [n, k] bf16 weight totalling >= 1 GB: a loop over them streams every
+    byte from memory, as a decode step's 13 GB of weights do (the L2 holds 50 MB)."""
+    copies = max(2, -(-(1 << 30) // (n * k * 2)))
+    return [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
 
 
 def main() -> int:
@@ -67,9 +76,7 @@ def main() -> int:
     best_three: dict[str, list[GemvTuning]] = {}   # per shape, from T=1
     for name, (n, k) in SHAPES.items():
         nbytes = n * k * 2
-        copies = max(2, -(-(1 << 30) // nbytes))
-        ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
-              for _ in range(copies)]
+        ws = rotated_weights(torch, n, k)
         for t in rows_list:
             x = torch.randn(t, k, device="cuda", dtype=torch.bfloat16)
             ys = [torch.empty(t, n, device="cuda", dtype=torch.bfloat16) for _ in ws]

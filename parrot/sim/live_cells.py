@@ -4,8 +4,10 @@ beside it instead of "pending". Folders under docs/results/ (LIVE_DIRS), merged 
 one-engine runs (live_paper_h200/), the two-engine runs (gpts, mixed:
 live_paper_h200_two_engines/, two engines sharing one H200), then gpts again with the engines'
 latency capacity calibrated to the H200 (live_paper_h200_two_engines_latency20k/), which
-replaces the gpts of the folder before it, and the live gpts rate search when it has run
-(live_paper_h200_gpts_rate/, `--only gpts_rate`).
+replaces the gpts of the folder before it, the live gpts rate search when it has run
+(live_paper_h200_gpts_rate/, `--only gpts_rate`), and multi_agent and map_reduce re-run after
+the engine's fed launch-ahead and one-split attention (live_paper_h200_fedahead/), which
+replace those of live_paper_h200/.
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -21,7 +23,8 @@ from typing import Any
 from collections.abc import Callable
 
 LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
-             "live_paper_h200_two_engines_latency20k", "live_paper_h200_gpts_rate")
+             "live_paper_h200_two_engines_latency20k", "live_paper_h200_gpts_rate",
+             "live_paper_h200_fedahead")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
