@@ -1,7 +1,7 @@
 """Prefill on the H200 (`bench_engine.py --suite-prefill`): the rate of 64 x 2,048-token Fills
-against the measured bf16 matmul rate, the device time per kernel of one Fill step, and the
-attention call prefill makes (torch SDPA, causal, [1, H, 2048, D]) timed with and without
-`enable_gqa` (a flag that some SDPA backends do not take: with it set, torch may fall back
+against the measured bf16 matmul rate, the rate of 64 Fills of random lengths, the device
+time per kernel of one Fill step, and the attention call prefill makes (torch SDPA, causal,
+[1, H, 2048, D]) timed with and without `enable_gqa` (a flag that some SDPA backends do not take: with it set, torch may fall back
 to a slower backend even when the query and key heads are equal)."""
 
 from __future__ import annotations
@@ -76,6 +76,21 @@ async def _step_split(torch, engine, prompts, fill_s: float) -> list[str]:
                  f"{min(sizes)}-{max(sizes)})", ["part", "ms", "share"], rows)
 
 
+async def _ragged(engine, vocab: int, fixed_rate: float) -> list[str]:
+    """64 Fills of random lengths (700-1,400 tokens, like map-reduce chunks): a serving engine
+    meets a new chunk length on almost every request, a fixed-length run never does."""
+    import random
+
+    rng = random.Random(5)
+    prompts = [p[:rng.randint(700, 1400)] for p in prompts_for(64, 1400, 11, vocab)]
+    tokens = sum(len(p) for p in prompts)
+    fill_s, _, _ = await decode_run(engine, prompts, 1, "ragged")
+    return table("Prefill, ragged (64 Fills of 700-1,400 tokens, one run)",
+                 ["tokens", "seconds", "tokens/s", "of the 2,048-token run's rate"],
+                 [[str(tokens), f"{fill_s:.2f}", f"{tokens / fill_s:.0f}",
+                   f"{tokens / fill_s / fixed_rate:.0%}"]])
+
+
 async def run_prefill(torch, bundle, log) -> list[str]:
     bw, flops = ceilings(torch)
     shape = bundle.shape
@@ -100,6 +115,8 @@ async def run_prefill(torch, bundle, log) -> list[str]:
                      [[str(64 * 2048), f"{fill_s:.2f}", f"{64 * 2048 / fill_s:.0f}",
                        f"{total / fill_s / 1e12:.0f}", f"{total / fill_s / flops:.0%}",
                        f"{flops / 1e12:.0f}"]])
+        log("\n".join(out[-5:]))
+        out += await _ragged(engine, vocab, 64 * 2048 / fill_s)
         log("\n".join(out[-5:]))
         out += await _step_split(torch, engine, prompts, fill_s)
         log("\n".join(out[-9:]))

@@ -5,9 +5,13 @@ one-engine runs (live_paper_h200/), the two-engine runs (gpts, mixed:
 live_paper_h200_two_engines/, two engines sharing one H200), then gpts again with the engines'
 latency capacity calibrated to the H200 (live_paper_h200_two_engines_latency20k/), which
 replaces the gpts of the folder before it, the live gpts rate search when it has run
-(live_paper_h200_gpts_rate/, `--only gpts_rate`), and multi_agent and map_reduce re-run after
-the engine's fed launch-ahead and one-split attention (live_paper_h200_fedahead/), which
-replace those of live_paper_h200/.
+(live_paper_h200_gpts_rate/, `--only gpts_rate`), and the runs after the engine's prefill
+stopped using cuDNN (and its fed launch-ahead and one-split attention): map_reduce,
+multi_agent, chain_summary and concurrent_chains (live_paper_h200_prefill_fix/), mixed
+(..._two_engines/) and gpts (..._gpts_latency20k/), each replacing the same experiment of an
+earlier folder. Copilot was re-run too (live_paper_h200_prefill_fix_copilot/) but is not
+merged: its static-sharing ratio pairs it with a static run on another engine process, which
+was not re-run.
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -24,7 +28,8 @@ from collections.abc import Callable
 
 LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_two_engines_latency20k", "live_paper_h200_gpts_rate",
-             "live_paper_h200_fedahead")
+             "live_paper_h200_prefill_fix", "live_paper_h200_prefill_fix_two_engines",
+             "live_paper_h200_prefill_fix_gpts_latency20k")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:

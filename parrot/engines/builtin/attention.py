@@ -10,17 +10,35 @@ come as one flat batch: the decode rows first (one token each), then the prefill
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 log = logging.getLogger(__name__)
+
+# The SDPA backends prefill may use on CUDA: all but cuDNN. torch 2.11 sends causal attention
+# (is_causal, and the lower-right bias over a fresh chunk) to cuDNN on an H200, which builds an
+# execution plan for every new sequence length: 65 ms on a shape's first call against 0.2 ms
+# for flash (`scripts/bench_prefill_attention.py`, docs/results/prefill_attention_h200.md).
+# A serving engine meets a new chunk length on almost every request (64 Fills of 700-1,400
+# tokens ran at 40% of the fixed-length prefill rate), a fixed-length benchmark never does.
+PREFILL_SDPA_BACKENDS = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                         SDPBackend.MATH)
+
+
+def prefill_sdpa_backends(device: torch.device) -> contextlib.AbstractContextManager[object]:
+    """The context a step's prefill attention runs in (entered once per forward pass)."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    return sdpa_kernel(list(PREFILL_SDPA_BACKENDS))
 
 
 @dataclass

@@ -23,8 +23,8 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
-from parrot.engines.builtin.attention import (AttentionMetadata, DecodeFn, prefill_torch,
-                                              write_kv)
+from parrot.engines.builtin.attention import (AttentionMetadata, DecodeFn,
+                                              prefill_sdpa_backends, prefill_torch, write_kv)
 from parrot.engines.builtin.rope import apply_rope, cos_sin_table, inv_frequencies
 from parrot.engines.builtin.shapes import ModelShape
 
@@ -108,6 +108,14 @@ class LlamaModel:
                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
                 meta: AttentionMetadata) -> torch.Tensor:
         """input_ids, positions [T] -> final hidden states [T, H] (K/V written into the cache)."""
+        if meta.prefills:
+            with prefill_sdpa_backends(self.device):
+                return self._forward(input_ids, positions, kv_caches, meta)
+        return self._forward(input_ids, positions, kv_caches, meta)
+
+    def _forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+                 meta: AttentionMetadata) -> torch.Tensor:
         if self._fused is not None:
             return self._forward_fused(input_ids, positions, kv_caches, meta)
         s = self.shape

@@ -64,3 +64,18 @@ def test_no_boolean_mask_reaches_sdpa(monkeypatch):
     assert seen and isinstance(seen[0], CausalBias)
     assert not any(m is not None and m.dtype == torch.bool and not isinstance(m, CausalBias)
                    for m in seen)
+
+
+def test_prefill_on_cuda_never_takes_the_cudnn_backend():
+    """cuDNN builds a plan per new sequence length (65 ms on an H200): prefill runs without it
+    on CUDA, and leaves the process's SDPA settings as they were."""
+    from parrot.engines.builtin.attention import prefill_sdpa_backends
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    with prefill_sdpa_backends(torch.device("cuda")):
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled()
+        assert torch.backends.cuda.mem_efficient_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before
+    with prefill_sdpa_backends(torch.device("cpu")):   # the CPU's choice is left alone
+        assert torch.backends.cuda.cudnn_sdp_enabled() == before
