@@ -1,8 +1,9 @@
 """Prefill on the H200 (`bench_engine.py --suite-prefill`): the rate of 64 x 2,048-token Fills
 against the measured bf16 matmul rate, the rate of 64 Fills of random lengths, the device
 time per kernel of one Fill step, and the attention call prefill makes (torch SDPA, causal,
-[1, H, 2048, D]) timed with and without `enable_gqa` (a flag that some SDPA backends do not take: with it set, torch may fall back
-to a slower backend even when the query and key heads are equal)."""
+[1, H, 2048, D]) timed with and without `enable_gqa` (a flag that some SDPA backends do not
+take: with it set, torch may fall back to a slower backend even when the query and key heads
+are equal)."""
 
 from __future__ import annotations
 
