@@ -39,6 +39,28 @@ class Mutation:
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
+        "staging_two_mirrors", "parrot/engines/builtin/staging.py",
+        "        self._current ^= 1\n", "",
+        ("tests/engines/builtin/test_staging.py",)),
+    Mutation(
+        "lookahead_finished_rows_leave", "parrot/engines/builtin/graphs.py",
+        "    index, j = [], 0\n", "    return None\n    index, j = [], 0\n",
+        ("tests/engines/builtin/test_lookahead.py",)),
+    Mutation(
+        "lookahead_group_crosses_block", "parrot/engines/builtin/lookahead.py",
+        "    if any(crossing) and owned is None:\n",
+        "    if any(crossing) and (owned is None or rows.groups is not None):\n",
+        ("tests/engines/builtin/test_lookahead.py",)),
+    Mutation(
+        "lookahead_fed", "parrot/engines/builtin/runner.py",
+        "        if host.sample_rows != list(range(len(rows.token_ids))):\n",
+        "        if True:\n",
+        ("tests/engines/builtin/test_lookahead.py",)),
+    Mutation(
+        "prefill_without_cudnn", "parrot/engines/builtin/attention.py",
+        "    if device.type != \"cuda\":\n", "    if True:\n",
+        ("tests/engines/builtin/test_prefill_attention.py",)),
+    Mutation(
         "scheduler_fifo", "parrot/core/scheduler.py",
         "    return sorted(calls, key=lambda c: c.arrival_seq)",
         "    return sorted(calls, key=lambda c: c.arrival_seq, reverse=True)",
