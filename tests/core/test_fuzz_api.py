@@ -50,10 +50,11 @@ class Harness:
                                       "request_header_timeout_s": 1.0,
                                       "request_body_timeout_s": 0.5}))
         await server.start(port=0)
-        # The client drops idle connections before the server's header timeout can close them
-        # under it (a request sent on a connection the server is closing would be lost).
+        # A fresh connection per request: a kept-alive one can be closed by the server's header
+        # timeout just as the client reuses it (a stall of the loaded 2-core CI box once made a
+        # request meet a connection reset), and keep-alive is not what this test is about.
         http = aiohttp.ClientSession(base_url=server.url, connector=aiohttp.TCPConnector(
-            keepalive_timeout=0.25))
+            force_close=True))
         sessions, var_ids = [], []
         for _ in range(3):
             async with http.post("/v1/sessions") as resp:
@@ -271,7 +272,9 @@ def harness():
 def test_fuzz_every_route(harness):
     loop, h = harness
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None,
+    # derandomize: the same 10,000 requests every run, so CI passes or fails on the code, not
+    # on the draw (a random draw once reached too few deep paths for the check below)
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
     @given(st.lists(requests(h), min_size=BATCH, max_size=BATCH), st.randoms())
     def check(batch: list[dict[str, Any]], rng: random.Random) -> None:
