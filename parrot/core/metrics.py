@@ -175,6 +175,10 @@ ENGINE_WORK: dict[str, tuple[str, str, float]] = {
                                   "captured while serving (each stalls the engine)", 1.0),
     "graph_capture_ms_at_runtime": ("parrot_engine_graph_capture_seconds", "time spent "
                                     "capturing CUDA graphs while serving", 1e-3),
+    "ahead_hits": ("parrot_engine_ahead_hits", "decode steps served by a step launched "
+                   "ahead", 1.0),
+    "ahead_misses": ("parrot_engine_ahead_misses", "steps launched ahead and not used "
+                     "(wasted GPU steps)", 1.0),
 }
 
 

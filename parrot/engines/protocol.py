@@ -144,7 +144,7 @@ class GenerateResult:
 # first version of the protocol, which engines without them need not send.
 OPTIONAL_STATS = ("graph_captures_at_runtime", "graph_capture_ms_at_runtime", "num_steps",
                   "num_graph_steps", "step_ms", "graph_step_ms", "loop_ms", "prefill_tokens",
-                  "decode_tokens")
+                  "decode_tokens", "ahead_hits", "ahead_misses")
 
 
 @dataclass(frozen=True)
@@ -174,6 +174,11 @@ class EngineStats:
     loop_ms: int = 0
     prefill_tokens: int = 0
     decode_tokens: int = 0
+    # Decode steps served by a step launched ahead (the builtin engine's launch-ahead), and
+    # launches ahead that went unused (a new request came, or a sampled row differed): a
+    # high miss rate means launch-ahead costs GPU steps instead of hiding host time.
+    ahead_hits: int = 0
+    ahead_misses: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

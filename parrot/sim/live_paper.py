@@ -213,8 +213,10 @@ async def _run_experiment(served: ServeConfig, config_path: str, e: LiveExperime
             + (f" {run.result.duration_s:.2f}s" if run.result else f" {run.error}")
             + "".join(f"; {name}: {c['num_steps']} steps ({c['num_graph_steps']} from graphs), "
                       f"{c['step_ms']} ms in steps ({c['graph_step_ms']} in graph steps), "
-                      f"{c['loop_ms']} ms in loop iterations, {c['graph_captures_at_runtime']} "
-                      f"graphs captured while serving ({c['graph_capture_ms_at_runtime']} ms)"
+                      f"{c['loop_ms']} ms in loop iterations, {c['ahead_hits']} from "
+                      f"launch-ahead ({c['ahead_misses']} wasted), "
+                      f"{c['graph_captures_at_runtime']} graphs captured while serving "
+                      f"({c['graph_capture_ms_at_runtime']} ms)"
                       for name, c in counters[variant.label].items()))
         runs.append(run)
     wanted = parse_variants(e.reference)[0].label

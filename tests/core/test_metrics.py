@@ -144,7 +144,7 @@ def test_engine_work_counters_are_exported_in_seconds_and_tokens():
     collector.engine_stats = {"gpu-0": EngineStats(
         3, 0, 100, 60, 16, 640, 2, graph_captures_at_runtime=4, graph_capture_ms_at_runtime=250,
         num_steps=120, num_graph_steps=100, step_ms=1500, loop_ms=1600, prefill_tokens=9000,
-        decode_tokens=2400)}
+        decode_tokens=2400, ahead_hits=90, ahead_misses=3)}
     class Reported:
         def collect(self):
             return collector._reported()
@@ -163,4 +163,6 @@ def test_engine_work_counters_are_exported_in_seconds_and_tokens():
     assert m[("parrot_engine_decode_tokens_total", label)] == 2400
     assert m[("parrot_engine_graph_captures_at_runtime_total", label)] == 4
     assert m[("parrot_engine_graph_capture_seconds_total", label)] == 0.25
+    assert m[("parrot_engine_ahead_hits_total", label)] == 90
+    assert m[("parrot_engine_ahead_misses_total", label)] == 3
     assert m[("parrot_engine_reported_kv_blocks_used", label)] == 40

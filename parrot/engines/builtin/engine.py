@@ -133,7 +133,9 @@ class BuiltinEngine(Engine):
                            graph_step_ms=round(self._counters.graph_step_s * 1000),
                            loop_ms=round(self._counters.loop_s * 1000),
                            prefill_tokens=self._counters.prefill_tokens,
-                           decode_tokens=self._counters.decode_tokens)
+                           decode_tokens=self._counters.decode_tokens,
+                           ahead_hits=0 if graphs is None else graphs.num_ahead_hits,
+                           ahead_misses=0 if graphs is None else graphs.num_ahead_misses)
 
     async def healthz(self) -> bool:
         return not self._closing and self._unhealthy is None \
