@@ -22,9 +22,10 @@ ONE_SPLIT_PROGRAMS_PER_SM = 1
 # 2 (fewer registers: more programs resident; same sweep: 4-10% faster at B >= 16, slower at
 # B = 8, where two programs per SM need the longer step's bytes in flight).
 SHORT_STEP_PROGRAMS_PER_SM = 3
-# Split KV until there are about this many programs per SM. Per-row launches want many
-# (wave tails; H200: 4 splits beat 1 at B=64, 6200 tokens); the cascade wants few, long
-# prefix splits (each split adds a slot of B x Hq x D fp32 partials to write and merge).
+# Otherwise split KV until there are about this many programs per SM. Per-row launches with
+# fewer rows than SMs want many (B <= 4 in the sweep above: 4-16 splits were fastest); the
+# cascade wants few, long prefix splits (each split adds a slot of B x Hq x D fp32 partials to
+# write and merge).
 ROW_PROGRAMS_PER_SM = 16
 CASCADE_PROGRAMS_PER_SM = 4
 # "auto" runs the cascade (prefix tiles + per-row suffixes + merge) only when sharing saves at
