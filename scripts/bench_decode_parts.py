@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gemv import SHAPES, graph_time, rotated_weights  # noqa: E402
+from bench_gemv import SHAPES, cublas_seconds, graph_time, rotated_weights  # noqa: E402
 from engine_suite import ceilings  # noqa: E402
 from repo_imports import alias_kernels  # noqa: E402
 
@@ -42,10 +42,8 @@ def gemm_section(torch, rows_list: list[int], copy_bw: float) -> tuple[list[str]
         nbytes = n * k * 2
         ws = rotated_weights(torch, n, k)
         for t in rows_list:
-            x = torch.randn(t, k, device="cuda", dtype=torch.bfloat16)
-            ys = [torch.empty(t, n, device="cuda", dtype=torch.bfloat16) for _ in ws]
-            sec = graph_time(torch, [functools.partial(torch.matmul, x, w.t(), out=y)
-                                     for w, y in zip(ws, ys)], warm=3)
+            sec, _ = cublas_seconds(torch, ws, torch.randn(t, k, device="cuda",
+                                                           dtype=torch.bfloat16), warm=3)
             if t == max(rows_list):
                 total += sec * (LAYERS if name != "lm_head" else 1)
             floor = nbytes / copy_bw

@@ -53,6 +53,14 @@ def rotated_weights(torch, n: int, k: int) -> list:
     return [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
 
 
+def cublas_seconds(torch, ws: list, x, warm: int = 1) -> tuple[float, list]:
+    """Seconds per x @ W^T through cuBLAS over the rotated weights `ws`, and the outputs."""
+    ys = [torch.empty(x.shape[0], w.shape[0], device="cuda", dtype=x.dtype) for w in ws]
+    sec = graph_time(torch, [lambda w=w, y=y: torch.matmul(x, w.t(), out=y)
+                             for w, y in zip(ws, ys)], warm=warm)
+    return sec, ys
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", default="1,2,4")
@@ -79,9 +87,7 @@ def main() -> int:
         ws = rotated_weights(torch, n, k)
         for t in rows_list:
             x = torch.randn(t, k, device="cuda", dtype=torch.bfloat16)
-            ys = [torch.empty(t, n, device="cuda", dtype=torch.bfloat16) for _ in ws]
-            cublas = graph_time(torch, [lambda w=w, y=y, x=x: torch.matmul(x, w.t(), out=y)
-                                        for w, y in zip(ws, ys)])
+            cublas, ys = cublas_seconds(torch, ws, x)
             # every tile at T=1; at more rows the three best tiles of T=1 for this shape
             candidates = tunings if t == 1 or name not in best_three else best_three[name]
             timed = []
