@@ -198,19 +198,14 @@ def with_rate_search(experiments: tuple[LiveExperiment, ...], *,
     """The experiments with their rate search's `window_s` / `start` / `refinements` (those
     given, not None) changed: a shorter search for a small device budget, said in the
     results (each rate search's results.json records the spec it ran)."""
-    if window_s is None and start is None and refinements is None:
+    changes: dict[str, Any] = {k: v for k, v in (("window_s", window_s), ("start", start),
+                                 ("refinements", refinements)) if v is not None}
+    if not changes:
         return experiments
     if not any(e.rate_search is not None for e in experiments):
         raise LiveExperimentError("the rate-search options need a rate-search experiment "
                                   "(--only gpts_rate)")
-    out = []
-    for e in experiments:
-        spec = e.rate_search
-        if spec is not None:
-            spec = dataclasses.replace(
-                spec, window_s=spec.window_s if window_s is None else window_s,
-                start=spec.start if start is None else start,
-                refinements=spec.refinements if refinements is None else refinements)
-            e = dataclasses.replace(e, rate_search=spec)
-        out.append(e)
-    return tuple(out)
+    return tuple(e if e.rate_search is None
+                 else dataclasses.replace(e, rate_search=dataclasses.replace(e.rate_search,
+                                                                             **changes))
+                 for e in experiments)

@@ -213,14 +213,17 @@ class DecodeGraphs:
     def launch_ahead(self, rows: DecodeRows) -> None:
         """Start `rows` (a predicted next step) on the GPU without waiting; `run` uses it only
         for an identical step. Only buckets already captured (never a capture here)."""
+        if (captured := self._captured(rows)) is not None:
+            key, graph = captured
+            self.fill(rows, key)
+            self._ahead = (rows, graph.replay())
+
+    def _captured(self, rows: DecodeRows) -> tuple[GraphKey, _Graph] | None:
+        """The bucket of `rows` and its graph when it is captured (launch-ahead never
+        captures: a capture stalls, and the prediction may be wrong)."""
         key = graph_key(rows, self.max_batch, self.max_width)
-        if key is None or key in self._failed:
-            return
-        graph = self._graphs.get(key)
-        if graph is None:
-            return
-        self.fill(rows, key)
-        self._ahead = (rows, graph.replay())
+        graph = None if key is None or key in self._failed else self._graphs.get(key)
+        return None if key is None or graph is None else (key, graph)
 
     def launch_ahead_fed(self, rows: DecodeRows, source: StepOutput) -> list[int]:
         """Queue `rows` (the predicted next step) on the GPU right behind the step whose
@@ -235,11 +238,9 @@ class DecodeGraphs:
         host_tokens.copy_(source.greedy, non_blocking=True)   # queued before the next replay
         if self._tokens_read is not None:
             self._tokens_read.record()
-        key = graph_key(rows, self.max_batch, self.max_width)
-        graph = None if key is None or key in self._failed else self._graphs.get(key)
         outputs = None
-        if graph is not None:
-            assert key is not None
+        if (captured := self._captured(rows)) is not None:
+            key, graph = captured
             self.fill(rows, key)
             self.input_ids[:n].copy_(source.greedy)            # after the upload it overwrites
             outputs = graph.replay()

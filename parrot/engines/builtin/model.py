@@ -16,6 +16,7 @@ small-batch linear (`small_batch_linear`): a weight read, 5-17% faster than cuBL
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -108,16 +109,14 @@ class LlamaModel:
                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
                 meta: AttentionMetadata) -> torch.Tensor:
         """input_ids, positions [T] -> final hidden states [T, H] (K/V written into the cache)."""
-        if meta.prefills:
-            with prefill_sdpa_backends(self.device):
-                return self._forward(input_ids, positions, kv_caches, meta)
-        return self._forward(input_ids, positions, kv_caches, meta)
+        with prefill_sdpa_backends(self.device) if meta.prefills else contextlib.nullcontext():
+            if self._fused is not None:
+                return self._forward_fused(input_ids, positions, kv_caches, meta)
+            return self._forward_unfused(input_ids, positions, kv_caches, meta)
 
-    def _forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
-                 meta: AttentionMetadata) -> torch.Tensor:
-        if self._fused is not None:
-            return self._forward_fused(input_ids, positions, kv_caches, meta)
+    def _forward_unfused(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+                         meta: AttentionMetadata) -> torch.Tensor:
         s = self.shape
         eps = s.rms_norm_eps
         x = F.embedding(input_ids, self.embed)                        # [T, H]

@@ -141,8 +141,13 @@ class ModelRunner:
             work = batch.chunks[i].work
             if not work.sampling.is_greedy or ends_regardless(work, self.max_context_len):
                 return None
-        owned = [batch.chunks[i].block_table for i in host.order]   # row order
-        return next_rows(rows, rows.token_ids, self.block_size, owned)
+        return self._next_rows(batch, host, rows, rows.token_ids)
+
+    def _next_rows(self, batch: Batch, host: HostInputs, rows: DecodeRows,
+                   tokens: list[int]) -> DecodeRows | None:
+        """lookahead.next_rows with each row's blocks (row order), reserved next one included."""
+        owned = [batch.chunks[i].block_table for i in host.order]
+        return next_rows(rows, tokens, self.block_size, owned)
 
     def _launch_ahead(self, batch: Batch, host: HostInputs, rows: DecodeRows,
                       sampled: list[int | None]) -> None:
@@ -156,8 +161,7 @@ class ModelRunner:
             if token is None or finishes(batch.chunks[i].work, token, self.eos_token_ids,
                                          self.max_context_len):
                 return
-        owned = [batch.chunks[i].block_table for i in host.order]   # row order
-        nxt = next_rows(rows, tokens, self.block_size, owned)   # type: ignore[arg-type]
+        nxt = self._next_rows(batch, host, rows, tokens)   # type: ignore[arg-type]
         if nxt is not None:
             self.graphs.launch_ahead(nxt)
 
