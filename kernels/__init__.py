@@ -10,7 +10,7 @@ from .decode import (merge_attention_states, paged_decode_attention,
                      shared_prefix_decode_attention)
 from .fused import (add_rms_norm, reference_add_rms_norm, reference_rope_kv_write,
                     reference_silu_mul, rope_kv_write, silu_mul)
-from .gemv import MAX_GEMV_ROWS, GemvTuning, small_batch_linear
+from .gemv import MAX_GEMV_ROWS, DotTuning, GemvTuning, kernel_wins, small_batch_linear
 from .plan import (KernelTuning, choose_shared_prefix_strategy, paged_decode_workspace_numel,
                    shared_prefix_decode_workspace_numel)
 from .reference import (reference_merge_attention_states, reference_paged_decode_attention,
@@ -18,7 +18,9 @@ from .reference import (reference_merge_attention_states, reference_paged_decode
 
 __all__ = [
     "MAX_GEMV_ROWS",
+    "DotTuning",
     "GemvTuning",
+    "kernel_wins",
     "small_batch_linear",
     "add_rms_norm",
     "reference_add_rms_norm",

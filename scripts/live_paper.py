@@ -25,7 +25,7 @@ alias_kernels()
 from parrot.core.config import ServeConfig  # noqa: E402
 from parrot.sim.live_experiments import (LiveExperimentError, select_experiments,  # noqa: E402
                                          with_rate_search, with_variants)
-from parrot.sim.live_paper import ServeSetup, run, with_latency_capacity  # noqa: E402
+from parrot.sim.live_paper import ServeSetup, run, with_engine_capacity  # noqa: E402
 
 # The CPU smoke test: the same runs, tiny sizes, a 2-layer random model with SmolLM2's
 # tokenizer, float32 on the CPU (every engine of a config gets these params).
@@ -67,6 +67,11 @@ def main() -> int:
     parser.add_argument("--latency-capacity", type=int, default=None, metavar="TOKENS",
                         help="every engine's latency capacity (default: the configs'; "
                              "20480 is the H200 calibration, docs/RESULTS.md)")
+    parser.add_argument("--throughput-capacity", type=int, default=None, metavar="TOKENS",
+                        help="every engine's throughput capacity (default: the configs'; "
+                             "the KV-share calibration, docs/RESULTS.md; the "
+                             "throughput-centric baseline's cap is a variant's "
+                             "+policy.token_capacity=)")
     parser.add_argument("--tokenizer", default=None, metavar="PATH",
                         help="every builtin engine's tokenizer (a folder of tokenizer files)")
     parser.add_argument("--smoke", action="store_true",
@@ -99,11 +104,12 @@ def main() -> int:
         parser.error(f"experiments need {counts} engines; configs exist for {sorted(paths)}")
     setups = [load_setup(paths[n], smoke=args.smoke, tokenizer=args.tokenizer)
               for n in counts]
-    if args.latency_capacity is not None:
-        try:
-            setups = [with_latency_capacity(s, args.latency_capacity) for s in setups]
-        except LiveExperimentError as exc:
-            parser.error(str(exc))
+    for field in ("latency_capacity", "throughput_capacity"):
+        if getattr(args, field) is not None:
+            try:
+                setups = [with_engine_capacity(s, field, getattr(args, field)) for s in setups]
+            except LiveExperimentError as exc:
+                parser.error(str(exc))
     delay = args.network_delay_ms or ("10:20" if args.smoke else "200:300")
     low, high = (float(x) / 1000.0 for x in delay.split(":"))
     return run(setups, args.out, smoke=args.smoke, budget_s=args.budget_s,

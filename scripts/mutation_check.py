@@ -39,6 +39,16 @@ class Mutation:
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
+        "small_batch_gemv_rows", "parrot/engines/builtin/model.py",
+        "        if gemv is not None and gemv.kernel_wins(w.shape[0], w.shape[1], x.shape[0]):\n",
+        "        if gemv is not None and x.shape[0] == 1:\n",
+        ("tests/engines/builtin/test_small_batch_gemv.py",)),
+    Mutation(
+        "small_batch_gemv_prefill", "parrot/engines/builtin/model.py",
+        "        if gemv is not None and gemv.kernel_wins(w.shape[0], w.shape[1], x.shape[0]):\n",
+        "        if gemv is not None and x.shape[0] <= 64:\n",
+        ("tests/engines/builtin/test_small_batch_gemv.py",)),
+    Mutation(
         "staging_two_mirrors", "parrot/engines/builtin/staging.py",
         "        self._current ^= 1\n", "",
         ("tests/engines/builtin/test_staging.py",)),

@@ -106,9 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--paper-profile", default="h200_llama7b",
                    help="--paper: the latency profile of every run (default h200_llama7b)")
     m.add_argument("--paper-calibrate", action="store_true",
-                   help="--paper: both latency caps (app_centric's latency capacity, the "
-                        "latency-centric baseline's cap) calibrated to the profile instead of "
-                        "the paper's A100 figures (docs/RESULTS.md)")
+                   help="--paper: the caps (app_centric's latency and throughput capacities, "
+                        "the latency- and throughput-centric baselines' caps) calibrated to "
+                        "the profile instead of the paper's A100 figures (docs/RESULTS.md)")
     m.add_argument("--page", type=Path, help="--paper: splice the table into this markdown "
                    "page between its paper-table markers (e.g. docs/RESULTS.md)")
     p.add_argument("--no-plots", action="store_true")

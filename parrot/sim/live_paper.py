@@ -52,16 +52,20 @@ class ServeSetup:
         return len(self.config.engines)
 
 
-def with_latency_capacity(setup: ServeSetup, tokens: int) -> ServeSetup:
-    """The setup with every engine's latency capacity set to `tokens` (e.g. calibrated to the
-    hardware by the paper's rule, docs/RESULTS.md) instead of the config's; the path records
-    it, so results say which capacity they ran with."""
+CAPACITY_FLAGS = {"latency_capacity": "--latency-capacity",
+                  "throughput_capacity": "--throughput-capacity"}
+
+
+def with_engine_capacity(setup: ServeSetup, field: str, tokens: int) -> ServeSetup:
+    """The setup with every engine's `field` (latency_capacity or throughput_capacity) set to
+    `tokens` (e.g. calibrated to the hardware, docs/RESULTS.md) instead of the config's; the
+    path records it, so results say which capacity they ran with."""
+    flag = CAPACITY_FLAGS[field]
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        raise LiveExperimentError(f"--latency-capacity: {tokens!r} is not valid; allowed: "
-                                  "integer >= 1")
-    engines = tuple(dataclasses.replace(e, latency_capacity=tokens)
-                    for e in setup.config.engines)
-    return ServeSetup(f"{setup.path} (latency_capacity={tokens})",
+        raise LiveExperimentError(f"{flag}: {tokens!r} is not valid; allowed: integer >= 1")
+    change: dict[str, Any] = {field: tokens}
+    engines = tuple(dataclasses.replace(e, **change) for e in setup.config.engines)
+    return ServeSetup(f"{setup.path} ({field}={tokens})",
                       dataclasses.replace(setup.config, engines=engines))
 
 

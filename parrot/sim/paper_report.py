@@ -74,7 +74,7 @@ def _plot(run_dir: Path, kind: str) -> str | None:
 
 def write_report(out: Path, experiments: Sequence[Any], seconds: dict[str, float],
                  wall_s: float, profile: str | None = None, calibrate: bool = False) -> str:
-    """calibrate: the runs had both latency caps calibrated (paper.experiment_calibration),
+    """calibrate: the runs had their caps calibrated (paper.experiment_calibration),
     which the commands say; the live column is then left out (the live runs used the
     paper's caps)."""
     from parrot.sim.paper import PROFILE, experiment_calibration

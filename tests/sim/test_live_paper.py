@@ -226,13 +226,19 @@ async def test_results_are_saved_after_each_experiment(tmp_path):
     assert "partial" not in final and set(final["experiments"]) == {"first", "second"}
 
 
-def test_latency_capacity_override_sets_every_engine_and_says_so():
-    from parrot.sim.live_paper import with_latency_capacity
+def test_capacity_overrides_set_every_engine_and_say_so():
+    from parrot.sim.live_paper import with_engine_capacity
 
-    setup = with_latency_capacity(TWO, 20480)
+    setup = with_engine_capacity(TWO, "latency_capacity", 20480)
     assert [e.latency_capacity for e in setup.config.engines] == [20480, 20480]
     assert [e.latency_capacity for e in TWO.config.engines] == [6144, 6144]   # untouched
     assert setup.path == "two.yaml (latency_capacity=20480)"
-    for bad in (0, -5, 2.5, True):
-        with pytest.raises(LiveExperimentError, match="--latency-capacity"):
-            with_latency_capacity(TWO, bad)
+    both = with_engine_capacity(setup, "throughput_capacity", 119808)
+    assert [(e.latency_capacity, e.throughput_capacity) for e in both.config.engines] == [
+        (20480, 119808)] * 2
+    assert both.path == "two.yaml (latency_capacity=20480) (throughput_capacity=119808)"
+    for field, flag in (("latency_capacity", "--latency-capacity"),
+                        ("throughput_capacity", "--throughput-capacity")):
+        for bad in (0, -5, 2.5, True):
+            with pytest.raises(LiveExperimentError, match=flag):
+                with_engine_capacity(TWO, field, bad)

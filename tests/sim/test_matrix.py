@@ -9,7 +9,7 @@ import pytest
 
 from parrot.sim.matrix import (Cell, MatrixSpec, cell_workload_spec, geometric_mean,
                                latency_capacity_for, latency_centric_capacity_for, markdown_table,
-                               run_cell, write_outputs)
+                               run_cell, throughput_capacity_for, write_outputs)
 from parrot.sim.workloads.registry import WORKLOADS
 
 
@@ -42,6 +42,12 @@ def test_latency_capacity_is_calibrated_per_profile():
     # the latency-centric baseline's 4096-token cap, calibrated by the same rule
     assert latency_centric_capacity_for("a100_llama13b") == 4096
     assert latency_centric_capacity_for("h200_llama7b") == 13312
+
+
+def test_throughput_capacity_keeps_the_paper_profiles_share_of_the_kv_cache():
+    assert throughput_capacity_for("a100_llama13b") == 32768      # 56,000 tokens of KV
+    # h200_llama7b: 12,900 blocks x 16 = 206,400 tokens; 58.5% of it, rounded down to 1024
+    assert throughput_capacity_for("h200_llama7b") == 206400 * 32768 // 56000 // 1024 * 1024
 
 
 def test_cells_run_the_latency_centric_baseline_with_its_calibrated_cap(monkeypatch):

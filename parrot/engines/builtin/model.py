@@ -9,15 +9,15 @@ Two implementations of the elementwise parts, equal in value: PyTorch ops (the C
 without the kernels), or the fused Triton ops of `parrot_kernels` (`use_fused`): residual
 add + RMSNorm, RoPE + K/V cache write, SiLU * up as one launch each, so a decode layer is
 4 GEMMs + 3 fused kernels + attention instead of ~20 launches. With the fused ops on CUDA,
-a one-row step (decode at batch 1) also runs its GEMMs and the LM head through the kernels'
-small-batch linear (`small_batch_linear`): a weight read, 5-17% faster than cuBLAS there
-(docs/results/gemv_h200.md).
+a small-batch step (decode at batch 1-16, some projections up to 64) also runs its GEMMs and
+the LM head through the kernels' small-batch linear (`small_batch_linear`, where
+`kernel_wins`): a weight read, 5-17% faster than cuBLAS at one row and 5-11% at 2-16 rows
+(docs/results/gemv_h200.md, docs/results/gemv_dot_h200.md).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -30,7 +30,6 @@ from parrot.engines.builtin.rope import apply_rope, cos_sin_table, inv_frequenci
 from parrot.engines.builtin.shapes import ModelShape
 
 
-Linear = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]   # (x [T, K], W [N, K]) -> [T, N]
 
 
 @dataclass
@@ -74,19 +73,30 @@ class LlamaModel:
         self._q_size = shape.num_heads * shape.head_dim
         self._kv_size = shape.num_kv_heads * shape.head_dim
         self._fused: ModuleType | None = None
-        self._one_row_linear: Linear = F.linear
+        self._gemv: ModuleType | None = None    # kernels whose small-batch linear is used
 
-    def use_fused(self, kernels: ModuleType | None, *, one_row_gemv: bool | None = None) -> None:
+    def use_fused(self, kernels: ModuleType | None, *,
+                  small_batch_gemv: bool | None = None) -> None:
         """Run the elementwise parts through these fused kernels (None: PyTorch ops), and
-        one-row steps' linear layers through their small-batch kernel (default: on CUDA, where
-        its tiles were measured; the CPU tests turn it on under the interpreter)."""
+        small-batch linear layers through the kernels' small-batch linear wherever it reads
+        the weights faster than cuBLAS (`kernel_wins`: 1-16 rows, some shapes up to 64;
+        default: on CUDA, where it was measured; the CPU tests turn it on under the
+        interpreter)."""
         if kernels is not None and not hasattr(kernels, "rope_kv_write"):
             kernels = None  # an older parrot_kernels without the fused ops
         self._fused = kernels
-        if one_row_gemv is None:
-            one_row_gemv = self.device.type == "cuda"
-        gemv = getattr(kernels, "small_batch_linear", None)
-        self._one_row_linear = gemv if (gemv is not None and one_row_gemv) else F.linear
+        if small_batch_gemv is None:
+            small_batch_gemv = self.device.type == "cuda"
+        has_gemv = hasattr(kernels, "small_batch_linear") and hasattr(kernels, "kernel_wins")
+        self._gemv = kernels if (has_gemv and small_batch_gemv) else None
+
+    def _linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """x @ w^T through the small-batch kernel where it wins at x's row count, else cuBLAS
+        (decided in Python: once per bucket when a CUDA graph is captured)."""
+        gemv = self._gemv
+        if gemv is not None and gemv.kernel_wins(w.shape[0], w.shape[1], x.shape[0]):
+            return gemv.small_batch_linear(x, w)
+        return F.linear(x, w)
 
     @property
     def fused(self) -> bool:
@@ -151,7 +161,7 @@ class LlamaModel:
         assert ops is not None
         x = F.embedding(input_ids, self.embed)                        # [T, H], updated in place
         t = x.shape[0]
-        linear = self._one_row_linear if t == 1 else F.linear
+        linear = self._linear
         h = ops.add_rms_norm(x, None, self.layers[0].input_norm, eps)
         norms = [layer.input_norm for layer in self.layers[1:]] + [self.final_norm]
         for layer, next_norm, (k_cache, v_cache) in zip(self.layers, norms, kv_caches):
@@ -180,5 +190,4 @@ class LlamaModel:
         """hidden [N, H] -> float32 logits [N, V]."""
         if self._lm_head_slices is not None:
             return torch.cat([hidden @ w for w in self._lm_head_slices], dim=-1).float()
-        linear = self._one_row_linear if hidden.shape[0] == 1 else F.linear
-        return linear(hidden, self.lm_head).float()
+        return self._linear(hidden, self.lm_head).float()
