@@ -7,9 +7,12 @@
 
 Measures, through the engine protocol (so scheduler and batching overheads are included):
 
-* prefill: Fill contexts of several lengths; `prefill_per_token_ms` is the slope of a
-  least-squares line of time vs. tokens (the fixed per-call cost is left out, as the
-  simulated engine charges prefill per token);
+* prefill: Fill contexts of several lengths; `prefill_per_token_ms` is the least-squares
+  line of time vs. tokens *through the origin* — the simulated engine's own model (prefill
+  charged per token, no fixed cost), so the fit is the best that model can do: a free
+  intercept would take the weight read of the short fills as a fixed cost the simulator never
+  charges, and its slope came out below the GPU's matmul rate (docs/ENGINE.md). The measured
+  points are written as a comment;
 * decode: for each batch size B, fill B independent contexts of L tokens, then run B
   Generates of S tokens concurrently; one iteration's time is the elapsed time / S, at
   `batch tokens` = B × (L + S/2), the mean KV length the iterations read.
@@ -55,9 +58,16 @@ async def timed(coro: Any) -> float:
     return time.perf_counter() - started
 
 
-async def measure_prefill(engine: Engine, lens: list[int], repeats: int) -> float:
-    """ms per prefilled token: the slope of time vs. length."""
-    xs, ys = [], []
+def per_token_through_origin(xs: list[int], ys: list[float]) -> float:
+    """The slope b of the least-squares line y = b x (no intercept)."""
+    return sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+
+
+async def measure_prefill(engine: Engine, lens: list[int],
+                          repeats: int) -> tuple[float, list[tuple[int, float]]]:
+    """(ms per prefilled token through the origin, the (tokens, ms) points measured)."""
+    xs: list[int] = []
+    ys: list[float] = []
     await engine.fill(FillRequest("warmup", token_ids=token_ids(lens[0], 0)))  # lazy init
     await engine.free_context("warmup")
     for r in range(repeats):
@@ -66,10 +76,8 @@ async def measure_prefill(engine: Engine, lens: list[int], repeats: int) -> floa
             ys.append(await timed(engine.fill(FillRequest(cid, token_ids=token_ids(n, n + r)))))
             xs.append(n)
             await engine.free_context(cid)
-    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
-    slope = (sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys))
-             / sum((x - mean_x) ** 2 for x in xs))
-    return max(slope, 0.0) * 1000.0
+    points = [(x, y * 1000.0) for x, y in zip(xs, ys)]
+    return per_token_through_origin(xs, ys) * 1000.0, points
 
 
 async def measure_decode(engine: Engine, batch: int, context_len: int, steps: int,
@@ -133,7 +141,8 @@ async def record(args: argparse.Namespace) -> dict[str, Any]:
     try:
         info = await engine.info()
         print(f"prefill at {plan['prefill_lens']} tokens ...", file=sys.stderr)
-        prefill_ms = await measure_prefill(engine, plan["prefill_lens"], plan["repeats"])
+        prefill_ms, prefill_points = await measure_prefill(engine, plan["prefill_lens"],
+                                                           plan["repeats"])
         points: dict[int, float] = {}
         for batch in plan["batch_sizes"]:
             x, ms = await measure_decode(engine, batch, plan["context_len"],
@@ -155,6 +164,7 @@ async def record(args: argparse.Namespace) -> dict[str, Any]:
         "block_size": info.block_size,
         "num_blocks": info.num_blocks_total,
         "prefill_per_token_ms": prefill_ms,
+        "prefill_points": prefill_points,
         "decode_table": sorted(points.items()),
     }
 
@@ -177,9 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     if len(args.batch_sizes or FULL["batch_sizes"]) < 2:
         parser.error("--batch-sizes: need at least two batch sizes for a decode table")
     profile = asyncio.run(record(args))
+    fills = ", ".join(f"{n} tokens {ms:.1f} ms" for n, ms in profile["prefill_points"])
     comment = ("Latency profile of the simulated engine, measured on the builtin engine.\n"
                "decode_table: [batch tokens (sum of the decoding sequences' context lengths), "
-               "ms per iteration].\nprefill_per_token_ms: slope of fill time vs. tokens.")
+               "ms per iteration].\nprefill_per_token_ms: least-squares line of fill time vs. "
+               "tokens through the origin,\nover single fills: " + fills + ".")
     text = to_yaml(profile, comment)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)

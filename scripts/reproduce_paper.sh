@@ -2,7 +2,7 @@
 # Regenerate the simulated half of docs/RESULTS.md: every experiment of the paper on the
 # simulated cluster (profile h200_llama7b), JSON + tables + plots under docs/results/paper/,
 # and the table between the paper-table markers of docs/RESULTS.md; then the same experiments
-# with both latency caps calibrated to the profile, under docs/results/paper_calibrated/.
+# with the caps calibrated to the profile, under docs/results/paper_calibrated/
 # Deterministic (seed 0). About 5 minutes on 2 cores (JOBS=2); the page records the last
 # measured times.
 #
@@ -13,6 +13,6 @@ PYTHON="${PYTHON:-python}"
 rm -rf docs/results/paper docs/results/paper_calibrated
 "$PYTHON" -m parrot.cli.bench --paper --out docs/results/paper --page docs/RESULTS.md \
     --jobs "${JOBS:-2}"
-# the same experiments with both latency caps calibrated to the profile (docs/RESULTS.md)
+# the same experiments with the caps calibrated to the profile (docs/RESULTS.md)
 exec "$PYTHON" -m parrot.cli.bench --paper --paper-calibrate --out docs/results/paper_calibrated \
     --jobs "${JOBS:-2}"

@@ -23,7 +23,6 @@ from parrot.engines.protocol import Engine, FillRequest, GenerateChunk, Generate
 from parrot.errors import OutOfKVCacheError, ParrotError, UnknownContextError
 from parrot.template import Placeholder, Text
 from parrot.transforms import apply_transforms
-from parrot.types import CHARS_PER_TOKEN
 
 log = logging.getLogger(__name__)
 
@@ -47,27 +46,28 @@ def plan_prefix_contexts(pieces: tuple[PrefixPiece, ...],
                          is_shared: IsShared) -> tuple[tuple[PrefixPiece, ...], str]:
     """Which boundaries get a cached context of their own, and the text left for the call.
 
-    A boundary gets a context when the text since the previous context is at least
-    MIN_CONTEXT_TOKENS and the boundary is either the end of the template's leading constant
-    text followed by more prompt (a system prompt: shared by every call of the function) or a
-    prefix known to recur (cached on the engine or seen in another call). Pieces in between
-    are merged forward, so a call makes as few engine round trips as it can. Two calls with
-    the same prefix pick the same boundaries on it (the choice depends only on the prefix and
-    on what is cached), so the second forks what the first filled.
+    A boundary gets a context when the prompt since the previous context is at least
+    MIN_CONTEXT_TOKENS (the pieces' token estimates: real counts for generated inputs, the
+    same numbers `shareable_hashes` advertises) and the boundary is either the end of the
+    template's leading constant text followed by more prompt (a system prompt: shared by
+    every call of the function) or a prefix known to recur (cached on the engine or seen in
+    another call). Pieces in between are merged forward, so a call makes as few engine round
+    trips as it can. Two calls with the same prefix pick the same boundaries on it (the
+    choice depends only on the prefix, its token counts and what is cached), so the second
+    forks what the first filled.
     """
     contexts: list[PrefixPiece] = []
     pending: list[str] = []
-    chars = 0
+    tokens_at_context = 0      # the estimate at the end of the last context
     for i, piece in enumerate(pieces):
         pending.append(piece.text)
-        chars += len(piece.text)
         # The template's leading text is worth a context when calls of the same function can
         # continue it differently, i.e. when more prompt follows it before the output.
         leading = i == 0 and piece.is_template_text and i < len(pieces) - 1
-        long_enough = -(-chars // CHARS_PER_TOKEN) >= MIN_CONTEXT_TOKENS
+        long_enough = piece.num_tokens - tokens_at_context >= MIN_CONTEXT_TOKENS
         if long_enough and (leading or is_shared(piece.prefix_hash)):
             contexts.append(PrefixPiece("".join(pending), piece.prefix_hash))
-            pending, chars = [], 0
+            pending, tokens_at_context = [], piece.num_tokens
     return tuple(contexts), "".join(pending)
 
 

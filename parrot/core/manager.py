@@ -25,7 +25,7 @@ from parrot.core.executor import run_call, shareable_hashes
 from parrot.core.lifecycle import transition
 from parrot.core.nodes import Call, InputBinding, OutputBinding, Variable
 from parrot.core.prefill_ahead import prefill_ahead
-from parrot.core.prefix import PrefixIndex, prefix_pieces, prompt_num_tokens
+from parrot.core.prefix import PrefixIndex, estimate_prompt
 from parrot.core.requests import SubmitRequest
 from parrot.core.scheduler import Scheduler
 from parrot.core.sessions import IdleExpiry, Session, SessionStore
@@ -213,17 +213,13 @@ class Manager:
         except TransformError as exc:
             self._fail_call(session, call, CallFailedError(f"input transform failed: {exc}"))
             return
-        # Inputs a generation produced unchanged: the engine counted their tokens.
-        token_counts = {name: var.num_tokens for name, b in call.inputs.items()
-                        if not b.transforms
-                        and (var := session.variables[b.var_id]).num_tokens is not None}
-        call.prefix_pieces = prefix_pieces(call.template, call.rendered_inputs,
-                                           session.prefix_salt, token_counts)
+        prompt = estimate_prompt(call.template, call.rendered_inputs, session.prefix_salt,
+                                 call.input_token_counts(session.variables))
+        call.prefix_pieces = prompt.pieces
         # Only boundaries far enough in to be worth a context are advertised to the policy:
         # affinity to a prefix no engine would cache only piles unrelated calls together.
         call.prefix_hashes = shareable_hashes(call.prefix_pieces)
-        call.num_tokens = prompt_num_tokens(call.template, call.rendered_inputs,
-                                            token_counts) + sum(
+        call.num_tokens = prompt.num_tokens + sum(
             b.sampling.max_tokens for b in call.outputs.values())
         transition(call, CallState.READY)
         self.prefix_index.add(call.prefix_hashes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,6 +117,13 @@ class Call:
 
     def mark(self, event: str, now: float) -> None:
         self.timings[event] = now
+
+    def input_token_counts(self, variables: Mapping[str, Variable]) -> dict[str, int]:
+        """The real token counts of the inputs a generation produced and that reach the
+        prompt unchanged (no transforms): the engine counted them. One rule for the call's
+        own prompt estimate and for its prefill ahead, so both cut the same contexts."""
+        return {name: var.num_tokens for name, b in self.inputs.items()
+                if not b.transforms and (var := variables[b.var_id]).num_tokens is not None}
 
     def to_node(self) -> dict[str, Any]:
         return {"kind": "call", "prompt": self.template.source, "state": self.state.value,

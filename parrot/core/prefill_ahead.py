@@ -38,7 +38,8 @@ def known_prefix(session: Session, call: Call) -> tuple[PrefixPiece, ...]:
                 values[name] = apply_transforms(binding.transforms, var.value)
             except TransformError:
                 return ()
-    return prefix_pieces(call.template, values, session.prefix_salt)
+    return prefix_pieces(call.template, values, session.prefix_salt,
+                         call.input_token_counts(session.variables))
 
 
 async def prefill_ahead(session: Session, call: Call, engine: EngineState) -> None:

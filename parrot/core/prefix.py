@@ -56,31 +56,28 @@ class TokenCount:
         return self.known_tokens + -(-self.other_chars // CHARS_PER_TOKEN)
 
 
-def prompt_num_tokens(template: Template, values: Mapping[str, str],
-                      token_counts: Mapping[str, int] | None = None) -> int:
-    """Estimated tokens of the rendered prompt (outputs empty); `token_counts`: the real token
-    counts of some inputs, by name."""
-    counts = token_counts or {}
-    total = TokenCount()
-    for seg in template.segments:
-        if isinstance(seg, Text):
-            total.add(seg.text)
-        elif not seg.is_output:
-            total.add(values.get(seg.name, ""), counts.get(seg.name))
-    return total.num_tokens
+@dataclass(frozen=True)
+class PromptEstimate:
+    """What the manager needs of a call's prompt before it runs, from one walk of it."""
+
+    pieces: tuple[PrefixPiece, ...]   # the certain prefix before the first output
+    num_tokens: int                   # estimated tokens of the whole prompt (outputs empty)
 
 
-def prefix_pieces(template: Template, values: Mapping[str, str], salt: str = "",
-                  token_counts: Mapping[str, int] | None = None) -> tuple[PrefixPiece, ...]:
-    """Split the prompt before the first output into boundary-to-boundary pieces.
+def estimate_prompt(template: Template, values: Mapping[str, str], salt: str = "",
+                    token_counts: Mapping[str, int] | None = None) -> PromptEstimate:
+    """The prompt's prefix pieces and its estimated tokens, in one walk of the template.
 
-    Each piece's hash covers the whole rendered prompt up to its end, so equal hashes mean
-    equal prefixes. Empty pieces are dropped (they add no boundary worth a context). For a call
-    whose inputs are not all known, the pieces stop at the first missing input: the prefix that
-    is already certain. A `salt` (the session's tenant, unless it shares) starts every hash, so
-    equal prompts of different tenants never share a context (docs/SECURITY.md). Each piece
-    carries the estimated tokens up to its end (`TokenCount`, with `token_counts` the real
-    counts of some inputs by name).
+    Pieces: the prompt before the first output, split at every variable boundary. Each
+    piece's hash covers the whole rendered prompt up to its end, so equal hashes mean equal
+    prefixes. Empty pieces are dropped (they add no boundary worth a context). For a call
+    whose inputs are not all known, the pieces stop at the first missing input: the prefix
+    that is already certain. A `salt` (the session's tenant, unless it shares) starts every
+    hash, so equal prompts of different tenants never share a context (docs/SECURITY.md).
+    Each piece carries the estimated tokens up to its end.
+
+    Tokens: `TokenCount` over every segment but the outputs (text after an output counts
+    too), with `token_counts` the real counts of some inputs, by name.
     """
     counts = token_counts or {}
     total = TokenCount()
@@ -88,20 +85,34 @@ def prefix_pieces(template: Template, values: Mapping[str, str], salt: str = "",
     if salt:
         hasher.update(salt.encode("utf-8") + b"\x01")
     pieces: list[PrefixPiece] = []
+    prefix_done = False
     for seg in template.segments:
-        if isinstance(seg, Placeholder) and (seg.is_output or seg.name not in values):
-            break  # an output, or (for a call still waiting) an input not known yet
-        text = seg.text if isinstance(seg, Text) else values[seg.name]
-        if not text:
+        if isinstance(seg, Placeholder):
+            if seg.is_output:
+                prefix_done = True
+                continue
+            # an input not known yet (a call still waiting) ends the certain prefix
+            prefix_done = prefix_done or seg.name not in values
+            text = values.get(seg.name, "")
+            total.add(text, counts.get(seg.name))
+        else:
+            text = seg.text
+            total.add(text)
+        if prefix_done or not text:
             continue
         hasher.update(text.encode("utf-8"))
         # A separator after each piece keeps "ab"+"c" and "a"+"bc" apart: the boundaries are
         # where contexts are forked, so they are part of the identity of a prefix.
         hasher.update(b"\x00")
-        total.add(text, None if isinstance(seg, Text) else counts.get(seg.name))
         pieces.append(PrefixPiece(text, hasher.copy().hexdigest(), isinstance(seg, Text),
                                   total.num_tokens))
-    return tuple(pieces)
+    return PromptEstimate(tuple(pieces), total.num_tokens)
+
+
+def prefix_pieces(template: Template, values: Mapping[str, str], salt: str = "",
+                  token_counts: Mapping[str, int] | None = None) -> tuple[PrefixPiece, ...]:
+    """`estimate_prompt`'s pieces alone."""
+    return estimate_prompt(template, values, salt, token_counts).pieces
 
 
 class PrefixIndex:

@@ -34,3 +34,23 @@ async def test_short_certain_prefix_is_not_prefilled(manager, engine):
     second = submit(manager, session, "B {{input:prev}} {{output:s}}", prev=out(first, "s"))
     await manager.get(session, out(second, "s"), Criterion.LATENCY)
     assert not [cid for op, cid, _ in engine.log if op == "fill" and cid.startswith("p-")]
+
+
+async def test_prefill_ahead_cuts_the_contexts_the_call_will_fork(manager, engine):
+    """The certain prefix holds a generated input: 400 characters the engine generated as one
+    token. Prefill ahead must plan with the same token counts as the call itself, or it fills
+    a context at a boundary the call never forks (100 tokens by characters, 1 by count)."""
+    engine.delay = 0.01
+    engine.outputs["Write: go "] = "g" * 400           # one generated token (the fake's count)
+    session = manager.create_session()
+    first = submit(manager, session, "Write: {{input:c}} {{output:g}}", c="go")
+    await manager.get(session, out(first, "g"), Criterion.LATENCY)    # g known from here on
+    second = submit(manager, session, "Then: {{input:g}} {{output:late}}", g=out(first, "g"))
+    third = submit(manager, session,
+                   CHUNK + "{{input:g}}" + "Q" * 100 + "{{input:late}} New: {{output:s}}",
+                   g=out(first, "g"), late=out(second, "late"))
+    await manager.get(session, out(third, "s"), Criterion.LATENCY)
+    assert third.prefilled_ahead
+    cached = [cid for op, cid, _ in engine.log if op == "fill" and cid.startswith("p-")]
+    forked = {parent for op, _, parent in engine.log if op in ("fill", "generate") and parent}
+    assert cached and all(cid in forked for cid in cached), (cached, engine.log)

@@ -1,5 +1,5 @@
 from parrot.core.executor import MIN_CONTEXT_TOKENS, plan_prefix_contexts, shareable_hashes
-from parrot.core.prefix import PrefixIndex, prefix_pieces, prompt_num_tokens
+from parrot.core.prefix import PrefixIndex, estimate_prompt, prefix_pieces
 from parrot.template import parse_template
 from parrot.types import estimate_num_tokens
 
@@ -95,6 +95,31 @@ def test_pieces_count_tokens_with_the_real_counts_of_generated_inputs():
     assert [p.num_tokens for p in estimated] == [75, 400, 402, 403, 403]
     # Known tokens add exactly; the rest of the text is estimated over its characters.
     assert [p.num_tokens for p in counted] == [75, 275, 277, 278, 278]
-    assert prompt_num_tokens(t, {"code": code, "q": "why"}) == \
+    # The whole prompt's estimate counts the text after the output too (" tail").
+    assert estimate_prompt(t, {"code": code, "q": "why"}).num_tokens == \
         estimate_num_tokens(t.render({"code": code, "q": "why", "a": ""}))
-    assert prompt_num_tokens(t, {"code": code, "q": "why"}, {"code": 200}) == 200 + 80
+    whole = estimate_prompt(t, {"code": code, "q": "why"}, token_counts={"code": 200})
+    assert whole.num_tokens == 200 + 80 and whole.pieces == counted
+
+
+def test_a_missing_input_ends_the_pieces_but_not_the_estimate():
+    t = parse_template(SYSTEM + "{{input:a}} and {{input:b}} then {{output:o}} end")
+    got = estimate_prompt(t, {"b": "x" * 40})
+    assert [p.text for p in got.pieces] == [SYSTEM]
+    assert got.num_tokens == estimate_num_tokens(SYSTEM + " and " + "x" * 40 + " then  end")
+
+
+def test_contexts_are_cut_by_the_counted_tokens_of_generated_inputs():
+    """A generated input's real count decides whether it is worth a context (as the same
+    counts decide what `shareable_hashes` advertises): 400 characters the engine generated
+    as 40 tokens (random-weight text runs ~6.5 characters a token) are not 100 tokens."""
+    t = parse_template(SYSTEM + "{{input:code}}{{input:q}} {{output:a}}")
+    values = {"code": "c" * 400, "q": "q" * 300}
+    estimated = prefix_pieces(t, values)
+    counted = prefix_pieces(t, values, token_counts={"code": 40})
+    everything_recurs = lambda h: True  # noqa: E731
+    contexts, _ = plan_prefix_contexts(estimated, everything_recurs)
+    assert [c.text for c in contexts] == [SYSTEM, "c" * 400, "q" * 300]
+    contexts, _ = plan_prefix_contexts(counted, everything_recurs)
+    assert [c.text for c in contexts] == [SYSTEM, "c" * 400 + "q" * 300]
+    assert [p.num_tokens for p in counted] == [75, 115, 190, 191]
