@@ -30,8 +30,6 @@ from parrot.engines.builtin.rope import apply_rope, cos_sin_table, inv_frequenci
 from parrot.engines.builtin.shapes import ModelShape
 
 
-
-
 @dataclass
 class LayerWeights:
     input_norm: torch.Tensor     # [H]
