@@ -24,7 +24,7 @@ alias_kernels()
 
 from parrot.core.config import ServeConfig  # noqa: E402
 from parrot.sim.live_experiments import (LiveExperimentError, select_experiments,  # noqa: E402
-                                         with_rate_search, with_variants)
+                                         with_policy_params, with_rate_search, with_variants)
 from parrot.sim.live_paper import ServeSetup, run, with_engine_capacity  # noqa: E402
 
 # The CPU smoke test: the same runs, tiny sizes, a 2-layer random model with SmolLM2's
@@ -69,9 +69,12 @@ def main() -> int:
                              "20480 is the H200 calibration, docs/RESULTS.md)")
     parser.add_argument("--throughput-capacity", type=int, default=None, metavar="TOKENS",
                         help="every engine's throughput capacity (default: the configs'; "
-                             "the KV-share calibration, docs/RESULTS.md; the "
-                             "throughput-centric baseline's cap is a variant's "
-                             "+policy.token_capacity=)")
+                             "119808 is the H200 calibration by KV share, docs/RESULTS.md; "
+                             "the baselines' caps: --policy-param)")
+    parser.add_argument("--policy-param", action="append", default=[],
+                        metavar="POLICY.KEY=VALUE",
+                        help="a parameter of every variant of POLICY (repeatable), e.g. "
+                             "latency_centric.token_capacity=13312 (the calibrated cap)")
     parser.add_argument("--tokenizer", default=None, metavar="PATH",
                         help="every builtin engine's tokenizer (a folder of tokenizer files)")
     parser.add_argument("--smoke", action="store_true",
@@ -93,6 +96,7 @@ def main() -> int:
         experiments = select_experiments(args.only)
         if args.variants is not None:
             experiments = with_variants(experiments, args.variants)
+        experiments = with_policy_params(experiments, args.policy_param)
         experiments = with_rate_search(experiments, window_s=args.rate_window_s,
                                        start=args.rate_start,
                                        refinements=args.rate_refinements)

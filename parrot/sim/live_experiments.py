@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+
+import yaml
 
 from parrot.sim.workloads.registry import WORKLOADS
 from parrot.sim.workloads.spec import WorkloadSpec
@@ -64,6 +66,10 @@ class LiveExperiment:
     # Set: the experiment is a sustainable-rate search per variant (the workload's
     # request_rate and num_requests are set per rate tried) instead of one run per variant.
     rate_search: RateSearchSpec | None = None
+    # Per policy name, parameters every variant of that policy runs with (under its own
+    # `+policy.` ones), as parrot-bench's --policy-param: a baseline's cap calibrated to the
+    # hardware without renaming the variant (the reference keeps its label).
+    policy_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOADS:
@@ -190,6 +196,24 @@ def with_variants(experiments: tuple[LiveExperiment, ...], compare: str
         raise LiveExperimentError(f"--variants must include {e.key}'s reference "
                                   f"{e.reference!r}; given: {compare!r}")
     return (dataclasses.replace(e, compare=compare),)
+
+
+def with_policy_params(experiments: tuple[LiveExperiment, ...],
+                       items: Sequence[str]) -> tuple[LiveExperiment, ...]:
+    """The experiments with `POLICY.KEY=VALUE` items (values YAML scalars) applied to every
+    variant of that policy; recorded in each experiment's results (settings.policy_params)."""
+    params: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        policy, dot, name = key.partition(".")
+        if not sep or not dot or not policy or not name:
+            raise LiveExperimentError(f"--policy-param: {item!r} is not valid; expected "
+                                      "POLICY.KEY=VALUE, e.g. latency_centric.token_capacity="
+                                      "13312")
+        params.setdefault(policy, {})[name] = yaml.safe_load(value)
+    if not params:
+        return experiments
+    return tuple(dataclasses.replace(e, policy_params=params) for e in experiments)
 
 
 def with_rate_search(experiments: tuple[LiveExperiment, ...], *,

@@ -104,9 +104,10 @@ RUN_TIMEOUT_S = 240.0  # one variant of one experiment; a stuck run must not eat
 async def _run(config: ServeConfig, experiment: LiveExperiment, variant: Variant,
                spec: WorkloadSpec, delay_s: tuple[float, float],
                timeout_s: float = RUN_TIMEOUT_S) -> VariantRun:
+    params = {**experiment.policy_params.get(variant.policy, {}), **variant.policy_params}
     try:
         result = await asyncio.wait_for(run_live_async(
-            config, variant.registry_name, dict(variant.policy_params),
+            config, variant.registry_name, params,
             WORKLOADS[experiment.workload], spec, mode=variant.mode, seed=spec.seed,
             delay_s=delay_s), timeout_s)
     except TimeoutError:
@@ -226,7 +227,7 @@ async def _run_experiment(served: ServeConfig, config_path: str, e: LiveExperime
     wanted = parse_variants(e.reference)[0].label
     reference = next(v for v in variants if v.label == wanted)
     settings = Settings(e.workload, live=True, seed=spec.seed, workload_spec=spec,
-                        serve_config=config_path)
+                        serve_config=config_path, policy_params=e.policy_params)
     results = results_json(settings, runs, reference)
     for label, per_engine in counters.items():
         if label in results["variants"]:
@@ -252,7 +253,7 @@ async def _run_rate_search(served: ServeConfig, config_path: str, e: LiveExperim
             run = await _run(served, e, variant, at, delay_s,
                              min(RUN_TIMEOUT_S, 4 * search_spec.window_s + 60))
             settings = Settings(e.workload, live=True, seed=spec.seed, workload_spec=at,
-                                serve_config=config_path)
+                                serve_config=config_path, policy_params=e.policy_params)
             entry = results_json(settings, [run], variant)["variants"][variant.label]
             ok, norm = meets_target(entry, search_spec.target_s_per_token)
             search.record(rate, ok, norm)

@@ -12,7 +12,8 @@ import pytest
 from parrot.core.config import EngineSpec, ServeConfig
 from parrot.engines.protocol import OPTIONAL_STATS
 from parrot.sim.live_experiments import (LIVE_EXPERIMENTS, LiveExperiment, LiveExperimentError,
-                                         select_experiments, with_rate_search, with_variants)
+                                         select_experiments, with_policy_params,
+                                         with_rate_search, with_variants)
 from parrot.sim.live_paper import ServeSetup, run_live_paper, warmup_spec
 from parrot.sim.workloads.gpts import system_prompt_lengths
 from parrot.sim.workloads.spec import WorkloadSpec
@@ -53,6 +54,27 @@ async def test_live_paper_runs_each_group_on_its_own_engine_process(tmp_path):
     saved = json.loads((tmp_path / "results.json").read_text())
     assert set(saved["experiments"]) == {"chain", "static"}
     assert "chain" in (tmp_path / "table.txt").read_text()
+
+
+async def test_policy_params_reach_every_variant_of_their_policy(tmp_path):
+    """--policy-param POLICY.KEY=VALUE: every variant of POLICY runs with it (a bad value is
+    that variant's error, the others run), the labels stay, the results record it."""
+    base = LiveExperiment("chain", "chain_summary", "app_centric,least_queue:baseline",
+                          "least_queue:baseline", TINY, TINY)
+    (bad,) = with_policy_params((base,), ["app_centric.default_criterion=sometimes"])
+    summary = await run_live_paper([ONE], tmp_path, smoke=False, budget_s=300,
+                                   delay_s=(0.0, 0.0), experiments=(bad,),
+                                   log=lambda *_: None)
+    chain = summary["experiments"]["chain"]
+    assert chain["variants"]["least_queue:baseline"]["status"] == "ok"
+    assert chain["variants"]["app_centric:parrot"]["status"] == "error"
+    assert "default_criterion" in chain["variants"]["app_centric:parrot"]["error"]
+    assert chain["settings"]["policy_params"] == {
+        "app_centric": {"default_criterion": "sometimes"}}
+    assert with_policy_params((base,), []) == (base,)
+    for item in ("capacity=1", "latency_centric.token_capacity", ".x=1", "p.=1"):
+        with pytest.raises(LiveExperimentError, match="--policy-param"):
+            with_policy_params((base,), [item])
 
 
 async def test_each_experiment_runs_on_the_config_with_its_engine_count(tmp_path):
