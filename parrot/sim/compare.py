@@ -183,8 +183,11 @@ def results_json(settings: Settings, runs: list[VariantRun], reference: Variant)
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} {platform.machine()} {platform.system()} "
                    f"python {platform.python_version()}",
-        "settings": {"cluster": {k: v for k, v in asdict(settings.cluster).items()
-                                 if k not in ("policy", "policy_params")},
+        # Live runs serve `serve_config`'s engines (each variant's `engines` says what they
+        # ran with): the simulated cluster's fields would only mislead there.
+        "settings": {"cluster": None if settings.live else {
+                         k: v for k, v in asdict(settings.cluster).items()
+                         if k not in ("policy", "policy_params")},
                      "workload": asdict(settings.workload_spec),
                      "policy_params": {k: dict(v) for k, v in settings.policy_params.items()},
                      "serve_config": settings.serve_config},

@@ -71,6 +71,8 @@ async def test_policy_params_reach_every_variant_of_their_policy(tmp_path):
     assert "default_criterion" in chain["variants"]["app_centric:parrot"]["error"]
     assert chain["settings"]["policy_params"] == {
         "app_centric": {"default_criterion": "sometimes"}}
+    # the engines are the serve config's (each variant lists them), not a simulated cluster
+    assert chain["settings"]["cluster"] is None and chain["settings"]["serve_config"]
     assert with_policy_params((base,), []) == (base,)
     for item in ("capacity=1", "latency_centric.token_capacity", ".x=1", "p.=1"):
         with pytest.raises(LiveExperimentError, match="--policy-param"):
