@@ -131,9 +131,12 @@ def startup_summary(name: str, bundle: ModelBundle, num_blocks: int, block_size:
         graph_text = (f"CUDA graph buckets: batch {batch_buckets(graphs.max_batch)} x "
                       f"{len(width_buckets(graphs.max_width))} table widths "
                       f"(1..{graphs.max_width} blocks)")
+    linear_text = ("small-batch kernels to 16 rows (to 64 where measured faster), torch above"
+                   if model.small_batch_gemv else "torch")
     return (f"builtin engine {name!r}: {bundle.name} on {model.device}, "
             f"dtype {str(model.dtype).replace('torch.', '')}, "
             f"attention {'triton' if bundle.uses_kernels else 'torch'}, "
-            f"{'fused' if model.fused else 'unfused'} layer ops, {graph_text}, "
+            f"{'fused' if model.fused else 'unfused'} layer ops, "
+            f"linear layers {linear_text}, {graph_text}, "
             f"{num_blocks} KV blocks of {block_size}; "
             + (report.describe() if report is not None else "no warm-up"))

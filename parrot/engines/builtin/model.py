@@ -100,6 +100,11 @@ class LlamaModel:
     def fused(self) -> bool:
         return self._fused is not None
 
+    @property
+    def small_batch_gemv(self) -> bool:
+        """Whether small-batch steps' linear layers run through the kernels (`_linear`)."""
+        return self._gemv is not None
+
     @staticmethod
     def _layer(state: dict[str, torch.Tensor], i: int) -> LayerWeights:
         p = f"model.layers.{i}."

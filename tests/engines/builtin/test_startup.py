@@ -43,6 +43,16 @@ def test_startup_line_names_the_paths(make_engine, tiny_bundle, caplog):
     [line] = [r.getMessage() for r in caplog.records if "builtin engine" in r.getMessage()]
     assert "on cpu" in line and "dtype float64" in line and "attention torch" in line
     assert "unfused layer ops" in line and "CUDA graphs off" in line and "no warm-up" in line
+    assert "linear layers torch," in line
+
+
+def test_startup_line_names_the_small_batch_kernels(tiny_bundle):
+    import parrot_kernels
+    from parrot.engines.builtin.build import startup_summary
+
+    tiny_bundle.model.use_fused(parrot_kernels, small_batch_gemv=True)
+    line = startup_summary("e", tiny_bundle, 8, 4, None, None)
+    assert "fused layer ops" in line and "linear layers small-batch kernels to 16 rows" in line
 
 
 def test_config_keys():
