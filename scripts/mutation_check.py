@@ -40,14 +40,20 @@ class Mutation:
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "small_batch_gemv_rows", "parrot/engines/builtin/model.py",
-        "        if gemv is not None and gemv.kernel_wins(w.shape[0], w.shape[1], x.shape[0]):\n",
-        "        if gemv is not None and x.shape[0] == 1:\n",
+        "            wins = gemv.kernel_wins(n, k, rows)\n", "            wins = rows == 1\n",
         ("tests/engines/builtin/test_small_batch_gemv.py",)),
     Mutation(
         "small_batch_gemv_prefill", "parrot/engines/builtin/model.py",
-        "        if gemv is not None and gemv.kernel_wins(w.shape[0], w.shape[1], x.shape[0]):\n",
-        "        if gemv is not None and x.shape[0] <= 64:\n",
+        "            wins = gemv.kernel_wins(n, k, rows)\n", "            wins = rows <= 64\n",
         ("tests/engines/builtin/test_small_batch_gemv.py",)),
+    Mutation(
+        "linear_choice_followed", "parrot/engines/builtin/model.py",
+        "        if choice is not None and choice.decides(n, k, rows):\n", "        if False:\n",
+        ("tests/engines/builtin/test_linear_choice.py",)),
+    Mutation(
+        "linear_choice_faster_side", "parrot/engines/builtin/linear_choice.py",
+        "            if small < library:\n", "            if small > library:\n",
+        ("tests/engines/builtin/test_linear_choice.py",)),
     Mutation(
         "staging_two_mirrors", "parrot/engines/builtin/staging.py",
         "        self._current ^= 1\n", "",

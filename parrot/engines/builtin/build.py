@@ -7,6 +7,7 @@ tests and benchmarks can run several engines over one loaded model.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,8 @@ from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfi
 from parrot.engines.builtin.engine import BuiltinEngine
 from parrot.engines.builtin.graphs import DecodeGraphs
 from parrot.engines.builtin.kv_cache import KVCache, num_blocks_for
+from parrot.engines.builtin.linear_choice import (LinearChoice, Timer, cuda_graph_timer,
+                                                  measure_linear_choice)
 from parrot.engines.builtin.loader import (LoadedModel, load_model, resolve_device,
                                            resolve_dtype)
 from parrot.engines.builtin.model import LlamaModel
@@ -112,6 +115,8 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
                                reserve_next_block=graphs is not None)
     report = None
     if graphs is not None and config.warmup:
+        # Before any graph is captured: the captured steps bake in this choice.
+        choose_linear_layers(model, batch_buckets(graphs.max_batch))
         report = warm_up(graphs, shared_prefix=bundle.uses_kernels,
                          min_prefix_blocks=-(-config.shared_prefix_min_tokens
                                              // config.block_size),
@@ -119,6 +124,26 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
     log.info("%s", startup_summary(name, bundle, num_blocks, config.block_size, graphs, report))
     return BuiltinEngine(name, bundle.name, runner, scheduler, bundle.tokenizer,
                          bundle.shape.vocab_size, config.seed)
+
+
+def choose_linear_layers(model: LlamaModel, buckets: list[int],
+                         timer: Timer | None = None) -> LinearChoice | None:
+    """Measure where the small-batch kernels beat cuBLAS on this GPU (linear_choice.py) and
+    make the model follow it; None (the kernels' static table stays) when the model does not
+    use them or the measurement fails (logged: an optimisation never stops the engine)."""
+    kernels = model.small_batch_kernels
+    if kernels is None:
+        return None
+    started = time.perf_counter()
+    try:
+        choice = measure_linear_choice(model.projection_weights(), buckets, kernels,
+                                       timer or cuda_graph_timer())
+    except Exception:  # noqa: BLE001 - see the docstring
+        log.exception("timing the small-batch kernels failed; using their static table")
+        return None
+    model.set_linear_choice(choice)
+    log.info("linear layers: %s in %.1f s", choice.describe(), time.perf_counter() - started)
+    return choice
 
 
 def startup_summary(name: str, bundle: ModelBundle, num_blocks: int, block_size: int,
@@ -131,8 +156,12 @@ def startup_summary(name: str, bundle: ModelBundle, num_blocks: int, block_size:
         graph_text = (f"CUDA graph buckets: batch {batch_buckets(graphs.max_batch)} x "
                       f"{len(width_buckets(graphs.max_width))} table widths "
                       f"(1..{graphs.max_width} blocks)")
-    linear_text = ("small-batch kernels to 16 rows (to 64 where measured faster), torch above"
-                   if model.small_batch_gemv else "torch")
+    if model.linear_choice is not None:
+        linear_text = f"{model.linear_choice.describe()} on this GPU, torch elsewhere"
+    elif model.small_batch_gemv:
+        linear_text = "small-batch kernels to 16 rows (to 64 where measured faster), torch above"
+    else:
+        linear_text = "torch"
     return (f"builtin engine {name!r}: {bundle.name} on {model.device}, "
             f"dtype {str(model.dtype).replace('torch.', '')}, "
             f"attention {'triton' if bundle.uses_kernels else 'torch'}, "

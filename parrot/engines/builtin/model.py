@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from parrot.engines.builtin.attention import (AttentionMetadata, DecodeFn,
                                               prefill_sdpa_backends, prefill_torch, write_kv)
+from parrot.engines.builtin.linear_choice import LinearChoice
 from parrot.engines.builtin.rope import apply_rope, cos_sin_table, inv_frequencies
 from parrot.engines.builtin.shapes import ModelShape
 
@@ -72,6 +73,7 @@ class LlamaModel:
         self._kv_size = shape.num_kv_heads * shape.head_dim
         self._fused: ModuleType | None = None
         self._gemv: ModuleType | None = None    # kernels whose small-batch linear is used
+        self._linear_choice: LinearChoice | None = None   # measured on this GPU at start-up
 
     def use_fused(self, kernels: ModuleType | None, *,
                   small_batch_gemv: bool | None = None) -> None:
@@ -88,13 +90,39 @@ class LlamaModel:
         has_gemv = hasattr(kernels, "small_batch_linear") and hasattr(kernels, "kernel_wins")
         self._gemv = kernels if (has_gemv and small_batch_gemv) else None
 
+    def projection_weights(self) -> dict[tuple[int, int], list[torch.Tensor]]:
+        """Every linear layer's weights by shape (N, K), one per layer: what a decode step
+        reads, for timing the small-batch kernels against cuBLAS (linear_choice.py)."""
+        shapes: dict[tuple[int, int], list[torch.Tensor]] = {}
+        for layer in self.layers:
+            for w in (layer.qkv, layer.o_proj, layer.gate_up, layer.down):
+                shapes.setdefault((w.shape[0], w.shape[1]), []).append(w)
+        shapes.setdefault((self.lm_head.shape[0], self.lm_head.shape[1]), []).append(self.lm_head)
+        return shapes
+
+    @property
+    def linear_choice(self) -> LinearChoice | None:
+        return self._linear_choice
+
+    def set_linear_choice(self, choice: LinearChoice | None) -> None:
+        """Where the small-batch kernels beat cuBLAS on this GPU (None: the kernels' static
+        table, measured on an H200)."""
+        self._linear_choice = choice
+
     def _linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """x @ w^T through the small-batch kernel where it wins at x's row count, else cuBLAS
-        (decided in Python: once per bucket when a CUDA graph is captured)."""
+        (decided in Python: once per bucket when a CUDA graph is captured). Where the start-up
+        measured this shape and row bucket, that decides; elsewhere the kernels' table."""
         gemv = self._gemv
-        if gemv is not None and gemv.kernel_wins(w.shape[0], w.shape[1], x.shape[0]):
-            return gemv.small_batch_linear(x, w)
-        return F.linear(x, w)
+        if gemv is None:
+            return F.linear(x, w)
+        n, k, rows = w.shape[0], w.shape[1], x.shape[0]
+        choice = self._linear_choice
+        if choice is not None and choice.decides(n, k, rows):
+            wins = choice.wins(n, k, rows)
+        else:
+            wins = gemv.kernel_wins(n, k, rows)
+        return gemv.small_batch_linear(x, w) if wins else F.linear(x, w)
 
     @property
     def fused(self) -> bool:
@@ -104,6 +132,11 @@ class LlamaModel:
     def small_batch_gemv(self) -> bool:
         """Whether small-batch steps' linear layers run through the kernels (`_linear`)."""
         return self._gemv is not None
+
+    @property
+    def small_batch_kernels(self) -> ModuleType | None:
+        """The kernels module whose small-batch linear `_linear` may call (None: never)."""
+        return self._gemv
 
     @staticmethod
     def _layer(state: dict[str, torch.Tensor], i: int) -> LayerWeights:

@@ -1,0 +1,88 @@
+"""Which linear layers take the small-batch kernels: measured on this GPU at start-up.
+
+The kernels' tiles and their `kernel_wins` table were measured on an H200 for LLaMA-7B's
+shapes; on another GPU, or another model's shapes, a kernel can lose to cuBLAS. So before the
+decode graphs are captured, every projection shape of the model is timed at every decode row
+bucket both ways — the kernels' small-batch linear and `F.linear` — over the model's own
+per-layer weights (each layer's matrix once: a weight read, as in a decode step), each side
+captured in a CUDA graph (no launch overhead, as in a replayed step), and the faster is used
+from then on. Row counts between buckets take their bucket's choice; counts above the largest
+bucket measured fall back to the static table.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+import torch.nn.functional as F
+
+# Seconds per call of the thunks (each one linear layer call), timed together.
+Timer = Callable[[list[Callable[[], object]]], float]
+
+
+def row_bucket(rows: int) -> int:
+    """The decode bucket a step of `rows` rows is padded to (a power of two)."""
+    return 1 << max(0, rows - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class LinearChoice:
+    kernel: frozenset[tuple[int, int, int]]   # (n, k, row bucket) where the kernel was faster
+    measured: frozenset[tuple[int, int, int]]  # every (n, k, row bucket) timed
+
+    def decides(self, n: int, k: int, rows: int) -> bool:
+        return (n, k, row_bucket(rows)) in self.measured
+
+    def wins(self, n: int, k: int, rows: int) -> bool:
+        return (n, k, row_bucket(rows)) in self.kernel
+
+    def describe(self) -> str:
+        return (f"small-batch kernels faster on {len(self.kernel)} of {len(self.measured)} "
+                "(shape, rows) pairs measured")
+
+
+def measure_linear_choice(weights: Mapping[tuple[int, int], Sequence[torch.Tensor]],
+                          buckets: Sequence[int], kernels: ModuleType,
+                          timer: Timer) -> LinearChoice:
+    """Time `kernels.small_batch_linear` against `F.linear` for every shape (n, k) -> its
+    weights (one per layer) at every row bucket up to the kernels' `MAX_GEMV_ROWS`."""
+    kernel, measured = set(), set()
+    for (n, k), ws in weights.items():
+        for rows in buckets:
+            if rows > kernels.MAX_GEMV_ROWS:
+                continue
+            x = torch.randn(rows, k, device=ws[0].device, dtype=ws[0].dtype)
+            small = timer([functools.partial(kernels.small_batch_linear, x, w) for w in ws])
+            library = timer([functools.partial(F.linear, x, w) for w in ws])
+            measured.add((n, k, rows))
+            if small < library:
+                kernel.add((n, k, rows))
+    return LinearChoice(frozenset(kernel), frozenset(measured))
+
+
+def cuda_graph_timer(reps: int = 3) -> Timer:
+    """Seconds per call: the calls captured in one CUDA graph (after one eager pass, which
+    compiles the kernels), replayed once untimed, then `reps` times between events."""
+    def seconds(calls: list[Callable[[], object]]) -> float:
+        for call in calls:
+            call()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for call in calls:
+                call()
+        graph.replay()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        del graph
+        return start.elapsed_time(end) / 1e3 / (reps * len(calls))
+    return seconds

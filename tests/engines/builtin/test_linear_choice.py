@@ -1,0 +1,118 @@
+"""Where the small-batch kernels run is measured at start-up: every projection shape at every
+row bucket timed both ways, the faster one kept, the model following it (the static table
+only where nothing was measured), and a failed measurement never stopping the engine."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from parrot.engines.builtin.build import choose_linear_layers, load_bundle
+from parrot.engines.builtin.config import BuiltinEngineConfig
+from parrot.engines.builtin.linear_choice import (LinearChoice, cuda_graph_timer,
+                                                  measure_linear_choice, row_bucket)
+
+parrot_kernels = pytest.importorskip("parrot_kernels")
+
+
+def fused_bundle(device: str = "cpu", dtype: str = "float32"):
+    bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype=dtype, device=device,
+                                             num_blocks=16, seed=7))
+    bundle.model.use_fused(parrot_kernels, small_batch_gemv=True)
+    return bundle
+
+
+def test_row_buckets():
+    assert [row_bucket(r) for r in (1, 2, 3, 4, 5, 16, 17, 33, 64)] == [
+        1, 2, 4, 4, 8, 16, 32, 64, 64]
+
+
+def test_the_faster_side_is_kept_for_every_shape_and_bucket():
+    weights = {(8, 4): [torch.randn(8, 4), torch.randn(8, 4)], (6, 4): [torch.randn(6, 4)]}
+    # per (shape, rows): (kernel seconds, torch seconds), in the order they are timed
+    script = iter([(1.0, 2.0), (3.0, 2.0),     # (8, 4) at 1 and 4 rows
+                   (2.0, 2.5), (9.0, 1.0)])     # (6, 4)
+    pending: list[float] = []
+    ran: list[int] = []
+
+    def timer(calls):
+        ran.append(len(calls))
+        for call in calls:
+            assert call().shape[1] in (8, 6)   # each thunk is one real linear call
+        if not pending:
+            pending.extend(next(script))
+        return pending.pop(0)
+
+    choice = measure_linear_choice(weights, [1, 4, 128], parrot_kernels, timer)
+    assert choice.kernel == {(8, 4, 1), (6, 4, 1)}
+    assert choice.measured == {(8, 4, 1), (8, 4, 4), (6, 4, 1), (6, 4, 4)}   # 128 > 64 rows
+    assert ran == [2, 2, 2, 2, 1, 1, 1, 1]      # one call per layer's weight, both sides
+
+
+def test_the_model_follows_the_measured_choice(monkeypatch):
+    bundle = fused_bundle()
+    model = bundle.model
+    layer = model.layers[0]
+    qkv, o_proj = layer.qkv, layer.o_proj
+    calls: list[tuple[int, int]] = []
+    real = parrot_kernels.small_batch_linear
+
+    def counting(x, w, **kw):
+        calls.append((x.shape[0], w.shape[0]))
+        return real(x, w, **kw)
+
+    monkeypatch.setattr(parrot_kernels, "small_batch_linear", counting)
+    rows3 = torch.randn(3, qkv.shape[1])
+    # measured: QKV wins at 4 rows, o_proj loses there (the static table says both win)
+    model.set_linear_choice(LinearChoice(
+        frozenset({(*qkv.shape, 4)}), frozenset({(*qkv.shape, 4), (*o_proj.shape, 4)})))
+    torch.testing.assert_close(model._linear(rows3, qkv), rows3 @ qkv.T)
+    model._linear(rows3, o_proj)
+    assert calls == [(3, qkv.shape[0])]
+    # a bucket nothing measured: the static table decides (kernel at <= 16 rows)
+    model._linear(torch.randn(9, qkv.shape[1]), o_proj)
+    assert calls[-1] == (9, o_proj.shape[0])
+    model.set_linear_choice(None)
+    model._linear(rows3, o_proj)
+    assert calls[-1] == (3, o_proj.shape[0])
+
+
+def test_start_up_measures_every_projection_and_survives_a_failing_timer(caplog):
+    bundle = fused_bundle()
+    model = bundle.model
+    seen: list[int] = []
+
+    def kernel_always_faster(calls):
+        seen.append(len(calls))
+        return 1.0 if len(seen) % 2 else 2.0       # kernel timed first, then torch
+
+    choice = choose_linear_layers(model, [1, 2], timer=kernel_always_faster)
+    shapes = model.projection_weights()
+    assert sum(len(ws) for ws in shapes.values()) == 4 * len(model.layers) + 1
+    assert choice is not None and choice.kernel == choice.measured == {
+        (n, k, r) for (n, k) in shapes for r in (1, 2)}
+    assert model.linear_choice is choice
+    from parrot.engines.builtin.build import startup_summary
+    assert (f"linear layers small-batch kernels faster on {len(choice.kernel)} of "
+            f"{len(choice.measured)} (shape, rows) pairs measured on this GPU"
+            in startup_summary("e", bundle, 16, 4, None, None))
+
+    def broken(calls):
+        raise RuntimeError("no GPU here")
+
+    with caplog.at_level(logging.ERROR, logger="parrot.engines.builtin.build"):
+        assert choose_linear_layers(model, [1], timer=broken) is None
+    assert "static table" in caplog.text and model.linear_choice is choice
+    plain = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
+                                            num_blocks=16))
+    assert choose_linear_layers(plain.model, [1], timer=broken) is None   # no kernels: no-op
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_graph_timer_measures_a_real_choice():
+    bundle = fused_bundle("cuda", "bfloat16")
+    choice = choose_linear_layers(bundle.model, [1, 2, 8], timer=cuda_graph_timer())
+    assert choice is not None and len(choice.measured) == 3 * len(
+        bundle.model.projection_weights())
