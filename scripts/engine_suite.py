@@ -158,6 +158,11 @@ async def run_suite(torch, bundle, hf, hf_run, batches: list[int], prefix: int, 
                      [[f"{startup:.1f}", f"{f1 + d1:.3f}", f"{f2 + d2:.3f}",
                        f"{(f1 + d1) / (f2 + d2):.2f}x", f"{d1 / NEW_SHORT * 1e3:.2f}",
                        f"{d2 / NEW_SHORT * 1e3:.2f}"]])
+        choice = bundle.model.linear_choice
+        out += [f"Linear layers of the fused engine: {choice.describe()} at start-up "
+                f"(kernel at {sorted(choice.kernel)})" if choice is not None else
+                "Linear layers of the fused engine: the kernels' static table (no start-up "
+                "measurement)", ""]
         log("\n".join(out[-6:]))
         rows = []
         for b in batches:
