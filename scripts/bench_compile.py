@@ -100,7 +100,7 @@ def main() -> int:
     def timer(fn: Callable, calls: list[tuple]) -> float:
         if not on_cuda:
             return wall_seconds(fn, calls)
-        return graph_time(torch, [lambda a=a: fn(*a) for a in calls], reps=20)
+        return graph_time([lambda a=a: fn(*a) for a in calls], reps=20)
     impls = {
         "add_rms_norm": (kernels.add_rms_norm, fused.reference_add_rms_norm),
         "rope_kv_write": (kernels.rope_kv_write, fused.reference_rope_kv_write),

@@ -106,7 +106,7 @@ def attention_section(torch, batches: list[int], contexts: list[int], copy_bw: f
                                        HEAD_DIM ** -0.5, out=out, workspace=ws, tuning=tun)
                      for c in caches]
             try:
-                sec = graph_time(torch, calls, warm=3) * LAYERS
+                sec = graph_time(calls, warm=3) * LAYERS
             except Exception as exc:
                 print(f"  B={b} {label}: {type(exc).__name__}: {exc}", flush=True)
                 continue

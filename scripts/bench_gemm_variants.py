@@ -30,28 +30,25 @@ from engine_suite import ceilings  # noqa: E402
 LAYERS = 32
 
 
-def _matmul_calls(torch, xs_ws_ys):
-    return [lambda x=x, w=w, y=y: torch.matmul(x, w, out=y) for x, w, y in xs_ws_ys]
-
-
 def time_variants(torch, n: int, k: int, t: int, ws: list) -> dict[str, float]:
     """Seconds per call of each variant for an [n, k] weight at t rows."""
     x = torch.randn(t, k, device="cuda", dtype=torch.bfloat16)
     ys = [torch.empty(t, n, device="cuda", dtype=torch.bfloat16) for _ in ws]
+
+    def timed(weights: list) -> float:      # x @ each of `weights` ([K, N] views), in a graph
+        return graph_time([lambda w=w, y=y: torch.matmul(x, w, out=y)
+                           for w, y in zip(weights, ys)], warm=3)
+
     out: dict[str, float] = {}
     blas = torch.backends.cuda
     default = blas.preferred_blas_library()
-    for name, lib in (("cublas", "cublas"), ("cublaslt", "cublaslt")):
-        blas.preferred_blas_library(lib)
+    for name in ("cublas", "cublaslt"):
+        blas.preferred_blas_library(name)
         try:
-            out[name] = graph_time(torch, _matmul_calls(torch, [(x, w.t(), y)
-                                                                for w, y in zip(ws, ys)]), warm=3)
+            out[name] = timed([w.t() for w in ws])
         finally:
             blas.preferred_blas_library(default)
-    wts = [w.t().contiguous() for w in ws[: max(2, len(ws) // 2)]]
-    out["nn"] = graph_time(torch, _matmul_calls(torch, [(x, wt, y) for wt, y in zip(wts, ys)]),
-                           warm=3)
-    del wts
+    out["nn"] = timed([w.t().contiguous() for w in ws[: max(2, len(ws) // 2)]])
     tunable = torch.cuda.tunable
     try:
         tunable.enable(True)
@@ -60,9 +57,7 @@ def time_variants(torch, n: int, k: int, t: int, ws: list) -> dict[str, float]:
         torch.matmul(x, ws[0].t(), out=ys[0])      # tunes this shape (outside any capture)
         torch.cuda.synchronize()
         tunable.tuning_enable(False)
-        out["tunable"] = graph_time(torch, _matmul_calls(torch, [(x, w.t(), y)
-                                                                 for w, y in zip(ws, ys)]),
-                                    warm=3)
+        out["tunable"] = timed([w.t() for w in ws])
     except Exception as exc:  # a build without CUDA TunableOp
         print(f"  tunable: {type(exc).__name__}: {exc}", flush=True)
     finally:

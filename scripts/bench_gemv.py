@@ -24,29 +24,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from repo_imports import alias_kernels, import_parrot  # noqa: E402
 
+import_parrot()   # graph_time is the engine's timer; every script that imports this one gets it
+
 SHAPES = {"qkv": (12288, 4096), "o_proj": (4096, 4096), "gate_up": (22016, 4096),
           "down": (4096, 11008), "lm_head": (32000, 4096)}
 
 
-def graph_time(torch, calls, reps: int = 5, warm: int = 1) -> float:
+def graph_time(calls, reps: int = 5, warm: int = 1) -> float:
     """Seconds per call: a CUDA graph of `calls` (a list of thunks) replayed `reps` times after
-    `warm` untimed replays."""
-    for c in calls:
-        c()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for c in calls:
-            c()
-    for _ in range(warm):
-        graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3 / (reps * len(calls))
+    `warm` untimed replays (the engine's start-up timer, linear_choice.cuda_graph_timer)."""
+    from parrot.engines.builtin.linear_choice import cuda_graph_timer
+    return cuda_graph_timer(reps, warm)(calls)
 
 
 def rotated_weights(torch, n: int, k: int) -> list:
@@ -59,8 +47,8 @@ def rotated_weights(torch, n: int, k: int) -> list:
 def cublas_seconds(torch, ws: list, x, warm: int = 1) -> tuple[float, list]:
     """Seconds per x @ W^T through cuBLAS over the rotated weights `ws`, and the outputs."""
     ys = [torch.empty(x.shape[0], w.shape[0], device="cuda", dtype=x.dtype) for w in ws]
-    sec = graph_time(torch, [lambda w=w, y=y: torch.matmul(x, w.t(), out=y)
-                             for w, y in zip(ws, ys)], warm=warm)
+    sec = graph_time([lambda w=w, y=y: torch.matmul(x, w.t(), out=y)
+                      for w, y in zip(ws, ys)], warm=warm)
     return sec, ys
 
 
@@ -105,7 +93,7 @@ def main() -> int:
             timed = []
             for tune in candidates:
                 try:
-                    sec = graph_time(torch, [lambda w=w, y=y, x=x, tune=tune: small_batch_linear(
+                    sec = graph_time([lambda w=w, y=y, x=x, tune=tune: small_batch_linear(
                         x, w, out=y, tuning=tune) for w, y in zip(ws, ys)])
                 except Exception as exc:  # a tile that does not compile: skip it
                     print(f"  {tune}: {type(exc).__name__}", flush=True)

@@ -141,7 +141,7 @@ def choose_linear_layers(model: LlamaModel, buckets: list[int],
     except Exception:  # noqa: BLE001 - see the docstring
         log.exception("timing the small-batch kernels failed; using their static table")
         return None
-    model.set_linear_choice(choice)
+    model.linear_choice = choice
     log.info("linear layers: %s in %.1f s", choice.describe(), time.perf_counter() - started)
     return choice
 
@@ -158,7 +158,7 @@ def startup_summary(name: str, bundle: ModelBundle, num_blocks: int, block_size:
                       f"(1..{graphs.max_width} blocks)")
     if model.linear_choice is not None:
         linear_text = f"{model.linear_choice.describe()} on this GPU, torch elsewhere"
-    elif model.small_batch_gemv:
+    elif model.small_batch_kernels is not None:
         linear_text = "small-batch kernels to 16 rows (to 64 where measured faster), torch above"
     else:
         linear_text = "torch"

@@ -6,12 +6,13 @@ decode graphs are captured, every projection shape of the model is timed at ever
 bucket both ways — the kernels' small-batch linear and `F.linear` — over the model's own
 per-layer weights (each layer's matrix once: a weight read, as in a decode step), each side
 captured in a CUDA graph (no launch overhead, as in a replayed step), and the faster is used
-from then on. Row counts between buckets take their bucket's choice; counts above the largest
-bucket measured fall back to the static table.
+from then on. Row counts between buckets take the choice of the bucket the graphs pad them to;
+counts above the largest bucket measured fall back to the static table.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,21 +25,22 @@ import torch.nn.functional as F
 Timer = Callable[[list[Callable[[], object]]], float]
 
 
-def row_bucket(rows: int) -> int:
-    """The decode bucket a step of `rows` rows is padded to (a power of two)."""
-    return 1 << max(0, rows - 1).bit_length()
-
-
 @dataclass(frozen=True)
 class LinearChoice:
     kernel: frozenset[tuple[int, int, int]]   # (n, k, row bucket) where the kernel was faster
     measured: frozenset[tuple[int, int, int]]  # every (n, k, row bucket) timed
+    buckets: tuple[int, ...]                   # the row buckets timed, ascending
 
-    def decides(self, n: int, k: int, rows: int) -> bool:
-        return (n, k, row_bucket(rows)) in self.measured
+    def bucket(self, rows: int) -> int | None:
+        """The measured bucket a step of `rows` rows is padded to (the graphs' own buckets,
+        whatever their sizes); None above the largest."""
+        i = bisect.bisect_left(self.buckets, rows)
+        return self.buckets[i] if i < len(self.buckets) else None
 
-    def wins(self, n: int, k: int, rows: int) -> bool:
-        return (n, k, row_bucket(rows)) in self.kernel
+    def kernel_wins(self, n: int, k: int, rows: int) -> bool | None:
+        """Whether the kernel was the faster at the bucket of `rows`; None: not measured."""
+        key = (n, k, self.bucket(rows))
+        return key in self.kernel if key in self.measured else None
 
     def describe(self) -> str:
         return (f"small-batch kernels faster on {len(self.kernel)} of {len(self.measured)} "
@@ -51,22 +53,22 @@ def measure_linear_choice(weights: Mapping[tuple[int, int], Sequence[torch.Tenso
     """Time `kernels.small_batch_linear` against `F.linear` for every shape (n, k) -> its
     weights (one per layer) at every row bucket up to the kernels' `MAX_GEMV_ROWS`."""
     kernel, measured = set(), set()
+    timed = sorted(b for b in set(buckets) if b <= kernels.MAX_GEMV_ROWS)
     for (n, k), ws in weights.items():
-        for rows in buckets:
-            if rows > kernels.MAX_GEMV_ROWS:
-                continue
+        for rows in timed:
             x = torch.randn(rows, k, device=ws[0].device, dtype=ws[0].dtype)
             small = timer([functools.partial(kernels.small_batch_linear, x, w) for w in ws])
             library = timer([functools.partial(F.linear, x, w) for w in ws])
             measured.add((n, k, rows))
             if small < library:
                 kernel.add((n, k, rows))
-    return LinearChoice(frozenset(kernel), frozenset(measured))
+    return LinearChoice(frozenset(kernel), frozenset(measured), tuple(timed))
 
 
-def cuda_graph_timer(reps: int = 3) -> Timer:
+def cuda_graph_timer(reps: int = 3, warm: int = 1) -> Timer:
     """Seconds per call: the calls captured in one CUDA graph (after one eager pass, which
-    compiles the kernels), replayed once untimed, then `reps` times between events."""
+    compiles the kernels), replayed `warm` times untimed, then `reps` times between events.
+    (The benchmarks under scripts/ time the same way: `bench_gemv.graph_time`.)"""
     def seconds(calls: list[Callable[[], object]]) -> float:
         for call in calls:
             call()
@@ -75,7 +77,8 @@ def cuda_graph_timer(reps: int = 3) -> Timer:
         with torch.cuda.graph(graph):
             for call in calls:
                 call()
-        graph.replay()
+        for _ in range(warm):
+            graph.replay()
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()

@@ -73,7 +73,9 @@ class LlamaModel:
         self._kv_size = shape.num_kv_heads * shape.head_dim
         self._fused: ModuleType | None = None
         self._gemv: ModuleType | None = None    # kernels whose small-batch linear is used
-        self._linear_choice: LinearChoice | None = None   # measured on this GPU at start-up
+        # Where the small-batch kernels beat cuBLAS on this GPU, measured at start-up
+        # (build.choose_linear_layers); None: the kernels' static table (an H200's).
+        self.linear_choice: LinearChoice | None = None
 
     def use_fused(self, kernels: ModuleType | None, *,
                   small_batch_gemv: bool | None = None) -> None:
@@ -100,15 +102,6 @@ class LlamaModel:
         shapes.setdefault((self.lm_head.shape[0], self.lm_head.shape[1]), []).append(self.lm_head)
         return shapes
 
-    @property
-    def linear_choice(self) -> LinearChoice | None:
-        return self._linear_choice
-
-    def set_linear_choice(self, choice: LinearChoice | None) -> None:
-        """Where the small-batch kernels beat cuBLAS on this GPU (None: the kernels' static
-        table, measured on an H200)."""
-        self._linear_choice = choice
-
     def _linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """x @ w^T through the small-batch kernel where it wins at x's row count, else cuBLAS
         (decided in Python: once per bucket when a CUDA graph is captured). Where the start-up
@@ -117,21 +110,14 @@ class LlamaModel:
         if gemv is None:
             return F.linear(x, w)
         n, k, rows = w.shape[0], w.shape[1], x.shape[0]
-        choice = self._linear_choice
-        if choice is not None and choice.decides(n, k, rows):
-            wins = choice.wins(n, k, rows)
-        else:
-            wins = gemv.kernel_wins(n, k, rows)
+        measured = None if self.linear_choice is None else self.linear_choice.kernel_wins(
+            n, k, rows)
+        wins = gemv.kernel_wins(n, k, rows) if measured is None else measured
         return gemv.small_batch_linear(x, w) if wins else F.linear(x, w)
 
     @property
     def fused(self) -> bool:
         return self._fused is not None
-
-    @property
-    def small_batch_gemv(self) -> bool:
-        """Whether small-batch steps' linear layers run through the kernels (`_linear`)."""
-        return self._gemv is not None
 
     @property
     def small_batch_kernels(self) -> ModuleType | None:

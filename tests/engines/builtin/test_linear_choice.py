@@ -12,7 +12,7 @@ import torch
 from parrot.engines.builtin.build import choose_linear_layers, load_bundle
 from parrot.engines.builtin.config import BuiltinEngineConfig
 from parrot.engines.builtin.linear_choice import (LinearChoice, cuda_graph_timer,
-                                                  measure_linear_choice, row_bucket)
+                                                  measure_linear_choice)
 
 parrot_kernels = pytest.importorskip("parrot_kernels")
 
@@ -25,8 +25,13 @@ def fused_bundle(device: str = "cpu", dtype: str = "float32"):
 
 
 def test_row_buckets():
-    assert [row_bucket(r) for r in (1, 2, 3, 4, 5, 16, 17, 33, 64)] == [
+    """A row count takes the bucket the graphs pad it to: the smallest measured one that
+    holds it (the graphs' buckets, also when the largest is not a power of two)."""
+    pow2 = LinearChoice(frozenset(), frozenset(), (1, 2, 4, 8, 16, 32, 64))
+    assert [pow2.bucket(r) for r in (1, 2, 3, 4, 5, 16, 17, 33, 64)] == [
         1, 2, 4, 4, 8, 16, 32, 64, 64]
+    capped = LinearChoice(frozenset(), frozenset(), (1, 2, 4, 8, 16, 32, 48))
+    assert [capped.bucket(r) for r in (33, 40, 48, 49)] == [48, 48, 48, None]
 
 
 def test_the_faster_side_is_kept_for_every_shape_and_bucket():
@@ -48,6 +53,7 @@ def test_the_faster_side_is_kept_for_every_shape_and_bucket():
     choice = measure_linear_choice(weights, [1, 4, 128], parrot_kernels, timer)
     assert choice.kernel == {(8, 4, 1), (6, 4, 1)}
     assert choice.measured == {(8, 4, 1), (8, 4, 4), (6, 4, 1), (6, 4, 4)}   # 128 > 64 rows
+    assert choice.buckets == (1, 4)
     assert ran == [2, 2, 2, 2, 1, 1, 1, 1]      # one call per layer's weight, both sides
 
 
@@ -66,15 +72,15 @@ def test_the_model_follows_the_measured_choice(monkeypatch):
     monkeypatch.setattr(parrot_kernels, "small_batch_linear", counting)
     rows3 = torch.randn(3, qkv.shape[1])
     # measured: QKV wins at 4 rows, o_proj loses there (the static table says both win)
-    model.set_linear_choice(LinearChoice(
-        frozenset({(*qkv.shape, 4)}), frozenset({(*qkv.shape, 4), (*o_proj.shape, 4)})))
+    model.linear_choice = LinearChoice(
+        frozenset({(*qkv.shape, 4)}), frozenset({(*qkv.shape, 4), (*o_proj.shape, 4)}), (4,))
     torch.testing.assert_close(model._linear(rows3, qkv), rows3 @ qkv.T)
     model._linear(rows3, o_proj)
     assert calls == [(3, qkv.shape[0])]
     # a bucket nothing measured: the static table decides (kernel at <= 16 rows)
     model._linear(torch.randn(9, qkv.shape[1]), o_proj)
     assert calls[-1] == (9, o_proj.shape[0])
-    model.set_linear_choice(None)
+    model.linear_choice = None
     model._linear(rows3, o_proj)
     assert calls[-1] == (3, o_proj.shape[0])
 
