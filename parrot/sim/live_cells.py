@@ -9,9 +9,11 @@ replaces the gpts of the folder before it, the live gpts rate search when it has
 stopped using cuDNN (and its fed launch-ahead and one-split attention): map_reduce,
 multi_agent, chain_summary and concurrent_chains (live_paper_h200_prefill_fix/), mixed
 (..._two_engines/) and gpts (..._gpts_latency20k/), each replacing the same experiment of an
-earlier folder. Copilot was re-run too (live_paper_h200_prefill_fix_copilot/) but is not
-merged: its static-sharing ratio pairs it with a static run on another engine process, which
-was not re-run.
+earlier folder; last the runs after the tensor-core small-batch linear kernel
+(live_paper_h200_dotkernel*/): map_reduce and multi_agent, then chain_summary,
+concurrent_chains and all four copilot runs (the static-sharing runs on their own engine
+process in the same command, so the static ratio pairs runs of one engine version), mixed and
+gpts. The gpts rate search is still the first one's (live_paper_h200_gpts_rate/).
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -29,7 +31,9 @@ from collections.abc import Callable
 LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_two_engines_latency20k", "live_paper_h200_gpts_rate",
              "live_paper_h200_prefill_fix", "live_paper_h200_prefill_fix_two_engines",
-             "live_paper_h200_prefill_fix_gpts_latency20k")
+             "live_paper_h200_prefill_fix_gpts_latency20k", "live_paper_h200_dotkernel",
+             "live_paper_h200_dotkernel_one_engine", "live_paper_h200_dotkernel_two_engines",
+             "live_paper_h200_dotkernel_gpts_latency20k")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
