@@ -58,6 +58,16 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            if small < library:\n", "            if small > library:\n",
         ("tests/engines/builtin/test_linear_choice.py",)),
     Mutation(
+        "device_lock_taken", "parrot/engines/builtin/device_lock.py",
+        "        fcntl.flock(handle, fcntl.LOCK_EX)\n", "",
+        ("tests/engines/builtin/test_device_lock.py",
+         "tests/engines/builtin/test_linear_choice.py")),
+    Mutation(
+        "linear_choice_locks_its_gpu", "parrot/engines/builtin/build.py",
+        "with exclusive_device(device_key(model.device)) as waited:",
+        'with exclusive_device("elsewhere") as waited:',
+        ("tests/engines/builtin/test_linear_choice.py",)),
+    Mutation(
         "staging_two_mirrors", "parrot/engines/builtin/staging.py",
         "        self._current ^= 1\n", "",
         ("tests/engines/builtin/test_staging.py",)),

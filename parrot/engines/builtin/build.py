@@ -17,6 +17,7 @@ from parrot.engines.builtin.attention import (KernelsUnavailableError, choose_ba
                                               load_kernels, make_decode_fn)
 from parrot.engines.builtin.block_manager import BlockManager
 from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
+from parrot.engines.builtin.device_lock import device_key, exclusive_device
 from parrot.engines.builtin.engine import BuiltinEngine
 from parrot.engines.builtin.graphs import DecodeGraphs
 from parrot.engines.builtin.kv_cache import KVCache, num_blocks_for
@@ -128,21 +129,25 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
 
 def choose_linear_layers(model: LlamaModel, buckets: list[int],
                          timer: Timer | None = None) -> LinearChoice | None:
-    """Measure where the small-batch kernels beat cuBLAS on this GPU (linear_choice.py) and
-    make the model follow it; None (the kernels' static table stays) when the model does not
-    use them or the measurement fails (logged: an optimisation never stops the engine)."""
+    """Measure where the small-batch kernels beat cuBLAS on this GPU (linear_choice.py; one
+    engine at a time per GPU: device_lock.py) and make the model follow it; None (the
+    kernels' static table stays) when the model does not use them or the measurement fails
+    (logged: an optimisation never stops the engine)."""
     kernels = model.small_batch_kernels
     if kernels is None:
         return None
     started = time.perf_counter()
     try:
-        choice = measure_linear_choice(model.projection_weights(), buckets, kernels,
-                                       timer or cuda_graph_timer())
+        # another engine on this GPU times its own layers before or after, never at once
+        with exclusive_device(device_key(model.device)) as waited:
+            choice = measure_linear_choice(model.projection_weights(), buckets, kernels,
+                                           timer or cuda_graph_timer())
     except Exception:  # noqa: BLE001 - see the docstring
         log.exception("timing the small-batch kernels failed; using their static table")
         return None
     model.linear_choice = choice
-    log.info("linear layers: %s in %.1f s", choice.describe(), time.perf_counter() - started)
+    log.info("linear layers: %s in %.1f s (%.1f s of it waiting for the GPU's timing lock)",
+             choice.describe(), time.perf_counter() - started, waited)
     return choice
 
 

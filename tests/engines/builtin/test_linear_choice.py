@@ -122,3 +122,35 @@ def test_cuda_graph_timer_measures_a_real_choice():
     choice = choose_linear_layers(bundle.model, [1, 2, 8], timer=cuda_graph_timer())
     assert choice is not None and len(choice.measured) == 3 * len(
         bundle.model.projection_weights())
+
+
+def test_start_up_timing_waits_for_another_engine_on_the_gpu(tmp_path, monkeypatch):
+    """Two engines on one GPU never time their linear layers at the same moment."""
+    import threading
+    import time
+
+    from parrot.engines.builtin import device_lock
+
+    monkeypatch.setenv(device_lock.LOCK_DIR_ENV, str(tmp_path))
+    model = fused_bundle().model
+    key = device_lock.device_key(model.device)
+    released, entered = [], threading.Event()
+
+    def other_engine() -> None:
+        with device_lock.exclusive_device(key):
+            entered.set()
+            time.sleep(0.3)
+            released.append(time.perf_counter())
+
+    thread = threading.Thread(target=other_engine)
+    thread.start()
+    assert entered.wait(5)
+    first_timed: list[float] = []
+
+    def timer(calls):
+        first_timed.append(time.perf_counter())
+        return 1.0
+
+    assert choose_linear_layers(model, [1], timer=timer) is not None
+    thread.join()
+    assert first_timed[0] >= released[0]
