@@ -118,10 +118,14 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
     if graphs is not None and config.warmup:
         # Before any graph is captured: the captured steps bake in this choice.
         choose_linear_layers(model, batch_buckets(graphs.max_batch))
-        report = warm_up(graphs, shared_prefix=bundle.uses_kernels,
-                         min_prefix_blocks=-(-config.shared_prefix_min_tokens
-                                             // config.block_size),
-                         max_decode_rows=config.max_num_seqs)
+        # Under the GPU's lock too, so that another engine starting on this GPU never times
+        # its layers while this one captures and compiles (and compiles after this one, from
+        # the kernels it left in Triton's cache).
+        with exclusive_device(device_key(model.device)):
+            report = warm_up(graphs, shared_prefix=bundle.uses_kernels,
+                             min_prefix_blocks=-(-config.shared_prefix_min_tokens
+                                                 // config.block_size),
+                             max_decode_rows=config.max_num_seqs)
     log.info("%s", startup_summary(name, bundle, num_blocks, config.block_size, graphs, report))
     return BuiltinEngine(name, bundle.name, runner, scheduler, bundle.tokenizer,
                          bundle.shape.vocab_size, config.seed)

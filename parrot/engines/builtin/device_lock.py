@@ -2,11 +2,12 @@
 
 Engines can share one GPU (each with part of its memory, as in the two-engine live runs), and
 each times its linear layers at start-up (linear_choice.py). Timed at the same moment, each
-would measure under the other's load and could keep the slower kernel, so the timing runs
-under an exclusive `flock` on a file named after the device — its UUID where torch reports
-one, since `CUDA_VISIBLE_DEVICES` gives the same GPU different indices in different
-processes. The lock is the kernel's: it goes with the process that holds it, even one
-killed mid-measurement, so a crashed engine never blocks the next start.
+would measure under the other's load and could keep the slower kernel. So the timing, and
+the warm-up's graph capture after it (build.py), run under an exclusive `flock` on a file
+named after the device: its UUID where torch reports one, since `CUDA_VISIBLE_DEVICES` gives
+the same GPU different indices in different processes. The lock is the OS kernel's: it goes
+with the process that holds it, even one killed mid-measurement, so a crashed engine never
+blocks the next start.
 """
 
 from __future__ import annotations
