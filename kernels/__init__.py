@@ -1,5 +1,5 @@
-"""parrot_kernels: Triton decode-attention and fused decode-layer kernels for Parrot's builtin
-engine.
+"""parrot_kernels: Triton decode- and prefill-attention and fused decode-layer kernels for
+Parrot's builtin engine.
 
 The repo folder ``kernels/`` ships as the import package ``parrot_kernels``. Importing it needs
 torch only; Triton is imported on the first kernel launch (so ``TRITON_INTERPRET=1`` may be
@@ -11,9 +11,11 @@ from .decode import (merge_attention_states, paged_decode_attention,
 from .fused import (add_rms_norm, reference_add_rms_norm, reference_rope_kv_write,
                     reference_silu_mul, rope_kv_write, silu_mul)
 from .gemv import MAX_GEMV_ROWS, DotTuning, GemvTuning, kernel_wins, small_batch_linear
+from .prefill import PrefillPlan, PrefillTuning, paged_prefill_attention, plan_prefill
 from .plan import (KernelTuning, choose_shared_prefix_strategy, paged_decode_workspace_numel,
                    shared_prefix_decode_workspace_numel)
 from .reference import (reference_merge_attention_states, reference_paged_decode_attention,
+                        reference_paged_prefill_attention,
                         reference_shared_prefix_decode_attention)
 
 __all__ = [
@@ -32,9 +34,14 @@ __all__ = [
     "choose_shared_prefix_strategy",
     "merge_attention_states",
     "paged_decode_attention",
+    "paged_prefill_attention",
+    "plan_prefill",
+    "PrefillPlan",
+    "PrefillTuning",
     "paged_decode_workspace_numel",
     "reference_merge_attention_states",
     "reference_paged_decode_attention",
+    "reference_paged_prefill_attention",
     "reference_shared_prefix_decode_attention",
     "shared_prefix_decode_attention",
     "shared_prefix_decode_workspace_numel",

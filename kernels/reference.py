@@ -96,3 +96,27 @@ def reference_merge_attention_states(
     out = part_a + part_b
     lse = torch.where(has, m_safe + torch.log(denom_safe), torch.full_like(m, float("-inf")))
     return out.to(out_a.dtype), lse
+
+
+def reference_paged_prefill_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+    chunks, block_tables: torch.Tensor, scale: float, dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
+    """Chunk (row_start, n, pos_start): row i of q[row_start + i] attends keys
+    0 .. pos_start + i of its context (pages block_tables[c]) -> [T, Hq, D] in ``dtype``;
+    rows in no chunk are zero."""
+    out = torch.zeros(q.shape, dtype=dtype, device=q.device)
+    hq, kvh = q.shape[1], k_cache.shape[2]
+    for c, (row, n, pos) in enumerate(chunks):
+        length = pos + n
+        k = _gather_tokens(k_cache, block_tables[c], length).to(dtype)
+        v = _gather_tokens(v_cache, block_tables[c], length).to(dtype)
+        k = k.repeat_interleave(hq // kvh, dim=1)                      # [L, hq, d]
+        v = v.repeat_interleave(hq // kvh, dim=1)
+        qs = q[row:row + n].to(dtype)                                   # [n, hq, d]
+        scores = torch.einsum("ihd,jhd->hij", qs, k) * scale           # [hq, n, L]
+        visible = (torch.arange(length, device=q.device)[None, :]
+                   <= pos + torch.arange(n, device=q.device)[:, None])
+        scores = scores.masked_fill(~visible[None], float("-inf"))
+        out[row:row + n] = torch.einsum("hij,jhd->ihd", torch.softmax(scores, dim=-1), v)
+    return out

@@ -32,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gemv import graph_time  # noqa: E402
 from repo_imports import alias_kernels, import_parrot  # noqa: E402
+from report import record  # noqa: E402
 
 LAYERS = 32
 
@@ -49,7 +50,7 @@ class Shape:
 
 
 SMOKE = Shape(hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=96, positions=64,
-              blocks=8, block_size=4)
+              blocks=16, block_size=4)   # 64 slots: room for --rows up to 64
 
 
 def op_inputs(torch, shape: Shape, t: int, device: str, dtype) -> dict[str, list[tuple]]:
@@ -143,9 +144,7 @@ def main() -> int:
         f"{' --device ' + args.device if not on_cuda else ''}{' --smoke' if args.smoke else ''}`",
         "", *lines, "", "Per decode step (32 layers: two norms, RoPE + KV write, SiLU * up):",
         "", *step, ""])
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+    record(text, args.out)
     return 0
 
 

@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 
 from repo_imports import alias_kernels, import_parrot
+from report import record  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -67,6 +68,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--suite-prefill", action="store_true",
                    help="CUDA: prefill rate and where a Fill step goes "
                         "(engine_prefill_suite.py)")
+    p.add_argument("--prefill-attention", choices=("sdpa", "paged"), default="sdpa",
+                   help="suites: the engine's prefill attention (paged: the Triton kernel "
+                        "over the paged cache, one launch per layer)")
     p.add_argument("--prefix", type=int, default=3800, help="--suite: shared prefix tokens")
     p.add_argument("--suffix", type=int, default=200, help="--suite: suffix tokens")
     args = p.parse_args(argv)
@@ -287,8 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             f"* best of {args.repeats} alternating runs; greedy, EOS ignored; engine modes: "
             f"{'CUDA graphs off and on' if len(modes) == 2 else 'eager'}", "",
             header, "|" + "---|" * header.count(" | ") + "---|", *rows, ""])
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+        record(text, args.out)
         print(f"wrote {args.out}")
     return 0
 
@@ -303,6 +306,10 @@ def suite(args: argparse.Namespace, torch) -> int:
     if args.suite_prefix:
         positions = -(-(args.prefix + args.suffix + 64) // 1024) * 1024
     bundle, hf = load(torch, args.models[0], "cuda", positions)
+    if args.prefill_attention == "paged":
+        import parrot_kernels
+
+        bundle.model.use_paged_prefill(parrot_kernels)
     started = datetime.datetime.now(datetime.UTC)
     def log(text: str) -> None:
         print(text, flush=True)
@@ -329,15 +336,14 @@ def suite(args: argparse.Namespace, torch) -> int:
     import transformers
 
     text = "\n".join([
-        f"# builtin engine suite ({args.models[0]}, bf16, random weights)", "",
+        f"# builtin engine suite ({args.models[0]}, bf16, random weights, prefill attention "
+        f"{args.prefill_attention})", "",
         f"* date: {started:%Y-%m-%d %H:%M UTC}",
         f"* machine: {machine(torch, 'cuda')}, triton {triton.__version__}, "
         f"transformers {transformers.__version__}",
         f"* command: `{command}`", "", *lines])
     print(text)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+    record(text, args.out)
     return 0
 
 

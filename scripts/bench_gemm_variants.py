@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import record  # noqa: E402
 from bench_gemv import SHAPES, graph_time, rotated_weights  # noqa: E402
 from engine_suite import ceilings  # noqa: E402
 
@@ -112,9 +113,7 @@ def main() -> int:
         f"* command: `python3 scripts/bench_gemm_variants.py --rows {args.rows}`", "",
         *lines, "", "Per step (32 layers + LM head):", "", *step, "",
         "TunableOp's choices:", "", "```", chosen.strip(), "```", ""])
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+    record(text, args.out)
     return 0
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from repo_imports import alias_kernels, import_parrot  # noqa: E402
+from report import record  # noqa: E402
 
 import_parrot()   # graph_time is the engine's timer; every script that imports this one gets it
 
@@ -120,9 +121,7 @@ def main() -> int:
         f"* GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}",
         f"* command: `python3 scripts/bench_gemv.py --kernel {args.kernel} --rows {rows}`", "",
         *lines, ""])
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+    record(text, args.out)
     return 0
 
 

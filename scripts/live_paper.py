@@ -25,7 +25,8 @@ alias_kernels()
 from parrot.core.config import ServeConfig  # noqa: E402
 from parrot.sim.live_experiments import (LiveExperimentError, select_experiments,  # noqa: E402
                                          with_policy_params, with_rate_search, with_variants)
-from parrot.sim.live_paper import ServeSetup, run, with_engine_capacity  # noqa: E402
+from parrot.sim.live_paper import (ServeSetup, run, with_engine_capacity,  # noqa: E402
+                                   with_engine_params)
 
 # The CPU smoke test: the same runs, tiny sizes, a 2-layer random model with SmolLM2's
 # tokenizer, float32 on the CPU (every engine of a config gets these params).
@@ -75,6 +76,9 @@ def main() -> int:
                         metavar="POLICY.KEY=VALUE",
                         help="a parameter of every variant of POLICY (repeatable), e.g. "
                              "latency_centric.token_capacity=13312 (the calibrated cap)")
+    parser.add_argument("--engine-param", action="append", default=[], metavar="KEY=VALUE",
+                        help="a builtin engine parameter of every engine (repeatable), e.g. "
+                             "prefill_attention=paged")
     parser.add_argument("--tokenizer", default=None, metavar="PATH",
                         help="every builtin engine's tokenizer (a folder of tokenizer files)")
     parser.add_argument("--smoke", action="store_true",
@@ -114,6 +118,10 @@ def main() -> int:
                 setups = [with_engine_capacity(s, field, getattr(args, field)) for s in setups]
             except LiveExperimentError as exc:
                 parser.error(str(exc))
+    try:
+        setups = [with_engine_params(s, args.engine_param) for s in setups]
+    except LiveExperimentError as exc:
+        parser.error(str(exc))
     delay = args.network_delay_ms or ("10:20" if args.smoke else "200:300")
     low, high = (float(x) / 1000.0 for x in delay.split(":"))
     return run(setups, args.out, smoke=args.smoke, budget_s=args.budget_s,

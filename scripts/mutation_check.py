@@ -68,6 +68,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         'with exclusive_device("elsewhere") as waited:',
         ("tests/engines/builtin/test_linear_choice.py",)),
     Mutation(
+        "paged_prefill_positions", "parrot/engines/builtin/runner.py",
+        "plan = kernels.plan_prefill([(start, end - start, pos)",
+        "plan = kernels.plan_prefill([(start, end - start, 0)",
+        ("tests/engines/builtin/test_paged_prefill.py",)),
+    Mutation(
         "staging_two_mirrors", "parrot/engines/builtin/staging.py",
         "        self._current ^= 1\n", "",
         ("tests/engines/builtin/test_staging.py",)),

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
+import yaml
+
 from parrot.core.config import ServeConfig
 from parrot.engines.launcher import LaunchSpec
 from parrot.engines.protocol import OPTIONAL_STATS
@@ -67,6 +69,24 @@ def with_engine_capacity(setup: ServeSetup, field: str, tokens: int) -> ServeSet
     engines = tuple(dataclasses.replace(e, **change) for e in setup.config.engines)
     return ServeSetup(f"{setup.path} ({field}={tokens})",
                       dataclasses.replace(setup.config, engines=engines))
+
+
+def with_engine_params(setup: ServeSetup, items: Sequence[str]) -> ServeSetup:
+    """The setup with `KEY=VALUE` (YAML values) set in every engine's params, e.g.
+    `prefill_attention=paged`; the path records them. The engine validates its params when it
+    starts, before any experiment runs."""
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise LiveExperimentError(f"--engine-param: {item!r} is not KEY=VALUE")
+        params[key.strip()] = yaml.safe_load(value)
+    if not params:
+        return setup
+    engines = tuple(dataclasses.replace(e, params={**e.params, **params})
+                    for e in setup.config.engines)
+    said = " ".join(f"{k}={v}" for k, v in params.items())
+    return ServeSetup(f"{setup.path} ({said})", dataclasses.replace(setup.config, engines=engines))
 
 
 def setups_by_engines(setups: Sequence[ServeSetup],

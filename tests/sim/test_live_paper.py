@@ -266,3 +266,18 @@ def test_capacity_overrides_set_every_engine_and_say_so():
         for bad in (0, -5, 2.5, True):
             with pytest.raises(LiveExperimentError, match=flag):
                 with_engine_capacity(TWO, field, bad)
+
+
+def test_engine_params_set_every_engine_and_say_so():
+    from parrot.sim.live_paper import with_engine_params
+
+    setup = with_engine_params(TWO, ["prefill_attention=paged", "max_num_seqs=32"])
+    for engine, before in zip(setup.config.engines, TWO.config.engines):
+        assert engine.params == {**before.params, "prefill_attention": "paged",
+                                 "max_num_seqs": 32}
+        assert "prefill_attention" not in before.params               # untouched
+    assert setup.path == "two.yaml (prefill_attention=paged max_num_seqs=32)"
+    assert with_engine_params(TWO, []) is TWO
+    for bad in ("prefill_attention", "=paged"):
+        with pytest.raises(LiveExperimentError, match="--engine-param"):
+            with_engine_params(TWO, [bad])

@@ -5,7 +5,9 @@ come as one flat batch: the decode rows first (one token each), then the prefill
 * decode: the Triton kernels of `parrot_kernels` on CUDA when importable (the shared-prefix
   kernel when the step found groups sharing a long prefix), else a batched torch path that
   gathers each row's blocks through its block table.
-* prefill: torch SDPA per chunk (a few chunks per step), causal over the chunk's context.
+* prefill: torch SDPA per chunk (a few chunks per step), causal over the chunk's context; or,
+  with `prefill_attention: paged`, every chunk in one Triton launch per layer reading its
+  context in the paged cache (`parrot_kernels.paged_prefill_attention`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -70,6 +73,9 @@ class AttentionMetadata:
     decode_seq_lens: torch.Tensor | None      # [num_decode] int32, the new token included
     shared_prefix: SharedPrefixMeta | None
     prefills: list[PrefillChunk]
+    # The step's prefill chunks planned for the paged prefill kernel (parrot_kernels
+    # PrefillPlan), when the model runs it; None: SDPA per chunk (prefill_torch).
+    prefill_plan: Any = None
 
 
 DecodeFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionMetadata, float],

@@ -72,6 +72,11 @@ def load_bundle(config: BuiltinEngineConfig, loaded: LoadedModel | None = None) 
     model = LlamaModel(loaded.shape, loaded.state_dict, make_decode_fn(kernels),
                        max_positions=loaded.shape.max_position_embeddings)
     model.use_fused(kernels if config.fused_ops else None)
+    if config.prefill_attention == "paged":
+        if kernels is None or not hasattr(kernels, "paged_prefill_attention"):
+            raise BuiltinConfigError("builtin engine.prefill_attention",
+                                     "'paged' needs the Triton kernels (parrot_kernels on CUDA)")
+        model.use_paged_prefill(kernels)
     return ModelBundle(loaded.name, loaded.shape, model, loaded.tokenizer,
                        loaded.eos_token_ids, kernels is not None)
 

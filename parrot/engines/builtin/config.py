@@ -16,6 +16,7 @@ from parrot.validation import Checks
 
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
+PREFILL_ATTENTION = ("sdpa", "paged")
 RANDOM_SHAPES = ("tiny", "llama-7b", "llama-13b")
 DEFAULT_MODEL = "smollm2"
 # Accepted spelling of the simulated engine's key for the same budget.
@@ -45,6 +46,10 @@ class BuiltinEngineConfig:
     attention_backend: "auto" is the Triton kernels on CUDA (an error when they do not import:
       never a silent slow path) and torch on the CPU.
     fused_ops / warmup: CUDA with the kernels only (see model.py, warmup.py).
+    prefill_attention: "sdpa" runs torch SDPA per prefill chunk over a gathered copy of its
+      context; "paged" runs every chunk of a step in one Triton launch per layer, reading the
+      context in the paged cache (parrot_kernels.paged_prefill_attention; needs the kernels:
+      CUDA, or the interpreter). "sdpa" stays the default until "paged" is measured faster.
     """
 
     model: str = DEFAULT_MODEL
@@ -63,6 +68,7 @@ class BuiltinEngineConfig:
     cuda_graphs: bool = True          # decode steps in CUDA graphs (CUDA + Triton kernels only)
     cuda_graph_max_batch: int = 64    # largest graph batch bucket; bigger decode steps run eager
     fused_ops: bool = True            # norm/RoPE+KV write/SwiGLU as fused kernels (CUDA + kernels)
+    prefill_attention: str = "sdpa"   # sdpa: torch per chunk; paged: one Triton launch per layer
     warmup: bool = True               # capture every graph bucket and compile at start (CUDA)
     tokenizer: str | None = None      # for random shapes: "smollm2" or a tokenizer folder
     seed: int = 0                     # random weights; sampling without a per-request seed
@@ -93,6 +99,7 @@ class BuiltinEngineConfig:
         check.number("max_context_len", self.max_context_len, minimum=2, integer=True,
                      optional=True)
         check.one_of("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
+        check.one_of("prefill_attention", self.prefill_attention, PREFILL_ATTENTION)
         check.number("shared_prefix_min_group", self.shared_prefix_min_group, minimum=2,
                      integer=True)
         for key in ("cuda_graphs", "fused_ops", "warmup"):

@@ -76,6 +76,7 @@ class LlamaModel:
         # Where the small-batch kernels beat cuBLAS on this GPU, measured at start-up
         # (build.choose_linear_layers); None: the kernels' static table (an H200's).
         self.linear_choice: LinearChoice | None = None
+        self.prefill_kernels: ModuleType | None = None   # use_paged_prefill
 
     def use_fused(self, kernels: ModuleType | None, *,
                   small_batch_gemv: bool | None = None) -> None:
@@ -197,12 +198,27 @@ class LlamaModel:
             h = ops.add_rms_norm(x, linear(act, layer.down), next_norm, eps)
         return h
 
+    def use_paged_prefill(self, kernels: ModuleType | None) -> None:
+        """Prefill attention through the kernels' paged prefill (every chunk of a step in one
+        launch per layer, its context read in the paged cache), or torch SDPA per chunk
+        (None). The runner plans the chunks once per step (AttentionMetadata.prefill_plan)."""
+        if kernels is not None and not hasattr(kernels, "paged_prefill_attention"):
+            raise ValueError("these parrot_kernels have no paged_prefill_attention")
+        self.prefill_kernels = kernels
+
     def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                    k_cache: torch.Tensor, v_cache: torch.Tensor,
                    meta: AttentionMetadata) -> torch.Tensor:
         nd = meta.num_decode
         if not meta.prefills:
             return self._decode(q, k_cache, v_cache, meta, self.scale)
+        if meta.prefill_plan is not None and self.prefill_kernels is not None:
+            out = q.new_empty(q.shape)     # contiguous; q may be a view of the fused QKV
+            self.prefill_kernels.paged_prefill_attention(q, k_cache, v_cache,
+                                                         meta.prefill_plan, self.scale, out=out)
+            if nd:
+                out[:nd] = self._decode(q[:nd], k_cache, v_cache, meta, self.scale)
+            return out
         parts = [self._decode(q[:nd], k_cache, v_cache, meta, self.scale)] if nd else []
         parts += [prefill_torch(q, k, v, k_cache, v_cache, chunk, self.scale)
                   for chunk in meta.prefills]

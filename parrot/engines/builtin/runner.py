@@ -225,11 +225,17 @@ class ModelRunner:
             suffix_lens=self._tensor(g.suffix_lens, torch.int32))
         prefills = [PrefillChunk(start, end, pos, self._tensor(table))
                     for start, end, pos, table in host.prefills]
+        plan = None
+        kernels = self.model.prefill_kernels
+        if kernels is not None and host.prefills:   # one plan for every layer's launch
+            plan = kernels.plan_prefill([(start, end - start, pos)
+                                         for start, end, pos, _ in host.prefills],
+                                        self._padded([t for *_, t in host.prefills]))
         meta = AttentionMetadata(
             slot_mapping=self._tensor(host.slots), num_decode=len(host.decode_lens),
             decode_block_tables=self._padded(tables) if has_decode else None,
             decode_seq_lens=self._tensor(lens, torch.int32) if has_decode else None,
-            shared_prefix=shared, prefills=prefills)
+            shared_prefix=shared, prefills=prefills, prefill_plan=plan)
         return StepInputs(self._tensor(host.token_ids), self._tensor(host.positions), meta,
                           host.order, host.sample_rows, host.sample_chunks)
 

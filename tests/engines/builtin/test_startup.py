@@ -112,3 +112,28 @@ def test_warm_up_compiles_the_eager_buckets_past_the_graphs():
     assert report.shared_shapes == len(beyond) + len(shared_keys(4, 4, 2))
     assert set(graphs._graphs) == set(paged_keys(2, 4))           # graphs only up to 2 rows
     assert 4 in seen                                              # a 4-row step was compiled
+
+
+def test_warm_up_compiles_the_paged_prefill_kernel_when_the_model_runs_it():
+    """prefill_attention: paged — the warm-up's prefill goes through the kernel, so the first
+    request's prefill does not compile it."""
+    kernels = pytest.importorskip("parrot_kernels")
+    bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
+                                             num_blocks=16))
+    bundle.model._decode = make_decode_fn(kernels)
+    bundle.model.use_paged_prefill(kernels)
+    launched = []
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(kernels, name)
+
+        def paged_prefill_attention(self, q, k, v, plan, scale, *, out=None):
+            launched.append(plan.chunks)
+            return kernels.paged_prefill_attention(q, k, v, plan, scale, out=out)
+
+    bundle.model.prefill_kernels = Spy()
+    kv = KVCache(bundle.shape, 16, 4, torch.float32, torch.device("cpu"), scratch_block=True)
+    graphs = DecodeGraphs(bundle.model, kv, max_batch=2, max_width=4, capture=False)
+    warm_up(graphs, shared_prefix=False, min_prefix_blocks=2)
+    assert launched and launched[0] == ((0, 4, 0),)

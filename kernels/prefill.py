@@ -1,0 +1,126 @@
+"""Python wrapper: paged prefill attention, every prefill chunk of a step in one launch.
+
+A step's prefill rows come as chunks of a flat batch: chunk c owns rows
+[row_start, row_start + n) of q, which hold positions [pos_start, pos_start + n) of a context
+whose pages are block_tables[c]. Its K/V, cached context and new tokens alike, are already in
+the paged cache (the engine writes the new K/V before attention). Row i of the chunk attends
+keys 0 .. pos_start + i. Shapes: q [T, Hq, D] (any row and head strides, contiguous last dim);
+caches [num_blocks, block_size, Hkv, D]; block tables int32 [C, max_blocks].
+
+Against torch SDPA per chunk (the engine's other path), this reads the cached context in
+place instead of gathering a copy of it for every chunk in every layer, and makes one launch
+per layer instead of several per chunk. The plan (`plan_prefill`) is built once per step and
+reused by every layer.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ._checks import check_heads
+from .reference import reference_paged_prefill_attention
+
+LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class PrefillTuning:
+    """Tile of the prefill kernel. Not yet swept on a GPU: the defaults are a common
+    flash-attention tile for head_dim 128 (query tile x key tile, 4 warps)."""
+
+    block_m: int = 64
+    block_n: int = 64
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+@dataclass(frozen=True)
+class PrefillPlan:
+    """One step's chunks, on the device, for every layer's launch."""
+
+    chunks: tuple[tuple[int, int, int], ...]   # (row_start, num_rows, pos_start), host copy
+    block_tables: torch.Tensor                 # int32 [C, max_blocks]
+    chunk_rows: torch.Tensor                   # int32 [C]
+    chunk_pos: torch.Tensor                    # int32 [C]
+    chunk_lens: torch.Tensor                   # int32 [C]
+    tile_chunk: torch.Tensor                   # int32 [num_tiles]: the chunk of each tile
+    tile_m: torch.Tensor                       # int32 [num_tiles]: its first row in the chunk
+    tuning: PrefillTuning
+
+    @property
+    def num_tiles(self) -> int:
+        return int(self.tile_chunk.shape[0])
+
+
+def plan_prefill(chunks: Sequence[tuple[int, int, int]], block_tables: torch.Tensor,
+                 tuning: PrefillTuning | None = None) -> PrefillPlan:
+    """The launch plan of `chunks` (row_start, num_rows, pos_start) over `block_tables`.
+
+    Tiles whose rows see the most keys go first, so the longest programs do not start last
+    (the tail of the launch). One host-to-device copy carries all the metadata."""
+    tuning = tuning or PrefillTuning()
+    chunks = tuple((int(r), int(n), int(p)) for r, n, p in chunks)
+    if block_tables.dim() != 2 or block_tables.shape[0] != len(chunks):
+        raise ValueError(f"block_tables must be [{len(chunks)}, max_blocks], got "
+                         f"{tuple(block_tables.shape)}")
+    if block_tables.dtype != torch.int32 or (block_tables.shape[1] > 1
+                                             and block_tables.stride(1) != 1):
+        raise ValueError("block_tables must be int32 with a contiguous last dim")
+    tiles = []
+    for c, (row, n, pos) in enumerate(chunks):
+        if n < 1 or row < 0 or pos < 0:
+            raise ValueError(f"chunk {c}: rows from {row}, {n} rows at position {pos}")
+        tiles += [(pos + min(m + tuning.block_m, n), c, m) for m in range(0, n, tuning.block_m)]
+    tiles.sort(key=lambda t: -t[0])
+    meta = [r for r, _, _ in chunks] + [p for _, _, p in chunks] + [n for _, n, _ in chunks]
+    meta += [c for _, c, _ in tiles] + [m for _, _, m in tiles]
+    flat = torch.tensor(meta, dtype=torch.int32).to(block_tables.device, non_blocking=True)
+    num_chunks, num_tiles = len(chunks), len(tiles)
+    views = torch.split(flat, [num_chunks] * 3 + [num_tiles] * 2)
+    return PrefillPlan(chunks, block_tables, chunk_rows=views[0], chunk_pos=views[1],
+                       chunk_lens=views[2], tile_chunk=views[3], tile_m=views[4], tuning=tuning)
+
+
+def _use_triton(q: torch.Tensor) -> bool:
+    return q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            plan: PrefillPlan, scale: float, *,
+                            out: torch.Tensor | None = None) -> torch.Tensor:
+    """The attention output of every chunk's rows, written into `out` ([T, Hq, D], q's dtype;
+    allocated when None). Rows of q in no chunk are left as they are in `out`."""
+    check_heads(q, k_cache, v_cache, "T")
+    d, kvh = q.shape[2], k_cache.shape[2]
+    if not q.dtype == k_cache.dtype == v_cache.dtype:
+        raise ValueError(f"q/k/v dtypes differ: {q.dtype}/{k_cache.dtype}/{v_cache.dtype}")
+    if q.stride(2) != 1 or k_cache.stride() != v_cache.stride() or k_cache.stride(3) != 1:
+        raise ValueError("q and the caches need a contiguous last dim, the caches equal strides")
+    if plan.chunks and max(r + n for r, n, _ in plan.chunks) > q.shape[0]:
+        raise ValueError(f"the plan's chunks reach past q's {q.shape[0]} rows")
+    if out is None:
+        out = torch.empty_like(q)
+    elif out.shape != q.shape or out.dtype != q.dtype or out.stride(2) != 1:
+        raise ValueError(f"out must be {tuple(q.shape)} {q.dtype} with a contiguous last dim")
+    if not plan.chunks:
+        return out
+    if not _use_triton(q):
+        ref = reference_paged_prefill_attention(q, k_cache, v_cache, plan.chunks,
+                                                plan.block_tables, scale, dtype=torch.float32)
+        for row, n, _ in plan.chunks:
+            out[row:row + n] = ref[row:row + n].to(out.dtype)
+        return out
+    from . import _jit_prefill as jit  # lazy: TRITON_INTERPRET must be read after conftest
+
+    t = plan.tuning
+    jit._paged_prefill_kernel[(plan.num_tiles, q.shape[1])](
+        q, k_cache, v_cache, out, plan.tile_chunk, plan.tile_m, plan.chunk_rows, plan.chunk_pos,
+        plan.chunk_lens, plan.block_tables, scale * LOG2E,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        out.stride(0), out.stride(1), plan.block_tables.stride(0),
+        GQA=q.shape[1] // kvh, HEAD_DIM=d, PAGE=k_cache.shape[1], BLOCK_M=t.block_m,
+        BLOCK_N=t.block_n, num_warps=t.num_warps, num_stages=t.num_stages)
+    return out

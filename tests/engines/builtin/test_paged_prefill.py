@@ -1,0 +1,63 @@
+"""prefill_attention: paged — every prefill chunk of a step in one Triton launch per layer
+(interpreter on the CPU) — gives the tokens of the SDPA-per-chunk path: fresh prompts, forks
+of a cached context and continued contexts, several chunks in one step."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from parrot.engines.builtin.build import load_bundle
+from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
+from parrot.engines.protocol import FillRequest, GenerateRequest
+from parrot.sampling import SamplingParams
+
+parrot_kernels = pytest.importorskip("parrot_kernels")
+CONFIG = BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu", num_blocks=64)
+
+
+async def run_mixed_prefills(engine) -> list[tuple[int, ...]]:
+    """A 21-token system prompt, three forks of it and a lone prompt filled at once (one step
+    of several chunks, most over cached context), then a continued fork."""
+    await engine.fill(FillRequest("sys", token_ids=tuple(range(10, 31))))
+    await asyncio.gather(*(engine.fill(FillRequest(f"c{i}", "sys",
+                                                   token_ids=tuple(range(40 + i, 49 + 2 * i))))
+                           for i in range(3)),
+                         engine.fill(FillRequest("lone", token_ids=(7, 8, 9, 11, 12))))
+    await engine.fill(FillRequest("c0", token_ids=(90, 91, 92, 93, 94, 95, 96)))  # continue
+    params = SamplingParams(max_tokens=5, ignore_eos=True)
+    results = await asyncio.gather(*(engine.generate_all(GenerateRequest(c, sampling=params))
+                                     for c in ("c0", "lone", "c1", "c2")))
+    return [r.token_ids for r in results]
+
+
+async def test_paged_prefill_gives_the_sdpa_paths_tokens(make_engine):
+    sdpa_bundle, paged_bundle = load_bundle(CONFIG), load_bundle(CONFIG)
+    paged_bundle.model.use_paged_prefill(parrot_kernels)
+    plans = []
+    original = paged_bundle.model.prefill_kernels.paged_prefill_attention
+
+    class Spy:   # the kernels module with its prefill call counted
+        def __getattr__(self, name):
+            return getattr(parrot_kernels, name)
+
+        def paged_prefill_attention(self, q, k, v, plan, scale, *, out=None):
+            plans.append(len(plan.chunks))
+            return original(q, k, v, plan, scale, out=out)
+
+    paged_bundle.model.prefill_kernels = Spy()
+    common = dict(block_size=4, max_batch_tokens=256)
+    expected = await run_mixed_prefills(make_engine(sdpa_bundle, **common))
+    assert await run_mixed_prefills(make_engine(paged_bundle, **common)) == expected
+    # every layer of every prefill step went through the kernel, one step with 4 chunks
+    layers = len(paged_bundle.model.layers)
+    assert plans and len(plans) % layers == 0 and max(plans) == 4
+
+
+def test_paged_prefill_needs_the_kernels():
+    with pytest.raises(BuiltinConfigError, match="prefill_attention"):
+        load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
+                                        num_blocks=16, prefill_attention="paged"))
+    with pytest.raises(BuiltinConfigError, match="prefill_attention"):
+        BuiltinEngineConfig(prefill_attention="flash")

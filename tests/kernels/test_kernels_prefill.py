@@ -1,0 +1,116 @@
+"""paged_prefill_attention against the float64 reference (interpreter on CPU): fresh chunks,
+chunks continuing a cached context and forks of shared pages, in one launch."""
+import pytest
+import torch
+
+from parrot_kernels import (PrefillTuning, paged_prefill_attention, plan_prefill,
+                            reference_paged_prefill_attention)
+
+from .factories import rel_err
+
+TOL = {torch.float16: 4e-3, torch.float32: 1e-4, torch.bfloat16: 2e-2}
+SMALL = PrefillTuning(block_m=16, block_n=16)   # several tiles and key blocks per chunk
+
+
+def make_step(contexts, *, num_kv_heads, gqa, head_dim, block_size, dtype, decode_rows=2,
+              seed=0, device="cpu"):
+    """contexts[c] = (pos_start, n, shared_with): chunk c holds n new tokens at positions
+    pos_start.. of a context; shared_with = an earlier chunk whose first pos_start // block_size
+    pages it forks (its pages), or None. The flat q has `decode_rows` rows of other work first.
+    Unused pages are NaN: a kernel that reads one fails."""
+    gen = torch.Generator().manual_seed(seed)
+    pages_needed = [-(-(pos + n) // block_size) for pos, n, _ in contexts]
+    num_blocks = sum(pages_needed) + 4
+    perm = torch.randperm(num_blocks, generator=gen).tolist()
+    shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    k_cache = torch.full(shape, float("nan"), dtype=dtype)
+    v_cache = torch.full(shape, float("nan"), dtype=dtype)
+    tables, used = [], 0
+    for (pos, _, shared), need in zip(contexts, pages_needed):
+        forked = tables[shared][:pos // block_size] if shared is not None else []
+        own = perm[used:used + need - len(forked)]
+        used += len(own)
+        tables.append(forked + own)
+        for page in own:
+            k_cache[page] = torch.randn(shape[1:], generator=gen).to(dtype)
+            v_cache[page] = torch.randn(shape[1:], generator=gen).to(dtype)
+    width = max(len(t) for t in tables) + 1
+    garbage = perm[-1]
+    table = torch.tensor([t + [garbage] * (width - len(t)) for t in tables], dtype=torch.int32)
+    chunks, row = [], decode_rows
+    for pos, n, _ in contexts:
+        chunks.append((row, n, pos))
+        row += n
+    q = torch.randn(row, num_kv_heads * gqa, head_dim, generator=gen).to(dtype)
+    return (q.to(device), k_cache.to(device), v_cache.to(device), chunks, table.to(device),
+            head_dim ** -0.5)
+
+
+# (gqa, head_dim, block_size, dtype)
+CONFIGS = [(1, 64, 16, torch.float16), (4, 32, 16, torch.float32), (2, 128, 32, torch.float16)]
+# a fresh prompt of a partial tile, a context continued mid-page, a fork of the first
+# context's full pages with a tail longer than a tile, a single new token
+CONTEXTS = [(0, 37, None), (50, 20, None), (32, 40, 0), (9, 1, None)]
+
+
+@pytest.mark.parametrize("gqa,head_dim,block_size,dtype", CONFIGS)
+def test_prefill_matches_reference(gqa, head_dim, block_size, dtype):
+    q, k, v, chunks, table, scale = make_step(CONTEXTS, num_kv_heads=2, gqa=gqa,
+                                              head_dim=head_dim, block_size=block_size,
+                                              dtype=dtype, seed=gqa + head_dim)
+    out = torch.full_like(q, float("nan"))
+    paged_prefill_attention(q, k, v, plan_prefill(chunks, table, SMALL), scale, out=out)
+    ref = reference_paged_prefill_attention(q, k, v, chunks, table, scale)
+    rows = slice(chunks[0][0], None)
+    assert rel_err(out[rows], ref[rows]) < TOL[dtype]
+    assert torch.isnan(out[:chunks[0][0]]).all(), "rows in no chunk are left alone"
+
+
+def test_default_tile_and_a_first_row_that_sees_only_itself():
+    q, k, v, chunks, table, scale = make_step([(0, 70, None), (16, 5, 0)], num_kv_heads=1,
+                                              gqa=2, head_dim=64, block_size=16,
+                                              dtype=torch.float32, decode_rows=0, seed=5)
+    out = paged_prefill_attention(q, k, v, plan_prefill(chunks, table), scale)
+    ref = reference_paged_prefill_attention(q, k, v, chunks, table, scale)
+    assert rel_err(out, ref) < TOL[torch.float32]
+    # row 0 of a fresh prompt attends only key 0: its output is value 0 of its kv head
+    kv0 = v[table[0, 0].long(), 0]                                       # [Hkv, D]
+    assert torch.allclose(out[0], kv0.repeat_interleave(2, dim=0), atol=1e-5)
+
+
+def test_plan_puts_the_longest_tiles_first_in_one_copy():
+    table = torch.zeros(2, 8, dtype=torch.int32)
+    plan = plan_prefill([(0, 40, 0), (40, 10, 100)], table, SMALL)
+    # tiles (end position): chunk 0 rows 0-15 (16), 16-31 (32), 32-39 (40); chunk 1 (110)
+    assert plan.tile_chunk.tolist() == [1, 0, 0, 0]
+    assert plan.tile_m.tolist() == [0, 32, 16, 0]
+    assert plan.chunk_rows.tolist() == [0, 40] and plan.chunk_pos.tolist() == [0, 100]
+    assert plan.chunk_lens.tolist() == [40, 10] and plan.num_tiles == 4
+
+
+def test_prefill_rejects_bad_inputs():
+    q, k, v, chunks, table, scale = make_step([(0, 20, None)], num_kv_heads=2, gqa=1,
+                                              head_dim=64, block_size=16,
+                                              dtype=torch.float16)
+    with pytest.raises(ValueError, match="block_tables"):
+        plan_prefill(chunks + chunks, table)
+    with pytest.raises(ValueError, match="int32"):
+        plan_prefill(chunks, table.long())
+    with pytest.raises(ValueError, match="chunk 0"):
+        plan_prefill([(0, 0, 0)], table)
+    with pytest.raises(ValueError, match="past q"):
+        paged_prefill_attention(q[:10], k, v, plan_prefill(chunks, table), scale)
+    with pytest.raises(ValueError, match="dtypes"):
+        paged_prefill_attention(q.float(), k, v, plan_prefill(chunks, table), scale)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_prefill_on_gpu(dtype):
+    q, k, v, chunks, table, scale = make_step(CONTEXTS + [(0, 300, None), (256, 130, 4)],
+                                              num_kv_heads=4, gqa=2, head_dim=128,
+                                              block_size=16, dtype=dtype, device="cuda")
+    out = paged_prefill_attention(q, k, v, plan_prefill(chunks, table), scale)
+    ref = reference_paged_prefill_attention(q, k, v, chunks, table, scale)
+    rows = slice(chunks[0][0], None)
+    assert rel_err(out[rows], ref[rows]) < TOL[dtype]
