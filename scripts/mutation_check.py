@@ -73,6 +73,16 @@ MUTATIONS: tuple[Mutation, ...] = (
         "plan = kernels.plan_prefill([(start, end - start, 0)",
         ("tests/engines/builtin/test_paged_prefill.py",)),
     Mutation(
+        "long_prompts_raise_the_latency_limit", "parrot/policies/placement.py",
+        "        return max(capacity, min(step, self.view.throughput_capacity))\n",
+        "        return capacity\n",
+        ("tests/policies/test_app_centric.py",)),
+    Mutation(
+        "small_latency_call_keeps_the_capacity", "parrot/policies/placement.py",
+        "        sizes = [n for n in (own, self.latency_floor) if n > 0]\n",
+        "        sizes = [n for n in (own,) if n > 0]\n",
+        ("tests/policies/test_app_centric.py", "tests/policies/test_policy_invariants.py")),
+    Mutation(
         "staging_two_mirrors", "parrot/engines/builtin/staging.py",
         "        self._current ^= 1\n", "",
         ("tests/engines/builtin/test_staging.py",)),

@@ -181,6 +181,9 @@ class EngineState:
             is_healthy=self.is_healthy,
             profile=self.profile,
             running_prefixes=_ReadOnlyKeys(self.prefix_refs),
+            latency_floor_tokens=min((p.num_tokens + sum(n for _, n in p.prefixes)
+                                      for p in self.running.values() if not p.is_throughput),
+                                     default=0),
         )
 
     def describe(self) -> dict[str, Any]:

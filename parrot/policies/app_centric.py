@@ -57,6 +57,11 @@ class AppCentricParams(PolicyParams):
     # A task group (or shared-prefix set) stays on one engine while its estimated finish time
     # there is at most this fraction slower than the fastest placement.
     colocation_slack: float = 0.1
+    # A latency call is never held to a step more than this fraction faster than it would
+    # take alone: where a call's own prompt exceeds the latency capacity (a long system
+    # prompt many requests fork), the engine may load up to the step of (1 + this) × that
+    # call's solo step (placement.Slot.latency_limit). 0: the latency capacity only.
+    latency_step_slack: float = 0.1
     # Ablation switches (the paper's "affinity scheduling off" experiment).
     prefix_affinity: bool = True
     colocate_task_groups: bool = True
@@ -68,6 +73,7 @@ class AppCentricParams(PolicyParams):
                                             f"{[c.value for c in Criterion]}")
         check.fraction("affinity_max_load_fraction", self.affinity_max_load_fraction)
         check.number("colocation_slack", self.colocation_slack, minimum=0.0, maximum=10.0)
+        check.number("latency_step_slack", self.latency_step_slack, minimum=0.0, maximum=10.0)
         for key in ("isolate_criteria", "prefix_affinity", "colocate_task_groups"):
             check.boolean(key, getattr(self, key))
 
@@ -84,7 +90,8 @@ class AppCentricPolicy(Policy):
 
     def schedule(self, *, calls: Sequence[CallView],
                  engines: Sequence[EngineView]) -> list[Placement]:
-        slots = [Slot.of(e, i) for i, e in enumerate(engines) if e.is_healthy]
+        slots = [Slot.of(e, i, self.params.latency_step_slack)
+                 for i, e in enumerate(engines) if e.is_healthy]
         if not slots:
             return []
         isolates = self._can_isolate(calls, slots)
@@ -221,7 +228,8 @@ class AppCentricPolicy(Policy):
         for call in unit:
             # Without prefixes to reuse, a call demands the same of every engine it starts on.
             plain = None if call.prefix_hashes and self.params.prefix_affinity else Demand(
-                call.num_tokens, call.num_prompt_tokens, max(call.num_output_tokens, 1))
+                call.num_tokens, call.num_prompt_tokens, max(call.num_output_tokens, 1),
+                own_min=call.num_tokens)
             options = []
             for slot in pool:
                 before = totals.get(slot.index)
@@ -289,4 +297,4 @@ class AppCentricPolicy(Policy):
 def _delta(after: Demand, before: Demand) -> Demand:
     """What one call added to a running total."""
     return Demand(after.load - before.load, after.prefill - before.prefill, after.output,
-                  after.affine)
+                  after.affine, after.own_min)

@@ -71,6 +71,10 @@ class EngineView:
     # Prefix hashes of its running calls: already counted (once) in num_tokens_in_use. A
     # cached prefix saves a new call's prefill; only one in this set also saves its load.
     running_prefixes: Set[str] = frozenset()
+    # The smallest whole footprint (prompt, its prefixes included, plus maximum output) of its
+    # running LATENCY calls; 0 when it runs none. The step time that call would have alone
+    # bounds how strict its latency capacity can usefully be (placement.Slot.latency_limit).
+    latency_floor_tokens: int = 0
 
     @property
     def mode(self) -> Criterion | None:

@@ -8,10 +8,12 @@ turns that into an estimated finish time with the engine's speed profile (cost.p
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from collections.abc import Sequence, Set
 
 from parrot.policies.base import CallView, EngineView
+from parrot.policies.cost import SpeedProfile
 from parrot.types import Criterion
 
 
@@ -23,6 +25,7 @@ class Demand:
     prefill: int = 0                # prompt tokens the engine must prefill
     output: int = 0                 # decode steps until the last of them finishes
     affine: bool = False            # one of them reuses a prefix held here (under the gate)
+    own_min: int = 0                # the smallest whole footprint among them (0: none known)
 
 
 @dataclass
@@ -40,13 +43,22 @@ class Slot:
     # engine may hold many cached prefixes).
     placed_task_groups: set[str] = field(default_factory=set)
     placed_prefixes: set[str] = field(default_factory=set)
+    # The smallest whole footprint of a latency call here (running or placed; 0: none), and
+    # how much slower than alone such a call's step may get (see `latency_limit`).
+    latency_floor: int = 0
+    latency_step_slack: float = 0.0
+    # Latency calls run here whose sizes the view does not give: keep the capacity for them.
+    floor_unknown: bool = False
 
     @classmethod
-    def of(cls, view: EngineView, index: int) -> Slot:
+    def of(cls, view: EngineView, index: int, latency_step_slack: float = 0.0) -> Slot:
         return cls(view=view, index=index, load=view.num_tokens_in_use,
                    num_calls=view.num_running_calls,
                    num_by_criterion={Criterion.LATENCY: view.num_latency_calls,
-                                     Criterion.THROUGHPUT: view.num_throughput_calls})
+                                     Criterion.THROUGHPUT: view.num_throughput_calls},
+                   latency_floor=view.latency_floor_tokens,
+                   latency_step_slack=latency_step_slack,
+                   floor_unknown=view.num_latency_calls > 0 and view.latency_floor_tokens <= 0)
 
     def holds_task_group(self, task_group: str) -> bool:
         return task_group in self.placed_task_groups or task_group in self.view.task_groups
@@ -66,25 +78,47 @@ class Slot:
     def serves(self, criterion: Criterion) -> bool:
         return self.num_by_criterion[criterion] > 0
 
-    def capacity(self, criterion: Criterion) -> int:
+    def capacity(self, criterion: Criterion, own: int = 0) -> int:
+        """The load this engine may reach with work of `criterion` joining (`own`: the
+        smallest whole footprint of the latency calls joining, 0 when unknown)."""
         # Latency calls are only fast while the whole engine is lightly loaded, so an engine
-        # serving any latency call is held to the latency capacity, whoever joins it — where
+        # serving any latency call is held to the latency limit, whoever joins it — where
         # the cluster can isolate at all (`isolates`).
-        if criterion is Criterion.LATENCY or (self.isolates and self.serves(Criterion.LATENCY)):
-            return self.view.latency_capacity
+        if criterion is Criterion.LATENCY:
+            return self.latency_limit(own)
+        if self.isolates and self.serves(Criterion.LATENCY):
+            return self.latency_limit()
         return self.view.throughput_capacity
+
+    def latency_limit(self, own: int = 0) -> int:
+        """The latency capacity — or more, where the smallest latency call here (or joining,
+        `own`) is so large that the capacity would hold it to a step far faster than it can
+        have even alone: then the load at which a step takes (1 + latency_step_slack) × that
+        call's step alone (at most the throughput capacity). A call whose own prompt exceeds
+        the capacity (a long system prompt, forked by many requests) would otherwise run one
+        at a time, however little each fork adds; a small latency call on the engine keeps
+        the capacity as it is."""
+        capacity = self.view.latency_capacity
+        sizes = [n for n in (own, self.latency_floor) if n > 0]
+        if not sizes or self.latency_step_slack <= 0 or self.floor_unknown:
+            return capacity
+        step = _step_limit(self.view.profile, min(sizes), self.latency_step_slack)
+        # never past the throughput capacity: that one bounds any engine's load
+        return max(capacity, min(step, self.view.throughput_capacity))
 
     def free(self, criterion: Criterion) -> int:
         return max(0, self.capacity(criterion) - self.load)
 
     def has_room(self, demand: Demand, criterion: Criterion) -> bool:
-        return self.load + demand.load <= self.capacity(criterion)
+        return self.load + demand.load <= self.capacity(criterion, demand.own_min)
 
     def add_call(self, call: CallView, criterion: Criterion, demand: Demand) -> None:
         self.load += demand.load
         self.pending_prefill += demand.prefill
         self.num_calls += 1
         self.num_by_criterion[criterion] += 1
+        if criterion is Criterion.LATENCY and call.num_tokens > 0:
+            self.latency_floor = min(self.latency_floor or call.num_tokens, call.num_tokens)
         if call.task_group is not None:
             self.placed_task_groups.add(call.task_group)
         self.placed_prefixes.update(call.prefix_hashes)
@@ -106,6 +140,7 @@ class Slot:
         """
         load, prefill, output, affine = (0, 0, 0, False) if base is None else (
             base.load, base.prefill, base.output, base.affine)
+        own_min = 0 if base is None else base.own_min
         limit = gate * self.capacity(criterion)
         local: set[str] = set()        # prefixes brought by earlier members of `calls`
         for call in calls:
@@ -133,7 +168,9 @@ class Slot:
             prefill += call.num_prompt_tokens - saved_prefill
             # Every call decodes at least one token (a view may not know its output length).
             output = max(output, call.num_output_tokens, 1)
-        return Demand(load, prefill, output, affine)
+            if call.num_tokens > 0:
+                own_min = min(own_min or call.num_tokens, call.num_tokens)
+        return Demand(load, prefill, output, affine, own_min)
 
     def finish_ms(self, demand: Demand) -> float:
         """Estimated time until work of `demand` placed here now would finish (cost.py's
@@ -141,3 +178,9 @@ class Slot:
         profile = self.view.profile
         return (profile.prefill_ms_per_token * (self.pending_prefill + demand.prefill)
                 + profile.decode_ms(self.load + demand.load) * demand.output) / self.view.speed
+
+
+@functools.lru_cache(maxsize=4096)
+def _step_limit(profile: SpeedProfile, tokens: int, slack: float) -> int:
+    """The batch tokens at which a decode step takes (1 + slack) × the step of `tokens`."""
+    return profile.max_batch_tokens((1.0 + slack) * profile.decode_ms(tokens))

@@ -32,6 +32,29 @@ async def test_shared_prefix_is_counted_once_per_engine(manager, engine):
         await manager.get(session, out(call, "a"), Criterion.LATENCY)
 
 
+async def test_the_view_gives_the_smallest_latency_calls_whole_footprint(manager, engine):
+    """EngineView.latency_floor_tokens: the smallest prompt (shared prefix included) plus
+    output of the running latency calls — what a policy needs to know how strict the
+    latency capacity can usefully be there; throughput calls do not count."""
+    session = manager.create_session()
+    short, long = (submit(manager, session, SYSTEM + "{{input:q}} {{output:a}}", q=q)
+                   for q in ("q", "a much longer question " * 20))
+    bulk = submit(manager, session, "{{input:q}} {{output:a}}", q="x")
+    state = manager.engines.get("e0")
+    assert state.view().latency_floor_tokens == 0
+    state.add_call(long)
+    state.add_call(bulk, Criterion.THROUGHPUT)
+    assert state.view().latency_floor_tokens == long.num_tokens
+    state.add_call(short)      # forks the same prefix: its whole footprint, prefix included
+    assert state.view().latency_floor_tokens == short.num_tokens < long.num_tokens
+    state.remove_call(short)
+    assert state.view().latency_floor_tokens == long.num_tokens
+    for call in (long, bulk):
+        state.remove_call(call)
+    for call in (short, long, bulk):
+        await manager.get(session, out(call, "a"), Criterion.LATENCY)
+
+
 class TwoCharTokens(RecordingEngine):
     """An engine whose tokenizer makes a token of every 2 characters (not the 4 estimated)."""
 

@@ -352,3 +352,39 @@ def test_params_validated_on_direct_construction():
         AppCentricParams(affinity_max_load_fraction=-0.5)
     with pytest.raises(PolicyConfigError, match="'latency' is not one of"):
         AppCentricParams(default_criterion="latency")  # type: ignore[arg-type]
+
+
+# --- a prompt longer than the latency capacity ----------------------------------------------
+
+def long_prompt_fork(call_id: str, seq: int):
+    """A request of an app whose 7,400-token system prompt ('sys') exceeds the latency
+    capacity: 200 tokens of its own beyond it."""
+    return make_call(call_id, tokens=7600, prefixes=("sys",), prefix_tokens=(7400,), seq=seq,
+                     output=100)
+
+
+def test_forks_of_a_prompt_longer_than_the_capacity_batch_on_its_engine():
+    """The capacity (6,144) would hold a 7,600-token call to a step it cannot have even alone;
+    the engine takes forks until a step is 1.1 x that call's solo step, instead of running
+    the app one request at a time (each fork adds only its 200 tokens)."""
+    busy = make_engine("e0", tokens=7600, lat=1, lat_cap=6144, running=("sys",),
+                       latency_floor=7600)
+    calls = [long_prompt_fork(f"c{i}", i) for i in range(4)]
+    assert by_call(AppCentricPolicy().schedule(calls=calls, engines=[busy])) == {
+        f"c{i}": "e0" for i in range(4)}
+    # 1.1 x the solo step of 7,600 tokens (DEFAULT_PROFILE: 45.0 ms) is reached at 8,825
+    # tokens: six forks of 200 more fit, the seventh waits
+    many = [long_prompt_fork(f"c{i}", i) for i in range(12)]
+    placed = AppCentricPolicy().schedule(calls=many, engines=[busy])
+    assert len(placed) == 6
+    # 0 turns it off: the capacity alone, so no fork joins
+    off = AppCentricPolicy(AppCentricParams(latency_step_slack=0.0))
+    assert off.schedule(calls=calls, engines=[busy]) == []
+
+
+def test_a_small_latency_call_keeps_the_capacity():
+    """A 1,000-token latency call on the engine steps within the capacity: a long fork may
+    not slow it past that."""
+    small = make_engine("e0", tokens=8400, lat=2, lat_cap=6144, running=("sys",),
+                        latency_floor=1000)
+    assert AppCentricPolicy().schedule(calls=[long_prompt_fork("c0", 0)], engines=[small]) == []
