@@ -74,13 +74,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/engines/builtin/test_paged_prefill.py",)),
     Mutation(
         "long_prompts_raise_the_latency_limit", "parrot/policies/placement.py",
-        "        return max(capacity, min(step, self.view.throughput_capacity))\n",
-        "        return capacity\n",
+        "        if size <= self._suits_up_to:\n",
+        "        if True:\n",
         ("tests/policies/test_app_centric.py",)),
     Mutation(
         "small_latency_call_keeps_the_capacity", "parrot/policies/placement.py",
-        "        sizes = [n for n in (own, self.latency_floor) if n > 0]\n",
-        "        sizes = [n for n in (own,) if n > 0]\n",
+        "        floor = self.latency_floor\n",
+        "        floor = 0\n",
         ("tests/policies/test_app_centric.py", "tests/policies/test_policy_invariants.py")),
     Mutation(
         "staging_two_mirrors", "parrot/engines/builtin/staging.py",

@@ -8,12 +8,10 @@ turns that into an estimated finish time with the engine's speed profile (cost.p
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from collections.abc import Sequence, Set
 
 from parrot.policies.base import CallView, EngineView
-from parrot.policies.cost import SpeedProfile
 from parrot.types import Criterion
 
 
@@ -49,6 +47,10 @@ class Slot:
     latency_step_slack: float = 0.0
     # Latency calls run here whose sizes the view does not give: keep the capacity for them.
     floor_unknown: bool = False
+    # Memo of `latency_limit`: the largest call size the capacity already suits (computed
+    # on first use), and the limits of larger sizes.
+    _suits_up_to: int | None = field(default=None, repr=False)
+    _limits: dict[int, int] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, view: EngineView, index: int, latency_step_slack: float = 0.0) -> Slot:
@@ -99,12 +101,24 @@ class Slot:
         at a time, however little each fork adds; a small latency call on the engine keeps
         the capacity as it is."""
         capacity = self.view.latency_capacity
-        sizes = [n for n in (own, self.latency_floor) if n > 0]
-        if not sizes or self.latency_step_slack <= 0 or self.floor_unknown:
+        floor = self.latency_floor
+        size = own if floor <= 0 else (floor if own <= 0 else min(own, floor))
+        if size <= 0 or self.latency_step_slack <= 0 or self.floor_unknown:
             return capacity
-        step = _step_limit(self.view.profile, min(sizes), self.latency_step_slack)
-        # never past the throughput capacity: that one bounds any engine's load
-        return max(capacity, min(step, self.view.throughput_capacity))
+        profile, slack = self.view.profile, self.latency_step_slack
+        if self._suits_up_to is None:
+            # a call up to this size steps alone within 1/(1 + slack) of the capacity's step
+            self._suits_up_to = profile.max_batch_tokens(profile.decode_ms(capacity)
+                                                         / (1.0 + slack))
+        if size <= self._suits_up_to:
+            return capacity        # the common case, decided without a search
+        limit = self._limits.get(size)
+        if limit is None:
+            step = profile.max_batch_tokens((1.0 + slack) * profile.decode_ms(size))
+            # never past the throughput capacity: that one bounds any engine's load
+            limit = self._limits[size] = max(capacity, min(step,
+                                                           self.view.throughput_capacity))
+        return limit
 
     def free(self, criterion: Criterion) -> int:
         return max(0, self.capacity(criterion) - self.load)
@@ -117,8 +131,10 @@ class Slot:
         self.pending_prefill += demand.prefill
         self.num_calls += 1
         self.num_by_criterion[criterion] += 1
-        if criterion is Criterion.LATENCY and call.num_tokens > 0:
-            self.latency_floor = min(self.latency_floor or call.num_tokens, call.num_tokens)
+        n = call.num_tokens
+        if criterion is Criterion.LATENCY and n > 0 and (self.latency_floor <= 0
+                                                         or n < self.latency_floor):
+            self.latency_floor = n
         if call.task_group is not None:
             self.placed_task_groups.add(call.task_group)
         self.placed_prefixes.update(call.prefix_hashes)
@@ -141,7 +157,7 @@ class Slot:
         load, prefill, output, affine = (0, 0, 0, False) if base is None else (
             base.load, base.prefill, base.output, base.affine)
         own_min = 0 if base is None else base.own_min
-        limit = gate * self.capacity(criterion)
+        limit = -1.0                   # gate × capacity, computed when a prefix needs it
         local: set[str] = set()        # prefixes brought by earlier members of `calls`
         for call in calls:
             saved_prefill = saved_load = 0
@@ -159,6 +175,8 @@ class Slot:
                         # too made a call that fits wait a whole phase on one engine.
                         if is_brought or self.counts_prefix(prefix):
                             saved_load = tokens
+                        if limit < 0:
+                            limit = gate * self.capacity(criterion)
                         if self.load + load + call.num_tokens - saved_load <= limit:
                             affine, saved_prefill = True, tokens
                         break
@@ -168,8 +186,9 @@ class Slot:
             prefill += call.num_prompt_tokens - saved_prefill
             # Every call decodes at least one token (a view may not know its output length).
             output = max(output, call.num_output_tokens, 1)
-            if call.num_tokens > 0:
-                own_min = min(own_min or call.num_tokens, call.num_tokens)
+            n = call.num_tokens
+            if n > 0 and (own_min <= 0 or n < own_min):
+                own_min = n
         return Demand(load, prefill, output, affine, own_min)
 
     def finish_ms(self, demand: Demand) -> float:
@@ -178,9 +197,3 @@ class Slot:
         profile = self.view.profile
         return (profile.prefill_ms_per_token * (self.pending_prefill + demand.prefill)
                 + profile.decode_ms(self.load + demand.load) * demand.output) / self.view.speed
-
-
-@functools.lru_cache(maxsize=4096)
-def _step_limit(profile: SpeedProfile, tokens: int, slack: float) -> int:
-    """The batch tokens at which a decode step takes (1 + slack) × the step of `tokens`."""
-    return profile.max_batch_tokens((1.0 + slack) * profile.decode_ms(tokens))
