@@ -15,7 +15,6 @@ import os
 
 import torch
 
-from ._checks import check_heads
 from .plan import KernelTuning, Plan, paged_plan, shared_plan, workspace_numel
 from .reference import (reference_merge_attention_states, reference_paged_decode_attention,
                         reference_shared_prefix_decode_attention)
@@ -23,8 +22,15 @@ from .reference import (reference_merge_attention_states, reference_paged_decode
 LOG2E = 1.4426950408889634
 
 
-def _check(q, k_cache, v_cache, tables, out) -> None:
-    check_heads(q, k_cache, v_cache, "B")
+def _check(q, k_cache, v_cache, tables, out, rows: str = "B") -> None:
+    """The attention wrappers' arguments (decode and prefill: `rows` names q's first dim)."""
+    if q.dim() != 3 or k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
+        raise ValueError(f"want q [{rows}, Hq, D], caches [blocks, block_size, Hkv, D]; got q "
+                         f"{tuple(q.shape)}, k {tuple(k_cache.shape)}, v {tuple(v_cache.shape)}")
+    d, kvh = q.shape[2], k_cache.shape[2]
+    if k_cache.shape[3] != d or q.shape[1] % kvh or d < 16 or d & (d - 1):
+        raise ValueError(f"head_dim {d} (cache {k_cache.shape[3]}) must match and be a power of "
+                         f"two >= 16; Hq={q.shape[1]} must be a multiple of Hkv={kvh}")
     if not (q.dtype == k_cache.dtype == v_cache.dtype) or q.dtype not in (
             torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"q/k/v dtypes must be one of fp16/bf16/fp32 and equal, got "

@@ -14,16 +14,13 @@ reused by every layer.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from ._checks import check_heads
+from .decode import LOG2E, _check, _use_triton
 from .reference import reference_paged_prefill_attention
-
-LOG2E = 1.4426950408889634
 
 
 @dataclass(frozen=True)
@@ -84,27 +81,16 @@ def plan_prefill(chunks: Sequence[tuple[int, int, int]], block_tables: torch.Ten
                        chunk_lens=views[2], tile_chunk=views[3], tile_m=views[4], tuning=tuning)
 
 
-def _use_triton(q: torch.Tensor) -> bool:
-    return q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
-
-
 def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             plan: PrefillPlan, scale: float, *,
                             out: torch.Tensor | None = None) -> torch.Tensor:
     """The attention output of every chunk's rows, written into `out` ([T, Hq, D], q's dtype;
     allocated when None). Rows of q in no chunk are left as they are in `out`."""
-    check_heads(q, k_cache, v_cache, "T")
-    d, kvh = q.shape[2], k_cache.shape[2]
-    if not q.dtype == k_cache.dtype == v_cache.dtype:
-        raise ValueError(f"q/k/v dtypes differ: {q.dtype}/{k_cache.dtype}/{v_cache.dtype}")
-    if q.stride(2) != 1 or k_cache.stride() != v_cache.stride() or k_cache.stride(3) != 1:
-        raise ValueError("q and the caches need a contiguous last dim, the caches equal strides")
+    _check(q, k_cache, v_cache, (), out, rows="T")   # the plan checked its tables
     if plan.chunks and max(r + n for r, n, _ in plan.chunks) > q.shape[0]:
         raise ValueError(f"the plan's chunks reach past q's {q.shape[0]} rows")
     if out is None:
         out = torch.empty_like(q)
-    elif out.shape != q.shape or out.dtype != q.dtype or out.stride(2) != 1:
-        raise ValueError(f"out must be {tuple(q.shape)} {q.dtype} with a contiguous last dim")
     if not plan.chunks:
         return out
     if not _use_triton(q):
@@ -121,6 +107,6 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         plan.chunk_lens, plan.block_tables, scale * LOG2E,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         out.stride(0), out.stride(1), plan.block_tables.stride(0),
-        GQA=q.shape[1] // kvh, HEAD_DIM=d, PAGE=k_cache.shape[1], BLOCK_M=t.block_m,
-        BLOCK_N=t.block_n, num_warps=t.num_warps, num_stages=t.num_stages)
+        GQA=q.shape[1] // k_cache.shape[2], HEAD_DIM=q.shape[2], PAGE=k_cache.shape[1],
+        BLOCK_M=t.block_m, BLOCK_N=t.block_n, num_warps=t.num_warps, num_stages=t.num_stages)
     return out

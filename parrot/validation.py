@@ -121,3 +121,13 @@ class Checks:
         missing = [key for key in required if key not in data]
         if missing:
             self.fail(name, f"required key {missing[0]!r} is missing")
+
+
+def key_value(item: str) -> tuple[str, Any] | None:
+    """A command line's `KEY=VALUE` as (KEY, VALUE read as a YAML scalar: `false`, `4096`,
+    `paged`); None when it has no `=` or no KEY (the caller says what it expected)."""
+    import yaml  # only the command-line tools need it
+
+    key, sep, value = item.partition("=")
+    key = key.strip()
+    return (key, yaml.safe_load(value)) if sep and key else None

@@ -114,7 +114,8 @@ def main() -> int:
         def paged(q=q, k=k, v=v, plan=plan, out=out):
             return K.paged_prefill_attention(q, k, v, plan, scale, out=out)
 
-        err = ((paged().float() - sdpa().float()).norm() / sdpa().float().norm()).item()
+        want = sdpa().float()
+        err = ((paged().float() - want).norm() / want.norm()).item()
         t_sdpa, t_paged = cuda_time(torch, sdpa, args.reps), cuda_time(torch, paged, args.reps)
         flops = 4 * HEADS * HEAD_DIM * sum(n * (s + (n + 1) / 2) for _, n, s in spec)
         rows.append([name, f"{t_sdpa * 1e6:.0f}", f"{t_paged * 1e6:.0f}",

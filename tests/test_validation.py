@@ -94,3 +94,14 @@ def test_type_predicates():
     assert is_int(3) and not is_int(True) and not is_int(3.0)
     assert is_number(2.5) and is_number(2) and not is_number(False)
     assert not is_number(float("inf")) and not is_number(float("nan")) and not is_number("1")
+
+
+def test_key_value_reads_yaml_scalars_and_refuses_what_is_not_an_assignment():
+    from parrot.validation import key_value
+
+    assert key_value("shared_prefix_decode=false") == ("shared_prefix_decode", False)
+    assert key_value(" token_capacity = 4096") == ("token_capacity", 4096)
+    assert key_value("prefill_attention=paged") == ("prefill_attention", "paged")
+    assert key_value("tag=a=b") == ("tag", "a=b")          # only the first = splits
+    assert key_value("empty=") == ("empty", None)
+    assert key_value("no_equals") is None and key_value("=value") is None

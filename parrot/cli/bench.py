@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
-import yaml
-
 from parrot.errors import InvalidRequestError
 from parrot.sim.cluster import ClusterSpec
 from parrot.sim.compare import (CompareError, Settings, Variant, VariantRun, parse_variants,
@@ -30,6 +28,7 @@ from parrot.sim.compare import (CompareError, Settings, Variant, VariantRun, par
 from parrot.sim.workloads.base import AppRecord
 from parrot.sim.workloads.registry import WORKLOADS
 from parrot.sim.workloads.spec import WorkloadSpec
+from parrot.validation import key_value
 
 # --option dest -> WorkloadSpec field; unset options take the workload's default, then the spec's.
 SPEC_OPTIONS = {"apps": "num_apps", "doc_tokens": "doc_tokens", "chunk_tokens": "chunk_tokens",
@@ -129,12 +128,12 @@ def _policy_params(parser: argparse.ArgumentParser,
                    items: Sequence[str]) -> dict[str, dict[str, Any]]:
     params: dict[str, dict[str, Any]] = {}
     for item in items:
-        key, sep, value = item.partition("=")
-        policy, dot, name = key.rpartition(".")
-        if not sep or not dot or not policy or not name:
+        pair = key_value(item)
+        policy, dot, name = pair[0].rpartition(".") if pair else ("", "", "")
+        if pair is None or not dot or not policy or not name:
             parser.error(f"--policy-param: {item!r} is not valid; expected POLICY.KEY=VALUE, "
                          "e.g. latency_centric.token_capacity=4096")
-        params.setdefault(policy, {})[name] = yaml.safe_load(value)
+        params.setdefault(policy, {})[name] = pair[1]
     return params
 
 
@@ -152,11 +151,11 @@ def _key_values(parser: argparse.ArgumentParser, option: str,
                 items: Sequence[str]) -> dict[str, Any]:
     params: dict[str, Any] = {}
     for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
+        pair = key_value(item)
+        if pair is None:
             parser.error(f"{option}: {item!r} is not valid; expected KEY=VALUE, "
                          "e.g. shared_prefix_decode=false")
-        params[key] = yaml.safe_load(value)
+        params[pair[0]] = pair[1]
     return params
 
 

@@ -45,8 +45,6 @@ class Slot:
     # how much slower than alone such a call's step may get (see `latency_limit`).
     latency_floor: int = 0
     latency_step_slack: float = 0.0
-    # Latency calls run here whose sizes the view does not give: keep the capacity for them.
-    floor_unknown: bool = False
     # Memo of `latency_limit`: the largest call size the capacity already suits (computed
     # on first use), and the limits of larger sizes.
     _suits_up_to: int | None = field(default=None, repr=False)
@@ -59,8 +57,7 @@ class Slot:
                    num_by_criterion={Criterion.LATENCY: view.num_latency_calls,
                                      Criterion.THROUGHPUT: view.num_throughput_calls},
                    latency_floor=view.latency_floor_tokens,
-                   latency_step_slack=latency_step_slack,
-                   floor_unknown=view.num_latency_calls > 0 and view.latency_floor_tokens <= 0)
+                   latency_step_slack=latency_step_slack)
 
     def holds_task_group(self, task_group: str) -> bool:
         return task_group in self.placed_task_groups or task_group in self.view.task_groups
@@ -103,7 +100,9 @@ class Slot:
         capacity = self.view.latency_capacity
         floor = self.latency_floor
         size = own if floor <= 0 else (floor if own <= 0 else min(own, floor))
-        if size <= 0 or self.latency_step_slack <= 0 or self.floor_unknown:
+        # latency calls run here whose sizes the view does not give: keep the capacity
+        floor_unknown = self.view.num_latency_calls > 0 and self.view.latency_floor_tokens <= 0
+        if size <= 0 or self.latency_step_slack <= 0 or floor_unknown:
             return capacity
         profile, slack = self.view.profile, self.latency_step_slack
         if self._suits_up_to is None:

@@ -12,8 +12,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from collections.abc import Callable, Mapping
 
-import yaml
-
 from parrot.frontend.session import MODES
 from parrot.sim.clock import VirtualClockDeadlockError
 from parrot.sim.cluster import ClusterSpec, RunResult, run_simulation
@@ -21,6 +19,7 @@ from parrot.sim.metrics import distribution, per_app_speedups, summarize
 from parrot.sim.workloads.registry import WORKLOADS
 from parrot.sim.workloads.base import AppRecord
 from parrot.sim.workloads.spec import WorkloadSpec
+from parrot.validation import key_value
 
 
 class CompareError(ValueError):
@@ -63,13 +62,13 @@ def parse_variant(item: str) -> Variant:
         raise CompareError(f"--compare: {item!r} has a mode but no policy")
     params: dict[str, dict[str, Any]] = {"policy": {}, "engine": {}}
     for extra in extras:
-        key, sep, value = extra.partition("=")
-        scope, dot, name = key.partition(".")
-        if not sep or not dot or scope not in params or not name:
+        pair = key_value(extra)
+        scope, dot, name = pair[0].partition(".") if pair else ("", "", "")
+        if pair is None or not dot or scope not in params or not name:
             raise CompareError(f"--compare: {extra!r} in {item!r} is not valid; expected "
                                "+policy.KEY=VALUE or +engine.KEY=VALUE, e.g. "
                                "app_centric+policy.prefix_affinity=false")
-        params[scope][name] = yaml.safe_load(value)
+        params[scope][name] = pair[1]
     return Variant(policy, mode, params["policy"], params["engine"])
 
 

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Mapping, Sequence
 
-import yaml
-
 from parrot.sim.workloads.registry import WORKLOADS
 from parrot.sim.workloads.spec import WorkloadSpec
+from parrot.validation import key_value
 
 # Turns the builtin engine's shared-prefix decode kernel off: forks still share KV blocks,
 # decode reads the prefix once per sequence (vLLM-style static prefix sharing).
@@ -204,13 +203,13 @@ def with_policy_params(experiments: tuple[LiveExperiment, ...],
     variant of that policy; recorded in each experiment's results (settings.policy_params)."""
     params: dict[str, dict[str, Any]] = {}
     for item in items:
-        key, sep, value = item.partition("=")
-        policy, dot, name = key.partition(".")
-        if not sep or not dot or not policy or not name:
+        pair = key_value(item)
+        policy, dot, name = pair[0].partition(".") if pair else ("", "", "")
+        if pair is None or not dot or not policy or not name:
             raise LiveExperimentError(f"--policy-param: {item!r} is not valid; expected "
                                       "POLICY.KEY=VALUE, e.g. latency_centric.token_capacity="
                                       "13312")
-        params.setdefault(policy, {})[name] = yaml.safe_load(value)
+        params.setdefault(policy, {})[name] = pair[1]
     if not params:
         return experiments
     return tuple(dataclasses.replace(e, policy_params=params) for e in experiments)

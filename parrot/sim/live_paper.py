@@ -25,8 +25,6 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
-import yaml
-
 from parrot.core.config import ServeConfig
 from parrot.engines.launcher import LaunchSpec
 from parrot.engines.protocol import OPTIONAL_STATS
@@ -38,6 +36,7 @@ from parrot.sim.live_experiments import (LIVE_EXPERIMENTS, SMOKE_RATE_SEARCH,  #
                                          RateSearchSpec)
 from parrot.sim.sweep import RateSearch, meets_target
 from parrot.sim.workloads.registry import WORKLOADS
+from parrot.validation import key_value
 from parrot.sim.workloads.spec import WorkloadSpec
 
 
@@ -77,10 +76,10 @@ def with_engine_params(setup: ServeSetup, items: Sequence[str]) -> ServeSetup:
     starts, before any experiment runs."""
     params: dict[str, Any] = {}
     for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
+        pair = key_value(item)
+        if pair is None:
             raise LiveExperimentError(f"--engine-param: {item!r} is not KEY=VALUE")
-        params[key.strip()] = yaml.safe_load(value)
+        params[pair[0]] = pair[1]
     if not params:
         return setup
     engines = tuple(dataclasses.replace(e, params={**e.params, **params})

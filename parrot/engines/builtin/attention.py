@@ -62,7 +62,8 @@ class PrefillChunk:
     row_start: int
     row_end: int
     pos_start: int
-    block_table: torch.Tensor           # [num_blocks_of_this_context] int64
+    block_table: torch.Tensor           # the context's blocks, int64 (int32 and padded: a row
+                                        # of the paged prefill plan's table)
 
 
 @dataclass

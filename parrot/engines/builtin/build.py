@@ -73,10 +73,11 @@ def load_bundle(config: BuiltinEngineConfig, loaded: LoadedModel | None = None) 
                        max_positions=loaded.shape.max_position_embeddings)
     model.use_fused(kernels if config.fused_ops else None)
     if config.prefill_attention == "paged":
-        if kernels is None or not hasattr(kernels, "paged_prefill_attention"):
+        try:
+            model.use_paged_prefill(kernels)
+        except ValueError as exc:
             raise BuiltinConfigError("builtin engine.prefill_attention",
-                                     "'paged' needs the Triton kernels (parrot_kernels on CUDA)")
-        model.use_paged_prefill(kernels)
+                                     f"'paged': {exc}") from None
     return ModelBundle(loaded.name, loaded.shape, model, loaded.tokenizer,
                        loaded.eos_token_ids, kernels is not None)
 

@@ -200,10 +200,12 @@ class LlamaModel:
 
     def use_paged_prefill(self, kernels: ModuleType | None) -> None:
         """Prefill attention through the kernels' paged prefill (every chunk of a step in one
-        launch per layer, its context read in the paged cache), or torch SDPA per chunk
-        (None). The runner plans the chunks once per step (AttentionMetadata.prefill_plan)."""
-        if kernels is not None and not hasattr(kernels, "paged_prefill_attention"):
-            raise ValueError("these parrot_kernels have no paged_prefill_attention")
+        launch per layer, its context read in the paged cache). The runner plans the chunks
+        once per step (AttentionMetadata.prefill_plan). ValueError without such kernels (the
+        torch attention path, or an older parrot_kernels)."""
+        if kernels is None or not hasattr(kernels, "paged_prefill_attention"):
+            raise ValueError("needs the Triton kernels' paged_prefill_attention (parrot_kernels "
+                             "on CUDA)")
         self.prefill_kernels = kernels
 
     def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

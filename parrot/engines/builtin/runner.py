@@ -223,14 +223,18 @@ class ModelRunner:
             prefix_lens=self._tensor(g.prefix_lens, torch.int32),
             suffix_block_tables=self._padded(g.suffix_tables),
             suffix_lens=self._tensor(g.suffix_lens, torch.int32))
-        prefills = [PrefillChunk(start, end, pos, self._tensor(table))
-                    for start, end, pos, table in host.prefills]
         plan = None
         kernels = self.model.prefill_kernels
-        if kernels is not None and host.prefills:   # one plan for every layer's launch
+        if kernels is not None and host.prefills:
+            # one plan for every layer's launch; the chunks' tables are rows of its one copy
+            table = self._padded([t for *_, t in host.prefills])
             plan = kernels.plan_prefill([(start, end - start, pos)
-                                         for start, end, pos, _ in host.prefills],
-                                        self._padded([t for *_, t in host.prefills]))
+                                         for start, end, pos, _ in host.prefills], table)
+            prefills = [PrefillChunk(start, end, pos, table[c])
+                        for c, (start, end, pos, _) in enumerate(host.prefills)]
+        else:
+            prefills = [PrefillChunk(start, end, pos, self._tensor(table))
+                        for start, end, pos, table in host.prefills]
         meta = AttentionMetadata(
             slot_mapping=self._tensor(host.slots), num_decode=len(host.decode_lens),
             decode_block_tables=self._padded(tables) if has_decode else None,
