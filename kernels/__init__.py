@@ -11,7 +11,8 @@ from .decode import (merge_attention_states, paged_decode_attention,
 from .fused import (add_rms_norm, reference_add_rms_norm, reference_rope_kv_write,
                     reference_silu_mul, rope_kv_write, silu_mul)
 from .gemv import MAX_GEMV_ROWS, DotTuning, GemvTuning, kernel_wins, small_batch_linear
-from .prefill import PrefillPlan, PrefillTuning, paged_prefill_attention, plan_prefill
+from .prefill import (PREFILL_TUNINGS, PrefillPlan, PrefillTuning, paged_prefill_attention,
+                      plan_prefill, tuning_for)
 from .plan import (KernelTuning, choose_shared_prefix_strategy, paged_decode_workspace_numel,
                    shared_prefix_decode_workspace_numel)
 from .reference import (reference_merge_attention_states, reference_paged_decode_attention,
@@ -38,6 +39,8 @@ __all__ = [
     "plan_prefill",
     "PrefillPlan",
     "PrefillTuning",
+    "PREFILL_TUNINGS",
+    "tuning_for",
     "paged_decode_workspace_numel",
     "reference_merge_attention_states",
     "reference_paged_decode_attention",

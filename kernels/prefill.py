@@ -25,13 +25,30 @@ from .reference import reference_paged_prefill_attention
 
 @dataclass(frozen=True)
 class PrefillTuning:
-    """Tile of the prefill kernel. Not yet swept on a GPU: the defaults are a common
-    flash-attention tile for head_dim 128 (query tile x key tile, 4 warps)."""
+    """Tile of the prefill kernel: query rows x keys per program step, warps, pipeline
+    stages. Default: the short-chunk tile below."""
 
     block_m: int = 64
     block_n: int = 64
     num_warps: int = 4
     num_stages: int = 2
+
+
+# Swept on an H200 (docs/results/paged_prefill_h200.md: 54 tiles over six step shapes of the
+# paper's workloads, with 32 and with 8 key/value heads): a 128-row tile is fastest where the
+# chunks are long (copilot's 100-row forks 657 vs 817 us, four fresh 2,048-token prompts 487 vs
+# 550 us), the 64-row one where they are short (gpts' 60-row forks 144 vs 210 us: a 128-row
+# tile would be half empty). The warm-up compiles both.
+SHORT_CHUNKS = PrefillTuning(block_m=64, block_n=64, num_warps=4, num_stages=2)
+LONG_CHUNKS = PrefillTuning(block_m=128, block_n=64, num_warps=4, num_stages=3)
+PREFILL_TUNINGS = (SHORT_CHUNKS, LONG_CHUNKS)
+
+
+def tuning_for(chunks: Sequence[tuple[int, int, int]]) -> PrefillTuning:
+    """The tile for a step: the long-chunk one when its chunks average more rows than the
+    short tile holds."""
+    rows = sum(n for _, n, _ in chunks)
+    return LONG_CHUNKS if rows > SHORT_CHUNKS.block_m * len(chunks) else SHORT_CHUNKS
 
 
 @dataclass(frozen=True)
@@ -52,31 +69,41 @@ class PrefillPlan:
         return int(self.tile_chunk.shape[0])
 
 
+_ALIGN = 4     # int32 entries per 16 bytes
+
+
 def plan_prefill(chunks: Sequence[tuple[int, int, int]], block_tables: torch.Tensor,
                  tuning: PrefillTuning | None = None) -> PrefillPlan:
     """The launch plan of `chunks` (row_start, num_rows, pos_start) over `block_tables`.
 
     Tiles whose rows see the most keys go first, so the longest programs do not start last
     (the tail of the launch). One host-to-device copy carries all the metadata."""
-    tuning = tuning or PrefillTuning()
     chunks = tuple((int(r), int(n), int(p)) for r, n, p in chunks)
+    tuning = tuning or tuning_for(chunks)
     if block_tables.dim() != 2 or block_tables.shape[0] != len(chunks):
         raise ValueError(f"block_tables must be [{len(chunks)}, max_blocks], got "
                          f"{tuple(block_tables.shape)}")
     if block_tables.dtype != torch.int32 or (block_tables.shape[1] > 1
                                              and block_tables.stride(1) != 1):
         raise ValueError("block_tables must be int32 with a contiguous last dim")
+    if block_tables.data_ptr() % (4 * _ALIGN):
+        block_tables = block_tables.clone()        # aligned, like the metadata below
     tiles = []
     for c, (row, n, pos) in enumerate(chunks):
         if n < 1 or row < 0 or pos < 0:
             raise ValueError(f"chunk {c}: rows from {row}, {n} rows at position {pos}")
         tiles += [(pos + min(m + tuning.block_m, n), c, m) for m in range(0, n, tuning.block_m)]
     tiles.sort(key=lambda t: -t[0])
-    meta = [r for r, _, _ in chunks] + [p for _, _, p in chunks] + [n for _, n, _ in chunks]
-    meta += [c for _, c, _ in tiles] + [m for _, _, m in tiles]
+    # Each segment starts on a 16-byte boundary: Triton specialises a pointer argument on
+    # its 16-byte alignment, so views at offsets of (chunks, tiles) x 4 bytes would compile
+    # a new variant for every new alignment mix while serving (measured on an H200: 64
+    # ragged Fills ran at 46% of the fixed-length rate).
+    segments = ([r for r, _, _ in chunks], [p for _, _, p in chunks], [n for _, n, _ in chunks],
+                [c for _, c, _ in tiles], [m for _, _, m in tiles])
+    padded = [-(-len(seg) // _ALIGN) * _ALIGN for seg in segments]
+    meta = [v for seg, size in zip(segments, padded) for v in seg + [0] * (size - len(seg))]
     flat = torch.tensor(meta, dtype=torch.int32).to(block_tables.device, non_blocking=True)
-    num_chunks, num_tiles = len(chunks), len(tiles)
-    views = torch.split(flat, [num_chunks] * 3 + [num_tiles] * 2)
+    views = [view[:len(seg)] for view, seg in zip(torch.split(flat, padded), segments)]
     return PrefillPlan(chunks, block_tables, chunk_rows=views[0], chunk_pos=views[1],
                        chunk_lens=views[2], tile_chunk=views[3], tile_m=views[4], tuning=tuning)
 

@@ -68,9 +68,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--suite-prefill", action="store_true",
                    help="CUDA: prefill rate and where a Fill step goes "
                         "(engine_prefill_suite.py)")
-    p.add_argument("--prefill-attention", choices=("sdpa", "paged"), default="sdpa",
-                   help="suites: the engine's prefill attention (paged: the Triton kernel "
-                        "over the paged cache, one launch per layer)")
+    p.add_argument("--prefill-attention", choices=("auto", "sdpa", "paged"), default="auto",
+                   help="suites: the engine's prefill attention (auto: the engine's default, "
+                        "paged on CUDA; paged: the Triton kernel over the paged cache, one "
+                        "launch per layer; sdpa: torch per chunk)")
     p.add_argument("--prefix", type=int, default=3800, help="--suite: shared prefix tokens")
     p.add_argument("--suffix", type=int, default=200, help="--suite: suffix tokens")
     args = p.parse_args(argv)
@@ -89,7 +90,8 @@ def sync(torch, device: str) -> None:
         torch.cuda.synchronize()
 
 
-def load(torch, name: str, device: str, max_positions: int | None = None):
+def load(torch, name: str, device: str, max_positions: int | None = None,
+         prefill_attention: str = "auto"):
     """(our ModelBundle, the HF model) over the same weights; `max_positions` stretches a
     random-weight shape's position table (same weights and cost per token)."""
     from parrot.engines.builtin.build import load_bundle
@@ -98,7 +100,8 @@ def load(torch, name: str, device: str, max_positions: int | None = None):
     from parrot.engines.builtin.shapes import NAMED_SHAPES
 
     dtype = "float32" if device == "cpu" else "bfloat16"
-    config = BuiltinEngineConfig(model=name, device=device, dtype=dtype, num_blocks=1)
+    config = BuiltinEngineConfig(model=name, device=device, dtype=dtype, num_blocks=1,
+                                 prefill_attention=prefill_attention)
     if name == "smollm2":
         from transformers import AutoModelForCausalLM
 
@@ -305,11 +308,7 @@ def suite(args: argparse.Namespace, torch) -> int:
     positions = None
     if args.suite_prefix:
         positions = -(-(args.prefix + args.suffix + 64) // 1024) * 1024
-    bundle, hf = load(torch, args.models[0], "cuda", positions)
-    if args.prefill_attention == "paged":
-        import parrot_kernels
-
-        bundle.model.use_paged_prefill(parrot_kernels)
+    bundle, hf = load(torch, args.models[0], "cuda", positions, args.prefill_attention)
     started = datetime.datetime.now(datetime.UTC)
     def log(text: str) -> None:
         print(text, flush=True)

@@ -1,6 +1,6 @@
 """Prefill attention of one layer: torch SDPA per chunk (the engine's default) against the
 paged prefill kernel (`prefill_attention: paged`), on the step shapes the paper's workloads
-make; then a tile sweep of the kernel on the first shape.
+make; then a tile sweep of the kernel over all of them.
 
 Each step is a set of chunks (new tokens at a position of a context) over a paged cache of
 LLaMA-7B's attention shape (32 heads x 128, pages of 16, shuffled), bf16. The SDPA side is
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from repo_imports import alias_kernels, import_parrot  # noqa: E402
 from report import record  # noqa: E402
 
-HEADS, KV_HEADS, HEAD_DIM, PAGE = 32, 32, 128, 16
+HEADS, HEAD_DIM, PAGE = 32, 128, 16   # LLaMA-7B's attention (--kv-heads: GQA)
 # name -> (number of chunks, new tokens each, position of the first new token, forks: the
 # chunks share their context's full pages before that position)
 SMOKE_STEPS = {"smoke: 3 forks x 20 over 40 tokens": (3, 20, 40, True),
@@ -41,7 +41,8 @@ STEPS = {
 }
 
 
-def build_step(torch, chunks: int, new: int, pos: int, forks: bool, dtype, gen, device):
+def build_step(torch, chunks: int, new: int, pos: int, forks: bool, dtype, gen, device,
+               kv_heads: int = HEADS):
     """(q [T, H, D], k/v caches, [(row, n, pos)], int32 tables [C, W])."""
     shared = pos // PAGE if forks else 0
     own = -(-(pos + new) // PAGE) - shared
@@ -49,7 +50,7 @@ def build_step(torch, chunks: int, new: int, pos: int, forks: bool, dtype, gen, 
     perm = torch.randperm(num_blocks, generator=gen).tolist()
     prefix, rest = perm[:shared], perm[shared:]
     tables = [prefix + rest[c * own:(c + 1) * own] for c in range(chunks)]
-    shape = (num_blocks, PAGE, KV_HEADS, HEAD_DIM)
+    shape = (num_blocks, PAGE, kv_heads, HEAD_DIM)
     k = torch.randn(shape, generator=gen).to(dtype).to(device)
     v = torch.randn(shape, generator=gen).to(dtype).to(device)
     q = torch.randn(chunks * new, HEADS, HEAD_DIM, generator=gen).to(dtype).to(device)
@@ -76,11 +77,36 @@ def cuda_time(torch, fn, reps: int) -> float:
     return start.elapsed_time(end) / 1000 / reps
 
 
+def sweep_tiles(torch, K, steps, tiles, scale: float, reps: int):  # noqa: ANN001
+    """[(geo-mean of time / the step's fastest, tile, [seconds per step])], best first; a
+    tile that fails on any step (out of shared memory, ...) is left out."""
+    import math
+
+    timed = []
+    for tile in tiles:
+        times = []
+        try:
+            for q, k, v, spec, table in steps:
+                plan = K.plan_prefill(spec, table, K.PrefillTuning(*tile))
+                times.append(cuda_time(torch, lambda q=q, k=k, v=v, plan=plan:
+                                       K.paged_prefill_attention(q, k, v, plan, scale), reps))
+        except Exception as exc:  # noqa: BLE001 - out of shared memory, etc.
+            print(f"tile {tile}: {type(exc).__name__}", flush=True)
+            continue
+        timed.append((tile, times))
+    best = [min(t[i] for _, t in timed) for i in range(len(steps))]
+    scored = [(math.exp(sum(math.log(t / b) for t, b in zip(times, best)) / len(best)),
+               tile, times) for tile, times in timed]
+    return sorted(scored)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--smoke", action="store_true", help="tiny steps on the CPU (fp32)")
+    p.add_argument("--kv-heads", type=int, default=HEADS,
+                   help=f"key/value heads (default {HEADS}: no GQA; 8: LLaMA-3-8B's GQA)")
     args = p.parse_args()
     import_parrot()
     alias_kernels()
@@ -93,9 +119,10 @@ def main() -> int:
     gen = torch.Generator().manual_seed(0)
     dtype, device = (torch.float32, "cpu") if args.smoke else (torch.bfloat16, "cuda")
     scale = HEAD_DIM ** -0.5
-    rows, sweep_step = [], None
+    rows, steps = [], []
     for name, (chunks, new, pos, forks) in (SMOKE_STEPS if args.smoke else STEPS).items():
-        q, k, v, spec, table = build_step(torch, chunks, new, pos, forks, dtype, gen, device)
+        q, k, v, spec, table = build_step(torch, chunks, new, pos, forks, dtype, gen,
+                                        device, args.kv_heads)
         pieces = [PrefillChunk(r, r + n, s, table[c, :-(-(s + n) // PAGE)].long())
                   for c, (r, n, s) in enumerate(spec)]
         # the new rows' K/V, as the step computed them (the cache holds the same values)
@@ -122,37 +149,31 @@ def main() -> int:
                      f"{t_sdpa / t_paged:.2f}x", f"{flops / t_paged / 1e12:.0f}",
                      f"{err:.1e}"])
         print("| " + " | ".join(rows[-1]) + " |", flush=True)
-        if sweep_step is None:
-            sweep_step = (q, k, v, spec, table)
-    q, k, v, spec, table = sweep_step
-    sweep = []
-    tiles = ((16, 16, 4, 1),) if args.smoke else [
+        steps.append((q, k, v, spec, table))
+    tiles = ((16, 16, 4, 1), (32, 16, 4, 1)) if args.smoke else [
         (bm, bn, w, st) for bm in (32, 64, 128) for bn in (32, 64, 128) for w in (4, 8)
         for st in (1, 2, 3)]
-    for bm, bn, warps, stages in tiles:
-        plan = K.plan_prefill(spec, table, K.PrefillTuning(bm, bn, warps, stages))
-        try:
-            t = cuda_time(torch, lambda plan=plan: K.paged_prefill_attention(
-                q, k, v, plan, scale), args.reps)
-        except Exception as exc:  # noqa: BLE001 - out of shared memory, etc.
-            print(f"tile {bm}x{bn} w{warps} s{stages}: {type(exc).__name__}")
-            continue
-        sweep.append((t, bm, bn, warps, stages))
-    sweep.sort()
+    sweep = sweep_tiles(torch, K, steps, tiles, scale, args.reps)
     command = "python3 " + " ".join(shlex.quote(a) for a in sys.argv)
     lines = [
         "# Prefill attention, one layer: SDPA per chunk vs the paged prefill kernel", "",
         f"* date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
         f"* device: {torch.cuda.get_device_name() if device == 'cuda' else 'CPU (smoke)'}, "
         f"torch {torch.__version__}, {str(dtype).replace('torch.', '')}, "
-        f"{HEADS} heads x {HEAD_DIM}, pages of {PAGE}",
+        f"{HEADS} query / {args.kv_heads} key-value heads x {HEAD_DIM}, pages of {PAGE}",
         f"* command: `{command}`", "",
         "| step | SDPA per chunk us | paged kernel us | SDPA / kernel | kernel TFLOP/s | "
         "rel. diff |", "|---|---|---|---|---|---|",
         *("| " + " | ".join(r) + " |" for r in rows), "",
-        f"Tile sweep on the first step (default {K.PrefillTuning()}), fastest first:", "",
-        "| block_m | block_n | warps | stages | us |", "|---|---|---|---|---|",
-        *(f"| {bm} | {bn} | {w} | {s} | {t * 1e6:.0f} |" for t, bm, bn, w, s in sweep[:10]),
+        f"Tile sweep over every step above (default {K.PrefillTuning()}): each tile's "
+        "time on each step over that step's fastest tile, the geometric mean over the "
+        "steps, best first:", "",
+        "| block_m | block_n | warps | stages | geo-mean / best | "
+        + " | ".join(f"step {i + 1} us" for i in range(len(steps))) + " |",
+        "|---|---|---|---|---|" + "---|" * len(steps),
+        *(f"| {bm} | {bn} | {w} | {st} | {g:.3f} | "
+          + " | ".join(f"{t * 1e6:.0f}" for t in times) + " |"
+          for g, (bm, bn, w, st), times in sweep[:12]),
         ""]
     text = "\n".join(lines)
     print(text)

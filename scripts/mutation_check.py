@@ -101,6 +101,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if True:\n",
         ("tests/engines/builtin/test_lookahead.py",)),
     Mutation(
+        "warmup_every_prefill_tile", "parrot/engines/builtin/warmup.py",
+        'for tuning in getattr(kernels, "PREFILL_TUNINGS", (None,))]',
+        "for tuning in (None,)]",
+        ("tests/engines/builtin/test_startup.py::"
+         "test_warm_up_compiles_the_paged_prefill_kernel_when_the_model_runs_it",)),
+    Mutation(
         "prefill_without_cudnn", "parrot/engines/builtin/attention.py",
         "    if device.type != \"cuda\":\n", "    if True:\n",
         ("tests/engines/builtin/test_prefill_attention.py",)),

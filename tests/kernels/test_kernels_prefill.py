@@ -5,6 +5,7 @@ import torch
 
 from parrot_kernels import (PrefillTuning, paged_prefill_attention, plan_prefill,
                             reference_paged_prefill_attention)
+from parrot_kernels.prefill import LONG_CHUNKS, SHORT_CHUNKS
 
 from .factories import rel_err
 
@@ -114,3 +115,30 @@ def test_prefill_on_gpu(dtype):
     ref = reference_paged_prefill_attention(q, k, v, chunks, table, scale)
     rows = slice(chunks[0][0], None)
     assert rel_err(out[rows], ref[rows]) < TOL[dtype]
+
+
+@pytest.mark.parametrize("num_chunks", [1, 2, 3, 5])
+def test_plan_tensors_are_16_byte_aligned_whatever_the_chunk_count(num_chunks):
+    """Triton specialises pointers on 16-byte alignment: unaligned metadata would compile a
+    new kernel variant per alignment mix while serving. Values are the plan's chunks."""
+    table = torch.arange(4 * num_chunks + 1, dtype=torch.int32)[1:].view(num_chunks, 4)
+    assert table.data_ptr() % 16 == 4                          # an unaligned view of a table
+    chunks = [(7 * c, 3 + c, 5 * c) for c in range(num_chunks)]
+    plan = plan_prefill(chunks, table, PrefillTuning(block_m=2, block_n=16))
+    tensors = (plan.chunk_rows, plan.chunk_pos, plan.chunk_lens, plan.tile_chunk, plan.tile_m,
+               plan.block_tables)
+    assert all(t.data_ptr() % 16 == 0 for t in tensors)
+    assert plan.chunk_rows.tolist() == [r for r, _, _ in chunks]
+    assert plan.chunk_pos.tolist() == [p for _, _, p in chunks]
+    assert plan.chunk_lens.tolist() == [n for _, n, _ in chunks]
+    assert plan.num_tiles == sum(-(-n // 2) for _, n, _ in chunks)
+    assert torch.equal(plan.block_tables, table)
+
+
+def test_the_plan_takes_the_long_chunk_tile_past_the_short_tiles_rows():
+    table = torch.zeros(2, 1, dtype=torch.int32)
+    short, long_ = SHORT_CHUNKS.block_m, SHORT_CHUNKS.block_m + 1
+    assert plan_prefill([(0, short, 0), (short, short, 9)], table).tuning == SHORT_CHUNKS
+    assert plan_prefill([(0, long_, 0), (long_, short, 0)], table).tuning == LONG_CHUNKS
+    assert LONG_CHUNKS.block_m > SHORT_CHUNKS.block_m
+    assert plan_prefill([(0, long_, 0), (long_, short, 0)], table, SMALL).tuning == SMALL

@@ -72,7 +72,11 @@ def load_bundle(config: BuiltinEngineConfig, loaded: LoadedModel | None = None) 
     model = LlamaModel(loaded.shape, loaded.state_dict, make_decode_fn(kernels),
                        max_positions=loaded.shape.max_position_embeddings)
     model.use_fused(kernels if config.fused_ops else None)
-    if config.prefill_attention == "paged":
+    # auto: the kernel wherever the Triton path runs (an older parrot_kernels without it:
+    # SDPA, as before); asked for by name, its absence is a config error.
+    if config.prefill_attention == "paged" or (
+            config.prefill_attention == "auto" and device.type == "cuda"
+            and hasattr(kernels, "paged_prefill_attention")):
         try:
             model.use_paged_prefill(kernels)
         except ValueError as exc:

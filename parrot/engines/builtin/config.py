@@ -16,7 +16,7 @@ from parrot.validation import Checks
 
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
-PREFILL_ATTENTION = ("sdpa", "paged")
+PREFILL_ATTENTION = ("auto", "sdpa", "paged")
 RANDOM_SHAPES = ("tiny", "llama-7b", "llama-13b")
 DEFAULT_MODEL = "smollm2"
 # Accepted spelling of the simulated engine's key for the same budget.
@@ -49,7 +49,9 @@ class BuiltinEngineConfig:
     prefill_attention: "sdpa" runs torch SDPA per prefill chunk over a gathered copy of its
       context; "paged" runs every chunk of a step in one Triton launch per layer, reading the
       context in the paged cache (parrot_kernels.paged_prefill_attention; needs the kernels:
-      CUDA, or the interpreter). "sdpa" stays the default until "paged" is measured faster.
+      CUDA, or the interpreter); "auto" (the default) is "paged" where the engine runs the
+      Triton kernels on CUDA (measured 1.3-16x faster per layer on an H200, docs/KERNELS.md)
+      and "sdpa" otherwise (the CPU's torch path).
     """
 
     model: str = DEFAULT_MODEL
@@ -68,7 +70,7 @@ class BuiltinEngineConfig:
     cuda_graphs: bool = True          # decode steps in CUDA graphs (CUDA + Triton kernels only)
     cuda_graph_max_batch: int = 64    # largest graph batch bucket; bigger decode steps run eager
     fused_ops: bool = True            # norm/RoPE+KV write/SwiGLU as fused kernels (CUDA + kernels)
-    prefill_attention: str = "sdpa"   # sdpa: torch per chunk; paged: one Triton launch per layer
+    prefill_attention: str = "auto"   # paged: one Triton launch per layer; sdpa: torch per chunk
     warmup: bool = True               # capture every graph bucket and compile at start (CUDA)
     tokenizer: str | None = None      # for random shapes: "smollm2" or a tokenizer folder
     seed: int = 0                     # random weights; sampling without a per-request seed

@@ -129,21 +129,24 @@ def compile_attention(graphs: DecodeGraphs, key: GraphKey) -> None:
 
 
 def prefill(graphs: DecodeGraphs) -> None:
-    """One eager prefill chunk of block_size tokens at position 0 into the scratch block
-    (through the paged prefill kernel when the model runs it: its one specialisation)."""
+    """One eager prefill chunk of block_size tokens at position 0 into the scratch block;
+    through the paged prefill kernel when the model runs it, once per tile the kernel's plan
+    can choose (its specialisations: the plan's tensors are always aligned)."""
     model, bs = graphs.model, graphs.kv.block_size
     dev = model.device
     scratch = graphs.scratch_block
     slots = torch.arange(scratch * bs, (scratch + 1) * bs, device=dev)
-    plan = None
-    if model.prefill_kernels is not None:
-        plan = model.prefill_kernels.plan_prefill(
-            [(0, bs, 0)], torch.tensor([[scratch]], dtype=torch.int32, device=dev))
-    meta = AttentionMetadata(slot_mapping=slots, num_decode=0, decode_block_tables=None,
-                             decode_seq_lens=None, shared_prefix=None,
-                             prefills=[PrefillChunk(0, bs, 0, torch.tensor([scratch],
-                                                                           device=dev))],
-                             prefill_plan=plan)
-    hidden = model.forward(torch.zeros(bs, dtype=torch.int64, device=dev),
-                           torch.arange(bs, device=dev), graphs.kv.layers, meta)
-    model.logits(hidden[-1:])
+    kernels = model.prefill_kernels
+    plans = [None] if kernels is None else [
+        kernels.plan_prefill([(0, bs, 0)], torch.tensor([[scratch]], dtype=torch.int32,
+                                                          device=dev), tuning)
+        for tuning in getattr(kernels, "PREFILL_TUNINGS", (None,))]
+    for plan in plans:
+        meta = AttentionMetadata(slot_mapping=slots, num_decode=0, decode_block_tables=None,
+                                 decode_seq_lens=None, shared_prefix=None,
+                                 prefills=[PrefillChunk(0, bs, 0,
+                                                        torch.tensor([scratch], device=dev))],
+                                 prefill_plan=plan)
+        hidden = model.forward(torch.zeros(bs, dtype=torch.int64, device=dev),
+                               torch.arange(bs, device=dev), graphs.kv.layers, meta)
+        model.logits(hidden[-1:])

@@ -61,3 +61,23 @@ def test_paged_prefill_needs_the_kernels():
                                         num_blocks=16, prefill_attention="paged"))
     with pytest.raises(BuiltinConfigError, match="prefill_attention"):
         BuiltinEngineConfig(prefill_attention="flash")
+
+
+def test_auto_is_sdpa_on_the_cpu():
+    """The default, auto: the CPU's torch path has no kernels, so SDPA (no error)."""
+    assert BuiltinEngineConfig().prefill_attention == "auto"
+    bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
+                                             num_blocks=16))
+    assert bundle.model.prefill_kernels is None
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_auto_is_the_paged_kernel_on_cuda():
+    """Where the engine runs the Triton kernels (CUDA), auto takes the paged prefill kernel;
+    sdpa keeps torch."""
+    def kernels_of(choice: str):
+        return load_bundle(BuiltinEngineConfig(model="tiny", device="cuda", num_blocks=16,
+                                               prefill_attention=choice)).model.prefill_kernels
+
+    assert kernels_of("auto") is not None and kernels_of("paged") is not None
+    assert kernels_of("sdpa") is None

@@ -129,11 +129,13 @@ def test_warm_up_compiles_the_paged_prefill_kernel_when_the_model_runs_it():
             return getattr(kernels, name)
 
         def paged_prefill_attention(self, q, k, v, plan, scale, *, out=None):
-            launched.append(plan.chunks)
+            launched.append(plan)
             return kernels.paged_prefill_attention(q, k, v, plan, scale, out=out)
 
     bundle.model.prefill_kernels = Spy()
     kv = KVCache(bundle.shape, 16, 4, torch.float32, torch.device("cpu"), scratch_block=True)
     graphs = DecodeGraphs(bundle.model, kv, max_batch=2, max_width=4, capture=False)
     warm_up(graphs, shared_prefix=False, min_prefix_blocks=2)
-    assert launched and launched[0] == ((0, 4, 0),)
+    # once per tile the plan can pick (each its own Triton specialisation)
+    assert [(p.chunks, p.tuning) for p in launched[::len(bundle.model.layers)]] == [
+        (((0, 4, 0),), t) for t in kernels.PREFILL_TUNINGS]
