@@ -13,7 +13,9 @@ earlier folder; last the runs after the tensor-core small-batch linear kernel
 (live_paper_h200_dotkernel*/): map_reduce and multi_agent, then chain_summary,
 concurrent_chains and all four copilot runs (the static-sharing runs on their own engine
 process in the same command, so the static ratio pairs runs of one engine version), mixed and
-gpts. The gpts rate search is still the first one's (live_paper_h200_gpts_rate/).
+gpts; and last the runs after prefill attention moved to the paged Triton kernel
+(live_paper_h200_paged_prefill*/): every experiment but the gpts rate search, which is still
+the first one's (live_paper_h200_gpts_rate/).
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -33,7 +35,9 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_prefill_fix", "live_paper_h200_prefill_fix_two_engines",
              "live_paper_h200_prefill_fix_gpts_latency20k", "live_paper_h200_dotkernel",
              "live_paper_h200_dotkernel_one_engine", "live_paper_h200_dotkernel_two_engines",
-             "live_paper_h200_dotkernel_gpts_latency20k")
+             "live_paper_h200_dotkernel_gpts_latency20k", "live_paper_h200_paged_prefill",
+             "live_paper_h200_paged_prefill_two_engines",
+             "live_paper_h200_paged_prefill_gpts_latency20k")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
