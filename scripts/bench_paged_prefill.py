@@ -1,10 +1,10 @@
-"""Prefill attention of one layer: torch SDPA per chunk (the engine's default) against the
+"""Prefill attention of one layer: torch SDPA per chunk (`prefill_attention: sdpa`) against the
 paged prefill kernel (`prefill_attention: paged`), on the step shapes the paper's workloads
 make; then a tile sweep of the kernel over all of them.
 
 Each step is a set of chunks (new tokens at a position of a context) over a paged cache of
 LLaMA-7B's attention shape (32 heads x 128, pages of 16, shuffled), bf16. The SDPA side is
-`prefill_torch` for every chunk inside `prefill_sdpa_backends` (what the engine runs, its
+`prefill_torch` for every chunk inside `prefill_sdpa_backends` (the engine's `sdpa` path, its
 gather of each chunk's context included); the kernel side plans the step once (as the
 runner does, outside the per-layer time) and launches once. Both eager, timed with CUDA
 events over `--reps` calls after a warm-up; outputs checked against each other.

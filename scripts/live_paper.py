@@ -78,7 +78,7 @@ def main() -> int:
                              "latency_centric.token_capacity=13312 (the calibrated cap)")
     parser.add_argument("--engine-param", action="append", default=[], metavar="KEY=VALUE",
                         help="a builtin engine parameter of every engine (repeatable), e.g. "
-                             "prefill_attention=paged")
+                             "prefill_attention=sdpa")
     parser.add_argument("--tokenizer", default=None, metavar="PATH",
                         help="every builtin engine's tokenizer (a folder of tokenizer files)")
     parser.add_argument("--smoke", action="store_true",

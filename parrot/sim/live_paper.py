@@ -72,7 +72,7 @@ def with_engine_capacity(setup: ServeSetup, field: str, tokens: int) -> ServeSet
 
 def with_engine_params(setup: ServeSetup, items: Sequence[str]) -> ServeSetup:
     """The setup with `KEY=VALUE` (YAML values) set in every engine's params, e.g.
-    `prefill_attention=paged`; the path records them. The engine validates its params when it
+    `prefill_attention=sdpa`; the path records them. The engine validates its params when it
     starts, before any experiment runs."""
     params: dict[str, Any] = {}
     for item in items:
