@@ -101,6 +101,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if True:\n",
         ("tests/engines/builtin/test_lookahead.py",)),
     Mutation(
+        "no_affinity_counts_prefix_load", "parrot/policies/placement.py",
+        "                    if is_brought or self.counts_prefix(prefix):\n",
+        "                    if affinity and (is_brought or self.counts_prefix(prefix)):\n",
+        ("tests/policies/test_app_centric.py::"
+         "test_without_affinity_a_set_sharing_a_prefix_fits_as_the_engine_counts_it",)),
+    Mutation(
         "warmup_every_prefill_tile", "parrot/engines/builtin/warmup.py",
         'for tuning in getattr(kernels, "PREFILL_TUNINGS", (None,))]',
         "for tuning in (None,)]",

@@ -227,7 +227,7 @@ class AppCentricPolicy(Policy):
         assignments: list[Assignment] = []
         for call in unit:
             # Without prefixes to reuse, a call demands the same of every engine it starts on.
-            plain = None if call.prefix_hashes and self.params.prefix_affinity else Demand(
+            plain = None if call.prefix_hashes else Demand(
                 call.num_tokens, call.num_prompt_tokens, max(call.num_output_tokens, 1),
                 own_min=call.num_tokens)
             options = []

@@ -151,7 +151,10 @@ class Slot:
         (the engine's accounting counts it once), and not prefilled again while the engine
         stays under `gate` × capacity after taking the call (prefix affinity gated on load);
         past the gate the engine is costed as if it had to prefill the prefix, so the call
-        spreads where another engine is about as fast.
+        spreads where another engine is about as fast. Without `affinity` (the paper's
+        ablation) every call is costed as prefilling its whole prompt, but its load is still
+        counted as the engine's accounting counts it: the ablation turns off a preference,
+        not the room the engine has.
         """
         load, prefill, output, affine = (0, 0, 0, False) if base is None else (
             base.load, base.prefill, base.output, base.affine)
@@ -160,25 +163,27 @@ class Slot:
         local: set[str] = set()        # prefixes brought by earlier members of `calls`
         for call in calls:
             saved_prefill = saved_load = 0
-            if affinity:
-                for prefix, tokens in zip(reversed(call.prefix_hashes),
-                                          reversed(call.prefix_num_tokens or
-                                                   (0,) * len(call.prefix_hashes))):
-                    is_brought = prefix in brought or prefix in local
-                    if is_brought or self.holds_prefix(prefix):
-                        tokens = min(tokens, call.num_prompt_tokens)
-                        # The engine's accounting counts a prefix once however loaded it
-                        # is, so the load it adds is real whatever the gate says; the gate
-                        # only decides whether the call is costed as reusing it (past it,
-                        # other engines look as good and the call spreads). Gating the load
-                        # too made a call that fits wait a whole phase on one engine.
-                        if is_brought or self.counts_prefix(prefix):
-                            saved_load = tokens
+            for prefix, tokens in zip(reversed(call.prefix_hashes),
+                                      reversed(call.prefix_num_tokens or
+                                               (0,) * len(call.prefix_hashes))):
+                is_brought = prefix in brought or prefix in local
+                if is_brought or self.holds_prefix(prefix):
+                    tokens = min(tokens, call.num_prompt_tokens)
+                    # The engine's accounting counts a prefix once however loaded it is, and
+                    # with or without affinity, so the load it adds is real whatever the
+                    # gate says; the gate (and `affinity`) only decide whether the call is
+                    # costed as reusing it (past it, other engines look as good and the
+                    # call spreads). Gating the load too made a call that fits wait a whole
+                    # phase on one engine; without affinity, a 7,000-token gpts call
+                    # waited for an engine of its own.
+                    if is_brought or self.counts_prefix(prefix):
+                        saved_load = tokens
+                    if affinity:
                         if limit < 0:
                             limit = gate * self.capacity(criterion)
                         if self.load + load + call.num_tokens - saved_load <= limit:
                             affine, saved_prefill = True, tokens
-                        break
+                    break
             if len(calls) > 1:
                 local.update(call.prefix_hashes)
             load += call.num_tokens - saved_load

@@ -155,11 +155,26 @@ def test_affinity_is_gated_on_load():
 def test_past_the_gate_a_shared_prefix_still_counts_once_for_room():
     # The gate decides where a call is cheapest, not whether it fits: e0 already counts the
     # 800-token prefix, so the call adds 200 tokens (3400 <= 4096) and runs now instead of
-    # waiting for the running calls to finish.
+    # waiting for the running calls to finish. So does affinity off (the paper's ablation
+    # turns off the preference for engines holding a prefix, not the engine's accounting).
     engines = [make_engine("e0", tokens=3200, lat=1, running={"sys"})]
     calls = [make_call("x", tokens=1000, output=50, prefixes=["sys"], prefix_tokens=[800])]
     assert schedule(calls, engines) == {"x": "e0"}
-    assert schedule(calls, engines, prefix_affinity=False) == {}
+    assert schedule(calls, engines, prefix_affinity=False) == {"x": "e0"}
+    # a call whose prefix nothing running holds still needs its whole size
+    other = [make_call("y", tokens=1000, output=50, prefixes=["other"], prefix_tokens=[800])]
+    assert schedule(other, engines, prefix_affinity=False) == {}
+
+
+def test_without_affinity_a_set_sharing_a_prefix_fits_as_the_engine_counts_it():
+    # Ten 3,300-token calls forking one 3,000-token prefix weigh 3,000 + 10 x 300 = 6,000
+    # tokens on an engine (its accounting counts the prefix once): under the 6,144 capacity.
+    # Affinity off still spreads them by cost, but no longer refuses room they have.
+    engines = [make_engine("e0", lat_cap=6144)]
+    calls = [sys_call(c, shared=None) for c in "abcdefghij"]
+    assert len(schedule(calls, engines, prefix_affinity=False)) == 10
+    assert len(schedule(calls + [sys_call("k", shared=None)], engines,
+                        prefix_affinity=False)) == 10
 
 
 def test_hot_prefix_spreads_and_capacity_is_respected():
