@@ -107,6 +107,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/policies/test_app_centric.py::"
          "test_without_affinity_a_set_sharing_a_prefix_fits_as_the_engine_counts_it",)),
     Mutation(
+        "live_warmup_full_outputs", "parrot/sim/live_paper.py",
+        'full_outputs=variant.mode == "parrot")', "full_outputs=False)",
+        ("tests/sim/test_live_paper.py::"
+         "test_the_warm_up_generates_full_outputs_in_parrot_mode_only",)),
+    Mutation(
         "warmup_every_prefill_tile", "parrot/engines/builtin/warmup.py",
         'for tuning in getattr(kernels, "PREFILL_TUNINGS", (None,))]',
         "for tuning in (None,)]",

@@ -209,6 +209,12 @@ def test_warmup_keeps_the_shapes_and_cuts_the_time():
     assert warm.num_apps == 1 and warm.max_chat_s == 5.0 and warm.chat_output_tokens == (8, 8)
     gpts = warmup_spec(WorkloadSpec(num_requests=320, request_rate=16.0))
     assert gpts.num_requests == 8 and gpts.request_rate == 16.0
+    # Parrot mode: the run's output lengths, so shared-prefix steps meet their graph buckets
+    full = warmup_spec(spec, full_outputs=True)
+    assert (full.output_tokens, full.chat_output_tokens) == (spec.output_tokens,
+                                                              spec.chat_output_tokens)
+    assert full.num_apps == 1 and full.max_chat_s == 5.0 and warm.output_tokens == 8 < (
+        spec.output_tokens)
 
 
 def test_the_gpu_runs_fit_the_random_llama_window():
@@ -281,3 +287,26 @@ def test_engine_params_set_every_engine_and_say_so():
     for bad in ("prefill_attention", "=paged"):
         with pytest.raises(LiveExperimentError, match="--engine-param"):
             with_engine_params(TWO, [bad])
+
+
+async def test_the_warm_up_generates_full_outputs_in_parrot_mode_only(tmp_path, monkeypatch):
+    """Shared-prefix graph buckets are met only as outputs grow, so the Parrot-mode warm-up
+    runs the experiment's output lengths; the baseline's (paged buckets, captured at
+    start-up) stays short. One app either way."""
+    from parrot.sim import live_paper
+
+    seen: list[tuple[str, int, int]] = []
+    real_run = live_paper._run
+
+    async def spy(config, experiment, variant, spec, delay_s, **kwargs):
+        seen.append((variant.mode, spec.output_tokens, spec.num_apps))
+        return await real_run(config, experiment, variant, spec, delay_s, **kwargs)
+
+    monkeypatch.setattr(live_paper, "_run", spy)
+    chain = LiveExperiment("chain", "chain_summary", "app_centric,least_queue:baseline",
+                           "least_queue:baseline", {**TINY, "output_tokens": 12,
+                                                    "num_apps": 2}, TINY)
+    await run_live_paper([ONE], tmp_path, smoke=False, budget_s=300, delay_s=(0.0, 0.0),
+                         experiments=(chain,), log=lambda *_: None)
+    assert seen[:2] == [("parrot", 12, 1), ("baseline", 8, 1)]       # the warm-up pass
+    assert seen[2:] == [("parrot", 12, 2), ("baseline", 12, 2)]      # the timed runs
