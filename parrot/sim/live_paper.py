@@ -23,9 +23,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from parrot.core.config import ServeConfig
+from parrot.core.config import EngineSpec, ServeConfig
 from parrot.engines.launcher import LaunchSpec
 from parrot.engines.protocol import OPTIONAL_STATS
 from parrot.engines.launcher import launch_engines, stop_engines
@@ -65,9 +65,7 @@ def with_engine_capacity(setup: ServeSetup, field: str, tokens: int) -> ServeSet
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
         raise LiveExperimentError(f"{flag}: {tokens!r} is not valid; allowed: integer >= 1")
     change: dict[str, Any] = {field: tokens}
-    engines = tuple(dataclasses.replace(e, **change) for e in setup.config.engines)
-    return ServeSetup(f"{setup.path} ({field}={tokens})",
-                      dataclasses.replace(setup.config, engines=engines))
+    return _every_engine(setup, lambda e: dataclasses.replace(e, **change), f"{field}={tokens}")
 
 
 def with_engine_params(setup: ServeSetup, items: Sequence[str]) -> ServeSetup:
@@ -82,9 +80,14 @@ def with_engine_params(setup: ServeSetup, items: Sequence[str]) -> ServeSetup:
         params[pair[0]] = pair[1]
     if not params:
         return setup
-    engines = tuple(dataclasses.replace(e, params={**e.params, **params})
-                    for e in setup.config.engines)
-    said = " ".join(f"{k}={v}" for k, v in params.items())
+    return _every_engine(setup, lambda e: dataclasses.replace(e, params={**e.params, **params}),
+                         " ".join(f"{k}={v}" for k, v in params.items()))
+
+
+def _every_engine(setup: ServeSetup, change: Callable[[EngineSpec], EngineSpec],
+                  said: str) -> ServeSetup:
+    """The setup with `change` applied to every engine, its path saying `said`."""
+    engines = tuple(change(e) for e in setup.config.engines)
     return ServeSetup(f"{setup.path} ({said})", dataclasses.replace(setup.config, engines=engines))
 
 
