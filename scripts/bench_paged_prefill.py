@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import shlex
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -80,8 +81,6 @@ def cuda_time(torch, fn, reps: int) -> float:
 def sweep_tiles(torch, K, steps, tiles, scale: float, reps: int):  # noqa: ANN001
     """[(geo-mean of time / the step's fastest, tile, [seconds per step])], best first; a
     tile that fails on any step (out of shared memory, ...) is left out."""
-    import math
-
     timed = []
     for tile in tiles:
         times = []
@@ -95,8 +94,8 @@ def sweep_tiles(torch, K, steps, tiles, scale: float, reps: int):  # noqa: ANN00
             continue
         timed.append((tile, times))
     best = [min(t[i] for _, t in timed) for i in range(len(steps))]
-    scored = [(math.exp(sum(math.log(t / b) for t, b in zip(times, best)) / len(best)),
-               tile, times) for tile, times in timed]
+    scored = [(statistics.geometric_mean([t / b for t, b in zip(times, best)]), tile, times)
+              for tile, times in timed]
     return sorted(scored)
 
 

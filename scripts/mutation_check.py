@@ -79,8 +79,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/policies/test_app_centric.py",)),
     Mutation(
         "small_latency_call_keeps_the_capacity", "parrot/policies/placement.py",
-        "        floor = self.latency_floor\n",
-        "        floor = 0\n",
+        "        size = smaller_known(self.latency_floor, own)\n",
+        "        size = smaller_known(0, own)\n",
         ("tests/policies/test_app_centric.py", "tests/policies/test_policy_invariants.py")),
     Mutation(
         "staging_two_mirrors", "parrot/engines/builtin/staging.py",

@@ -15,6 +15,13 @@ from parrot.policies.base import CallView, EngineView
 from parrot.types import Criterion
 
 
+def smaller_known(a: int, b: int) -> int:
+    """The smaller of two token sizes where 0 (or less) means unknown; 0 when both are."""
+    if a <= 0 or b <= 0:
+        return max(a, b, 0)
+    return min(a, b)
+
+
 @dataclass
 class Demand:
     """What some calls add to one engine (accumulated member by member)."""
@@ -98,8 +105,7 @@ class Slot:
         at a time, however little each fork adds; a small latency call on the engine keeps
         the capacity as it is."""
         capacity = self.view.latency_capacity
-        floor = self.latency_floor
-        size = own if floor <= 0 else (floor if own <= 0 else min(own, floor))
+        size = smaller_known(self.latency_floor, own)
         # latency calls run here whose sizes the view does not give: keep the capacity
         floor_unknown = self.view.num_latency_calls > 0 and self.view.latency_floor_tokens <= 0
         if size <= 0 or self.latency_step_slack <= 0 or floor_unknown:
@@ -130,10 +136,8 @@ class Slot:
         self.pending_prefill += demand.prefill
         self.num_calls += 1
         self.num_by_criterion[criterion] += 1
-        n = call.num_tokens
-        if criterion is Criterion.LATENCY and n > 0 and (self.latency_floor <= 0
-                                                         or n < self.latency_floor):
-            self.latency_floor = n
+        if criterion is Criterion.LATENCY:
+            self.latency_floor = smaller_known(self.latency_floor, call.num_tokens)
         if call.task_group is not None:
             self.placed_task_groups.add(call.task_group)
         self.placed_prefixes.update(call.prefix_hashes)
@@ -190,9 +194,7 @@ class Slot:
             prefill += call.num_prompt_tokens - saved_prefill
             # Every call decodes at least one token (a view may not know its output length).
             output = max(output, call.num_output_tokens, 1)
-            n = call.num_tokens
-            if n > 0 and (own_min <= 0 or n < own_min):
-                own_min = n
+            own_min = smaller_known(own_min, call.num_tokens)
         return Demand(load, prefill, output, affine, own_min)
 
     def finish_ms(self, demand: Demand) -> float:

@@ -117,15 +117,14 @@ def warmup_spec(spec: WorkloadSpec, *, full_outputs: bool = False) -> WorkloadSp
     tokens generated) only when a step first meets it, so the Parrot-mode warm-up generates
     the run's full outputs (measured: 3-4 such captures, 120-200 ms, inside timed runs
     warmed with 8 tokens)."""
+    short = dataclasses.replace(spec, num_apps=1, rounds=1,
+                                num_requests=min(spec.num_requests, 8),
+                                max_chat_s=min(spec.max_chat_s, 5.0))
     if full_outputs:
-        return dataclasses.replace(
-            spec, num_apps=1, rounds=1, num_requests=min(spec.num_requests, 8),
-            max_chat_s=min(spec.max_chat_s, 5.0))
-    return dataclasses.replace(
-        spec, output_tokens=min(spec.output_tokens, 8), num_apps=1, rounds=1,
-        num_requests=min(spec.num_requests, 8), max_chat_s=min(spec.max_chat_s, 5.0),
-        chat_output_tokens=(min(spec.chat_output_tokens[0], 8),
-                            min(spec.chat_output_tokens[1], 8)))
+        return short
+    low, high = spec.chat_output_tokens
+    return dataclasses.replace(short, output_tokens=min(spec.output_tokens, 8),
+                               chat_output_tokens=(min(low, 8), min(high, 8)))
 
 
 RUN_TIMEOUT_S = 240.0  # one variant of one experiment; a stuck run must not eat the budget

@@ -72,16 +72,16 @@ def load_bundle(config: BuiltinEngineConfig, loaded: LoadedModel | None = None) 
     model = LlamaModel(loaded.shape, loaded.state_dict, make_decode_fn(kernels),
                        max_positions=loaded.shape.max_position_embeddings)
     model.use_fused(kernels if config.fused_ops else None)
-    # auto: the kernel wherever the Triton path runs (an older parrot_kernels without it:
-    # SDPA, as before); asked for by name, its absence is a config error.
-    if config.prefill_attention == "paged" or (
-            config.prefill_attention == "auto" and device.type == "cuda"
-            and hasattr(kernels, "paged_prefill_attention")):
+    # auto: the kernel wherever the Triton path runs on CUDA (without it — the torch
+    # backend, an older parrot_kernels — SDPA); asked for by name, its absence is an error.
+    choice = config.prefill_attention
+    if choice == "paged" or (choice == "auto" and device.type == "cuda"):
         try:
             model.use_paged_prefill(kernels)
         except ValueError as exc:
-            raise BuiltinConfigError("builtin engine.prefill_attention",
-                                     f"'paged': {exc}") from None
+            if choice == "paged":
+                raise BuiltinConfigError("builtin engine.prefill_attention",
+                                         f"'paged': {exc}") from None
     return ModelBundle(loaded.name, loaded.shape, model, loaded.tokenizer,
                        loaded.eos_token_ids, kernels is not None)
 
