@@ -69,9 +69,10 @@ def main() -> int:
                         help="every engine's latency capacity (default: the configs'; "
                              "20480 is the H200 calibration, docs/RESULTS.md)")
     parser.add_argument("--throughput-capacity", type=int, default=None, metavar="TOKENS",
-                        help="every engine's throughput capacity (default: the configs'; "
-                             "119808 is the H200 calibration by KV share, docs/RESULTS.md; "
-                             "the baselines' caps: --policy-param)")
+                        help="every engine's throughput capacity (default: the configs', "
+                             "auto: 58.5%% of each engine's KV cache, docs/POLICIES.md; the "
+                             "throughput-centric baseline follows it unless --policy-param "
+                             "throughput_centric.token_capacity=N)")
     parser.add_argument("--policy-param", action="append", default=[],
                         metavar="POLICY.KEY=VALUE",
                         help="a parameter of every variant of POLICY (repeatable), e.g. "

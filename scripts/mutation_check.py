@@ -217,6 +217,17 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if idle < self._ttl_s:",
         ("tests/core/test_sessions.py::"
          "test_a_session_with_a_waiting_get_or_a_running_call_is_kept",)),
+    Mutation(
+        "auto_throughput_capacity_share", "parrot/core/config.py",
+        "    share = kv_capacity_tokens * PAPER_THROUGHPUT_TOKENS // PAPER_KV_TOKENS"
+        " // 1024 * 1024\n",
+        "    share = FALLBACK_THROUGHPUT_CAPACITY\n",
+        ("tests/core/test_engine_pool_accounting.py",)),
+    Mutation(
+        "throughput_centric_per_engine_cap", "parrot/policies/capped.py",
+        "        return engine.throughput_capacity if cap is None else cap\n",
+        "        return 32768 if cap is None else cap\n",
+        ("tests/policies/test_baselines.py",)),
 )
 
 

@@ -78,7 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--profile", default="a100_llama13b",
                    help="latency profile (name in configs/profiles/ or a path)")
     c.add_argument("--latency-capacity", type=int, default=6144)
-    c.add_argument("--throughput-capacity", type=int, default=32768)
+    c.add_argument("--throughput-capacity", type=int, default=None,
+                   help="tokens; default: each engine's share of its KV cache (32,768 of the "
+                        "A100 profile's 56,000; 119,808 on h200_llama7b)")
     c.add_argument("--network-delay-ms", default="200:300", metavar="LOW:HIGH",
                    help="uniform delay of every client-service message")
     c.add_argument("--policy-param", action="append", default=[], metavar="POLICY.KEY=VALUE",

@@ -15,7 +15,25 @@ from parrot.types import EngineKind
 from parrot.validation import Checks
 
 __all__ = ["ConfigError", "EngineSpec", "ManagerConfig", "PolicySpec", "ServeConfig",
-           "TenantSpec"]
+           "TenantSpec", "auto_throughput_capacity"]
+
+# Throughput work is not held to a step time: its cap is memory headroom. The paper's setting
+# (LLaMA-13B on an A100-80GB, 56,000 tokens of KV cache) fills throughput engines to 32,768
+# tokens, 58.5% of the cache; an engine that does not say otherwise keeps that share of *its*
+# cache (32,768 on the A100, ~120k on an H200 with LLaMA-7B), so the headroom left for
+# prompts still estimated (characters / 4) and cached prefix contexts is the paper's too.
+PAPER_THROUGHPUT_TOKENS, PAPER_KV_TOKENS = 32768, 56000
+FALLBACK_THROUGHPUT_CAPACITY = 32768   # an engine that reports no KV cache size
+
+
+def auto_throughput_capacity(kv_capacity_tokens: int, latency_capacity: int) -> int:
+    """The throughput capacity of an engine configured with `auto` (the default): the
+    paper's share of its KV cache, rounded down to 1024 tokens, never below its latency
+    capacity (throughput work may fill an engine at least as far as latency work)."""
+    if kv_capacity_tokens <= 0:
+        return max(latency_capacity, FALLBACK_THROUGHPUT_CAPACITY)
+    share = kv_capacity_tokens * PAPER_THROUGHPUT_TOKENS // PAPER_KV_TOKENS // 1024 * 1024
+    return max(latency_capacity, share)
 
 
 @dataclass(frozen=True)
@@ -109,7 +127,9 @@ class EngineSpec:
     kind: str = EngineKind.SIMULATED   # an EngineKind value; stored as the EngineKind member
     url: str | None = None
     latency_capacity: int = 6144       # token load under which latency calls stay fast
-    throughput_capacity: int = 32768   # token load a throughput engine may be filled to
+    # Token load a throughput engine may be filled to; None ("auto" in YAML): a share of the
+    # engine's own KV cache, known once it connects (`auto_throughput_capacity`).
+    throughput_capacity: int | None = None
     speed: float = 1.0                 # relative speed, for least-queue style policies
     in_process: bool = False           # run inside the manager's process (tests, simulation)
     params: Mapping[str, Any] = field(default_factory=dict)  # passed to the engine factory
@@ -123,7 +143,10 @@ class EngineSpec:
         check.require((self.kind is EngineKind.REMOTE) == (self.url is not None), "url",
                       self.url, "set exactly when kind is 'remote'")
         check.positive_int("latency_capacity", self.latency_capacity)
-        check.positive_int("throughput_capacity", self.throughput_capacity)
+        given: Any = self.throughput_capacity   # YAML may say `auto`
+        if given == "auto":
+            object.__setattr__(self, "throughput_capacity", None)
+        check.positive_int("throughput_capacity", self.throughput_capacity, optional=True)
         check.positive("speed", self.speed)
         check.mapping("params", self.params)
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
-from parrot.core.config import EngineSpec
+from parrot.core.config import EngineSpec, auto_throughput_capacity
 from parrot.core.contexts import EngineContexts
 from parrot.core.nodes import Call
 from parrot.engines.latency_model import EngineConfigError, load_profile
@@ -99,6 +99,14 @@ class EngineState:
     def kv_capacity_tokens(self) -> int:
         return self.info.num_blocks_total * self.info.block_size
 
+    @property
+    def throughput_capacity(self) -> int:
+        """The configured throughput capacity, or (`auto`) the share of this engine's KV cache
+        that `auto_throughput_capacity` gives."""
+        if self.spec.throughput_capacity is not None:
+            return self.spec.throughput_capacity
+        return auto_throughput_capacity(self.kv_capacity_tokens, self.spec.latency_capacity)
+
     def kv_overflow_tokens(self) -> int:
         """How much KV (tokens of whole blocks) the running calls and the cached prefix contexts
         need beyond the engine's cache, by the manager's accounting (a running call may round
@@ -172,7 +180,7 @@ class EngineState:
             num_running_calls=len(self.running),
             num_tokens_in_use=self.num_tokens_in_use,
             latency_capacity=self.spec.latency_capacity,
-            throughput_capacity=self.spec.throughput_capacity,
+            throughput_capacity=self.throughput_capacity,
             speed=self.spec.speed,
             num_latency_calls=self.num_latency_calls,
             num_throughput_calls=self.num_throughput_calls,
@@ -193,7 +201,7 @@ class EngineState:
                 "cached_prefixes": len(self.contexts.prefix_hashes),
                 "prefix_hits": self.contexts.num_hits, "prefix_misses": self.contexts.num_misses,
                 "latency_capacity": self.spec.latency_capacity,
-                "throughput_capacity": self.spec.throughput_capacity}
+                "throughput_capacity": self.throughput_capacity}
 
 
 class EnginePool:

@@ -1,6 +1,7 @@
 """The shared loop of the two capacity-capped baselines (latency_centric, throughput_centric).
 
-Every engine carries at most `token_capacity` tokens of running calls; each call goes to the
+Every engine carries at most `token_capacity` tokens of running calls (None: each engine's own
+throughput capacity, its share of its KV cache); each call goes to the
 engine with room that the subclass ranks best; a call that fits nowhere waits, except that an
 idle engine always takes one call (so a call larger than the cap still runs). No task groups,
 no prefix affinity, no criteria: that is what makes them baselines.
@@ -23,12 +24,13 @@ class CappedParams(PolicyParams):
     """A subclass sets `policy_name` (for errors) and the capacity's default."""
 
     policy_name: ClassVar[str]
-    # Token load (sum of num_tokens of running calls) an engine may carry; same for all engines.
-    token_capacity: int
+    # Token load (sum of num_tokens of running calls) an engine may carry: the same for all
+    # engines, or None for each engine's `throughput_capacity`.
+    token_capacity: int | None
 
     def __post_init__(self) -> None:
-        Checks(self.policy_name, PolicyConfigError).positive_int("token_capacity",
-                                                                 self.token_capacity)
+        Checks(self.policy_name, PolicyConfigError).positive_int(
+            "token_capacity", self.token_capacity, optional=True)
 
 
 class CappedPolicy(Policy):
@@ -36,9 +38,9 @@ class CappedPolicy(Policy):
 
     params: CappedParams
 
-    @property
-    def token_capacity(self) -> int:
-        return self.params.token_capacity
+    def token_capacity(self, engine: EngineView) -> int:
+        cap = self.params.token_capacity
+        return engine.throughput_capacity if cap is None else cap
 
     @staticmethod
     @abstractmethod
@@ -49,11 +51,12 @@ class CappedPolicy(Policy):
                  engines: Sequence[EngineView]) -> list[Placement]:
         healthy = [e for e in engines if e.is_healthy]
         load = {e.engine_id: e.num_tokens_in_use for e in healthy}
+        capacity = {e.engine_id: self.token_capacity(e) for e in healthy}
         num_calls = {e.engine_id: e.num_running_calls for e in healthy}
         placements = []
         for call in calls:
             fitting = [eid for eid in load
-                       if load[eid] + call.num_tokens <= self.token_capacity]
+                       if load[eid] + call.num_tokens <= capacity[eid]]
             engine_id = min(fitting, key=lambda eid: self.rank(load[eid], num_calls[eid]),
                             default=None)
             if engine_id is None:

@@ -55,7 +55,7 @@ class ClusterSpec:
     profile: str = "a100_llama13b"
     engine_params: Mapping[str, Any] = field(default_factory=dict)  # over the profile
     latency_capacity: int = 6144
-    throughput_capacity: int = 32768
+    throughput_capacity: int | None = None   # None: the share of the profile's KV cache
     network_delay_s: tuple[float, float] = (0.2, 0.3)
 
     def __post_init__(self) -> None:

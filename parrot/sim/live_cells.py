@@ -14,8 +14,11 @@ earlier folder; last the runs after the tensor-core small-batch linear kernel
 concurrent_chains and all four copilot runs (the static-sharing runs on their own engine
 process in the same command, so the static ratio pairs runs of one engine version), mixed and
 gpts; and last the runs after prefill attention moved to the paged Triton kernel
-(live_paper_h200_paged_prefill*/): every experiment but the gpts rate search, which is still
-the first one's (live_paper_h200_gpts_rate/).
+(live_paper_h200_paged_prefill*/): every experiment but the gpts rate search; and last the
+runs after the throughput capacity became each engine's share of its KV cache
+(live_paper_h200_auto_throughput*/): map_reduce and multi_agent, mixed, gpts and the gpts
+rate search (the experiments with throughput work, or whose latency limit may grow to the
+throughput capacity).
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -37,7 +40,10 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_dotkernel_one_engine", "live_paper_h200_dotkernel_two_engines",
              "live_paper_h200_dotkernel_gpts_latency20k", "live_paper_h200_paged_prefill",
              "live_paper_h200_paged_prefill_two_engines",
-             "live_paper_h200_paged_prefill_gpts_latency20k")
+             "live_paper_h200_paged_prefill_gpts_latency20k", "live_paper_h200_auto_throughput",
+             "live_paper_h200_auto_throughput_two_engines",
+             "live_paper_h200_auto_throughput_gpts_latency20k",
+             "live_paper_h200_auto_throughput_gpts_rate")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:

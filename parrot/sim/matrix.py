@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
+from parrot.core.config import auto_throughput_capacity
 from parrot.core.engine_pool import speed_profile
 from parrot.engines.latency_model import load_profile
 from parrot.sim.cluster import ClusterSpec
@@ -42,7 +43,6 @@ LONG_CONTEXT_WORKLOADS = ("copilot", "gpts")
 LATENCY_DECODE_RATIO = 40.0 / 22.0              # the paper's latency engine: 40 ms vs 22 ms
 PAPER_PROFILE = "a100_llama13b"                 # the paper's hardware and model
 LATENCY_CENTRIC_PAPER_TOKENS = 4096             # the paper's latency-centric baseline cap
-THROUGHPUT_PAPER_TOKENS = 32768                 # throughput capacity on the paper's profile
 
 
 @dataclass(frozen=True)
@@ -136,17 +136,11 @@ def latency_centric_capacity_for(profile: str) -> int:
 
 
 def throughput_capacity_for(profile: str) -> int:
-    """The throughput capacity (app_centric's and the throughput-centric baseline's cap),
-    calibrated to the profile's KV cache: throughput work is not held to a step time, its
-    cap is memory headroom (room for latency work and for running calls' outputs to grow),
-    so it keeps the share of the KV cache that the default 32,768 tokens are of the paper
-    profile's 56,000 (58.5%), rounded down to 1024: 32768 on a100_llama13b, 119808 on
-    h200_llama7b (206,400 tokens of KV)."""
-    def kv_tokens(name: str) -> int:
-        data = load_profile(name)
-        return int(data["num_blocks"]) * int(data["block_size"])
-    tokens = kv_tokens(profile) * THROUGHPUT_PAPER_TOKENS // kv_tokens(PAPER_PROFILE)
-    return max(1024, tokens // 1024 * 1024)
+    """The throughput capacity an engine of `profile` gets by default (`auto`; the rule is
+    `parrot.core.config.auto_throughput_capacity`): the paper profile's share of the KV
+    cache, 32768 on a100_llama13b (56,000 tokens of KV), 119808 on h200_llama7b (206,400)."""
+    data = load_profile(profile)
+    return auto_throughput_capacity(int(data["num_blocks"]) * int(data["block_size"]), 1024)
 
 
 def _same_slowdown(profile: str, ratio: float) -> int:

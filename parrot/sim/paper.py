@@ -64,37 +64,30 @@ class Experiment:
                          f"{out}/{self.key}"])
 
 
-def calibration_args(profile: str, with_latency_centric: bool = True,
-                     with_throughput_centric: bool = False) -> tuple[str, ...]:
-    """`--paper-calibrate`: the caps calibrated to `profile` (matrix.py) instead of the
-    paper's A100 figures on every profile: both latency caps by the paper's rule
-    (app_centric's latency capacity, the paper's 6,144 tokens on its A100, and, where the run
-    has that baseline, the latency-centric baseline's cap, the paper's 4,096), and the
-    throughput capacity by its share of the KV cache (app_centric's and, where the run has
-    it, the throughput-centric baseline's: 32,768 on the A100 profile). Neither side keeps
-    a cap made for other hardware."""
-    from parrot.sim.matrix import (latency_capacity_for, latency_centric_capacity_for,
-                                   throughput_capacity_for)
+def calibration_args(profile: str, with_latency_centric: bool = True) -> tuple[str, ...]:
+    """`--paper-calibrate`: the latency caps calibrated to `profile` (matrix.py) instead of
+    the paper's A100 figures on every profile, both by the paper's rule: app_centric's latency
+    capacity (the paper's 6,144 tokens on its A100) and, where the run has that baseline, the
+    latency-centric baseline's cap (the paper's 4,096). The throughput capacity needs no
+    flag: by default every engine already keeps the paper's share of its own KV cache
+    (app_centric's and the throughput-centric baseline's alike). Neither side keeps a cap
+    made for other hardware."""
+    from parrot.sim.matrix import latency_capacity_for, latency_centric_capacity_for
 
-    throughput = throughput_capacity_for(profile)
-    args: tuple[str, ...] = ("--latency-capacity", str(latency_capacity_for(profile)),
-                             "--throughput-capacity", str(throughput))
+    args: tuple[str, ...] = ("--latency-capacity", str(latency_capacity_for(profile)))
     if with_latency_centric:
         args += ("--policy-param",
                  f"latency_centric.token_capacity={latency_centric_capacity_for(profile)}")
-    if with_throughput_centric:
-        args += ("--policy-param", f"throughput_centric.token_capacity={throughput}")
     return args
 
 
 def experiment_calibration(e: Experiment, profile: str) -> tuple[str, ...]:
-    """calibration_args for one experiment (a baseline's cap only where it runs)."""
+    """calibration_args for one experiment (the baseline's cap only where it runs)."""
     from parrot.sim.workloads.registry import WORKLOADS
 
     args = dict(zip(e.args[::2], e.args[1::2]))
     compare = args.get("--compare") or WORKLOADS[args["--workload"]].default_compare
-    return calibration_args(profile, "latency_centric" in compare,
-                            "throughput_centric" in compare)
+    return calibration_args(profile, "latency_centric" in compare)
 
 
 def _compare(*labels: str) -> tuple[str, str]:

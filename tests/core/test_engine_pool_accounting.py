@@ -3,7 +3,9 @@ back, so an engine's view returns to idle when its calls finish."""
 
 from __future__ import annotations
 
-from parrot.core.config import EngineSpec
+import pytest
+
+from parrot.core.config import ConfigError, EngineSpec, auto_throughput_capacity
 from parrot.core.engine_pool import EnginePool, EngineState
 from parrot.core.nodes import Call
 from parrot.engines.protocol import EngineInfo
@@ -65,3 +67,20 @@ async def test_an_engine_is_idle_again_after_its_calls_finish(manager, engine):
     state = manager.engines.get("e0")
     assert state.num_calls_done == 3
     assert load(state) == (0, 0, 0, 0, frozenset())
+
+
+def test_auto_throughput_capacity_is_the_papers_share_of_the_engines_kv_cache():
+    # the default (`auto`): 58.5% of the KV cache the engine reported, rounded down to 1024
+    assert EngineSpec(name="e0").throughput_capacity is None
+    assert EngineSpec(name="e0", throughput_capacity="auto").throughput_capacity is None
+    assert make_engine_state().view().throughput_capacity == 9216    # 16,384 tokens of KV
+    explicit = EnginePool().add(EngineSpec(name="e1", throughput_capacity=20000),
+                                RecordingEngine(), EngineInfo("e1", "fake", "fake", 4096, 16, 1024))
+    assert explicit.view().throughput_capacity == 20000
+    assert explicit.describe()["throughput_capacity"] == 20000
+    assert auto_throughput_capacity(56000, 6144) == 32768      # the paper's A100: its 32,768
+    assert auto_throughput_capacity(206400, 6144) == 119808    # the H200 LLaMA-7B profile
+    assert auto_throughput_capacity(4096, 6144) == 6144        # never below the latency cap
+    assert auto_throughput_capacity(0, 6144) == 32768          # no KV size reported
+    with pytest.raises(ConfigError, match="throughput_capacity"):
+        EngineSpec(name="e0", throughput_capacity="big")

@@ -49,6 +49,17 @@ def test_throughput_centric_is_fastchat_dispatch_with_room():
     assert throughput(calls, engines) == {"a": "e2", "b": "e2", "c": "e0"}
 
 
+def test_throughput_centric_fills_each_engine_to_its_own_throughput_capacity():
+    # By default the cap is per engine (e0 has room for one 4000-token call, e1 for three);
+    # an integer cap applies to every engine alike.
+    engines = [make_engine("e0", tokens=1000, thr=1, thr_cap=5000),
+               make_engine("e1", tokens=1000, thr=1, thr_cap=13000)]
+    calls = [make_call(f"c{i}", tokens=4000) for i in range(5)]
+    assert throughput(calls, engines) == {"c0": "e0", "c1": "e1", "c2": "e1", "c3": "e1"}
+    assert throughput(calls, engines, token_capacity=9000) == {
+        "c0": "e0", "c1": "e1", "c2": "e0", "c3": "e1"}
+
+
 def test_throughput_centric_spreads_over_idle_engines():
     engines = [make_engine(f"e{i}") for i in range(4)]
     calls = [make_call(f"c{i}", tokens=1000) for i in range(8)]
@@ -79,8 +90,8 @@ def test_unhealthy_engines_are_skipped(schedule):
 @pytest.mark.parametrize("value, message", [
     (0, "token_capacity: 0 is out of range; allowed: integer >= 1"),
     (-5, "-5 is out of range"),
-    (True, "True is not a valid int"),
-    ("4096", "'4096' is not a valid int"),
+    (True, "True is not"),
+    ("4096", "'4096' is not"),
 ])
 def test_token_capacity_validation(name, value, message):
     with pytest.raises(PolicyConfigError) as info:
@@ -91,7 +102,8 @@ def test_token_capacity_validation(name, value, message):
 def test_defaults_match_the_paper():
     registry = default_registry()
     assert registry.create("latency_centric").params == LatencyCentricParams(token_capacity=4096)
+    # the throughput-centric cap is each engine's throughput capacity (its memory headroom)
     assert registry.create("throughput_centric").params == ThroughputCentricParams(
-        token_capacity=32768)
+        token_capacity=None)
     with pytest.raises(PolicyConfigError, match="allowed: integer >= 1"):
         LatencyCentricParams(token_capacity=2.5)  # type: ignore[arg-type]

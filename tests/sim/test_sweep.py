@@ -159,19 +159,18 @@ def test_rate_search_doubles_then_bisects_and_checks_what_it_is_told():
 
 
 def test_the_calibrated_paper_table_runs_both_caps_calibrated(tmp_path):
-    """--paper-calibrate: app_centric's latency and throughput capacities and the baselines'
-    caps calibrated to the profile on every run, said in each command; the live column
-    (measured with the paper's caps) is left out."""
+    """--paper-calibrate: app_centric's latency capacity and the latency-centric baseline's
+    cap calibrated to the profile on every run, said in each command (the throughput
+    capacity is the profile's share of KV by default); the live column (measured with the
+    paper's caps) is left out."""
     from parrot.sim.paper import calibration_args, run_paper
 
     assert calibration_args("h200_llama7b") == (
-        "--latency-capacity", "20480", "--throughput-capacity", "119808",
-        "--policy-param", "latency_centric.token_capacity=13312")
-    assert calibration_args("a100_llama13b", with_throughput_centric=True)[1::2] == (
-        "6144", "32768", "latency_centric.token_capacity=4096",     # the paper's own figures
-        "throughput_centric.token_capacity=32768")
+        "--latency-capacity", "20480", "--policy-param", "latency_centric.token_capacity=13312")
+    assert calibration_args("a100_llama13b")[1::2] == (
+        "6144", "latency_centric.token_capacity=4096")             # the paper's own figures
     assert calibration_args("h200_llama7b", with_latency_centric=False) == (
-        "--latency-capacity", "20480", "--throughput-capacity", "119808")  # no baseline param
+        "--latency-capacity", "20480")                              # no baseline param
     tiny = ("--doc-tokens", "4096", "--chunk-tokens", "1024", "--output-tokens", "8")
     experiments = (Experiment("mr", "map-reduce", "2.37x", ("--workload", "map_reduce", *tiny),
                               (Ratio("vs capped", "app_centric:parrot",
@@ -181,10 +180,12 @@ def test_the_calibrated_paper_table_runs_both_caps_calibrated(tmp_path):
                      calibrate=True) == 0
     results = json.loads((out / "mr" / "results.json").read_text())
     assert results["settings"]["cluster"]["latency_capacity"] == 20480
-    assert results["settings"]["cluster"]["throughput_capacity"] == 119808
+    assert results["settings"]["cluster"]["throughput_capacity"] is None     # auto:
+    assert [e["throughput_capacity"] for e in results["variants"]["app_centric:parrot"][
+        "engines"]] == [119808]                                   # the profile's share of KV
     assert results["settings"]["policy_params"]["latency_centric"]["token_capacity"] == 13312
     table = (out / "table.md").read_text()
-    assert ("--latency-capacity 20480 --throughput-capacity 119808 --policy-param "
-            "latency_centric.token_capacity=13312") in table
+    assert "--latency-capacity 20480 --policy-param latency_centric.token_capacity=13312" \
+        in table
     assert "see the main table" in table
     assert json.loads((out / "run.json").read_text())["calibrated"] is True
