@@ -218,6 +218,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/core/test_sessions.py::"
          "test_a_session_with_a_waiting_get_or_a_running_call_is_kept",)),
     Mutation(
+        "graphs_wider_bucket", "parrot/engines/builtin/graphs.py",
+        "WIDER_BUCKET_FACTOR = 2\n", "WIDER_BUCKET_FACTOR = 1\n",
+        ("tests/engines/builtin/test_graphs.py::"
+         "test_a_shared_prefix_step_replays_a_captured_wider_bucket",)),
+    Mutation(
         "auto_throughput_capacity_share", "parrot/core/config.py",
         "    share = kv_capacity_tokens * PAPER_THROUGHPUT_TOKENS // PAPER_KV_TOKENS"
         " // 1024 * 1024\n",

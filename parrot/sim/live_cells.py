@@ -19,6 +19,8 @@ runs after the throughput capacity became each engine's share of its KV cache
 (live_paper_h200_auto_throughput*/): map_reduce and multi_agent, mixed, gpts and the gpts
 rate search (the experiments with throughput work, or whose latency limit may grow to the
 throughput capacity).
+Then gpts again after shared-prefix steps started replaying a captured wider graph bucket
+instead of capturing their own while serving (live_paper_h200_wider_buckets_gpts_latency20k/).
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -43,7 +45,8 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_paged_prefill_gpts_latency20k", "live_paper_h200_auto_throughput",
              "live_paper_h200_auto_throughput_two_engines",
              "live_paper_h200_auto_throughput_gpts_latency20k",
-             "live_paper_h200_auto_throughput_gpts_rate")
+             "live_paper_h200_auto_throughput_gpts_rate",
+             "live_paper_h200_wider_buckets_gpts_latency20k")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:

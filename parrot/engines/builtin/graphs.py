@@ -23,7 +23,9 @@ decode-only step is captured once per bucket and replayed:
   (one device-to-host copy per step, no per-row sync); sampled rows draw from the logits.
 * graphs are captured into one memory pool shared by all buckets (they replay one at a time):
   at start-up every paged bucket (`capture_all`, warmup.py), else on a bucket's first step
-  (an eager warm-up first, so Triton compiles outside the capture).
+  (an eager warm-up first, so Triton compiles outside the capture) — except a shared-prefix
+  step for which a captured bucket at most `WIDER_BUCKET_FACTOR` times wider exists: it
+  replays that one.
 
 `capture=False` runs the same buffers and padding without capturing (the CPU tests).
 """
@@ -47,6 +49,16 @@ log = logging.getLogger(__name__)
 
 # (batch bucket, group bucket (0: paged), prefix table width (0: paged), table width)
 GraphKey = tuple[int, int, int, int]
+
+# A shared-prefix step whose own bucket is not captured replays a captured bucket up to this
+# many times its batch, group count and table widths instead of stalling the engine to capture
+# its own (~40 ms, several decode steps): their combinations are too many to capture at
+# start-up, and a live gpts run on two engines captured 41 while serving (1.7 s of a 20-s
+# run). The wider bucket pads the same way (padding rows on the scratch block, empty groups,
+# table entries past a row's length never read); its launch plan is a larger problem's, so the
+# step reads the same KV in a few more, partly idle programs, and its GEMMs (weight-bound at
+# decode batches) take a few more rows. A bucket of the step's own batch is preferred.
+WIDER_BUCKET_FACTOR = 2
 
 
 def next_pow2(n: int) -> int:
@@ -163,6 +175,8 @@ class DecodeGraphs:
         # each such capture stalls the engine, so they are counted and timed (EngineStats)
         self.runtime_captures = 0
         self.runtime_capture_s = 0.0
+        self.num_wider_replays = 0      # shared-prefix steps replayed on a wider bucket
+        self._wider: dict[GraphKey, GraphKey | None] = {}   # cleared on every capture
         self._ahead: tuple[DecodeRows, StepOutput] | None = None   # launched, not yet used
         self.inputs = StaticInputs(max_batch, max_width, model.device)
         views = self.inputs.views
@@ -197,16 +211,15 @@ class DecodeGraphs:
             rows_used = torch.tensor(index, device=greedy.device)   # finished rows left out
             return StepOutput(logits.index_select(0, rows_used), greedy.index_select(0, rows_used))
         self.num_ahead_misses += ahead is not None
-        key = graph_key(rows, self.max_batch, self.max_width)
+        key = self._bucket(rows)
         if key is None:
-            return None
-        if key in self._failed:
             return None
         self.fill(rows, key)
         graph = self._graphs.get(key) or self._capture_at_runtime(key)
         if graph is None:
             return None
         self.num_replays += 1
+        self.num_wider_replays += key != graph_key(rows, self.max_batch, self.max_width)
         out = graph.replay()
         return StepOutput(out.logits[:n], out.greedy[:n])
 
@@ -219,11 +232,30 @@ class DecodeGraphs:
             self._ahead = (rows, graph.replay())
 
     def _captured(self, rows: DecodeRows) -> tuple[GraphKey, _Graph] | None:
-        """The bucket of `rows` and its graph when it is captured (launch-ahead never
+        """The bucket `rows` run in and its graph when it is captured (launch-ahead never
         captures: a capture stalls, and the prediction may be wrong)."""
-        key = graph_key(rows, self.max_batch, self.max_width)
-        graph = None if key is None or key in self._failed else self._graphs.get(key)
+        key = self._bucket(rows)
+        graph = None if key is None else self._graphs.get(key)
         return None if key is None or graph is None else (key, graph)
+
+    def _bucket(self, rows: DecodeRows) -> GraphKey | None:
+        """The bucket a step runs in (None: eagerly): its own, or for a shared-prefix step
+        whose own is not captured a captured wider one (`WIDER_BUCKET_FACTOR`)."""
+        key = graph_key(rows, self.max_batch, self.max_width)
+        if key is None or key in self._failed:
+            return None
+        if not key[1] or key in self._graphs:
+            return key
+        if key not in self._wider:
+            self._wider[key] = self._narrowest_wider(key)
+        return self._wider[key] or key
+
+    def _narrowest_wider(self, key: GraphKey) -> GraphKey | None:
+        bb, gb, pw, sw = key
+        f = WIDER_BUCKET_FACTOR
+        fits = [k for k in self._graphs if bb <= k[0] <= f * bb and gb <= k[1] <= f * gb
+                and pw <= k[2] <= f * pw and sw <= k[3] <= f * sw]
+        return min(fits, key=lambda k: (k[0], k[2] + k[3], k[1]), default=None)
 
     def launch_ahead_fed(self, rows: DecodeRows, source: StepOutput) -> list[int]:
         """Queue `rows` (the predicted next step) on the GPU right behind the step whose
@@ -278,6 +310,7 @@ class DecodeGraphs:
             self._failed.add(key)
             return None
         self._graphs[key] = graph
+        self._wider.clear()             # a step may now fit a bucket that did not exist
         return graph
 
     def fill_padding(self, key: GraphKey) -> None:

@@ -192,3 +192,50 @@ def test_captures_while_serving_are_counted(kernel_bundle):
     graphs.run(rows)
     graphs.run(rows)
     assert graphs.runtime_captures == 1 and graphs.runtime_capture_s > 0
+
+
+def test_a_shared_prefix_step_replays_a_captured_wider_bucket(kernel_bundle):
+    """A shared-prefix step whose own bucket is not captured runs in a captured one up to twice
+    as wide in batch, groups and tables (no capture while serving), with the natural bucket's
+    result; past twice as wide it is captured on the spot."""
+    rows = grouped_rows()
+    key = graph_key(rows, 8, 16)                                     # (4, 2, 2, 1)
+    torch.manual_seed(0)
+    natural = make_graphs(kernel_bundle, 40, 8, 16)
+    natural.kv.data.normal_()
+    kv_before = natural.kv.data.clone()
+    expected = natural.run(rows)
+    expected_logits = expected.logits.clone()
+    assert natural.num_wider_replays == 0 and natural.runtime_captures == 1
+
+    graphs = make_graphs(kernel_bundle, 40, 8, 16)
+    graphs.kv.data.copy_(kv_before)
+    wider = (4, 4, 4, 2)
+    for k in (wider, (4, 4, 8, 1), (2, 2, 2, 1)):      # too wide in a table, a smaller batch
+        graphs.fill_padding(k)
+        graphs.capture(k)                                           # as the warm-up does
+    out = graphs.run(rows)
+    assert graphs.runtime_captures == 0 and graphs.num_wider_replays == 1
+    assert graphs.num_graphs == 3 and key not in graphs._graphs
+    torch.testing.assert_close(out.logits, expected_logits, rtol=1e-4, atol=1e-4)
+    assert out.greedy.tolist() == expected_logits.argmax(-1).tolist()
+    # the wider bucket's padding groups are empty and its extra table columns never read
+    assert graphs.indptr[:5].tolist() == [0, 2, 3, 3, 4]
+
+    # a bucket of twice the batch serves too (its padding rows join the last group), one of
+    # its own batch first
+    graphs.fill_padding((8, 2, 2, 1))
+    graphs.capture((8, 2, 2, 1))
+    assert graphs._narrowest_wider(key) == wider
+    graphs._graphs.pop(wider)
+    assert graphs._narrowest_wider(key) == (8, 2, 2, 1)
+    out = graphs.run(rows)
+    assert graphs.runtime_captures == 0 and graphs.num_wider_replays == 2
+    torch.testing.assert_close(out.logits, expected_logits, rtol=1e-4, atol=1e-4)
+    assert graphs.indptr[:3].tolist() == [0, 2, 8]
+
+    # only (4, 4, 8, 1) is left: its prefix table is 4x as wide, so the own is captured
+    graphs._graphs.pop((8, 2, 2, 1))
+    graphs._wider.clear()
+    graphs.run(rows)
+    assert graphs.runtime_captures == 1 and key in graphs._graphs
