@@ -17,7 +17,9 @@ characters a token, and streamed chunks carry no token ids. Params:
     chat_template     a model folder or .jinja file whose template Parrot renders chats with
                       (default: ChatML)
     max_context_len   the model's context (default 4096)
-    kv_cache_tokens   what the manager may keep cached as prefix contexts (default 262144)
+    kv_cache_tokens   what the manager may keep cached as prefix contexts (default 262144);
+                      also what the default `throughput_capacity: auto` takes its share of,
+                      so best the server's own KV cache size
     request_timeout_s bound on one request (default: none)
 """
 
