@@ -218,6 +218,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/core/test_sessions.py::"
          "test_a_session_with_a_waiting_get_or_a_running_call_is_kept",)),
     Mutation(
+        "latency_set_stretch", "parrot/policies/app_centric.py",
+        "        stretch = criterion is Criterion.LATENCY and len(split) < len(unit)\n",
+        "        stretch = False\n",
+        ("tests/policies/test_app_centric.py::"
+         "test_a_latency_set_stretches_the_limit_rather_than_leave_members_a_turn_behind",)),
+    Mutation(
         "graphs_wider_bucket", "parrot/engines/builtin/graphs.py",
         "WIDER_BUCKET_FACTOR = 2\n", "WIDER_BUCKET_FACTOR = 1\n",
         ("tests/engines/builtin/test_graphs.py::"

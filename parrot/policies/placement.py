@@ -131,6 +131,20 @@ class Slot:
     def has_room(self, demand: Demand, criterion: Criterion) -> bool:
         return self.load + demand.load <= self.capacity(criterion, demand.own_min)
 
+    def has_room_stretched(self, demand: Demand) -> bool:
+        """Room for latency work past the latency limit while a step stays within
+        `latency_step_slack` of the step at the limit (at most the throughput capacity): what
+        a whole unit of latency calls may take rather than leave members a whole turn behind
+        (AppCentricPolicy._whole)."""
+        limit = self.capacity(Criterion.LATENCY, demand.own_min)
+        if self.latency_step_slack <= 0:
+            return False
+        profile = self.view.profile
+        stretched = profile.max_batch_tokens((1.0 + self.latency_step_slack)
+                                             * profile.decode_ms(limit))
+        return self.load + demand.load <= max(limit, min(stretched,
+                                                         self.view.throughput_capacity))
+
     def add_call(self, call: CallView, criterion: Criterion, demand: Demand) -> None:
         self.load += demand.load
         self.pending_prefill += demand.prefill

@@ -122,6 +122,25 @@ def test_shared_prefix_set_splits_past_the_load_gate():
     assert len(placed) == 12 and set(placed.values()) == {"e0", "e1"}
 
 
+def test_a_latency_set_stretches_the_limit_rather_than_leave_members_a_turn_behind():
+    """One engine, latency capacity 6,144: twelve calls forking a 3,000-token prefix with 300
+    tokens each need 6,600; the split would run ten and leave two a whole turn behind the
+    others, so the set runs whole while a step stays within latency_step_slack of the step
+    at the capacity (1.1 x 40 ms on DEFAULT_PROFILE: 7,314 tokens). Fifteen (7,500) do not
+    fit even so: ten run now, as without the stretch."""
+    engine = [make_engine("e0", lat_cap=6144)]
+    twelve = [sys_call(f"c{i}") for i in range(12)]
+    assert len(schedule(twelve, engine)) == 12
+    assert len(schedule(twelve, engine, latency_step_slack=0.0)) == 10
+    fifteen = [sys_call(f"c{i}") for i in range(15)]
+    assert len(schedule(fifteen, engine)) == 10
+    # throughput calls are not stretched: the throughput capacity is memory
+    thr = [make_call(f"t{i}", criterion=THR, tokens=3300, output=50,
+                     prefixes=["sys", f"sys/t{i}"], prefix_tokens=[3000, 3250], shared="sys")
+           for i in range(12)]
+    assert len(schedule(thr, [make_engine("e0", thr_cap=6144)])) == 10
+
+
 def test_prefix_affinity_to_context_already_on_an_engine():
     # A cached context of the prefix saves the prefill of its 3000 tokens (not their load).
     engines = [make_engine("e0", tokens=500, lat=1, lat_cap=8192),
