@@ -119,11 +119,16 @@ class Slot:
             return capacity        # the common case, decided without a search
         limit = self._limits.get(size)
         if limit is None:
-            step = profile.max_batch_tokens((1.0 + slack) * profile.decode_ms(size))
-            # never past the throughput capacity: that one bounds any engine's load
-            limit = self._limits[size] = max(capacity, min(step,
-                                                           self.view.throughput_capacity))
+            limit = self._limits[size] = max(capacity, self._slower_step_load(size))
         return limit
+
+    def _slower_step_load(self, tokens: int) -> int:
+        """The load at which a step takes (1 + latency_step_slack) × the step at `tokens` —
+        never past the throughput capacity, which bounds any engine's load."""
+        profile = self.view.profile
+        step = profile.max_batch_tokens((1.0 + self.latency_step_slack)
+                                        * profile.decode_ms(tokens))
+        return min(step, self.view.throughput_capacity)
 
     def free(self, criterion: Criterion) -> int:
         return max(0, self.capacity(criterion) - self.load)
@@ -136,14 +141,10 @@ class Slot:
         `latency_step_slack` of the step at the limit (at most the throughput capacity): what
         a whole unit of latency calls may take rather than leave members a whole turn behind
         (AppCentricPolicy._whole)."""
-        limit = self.capacity(Criterion.LATENCY, demand.own_min)
         if self.latency_step_slack <= 0:
             return False
-        profile = self.view.profile
-        stretched = profile.max_batch_tokens((1.0 + self.latency_step_slack)
-                                             * profile.decode_ms(limit))
-        return self.load + demand.load <= max(limit, min(stretched,
-                                                         self.view.throughput_capacity))
+        limit = self.capacity(Criterion.LATENCY, demand.own_min)
+        return self.load + demand.load <= max(limit, self._slower_step_load(limit))
 
     def add_call(self, call: CallView, criterion: Criterion, demand: Demand) -> None:
         self.load += demand.load

@@ -24,9 +24,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
-from parrot.core.config import auto_throughput_capacity
 from parrot.core.engine_pool import speed_profile
-from parrot.engines.latency_model import load_profile
 from parrot.sim.cluster import ClusterSpec
 from parrot.sim.compare import Settings, parse_variant, run_variant
 from parrot.sim.workloads.registry import WORKLOADS
@@ -133,14 +131,6 @@ def latency_centric_capacity_for(profile: str) -> int:
     paper = speed_profile({"profile": PAPER_PROFILE})
     ratio = paper.decode_ms(LATENCY_CENTRIC_PAPER_TOKENS) / paper.decode_ms(0)
     return _same_slowdown(profile, ratio)
-
-
-def throughput_capacity_for(profile: str) -> int:
-    """The throughput capacity an engine of `profile` gets by default (`auto`; the rule is
-    `parrot.core.config.auto_throughput_capacity`): the paper profile's share of the KV
-    cache, 32768 on a100_llama13b (56,000 tokens of KV), 119808 on h200_llama7b (206,400)."""
-    data = load_profile(profile)
-    return auto_throughput_capacity(int(data["num_blocks"]) * int(data["block_size"]), 1024)
 
 
 def _same_slowdown(profile: str, ratio: float) -> int:

@@ -7,9 +7,11 @@ import math
 
 import pytest
 
+from parrot.core.config import auto_throughput_capacity
+from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig
 from parrot.sim.matrix import (Cell, MatrixSpec, cell_workload_spec, geometric_mean,
                                latency_capacity_for, latency_centric_capacity_for, markdown_table,
-                               run_cell, throughput_capacity_for, write_outputs)
+                               run_cell, write_outputs)
 from parrot.sim.workloads.registry import WORKLOADS
 
 
@@ -44,10 +46,18 @@ def test_latency_capacity_is_calibrated_per_profile():
     assert latency_centric_capacity_for("h200_llama7b") == 13312
 
 
-def test_throughput_capacity_keeps_the_paper_profiles_share_of_the_kv_cache():
-    assert throughput_capacity_for("a100_llama13b") == 32768      # 56,000 tokens of KV
+async def test_throughput_capacity_keeps_the_paper_profiles_share_of_the_kv_cache():
+    async def throughput_capacity_for(profile: str) -> int:
+        """What the manager gives an engine of `profile` by default (`auto`), from the KV
+        size the simulated engine reports."""
+        engine = SimulatedEngine("e0", SimulatedEngineConfig.from_mapping({"profile": profile}))
+        info = await engine.info()
+        return auto_throughput_capacity(info.num_blocks_total * info.block_size, 1024)
+
+    assert await throughput_capacity_for("a100_llama13b") == 32768  # 56,000 tokens of KV
     # h200_llama7b: 12,900 blocks x 16 = 206,400 tokens; 58.5% of it, rounded down to 1024
-    assert throughput_capacity_for("h200_llama7b") == 206400 * 32768 // 56000 // 1024 * 1024
+    assert await throughput_capacity_for("h200_llama7b") == \
+        206400 * 32768 // 56000 // 1024 * 1024
 
 
 def test_cells_run_the_latency_centric_baseline_with_its_calibrated_cap(monkeypatch):

@@ -211,7 +211,8 @@ class DecodeGraphs:
             rows_used = torch.tensor(index, device=greedy.device)   # finished rows left out
             return StepOutput(logits.index_select(0, rows_used), greedy.index_select(0, rows_used))
         self.num_ahead_misses += ahead is not None
-        key = self._bucket(rows)
+        own = graph_key(rows, self.max_batch, self.max_width)
+        key = self._bucket(own)
         if key is None:
             return None
         self.fill(rows, key)
@@ -219,7 +220,7 @@ class DecodeGraphs:
         if graph is None:
             return None
         self.num_replays += 1
-        self.num_wider_replays += key != graph_key(rows, self.max_batch, self.max_width)
+        self.num_wider_replays += key != own
         out = graph.replay()
         return StepOutput(out.logits[:n], out.greedy[:n])
 
@@ -234,14 +235,14 @@ class DecodeGraphs:
     def _captured(self, rows: DecodeRows) -> tuple[GraphKey, _Graph] | None:
         """The bucket `rows` run in and its graph when it is captured (launch-ahead never
         captures: a capture stalls, and the prediction may be wrong)."""
-        key = self._bucket(rows)
+        key = self._bucket(graph_key(rows, self.max_batch, self.max_width))
         graph = None if key is None else self._graphs.get(key)
         return None if key is None or graph is None else (key, graph)
 
-    def _bucket(self, rows: DecodeRows) -> GraphKey | None:
-        """The bucket a step runs in (None: eagerly): its own, or for a shared-prefix step
-        whose own is not captured a captured wider one (`WIDER_BUCKET_FACTOR`)."""
-        key = graph_key(rows, self.max_batch, self.max_width)
+    def _bucket(self, key: GraphKey | None) -> GraphKey | None:
+        """The bucket a step of bucket `key` runs in (None: eagerly): its own, or for a
+        shared-prefix step whose own is not captured a captured wider one
+        (`WIDER_BUCKET_FACTOR`)."""
         if key is None or key in self._failed:
             return None
         if not key[1] or key in self._graphs:
