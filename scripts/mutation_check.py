@@ -224,6 +224,30 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/policies/test_app_centric.py::"
          "test_a_latency_set_stretches_the_limit_rather_than_leave_members_a_turn_behind",)),
     Mutation(
+        "latency_backlog_admitted", "parrot/policies/app_centric.py",
+        "        if criterion is Criterion.LATENCY and self.params.admit_latency_backlog:\n",
+        "        if False:\n",
+        ("tests/policies/test_app_centric.py::"
+         "test_waiting_latency_calls_join_while_the_mean_completion_drops",)),
+    Mutation(
+        "latency_backlog_isolated", "parrot/policies/placement.py",
+        "        if running <= 0 or waiting <= 0 or self.serves(Criterion.THROUGHPUT):\n",
+        "        if running <= 0 or waiting <= 0:\n",
+        ("tests/policies/test_app_centric.py::"
+         "test_a_backlog_never_joins_throughput_work_nor_passes_the_throughput_capacity",)),
+    Mutation(
+        "latency_backlog_free_kv", "parrot/policies/placement.py",
+        "        if after > self.view.throughput_capacity or demand.load > self.kv_free():\n",
+        "        if after > self.view.throughput_capacity:\n",
+        ("tests/policies/test_app_centric.py::"
+         "test_a_backlog_takes_only_free_kv_never_evicting_cached_contexts",)),
+    Mutation(
+        "latency_backlog_mean_estimate", "parrot/policies/placement.py",
+        "        return ((total / (running + 1) + 1) * profile.decode_ms(after)\n",
+        "        return ((total / (running + 1)) * profile.decode_ms(after)\n",
+        ("tests/policies/test_app_centric.py::"
+         "test_waiting_latency_calls_join_while_the_mean_completion_drops",)),
+    Mutation(
         "graphs_wider_bucket", "parrot/engines/builtin/graphs.py",
         "WIDER_BUCKET_FACTOR = 2\n", "WIDER_BUCKET_FACTOR = 1\n",
         ("tests/engines/builtin/test_graphs.py::"

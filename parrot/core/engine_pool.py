@@ -192,6 +192,8 @@ class EngineState:
             latency_floor_tokens=min((p.num_tokens + sum(n for _, n in p.prefixes)
                                       for p in self.running.values() if not p.is_throughput),
                                      default=0),
+            kv_free_tokens=(-self.kv_overflow_tokens() if self.kv_capacity_tokens > 0
+                            else None),
         )
 
     def describe(self) -> dict[str, Any]:

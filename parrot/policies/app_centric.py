@@ -31,8 +31,12 @@ latency calls have room for the ready throughput work (past that, isolation woul
 it), and with `isolate_criteria` the two criteria use different engines unless nothing else
 has room; **prefix affinity gated on load** — an engine holding a call's prefix
 is costed without that prefix's tokens only while its load after taking the call stays under
-`affinity_max_load_fraction` × capacity. An idle engine takes one call whatever its size, so no
-call starves; a call that fits nowhere stays queued.
+`affinity_max_load_fraction` × capacity. A latency call that fits under no latency limit
+(a **latency backlog**) still joins an engine serving only latency calls while one more
+concurrent call lowers the estimated mean completion of the latency calls there and waiting
+(placement.Slot.has_room_backlogged): holding the limit then only trades their wait for a
+faster step. An idle engine takes one call whatever its size, so no call starves; a call that
+fits nowhere stays queued.
 """
 
 from __future__ import annotations
@@ -65,6 +69,11 @@ class AppCentricParams(PolicyParams):
     # prompt many requests fork), the engine may load up to the step of (1 + this) × that
     # call's solo step (placement.Slot.latency_limit). 0: the latency capacity only.
     latency_step_slack: float = 0.1
+    # A latency call that fits under no engine's latency limit may still join an engine
+    # serving only latency calls while the step time it adds, summed over those calls, stays
+    # within one step (placement.Slot.has_room_backlogged): a limit held while latency calls
+    # queue trades their wait for a faster step.
+    admit_latency_backlog: bool = True
     # Ablation switches (the paper's "affinity scheduling off" experiment).
     prefix_affinity: bool = True
     colocate_task_groups: bool = True
@@ -77,7 +86,8 @@ class AppCentricParams(PolicyParams):
         check.fraction("affinity_max_load_fraction", self.affinity_max_load_fraction)
         check.number("colocation_slack", self.colocation_slack, minimum=0.0, maximum=10.0)
         check.number("latency_step_slack", self.latency_step_slack, minimum=0.0, maximum=10.0)
-        for key in ("isolate_criteria", "prefix_affinity", "colocate_task_groups"):
+        for key in ("isolate_criteria", "prefix_affinity", "colocate_task_groups",
+                    "admit_latency_backlog"):
             check.boolean(key, getattr(self, key))
 
 
@@ -103,10 +113,16 @@ class AppCentricPolicy(Policy):
         saturated = self._saturation(calls, slots)
         placed: list[tuple[CallView, Slot]] = []
         reserved: set[int] = set()
+        # Latency calls of this round not placed yet: the backlog a latency call past every
+        # latency limit would otherwise wait in (Slot.has_room_backlogged).
+        latency_waiting = sum(self._criterion(c) is Criterion.LATENCY for c in calls)
         for criterion, unit in self._units(calls):
             usable = [s for s in slots if s.index not in reserved]
-            done = self._place_unit(unit, criterion, usable, saturated[criterion])
+            done = self._place_unit(unit, criterion, usable, saturated[criterion],
+                                    latency_waiting)
             placed.extend(done)
+            if criterion is Criterion.LATENCY:
+                latency_waiting -= len(done)
             if len(done) < len(unit) and usable:
                 # First come, first served: a call that fits nowhere keeps the engine where it
                 # will fit first, so later (smaller) calls cannot overtake it there forever.
@@ -162,13 +178,16 @@ class AppCentricPolicy(Policy):
     # --- one unit ----------------------------------------------------------------------------
 
     def _place_unit(self, unit: list[CallView], criterion: Criterion, slots: list[Slot],
-                    saturated: bool) -> list[tuple[CallView, Slot]]:
-        """Place what fits of `unit` (the rest stays queued); returns (call, slot) pairs."""
+                    saturated: bool, waiting: int = 0) -> list[tuple[CallView, Slot]]:
+        """Place what fits of `unit` (the rest stays queued; `waiting`: the round's latency
+        calls not placed before this unit); returns (call, slot) pairs."""
         placed: list[tuple[CallView, Slot]] = []
         if slots:
             for call, slot, demand in self._assign(unit, criterion, slots, saturated):
                 slot.add_call(call, criterion, demand)
                 placed.append((call, slot))
+        if criterion is Criterion.LATENCY and self.params.admit_latency_backlog:
+            placed.extend(self._admit_backlog(unit, placed, slots, waiting - len(placed)))
         done = {call.call_id for call, _ in placed}
         for call in unit:  # fits nowhere: an idle engine still takes one call
             if call.call_id in done:
@@ -180,6 +199,39 @@ class AppCentricPolicy(Policy):
             idle.add_call(call, criterion, demand)
             placed.append((call, idle))
         return placed
+
+    def _admit_backlog(self, unit: list[CallView], placed: list[tuple[CallView, Slot]],
+                       slots: list[Slot], waiting: int) -> list[tuple[CallView, Slot]]:
+        """The latency members of `unit` that fit under no latency limit (not in `placed`)
+        and may join an engine past it (Slot.has_room_backlogged), in order: the first that
+        may not stops the rest (first come, first served). `waiting`: the round's latency
+        calls still unplaced, these among them."""
+        done = {call.call_id for call, _ in placed}
+        admitted: list[tuple[CallView, Slot]] = []
+        for call in unit:
+            if call.call_id in done:
+                continue
+            slot = self._backlog_slot(call, slots, waiting)
+            if slot is None:
+                break
+            slot.add_call(call, Criterion.LATENCY,
+                          self._demand(slot, [call], Criterion.LATENCY, Demand()))
+            admitted.append((call, slot))
+            waiting -= 1
+        return admitted
+
+    def _backlog_slot(self, call: CallView, slots: list[Slot],
+                      waiting: int) -> Slot | None:
+        """The engine where a latency call with no room under any latency limit finishes
+        first among those that may take it past the limit (Slot.has_room_backlogged)."""
+        options = []
+        for slot in slots:
+            if slot.is_idle:
+                continue   # the idle-engine rule below takes it whole
+            demand = self._demand(slot, [call], Criterion.LATENCY, Demand())
+            if slot.has_room_backlogged(demand, waiting):
+                options.append((slot.finish_ms(demand), slot.index, slot))
+        return min(options, key=lambda o: o[:2])[2] if options else None
 
     def _fits_first(self, call: CallView, criterion: Criterion, slots: list[Slot]) -> Slot:
         """The engine on which `call` lacks the fewest tokens of room."""

@@ -146,6 +146,42 @@ class Slot:
         limit = self.capacity(Criterion.LATENCY, demand.own_min)
         return self.load + demand.load <= max(limit, self._slower_step_load(limit))
 
+    def has_room_backlogged(self, demand: Demand, waiting: int) -> bool:
+        """Room for a latency call that would otherwise wait for room (no engine has it under
+        its latency limit), `waiting` latency calls (it among them) waiting so: while one more
+        concurrent call is estimated to lower the mean completion time of the latency calls
+        here and waiting. With k running here and N = k + `waiting` in all, served k at a time
+        in turns of one decode step time d each, the mean completion is ~(N / k + 1) / 2 turns
+        of d(load): the call joins while (N / (k+1) + 1) · d(load + its tokens) ≤
+        (N / k + 1) · d(load). A step that grows slowly with load (a decode bound by reading
+        the weights) admits many; one that grows in proportion admits none. Never on an
+        engine serving throughput calls (isolation), never past the throughput capacity, and
+        only into KV that neither running calls nor cached prefix contexts hold (`kv_free`).
+
+        Why: a latency limit held while latency calls queue only trades their wait for a
+        faster step (measured, simulated concurrent_chains on the H200 profile, 25 clients:
+        ~5 chain steps fit the 6,144-token capacity, the last chain finished at 0.69x its
+        request-level time). The turn leaves prefill out: counting it (serial work that
+        batching does not shorten) admitted fewer calls and measured worse where background
+        chat shares an engine with a chain (A100-derived profile, docs/RESULTS.md)."""
+        running = self.num_by_criterion[Criterion.LATENCY]
+        if running <= 0 or waiting <= 0 or self.serves(Criterion.THROUGHPUT):
+            return False
+        after = self.load + demand.load
+        if after > self.view.throughput_capacity or demand.load > self.kv_free():
+            return False
+        profile = self.view.profile
+        total = running + waiting
+        return ((total / (running + 1) + 1) * profile.decode_ms(after)
+                <= (total / running + 1) * profile.decode_ms(self.load))
+
+    def kv_free(self) -> int:
+        """KV tokens free of running calls and cached contexts after this round's placements
+        here (unbounded when the engine does not say)."""
+        if self.view.kv_free_tokens is None:
+            return 1 << 62
+        return self.view.kv_free_tokens - (self.load - self.view.num_tokens_in_use)
+
     def add_call(self, call: CallView, criterion: Criterion, demand: Demand) -> None:
         self.load += demand.load
         self.pending_prefill += demand.prefill

@@ -55,6 +55,25 @@ async def test_the_view_gives_the_smallest_latency_calls_whole_footprint(manager
         await manager.get(session, out(call, "a"), Criterion.LATENCY)
 
 
+async def test_the_view_gives_the_kv_free_of_running_calls_and_cached_contexts(manager, engine):
+    """EngineView.kv_free_tokens: the engine's KV cache less its running calls (two blocks of
+    rounding each) and its cached prefix contexts — what a waiting latency call may take
+    without evicting a context (placement.Slot.has_room_backlogged)."""
+    state = manager.engines.get("e0")
+    capacity = state.kv_capacity_tokens
+    assert capacity > 0 and state.view().kv_free_tokens == capacity
+    session = manager.create_session()
+    call = submit(manager, session, SYSTEM + "{{input:q}} {{output:a}}", q="q")
+    state.add_call(call)
+    rounding = 2 * state.info.block_size
+    assert state.view().kv_free_tokens == capacity - call.num_tokens - rounding
+    state.contexts.num_cached_tokens += 320       # as a filled context adds it
+    assert state.view().kv_free_tokens == capacity - call.num_tokens - rounding - 320
+    state.contexts.num_cached_tokens -= 320
+    state.remove_call(call)
+    await manager.get(session, out(call, "a"), Criterion.LATENCY)
+
+
 class TwoCharTokens(RecordingEngine):
     """An engine whose tokenizer makes a token of every 2 characters (not the 4 estimated)."""
 

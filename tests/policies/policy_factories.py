@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from parrot.policies import CallView, EngineView, Placement
+from parrot.policies.cost import DEFAULT_PROFILE, SpeedProfile
 from parrot.types import Criterion
 
 LAT = Criterion.LATENCY
@@ -29,17 +30,21 @@ def make_engine(engine_id: str, *, tokens: int = 0, lat: int = 0, thr: int = 0,
                 other: int = 0, lat_cap: int = 4096, thr_cap: int = 32768,
                 groups: Iterable[str] = (), prefixes: Iterable[str] = (),
                 healthy: bool = True, speed: float = 1.0,
-                running: Iterable[str] = (), latency_floor: int = 0) -> EngineView:
+                running: Iterable[str] = (), latency_floor: int = 0,
+                profile: SpeedProfile = DEFAULT_PROFILE,
+                kv_free: int | None = None) -> EngineView:
     """`lat`/`thr`/`other`: running calls by criterion (other = no criterion); `prefixes`:
     cached contexts; `running`: prefixes of running calls (counted in `tokens`, and cached);
-    `latency_floor`: the smallest whole footprint of its running latency calls."""
+    `latency_floor`: the smallest whole footprint of its running latency calls; `kv_free`: KV
+    tokens neither running calls nor cached contexts hold (None: unknown)."""
     return EngineView(engine_id=engine_id, num_running_calls=lat + thr + other,
                       num_tokens_in_use=tokens, latency_capacity=lat_cap,
                       throughput_capacity=thr_cap, speed=speed, num_latency_calls=lat,
                       num_throughput_calls=thr, task_groups=frozenset(groups),
                       cached_prefixes=frozenset(prefixes) | frozenset(running),
                       is_healthy=healthy, running_prefixes=frozenset(running),
-                      latency_floor_tokens=latency_floor)
+                      latency_floor_tokens=latency_floor, profile=profile,
+                      kv_free_tokens=kv_free)
 
 
 def by_call(placements: list[Placement]) -> dict[str, str]:

@@ -6,8 +6,13 @@ import pytest
 
 from parrot.policies import PolicyConfigError, default_registry
 from parrot.policies.app_centric import AppCentricParams, AppCentricPolicy
+from parrot.policies.cost import SpeedProfile
 from parrot.types import Criterion
 from policy_factories import LAT, THR, by_call, make_call, make_engine
+
+
+# The latency limit held even while latency calls wait (the tests of what the limit is).
+CAPPED = {"admit_latency_backlog": False}
 
 
 def schedule(calls, engines, **params):
@@ -130,10 +135,10 @@ def test_a_latency_set_stretches_the_limit_rather_than_leave_members_a_turn_behi
     fit even so: ten run now, as without the stretch."""
     engine = [make_engine("e0", lat_cap=6144)]
     twelve = [sys_call(f"c{i}") for i in range(12)]
-    assert len(schedule(twelve, engine)) == 12
-    assert len(schedule(twelve, engine, latency_step_slack=0.0)) == 10
+    assert len(schedule(twelve, engine, **CAPPED)) == 12
+    assert len(schedule(twelve, engine, latency_step_slack=0.0, **CAPPED)) == 10
     fifteen = [sys_call(f"c{i}") for i in range(15)]
-    assert len(schedule(fifteen, engine)) == 10
+    assert len(schedule(fifteen, engine, **CAPPED)) == 10
     # throughput calls are not stretched: the throughput capacity is memory
     thr = [make_call(f"t{i}", criterion=THR, tokens=3300, output=50,
                      prefixes=["sys", f"sys/t{i}"], prefix_tokens=[3000, 3250], shared="sys")
@@ -182,7 +187,7 @@ def test_past_the_gate_a_shared_prefix_still_counts_once_for_room():
     assert schedule(calls, engines, prefix_affinity=False) == {"x": "e0"}
     # a call whose prefix nothing running holds still needs its whole size
     other = [make_call("y", tokens=1000, output=50, prefixes=["other"], prefix_tokens=[800])]
-    assert schedule(other, engines, prefix_affinity=False) == {}
+    assert schedule(other, engines, prefix_affinity=False, **CAPPED) == {}
 
 
 def test_without_affinity_a_set_sharing_a_prefix_fits_as_the_engine_counts_it():
@@ -193,14 +198,14 @@ def test_without_affinity_a_set_sharing_a_prefix_fits_as_the_engine_counts_it():
     calls = [sys_call(c, shared=None) for c in "abcdefghij"]
     assert len(schedule(calls, engines, prefix_affinity=False)) == 10
     assert len(schedule(calls + [sys_call("k", shared=None)], engines,
-                        prefix_affinity=False)) == 10
+                        prefix_affinity=False, **CAPPED)) == 10
 
 
 def test_hot_prefix_spreads_and_capacity_is_respected():
     engines = [make_engine("e0"), make_engine("e1")]
     calls = [make_call(f"c{i}", output=50, prefixes=["hot"], prefix_tokens=[100], shared="hot")
              for i in range(10)]
-    placed = schedule(calls, engines)
+    placed = schedule(calls, engines, **CAPPED)
     # 4096 latency capacity: at most four 1000-token calls (the prefix counted once: 4 x 900
     # + 100) per engine; the rest stay queued.
     assert list(placed.values()).count("e0") == 4 and list(placed.values()).count("e1") == 4
@@ -287,7 +292,7 @@ def test_throughput_work_joins_latency_engines_when_latency_free_engines_are_ful
     trio = [make_call(f"t{i}", criterion=THR, tokens=1400, seq=i) for i in range(3)]
     assert sorted(schedule(trio, engines).values()) == ["lat", "lat", "thr"]
     # Latency calls keep to the latency capacity whatever the throughput work does.
-    assert schedule([make_call("chat", criterion=LAT, tokens=3000)], engines) == {}
+    assert schedule([make_call("chat", criterion=LAT, tokens=3000)], engines, **CAPPED) == {}
 
 
 def test_when_every_engine_serves_latency_throughput_fills_to_throughput_capacity():
@@ -296,16 +301,16 @@ def test_when_every_engine_serves_latency_throughput_fills_to_throughput_capacit
     engines = [make_engine("lat", tokens=2000, lat=1)]
     assert schedule([make_call("big", criterion=THR, tokens=3000)], engines) == {"big": "lat"}
     # Latency calls still keep to the latency capacity.
-    assert schedule([make_call("chat", criterion=LAT, tokens=3000)], engines) == {}
+    assert schedule([make_call("chat", criterion=LAT, tokens=3000)], engines, **CAPPED) == {}
 
 
 def test_a_call_that_fits_nowhere_is_not_overtaken_by_later_smaller_calls():
     engines = [make_engine("e0", tokens=3000, lat=1)]
     calls = [make_call("big", tokens=2000, seq=0), make_call("small", tokens=500, seq=1)]
-    assert schedule(calls, engines) == {}
+    assert schedule(calls, engines, **CAPPED) == {}
     # With a second engine, the small call runs there; "big" keeps its place on e0.
     engines.append(make_engine("e1", tokens=3000, lat=1))
-    assert schedule(calls, engines) == {"small": "e1"}
+    assert schedule(calls, engines, **CAPPED) == {"small": "e1"}
 
 
 def test_calls_go_where_they_finish_first_while_not_saturated():
@@ -329,6 +334,49 @@ def test_no_criterion_is_latency_by_default_and_configurable():
     assert schedule([call], engines, default_criterion=Criterion.THROUGHPUT) == {"x": "thr"}
 
 
+# --- a latency backlog ----------------------------------------------------------------------
+
+def full_latency_engine(**kwargs):
+    """Four latency calls at the 4,096-token limit (4,000 tokens)."""
+    return make_engine("e0", tokens=4000, lat=4, **kwargs)
+
+
+def backlog(n):
+    return [make_call(f"c{i}", criterion=LAT, tokens=1000, output=50, seq=i) for i in range(n)]
+
+
+def test_waiting_latency_calls_join_while_the_mean_completion_drops():
+    """Four 1,000-token calls wait behind four running at the limit: 8 calls in all. Run 4 at
+    a time they take ~(8/4 + 1)/2 turns of d(4,000) (DEFAULT_PROFILE 33.7 ms); a 5th, 6th
+    and 7th concurrent call each lower that estimate ((8/5 + 1) x 36.6 ms = 95.3 < 101.2;
+    then 92.3, 92.0), an 8th would raise it (2 x 46.3 = 92.7): three join, one waits."""
+    assert schedule(backlog(4), [full_latency_engine()]) == {f"c{i}": "e0" for i in range(3)}
+    assert schedule(backlog(4), [full_latency_engine()], **CAPPED) == {}
+
+
+def test_a_step_that_grows_in_proportion_to_the_load_admits_no_backlog():
+    """Batching only pays where the step has a part that does not grow with the batch (the
+    weights read once per step): with a step proportional to the load, five at a time take
+    (5/5 + 1) x 5,000 > (5/4 + 1) x 4,000 units."""
+    proportional = SpeedProfile(0.0, ((0, 0.0), (65536, 655.36)))
+    assert schedule(backlog(1), [full_latency_engine(profile=proportional)]) == {}
+
+
+def test_a_backlog_never_joins_throughput_work_nor_passes_the_throughput_capacity():
+    mixed = make_engine("e0", tokens=4000, lat=3, thr=1)
+    assert schedule(backlog(4), [mixed]) == {}
+    assert schedule(backlog(4), [full_latency_engine(thr_cap=5500)]) == {"c0": "e0"}
+
+
+def test_a_backlog_takes_only_free_kv_never_evicting_cached_contexts():
+    """Past the latency limit a waiting call may only use KV that neither running calls nor
+    cached contexts hold: evicting a context (a chunk filled ahead for the next call of a
+    chain) would make that call fill it again."""
+    assert schedule(backlog(4), [full_latency_engine(kv_free=2500)]) == {"c0": "e0",
+                                                                          "c1": "e0"}
+    assert schedule(backlog(4), [full_latency_engine(kv_free=900)]) == {}
+
+
 # --- starvation, health, order -----------------------------------------------------------
 
 def test_idle_engine_accepts_one_oversized_call():
@@ -347,7 +395,8 @@ def test_unhealthy_engines_are_skipped():
 def test_calls_are_placed_in_the_given_order():
     engines = [make_engine("e0", lat_cap=1000)]
     calls = [make_call("first", tokens=1000), make_call("second", tokens=1000)]
-    placements = AppCentricPolicy().schedule(calls=calls, engines=engines)
+    placements = AppCentricPolicy(AppCentricParams(**CAPPED)).schedule(calls=calls,
+                                                                       engines=engines)
     assert [p.call_id for p in placements] == ["first"]
 
 
@@ -364,7 +413,8 @@ def test_no_engines_no_placements():
     ({"affinity_max_load_fraction": "high"}, "'high' is not a valid float"),
     ({"default_criterion": "fast"}, "'fast' is not one of ['latency', 'throughput']"),
     ({"isolate_criteria": "yes"}, "'yes' is not a valid bool"),
-    ({"capacity": 4096}, "unknown parameter(s) ['capacity']; allowed: ['affinity_max_load"),
+    ({"admit_latency_backlog": "no"}, "'no' is not a valid bool"),
+    ({"capacity": 4096}, "unknown parameter(s) ['capacity']; allowed: ['admit_latency_backlog"),
 ])
 def test_params_errors_name_the_bad_value(params, message):
     with pytest.raises(PolicyConfigError) as info:
@@ -404,15 +454,16 @@ def test_forks_of_a_prompt_longer_than_the_capacity_batch_on_its_engine():
     busy = make_engine("e0", tokens=7600, lat=1, lat_cap=6144, running=("sys",),
                        latency_floor=7600)
     calls = [long_prompt_fork(f"c{i}", i) for i in range(4)]
-    assert by_call(AppCentricPolicy().schedule(calls=calls, engines=[busy])) == {
+    capped = AppCentricPolicy(AppCentricParams(**CAPPED))
+    assert by_call(capped.schedule(calls=calls, engines=[busy])) == {
         f"c{i}": "e0" for i in range(4)}
     # 1.1 x the solo step of 7,600 tokens (DEFAULT_PROFILE: 45.0 ms) is reached at 8,825
     # tokens: six forks of 200 more fit, the seventh waits
     many = [long_prompt_fork(f"c{i}", i) for i in range(12)]
-    placed = AppCentricPolicy().schedule(calls=many, engines=[busy])
+    placed = capped.schedule(calls=many, engines=[busy])
     assert len(placed) == 6
     # 0 turns it off: the capacity alone, so no fork joins
-    off = AppCentricPolicy(AppCentricParams(latency_step_slack=0.0))
+    off = AppCentricPolicy(AppCentricParams(latency_step_slack=0.0, **CAPPED))
     assert off.schedule(calls=calls, engines=[busy]) == []
 
 
@@ -421,4 +472,5 @@ def test_a_small_latency_call_keeps_the_capacity():
     not slow it past that."""
     small = make_engine("e0", tokens=8400, lat=2, lat_cap=6144, running=("sys",),
                         latency_floor=1000)
-    assert AppCentricPolicy().schedule(calls=[long_prompt_fork("c0", 0)], engines=[small]) == []
+    capped = AppCentricPolicy(AppCentricParams(**CAPPED))
+    assert capped.schedule(calls=[long_prompt_fork("c0", 0)], engines=[small]) == []

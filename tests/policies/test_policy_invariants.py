@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parrot.policies import builtin_policies
-from parrot.policies.app_centric import AppCentricPolicy
+from parrot.policies.app_centric import AppCentricParams, AppCentricPolicy
 from parrot.types import Criterion
 from policy_factories import make_call, make_engine
 
@@ -75,17 +75,25 @@ def stretched(engine, limit: int) -> int:
     return max(limit, min(step, engine.throughput_capacity))
 
 
-@settings(max_examples=100, deadline=None)
-@given(clusters())
-def test_app_centric_respects_capacities(cluster):
-    engines, calls = cluster
-    placements = AppCentricPolicy().schedule(calls=calls, engines=engines)
+def loaded_engines(engines, calls, placements):
+    """(engine, the calls placed on it, its load after them) for every engine given calls,
+    but an idle engine given one call (it may take one of any size)."""
     by_id = {c.call_id: c for c in calls}
     for engine in engines:
         mine = [by_id[p.call_id] for p in placements if p.engine_id == engine.engine_id]
         if not mine or (engine.num_running_calls == 0 and len(mine) == 1):
-            continue  # an idle engine may take one call of any size
-        load = engine.num_tokens_in_use + sum(c.num_tokens for c in mine)
+            continue
+        yield engine, mine, engine.num_tokens_in_use + sum(c.num_tokens for c in mine)
+
+
+@settings(max_examples=100, deadline=None)
+@given(clusters())
+def test_app_centric_respects_capacities(cluster):
+    engines, calls = cluster
+    # the limits as they are (a latency backlog may pass them: the next test)
+    policy = AppCentricPolicy(AppCentricParams(admit_latency_backlog=False))
+    placements = policy.schedule(calls=calls, engines=engines)
+    for engine, mine, load in loaded_engines(engines, calls, placements):
         # Throughput calls are held to the latency cap of a latency engine only where some
         # engine serves no latency call and those engines have room for the ready throughput
         # work (else isolation would only queue it).
@@ -111,3 +119,20 @@ def test_app_centric_respects_capacities(cluster):
                              and latency_calls[0].num_tokens > limit)
         if latency_calls and not oversized_on_idle:
             assert latency_load <= limit, (engine, mine)
+
+
+@settings(max_examples=100, deadline=None)
+@given(clusters())
+def test_a_latency_backlog_passes_latency_limits_only_within_memory_and_isolation(cluster):
+    """Admitting a waiting latency call past the latency limit never takes an engine past its
+    throughput capacity, nor onto an engine serving throughput calls."""
+    engines, calls = cluster
+    capped = AppCentricPolicy(AppCentricParams(admit_latency_backlog=False))
+    within = {p.call_id for p in capped.schedule(calls=calls, engines=engines)}
+    placements = AppCentricPolicy().schedule(calls=calls, engines=engines)
+    for engine, mine, load in loaded_engines(engines, calls, placements):
+        assert load <= max(engine.throughput_capacity, engine.num_tokens_in_use), (engine, mine)
+        extra = [c for c in mine if c.call_id not in within]
+        if any(c.criterion is not Criterion.THROUGHPUT for c in extra):
+            assert engine.num_throughput_calls == 0, (engine, mine)
+            assert all(c.criterion is not Criterion.THROUGHPUT for c in mine), (engine, mine)
