@@ -20,7 +20,12 @@ runs after the throughput capacity became each engine's share of its KV cache
 rate search (the experiments with throughput work, or whose latency limit may grow to the
 throughput capacity).
 Then gpts again after shared-prefix steps started replaying a captured wider graph bucket
-instead of capturing their own while serving (live_paper_h200_wider_buckets_gpts_latency20k/).
+instead of capturing their own while serving (live_paper_h200_wider_buckets_gpts_latency20k/);
+last the runs after a waiting latency call started to pass the latency limit where batching
+lowers the mean (live_paper_h200_latency_backlog/: map_reduce, multi_agent,
+concurrent_chains, copilot_32; ..._16files/: multi_agent at the paper's 16 files and mixed;
+..._copilot/: all four copilot runs again, so the static-sharing ratios pair runs of one
+engine version).
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -46,7 +51,9 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_auto_throughput_two_engines",
              "live_paper_h200_auto_throughput_gpts_latency20k",
              "live_paper_h200_auto_throughput_gpts_rate",
-             "live_paper_h200_wider_buckets_gpts_latency20k")
+             "live_paper_h200_wider_buckets_gpts_latency20k",
+             "live_paper_h200_latency_backlog", "live_paper_h200_latency_backlog_16files",
+             "live_paper_h200_latency_backlog_copilot")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
@@ -112,7 +119,12 @@ LIVE_RATIOS: dict[str, tuple[LiveRatio, ...]] = {
                   metric="normalized")),
     "multi_agent": (LiveRatio("8 files, vs latency-centric", "multi_agent", _PARROT),
                     LiveRatio("8 files, vs throughput-centric", "multi_agent", _PARROT,
-                              "multi_agent/throughput_centric:baseline")),
+                              "multi_agent/throughput_centric:baseline"),
+                    # the paper's size, when `--only multi_agent_16` has run
+                    LiveRatio("16 files, vs latency-centric", "multi_agent_16", _PARROT,
+                              optional=True),
+                    LiveRatio("16 files, vs throughput-centric", "multi_agent_16", _PARROT,
+                              "multi_agent_16/throughput_centric:baseline", optional=True)),
     "mixed": (
         LiveRatio("2 engines on 1 H200: chat normalized latency vs latency-centric", "mixed",
                   _PARROT, f"mixed/{_LAT}", "chat_normalized"),

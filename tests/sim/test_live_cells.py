@@ -137,3 +137,17 @@ def test_refresh_page_rewrites_the_table_from_committed_runs(tmp_path):
     paper = json.loads((out / "paper.json").read_text())
     assert paper["wall_s"] == 3.0 and paper["experiments"]["mixed"]["seconds"] == 2.0
     assert f"--profile h200_llama7b --out {out}/mixed`" in table
+
+
+def test_the_sixteen_file_multi_agent_run_shows_only_when_it_ran():
+    def team(ours, thr, lat):
+        return {"reference": "latency_centric:baseline",
+                "variants": {"app_centric:parrot": _run(ours),
+                             "throughput_centric:baseline": _run(thr),
+                             "latency_centric:baseline": _run(lat)}}
+    eight = {"multi_agent": team(10.0, 15.0, 50.0)}
+    assert live_cell(eight, "multi_agent").split("<br>") == [
+        "8 files, vs latency-centric: 5.00×", "8 files, vs throughput-centric: 1.50×"]
+    both = {**eight, "multi_agent_16": team(20.0, 50.0, 200.0)}
+    assert live_cell(both, "multi_agent").split("<br>")[2:] == [
+        "16 files, vs latency-centric: 10.00×", "16 files, vs throughput-centric: 2.50×"]

@@ -40,7 +40,8 @@ class BuiltinEngineConfig:
     KV cache size: at most one of num_blocks, kv_cache_tokens, kv_cache_fraction (of the memory
       left after the weights: free GPU memory on CUDA, MemAvailable on the CPU). With none, the
       CPU gets kv_cache_tokens=16384 and CUDA kv_cache_fraction=0.8.
-    max_context_len: defaults to the model's position limit, capped by the KV cache size.
+    max_context_len: defaults to the model's position limit, capped by the KV cache size; on a
+      random shape (no trained position range) a larger value raises its position limit.
     cuda_graphs: capture decode-only steps in CUDA graphs (graphs.py) when the engine runs on
       CUDA with the Triton kernels; ignored otherwise (always eager on the CPU).
     attention_backend: "auto" is the Triton kernels on CUDA (an error when they do not import:

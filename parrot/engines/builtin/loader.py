@@ -13,7 +13,7 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +197,11 @@ def load_model(config: BuiltinEngineConfig, device: torch.device,
 def _load_random(config: BuiltinEngineConfig, spec: str, cache_root: Path,
                  device: torch.device, dtype: torch.dtype) -> LoadedModel:
     shape = NAMED_SHAPES[spec]
+    if config.max_context_len is not None \
+            and config.max_context_len > shape.max_position_embeddings:
+        # Random weights were trained on no position range: a longer context only needs
+        # longer RoPE tables (a benchmark of the paper's longer prompts on a LLaMA-7B shape).
+        shape = replace(shape, max_position_embeddings=config.max_context_len)
     tokenizer, folder = None, None
     if config.tokenizer is not None:
         folder = (prepare_smollm2(cache_root) if config.tokenizer == DEFAULT_MODEL

@@ -31,6 +31,22 @@ async def test_create_engine_from_yaml_mapping():
         await engine.close()
 
 
+async def test_a_random_shape_takes_a_longer_context_than_its_position_limit():
+    # "tiny" has 2,048 positions; random weights have no trained range, so max_context_len
+    # raises it (a real model's limit caps max_context_len instead: test_engine.py)
+    engine = create_engine("t0", {"model": "tiny", "dtype": "float32", "device": "cpu",
+                                  "kv_cache_tokens": 4096, "max_context_len": 3000,
+                                  "max_batch_tokens": 4096})
+    try:
+        assert (await engine.info()).max_context_len == 3000
+        await engine.fill(FillRequest("a", token_ids=tuple(i % 500 + 1 for i in range(2600))))
+        result = await engine.generate_all(GenerateRequest("a", sampling=SamplingParams(
+            max_tokens=2, ignore_eos=True)))
+        assert len(result.token_ids) == 2
+    finally:
+        await engine.close()
+
+
 def test_create_engine_rejects_bad_params_before_loading():
     with pytest.raises(BuiltinConfigError,
                        match=r"builtin engine: unknown key\(s\) \['num_block'\]"):
