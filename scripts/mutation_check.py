@@ -242,6 +242,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/policies/test_app_centric.py::"
          "test_a_backlog_takes_only_free_kv_never_evicting_cached_contexts",)),
     Mutation(
+        "kv_overflow_counts_held_contexts_once", "parrot/core/engine_pool.py",
+        "        return (self.num_tokens_in_use + rounding + self.contexts.num_idle_tokens\n",
+        "        return (self.num_tokens_in_use + rounding + self.contexts.num_cached_tokens\n",
+        ("tests/core/test_engine_pool.py::"
+         "test_a_context_a_running_call_forks_is_not_counted_again_for_overflow",)),
+    Mutation(
         "latency_backlog_mean_estimate", "parrot/policies/placement.py",
         "        return ((total / (running + 1) + 1) * profile.decode_ms(after)\n",
         "        return ((total / (running + 1)) * profile.decode_ms(after)\n",

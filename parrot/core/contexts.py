@@ -85,6 +85,12 @@ class EngineContexts:
         a fork copies from its parent."""
         return (-(-num_tokens // self._block_size) + 1) * self._block_size
 
+    @property
+    def num_idle_tokens(self) -> int:
+        """KV held by contexts no running call forks from (refcount 0): what a running call's
+        own accounting (its prompt, prefixes included) does not already count."""
+        return sum(self._held(c) for c in self._by_hash.values() if c.refcount == 0)
+
     def _held(self, ctx: PrefixContext) -> int:
         return self.footprint(ctx.num_tokens) + ctx.inherited_tokens
 

@@ -112,3 +112,16 @@ async def test_concurrent_calls_fill_each_new_prefix_once(engine):
     assert filled(engine) == [("s", None), ("s/a", "s"), ("s/a/b", "s/a"), ("s/a/b/c", "s/a/b")]
     assert list(contexts.prefix_hashes) == ["s/a/b/c", "s/a/b", "s/a", "s"]
     assert await contexts.evict_all() == 4 * 32 and contexts.num_cached_tokens == 0
+
+
+async def test_only_contexts_no_call_forks_from_are_idle_kv(engine):
+    """A running call counts its prompt, prefixes included, in the engine's load: the context
+    it forks from is that same KV, so the engine's overflow counts only the contexts no call
+    holds (counting both evicted the chunks filled ahead for waiting calls: simulated
+    concurrent chains on a 58k-token cache, prefix hits 50% -> 19%)."""
+    contexts = EngineContexts(engine, "e")
+    held = await contexts.acquire(pieces("s", "a", "b"))   # a call forks b
+    assert contexts.num_cached_tokens == 3 * 32
+    assert contexts.num_idle_tokens == 2 * 32              # s and a: no call forks them
+    contexts.release(held)
+    assert contexts.num_idle_tokens == 3 * 32

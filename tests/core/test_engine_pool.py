@@ -74,6 +74,22 @@ async def test_the_view_gives_the_kv_free_of_running_calls_and_cached_contexts(m
     await manager.get(session, out(call, "a"), Criterion.LATENCY)
 
 
+async def test_a_context_a_running_call_forks_is_not_counted_again_for_overflow(manager, engine):
+    """The executor evicts cached contexts by kv_overflow_tokens: the context a running call
+    forks from is in the call's own load, so only idle contexts count beside the calls."""
+    from parrot.core.prefix import PrefixPiece
+    state = manager.engines.get("e0")
+    held = await state.contexts.acquire((PrefixPiece("x" * 400, "p"),))   # a call forks it
+    idle = await state.contexts.acquire((PrefixPiece("y" * 400, "q"),))
+    state.contexts.release(idle)
+    assert state.contexts.num_idle_tokens < state.contexts.num_cached_tokens
+    assert state.kv_overflow_tokens() == (state.contexts.num_idle_tokens
+                                          - state.kv_capacity_tokens)
+    state.contexts.release(held)
+    assert state.kv_overflow_tokens() == (state.contexts.num_cached_tokens
+                                          - state.kv_capacity_tokens)
+
+
 class TwoCharTokens(RecordingEngine):
     """An engine whose tokenizer makes a token of every 2 characters (not the 4 estimated)."""
 
