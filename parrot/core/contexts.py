@@ -74,6 +74,9 @@ class EngineContexts:
         self.num_misses = 0
         # KV held by this cache's contexts, in tokens of whole blocks (kept current).
         self.num_cached_tokens = 0
+        # Contexts a call references (refcount > 0): at most a few per running call, so the
+        # KV they hold is summed over them, not over the whole cache.
+        self._referenced: dict[PrefixContext, None] = {}
 
     @property
     def prefix_hashes(self) -> OrderedDict[str, PrefixContext]:
@@ -89,7 +92,18 @@ class EngineContexts:
     def num_idle_tokens(self) -> int:
         """KV held by contexts no running call forks from (refcount 0): what a running call's
         own accounting (its prompt, prefixes included) does not already count."""
-        return sum(self._held(c) for c in self._by_hash.values() if c.refcount == 0)
+        referenced = sum(self._held(c) for c in self._referenced
+                         if self._by_hash.get(c.prefix_hash) is c and c.filled.done()
+                         and not c.filled.cancelled() and c.filled.exception() is None)
+        return max(0, self.num_cached_tokens - referenced)
+
+    def _reference(self, ctx: PrefixContext, delta: int) -> None:
+        ctx.refcount += delta
+        assert ctx.refcount >= 0, f"context {ctx.context_id} released twice"
+        if ctx.refcount:
+            self._referenced[ctx] = None
+        else:
+            self._referenced.pop(ctx, None)
 
     def _held(self, ctx: PrefixContext) -> int:
         return self.footprint(ctx.num_tokens) + ctx.inherited_tokens
@@ -110,7 +124,7 @@ class EngineContexts:
         try:
             if deepest >= 0:
                 ctx = self._by_hash[pieces[deepest].prefix_hash]
-                ctx.refcount += 1
+                self._reference(ctx, 1)
                 chain.contexts.append(ctx)
                 await asyncio.shield(ctx.filled)
             for piece in pieces[deepest + 1:]:
@@ -122,7 +136,7 @@ class EngineContexts:
                 else:
                     self.num_hits += 1
                     self._claim(ctx, session_id)
-                ctx.refcount += 1
+                self._reference(ctx, 1)
                 chain.contexts.append(ctx)
                 await asyncio.shield(ctx.filled)
         except BaseException:
@@ -131,7 +145,7 @@ class EngineContexts:
         # The forks are filled: the call needs only the deepest one (an engine keeps a child
         # valid when its parent goes), so its ancestors become evictable.
         for ctx in chain.contexts[:-1]:
-            ctx.refcount -= 1
+            self._reference(ctx, -1)
         del chain.contexts[:-1]
         for piece in reversed(pieces):  # the new contexts too: ancestors end most recent
             if piece.prefix_hash in self._by_hash:
@@ -181,8 +195,7 @@ class EngineContexts:
 
     def release(self, chain: ContextChain) -> None:
         for ctx in chain.contexts:
-            ctx.refcount -= 1
-            assert ctx.refcount >= 0, f"context {ctx.context_id} released twice"
+            self._reference(ctx, -1)
         chain.contexts.clear()
 
     # --- freeing ------------------------------------------------------------------------------

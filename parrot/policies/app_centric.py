@@ -70,9 +70,10 @@ class AppCentricParams(PolicyParams):
     # call's solo step (placement.Slot.latency_limit). 0: the latency capacity only.
     latency_step_slack: float = 0.1
     # A latency call that fits under no engine's latency limit may still join an engine
-    # serving only latency calls while the step time it adds, summed over those calls, stays
-    # within one step (placement.Slot.has_room_backlogged): a limit held while latency calls
-    # queue trades their wait for a faster step.
+    # serving only latency calls while one more concurrent call lowers the estimated mean
+    # completion of the latency calls there and waiting, within free KV and the throughput
+    # capacity (placement.Slot.has_room_backlogged): a limit held while latency calls queue
+    # only trades their wait for a faster step.
     admit_latency_backlog: bool = True
     # Ablation switches (the paper's "affinity scheduling off" experiment).
     prefix_affinity: bool = True
