@@ -248,6 +248,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/core/test_engine_pool.py::"
          "test_a_context_a_running_call_forks_is_not_counted_again_for_overflow",)),
     Mutation(
+        "kv_free_keeps_room_of_contexts_filled_ahead", "parrot/core/engine_pool.py",
+        "                            - self.contexts.num_ahead_tokens\n",
+        "                            - 0\n",
+        ("tests/core/test_engine_pool.py::"
+         "test_the_view_gives_the_kv_free_of_running_calls_and_contexts_filled_ahead",)),
+    Mutation(
+        "prefill_ahead_reserves_its_context", "parrot/core/prefill_ahead.py",
+        "    engine.contexts.release_ahead(chain)\n",
+        "    engine.contexts.release(chain)\n",
+        ("tests/core/test_prefill_ahead.py::"
+         "test_a_prefix_filled_ahead_is_reserved_until_its_call_forks_it",)),
+    Mutation(
         "latency_backlog_mean_estimate", "parrot/policies/placement.py",
         "        return ((total / (running + 1) + 1) * profile.decode_ms(after)\n",
         "        return ((total / (running + 1)) * profile.decode_ms(after)\n",

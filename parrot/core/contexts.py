@@ -77,6 +77,8 @@ class EngineContexts:
         # Contexts a call references (refcount > 0): at most a few per running call, so the
         # KV they hold is summed over them, not over the whole cache.
         self._referenced: dict[PrefixContext, None] = {}
+        # Contexts filled ahead for a call that has not forked them yet (prefill_ahead.py).
+        self._ahead: dict[PrefixContext, None] = {}
 
     @property
     def prefix_hashes(self) -> OrderedDict[str, PrefixContext]:
@@ -92,12 +94,30 @@ class EngineContexts:
     def num_idle_tokens(self) -> int:
         """KV held by contexts no running call forks from (refcount 0): what a running call's
         own accounting (its prompt, prefixes included) does not already count."""
-        referenced = sum(self._held(c) for c in self._referenced
-                         if self._by_hash.get(c.prefix_hash) is c and c.filled.done()
-                         and not c.filled.cancelled() and c.filled.exception() is None)
+        referenced = sum(self._held(c) for c in self._referenced if self._counted(c))
         return max(0, self.num_cached_tokens - referenced)
 
+    @property
+    def num_ahead_tokens(self) -> int:
+        """KV held by contexts filled ahead for a waiting call that no call has forked yet:
+        evicting one makes that call fill it again (stale contexts cost nothing to evict)."""
+        return sum(self._held(c) for c in self._ahead if self._counted(c))
+
+    def _counted(self, ctx: PrefixContext) -> bool:
+        """ctx's KV is in num_cached_tokens: cached and filled."""
+        return (self._by_hash.get(ctx.prefix_hash) is ctx and ctx.filled.done()
+                and not ctx.filled.cancelled() and ctx.filled.exception() is None)
+
+    def release_ahead(self, chain: ContextChain) -> None:
+        """Release a chain filled ahead for a waiting call: its leaf counts as reserved for
+        that call (num_ahead_tokens) until a call forks it or it is evicted."""
+        if chain.contexts:
+            self._ahead[chain.contexts[-1]] = None
+        self.release(chain)
+
     def _reference(self, ctx: PrefixContext, delta: int) -> None:
+        if delta > 0:
+            self._ahead.pop(ctx, None)
         ctx.refcount += delta
         assert ctx.refcount >= 0, f"context {ctx.context_id} released twice"
         if ctx.refcount:
@@ -250,6 +270,7 @@ class EngineContexts:
             freed = min(held, self._block_size)
             heir.inherited_tokens += held - freed
         self.num_cached_tokens -= freed
+        self._ahead.pop(ctx, None)
         self._by_session.get(ctx.owner, {}).pop(ctx, None)
         self._unlink(ctx)
         return freed
@@ -278,4 +299,5 @@ class EngineContexts:
         """The engine was lost: its contexts are gone with it."""
         self._by_hash.clear()
         self._by_session.clear()
+        self._ahead.clear()
         self.num_cached_tokens = 0

@@ -198,11 +198,11 @@ class EngineState:
             latency_floor_tokens=min((p.num_tokens + sum(n for _, n in p.prefixes)
                                       for p in self.running.values() if not p.is_throughput),
                                      default=0),
-            # Conservative beside kv_overflow_tokens: every cached context counts as held,
-            # since a context idle now is often a prefix filled ahead for a waiting call.
+            # Idle contexts count as free (evicted least recently used first), but those
+            # filled ahead for a waiting call: evicting one makes that call fill it again.
             kv_free_tokens=(self.kv_capacity_tokens - self.num_tokens_in_use
                             - 2 * self.info.block_size * len(self.running)
-                            - self.contexts.num_cached_tokens
+                            - self.contexts.num_ahead_tokens
                             if self.kv_capacity_tokens > 0 else None),
         )
 

@@ -55,4 +55,4 @@ async def prefill_ahead(session: Session, call: Call, engine: EngineState) -> No
     except ParrotError as exc:  # an optimisation only: the call fills it itself later
         log.debug("prefill ahead of %s on %s failed: %s", call.call_id, engine.engine_id, exc)
         return
-    engine.contexts.release(chain)
+    engine.contexts.release_ahead(chain)

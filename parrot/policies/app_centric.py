@@ -71,9 +71,10 @@ class AppCentricParams(PolicyParams):
     latency_step_slack: float = 0.1
     # A latency call that fits under no engine's latency limit may still join an engine
     # serving only latency calls while one more concurrent call lowers the estimated mean
-    # completion of the latency calls there and waiting, within free KV and the throughput
-    # capacity (placement.Slot.has_room_backlogged): a limit held while latency calls queue
-    # only trades their wait for a faster step.
+    # completion of the latency calls there and waiting, within free KV (contexts filled
+    # ahead for waiting calls kept) and the throughput capacity
+    # (placement.Slot.has_room_backlogged): a limit held while latency calls queue only
+    # trades their wait for a faster step.
     admit_latency_backlog: bool = True
     # Ablation switches (the paper's "affinity scheduling off" experiment).
     prefix_affinity: bool = True

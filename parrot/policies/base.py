@@ -75,9 +75,9 @@ class EngineView:
     # running LATENCY calls; 0 when it runs none. The step time that call would have alone
     # bounds how strict its latency capacity can usefully be (placement.Slot.latency_limit).
     latency_floor_tokens: int = 0
-    # KV tokens held neither by its running calls nor by its cached prefix contexts (None:
-    # unknown). Placing past it evicts contexts (a prefix filled ahead for a waiting call is
-    # then filled again).
+    # KV tokens held neither by its running calls nor by prefix contexts filled ahead for
+    # waiting calls (None: unknown); other idle contexts count as free (evicted least
+    # recently used first). Placing past it evicts a prefix a waiting call would fork.
     kv_free_tokens: int | None = None
 
     @property

@@ -156,7 +156,8 @@ class Slot:
         (N / k + 1) · d(load). A step that grows slowly with load (a decode bound by reading
         the weights) admits many; one that grows in proportion admits none. Never on an
         engine serving throughput calls (isolation), never past the throughput capacity, and
-        only into KV that neither running calls nor cached prefix contexts hold (`kv_free`).
+        only into KV that neither running calls nor contexts filled ahead for waiting calls
+        hold (`kv_free`).
 
         Why: a latency limit held while latency calls queue only trades their wait for a
         faster step (measured, simulated concurrent_chains on the H200 profile, 25 clients:
@@ -176,8 +177,8 @@ class Slot:
                 <= (total / running + 1) * profile.decode_ms(self.load))
 
     def kv_free(self) -> int:
-        """KV tokens free of running calls and cached contexts after this round's placements
-        here (unbounded when the engine does not say)."""
+        """KV tokens free of running calls and of contexts filled ahead for waiting calls,
+        after this round's placements here (unbounded when the engine does not say)."""
         if self.view.kv_free_tokens is None:
             return 1 << 62
         return self.view.kv_free_tokens - (self.load - self.view.num_tokens_in_use)

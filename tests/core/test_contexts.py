@@ -125,3 +125,20 @@ async def test_only_contexts_no_call_forks_from_are_idle_kv(engine):
     assert contexts.num_idle_tokens == 2 * 32              # s and a: no call forks them
     contexts.release(held)
     assert contexts.num_idle_tokens == 3 * 32
+
+
+async def test_a_context_filled_ahead_is_reserved_until_a_call_forks_it(engine):
+    """prefill_ahead releases its chain with release_ahead: the leaf counts in
+    num_ahead_tokens (the policy's kv_free_tokens keeps its room) until a call forks it or
+    it is evicted; stale contexts do not count."""
+    contexts = EngineContexts(engine, "e")
+    contexts.release(await contexts.acquire(pieces("stale")))
+    contexts.release_ahead(await contexts.acquire(pieces("s", "a")))
+    assert contexts.num_ahead_tokens == 32                 # s/a only: not s, not "stale"
+    chain = await contexts.acquire(pieces("s", "a", "b"))   # the waiting call forks it
+    assert contexts.num_ahead_tokens == 0
+    contexts.release(chain)
+    contexts.release_ahead(await contexts.acquire(pieces("t")))
+    assert contexts.num_ahead_tokens == 32
+    await contexts.evict_all()
+    assert contexts.num_ahead_tokens == 0

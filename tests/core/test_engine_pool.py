@@ -55,21 +55,26 @@ async def test_the_view_gives_the_smallest_latency_calls_whole_footprint(manager
         await manager.get(session, out(call, "a"), Criterion.LATENCY)
 
 
-async def test_the_view_gives_the_kv_free_of_running_calls_and_cached_contexts(manager, engine):
+async def test_the_view_gives_the_kv_free_of_running_calls_and_contexts_filled_ahead(
+        manager, engine):
     """EngineView.kv_free_tokens: the engine's KV cache less its running calls (two blocks of
-    rounding each) and its cached prefix contexts — what a waiting latency call may take
-    without evicting a context (placement.Slot.has_room_backlogged)."""
+    rounding each) and the contexts filled ahead for waiting calls — what a waiting latency
+    call may take without making another fill its prefix again
+    (placement.Slot.has_room_backlogged). A stale idle context counts as free."""
+    from parrot.core.prefix import PrefixPiece
     state = manager.engines.get("e0")
     capacity = state.kv_capacity_tokens
     assert capacity > 0 and state.view().kv_free_tokens == capacity
+    state.contexts.release(await state.contexts.acquire((PrefixPiece("x" * 400, "p"),)))
+    assert state.view().kv_free_tokens == capacity       # a stale context counts as free
+    state.contexts.release_ahead(await state.contexts.acquire((PrefixPiece("y" * 400, "q"),)))
+    ahead = state.contexts.num_ahead_tokens
+    assert ahead > 0 and state.view().kv_free_tokens == capacity - ahead
     session = manager.create_session()
     call = submit(manager, session, SYSTEM + "{{input:q}} {{output:a}}", q="q")
-    state.add_call(call)
+    state.add_call(call)        # no await until it is removed: the scheduler would place it
     rounding = 2 * state.info.block_size
-    assert state.view().kv_free_tokens == capacity - call.num_tokens - rounding
-    state.contexts.num_cached_tokens += 320       # as a filled context adds it
-    assert state.view().kv_free_tokens == capacity - call.num_tokens - rounding - 320
-    state.contexts.num_cached_tokens -= 320
+    assert state.view().kv_free_tokens == capacity - call.num_tokens - rounding - ahead
     state.remove_call(call)
     await manager.get(session, out(call, "a"), Criterion.LATENCY)
 

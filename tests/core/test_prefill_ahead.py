@@ -1,18 +1,24 @@
 from __future__ import annotations
 
-from parrot.types import Criterion
+from parrot.types import CallState, Criterion
 from tests.core.conftest import out, submit
 
 CHUNK = "A long chunk of a document about parrots. " * 30  # ~1,300 characters
 
 
-async def test_waiting_consumer_prefix_is_filled_while_producer_runs(manager, engine):
-    engine.delay = 0.01
+def chain_of_two(manager):
+    """A short call and a consumer whose long chunk comes before the producer's output."""
     session = manager.create_session()
     first = submit(manager, session, "Summarize: {{input:c}} Summary: {{output:s}}", c="short")
     second = submit(manager, session,
                     "Next part: {{input:chunk}} Summary so far: {{input:prev}} New: {{output:s}}",
                     chunk=CHUNK, prev=out(first, "s"))
+    return session, first, second
+
+
+async def test_waiting_consumer_prefix_is_filled_while_producer_runs(manager, engine):
+    engine.delay = 0.01
+    session, first, second = chain_of_two(manager)
     await manager.get(session, out(second, "s"), Criterion.LATENCY)
     ops = [(op, cid) for op, cid, _ in engine.log]
     ahead = [cid for op, cid in ops if op == "fill" and cid.startswith("p-")
@@ -54,3 +60,19 @@ async def test_prefill_ahead_cuts_the_contexts_the_call_will_fork(manager, engin
     cached = [cid for op, cid, _ in engine.log if op == "fill" and cid.startswith("p-")]
     forked = {parent for op, _, parent in engine.log if op in ("fill", "generate") and parent}
     assert cached and all(cid in forked for cid in cached), (cached, engine.log)
+
+
+async def test_a_prefix_filled_ahead_is_reserved_until_its_call_forks_it(manager, engine):
+    """The policy's kv_free_tokens keeps the room of a context filled ahead (a stale one is
+    free): it counts in num_ahead_tokens from its fill until the waiting call forks it."""
+    import asyncio
+    engine.delay = 0.05
+    session, _, second = chain_of_two(manager)
+    contexts = manager.engines.get("e0").contexts
+    for _ in range(200):
+        if contexts.num_ahead_tokens:
+            break
+        await asyncio.sleep(0.005)
+    assert contexts.num_ahead_tokens > 0 and second.state is CallState.PENDING
+    await manager.get(session, out(second, "s"), Criterion.LATENCY)
+    assert second.prefilled_ahead and contexts.num_ahead_tokens == 0

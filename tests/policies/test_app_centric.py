@@ -370,8 +370,8 @@ def test_a_backlog_never_joins_throughput_work_nor_passes_the_throughput_capacit
 
 def test_a_backlog_takes_only_free_kv_never_evicting_cached_contexts():
     """Past the latency limit a waiting call may only use KV that neither running calls nor
-    cached contexts hold: evicting a context (a chunk filled ahead for the next call of a
-    chain) would make that call fill it again."""
+    contexts filled ahead for waiting calls hold: evicting one (the chunk of a chain's next
+    call) would make that call fill it again."""
     assert schedule(backlog(4), [full_latency_engine(kv_free=2500)]) == {"c0": "e0",
                                                                           "c1": "e0"}
     assert schedule(backlog(4), [full_latency_engine(kv_free=900)]) == {}
