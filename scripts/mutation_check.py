@@ -243,8 +243,10 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_a_backlog_takes_only_free_kv_never_evicting_cached_contexts",)),
     Mutation(
         "kv_overflow_counts_held_contexts_once", "parrot/core/engine_pool.py",
-        "        return (self.num_tokens_in_use + rounding + self.contexts.num_idle_tokens\n",
-        "        return (self.num_tokens_in_use + rounding + self.contexts.num_cached_tokens\n",
+        "        return self._running_kv_tokens() + self.contexts.num_idle_tokens - self.kv_"
+        "capacity_tokens\n",
+        "        return self._running_kv_tokens() + self.contexts.num_cached_tokens - self.kv_"
+        "capacity_tokens\n",
         ("tests/core/test_engine_pool.py::"
          "test_a_context_a_running_call_forks_is_not_counted_again_for_overflow",)),
     Mutation(

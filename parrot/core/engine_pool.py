@@ -117,9 +117,12 @@ class EngineState:
         next calls of chains (simulated, 25 concurrent chains on the A100-derived profile's
         58k-token cache: prefix hits 50% -> 19%, least-queue sharing 0.68x -> 0.99x the
         request-level baseline once fixed)."""
-        rounding = 2 * self.info.block_size * len(self.running)
-        return (self.num_tokens_in_use + rounding + self.contexts.num_idle_tokens
-                - self.kv_capacity_tokens)
+        return self._running_kv_tokens() + self.contexts.num_idle_tokens - self.kv_capacity_tokens
+
+    def _running_kv_tokens(self) -> int:
+        """KV of the running calls by the manager's accounting, with two blocks of slack each
+        (a call may round up to a block and copy its parent's partial block)."""
+        return self.num_tokens_in_use + 2 * self.info.block_size * len(self.running)
 
     def add_call(self, call: Call, criterion: Criterion | None = None) -> None:
         """Count `call` as running here; as `criterion` (the one its placement names) when
@@ -200,8 +203,7 @@ class EngineState:
                                      default=0),
             # Idle contexts count as free (evicted least recently used first), but those
             # filled ahead for a waiting call: evicting one makes that call fill it again.
-            kv_free_tokens=(self.kv_capacity_tokens - self.num_tokens_in_use
-                            - 2 * self.info.block_size * len(self.running)
+            kv_free_tokens=(self.kv_capacity_tokens - self._running_kv_tokens()
                             - self.contexts.num_ahead_tokens
                             if self.kv_capacity_tokens > 0 else None),
         )

@@ -143,11 +143,11 @@ LIVE_EXPERIMENTS = (  # the issue's live goals (map-reduce, multi_agent) first
 )
 
 
-# Run only when named (--only). multi_agent at the paper's 16 files; the paper's gpts metric,
-# the sustainable request rate at
-# <= 40 ms per output token, searched live per variant on the two-engine setup (4 variants x
-# ~8 rates x ~25 s: ~15 minutes of GPU time with engine start; the default gpts run above
-# measures one rate). The rate-ratio cell of the results page reads it when present.
+# Run only when named (--only): multi_agent at the paper's 16 files, and the paper's gpts
+# metric, the sustainable request rate at <= 40 ms per output token, searched live per
+# variant on the two-engine setup (4 variants x ~8 rates x ~25 s: ~15 minutes of GPU time with
+# engine start; the default gpts run above measures one rate). The rate-ratio cell of the
+# results page reads it when present.
 EXTRA_EXPERIMENTS = (
     # The paper's headline multi-agent size (16 files: its 11.7x and 2.45x). Each reviser reads
     # the design and all 16 files (~3,700 tokens) and writes 200 more: past the 4,096 positions
