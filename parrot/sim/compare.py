@@ -109,7 +109,7 @@ class Settings:
 @dataclass
 class VariantRun:
     variant: Variant
-    status: str                     # ok | deadlock | error
+    status: str                     # ok | deadlock | error (an application failed)
     result: RunResult | None
     error: str | None = None
 
@@ -145,7 +145,12 @@ def run_variant(settings: Settings, variant: Variant,
         # Every request waits on KV blocks no one will free (the simulated engine does not
         # preempt): the variant cannot sustain this load. Reported, not fatal.
         return VariantRun(variant, "deadlock", None, str(exc))
-    return VariantRun(variant, "ok", result)
+    # A run where applications failed has no comparable mean: the figures of the others
+    # would read as a speedup (measured: a policy that failed 20 of 25 chains showed 3x).
+    failed = [r.error for r in result.records if r.error]
+    return VariantRun(variant, "error" if failed else "ok", result,
+                      f"{len(failed)} application(s) failed; first: {failed[0]}" if failed
+                      else None)
 
 
 def results_json(settings: Settings, runs: list[VariantRun], reference: Variant) -> dict:
@@ -165,12 +170,16 @@ def results_json(settings: Settings, runs: list[VariantRun], reference: Variant)
             entry["network_messages"] = run.result.network_messages
             entry["apps"] = [r.to_json() for r in run.result.records]
         else:
-            entry["error"] = run.error
             entry["e2e_latency_s"] = {"mean": None, "p50": None, "p99": None}
+        if run.error is not None:
+            entry["error"] = run.error
         variants[run.variant.label] = entry
-    ref_mean = variants[reference.label]["e2e_latency_s"]["mean"]
+    comparable = {run.variant.label: run.status == "ok" for run in runs}
+    ref_mean = (variants[reference.label]["e2e_latency_s"]["mean"]
+                if comparable[reference.label] else None)
     speedups = {label: (ref_mean / v["e2e_latency_s"]["mean"]
-                        if ref_mean and v["e2e_latency_s"]["mean"] else None)
+                        if ref_mean and comparable[label] and v["e2e_latency_s"]["mean"]
+                        else None)
                 for label, v in variants.items()}
     by_label = {run.variant.label: run for run in runs}
     per_app = {label: per_app_speedups(by_label[reference.label].records, run.records)

@@ -106,6 +106,27 @@ def test_results_json_has_the_required_figures():
     assert results["speedup_vs_reference"]["app_centric:parrot"] > 1.0
 
 
+def test_a_run_with_failed_applications_is_an_error_with_no_speedup():
+    # Prompts of 512+ tokens on an engine that holds 256: every chain fails. The figures of
+    # the applications that did not fail must not read as a speedup.
+    small = Settings("chain_summary", workload_spec=TINY,
+                     cluster=ClusterSpec(engine_params={"max_context_len": 256}))
+    failing = run_variant(small, Variant("app_centric"))
+    assert failing.status == "error"
+    assert failing.error.startswith("1 application(s) failed; first:")
+    assert "max_context_len" in failing.error
+    fine = run_variant(Settings("chain_summary", workload_spec=TINY),
+                       Variant("least_queue", "baseline"))
+    results = results_json(small, [failing, fine], fine.variant)
+    assert results["variants"]["app_centric:parrot"]["status"] == "error"
+    assert results["speedup_vs_reference"] == {"app_centric:parrot": None,
+                                               "least_queue:baseline": 1.0}
+    # a failed reference leaves nothing to compare against
+    results = results_json(small, [failing, fine], failing.variant)
+    assert results["speedup_vs_reference"] == {"app_centric:parrot": None,
+                                               "least_queue:baseline": None}
+
+
 def test_parse_variants():
     assert parse_variants("app_centric,least_queue:baseline,pkg.mod:Cls:baseline,pkg.mod:Cls") \
         == [Variant("app_centric"), Variant("least_queue", "baseline"),
