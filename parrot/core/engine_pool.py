@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import logging
 from collections.abc import Iterator, Mapping, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from parrot.core.config import EngineSpec, auto_throughput_capacity
@@ -68,6 +68,7 @@ class _Placed:
     task_group: str | None
     prefixes: tuple[tuple[str, int], ...]   # (hash, tokens since the previous boundary)
     num_output_tokens: int
+    call: Call                      # read live: a consumer may be submitted while it runs
 
 
 @dataclass(eq=False)
@@ -90,6 +91,11 @@ class EngineState:
     # equal prefix text may estimate it differently when one knows its inputs' real counts).
     prefix_tokens: dict[str, int] = field(default_factory=dict)
     profile: SpeedProfile = DEFAULT_PROFILE
+    # Prompt tokens still to prefill: of each running call until its first fill reports
+    # (beyond the deepest prefix cached here when it was placed), and of prefixes being
+    # filled ahead (prefill_ahead.py).
+    prefilling: dict[str, int] = field(default_factory=dict)
+    ahead_prefill_tokens: int = 0
 
     @property
     def engine_id(self) -> str:
@@ -124,6 +130,12 @@ class EngineState:
         (a call may round up to a block and copy its parent's partial block)."""
         return self.num_tokens_in_use + 2 * self.info.block_size * len(self.running)
 
+    def prefills_only(self, call_id: str) -> bool:
+        """Whether the only prefill queued here is `call_id`'s prompt (no other running call
+        before its first fill reports, no prefix being filled ahead)."""
+        return self.ahead_prefill_tokens == 0 and not any(
+            n for other, n in self.prefilling.items() if other != call_id)
+
     def add_call(self, call: Call, criterion: Criterion | None = None) -> None:
         """Count `call` as running here; as `criterion` (the one its placement names) when
         given, else as its own."""
@@ -135,7 +147,7 @@ class EngineState:
         # Remember what was counted: re-deduction may change the call's criterion later.
         placed = _Placed(max(0, call.num_tokens - (cumulative[-1] if cumulative else 0)),
                          (criterion or call.criterion) is Criterion.THROUGHPUT,
-                         call.task_group, prefixes, output)
+                         call.task_group, prefixes, output, call)
         self.running[call.call_id] = placed
         self.num_tokens_in_use += placed.num_tokens
         for prefix, tokens in prefixes:
@@ -149,8 +161,12 @@ class EngineState:
             self.num_latency_calls += 1
         if placed.task_group is not None:
             self.task_groups[placed.task_group] += 1
+        cached = next((n for h, n in zip(reversed(call.prefix_hashes), reversed(cumulative))
+                       if h in self.contexts.prefix_hashes), 0)
+        self.prefilling[call.call_id] = max(0, call.num_tokens - output - cached)
 
     def remove_call(self, call: Call) -> None:
+        self.prefilling.pop(call.call_id, None)
         placed = self.running.pop(call.call_id, None)
         if placed is None:
             return
@@ -174,14 +190,14 @@ class EngineState:
     def note_prompt_tokens(self, call_id: str, context_len: int) -> None:
         """The engine reported the call's prompt length in real tokens (its first Fill's
         context length, prefix included): count that instead of the characters/4 estimate."""
+        self.prefilling.pop(call_id, None)   # its prompt is prefilled
         placed = self.running.get(call_id)
         if placed is None:
             return
         prefix = sum(tokens for _, tokens in placed.prefixes)
         own = max(0, context_len - prefix) + placed.num_output_tokens
         self.num_tokens_in_use += own - placed.num_tokens
-        self.running[call_id] = _Placed(own, placed.is_throughput, placed.task_group,
-                                        placed.prefixes, placed.num_output_tokens)
+        self.running[call_id] = replace(placed, num_tokens=own)
 
     def view(self) -> EngineView:
         return EngineView(
@@ -206,7 +222,14 @@ class EngineState:
             kv_free_tokens=(self.kv_capacity_tokens - self._running_kv_tokens()
                             - self.contexts.num_ahead_tokens
                             if self.kv_capacity_tokens > 0 else None),
+            chained_latency_seq=self._chained_latency_seq(),
         )
+
+    def _chained_latency_seq(self) -> int | None:
+        latency = [p for p in self.running.values() if not p.is_throughput]
+        if not latency or not all(p.call.has_waiting_consumer for p in latency):
+            return None
+        return max(p.call.arrival_seq for p in latency)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.engine_id, "kind": self.info.kind, "model": self.info.model,

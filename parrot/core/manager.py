@@ -24,7 +24,7 @@ from parrot.core.engine_pool import EnginePool, EngineState
 from parrot.core.executor import run_call, shareable_hashes
 from parrot.core.lifecycle import transition
 from parrot.core.nodes import Call, InputBinding, OutputBinding, Variable
-from parrot.core.prefill_ahead import prefill_ahead
+from parrot.core.prefill_ahead import plan_ahead, prefill_ahead
 from parrot.core.prefix import PrefixIndex, estimate_prompt
 from parrot.core.requests import SubmitRequest
 from parrot.core.scheduler import Scheduler
@@ -193,6 +193,10 @@ class Manager:
                   if session.variables[b.var_id].error is not None]
         call.num_missing_inputs = sum(not session.variables[b.var_id].is_ready
                                       for b in inputs.values())
+        for source in inputs.values():  # its producers now have a call waiting on them
+            var = session.variables[source.var_id]
+            if not var.is_ready and var.producer in session.calls:
+                session.calls[var.producer].has_waiting_consumer = True
         if failed:
             self._fail_call(session, call, CallFailedError(
                 f"input {failed[0].name!r} failed: {failed[0].error}"))
@@ -221,6 +225,11 @@ class Manager:
         call.prefix_hashes = shareable_hashes(call.prefix_pieces)
         call.num_tokens = prompt.num_tokens + sum(
             b.sampling.max_tokens for b in call.outputs.values())
+        # Consumers submitted before it (submit marks the producers of later ones).
+        call.has_waiting_consumer = any(
+            consumer.state is CallState.PENDING
+            for var in session.graph.output_variables(call)
+            for consumer in session.graph.get_consumers(var.var_id))
         transition(call, CallState.READY)
         self.prefix_index.add(call.prefix_hashes)
         self.scheduler.enqueue(call)
@@ -234,9 +243,13 @@ class Manager:
             self._run(session, call, engine), name=f"call-{call.call_id}")
         for var in session.graph.output_variables(call):
             for consumer in session.graph.get_consumers(var.var_id):
-                if consumer.state is CallState.PENDING and not consumer.prefilled_ahead:
-                    consumer.prefilled_ahead = True
-                    self._spawn_background(prefill_ahead(session, consumer, engine),
+                if consumer.state is not CallState.PENDING or consumer.prefilled_ahead:
+                    continue
+                # Decided once, at its first producer's dispatch.
+                consumer.prefilled_ahead = True
+                pieces = plan_ahead(session, consumer, engine, call)
+                if pieces:
+                    self._spawn_background(prefill_ahead(consumer, engine, pieces),
                                            f"prefill-ahead-{consumer.call_id}")
 
     async def _run(self, session: Session, call: Call, engine: EngineState) -> None:

@@ -105,8 +105,11 @@ class Call:
     num_tokens: int = 0                       # estimate for capacity accounting
     num_prompt_tokens: int | None = None      # the engine's count before the first output
     attempts: int = 0
-    prefilled_ahead: bool = False             # its certain prefix was filled while it waited
+    prefilled_ahead: bool = False             # filling its certain prefix ahead was decided
     arrival_seq: int = 0
+    # A call of its session waits on one of its outputs (set when it becomes ready): its
+    # application goes on with a call that takes its place on an engine when it finishes.
+    has_waiting_consumer: bool = False
     error: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     # Kept by parrot.core.lifecycle.transition (the only writer of `state`): when the call last

@@ -146,7 +146,8 @@ class Scheduler:
                 prefix_hashes=call.prefix_hashes, num_tokens=call.num_tokens,
                 topo_rank=call.topo_rank, arrival_seq=call.arrival_seq,
                 num_output_tokens=sizes.num_output_tokens,
-                prefix_num_tokens=sizes.prefix_num_tokens, shared_prefix=shared))
+                prefix_num_tokens=sizes.prefix_num_tokens, shared_prefix=shared,
+                has_waiting_consumer=call.has_waiting_consumer))
         return views
 
 

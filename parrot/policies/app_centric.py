@@ -35,7 +35,9 @@ is costed without that prefix's tokens only while its load after taking the call
 (a **latency backlog**) still joins an engine serving only latency calls while one more
 concurrent call lowers the estimated mean completion of the latency calls there and waiting
 (placement.Slot.has_room_backlogged): holding the limit then only trades their wait for a
-faster step. An idle engine takes one call whatever its size, so no call starves; a call that
+faster step; behind running chains (each running latency call's application has its next
+call waiting) a later application's call joins regardless, since it would wait for a whole
+chain to end. An idle engine takes one call whatever its size, so no call starves; a call that
 fits nowhere stays queued.
 """
 
@@ -231,7 +233,7 @@ class AppCentricPolicy(Policy):
             if slot.is_idle:
                 continue   # the idle-engine rule below takes it whole
             demand = self._demand(slot, [call], Criterion.LATENCY, Demand())
-            if slot.has_room_backlogged(demand, waiting):
+            if slot.has_room_backlogged(demand, waiting, call.arrival_seq):
                 options.append((slot.finish_ms(demand), slot.index, slot))
         return min(options, key=lambda o: o[:2])[2] if options else None
 

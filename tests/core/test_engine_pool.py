@@ -181,3 +181,30 @@ async def test_a_call_stops_counting_once_its_last_output_is_published(manager):
     assert set(state.running) <= {consumer.call_id}
     await manager.get(session, out(consumer, "r"), Criterion.LATENCY)
     assert state.num_tokens_in_use == 0 and not state.running
+
+
+async def test_the_view_says_when_every_running_latency_call_has_its_next_call_waiting(
+        manager, engine):
+    """Call.has_waiting_consumer (set when the call becomes ready: a call of its session
+    waits on its output) and EngineView.chained_latency_seq: the latest submission among the
+    running latency calls when each of them has one, else None — a later application's call
+    waiting for room there would wait for a whole chain (placement.Slot.has_room_backlogged)."""
+    session = manager.create_session()
+    first = submit(manager, session, "Summarise: {{input:q}} {{output:a}}", q="a document")
+    second = submit(manager, session, "Shorter: {{input:s}} {{output:b}}", s=out(first, "a"))
+    alone = submit(manager, session, "Answer: {{input:q}} {{output:a}}", q="a question")
+    assert first.has_waiting_consumer and not alone.has_waiting_consumer
+    assert not second.has_waiting_consumer    # not ready yet; and nothing consumes it
+    state = manager.engines.get("e0")
+    assert state.view().chained_latency_seq is None
+    state.add_call(first)
+    assert state.view().chained_latency_seq == first.arrival_seq
+    state.add_call(alone, Criterion.THROUGHPUT)   # throughput calls do not count
+    assert state.view().chained_latency_seq == first.arrival_seq
+    state.remove_call(alone)
+    state.add_call(alone)                         # a latency call that ends within a turn
+    assert state.view().chained_latency_seq is None
+    for call in (first, alone):
+        state.remove_call(call)
+    for call, name in ((second, "b"), (alone, "a")):
+        await manager.get(session, out(call, name), Criterion.LATENCY)

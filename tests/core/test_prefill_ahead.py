@@ -76,3 +76,28 @@ async def test_a_prefix_filled_ahead_is_reserved_until_its_call_forks_it(manager
     assert contexts.num_ahead_tokens > 0 and second.state is CallState.PENDING
     await manager.get(session, out(second, "s"), Criterion.LATENCY)
     assert second.prefilled_ahead and contexts.num_ahead_tokens == 0
+
+
+async def test_no_prefix_is_filled_ahead_while_the_engine_has_other_prefill_queued(
+        manager, engine):
+    """Filled ahead, a prefix takes the prefill budget of calls already waiting on an engine
+    that prefills first come, first served: only a producer whose own prompt is the engine's
+    only queued prefill gets its consumer's prefix filled during its decode."""
+    from parrot.core.prefill_ahead import plan_ahead
+    session, first, second = chain_of_two(manager)
+    other = submit(manager, manager.create_session(), "Other: {{input:q}} {{output:a}}", q=CHUNK)
+    state = manager.engines.get("e0")    # no await below: the scheduler places nothing
+    state.add_call(first)
+    pieces = plan_ahead(session, second, state, first)
+    assert pieces and pieces[-1].text.endswith(" Summary so far: ")
+    state.add_call(other)                # its prompt is not prefilled yet
+    assert plan_ahead(session, second, state, first) == ()
+    state.note_prompt_tokens(other.call_id, 400)    # now it is
+    assert plan_ahead(session, second, state, first) == pieces
+    state.ahead_prefill_tokens = 10      # another prefix being filled ahead
+    assert plan_ahead(session, second, state, first) == ()
+    state.ahead_prefill_tokens = 0
+    for call in (first, other):
+        state.remove_call(call)
+    assert state.prefilling == {}
+    await manager.get(session, out(second, "s"), Criterion.LATENCY)

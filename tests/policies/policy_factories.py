@@ -16,14 +16,16 @@ def make_call(call_id: str, *, criterion: Criterion | None = LAT, tokens: int = 
               group: str | None = None, group_size: int = 1,
               prefixes: Iterable[str] = (), session: str = "s", seq: int = 0,
               output: int = 0, prefix_tokens: Iterable[int] = (),
-              shared: str | None = None) -> CallView:
+              shared: str | None = None, chained: bool = False) -> CallView:
     """`output`: of `tokens`, the decode steps; `prefix_tokens`: prompt tokens up to each of
-    `prefixes`; `shared`: the prefix another queued call shares (SharedReqsInQueue)."""
+    `prefixes`; `shared`: the prefix another queued call shares (SharedReqsInQueue);
+    `chained`: a call of its session waits on its output."""
     return CallView(call_id=call_id, session_id=session, criterion=criterion, task_group=group,
                     task_group_size=group_size if group else 1,
                     prefix_hashes=tuple(prefixes), num_tokens=tokens, topo_rank=0,
                     arrival_seq=seq, num_output_tokens=output,
-                    prefix_num_tokens=tuple(prefix_tokens), shared_prefix=shared)
+                    prefix_num_tokens=tuple(prefix_tokens), shared_prefix=shared,
+                    has_waiting_consumer=chained)
 
 
 def make_engine(engine_id: str, *, tokens: int = 0, lat: int = 0, thr: int = 0,
@@ -32,11 +34,12 @@ def make_engine(engine_id: str, *, tokens: int = 0, lat: int = 0, thr: int = 0,
                 healthy: bool = True, speed: float = 1.0,
                 running: Iterable[str] = (), latency_floor: int = 0,
                 profile: SpeedProfile = DEFAULT_PROFILE,
-                kv_free: int | None = None) -> EngineView:
+                kv_free: int | None = None, chained_seq: int | None = None) -> EngineView:
     """`lat`/`thr`/`other`: running calls by criterion (other = no criterion); `prefixes`:
     cached contexts; `running`: prefixes of running calls (counted in `tokens`, and cached);
     `latency_floor`: the smallest whole footprint of its running latency calls; `kv_free`: KV
-    tokens neither running calls nor cached contexts hold (None: unknown)."""
+    tokens neither running calls nor cached contexts hold (None: unknown); `chained_seq`: the
+    latest submission among its running latency calls when each has a consumer waiting."""
     return EngineView(engine_id=engine_id, num_running_calls=lat + thr + other,
                       num_tokens_in_use=tokens, latency_capacity=lat_cap,
                       throughput_capacity=thr_cap, speed=speed, num_latency_calls=lat,
@@ -44,7 +47,7 @@ def make_engine(engine_id: str, *, tokens: int = 0, lat: int = 0, thr: int = 0,
                       cached_prefixes=frozenset(prefixes) | frozenset(running),
                       is_healthy=healthy, running_prefixes=frozenset(running),
                       latency_floor_tokens=latency_floor, profile=profile,
-                      kv_free_tokens=kv_free)
+                      kv_free_tokens=kv_free, chained_latency_seq=chained_seq)
 
 
 def by_call(placements: list[Placement]) -> dict[str, str]:

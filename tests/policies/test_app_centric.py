@@ -368,6 +368,42 @@ def test_a_backlog_never_joins_throughput_work_nor_passes_the_throughput_capacit
     assert schedule(backlog(4), [full_latency_engine(thr_cap=5500)]) == {"c0": "e0"}
 
 
+def test_a_call_behind_running_chains_joins_rather_than_wait_for_a_chain_to_end():
+    """Every running latency call here has its application's next call waiting on it, and
+    those applications were submitted first: their next calls take each freed slot, so a
+    later application's call held by the mean test would wait until a whole chain ended
+    (measured: 25 concurrent chains, the last two ran after the other 23 and finished at
+    0.99x the request-level time). It joins, within memory and isolation as before; the
+    mean test still decides for a call submitted before them (it gets the next slot)."""
+    chained = full_latency_engine(chained_seq=10)
+    assert schedule(backlog(4), [chained]) == {f"c{i}": "e0" for i in range(3)}
+    later = [make_call(f"c{i}", criterion=LAT, tokens=1000, output=50, seq=20 + i,
+                       chained=True) for i in range(4)]
+    assert schedule(later, [chained]) == {f"c{i}": "e0" for i in range(4)}
+    assert schedule(later, [full_latency_engine()]) == {f"c{i}": "e0" for i in range(3)}
+    assert schedule(later, [full_latency_engine(chained_seq=10, kv_free=2500)]) == {
+        "c0": "e0", "c1": "e0"}
+    assert schedule(later, [chained], **CAPPED) == {}
+    proportional = SpeedProfile(0.0, ((0, 0.0), (65536, 655.36)))
+    assert schedule(later[:1], [full_latency_engine(chained_seq=10, profile=proportional)]) \
+        == {"c0": "e0"}
+
+
+def test_a_call_placed_this_round_without_a_waiting_consumer_frees_its_slot_in_a_turn():
+    """An unchained latency call placed past the limit this round ends within a turn: the
+    calls after it are held by the mean test again."""
+    chained = full_latency_engine(chained_seq=10)
+    calls = [make_call("a", criterion=LAT, tokens=1000, output=50, seq=20)] + [
+        make_call(f"c{i}", criterion=LAT, tokens=1000, output=50, seq=21 + i, chained=True)
+        for i in range(3)]
+    # "a" joins (behind chains); then the engine holds a call that ends within a turn: the
+    # others face the mean test with 5 running and 3 waiting
+    assert schedule(calls, [chained]) == {"a": "e0", "c0": "e0", "c1": "e0"}
+    # all chained: every one joins
+    calls[0] = make_call("a", criterion=LAT, tokens=1000, output=50, seq=20, chained=True)
+    assert schedule(calls, [chained]) == {"a": "e0", "c0": "e0", "c1": "e0", "c2": "e0"}
+
+
 def test_a_backlog_takes_only_free_kv_never_evicting_cached_contexts():
     """Past the latency limit a waiting call may only use KV that neither running calls nor
     contexts filled ahead for waiting calls hold: evicting one (the chunk of a chain's next
