@@ -193,10 +193,14 @@ class Manager:
                   if session.variables[b.var_id].error is not None]
         call.num_missing_inputs = sum(not session.variables[b.var_id].is_ready
                                       for b in inputs.values())
-        for source in inputs.values():  # its producers now have a call waiting on them
-            var = session.variables[source.var_id]
-            if not var.is_ready and var.producer in session.calls:
-                session.calls[var.producer].has_waiting_consumer = True
+        for source in inputs.values():   # consumers: both ways round of submission
+            producer = session.calls.get(session.variables[source.var_id].producer or "")
+            if producer is not None and call not in producer.consumers:
+                producer.consumers.append(call)
+        for binding in outputs.values():
+            for consumer in session.graph.get_consumers(binding.var_id):
+                if consumer is not call and consumer not in call.consumers:
+                    call.consumers.append(consumer)
         if failed:
             self._fail_call(session, call, CallFailedError(
                 f"input {failed[0].name!r} failed: {failed[0].error}"))
@@ -225,11 +229,6 @@ class Manager:
         call.prefix_hashes = shareable_hashes(call.prefix_pieces)
         call.num_tokens = prompt.num_tokens + sum(
             b.sampling.max_tokens for b in call.outputs.values())
-        # Consumers submitted before it (submit marks the producers of later ones).
-        call.has_waiting_consumer = any(
-            consumer.state is CallState.PENDING
-            for var in session.graph.output_variables(call)
-            for consumer in session.graph.get_consumers(var.var_id))
         transition(call, CallState.READY)
         self.prefix_index.add(call.prefix_hashes)
         self.scheduler.enqueue(call)

@@ -107,9 +107,8 @@ class Call:
     attempts: int = 0
     prefilled_ahead: bool = False             # filling its certain prefix ahead was decided
     arrival_seq: int = 0
-    # A call of its session waits on one of its outputs (set when it becomes ready): its
-    # application goes on with a call that takes its place on an engine when it finishes.
-    has_waiting_consumer: bool = False
+    # The calls of its session that take one of its outputs as input (kept by the manager).
+    consumers: list[Call] = field(default_factory=list, repr=False, compare=False)
     error: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     # Kept by parrot.core.lifecycle.transition (the only writer of `state`): when the call last
@@ -120,6 +119,18 @@ class Call:
 
     def mark(self, event: str, now: float) -> None:
         self.timings[event] = now
+
+    @property
+    def has_waiting_consumer(self) -> bool:
+        """A consumer waits on this call's outputs alone: it becomes ready when this call
+        finishes and takes its place (an application's next step). A consumer that also
+        waits on other calls (a reduce on its maps) does not."""
+        if self.state not in (CallState.PENDING, CallState.READY, CallState.RUNNING):
+            return False   # its outputs are out (or failed): nobody waits on it any more
+        outputs = {b.var_id for b in self.outputs.values()}
+        return any(c.state is CallState.PENDING and 0 < c.num_missing_inputs
+                   <= sum(b.var_id in outputs for b in c.inputs.values())
+                   for c in self.consumers)
 
     def input_token_counts(self, variables: Mapping[str, Variable]) -> dict[str, int]:
         """The real token counts of the inputs a generation produced and that reach the

@@ -185,8 +185,8 @@ async def test_a_call_stops_counting_once_its_last_output_is_published(manager):
 
 async def test_the_view_says_when_every_running_latency_call_has_its_next_call_waiting(
         manager, engine):
-    """Call.has_waiting_consumer (set when the call becomes ready: a call of its session
-    waits on its output) and EngineView.chained_latency_seq: the latest submission among the
+    """Call.has_waiting_consumer (a call waits on its outputs alone: the application's next
+    step) and EngineView.chained_latency_seq: the latest submission among the
     running latency calls when each of them has one, else None — a later application's call
     waiting for room there would wait for a whole chain (placement.Slot.has_room_backlogged)."""
     session = manager.create_session()

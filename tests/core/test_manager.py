@@ -305,3 +305,30 @@ async def test_a_call_cancelled_while_its_engine_is_probed_ends_failed(manager, 
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     assert call.state is CallState.FAILED and "cancelled" in call.error
+
+
+async def test_a_call_has_a_waiting_consumer_only_where_its_outputs_alone_hold_it_back(
+        manager, engine):
+    """Call.has_waiting_consumer: a consumer becomes ready when this call finishes (a chain's
+    next step), whichever was submitted first; a reduce that also waits on another map does
+    not count until that map is done."""
+    session = manager.create_session()
+    later = manager.create_variable(session, "later", None)
+    first = submit(manager, session, "Map A: {{input:x}} {{output:a}}", x=later.var_id)
+    second = submit(manager, session, "Map B: {{input:x}} {{output:b}}", x="text")
+    reduce = submit(manager, session, "Reduce: {{input:a}} {{input:b}} {{output:r}}",
+                    a=out(first, "a"), b=out(second, "b"))
+    assert not first.has_waiting_consumer and not second.has_waiting_consumer
+    await manager.get(session, out(second, "b"), Criterion.LATENCY)
+    assert first.has_waiting_consumer            # the reduce now waits on it alone
+    assert not second.has_waiting_consumer and not reduce.has_waiting_consumer
+    # a consumer submitted before its producer counts too
+    var = manager.create_variable(session, "y", None)
+    consumer = submit(manager, session, "Use: {{input:y}} {{output:u}}", y=var.var_id)
+    producer = submit(manager, session, "Make: {{input:x}} {{output:y}}", x="text",
+                      y={"in_out": "output", "semantic_var_id": var.var_id})
+    assert producer.has_waiting_consumer and not consumer.has_waiting_consumer
+    manager.set_variable(session, later.var_id, "now")
+    await manager.get(session, out(reduce, "r"), Criterion.LATENCY)
+    await manager.get(session, out(consumer, "u"), Criterion.LATENCY)
+    assert not first.has_waiting_consumer and not producer.has_waiting_consumer  # done
