@@ -12,10 +12,7 @@ Each round, the ready calls (in the given first-come first-served order) are gat
 A unit is placed to minimise its estimated finish time (cost.py: each engine's speed profile,
 its load and the prompt tokens placed on it this round):
 
-1. **whole**: the best engine with room for the whole unit (a prefix counted once; a LATENCY
-   unit the split would leave partly queued may stretch the latency limit while a step stays
-   within `latency_step_slack` of the step at the limit: its queued members would otherwise
-   wait a whole turn of the others);
+1. **whole**: the best engine with room for the whole unit (a prefix counted once);
 2. **split**: members one by one, each to the engine where it would finish first;
 
 and the whole placement is taken while it is not more than `colocation_slack` slower than the
@@ -248,10 +245,7 @@ class AppCentricPolicy(Policy):
         split, split_ms = self._split(unit, criterion, pool, saturated)
         if len(unit) == 1:
             return split
-        # A latency unit the split leaves partly queued may stretch the latency limit to keep
-        # together: its queued members would otherwise wait a whole turn of the others.
-        stretch = criterion is Criterion.LATENCY and len(split) < len(unit)
-        whole = self._whole(unit, criterion, pool, saturated, stretch)
+        whole = self._whole(unit, criterion, pool, saturated)
         if whole is None:
             return split
         slot, whole_ms = whole
@@ -270,13 +264,12 @@ class AppCentricPolicy(Policy):
         return assignments
 
     def _whole(self, unit: list[CallView], criterion: Criterion, pool: list[Slot],
-               saturated: bool, stretch: bool = False) -> tuple[Slot, float] | None:
-        """The best engine with room for every member (`stretch`: room past the latency limit
-        by `latency_step_slack`), and the unit's finish time there."""
+               saturated: bool) -> tuple[Slot, float] | None:
+        """The best engine with room for every member, and the unit's finish time there."""
         options = []
         for slot in pool:
             demand = self._demand(slot, unit, criterion, Demand())
-            if slot.has_room(demand, criterion) or (stretch and slot.has_room_stretched(demand)):
+            if slot.has_room(demand, criterion):
                 options.append((slot, demand, slot.finish_ms(demand)))
         best = self._pick(options, unit[0], criterion, saturated)
         return None if best is None else (best[0], best[2])

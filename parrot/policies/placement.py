@@ -139,16 +139,6 @@ class Slot:
     def has_room(self, demand: Demand, criterion: Criterion) -> bool:
         return self.load + demand.load <= self.capacity(criterion, demand.own_min)
 
-    def has_room_stretched(self, demand: Demand) -> bool:
-        """Room for latency work past the latency limit while a step stays within
-        `latency_step_slack` of the step at the limit (at most the throughput capacity): what
-        a whole unit of latency calls may take rather than leave members a whole turn behind
-        (AppCentricPolicy._whole)."""
-        if self.latency_step_slack <= 0:
-            return False
-        limit = self.capacity(Criterion.LATENCY, demand.own_min)
-        return self.load + demand.load <= max(limit, self._slower_step_load(limit))
-
     def has_room_backlogged(self, demand: Demand, waiting: int, seq: int | None = None
                             ) -> bool:
         """Room for a latency call that would otherwise wait for room (no engine has it under

@@ -127,19 +127,17 @@ def test_shared_prefix_set_splits_past_the_load_gate():
     assert len(placed) == 12 and set(placed.values()) == {"e0", "e1"}
 
 
-def test_a_latency_set_stretches_the_limit_rather_than_leave_members_a_turn_behind():
+def test_members_of_a_latency_set_past_the_limit_join_as_a_backlog_or_wait():
     """One engine, latency capacity 6,144: twelve calls forking a 3,000-token prefix with 300
-    tokens each need 6,600; the split would run ten and leave two a whole turn behind the
-    others, so the set runs whole while a step stays within latency_step_slack of the step
-    at the capacity (1.1 x 40 ms on DEFAULT_PROFILE: 7,314 tokens). Fifteen (7,500) do not
-    fit even so: ten run now, as without the stretch."""
+    tokens each need 6,600; ten fit under the limit. The other two would wait a whole turn:
+    as a latency backlog they join while the estimated mean completion drops
+    ((12/11 + 1) x d(6,300) <= (12/10 + 1) x d(6,000) on DEFAULT_PROFILE, then again at 11);
+    with the backlog off they wait (the limit holds)."""
     engine = [make_engine("e0", lat_cap=6144)]
     twelve = [sys_call(f"c{i}") for i in range(12)]
-    assert len(schedule(twelve, engine, **CAPPED)) == 12
-    assert len(schedule(twelve, engine, latency_step_slack=0.0, **CAPPED)) == 10
-    fifteen = [sys_call(f"c{i}") for i in range(15)]
-    assert len(schedule(fifteen, engine, **CAPPED)) == 10
-    # throughput calls are not stretched: the throughput capacity is memory
+    assert len(schedule(twelve, engine)) == 12
+    assert len(schedule(twelve, engine, **CAPPED)) == 10
+    # throughput calls never pass their capacity: it is memory
     thr = [make_call(f"t{i}", criterion=THR, tokens=3300, output=50,
                      prefixes=["sys", f"sys/t{i}"], prefix_tokens=[3000, 3250], shared="sys")
            for i in range(12)]

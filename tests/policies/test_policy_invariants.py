@@ -67,14 +67,6 @@ def latency_limit(engine, latency_calls) -> int:
     return max(engine.latency_capacity, min(step, engine.throughput_capacity))
 
 
-def stretched(engine, limit: int) -> int:
-    """Where a whole latency unit may reach rather than leave members queued: the load whose
-    step is 1.1 x the step at `limit`, at most the throughput capacity."""
-    profile = engine.profile
-    step = profile.max_batch_tokens(1.1 * profile.decode_ms(limit))
-    return max(limit, min(step, engine.throughput_capacity))
-
-
 def loaded_engines(engines, calls, placements):
     """(engine, the calls placed on it, its load after them) for every engine given calls,
     but an idle engine given one call (it may take one of any size)."""
@@ -106,8 +98,6 @@ def test_app_centric_respects_capacities(cluster):
                          else any(latency) or engine.num_latency_calls > 0)
         latency_calls = [c for c, is_latency in zip(mine, latency) if is_latency]
         limit = latency_limit(engine, latency_calls)
-        if len(latency_calls) > 1:        # possibly a whole unit, stretched
-            limit = stretched(engine, limit)
         cap = limit if latency_bound else engine.throughput_capacity
         assert load <= cap, (engine, mine)
         # Whether or not the cluster isolates, a latency call (no criterion: the default,
@@ -131,8 +121,6 @@ def test_a_latency_backlog_passes_latency_limits_only_within_memory_and_isolatio
     for engine, mine, _load in loaded_engines(engines, calls, placements):
         latency_calls = [c for c in mine if c.criterion is not Criterion.THROUGHPUT]
         limit = latency_limit(engine, latency_calls)
-        if len(latency_calls) > 1:
-            limit = stretched(engine, limit)
         latency_load = engine.num_tokens_in_use + sum(c.num_tokens for c in latency_calls)
         if latency_calls and latency_load > limit:
             assert engine.num_throughput_calls == 0, (engine, mine)
