@@ -189,9 +189,14 @@ async def run_live_paper(setups: Sequence[ServeSetup], out: Path, *, smoke: bool
                     results[e.key] = {"skipped": "time budget"}
                     continue
                 if e.rate_search is not None:
+                    def checkpoint(partial: dict[str, Any], key: str = e.key) -> None:
+                        results[key] = partial
+                        _save(out, {"wall_s": time.perf_counter() - started, "smoke": smoke,
+                                    "partial": True, "experiments": results})
+
                     results[e.key] = await _run_rate_search(
                         served, setup.path, e, e.workload_spec(smoke), delay_s, log,
-                        SMOKE_RATE_SEARCH if smoke else e.rate_search)
+                        SMOKE_RATE_SEARCH if smoke else e.rate_search, checkpoint)
                 else:
                     results[e.key] = await _run_experiment(served, setup.path, e,
                                                            e.workload_spec(smoke), delay_s,
@@ -267,9 +272,14 @@ async def _run_experiment(served: ServeConfig, config_path: str, e: LiveExperime
 
 async def _run_rate_search(served: ServeConfig, config_path: str, e: LiveExperiment,
                            spec: WorkloadSpec, delay_s: tuple[float, float], log: Any,
-                           search_spec: RateSearchSpec) -> dict[str, Any]:
+                           search_spec: RateSearchSpec,
+                           checkpoint: Callable[[dict[str, Any]], None] | None = None
+                           ) -> dict[str, Any]:
     """Per variant, the highest Poisson rate whose mean latency per output token stays within
-    the target (sweep.RateSearch; requests arrive over `window_s` at each rate tried)."""
+    the target (sweep.RateSearch; requests arrive over `window_s` at each rate tried). After
+    each variant, `checkpoint` gets the result so far: a search of several variants takes
+    minutes, and one killed at a machine's time limit keeps the variants it finished
+    (measured: a live search of four variants ran past a 600 s limit and lost all four)."""
     variants = parse_variants(e.compare)
     reference = parse_variants(e.reference)[0].label
     found: dict[str, Any] = {}
@@ -295,13 +305,16 @@ async def _run_rate_search(served: ServeConfig, config_path: str, e: LiveExperim
         found[variant.label] = {"sustainable_rate": sustained,
                                 "capped": search.bad is None and sustained > 0,
                                 "points": [dataclasses.asdict(p) for p in points]}
-    base = found[reference]["sustainable_rate"]
-    for entry in found.values():
-        entry["ratio_vs_reference"] = entry["sustainable_rate"] / base if base else None
-    return {"workload": e.workload, "mode": "live", "reference": reference,
-            "rate_search": dataclasses.asdict(search_spec), "serve_config": config_path,
-            "workload_spec": dataclasses.asdict(spec), "num_engines": e.engines,
-            "variants": found}
+        base = found.get(reference, {}).get("sustainable_rate")
+        for entry in found.values():   # none until the reference's search has run
+            entry["ratio_vs_reference"] = entry["sustainable_rate"] / base if base else None
+        result = {"workload": e.workload, "mode": "live", "reference": reference,
+                  "rate_search": dataclasses.asdict(search_spec), "serve_config": config_path,
+                  "workload_spec": dataclasses.asdict(spec), "num_engines": e.engines,
+                  "variants": found}
+        if checkpoint is not None and len(found) < len(variants):
+            checkpoint(result)
+    return result
 
 
 def _ms(value: float | None) -> str:

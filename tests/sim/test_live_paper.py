@@ -132,9 +132,21 @@ async def test_a_rate_search_finds_each_variants_rate_on_live_engines(tmp_path):
         rate_search=RateSearchSpec(target_s_per_token=10.0, window_s=0.5, start=4.0,
                                    max_rate=8.0, refinements=1))
     lines: list[str] = []
+    saved_midway: list[dict] = []
+
+    def log(line: str) -> None:
+        # the second variant's first rate: the first variant's search is already saved
+        if line.startswith("gpts_rate least_queue:baseline") and not saved_midway:
+            saved_midway.append(json.loads((tmp_path / "results.json").read_text()))
+        lines.append(line)
+
     summary = await run_live_paper([TWO], tmp_path, smoke=False, budget_s=300,
-                                   delay_s=(0.0, 0.0), experiments=(search,),
-                                   log=lines.append)
+                                   delay_s=(0.0, 0.0), experiments=(search,), log=log)
+    (midway,) = saved_midway
+    assert midway["partial"] and set(midway["experiments"]["gpts_rate"]["variants"]) == {
+        "least_queue:parrot"}
+    assert midway["experiments"]["gpts_rate"]["variants"]["least_queue:parrot"][
+        "ratio_vs_reference"] is None     # the reference has not run yet
     result = summary["experiments"]["gpts_rate"]
     assert result["reference"] == "least_queue:baseline" and result["rate_search"]["start"] == 4
     for label in ("least_queue:parrot", "least_queue:baseline"):
