@@ -25,7 +25,12 @@ last the runs after a waiting latency call started to pass the latency limit whe
 lowers the mean (live_paper_h200_latency_backlog/: map_reduce, multi_agent,
 concurrent_chains, copilot_32; ..._16files/: multi_agent at the paper's 16 files and mixed;
 ..._copilot/: all four copilot runs again, so the static-sharing ratios pair runs of one
-engine version).
+engine version); last the runs after a later application's call started to join running
+chains past the limit and prefill ahead to wait for an engine with no other prefill queued
+(live_paper_h200_chains_fair/: map_reduce, multi_agent, chain_summary, concurrent_chains,
+copilot_32; ..._16files/: multi_agent at 16 files and mixed). The gpts rate search of that
+session timed out before writing its results (its log and the baseline's rerun are in
+..._gpts_rate/ and ..._gpts_rate2/, read by docs/RESULTS.md, not here).
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -53,7 +58,8 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_auto_throughput_gpts_rate",
              "live_paper_h200_wider_buckets_gpts_latency20k",
              "live_paper_h200_latency_backlog", "live_paper_h200_latency_backlog_16files",
-             "live_paper_h200_latency_backlog_copilot")
+             "live_paper_h200_latency_backlog_copilot", "live_paper_h200_chains_fair",
+             "live_paper_h200_chains_fair_16files")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
