@@ -218,11 +218,35 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/core/test_sessions.py::"
          "test_a_session_with_a_waiting_get_or_a_running_call_is_kept",)),
     Mutation(
-        "latency_set_stretch", "parrot/policies/app_centric.py",
-        "        stretch = criterion is Criterion.LATENCY and len(split) < len(unit)\n",
-        "        stretch = False\n",
+        "latency_backlog_behind_chains", "parrot/policies/placement.py",
+        "            return True   # it would wait for a whole chain here, not a turn\n",
+        "            pass\n",
         ("tests/policies/test_app_centric.py::"
-         "test_a_latency_set_stretches_the_limit_rather_than_leave_members_a_turn_behind",)),
+         "test_a_call_behind_running_chains_joins_rather_than_wait_for_a_chain_to_end",)),
+    Mutation(
+        "waiting_consumer_alone", "parrot/core/nodes.py",
+        "<= sum(b.var_id in outputs for b in c.inputs.values())",
+        "<= len(c.inputs)",
+        ("tests/core/test_manager.py::"
+         "test_a_call_has_a_waiting_consumer_only_where_its_outputs_alone_hold_it_back",)),
+    Mutation(
+        "prefill_ahead_into_idle_prefill_only", "parrot/core/prefill_ahead.py",
+        "    if _uncached_tokens(pieces, engine) > 0 and not engine.prefills_only(producer.call_id):",
+        "    if False:",
+        ("tests/core/test_prefill_ahead.py::"
+         "test_no_prefix_is_filled_ahead_while_the_engine_has_other_prefill_queued",)),
+    Mutation(
+        "bench_failed_apps_are_an_error", "parrot/sim/compare.py",
+        "    return VariantRun(variant, \"error\" if failed else \"ok\", result,",
+        "    return VariantRun(variant, \"ok\", result,",
+        ("tests/sim/test_cluster_sim.py::"
+         "test_a_run_with_failed_applications_is_an_error_with_no_speedup",)),
+    Mutation(
+        "rate_search_checkpoint", "parrot/sim/live_paper.py",
+        "            checkpoint(result)\n",
+        "            pass\n",
+        ("tests/sim/test_live_paper.py::"
+         "test_a_rate_search_finds_each_variants_rate_on_live_engines",)),
     Mutation(
         "latency_backlog_admitted", "parrot/policies/app_centric.py",
         "        if criterion is Criterion.LATENCY and self.params.admit_latency_backlog:\n",
