@@ -231,7 +231,8 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_a_call_has_a_waiting_consumer_only_where_its_outputs_alone_hold_it_back",)),
     Mutation(
         "prefill_ahead_into_idle_prefill_only", "parrot/core/prefill_ahead.py",
-        "    if _uncached_tokens(pieces, engine) > 0 and not engine.prefills_only(producer.call_id):",
+        "    if _uncached_tokens(pieces, engine) > 0 and not engine.prefills_only("
+        "producer.call_id):",
         "    if False:",
         ("tests/core/test_prefill_ahead.py::"
          "test_no_prefix_is_filled_ahead_while_the_engine_has_other_prefill_queued",)),
