@@ -193,7 +193,9 @@ class Manager:
                   if session.variables[b.var_id].error is not None]
         call.num_missing_inputs = sum(not session.variables[b.var_id].is_ready
                                       for b in inputs.values())
-        for source in inputs.values():   # consumers: both ways round of submission
+        # Producers learn their consumers whichever was submitted first
+        # (Call.has_waiting_consumer).
+        for source in inputs.values():
             producer = session.calls.get(session.variables[source.var_id].producer or "")
             if producer is not None and call not in producer.consumers:
                 producer.consumers.append(call)

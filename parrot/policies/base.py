@@ -37,7 +37,8 @@ class CallView:
     # The deepest of prefix_hashes that another *queued* call shares (the paper's
     # SharedReqsInQueue, counted over the queue each round); None when no queued call shares one.
     shared_prefix: str | None = None
-    # A call of its session waits on its output: its application's next call follows it.
+    # A call of its session waits on its outputs alone (Call.has_waiting_consumer): its
+    # application's next call follows it.
     has_waiting_consumer: bool = False
 
     @property
@@ -81,8 +82,8 @@ class EngineView:
     # waiting calls (None: unknown); other idle contexts count as free (evicted least
     # recently used first). Placing past it evicts a prefix a waiting call would fork.
     kv_free_tokens: int | None = None
-    # When every running LATENCY call has a call of its application waiting on its output,
-    # the latest submission (`CallView.arrival_seq`) among them; None otherwise. Those next
+    # When every running LATENCY call has a call of its application waiting on its outputs
+    # alone, the latest submission (`CallView.arrival_seq`) among them; None otherwise. Those next
     # calls come before any call submitted after it (first come, first served per
     # application), so such a call that waits for room here waits for a whole chain to end.
     chained_latency_seq: int | None = None
