@@ -237,6 +237,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/core/test_prefill_ahead.py::"
          "test_no_prefix_is_filled_ahead_while_the_engine_has_other_prefill_queued",)),
     Mutation(
+        "whole_prompt_prefix_is_prefilled", "parrot/core/executor.py",
+        "                    engine.note_prefilled(call.call_id)\n",
+        "                    pass\n",
+        ("tests/core/test_prefill_ahead.py::"
+         "test_a_call_whose_whole_prompt_is_a_cached_prefix_has_no_prefill_queued",)),
+    Mutation(
         "bench_failed_apps_are_an_error", "parrot/sim/compare.py",
         "    return VariantRun(variant, \"error\" if failed else \"ok\", result,",
         "    return VariantRun(variant, \"ok\", result,",

@@ -187,10 +187,14 @@ class EngineState:
         assert self.num_tokens_in_use >= 0 and self.num_latency_calls >= 0 \
             and self.num_throughput_calls >= 0
 
+    def note_prefilled(self, call_id: str) -> None:
+        """The call's prompt is prefilled: it no longer counts as prefill queued here."""
+        self.prefilling.pop(call_id, None)
+
     def note_prompt_tokens(self, call_id: str, context_len: int) -> None:
         """The engine reported the call's prompt length in real tokens (its first Fill's
         context length, prefix included): count that instead of the characters/4 estimate."""
-        self.prefilling.pop(call_id, None)   # its prompt is prefilled
+        self.note_prefilled(call_id)
         placed = self.running.get(call_id)
         if placed is None:
             return

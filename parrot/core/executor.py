@@ -117,6 +117,8 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
                     if not created:  # the whole prompt before the first output, in real tokens
                         engine.note_prompt_tokens(call.call_id, filled.context_len)
                     created, pending, context_len = True, [], filled.context_len
+                elif not created:   # the whole prompt is a prefix context: prefilled
+                    engine.note_prefilled(call.call_id)
                 if call.num_prompt_tokens is None:
                     call.num_prompt_tokens = context_len
                 binding = call.outputs[seg.name]

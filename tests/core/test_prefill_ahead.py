@@ -101,3 +101,29 @@ async def test_no_prefix_is_filled_ahead_while_the_engine_has_other_prefill_queu
         state.remove_call(call)
     assert state.prefilling == {}
     await manager.get(session, out(second, "s"), Criterion.LATENCY)
+
+
+async def test_a_call_whose_whole_prompt_is_a_cached_prefix_has_no_prefill_queued(
+        manager, engine):
+    """A call that forks a prefix context holding its whole prompt sends no Fill: its prompt
+    is prefilled once the context is, so it stops counting as queued prefill
+    (EngineState.prefilling) before it generates rather than when it finishes."""
+    session = manager.create_session()
+    prompt = CHUNK + "{{input:q}}{{output:a}}"
+    calls = [submit(manager, session, prompt, q="the same long question " * 20)
+             for _ in range(2)]
+    state = manager.engines.get("e0")
+    queued_at_generate: dict[str, set[str]] = {}
+    generate = engine.generate
+
+    def spy(request):
+        queued_at_generate[request.context_id] = {c for c, n in state.prefilling.items() if n}
+        return generate(request)
+
+    engine.generate = spy
+    for call in calls:
+        await manager.get(session, out(call, "a"), Criterion.LATENCY)
+    own = [f"c-{call.call_id}-0" for call in calls]
+    assert not [cid for op, cid, _ in engine.log if op == "fill" and cid in own]  # no Fill
+    for call, context_id in zip(calls, own):
+        assert call.call_id not in queued_at_generate[context_id]
