@@ -90,8 +90,17 @@ class SessionGraph:
             self._producer[out_id] = call
         self._calls.append(call)
         self._active.append(call)
-        call.topo_rank = 1 + max((p.topo_rank for p in self.input_producers(call)), default=-1)
+        producers = self.input_producers(call)
+        call.topo_rank = 1 + max((p.topo_rank for p in producers), default=-1)
         self._raise_downstream_ranks(call)
+        # Call.consumers, whichever of producer and consumer was submitted first.
+        for producer in producers:
+            if call not in producer.consumers:
+                producer.consumers.append(call)
+        for out_id in output_ids:
+            for consumer in self._consumers.get(out_id, ()):
+                if consumer not in call.consumers:
+                    call.consumers.append(consumer)
 
     def _raise_downstream_ranks(self, call: Call) -> None:
         """Keep rank(consumer) > rank(producer): an output bound to a variable that already has

@@ -193,16 +193,6 @@ class Manager:
                   if session.variables[b.var_id].error is not None]
         call.num_missing_inputs = sum(not session.variables[b.var_id].is_ready
                                       for b in inputs.values())
-        # Producers learn their consumers whichever was submitted first
-        # (Call.has_waiting_consumer).
-        for source in inputs.values():
-            producer = session.calls.get(session.variables[source.var_id].producer or "")
-            if producer is not None and call not in producer.consumers:
-                producer.consumers.append(call)
-        for binding in outputs.values():
-            for consumer in session.graph.get_consumers(binding.var_id):
-                if consumer is not call and consumer not in call.consumers:
-                    call.consumers.append(consumer)
         if failed:
             self._fail_call(session, call, CallFailedError(
                 f"input {failed[0].name!r} failed: {failed[0].error}"))

@@ -107,7 +107,7 @@ class Call:
     attempts: int = 0
     prefilled_ahead: bool = False             # filling its certain prefix ahead was decided
     arrival_seq: int = 0
-    # The calls of its session that take one of its outputs as input (kept by the manager).
+    # The calls of its session that take one of its outputs as input (kept by SessionGraph).
     consumers: list[Call] = field(default_factory=list, repr=False, compare=False)
     error: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
