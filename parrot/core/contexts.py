@@ -79,6 +79,8 @@ class EngineContexts:
         self._referenced: dict[PrefixContext, None] = {}
         # Contexts filled ahead for a call that has not forked them yet (prefill_ahead.py).
         self._ahead: dict[PrefixContext, None] = {}
+        # Fills sent to the engine and not answered yet: prefill queued there.
+        self.num_filling = 0
 
     @property
     def prefix_hashes(self) -> OrderedDict[str, PrefixContext]:
@@ -192,10 +194,12 @@ class EngineContexts:
                               parent_context_id=parent.context_id if parent else None,
                               text=piece.text)
         task = asyncio.ensure_future(self._engine.fill(request))
+        self.num_filling += 1
         task.add_done_callback(lambda t: self._on_filled(ctx, t))
         return ctx
 
     def _on_filled(self, ctx: PrefixContext, task: asyncio.Future[FillResult]) -> None:
+        self.num_filling -= 1
         if task.cancelled():
             error: BaseException | None = EngineError(f"fill of {ctx.context_id} was cancelled")
         else:

@@ -69,6 +69,9 @@ class _Placed:
     prefixes: tuple[tuple[str, int], ...]   # (hash, tokens since the previous boundary)
     num_output_tokens: int
     call: Call                      # read live: a consumer may be submitted while it runs
+    # Prompt tokens still to prefill until its first fill reports (beyond the deepest prefix
+    # cached here when it was placed).
+    prefill_tokens: int = 0
 
 
 @dataclass(eq=False)
@@ -91,11 +94,6 @@ class EngineState:
     # equal prefix text may estimate it differently when one knows its inputs' real counts).
     prefix_tokens: dict[str, int] = field(default_factory=dict)
     profile: SpeedProfile = DEFAULT_PROFILE
-    # Prompt tokens still to prefill: of each running call until its first fill reports
-    # (beyond the deepest prefix cached here when it was placed), and of prefixes being
-    # filled ahead (prefill_ahead.py).
-    prefilling: dict[str, int] = field(default_factory=dict)
-    ahead_prefill_tokens: int = 0
 
     @property
     def engine_id(self) -> str:
@@ -130,11 +128,16 @@ class EngineState:
         (a call may round up to a block and copy its parent's partial block)."""
         return self.num_tokens_in_use + 2 * self.info.block_size * len(self.running)
 
+    @property
+    def prefilling(self) -> dict[str, int]:
+        """Running calls whose prompt is still to prefill: call id -> tokens."""
+        return {cid: p.prefill_tokens for cid, p in self.running.items() if p.prefill_tokens}
+
     def prefills_only(self, call_id: str) -> bool:
         """Whether the only prefill queued here is `call_id`'s prompt (no other running call
-        before its first fill reports, no prefix being filled ahead)."""
-        return self.ahead_prefill_tokens == 0 and not any(
-            n for other, n in self.prefilling.items() if other != call_id)
+        before its first fill reports, no prefix context being filled)."""
+        return self.contexts.num_filling == 0 and not any(
+            p.prefill_tokens for other, p in self.running.items() if other != call_id)
 
     def add_call(self, call: Call, criterion: Criterion | None = None) -> None:
         """Count `call` as running here; as `criterion` (the one its placement names) when
@@ -144,10 +147,13 @@ class EngineState:
         prefixes = tuple((h, n - prev) for h, n, prev in
                          zip(call.prefix_hashes, cumulative, (0, *cumulative)))
         output = sum(b.sampling.max_tokens for b in call.outputs.values())
+        cached = next((n for h, n in zip(reversed(call.prefix_hashes), reversed(cumulative))
+                       if h in self.contexts.prefix_hashes), 0)
         # Remember what was counted: re-deduction may change the call's criterion later.
         placed = _Placed(max(0, call.num_tokens - (cumulative[-1] if cumulative else 0)),
                          (criterion or call.criterion) is Criterion.THROUGHPUT,
-                         call.task_group, prefixes, output, call)
+                         call.task_group, prefixes, output, call,
+                         max(0, call.num_tokens - output - cached))
         self.running[call.call_id] = placed
         self.num_tokens_in_use += placed.num_tokens
         for prefix, tokens in prefixes:
@@ -161,12 +167,8 @@ class EngineState:
             self.num_latency_calls += 1
         if placed.task_group is not None:
             self.task_groups[placed.task_group] += 1
-        cached = next((n for h, n in zip(reversed(call.prefix_hashes), reversed(cumulative))
-                       if h in self.contexts.prefix_hashes), 0)
-        self.prefilling[call.call_id] = max(0, call.num_tokens - output - cached)
 
     def remove_call(self, call: Call) -> None:
-        self.prefilling.pop(call.call_id, None)
         placed = self.running.pop(call.call_id, None)
         if placed is None:
             return
@@ -189,19 +191,20 @@ class EngineState:
 
     def note_prefilled(self, call_id: str) -> None:
         """The call's prompt is prefilled: it no longer counts as prefill queued here."""
-        self.prefilling.pop(call_id, None)
+        placed = self.running.get(call_id)
+        if placed is not None and placed.prefill_tokens:
+            self.running[call_id] = replace(placed, prefill_tokens=0)
 
     def note_prompt_tokens(self, call_id: str, context_len: int) -> None:
         """The engine reported the call's prompt length in real tokens (its first Fill's
         context length, prefix included): count that instead of the characters/4 estimate."""
-        self.note_prefilled(call_id)
         placed = self.running.get(call_id)
         if placed is None:
             return
         prefix = sum(tokens for _, tokens in placed.prefixes)
         own = max(0, context_len - prefix) + placed.num_output_tokens
         self.num_tokens_in_use += own - placed.num_tokens
-        self.running[call_id] = replace(placed, num_tokens=own)
+        self.running[call_id] = replace(placed, num_tokens=own, prefill_tokens=0)
 
     def view(self) -> EngineView:
         return EngineView(

@@ -74,13 +74,9 @@ async def prefill_ahead(call: Call, engine: EngineState,
     """Fill `pieces` (plan_ahead's) for `call` on `engine` and leave them cached there."""
     deepest = pieces[-1].prefix_hash
     contexts, _ = plan_prefix_contexts(pieces, lambda h: h == deepest)
-    queued = _uncached_tokens(pieces, engine)
-    engine.ahead_prefill_tokens += queued   # prefill queued there (EngineState.prefills_only)
     try:
         chain = await engine.contexts.acquire(contexts, call.session_id)
     except ParrotError as exc:  # an optimisation only: the call fills it itself later
         log.debug("prefill ahead of %s on %s failed: %s", call.call_id, engine.engine_id, exc)
         return
-    finally:
-        engine.ahead_prefill_tokens -= queued
     engine.contexts.release_ahead(chain)

@@ -101,6 +101,24 @@ async def test_a_failed_fill_leaves_nothing_behind(engine):
     assert contexts.num_cached_tokens == 0
 
 
+async def test_num_filling_counts_the_fills_the_engine_has_not_answered(engine):
+    """EngineContexts.num_filling: prefill queued on the engine for contexts (read by
+    EngineState.prefills_only), back to 0 when each fill answers, failed ones included."""
+    engine.delay = 0.01
+    contexts = EngineContexts(engine, "e")
+    first = asyncio.ensure_future(contexts.acquire(pieces("s", "a"), "A"))
+    second = asyncio.ensure_future(contexts.acquire(pieces("t"), "A"))
+    await asyncio.sleep(0)
+    assert contexts.num_filling == 2            # "s" and "t"; "s/a" waits for "s"
+    contexts.release(await second)
+    contexts.release(await first)
+    assert contexts.num_filling == 0
+    engine.fail_next = 1
+    with pytest.raises(EngineUnavailableError, match="injected"):
+        await contexts.acquire(pieces("u"), "A")
+    assert contexts.num_filling == 0
+
+
 async def test_concurrent_calls_fill_each_new_prefix_once(engine):
     engine.delay = 0.01
     contexts = EngineContexts(engine, "e")

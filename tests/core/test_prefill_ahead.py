@@ -94,9 +94,9 @@ async def test_no_prefix_is_filled_ahead_while_the_engine_has_other_prefill_queu
     assert plan_ahead(session, second, state, first) == ()
     state.note_prompt_tokens(other.call_id, 400)    # now it is
     assert plan_ahead(session, second, state, first) == pieces
-    state.ahead_prefill_tokens = 10      # another prefix being filled ahead
+    state.contexts.num_filling = 1       # a prefix context being filled (ahead or for a call)
     assert plan_ahead(session, second, state, first) == ()
-    state.ahead_prefill_tokens = 0
+    state.contexts.num_filling = 0
     for call in (first, other):
         state.remove_call(call)
     assert state.prefilling == {}
