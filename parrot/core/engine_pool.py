@@ -207,6 +207,7 @@ class EngineState:
         self.running[call_id] = replace(placed, num_tokens=own, prefill_tokens=0)
 
     def view(self) -> EngineView:
+        latency = [p for p in self.running.values() if not p.is_throughput]
         return EngineView(
             engine_id=self.engine_id,
             num_running_calls=len(self.running),
@@ -222,21 +223,16 @@ class EngineState:
             profile=self.profile,
             running_prefixes=_ReadOnlyKeys(self.prefix_refs),
             latency_floor_tokens=min((p.num_tokens + sum(n for _, n in p.prefixes)
-                                      for p in self.running.values() if not p.is_throughput),
-                                     default=0),
+                                      for p in latency), default=0),
             # Idle contexts count as free (evicted least recently used first), but those
             # filled ahead for a waiting call: evicting one makes that call fill it again.
             kv_free_tokens=(self.kv_capacity_tokens - self._running_kv_tokens()
                             - self.contexts.num_ahead_tokens
                             if self.kv_capacity_tokens > 0 else None),
-            chained_latency_seq=self._chained_latency_seq(),
+            chained_latency_seq=(max(p.call.arrival_seq for p in latency)
+                                 if latency and all(p.call.has_waiting_consumer
+                                                    for p in latency) else None),
         )
-
-    def _chained_latency_seq(self) -> int | None:
-        latency = [p for p in self.running.values() if not p.is_throughput]
-        if not latency or not all(p.call.has_waiting_consumer for p in latency):
-            return None
-        return max(p.call.arrival_seq for p in latency)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.engine_id, "kind": self.info.kind, "model": self.info.model,
