@@ -1,0 +1,295 @@
+"""The mutations scripts/mutation_check.py applies: each a one-line change to the code and the
+tests that must catch it. Add one here with every behaviour a test pins down."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str                 # relative to the repository root
+    old: str                  # exact snippet; must occur exactly once in the file
+    new: str
+    tests: tuple[str, ...]    # pytest node ids that must fail with the mutation applied
+
+
+MUTATIONS: tuple[Mutation, ...] = (
+    Mutation(
+        "small_batch_gemv_rows", "parrot/engines/builtin/model.py",
+        "        wins = gemv.kernel_wins(n, k, rows) if measured is None else measured\n",
+        "        wins = rows == 1 if measured is None else measured\n",
+        ("tests/engines/builtin/test_small_batch_gemv.py",)),
+    Mutation(
+        "small_batch_gemv_prefill", "parrot/engines/builtin/model.py",
+        "        wins = gemv.kernel_wins(n, k, rows) if measured is None else measured\n",
+        "        wins = rows <= 64 if measured is None else measured\n",
+        ("tests/engines/builtin/test_small_batch_gemv.py",)),
+    Mutation(
+        "linear_choice_followed", "parrot/engines/builtin/model.py",
+        "        wins = gemv.kernel_wins(n, k, rows) if measured is None else measured\n",
+        "        wins = gemv.kernel_wins(n, k, rows)\n",
+        ("tests/engines/builtin/test_linear_choice.py",)),
+    Mutation(
+        "linear_choice_faster_side", "parrot/engines/builtin/linear_choice.py",
+        "            if small < library:\n", "            if small > library:\n",
+        ("tests/engines/builtin/test_linear_choice.py",)),
+    Mutation(
+        "device_lock_taken", "parrot/engines/builtin/device_lock.py",
+        "        fcntl.flock(handle, fcntl.LOCK_EX)\n", "",
+        ("tests/engines/builtin/test_device_lock.py",
+         "tests/engines/builtin/test_linear_choice.py")),
+    Mutation(
+        "linear_choice_locks_its_gpu", "parrot/engines/builtin/build.py",
+        "with exclusive_device(device_key(model.device)) as waited:",
+        'with exclusive_device("elsewhere") as waited:',
+        ("tests/engines/builtin/test_linear_choice.py",)),
+    Mutation(
+        "paged_prefill_positions", "parrot/engines/builtin/runner.py",
+        "plan = kernels.plan_prefill([(start, end - start, pos)",
+        "plan = kernels.plan_prefill([(start, end - start, 0)",
+        ("tests/engines/builtin/test_paged_prefill.py",)),
+    Mutation(
+        "long_prompts_raise_the_latency_limit", "parrot/policies/placement.py",
+        "        if size <= self._suits_up_to:\n",
+        "        if True:\n",
+        ("tests/policies/test_app_centric.py",)),
+    Mutation(
+        "small_latency_call_keeps_the_capacity", "parrot/policies/placement.py",
+        "        size = smaller_known(self.latency_floor, own)\n",
+        "        size = smaller_known(0, own)\n",
+        ("tests/policies/test_app_centric.py", "tests/policies/test_policy_invariants.py")),
+    Mutation(
+        "staging_two_mirrors", "parrot/engines/builtin/staging.py",
+        "        self._current ^= 1\n", "",
+        ("tests/engines/builtin/test_staging.py",)),
+    Mutation(
+        "lookahead_finished_rows_leave", "parrot/engines/builtin/graphs.py",
+        "    index, j = [], 0\n", "    return None\n    index, j = [], 0\n",
+        ("tests/engines/builtin/test_lookahead.py",)),
+    Mutation(
+        "lookahead_group_crosses_block", "parrot/engines/builtin/lookahead.py",
+        "    if any(crossing) and owned is None:\n",
+        "    if any(crossing) and (owned is None or rows.groups is not None):\n",
+        ("tests/engines/builtin/test_lookahead.py",)),
+    Mutation(
+        "lookahead_fed", "parrot/engines/builtin/runner.py",
+        "        if host.sample_rows != list(range(len(rows.token_ids))):\n",
+        "        if True:\n",
+        ("tests/engines/builtin/test_lookahead.py",)),
+    Mutation(
+        "no_affinity_counts_prefix_load", "parrot/policies/placement.py",
+        "                    if is_brought or self.counts_prefix(prefix):\n",
+        "                    if affinity and (is_brought or self.counts_prefix(prefix)):\n",
+        ("tests/policies/test_app_centric.py::"
+         "test_without_affinity_a_set_sharing_a_prefix_fits_as_the_engine_counts_it",)),
+    Mutation(
+        "live_warmup_full_outputs", "parrot/sim/live_paper.py",
+        'full_outputs=variant.mode == "parrot")', "full_outputs=False)",
+        ("tests/sim/test_live_paper.py::"
+         "test_the_warm_up_generates_full_outputs_in_parrot_mode_only",)),
+    Mutation(
+        "warmup_every_prefill_tile", "parrot/engines/builtin/warmup.py",
+        'for tuning in getattr(kernels, "PREFILL_TUNINGS", (None,))]',
+        "for tuning in (None,)]",
+        ("tests/engines/builtin/test_startup.py::"
+         "test_warm_up_compiles_the_paged_prefill_kernel_when_the_model_runs_it",)),
+    Mutation(
+        "prefill_without_cudnn", "parrot/engines/builtin/attention.py",
+        "    if device.type != \"cuda\":\n", "    if True:\n",
+        ("tests/engines/builtin/test_prefill_attention.py",)),
+    Mutation(
+        "scheduler_fifo", "parrot/core/scheduler.py",
+        "    return sorted(calls, key=lambda c: c.arrival_seq)",
+        "    return sorted(calls, key=lambda c: c.arrival_seq, reverse=True)",
+        ("tests/core/test_scheduler_order.py",)),
+    Mutation(
+        "contexts_lru_touch_on_hit", "parrot/core/contexts.py",
+        "            if (ctx := self._by_hash.get(piece.prefix_hash)) is not None:\n"
+        "                self._by_hash.move_to_end(piece.prefix_hash)\n",
+        "            if (ctx := self._by_hash.get(piece.prefix_hash)) is not None:\n",
+        ("tests/core/test_contexts_lru.py",)),
+    Mutation(
+        "executor_evict_and_retry", "parrot/core/executor.py",
+        "        if await engine.contexts.evict_all() == 0:\n            raise\n",
+        "        raise\n",
+        ("tests/core/test_executor_kv_retry.py",)),
+    Mutation(
+        "engine_pool_tokens_never_decremented", "parrot/core/engine_pool.py",
+        "        self.num_tokens_in_use -= placed.num_tokens\n",
+        "        self.num_tokens_in_use -= 0\n",
+        ("tests/core/test_engine_pool_accounting.py",)),
+    Mutation(
+        "builtin_lru_victim", "parrot/engines/builtin/scheduler.py",
+        "victim = min(owning or idle, key=lambda c: c.last_used)",
+        "victim = max(owning or idle, key=lambda c: c.last_used)",
+        ("tests/engines/builtin/test_scheduler_order.py::"
+         "test_kv_pressure_evicts_the_least_recently_used_idle_context",)),
+    Mutation(
+        "builtin_prefill_before_decode", "parrot/engines/builtin/scheduler.py",
+        "for work in decodes + prefills:",
+        "for work in prefills + decodes:",
+        ("tests/engines/builtin/test_scheduler_order.py::"
+         "test_a_decode_step_goes_before_an_older_prefill_that_would_eat_the_budget",)),
+    Mutation(
+        "manager_no_failure_propagation", "parrot/core/manager.py",
+        "                    if consumer.state in (CallState.PENDING, CallState.READY):\n"
+        "                        pending.append((consumer,",
+        "                    if False:\n"
+        "                        pending.append((consumer,",
+        ("tests/core/test_manager.py::test_failure_propagates_downstream",)),
+    Mutation(
+        "executor_free_swallows_everything", "parrot/core/executor.py",
+        "    except UnknownContextError:\n",
+        "    except Exception:\n",
+        ("tests/core/test_executor_free_context.py",)),
+    Mutation(
+        "contexts_evict_most_recent", "parrot/core/contexts.py",
+        "        for ctx in self._by_hash.values():\n            if freed >= num_tokens:",
+        "        for ctx in reversed(self._by_hash.values()):\n            if freed >= num_tokens:",
+        ("tests/core/test_contexts_lru.py",)),
+    Mutation(
+        "lifecycle_done_not_final", "parrot/core/lifecycle.py",
+        "    _D: frozenset(),", "    _D: frozenset({_R}),",
+        ("tests/core/test_lifecycle.py",)),
+    Mutation(
+        "scheduler_skip_placement_validation", "parrot/core/scheduler.py",
+        "checked = check_placements(placements, self._ready, self._pool)",
+        "checked = list(placements)",
+        ("tests/core/test_scheduler_policy_failures.py::"
+         "test_an_invalid_placement_changes_nothing",)),
+    Mutation(
+        "scheduler_policy_failures_never_fail_calls", "parrot/core/scheduler.py",
+        "        if self.num_policy_failures < MAX_POLICY_FAILURES:\n",
+        "        if True:\n",
+        ("tests/core/test_scheduler_policy_failures.py::"
+         "test_a_policy_that_keeps_raising_fails_its_calls_at_once",)),
+    Mutation(
+        "scheduler_failure_count_not_reset", "parrot/core/scheduler.py",
+        "        self.num_policy_failures = 0\n        for placement in checked:",
+        "        for placement in checked:",
+        ("tests/core/test_scheduler_policy_failures.py::"
+         "test_a_policy_that_recovers_resets_the_count",)),
+    Mutation(
+        "placement_criterion_ignored", "parrot/core/manager.py",
+        "        engine.add_call(call, criterion)\n",
+        "        engine.add_call(call)\n",
+        ("tests/core/test_scheduler_policy_failures.py::"
+         "test_the_placement_criterion_is_what_the_engine_counts",)),
+    Mutation(
+        "builtin_loop_spins_on_scheduler_error", "parrot/engines/builtin/engine.py",
+        "                await self._back_off(retry_s)\n",
+        "",
+        ("tests/engines/builtin/test_engine_scheduling_faults.py::"
+         "test_a_raising_scheduler_fails_requests_backs_off_and_recovers",)),
+    Mutation(
+        "builtin_healthy_while_scheduling_fails", "parrot/engines/builtin/engine.py",
+        "return not self._closing and self._unhealthy is None \\\n",
+        "return not self._closing \\\n",
+        ("tests/engines/builtin/test_engine_scheduling_faults.py::"
+         "test_engine_server_healthz_is_503_while_scheduling_fails",)),
+    Mutation(
+        "sessions_expire_while_waited_on", "parrot/core/sessions.py",
+        "if session.tasks or session.num_waiters or idle < self._ttl_s:",
+        "if idle < self._ttl_s:",
+        ("tests/core/test_sessions.py::"
+         "test_a_session_with_a_waiting_get_or_a_running_call_is_kept",)),
+    Mutation(
+        "latency_backlog_behind_chains", "parrot/policies/placement.py",
+        "            return True   # it would wait for a whole chain here, not a turn\n",
+        "            pass\n",
+        ("tests/policies/test_app_centric.py::"
+         "test_a_call_behind_running_chains_joins_rather_than_wait_for_a_chain_to_end",)),
+    Mutation(
+        "waiting_consumer_alone", "parrot/core/nodes.py",
+        "<= sum(b.var_id in outputs for b in c.inputs.values())",
+        "<= len(c.inputs)",
+        ("tests/core/test_manager.py::"
+         "test_a_call_has_a_waiting_consumer_only_where_its_outputs_alone_hold_it_back",)),
+    Mutation(
+        "prefill_ahead_into_idle_prefill_only", "parrot/core/prefill_ahead.py",
+        "    if _uncached_tokens(pieces, engine) > 0 and not engine.prefills_only("
+        "producer.call_id):",
+        "    if False:",
+        ("tests/core/test_prefill_ahead.py::"
+         "test_no_prefix_is_filled_ahead_while_the_engine_has_other_prefill_queued",)),
+    Mutation(
+        "whole_prompt_prefix_is_prefilled", "parrot/core/executor.py",
+        "                    engine.note_prefilled(call.call_id)\n",
+        "                    pass\n",
+        ("tests/core/test_prefill_ahead.py::"
+         "test_a_call_whose_whole_prompt_is_a_cached_prefix_has_no_prefill_queued",)),
+    Mutation(
+        "bench_failed_apps_are_an_error", "parrot/sim/compare.py",
+        "    return VariantRun(variant, \"error\" if failed else \"ok\", result,",
+        "    return VariantRun(variant, \"ok\", result,",
+        ("tests/sim/test_cluster_sim.py::"
+         "test_a_run_with_failed_applications_is_an_error_with_no_speedup",)),
+    Mutation(
+        "rate_search_checkpoint", "parrot/sim/live_paper.py",
+        "            checkpoint(result)\n",
+        "            pass\n",
+        ("tests/sim/test_live_paper.py::"
+         "test_a_rate_search_finds_each_variants_rate_on_live_engines",)),
+    Mutation(
+        "latency_backlog_admitted", "parrot/policies/app_centric.py",
+        "        if criterion is Criterion.LATENCY and self.params.admit_latency_backlog:\n",
+        "        if False:\n",
+        ("tests/policies/test_app_centric.py::"
+         "test_waiting_latency_calls_join_while_the_mean_completion_drops",)),
+    Mutation(
+        "latency_backlog_isolated", "parrot/policies/placement.py",
+        "        if running <= 0 or waiting <= 0 or self.serves(Criterion.THROUGHPUT):\n",
+        "        if running <= 0 or waiting <= 0:\n",
+        ("tests/policies/test_app_centric.py::"
+         "test_a_backlog_never_joins_throughput_work_nor_passes_the_throughput_capacity",)),
+    Mutation(
+        "latency_backlog_free_kv", "parrot/policies/placement.py",
+        "        if after > self.view.throughput_capacity or demand.load > self.kv_free():\n",
+        "        if after > self.view.throughput_capacity:\n",
+        ("tests/policies/test_app_centric.py::"
+         "test_a_backlog_takes_only_free_kv_never_evicting_cached_contexts",)),
+    Mutation(
+        "kv_overflow_counts_held_contexts_once", "parrot/core/engine_pool.py",
+        "        return self._running_kv_tokens() + self.contexts.num_idle_tokens - self.kv_"
+        "capacity_tokens\n",
+        "        return self._running_kv_tokens() + self.contexts.num_cached_tokens - self.kv_"
+        "capacity_tokens\n",
+        ("tests/core/test_engine_pool.py::"
+         "test_a_context_a_running_call_forks_is_not_counted_again_for_overflow",)),
+    Mutation(
+        "kv_free_keeps_room_of_contexts_filled_ahead", "parrot/core/engine_pool.py",
+        "                            - self.contexts.num_ahead_tokens\n",
+        "                            - 0\n",
+        ("tests/core/test_engine_pool.py::"
+         "test_the_view_gives_the_kv_free_of_running_calls_and_contexts_filled_ahead",)),
+    Mutation(
+        "prefill_ahead_reserves_its_context", "parrot/core/prefill_ahead.py",
+        "    engine.contexts.release_ahead(chain)\n",
+        "    engine.contexts.release(chain)\n",
+        ("tests/core/test_prefill_ahead.py::"
+         "test_a_prefix_filled_ahead_is_reserved_until_its_call_forks_it",)),
+    Mutation(
+        "latency_backlog_mean_estimate", "parrot/policies/placement.py",
+        "        return ((total / (running + 1) + 1) * profile.decode_ms(after)\n",
+        "        return ((total / (running + 1)) * profile.decode_ms(after)\n",
+        ("tests/policies/test_app_centric.py::"
+         "test_waiting_latency_calls_join_while_the_mean_completion_drops",)),
+    Mutation(
+        "graphs_wider_bucket", "parrot/engines/builtin/graphs.py",
+        "WIDER_BUCKET_FACTOR = 2\n", "WIDER_BUCKET_FACTOR = 1\n",
+        ("tests/engines/builtin/test_graphs.py::"
+         "test_a_shared_prefix_step_replays_a_captured_wider_bucket",)),
+    Mutation(
+        "auto_throughput_capacity_share", "parrot/core/config.py",
+        "    share = kv_capacity_tokens * PAPER_THROUGHPUT_TOKENS // PAPER_KV_TOKENS"
+        " // 1024 * 1024\n",
+        "    share = FALLBACK_THROUGHPUT_CAPACITY\n",
+        ("tests/core/test_engine_pool_accounting.py",)),
+    Mutation(
+        "throughput_centric_per_engine_cap", "parrot/policies/capped.py",
+        "        return engine.throughput_capacity if cap is None else cap\n",
+        "        return 32768 if cap is None else cap\n",
+        ("tests/policies/test_baselines.py",)),
+)
