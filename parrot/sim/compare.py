@@ -117,6 +117,17 @@ class VariantRun:
     def records(self) -> list[AppRecord]:
         return self.result.records if self.result else []
 
+    @classmethod
+    def of(cls, variant: Variant, result: RunResult) -> VariantRun:
+        """A finished run: `error` when an application failed. Its mean would cover only the
+        others and read as a speedup (measured: a policy that failed 20 of 25 chains showed
+        3x), so no speedup is computed for it."""
+        failed = [r.error for r in result.records if r.error]
+        if not failed:
+            return cls(variant, "ok", result)
+        return cls(variant, "error", result,
+                   f"{len(failed)} application(s) failed; first: {failed[0]}")
+
 
 def run_variant(settings: Settings, variant: Variant,
                 on_app: Callable[[AppRecord], None] | None = None) -> VariantRun:
@@ -145,12 +156,7 @@ def run_variant(settings: Settings, variant: Variant,
         # Every request waits on KV blocks no one will free (the simulated engine does not
         # preempt): the variant cannot sustain this load. Reported, not fatal.
         return VariantRun(variant, "deadlock", None, str(exc))
-    # A run where applications failed has no comparable mean: the figures of the others
-    # would read as a speedup (measured: a policy that failed 20 of 25 chains showed 3x).
-    failed = [r.error for r in result.records if r.error]
-    return VariantRun(variant, "error" if failed else "ok", result,
-                      f"{len(failed)} application(s) failed; first: {failed[0]}" if failed
-                      else None)
+    return VariantRun.of(variant, result)
 
 
 def results_json(settings: Settings, runs: list[VariantRun], reference: Variant) -> dict:

@@ -143,9 +143,7 @@ async def _run(config: ServeConfig, experiment: LiveExperiment, variant: Variant
         return VariantRun(variant, "timeout", None, f"longer than {timeout_s:.0f}s")
     except Exception as exc:  # noqa: BLE001 - reported in the table, the next run goes on
         return VariantRun(variant, "error", None, f"{type(exc).__name__}: {exc}")
-    failed = [r.error for r in result.records if r.error]
-    return VariantRun(variant, "error" if failed else "ok", result,
-                      failed[0] if failed else None)
+    return VariantRun.of(variant, result)
 
 
 def _groups(experiments: Sequence[LiveExperiment]
@@ -168,6 +166,11 @@ async def run_live_paper(setups: Sequence[ServeSetup], out: Path, *, smoke: bool
     by_count = setups_by_engines(setups, experiments)
     started = time.perf_counter()
     results: dict[str, Any] = {}
+
+    def save_partial() -> None:
+        # Saved as it goes: a run killed at the machine's time limit keeps what it measured.
+        _save(out, {"wall_s": time.perf_counter() - started, "smoke": smoke,
+                    "partial": True, "experiments": results})
     for (count, params_key), group in _groups(experiments).items():
         setup, params = by_count[count], json.loads(params_key)
         specs = [LaunchSpec(e.name, e.kind, {**e.params, **params})
@@ -191,8 +194,7 @@ async def run_live_paper(setups: Sequence[ServeSetup], out: Path, *, smoke: bool
                 if e.rate_search is not None:
                     def checkpoint(partial: dict[str, Any], key: str = e.key) -> None:
                         results[key] = partial
-                        _save(out, {"wall_s": time.perf_counter() - started, "smoke": smoke,
-                                    "partial": True, "experiments": results})
+                        save_partial()
 
                     results[e.key] = await _run_rate_search(
                         served, setup.path, e, e.workload_spec(smoke), delay_s, log,
@@ -201,10 +203,7 @@ async def run_live_paper(setups: Sequence[ServeSetup], out: Path, *, smoke: bool
                     results[e.key] = await _run_experiment(served, setup.path, e,
                                                            e.workload_spec(smoke), delay_s,
                                                            log, launched)
-                # Saved after every experiment: a run killed at the machine's time limit
-                # keeps what it measured.
-                _save(out, {"wall_s": time.perf_counter() - started, "smoke": smoke,
-                            "partial": True, "experiments": results})
+                save_partial()
         finally:
             await stop_engines(launched)
     summary = {"wall_s": time.perf_counter() - started, "smoke": smoke, "experiments": results}
