@@ -153,13 +153,23 @@ def load_live(path: Path) -> dict[str, Any] | None:
 def load_live_dirs(results_dir: Path, dirs: tuple[str, ...] = LIVE_DIRS
                    ) -> dict[str, Any] | None:
     """The experiments of every `results_dir/<dir>/results.json` in `dirs`, merged (a later
-    folder's experiment replaces an earlier one's of the same key); None when there are none."""
-    merged: dict[str, Any] | None = None
+    folder's experiment replaces an earlier one's of the same key); None when there are none.
+    A rate search is merged per variant instead: one search of every variant runs past a
+    device call's time limit, so it is run in parts (`--variants`), each part with its own
+    reference, and each variant keeps the ratio measured in its own part."""
+    merged: dict[str, Any] = {}
     for name in dirs:
         live = load_live(results_dir / name / "results.json")
-        if live is not None:
-            merged = {**(merged or {}), **live}
-    return merged
+        for key, experiment in (live or {}).items():
+            merged[key] = _merge_rate_search(merged.get(key), experiment)
+    return merged or None
+
+
+def _merge_rate_search(earlier: dict[str, Any] | None, later: dict[str, Any]) -> dict[str, Any]:
+    if earlier is None or "rate_search" not in earlier or "rate_search" not in later:
+        return later
+    searched = {label: v for label, v in later["variants"].items() if "sustainable_rate" in v}
+    return {**later, "variants": {**earlier["variants"], **searched}}
 
 
 def _value(live: dict[str, Any], experiment: str, variant: str, metric: str) -> float | None:
@@ -190,7 +200,14 @@ def live_cell(live: dict[str, Any] | None, key: str) -> str:
             continue   # an optional search run with fewer variants (--variants)
         mine = _value(live, r.experiment, r.ours, r.metric)
         theirs = _value(live, ref_exp, ref_variant, r.metric)
-        if r.metric in HIGHER_IS_BETTER:
+        searched = live.get(r.experiment, {}).get("variants", {}).get(r.ours, {})
+        if r.metric == "sustainable_rate" and searched.get("reference_rate"):
+            # the ratio of the search part that measured this variant, against its own
+            # reference (see load_live_dirs)
+            at_least = "≥" if searched.get("capped") else ""
+            value = (f"{at_least}{searched['ratio_vs_reference']:.2f}× ({at_least}{mine:.1f} vs "
+                     f"{searched['reference_rate']:.2f} req/s)")
+        elif r.metric in HIGHER_IS_BETTER:
             value = "n/a" if mine is None or not theirs else f"{mine / theirs:.2f}×"
         else:
             value = "n/a" if not mine or theirs is None else f"{theirs / mine:.2f}×"

@@ -198,7 +198,8 @@ async def run_live_paper(setups: Sequence[ServeSetup], out: Path, *, smoke: bool
 
                     results[e.key] = await _run_rate_search(
                         served, setup.path, e, e.workload_spec(smoke), delay_s, log,
-                        SMOKE_RATE_SEARCH if smoke else e.rate_search, checkpoint)
+                        SMOKE_RATE_SEARCH if smoke else e.rate_search, checkpoint,
+                        deadline=started + budget_s)
                 else:
                     results[e.key] = await _run_experiment(served, setup.path, e,
                                                            e.workload_spec(smoke), delay_s,
@@ -272,20 +273,29 @@ async def _run_experiment(served: ServeConfig, config_path: str, e: LiveExperime
 async def _run_rate_search(served: ServeConfig, config_path: str, e: LiveExperiment,
                            spec: WorkloadSpec, delay_s: tuple[float, float], log: Any,
                            search_spec: RateSearchSpec,
-                           checkpoint: Callable[[dict[str, Any]], None] | None = None
-                           ) -> dict[str, Any]:
+                           checkpoint: Callable[[dict[str, Any]], None] | None = None,
+                           deadline: float = math.inf) -> dict[str, Any]:
     """Per variant, the highest Poisson rate whose mean latency per output token stays within
     the target (sweep.RateSearch; requests arrive over `window_s` at each rate tried). After
     each variant, `checkpoint` gets the result so far: a search of several variants takes
     minutes, and one killed at a machine's time limit keeps the variants it finished
-    (measured: a live search of four variants ran past a 600 s limit and lost all four)."""
+    (measured: a live search of four variants ran past a 600 s limit and lost all four).
+    No rate starts after `deadline` (`time.perf_counter()`): the variant being searched and
+    the ones after it are `{"skipped": "time budget"}` (the unfinished one keeps the points
+    it measured), the finished ones keep their rates."""
     variants = parse_variants(e.compare)
     reference = parse_variants(e.reference)[0].label
     found: dict[str, Any] = {}
     for variant in variants:
+        if time.perf_counter() > deadline:
+            found[variant.label] = {"skipped": "time budget"}
+            log(f"{e.key} {variant.label}: skipped, the time budget is spent")
+            continue
         search = RateSearch(start=search_spec.start, max_rate=search_spec.max_rate,
                             refinements=search_spec.refinements)
         while (rate := search.next_rate()) is not None:
+            if time.perf_counter() > deadline:
+                break
             at = dataclasses.replace(spec, request_rate=rate, num_requests=max(
                 1, math.ceil(rate * search_spec.window_s)))
             # a rate far past the knee would drain for minutes: it has failed long before
@@ -301,12 +311,20 @@ async def _run_rate_search(served: ServeConfig, config_path: str, e: LiveExperim
                 f"({'within' if ok else 'over'} the target; {run.status}"
                 + (f": {run.error}" if run.error else "") + ")")
         sustained, points = search.result
-        found[variant.label] = {"sustainable_rate": sustained,
-                                "capped": search.bad is None and sustained > 0,
-                                "points": [dataclasses.asdict(p) for p in points]}
+        measured = [dataclasses.asdict(p) for p in points]
+        if search.next_rate() is not None:   # stopped by the deadline, not by the search
+            found[variant.label] = {"skipped": "time budget", "points": measured}
+            log(f"{e.key} {variant.label}: stopped, the time budget is spent")
+        else:
+            found[variant.label] = {"sustainable_rate": sustained,
+                                    "capped": search.bad is None and sustained > 0,
+                                    "points": measured}
         base = found.get(reference, {}).get("sustainable_rate")
         for entry in found.values():   # none until the reference's search has run
-            entry["ratio_vs_reference"] = entry["sustainable_rate"] / base if base else None
+            if "sustainable_rate" in entry:
+                entry["ratio_vs_reference"] = (entry["sustainable_rate"] / base if base
+                                               else None)
+                entry["reference_rate"] = base
         result = {"workload": e.workload, "mode": "live", "reference": reference,
                   "rate_search": dataclasses.asdict(search_spec), "serve_config": config_path,
                   "workload_spec": dataclasses.asdict(spec), "num_engines": e.engines,
@@ -336,6 +354,9 @@ def live_table(summary: dict[str, Any]) -> str:
         if "rate_search" in results:   # sustainable rate per variant; x = rate / reference's
             target = results["rate_search"]["target_s_per_token"] * 1000
             for label, v in results["variants"].items():
+                if "skipped" in v:
+                    lines.append(f"{key:<18} {label:<48} {'skipped':<8}")
+                    continue
                 x = v["ratio_vs_reference"]
                 rate = ("≥" if v["capped"] else "") + f"{v['sustainable_rate']:.2f}"
                 lines.append(f"{key:<18} {label:<48} {'rate':<8} {rate:>8} "

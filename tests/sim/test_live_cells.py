@@ -151,3 +151,37 @@ def test_the_sixteen_file_multi_agent_run_shows_only_when_it_ran():
     both = {**eight, "multi_agent_16": team(20.0, 50.0, 200.0)}
     assert live_cell(both, "multi_agent").split("<br>")[2:] == [
         "16 files, vs latency-centric: 10.00×", "16 files, vs throughput-centric: 2.50×"]
+
+
+def _search(reference: str, rates: dict[str, float]) -> dict:
+    base = rates[reference]
+    return {"reference": reference, "rate_search": {"target_s_per_token": 0.04},
+            "variants": {label: {"sustainable_rate": rate, "capped": False,
+                                 "ratio_vs_reference": rate / base, "reference_rate": base}
+                         for label, rate in rates.items()}}
+
+
+def test_a_rate_search_run_in_parts_keeps_each_variants_own_ratio(tmp_path):
+    """The live search of four variants is run as two device calls, each with the reference;
+    the table shows each variant's ratio against the reference of its own part."""
+    results = tmp_path / "results"
+    first = _search("least_queue:baseline", {"app_centric:parrot": 80.0,
+                                             "least_queue:baseline": 10.0})
+    second = _search("least_queue:baseline", {"least_queue:parrot": 54.0,
+                                              "least_queue:baseline": 9.0})
+    second["variants"]["app_centric:parrot"] = {"skipped": "time budget"}
+    _write(results / LIVE_DIRS[0], {"gpts_rate": first})
+    _write(results / LIVE_DIRS[1], {"gpts_rate": second})
+    merged = load_live_dirs(results)
+    assert merged is not None
+    variants = merged["gpts_rate"]["variants"]
+    assert variants["app_centric:parrot"]["sustainable_rate"] == 80.0  # not the skipped part
+    assert variants["least_queue:baseline"]["reference_rate"] == 9.0   # the later part's
+    cell = live_cell(merged, "gpts_rate").split("<br>")
+    assert cell[0].endswith("app_centric vs no sharing: 8.00× (80.0 vs 10.00 req/s)")
+    assert cell[1] == "sharing, least-queue placement vs no sharing: 6.00× (54.0 vs 9.00 req/s)"
+    # any other experiment: the later folder's run replaces the earlier one's whole
+    _write(results / LIVE_DIRS[2], {"map_reduce": LIVE["map_reduce"]})
+    _write(results / LIVE_DIRS[3], {"map_reduce": {"reference": "latency_centric:baseline",
+                                                   "variants": {}}})
+    assert load_live_dirs(results)["map_reduce"]["variants"] == {}

@@ -159,6 +159,38 @@ async def test_a_rate_search_finds_each_variants_rate_on_live_engines(tmp_path):
     assert "gpts_rate" in (tmp_path / "table.txt").read_text()
 
 
+async def test_a_rate_search_stops_at_the_budget_and_keeps_the_finished_variants(tmp_path,
+                                                                                 monkeypatch):
+    from types import SimpleNamespace
+
+    from parrot.sim import live_paper
+    from parrot.sim.live_experiments import RateSearchSpec
+
+    search = LiveExperiment(
+        "gpts_rate", "gpts", "least_queue,least_queue:baseline,app_centric",
+        "least_queue:baseline", {"prompt_scale": 0.05, "output_tokens": 4}, {}, engines=2,
+        rate_search=RateSearchSpec(target_s_per_token=10.0, window_s=0.5, start=4.0,
+                                   max_rate=8.0, refinements=1))
+    real, late = live_paper.time.perf_counter, [0.0]
+    monkeypatch.setattr(live_paper, "time",
+                        SimpleNamespace(perf_counter=lambda: real() + late[0]))
+
+    def log(line: str) -> None:
+        if line.startswith("gpts_rate least_queue:baseline: 4 req/s"):
+            late[0] = 1e6   # the budget is spent during the reference's search
+
+    summary = await run_live_paper([TWO], tmp_path, smoke=False, budget_s=300,
+                                   delay_s=(0.0, 0.0), experiments=(search,), log=log)
+    variants = summary["experiments"]["gpts_rate"]["variants"]
+    assert variants["least_queue:parrot"]["sustainable_rate"] == 8.0   # finished before
+    assert variants["least_queue:parrot"]["ratio_vs_reference"] is None
+    assert variants["least_queue:baseline"]["skipped"] == "time budget"
+    assert [p["rate"] for p in variants["least_queue:baseline"]["points"]] == [4.0]
+    assert variants["app_centric:parrot"] == {"skipped": "time budget"}
+    table = (tmp_path / "table.txt").read_text()
+    assert "least_queue:baseline" in table and "skipped" in table
+
+
 def test_the_rate_search_is_run_only_when_named():
     assert "gpts_rate" not in {e.key for e in select_experiments(None)}
     (chosen,) = select_experiments("gpts_rate")
