@@ -234,10 +234,10 @@ class Manager:
             self._run(session, call, engine), name=f"call-{call.call_id}")
         for var in session.graph.output_variables(call):
             for consumer in session.graph.get_consumers(var.var_id):
-                if consumer.state is not CallState.PENDING or consumer.prefilled_ahead:
+                if consumer.state is not CallState.PENDING or consumer.prefill_ahead_decided:
                     continue
                 # Decided once, at its first producer's dispatch.
-                consumer.prefilled_ahead = True
+                consumer.prefill_ahead_decided = True
                 pieces = plan_ahead(session, consumer, engine, call)
                 if pieces:
                     self._spawn_background(prefill_ahead(consumer, engine, pieces),

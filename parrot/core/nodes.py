@@ -105,7 +105,7 @@ class Call:
     num_tokens: int = 0                       # estimate for capacity accounting
     num_prompt_tokens: int | None = None      # the engine's count before the first output
     attempts: int = 0
-    prefilled_ahead: bool = False             # filling its certain prefix ahead was decided
+    prefill_ahead_decided: bool = False  # at its first producer's dispatch (filled or not)
     arrival_seq: int = 0
     # The calls of its session that take one of its outputs as input (kept by SessionGraph).
     consumers: list[Call] = field(default_factory=list, repr=False, compare=False)

@@ -187,9 +187,11 @@ class AppCentricPolicy(Policy):
             for call, slot, demand in self._assign(unit, criterion, slots, saturated):
                 slot.add_call(call, criterion, demand)
                 placed.append((call, slot))
-        if criterion is Criterion.LATENCY and self.params.admit_latency_backlog:
-            placed.extend(self._admit_backlog(unit, placed, slots, waiting - len(placed)))
         done = {call.call_id for call, _ in placed}
+        if criterion is Criterion.LATENCY and self.params.admit_latency_backlog:
+            admitted = self._admit_backlog(unit, done, slots, waiting - len(placed))
+            placed.extend(admitted)
+            done.update(call.call_id for call, _ in admitted)
         for call in unit:  # fits nowhere: an idle engine still takes one call
             if call.call_id in done:
                 continue
@@ -201,13 +203,12 @@ class AppCentricPolicy(Policy):
             placed.append((call, idle))
         return placed
 
-    def _admit_backlog(self, unit: list[CallView], placed: list[tuple[CallView, Slot]],
+    def _admit_backlog(self, unit: list[CallView], done: set[str],
                        slots: list[Slot], waiting: int) -> list[tuple[CallView, Slot]]:
-        """The latency members of `unit` that fit under no latency limit (not in `placed`)
-        and may join an engine past it (Slot.has_room_backlogged), in order: the first that
-        may not stops the rest (first come, first served). `waiting`: the round's latency
-        calls still unplaced, these among them."""
-        done = {call.call_id for call, _ in placed}
+        """The latency members of `unit` that fit under no latency limit (not in `done`, the
+        ids placed already) and may join an engine past it (Slot.has_room_backlogged), in
+        order: the first that may not stops the rest (first come, first served). `waiting`:
+        the round's latency calls still unplaced, these among them."""
         admitted: list[tuple[CallView, Slot]] = []
         for call in unit:
             if call.call_id in done:

@@ -31,7 +31,7 @@ async def test_waiting_consumer_prefix_is_filled_while_producer_runs(manager, en
     consumer_fill = [entry for entry in engine.log
                      if entry[0] == "fill" and entry[1] == f"c-{second.call_id}-0"]
     assert consumer_fill == [("fill", f"c-{second.call_id}-0", ahead[0])]
-    assert second.prefilled_ahead
+    assert second.prefill_ahead_decided
 
 
 async def test_short_certain_prefix_is_not_prefilled(manager, engine):
@@ -56,7 +56,7 @@ async def test_prefill_ahead_cuts_the_contexts_the_call_will_fork(manager, engin
                    CHUNK + "{{input:g}}" + "Q" * 100 + "{{input:late}} New: {{output:s}}",
                    g=out(first, "g"), late=out(second, "late"))
     await manager.get(session, out(third, "s"), Criterion.LATENCY)
-    assert third.prefilled_ahead
+    assert third.prefill_ahead_decided
     cached = [cid for op, cid, _ in engine.log if op == "fill" and cid.startswith("p-")]
     forked = {parent for op, _, parent in engine.log if op in ("fill", "generate") and parent}
     assert cached and all(cid in forked for cid in cached), (cached, engine.log)
@@ -75,7 +75,7 @@ async def test_a_prefix_filled_ahead_is_reserved_until_its_call_forks_it(manager
         await asyncio.sleep(0.005)
     assert contexts.num_ahead_tokens > 0 and second.state is CallState.PENDING
     await manager.get(session, out(second, "s"), Criterion.LATENCY)
-    assert second.prefilled_ahead and contexts.num_ahead_tokens == 0
+    assert second.prefill_ahead_decided and contexts.num_ahead_tokens == 0
 
 
 async def test_no_prefix_is_filled_ahead_while_the_engine_has_other_prefill_queued(
