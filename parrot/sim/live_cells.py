@@ -30,7 +30,12 @@ chains past the limit and prefill ahead to wait for an engine with no other pref
 (live_paper_h200_chains_fair/: map_reduce, multi_agent, chain_summary, concurrent_chains,
 copilot_32; ..._16files/: multi_agent at 16 files and mixed). The gpts rate search of that
 session timed out before writing its results (its log and the baseline's rerun are in
-..._gpts_rate/ and ..._gpts_rate2/, read by docs/RESULTS.md, not here).
+..._gpts_rate/ and ..._gpts_rate2/, read by docs/RESULTS.md, not here). Last, the runs of
+2026-12-02 afternoon on the session's final code (live_paper_h200_dec02pm*/): the gpts rate
+search in two parts, each with the no-sharing reference (..._gpts_rate_a/: app_centric and
+the affinity ablation; ..._gpts_rate_b/: least-queue sharing; merged per variant, see
+load_live_dirs), the one-engine set (map_reduce, multi_agent, chain_summary,
+concurrent_chains, copilot_32) and multi_agent at 16 files (..._16files/).
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -59,7 +64,9 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_wider_buckets_gpts_latency20k",
              "live_paper_h200_latency_backlog", "live_paper_h200_latency_backlog_16files",
              "live_paper_h200_latency_backlog_copilot", "live_paper_h200_chains_fair",
-             "live_paper_h200_chains_fair_16files")
+             "live_paper_h200_chains_fair_16files", "live_paper_h200_dec02pm_gpts_rate_a",
+             "live_paper_h200_dec02pm_gpts_rate_b", "live_paper_h200_dec02pm",
+             "live_paper_h200_dec02pm_16files")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
