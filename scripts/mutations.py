@@ -292,4 +292,16 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        return engine.throughput_capacity if cap is None else cap\n",
         "        return 32768 if cap is None else cap\n",
         ("tests/policies/test_baselines.py",)),
+    Mutation(
+        "rate_search_stops_at_budget", "parrot/sim/live_paper.py",
+        "            if time.perf_counter() > deadline:\n                break\n",
+        "            pass\n",
+        ("tests/sim/test_live_paper.py::"
+         "test_a_rate_search_stops_at_the_budget_and_keeps_the_finished_variants",)),
+    Mutation(
+        "rate_search_parts_keep_own_ratio", "parrot/sim/live_cells.py",
+        "            merged[key] = _merge_rate_search(merged.get(key), experiment)\n",
+        "            merged[key] = experiment\n",
+        ("tests/sim/test_live_cells.py::"
+         "test_a_rate_search_run_in_parts_keeps_each_variants_own_ratio",)),
 )
