@@ -304,4 +304,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            merged[key] = experiment\n",
         ("tests/sim/test_live_cells.py::"
          "test_a_rate_search_run_in_parts_keeps_each_variants_own_ratio",)),
+    Mutation(
+        "placement_bound_without_reuse", "parrot/policies/placement.py",
+        "            load += call.num_tokens - call.max_reusable_tokens\n",
+        "            load += call.num_tokens\n",
+        ("tests/policies/test_placement.py::"
+         "test_the_bound_never_refuses_room_the_demand_has",)),
 )

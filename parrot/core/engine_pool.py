@@ -72,6 +72,13 @@ class _Placed:
     # Prompt tokens still to prefill until its first fill reports (beyond the deepest prefix
     # cached here when it was placed).
     prefill_tokens: int = 0
+    # Its whole footprint, prefixes included (what it would hold alone); every engine view
+    # reads it for each running latency call, so it is summed once, here.
+    whole_tokens: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "whole_tokens",
+                           self.num_tokens + sum(n for _, n in self.prefixes))
 
 
 @dataclass(eq=False)
@@ -201,7 +208,7 @@ class EngineState:
         placed = self.running.get(call_id)
         if placed is None:
             return
-        prefix = sum(tokens for _, tokens in placed.prefixes)
+        prefix = placed.whole_tokens - placed.num_tokens
         own = max(0, context_len - prefix) + placed.num_output_tokens
         self.num_tokens_in_use += own - placed.num_tokens
         self.running[call_id] = replace(placed, num_tokens=own, prefill_tokens=0)
@@ -222,8 +229,7 @@ class EngineState:
             is_healthy=self.is_healthy,
             profile=self.profile,
             running_prefixes=_ReadOnlyKeys(self.prefix_refs),
-            latency_floor_tokens=min((p.num_tokens + sum(n for _, n in p.prefixes)
-                                      for p in latency), default=0),
+            latency_floor_tokens=min((p.whole_tokens for p in latency), default=0),
             # Idle contexts count as free (evicted least recently used first), but those
             # filled ahead for a waiting call: evicting one makes that call fill it again.
             kv_free_tokens=(self.kv_capacity_tokens - self._running_kv_tokens()

@@ -269,6 +269,8 @@ class AppCentricPolicy(Policy):
         """The best engine with room for every member, and the unit's finish time there."""
         options = []
         for slot in pool:
+            if not slot.may_have_room(unit, criterion, Demand()):
+                continue
             demand = self._demand(slot, unit, criterion, Demand())
             if slot.has_room(demand, criterion):
                 options.append((slot, demand, slot.finish_ms(demand)))
@@ -290,6 +292,8 @@ class AppCentricPolicy(Policy):
             options = []
             for slot in pool:
                 before = totals.get(slot.index)
+                if not slot.may_have_room([call], criterion, before or Demand()):
+                    continue
                 if plain is not None and before is None:
                     after = plain
                 else:

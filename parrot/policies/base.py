@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from functools import cached_property
 from collections.abc import Mapping, Sequence, Set
 from typing import Any, ClassVar
 
@@ -44,6 +45,12 @@ class CallView:
     @property
     def num_prompt_tokens(self) -> int:
         return self.num_tokens - self.num_output_tokens
+
+    @cached_property
+    def max_reusable_tokens(self) -> int:
+        """The most prompt tokens a cached or shared prefix can spare this call: its deepest
+        prefix's (an upper bound; which one an engine holds is the engine's business)."""
+        return min(max(self.prefix_num_tokens, default=0), self.num_prompt_tokens)
 
     def prefix_tokens(self, prefix_hash: str) -> int:
         """Estimated prompt tokens up to `prefix_hash` (0 when unknown)."""

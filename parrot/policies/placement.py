@@ -139,6 +139,18 @@ class Slot:
     def has_room(self, demand: Demand, criterion: Criterion) -> bool:
         return self.load + demand.load <= self.capacity(criterion, demand.own_min)
 
+    def may_have_room(self, calls: Sequence[CallView], criterion: Criterion,
+                      base: Demand) -> bool:
+        """False only where `demand(calls, criterion, base=base)` has no room here however
+        much of its prompt a held prefix spares (`has_room` of a lower bound of its load):
+        the policy re-costs every queued call on every engine each round, and on a full
+        engine this bound spares the demand's walk over the call's prefixes."""
+        load, own = base.load, base.own_min
+        for call in calls:
+            load += call.num_tokens - call.max_reusable_tokens
+            own = smaller_known(own, call.num_tokens)
+        return self.load + load <= self.capacity(criterion, own)
+
     def has_room_backlogged(self, demand: Demand, waiting: int, seq: int | None = None
                             ) -> bool:
         """Room for a latency call that would otherwise wait for room (no engine has it under
