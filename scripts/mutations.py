@@ -197,7 +197,8 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_a_session_with_a_waiting_get_or_a_running_call_is_kept",)),
     Mutation(
         "latency_backlog_behind_chains", "parrot/policies/placement.py",
-        "            return True   # it would wait for a whole chain here, not a turn\n",
+        "            return True   # it would wait for a whole chain, or delay its own, "
+        "not a turn\n",
         "            pass\n",
         ("tests/policies/test_app_centric.py::"
          "test_a_call_behind_running_chains_joins_rather_than_wait_for_a_chain_to_end",)),
@@ -310,4 +311,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            load += call.num_tokens\n",
         ("tests/policies/test_placement.py::"
          "test_the_bound_never_refuses_room_the_demand_has",)),
+    Mutation(
+        "chain_step_joins_chains", "parrot/policies/placement.py",
+        "                and (seq > self.chained_latency_seq or chained)):\n",
+        "                and seq > self.chained_latency_seq):\n",
+        ("tests/policies/test_app_centric.py::"
+         "test_a_chain_step_joins_running_chains_whatever_its_submission",)),
 )
