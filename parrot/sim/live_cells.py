@@ -31,7 +31,7 @@ chains past the limit and prefill ahead to wait for an engine with no other pref
 copilot_32; ..._16files/: multi_agent at 16 files and mixed). The gpts rate search of that
 session timed out before writing its results (its log and the baseline's rerun are in
 ..._gpts_rate/ and ..._gpts_rate2/, read by docs/RESULTS.md, not here). Last, the runs of
-2026-12-02 afternoon on the session's final code (live_paper_h200_dec02pm*/): the gpts rate
+2026-12-02 noon on one code version (live_paper_h200_dec02pm*/): the gpts rate
 search in two parts, each with the no-sharing reference (..._gpts_rate_a/: app_centric and
 the affinity ablation; ..._gpts_rate_b/: least-queue sharing; merged per variant, see
 load_live_dirs), the one-engine set (map_reduce, multi_agent, chain_summary,
