@@ -313,8 +313,9 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_the_bound_never_refuses_room_the_demand_has",)),
     Mutation(
         "chain_step_joins_chains", "parrot/policies/placement.py",
-        "                and (seq > self.chained_latency_seq or chained)):\n",
-        "                and seq > self.chained_latency_seq):\n",
+        "                and (call.arrival_seq > self.chained_latency_seq"
+        " or call.has_waiting_consumer)):\n",
+        "                and call.arrival_seq > self.chained_latency_seq):\n",
         ("tests/policies/test_app_centric.py::"
          "test_a_chain_step_joins_running_chains_whatever_its_submission",)),
 )

@@ -6,6 +6,7 @@ import collections
 import logging
 from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from parrot.core.config import EngineSpec, auto_throughput_capacity
@@ -72,13 +73,12 @@ class _Placed:
     # Prompt tokens still to prefill until its first fill reports (beyond the deepest prefix
     # cached here when it was placed).
     prefill_tokens: int = 0
-    # Its whole footprint, prefixes included (what it would hold alone); every engine view
-    # reads it for each running latency call, so it is summed once, here.
-    whole_tokens: int = field(init=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "whole_tokens",
-                           self.num_tokens + sum(n for _, n in self.prefixes))
+    @cached_property
+    def whole_tokens(self) -> int:
+        """Its whole footprint, prefixes included (what it would hold alone); every engine
+        view reads it for each running latency call, so it is summed once."""
+        return self.num_tokens + sum(n for _, n in self.prefixes)
 
 
 @dataclass(eq=False)
@@ -143,8 +143,7 @@ class EngineState:
     def prefills_only(self, call_id: str) -> bool:
         """Whether the only prefill queued here is `call_id`'s prompt (no other running call
         before its first fill reports, no prefix context being filled)."""
-        return self.contexts.num_filling == 0 and not any(
-            p.prefill_tokens for other, p in self.running.items() if other != call_id)
+        return self.contexts.num_filling == 0 and self.prefilling.keys() <= {call_id}
 
     def add_call(self, call: Call, criterion: Criterion | None = None) -> None:
         """Count `call` as running here; as `criterion` (the one its placement names) when

@@ -231,8 +231,7 @@ class AppCentricPolicy(Policy):
             if slot.is_idle:
                 continue   # the idle-engine rule below takes it whole
             demand = self._demand(slot, [call], Criterion.LATENCY, Demand())
-            if slot.has_room_backlogged(demand, waiting, call.arrival_seq,
-                                        call.has_waiting_consumer):
+            if slot.has_room_backlogged(demand, waiting, call):
                 options.append((slot.finish_ms(demand), slot.index, slot))
         return min(options, key=lambda o: o[:2])[2] if options else None
 

@@ -151,8 +151,8 @@ class Slot:
             own = smaller_known(own, call.num_tokens)
         return self.load + load <= self.capacity(criterion, own)
 
-    def has_room_backlogged(self, demand: Demand, waiting: int, seq: int | None = None,
-                            chained: bool = False) -> bool:
+    def has_room_backlogged(self, demand: Demand, waiting: int,
+                            call: CallView | None = None) -> bool:
         """Room for a latency call that would otherwise wait for room (no engine has it under
         its latency limit), `waiting` latency calls (it among them) waiting so: while one more
         concurrent call is estimated to lower the mean completion time of the latency calls
@@ -165,13 +165,13 @@ class Slot:
         only into KV that neither running calls nor contexts filled ahead for waiting calls
         hold (`kv_free`).
 
-        A call submitted after every running latency call here, each of which has its
+        A `call` submitted after every running latency call here, each of which has its
         application's next call waiting on it (`chained_latency_seq`), joins whatever the
         estimate: those next calls come first (first come, first served per application), so
         it would wait for a whole chain to end, not a turn (measured, 25 concurrent chains on
         the H200 profile: the last two ran after the other 23, 0.99x their request-level
-        time; with this, every chain 1.14x or better). A chain step (`chained`: its own
-        application's next call waits on it) joins such an engine whatever its submission:
+        time; with this, every chain 1.14x or better). A chain step (its own application's
+        next call waits on it: `has_waiting_consumer`) joins such an engine whatever its submission:
         the estimate counts one call's wait, but a chain step's wait delays every later step
         of its application (measured, 25 concurrent chains on the paper's A100 profile,
         `a100_llama13b`: steps waited 0.82 s each on average and app_centric ran at 0.99x
@@ -189,8 +189,8 @@ class Slot:
         after = self.load + demand.load
         if after > self.view.throughput_capacity or demand.load > self.kv_free():
             return False
-        if (seq is not None and self.chained_latency_seq is not None
-                and (seq > self.chained_latency_seq or chained)):
+        if (call is not None and self.chained_latency_seq is not None
+                and (call.arrival_seq > self.chained_latency_seq or call.has_waiting_consumer)):
             return True   # it would wait for a whole chain, or delay its own, not a turn
         profile = self.view.profile
         total = running + waiting

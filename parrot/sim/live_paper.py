@@ -287,10 +287,6 @@ async def _run_rate_search(served: ServeConfig, config_path: str, e: LiveExperim
     reference = parse_variants(e.reference)[0].label
     found: dict[str, Any] = {}
     for variant in variants:
-        if time.perf_counter() > deadline:
-            found[variant.label] = {"skipped": "time budget"}
-            log(f"{e.key} {variant.label}: skipped, the time budget is spent")
-            continue
         search = RateSearch(start=search_spec.start, max_rate=search_spec.max_rate,
                             refinements=search_spec.refinements)
         while (rate := search.next_rate()) is not None:
@@ -313,7 +309,8 @@ async def _run_rate_search(served: ServeConfig, config_path: str, e: LiveExperim
         sustained, points = search.result
         measured = [dataclasses.asdict(p) for p in points]
         if search.next_rate() is not None:   # stopped by the deadline, not by the search
-            found[variant.label] = {"skipped": "time budget", "points": measured}
+            found[variant.label] = ({"skipped": "time budget", "points": measured} if measured
+                                    else {"skipped": "time budget"})
             log(f"{e.key} {variant.label}: stopped, the time budget is spent")
         else:
             found[variant.label] = {"sustainable_rate": sustained,
