@@ -65,6 +65,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--suite-prefix", action="store_true",
                    help="CUDA: shared-prefix decode only (engine_prefix_suite.py), the "
                         "position table stretched to fit --prefix + --suffix")
+    p.add_argument("--suite-fill", action="store_true",
+                   help="CUDA: what a short Fill costs and where it goes, alone and joining "
+                        "running decodes (engine_fill_suite.py)")
     p.add_argument("--suite-prefill", action="store_true",
                    help="CUDA: prefill rate and where a Fill step goes "
                         "(engine_prefill_suite.py)")
@@ -77,7 +80,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     cuda = args.device == "cuda"
     args.models = (args.models or ("llama-7b" if cuda else "smollm2")).split(",")
-    args.suite = args.suite or args.suite_quick or args.suite_prefix or args.suite_prefill
+    args.suite = (args.suite or args.suite_quick or args.suite_prefix or args.suite_prefill
+                  or args.suite_fill)
     default_batches = "1,32,64" if args.suite else ("1,32" if cuda else "1,16")
     args.batches = [int(b) for b in (args.batches or default_batches).split(",")]
     args.prompt_len = args.prompt_len or (512 if cuda else 64)
@@ -313,7 +317,12 @@ def suite(args: argparse.Namespace, torch) -> int:
     def log(text: str) -> None:
         print(text, flush=True)
 
-    if args.suite_prefill:
+    if args.suite_fill:
+        import engine_fill_suite
+
+        del hf
+        lines = engine_fill_suite.run(torch, bundle, log)
+    elif args.suite_prefill:
         import engine_prefill_suite
 
         del hf
