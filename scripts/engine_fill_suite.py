@@ -5,13 +5,15 @@ tokens took 21-26 ms where reading the weights once takes ~3 ms. This suite meas
 
 * one Fill at a time, idle engine, 16 / 128 / 512 / 2,048 tokens: wall per Fill through the
   engine protocol, and inside it the host lists (prepare_host), the device inputs
-  (to_device), the forward pass synchronised (device time plus launch time it does not hide),
-  the forward's enqueue time alone (synchronised before, not after: the host's launch cost),
-  the rest of the step and the loop outside the steps;
+  (to_device), the forward pass synchronised (prefill graphs or eager: device time plus
+  launch time it does not hide), the forward's enqueue time alone (synchronised before, not
+  after: the host's launch cost), the rest of the step and the loop outside the steps;
 * one 128-token Fill under torch.profiler: kernel launches, device time, the host ops that
   cost the most;
 * the serving case: 128-token Fills joining 16 running decodes (1,024-token contexts): the
-  step times of decode-only steps against those of the mixed steps.
+  step times of decode-only steps against those of the mixed steps;
+* all of it with the engine's prefill graphs (prefill_graphs.py) and without, and the greedy
+  tokens of both.
 """
 
 from __future__ import annotations
@@ -33,15 +35,16 @@ class StepClock:
     PARTS = ("step", "prepare_host", "to_device", "forward", "enqueue")
 
     def __init__(self, torch, runner, *, enqueue_only: bool) -> None:
-        self.torch, self.runner, self.model = torch, runner, runner.model
+        self.torch, self.runner = torch, runner
         self.spent = {name: 0.0 for name in self.PARTS}
         self.steps: list[tuple[int, float]] = []   # (prefill tokens, seconds) per step
         runner.step = self._timed("step", runner.step)
         runner.prepare_host = self._timed("prepare_host", runner.prepare_host)
         runner.to_device = self._timed("to_device", runner.to_device)
+        # _forward: to_device, then the prefill graphs or the eager forward
         name = "enqueue" if enqueue_only else "forward"
-        self.model.forward = self._timed(name, self.model.forward, sync_before=True,
-                                         sync_after=not enqueue_only)
+        runner._forward = self._timed(name, runner._forward, sync_before=True,
+                                      sync_after=not enqueue_only)
 
     def _timed(self, name: str, fn, *, sync_before: bool = False, sync_after: bool = False):
         torch = self.torch
@@ -64,7 +67,7 @@ class StepClock:
 
     def remove(self) -> None:
         del self.runner.step, self.runner.prepare_host, self.runner.to_device
-        del self.model.forward
+        del self.runner._forward
 
 
 async def _fills(engine, prompts, tag: str) -> list[float]:
@@ -102,10 +105,11 @@ async def _solo(torch, engine, vocab: int, floor_ms: float, log) -> list[str]:
             enqueue.remove()
         per = {k: v / TIMED * 1e3 for k, v in clock.spent.items()}
         outside = sum(split_walls) / TIMED * 1e3 - per["step"]
-        rest = per["step"] - per["prepare_host"] - per["to_device"] - per["forward"]
+        rest = per["step"] - per["prepare_host"] - per["forward"]   # forward has to_device
+        enqueued = (enqueue.spent["enqueue"] - enqueue.spent["to_device"]) / TIMED * 1e3
         rows.append([str(n), f"{statistics.median(walls) * 1e3:.2f}",
                      f"{per['prepare_host']:.2f}", f"{per['to_device']:.2f}",
-                     f"{per['forward']:.2f}", f"{enqueue.spent['enqueue'] / TIMED * 1e3:.2f}",
+                     f"{per['forward'] - per['to_device']:.2f}", f"{enqueued:.2f}",
                      f"{rest:.2f}", f"{outside:.2f}",
                      f"{len(clock.steps) / TIMED:.1f}"])
         log(f"fill {n}: " + " | ".join(rows[-1]))
@@ -187,19 +191,66 @@ async def _mixed(torch, engine, vocab: int, log) -> list[str]:
     return out
 
 
+async def _greedy(engine, vocab: int) -> list[list[int]]:
+    """32 greedy tokens after Fills of 8 random lengths (100-400 tokens), all at once."""
+    import random
+
+    from parrot.engines.protocol import FillRequest, GenerateRequest
+    from parrot.sampling import SamplingParams
+
+    rng = random.Random(3)
+    prompts = [p[:rng.randint(100, 400)] for p in prompts_for(8, 400, 31, vocab)]
+    await asyncio.gather(*(engine.fill(FillRequest(f"g{i}", token_ids=p))
+                           for i, p in enumerate(prompts)))
+    params = SamplingParams(max_tokens=32, ignore_eos=True)
+    results = await asyncio.gather(*(engine.generate_all(GenerateRequest(f"g{i}",
+                                                                         sampling=params))
+                                     for i in range(len(prompts))))
+    for i in range(len(prompts)):
+        await engine.free_context(f"g{i}")
+    return [list(r.token_ids) for r in results]
+
+
 async def run_fill(torch, bundle, log) -> list[str]:
+    """The same measurements with the engine's prefill graphs (the default, 512 rows) and
+    without them (prefill_graph_max_tokens 0: every step but decode-only ones eager)."""
+    import gc
+
     bw, _ = ceilings(torch)
     floor_ms = weight_bytes(bundle) / bw * 1e3   # the copy rate, as the suite's TPOT floor
-    engine, _ = make_engine(bundle, "fill", num_blocks=9000, max_num_seqs=64,
-                            max_batch_tokens=4096, max_context_len=4096)
-    try:
-        vocab = bundle.shape.vocab_size
-        out = await _solo(torch, engine, vocab, floor_ms, log)
-        log("\n".join(out))
-        out += await _profiled(torch, engine, vocab, log)
-        out += await _mixed(torch, engine, vocab, log)
-    finally:
-        await engine.close()
+    vocab = bundle.shape.vocab_size
+    out: list[str] = []
+    tokens: dict[str, list[list[int]]] = {}
+    for label, max_tokens in (("prefill graphs to 512 rows", 512), ("eager", 0)):
+        engine, start_s = make_engine(bundle, "fill", num_blocks=3000, max_num_seqs=64,
+                                      max_batch_tokens=4096, max_context_len=4096,
+                                      prefill_graph_max_tokens=max_tokens)
+        try:
+            out += [f"## {label} (engine start-up {start_s:.1f} s)", ""]
+            out += await _solo(torch, engine, vocab, floor_ms, log)
+            log("\n".join(out))
+            if max_tokens:
+                out += await _profiled(torch, engine, vocab, log)
+            out += await _mixed(torch, engine, vocab, log)
+            tokens[label] = await _greedy(engine, vocab)
+            stats = await engine.stats()
+            out += [f"steps: {stats.num_steps}, of them {stats.num_graph_steps} decode graphs "
+                    f"and {stats.num_piecewise_steps} piecewise; captures while serving: "
+                    f"{stats.graph_captures_at_runtime}", ""]
+        finally:
+            await engine.close()
+        del engine
+        gc.collect()
+        torch.cuda.empty_cache()
+    a, b = tokens.values()
+    equal = sum(x == y for p, q in zip(a, b) for x, y in zip(p, q))
+    leading = [next((i for i, (x, y) in enumerate(zip(p, q)) if x != y), len(p))
+               for p, q in zip(a, b)]
+    out += table("Greedy tokens, prefill graphs vs eager (8 Fills of 100-400 tokens, 32 "
+                 "tokens each; bf16 random weights: GEMMs over padded rows round differently)",
+                 ["equal tokens", "leading equal tokens per request"],
+                 [[f"{equal}/{sum(len(p) for p in a)}", " ".join(map(str, leading))]])
+    log("\n".join(out[-6:]))
     return out
 
 

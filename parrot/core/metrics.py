@@ -179,6 +179,10 @@ ENGINE_WORK: dict[str, tuple[str, str, float]] = {
                    "ahead", 1.0),
     "ahead_misses": ("parrot_engine_ahead_misses", "steps launched ahead and not used "
                      "(wasted GPU steps)", 1.0),
+    "num_piecewise_steps": ("parrot_engine_piecewise_steps", "model steps whose layers ran as "
+                            "CUDA graphs between eager attention calls (prefill, mixed)", 1.0),
+    "piecewise_step_ms": ("parrot_engine_piecewise_step_seconds", "time inside model steps "
+                          "run as piecewise CUDA graphs", 1e-3),
 }
 
 

@@ -144,7 +144,8 @@ class GenerateResult:
 # first version of the protocol, which engines without them need not send.
 OPTIONAL_STATS = ("graph_captures_at_runtime", "graph_capture_ms_at_runtime", "num_steps",
                   "num_graph_steps", "step_ms", "graph_step_ms", "loop_ms", "prefill_tokens",
-                  "decode_tokens", "ahead_hits", "ahead_misses")
+                  "decode_tokens", "ahead_hits", "ahead_misses", "num_piecewise_steps",
+                  "piecewise_step_ms")
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,10 @@ class EngineStats:
     # high miss rate means launch-ahead costs GPU steps instead of hiding host time.
     ahead_hits: int = 0
     ahead_misses: int = 0
+    # Of the steps not replayed whole from a graph (prefill, mixed), those whose layers ran as
+    # piecewise CUDA graphs between eager attention calls, and the time inside them.
+    num_piecewise_steps: int = 0
+    piecewise_step_ms: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

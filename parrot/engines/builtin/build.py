@@ -26,6 +26,7 @@ from parrot.engines.builtin.linear_choice import (LinearChoice, Timer, cuda_grap
 from parrot.engines.builtin.loader import (LoadedModel, load_model, resolve_device,
                                            resolve_dtype)
 from parrot.engines.builtin.model import LlamaModel
+from parrot.engines.builtin.prefill_graphs import PrefillGraphs
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.scheduler import BatchScheduler
 from parrot.engines.builtin.shapes import ModelShape
@@ -107,17 +108,20 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
     kv_cache = KVCache(bundle.shape, num_blocks, config.block_size, model.dtype, model.device,
                        scratch_block=use_graphs)
     max_blocks = -(-max_context_len // config.block_size)
-    graphs = None
+    graphs = prefill_graphs = None
     if use_graphs:
         graphs = DecodeGraphs(model, kv_cache, max_width=max_blocks,
                               max_batch=min(config.cuda_graph_max_batch, config.max_num_seqs))
+        piecewise_tokens = min(config.prefill_graph_max_tokens, config.max_batch_tokens)
+        if model.fused and piecewise_tokens > 0:
+            prefill_graphs = PrefillGraphs(model, kv_cache, max_tokens=piecewise_tokens)
     runner = runner_type(model, kv_cache, use_shared_prefix=bundle.uses_kernels,
                          shared_prefix_min_tokens=config.shared_prefix_min_tokens,
                          shared_prefix_min_group=config.shared_prefix_min_group,
                          max_blocks=max_blocks, graphs=graphs,
                          max_decode_rows=config.max_num_seqs,
                          eos_token_ids=frozenset(bundle.eos_token_ids),
-                         max_context_len=max_context_len)
+                         max_context_len=max_context_len, prefill_graphs=prefill_graphs)
     scheduler = scheduler_type(BlockManager(num_blocks, config.block_size),
                                max_batch_tokens=config.max_batch_tokens,
                                max_num_seqs=config.max_num_seqs,
@@ -135,8 +139,9 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
             report = warm_up(graphs, shared_prefix=bundle.uses_kernels,
                              min_prefix_blocks=-(-config.shared_prefix_min_tokens
                                                  // config.block_size),
-                             max_decode_rows=config.max_num_seqs)
-    log.info("%s", startup_summary(name, bundle, num_blocks, config.block_size, graphs, report))
+                             max_decode_rows=config.max_num_seqs, prefill_graphs=prefill_graphs)
+    log.info("%s", startup_summary(name, bundle, num_blocks, config.block_size, graphs,
+                                   prefill_graphs, report))
     return BuiltinEngine(name, bundle.name, runner, scheduler, bundle.tokenizer,
                          bundle.shape.vocab_size, config.seed)
 
@@ -166,7 +171,8 @@ def choose_linear_layers(model: LlamaModel, buckets: list[int],
 
 
 def startup_summary(name: str, bundle: ModelBundle, num_blocks: int, block_size: int,
-                    graphs: DecodeGraphs | None, report: WarmupReport | None) -> str:
+                    graphs: DecodeGraphs | None, prefill_graphs: PrefillGraphs | None,
+                    report: WarmupReport | None) -> str:
     """The one start-up line saying which paths this engine runs (never a silent slow one)."""
     model = bundle.model
     if graphs is None:
@@ -174,7 +180,10 @@ def startup_summary(name: str, bundle: ModelBundle, num_blocks: int, block_size:
     else:
         graph_text = (f"CUDA graph buckets: batch {batch_buckets(graphs.max_batch)} x "
                       f"{len(width_buckets(graphs.max_width))} table widths "
-                      f"(1..{graphs.max_width} blocks)")
+                      f"(1..{graphs.max_width} blocks), other steps "
+                      + ("eager" if prefill_graphs is None else
+                         f"as piecewise graphs to {prefill_graphs.max_tokens} rows "
+                         f"(buckets {prefill_graphs.buckets})"))
     if model.linear_choice is not None:
         linear_text = f"{model.linear_choice.describe()} on this GPU, torch elsewhere"
     elif model.small_batch_kernels is not None:

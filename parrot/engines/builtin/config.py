@@ -44,6 +44,9 @@ class BuiltinEngineConfig:
       random shape (no trained position range) a larger value raises its position limit.
     cuda_graphs: capture decode-only steps in CUDA graphs (graphs.py) when the engine runs on
       CUDA with the Triton kernels; ignored otherwise (always eager on the CPU).
+    prefill_graph_max_tokens: with cuda_graphs and fused_ops, every other step (prefill and
+      mixed steps, decode steps past cuda_graph_max_batch) of up to this many rows runs its
+      layers as CUDA graphs between eager attention calls (prefill_graphs.py); 0: eagerly.
     attention_backend: "auto" is the Triton kernels on CUDA (an error when they do not import:
       never a silent slow path) and torch on the CPU.
     fused_ops / warmup: CUDA with the kernels only (see model.py, warmup.py).
@@ -70,6 +73,7 @@ class BuiltinEngineConfig:
     shared_prefix_min_group: int = 2     # ... and this many sequences use the shared-prefix kernel
     cuda_graphs: bool = True          # decode steps in CUDA graphs (CUDA + Triton kernels only)
     cuda_graph_max_batch: int = 64    # largest graph batch bucket; bigger decode steps run eager
+    prefill_graph_max_tokens: int = 512  # other steps of up to this many rows: piecewise graphs
     fused_ops: bool = True            # norm/RoPE+KV write/SwiGLU as fused kernels (CUDA + kernels)
     prefill_attention: str = "auto"   # paged: one Triton launch per layer; sdpa: torch per chunk
     warmup: bool = True               # capture every graph bucket and compile at start (CUDA)
@@ -109,6 +113,8 @@ class BuiltinEngineConfig:
             check.boolean(key, getattr(self, key))
         check.number("cuda_graph_max_batch", self.cuda_graph_max_batch, minimum=1, maximum=1024,
                      integer=True)
+        check.number("prefill_graph_max_tokens", self.prefill_graph_max_tokens, minimum=0,
+                     maximum=8192, integer=True)
         check.require(self.tokenizer is None or (isinstance(self.tokenizer, str)
                                                  and bool(self.tokenizer)),
                       "tokenizer", self.tokenizer, "null, 'smollm2' or a tokenizer folder")

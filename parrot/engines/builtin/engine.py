@@ -62,6 +62,7 @@ class StepCounters:
     num_steps: int = 0
     step_s: float = 0.0          # inside the model step (the worker thread)
     graph_step_s: float = 0.0    # of step_s, in steps replayed from a CUDA graph
+    piecewise_step_s: float = 0.0  # of step_s, in steps run as piecewise graphs
     loop_s: float = 0.0          # whole iterations that ran a batch: schedule, step, postprocess
     prefill_tokens: int = 0
     decode_tokens: int = 0
@@ -117,16 +118,18 @@ class BuiltinEngine(Engine):
     async def stats(self) -> EngineStats:
         s = self._scheduler
         alloc = s.blocks.allocator
-        graphs = self._runner.graphs
+        graphs, pieces = self._runner.graphs, self._runner.prefill_graphs
         return EngineStats(num_running=s.num_running, num_waiting=s.num_waiting,
                            num_blocks_total=alloc.num_blocks_total,
                            num_blocks_free=alloc.num_free_blocks, block_size=s.blocks.block_size,
                            num_tokens_in_use=sum(len(c.token_ids) for c in s.contexts.values()),
                            num_contexts=len(s.contexts),
-                           graph_captures_at_runtime=0 if graphs is None
-                           else graphs.runtime_captures,
-                           graph_capture_ms_at_runtime=0 if graphs is None
-                           else round(graphs.runtime_capture_s * 1000),
+                           graph_captures_at_runtime=(
+                               (0 if graphs is None else graphs.runtime_captures)
+                               + (0 if pieces is None else pieces.runtime_captures)),
+                           graph_capture_ms_at_runtime=round(1000 * (
+                               (0 if graphs is None else graphs.runtime_capture_s)
+                               + (0 if pieces is None else pieces.runtime_capture_s))),
                            num_steps=self._counters.num_steps,
                            num_graph_steps=self._runner.num_graph_steps,
                            step_ms=round(self._counters.step_s * 1000),
@@ -135,7 +138,9 @@ class BuiltinEngine(Engine):
                            prefill_tokens=self._counters.prefill_tokens,
                            decode_tokens=self._counters.decode_tokens,
                            ahead_hits=0 if graphs is None else graphs.num_ahead_hits,
-                           ahead_misses=0 if graphs is None else graphs.num_ahead_misses)
+                           ahead_misses=0 if graphs is None else graphs.num_ahead_misses,
+                           num_piecewise_steps=self._runner.num_piecewise_steps,
+                           piecewise_step_ms=round(self._counters.piecewise_step_s * 1000))
 
     async def healthz(self) -> bool:
         return not self._closing and self._unhealthy is None \
@@ -314,6 +319,7 @@ class BuiltinEngine(Engine):
         counters = self._counters
         started = time.perf_counter()
         graph_steps = self._runner.num_graph_steps
+        piecewise_steps = self._runner.num_piecewise_steps
         try:
             sampled = await asyncio.to_thread(self._runner.step, batch)  # the blocking boundary
             counters.num_steps += 1
@@ -321,6 +327,8 @@ class BuiltinEngine(Engine):
             counters.step_s += seconds
             if self._runner.num_graph_steps > graph_steps:   # this step replayed a graph
                 counters.graph_step_s += seconds
+            elif self._runner.num_piecewise_steps > piecewise_steps:
+                counters.piecewise_step_s += seconds
             for chunk in batch.chunks:
                 n = chunk.end - chunk.start
                 if n > 1:

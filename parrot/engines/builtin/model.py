@@ -164,7 +164,7 @@ class LlamaModel:
             q, k = qk.split([s.num_heads, s.num_kv_heads], dim=1)     # [T, Hq|Hkv, D]
             v = v.view(t, s.num_kv_heads, s.head_dim)
             write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
-            attn = self._attention(q, k, v, k_cache, v_cache, meta)   # [T, Hq, D]
+            attn = self.attention(q, k, v, k_cache, v_cache, meta)    # [T, Hq, D]
             x = x + F.linear(attn.reshape(t, self._q_size), layer.o_proj)
             h = rms_norm(x, layer.post_norm, eps)
             if self._split_gate_up:
@@ -178,25 +178,55 @@ class LlamaModel:
     def _forward_fused(self, input_ids: torch.Tensor, positions: torch.Tensor,
                        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
                        meta: AttentionMetadata) -> torch.Tensor:
-        """forward() through the fused kernels: each residual add is fused into the RMSNorm
-        that follows it (the next layer's input norm, or the final norm)."""
-        ops, s, eps = self._fused, self.shape, self.shape.rms_norm_eps
-        assert ops is not None
-        x = F.embedding(input_ids, self.embed)                        # [T, H], updated in place
-        t = x.shape[0]
-        linear = self._linear
-        h = ops.add_rms_norm(x, None, self.layers[0].input_norm, eps)
-        norms = [layer.input_norm for layer in self.layers[1:]] + [self.final_norm]
-        for layer, next_norm, (k_cache, v_cache) in zip(self.layers, norms, kv_caches):
-            q, k, v = ops.rope_kv_write(linear(h, layer.qkv), self.cos, self.sin, positions,
-                                        meta.slot_mapping, k_cache, v_cache, s.num_heads,
-                                        s.num_kv_heads)
-            attn = self._attention(q, k, v, k_cache, v_cache, meta)   # [T, Hq, D]
-            h = ops.add_rms_norm(x, linear(attn.reshape(t, self._q_size), layer.o_proj),
-                                 layer.post_norm, eps)
-            act = ops.silu_mul(linear(h, layer.gate_up))
-            h = ops.add_rms_norm(x, linear(act, layer.down), next_norm, eps)
+        """forward() through the fused kernels, as the pieces prefill graphs capture
+        (prefill_graphs.py): each residual add is fused into the RMSNorm that follows it (the
+        next layer's input norm, or the final norm)."""
+        x, h = self.embed_normed(input_ids)
+        for i, (k_cache, v_cache) in enumerate(kv_caches):
+            q, k, v = self.layer_qkv(i, h, positions, meta.slot_mapping, k_cache, v_cache)
+            attn = self.attention(q, k, v, k_cache, v_cache, meta)    # [T, Hq, D]
+            h = self.layer_rest(i, x, attn)
         return h
+
+    # -- the fused forward's pieces: the layers between two attention calls ------------------
+
+    def embed_normed(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, h): the embeddings [T, H] (the residual stream, updated in place by
+        `layer_rest`) and their first input norm. Fused path only."""
+        ops = self._fused
+        assert ops is not None
+        x = F.embedding(input_ids, self.embed)
+        return x, ops.add_rms_norm(x, None, self.layers[0].input_norm, self.shape.rms_norm_eps)
+
+    def layer_qkv(self, i: int, h: torch.Tensor, positions: torch.Tensor,
+                  slot_mapping: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  *, out: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Layer i's q [T, Hq, D], k, v [T, Hkv, D] from its normed input h: the QKV
+        projection (copied into `out` [T, (Hq + 2 Hkv) D] when given: a graph's fixed
+        buffer), RoPE applied and K/V written into the cache at slot_mapping; views of the
+        projection. Fused path only."""
+        ops, s = self._fused, self.shape
+        assert ops is not None
+        qkv = self._linear(h, self.layers[i].qkv)
+        if out is not None:
+            qkv = out.copy_(qkv)
+        return ops.rope_kv_write(qkv, self.cos, self.sin, positions, slot_mapping, k_cache,
+                                 v_cache, s.num_heads, s.num_kv_heads)
+
+    def layer_rest(self, i: int, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """Layer i after its attention (attn [T, Hq, D] or [T, Hq D]): o_proj, residual,
+        MLP, residual (x updated in place); returns the next layer's normed input, the final
+        norm's output after the last layer. Fused path only."""
+        ops, eps = self._fused, self.shape.rms_norm_eps
+        assert ops is not None
+        layer, t = self.layers[i], x.shape[0]
+        next_norm = (self.layers[i + 1].input_norm if i + 1 < len(self.layers)
+                     else self.final_norm)
+        h = ops.add_rms_norm(x, self._linear(attn.reshape(t, self._q_size), layer.o_proj),
+                             layer.post_norm, eps)
+        act = ops.silu_mul(self._linear(h, layer.gate_up))
+        return ops.add_rms_norm(x, self._linear(act, layer.down), next_norm, eps)
 
     def use_paged_prefill(self, kernels: ModuleType | None) -> None:
         """Prefill attention through the kernels' paged prefill (every chunk of a step in one
@@ -208,23 +238,28 @@ class LlamaModel:
                              "on CUDA)")
         self.prefill_kernels = kernels
 
-    def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                   k_cache: torch.Tensor, v_cache: torch.Tensor,
-                   meta: AttentionMetadata) -> torch.Tensor:
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, *,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+        """[T, Hq, D]: every row's attention (the decode rows first, then the prefill chunks'),
+        written into `out` when given (a graph's fixed buffer: prefill_graphs.py)."""
         nd = meta.num_decode
-        if not meta.prefills:
-            return self._decode(q, k_cache, v_cache, meta, self.scale)
-        if meta.prefill_plan is not None and self.prefill_kernels is not None:
-            out = q.new_empty(q.shape)     # contiguous; q may be a view of the fused QKV
+        if meta.prefills and meta.prefill_plan is not None and self.prefill_kernels is not None:
+            if out is None:
+                out = q.new_empty(q.shape)     # contiguous; q may be a view of the fused QKV
             self.prefill_kernels.paged_prefill_attention(q, k_cache, v_cache,
                                                          meta.prefill_plan, self.scale, out=out)
             if nd:
                 out[:nd] = self._decode(q[:nd], k_cache, v_cache, meta, self.scale)
             return out
-        parts = [self._decode(q[:nd], k_cache, v_cache, meta, self.scale)] if nd else []
-        parts += [prefill_torch(q, k, v, k_cache, v_cache, chunk, self.scale)
-                  for chunk in meta.prefills]
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
+        if not meta.prefills:
+            result = self._decode(q, k_cache, v_cache, meta, self.scale)
+        else:
+            parts = [self._decode(q[:nd], k_cache, v_cache, meta, self.scale)] if nd else []
+            parts += [prefill_torch(q, k, v, k_cache, v_cache, chunk, self.scale)
+                      for chunk in meta.prefills]
+            result = parts[0] if len(parts) == 1 else torch.cat(parts)
+        return result if out is None else out.copy_(result)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, H] -> float32 logits [N, V]."""

@@ -1,7 +1,9 @@
 """ModelRunner: one scheduled Batch -> input tensors -> forward pass -> sampled tokens.
 
-A decode-only step runs in a CUDA graph when the engine has them (graphs.py); everything
-else (prefill chunks, mixed steps, batches over the largest bucket, the CPU) runs eagerly.
+A decode-only step runs in a CUDA graph when the engine has them (graphs.py); every other
+step of up to `prefill_graph_max_tokens` rows (prefill chunks, mixed steps, decode batches over
+the largest decode bucket) runs its layers as piecewise graphs between eager attention calls
+(prefill_graphs.py); larger steps, and everything on the CPU, run eagerly.
 
 `step` is the blocking call the engine makes through `asyncio.to_thread`; it reads only the
 Batch (snapshots taken on the loop) and the sampling state of the works in it.
@@ -21,6 +23,7 @@ from parrot.engines.builtin.graphs import (DecodeGraphs, DecodeRows, batch_bucke
 from parrot.engines.builtin.kv_cache import KVCache
 from parrot.engines.builtin.lookahead import ends_regardless, finishes, next_rows
 from parrot.engines.builtin.model import LlamaModel
+from parrot.engines.builtin.prefill_graphs import PrefillGraphs
 from parrot.engines.builtin.sampler import sample
 from parrot.engines.builtin.scheduler import Batch, ScheduledChunk
 
@@ -58,7 +61,8 @@ class ModelRunner:
                  max_blocks: int | None = None, graphs: DecodeGraphs | None = None,
                  max_decode_rows: int | None = None,
                  eos_token_ids: frozenset[int] = frozenset(),
-                 max_context_len: int | None = None, launch_ahead: bool = True) -> None:
+                 max_context_len: int | None = None, launch_ahead: bool = True,
+                 prefill_graphs: PrefillGraphs | None = None) -> None:
         self.model = model
         self.kv = kv_cache
         self.device = model.device
@@ -76,7 +80,9 @@ class ModelRunner:
         self.graphs = graphs
         self.eos_token_ids, self.max_context_len = eos_token_ids, max_context_len
         self.launch_ahead = launch_ahead
+        self.prefill_graphs = prefill_graphs
         self.num_graph_steps = 0     # steps replayed from a CUDA graph (the rest ran eagerly)
+        self.num_piecewise_steps = 0  # of the others, steps run through prefill_graphs
 
     @torch.inference_mode()
     def step(self, batch: Batch) -> list[int | None]:
@@ -106,9 +112,7 @@ class ModelRunner:
                     sampled[i] = token
                 return sampled
         if out is None:
-            inputs = self.to_device(host)
-            hidden = self.model.forward(inputs.input_ids, inputs.positions, self.kv.layers,
-                                        inputs.meta)
+            hidden = self._forward(host)
         if host.sample_rows:
             works = [batch.chunks[i].work for i in host.sample_chunks]
             params = [w.sampling for w in works]
@@ -129,6 +133,19 @@ class ModelRunner:
         if out is not None and rows is not None and self.launch_ahead:
             self._launch_ahead(batch, host, rows, sampled)
         return sampled
+
+    def _forward(self, host: HostInputs) -> torch.Tensor:
+        """The hidden states of a step no decode graph took: through the prefill graphs where
+        its rows fit a bucket, else eagerly."""
+        inputs = self.to_device(host)
+        if self.prefill_graphs is not None:
+            hidden = self.prefill_graphs.run(host.token_ids, host.positions, host.slots,
+                                             inputs.meta)
+            if hidden is not None:
+                self.num_piecewise_steps += 1
+                return hidden
+        return self.model.forward(inputs.input_ids, inputs.positions, self.kv.layers,
+                                  inputs.meta)
 
     def _fed_prediction(self, batch: Batch, host: HostInputs, rows: DecodeRows
                         ) -> DecodeRows | None:

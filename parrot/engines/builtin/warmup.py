@@ -5,9 +5,10 @@ decode bucket (batch bucket x table-width bucket) is captured as a CUDA graph ov
 rows, largest first so the smaller ones reuse the shared pool's memory; the shared-prefix
 attention runs once for every bucket a step can map to (batch, group count, prefix width,
 suffix width), which compiles each Triton specialisation those buckets use (their graphs are
-then captured on first use, a ~10-40 ms cost instead of seconds of JIT); and one eager
-prefill chunk initialises the prefill path (SDPA, the GEMM heuristics). Padding rows write
-their K/V only into the KV cache's scratch block, so the cache is untouched.
+then captured on first use, a ~10-40 ms cost instead of seconds of JIT); one eager
+prefill chunk initialises the prefill path (SDPA, the GEMM heuristics); and every token
+bucket of the prefill graphs (prefill_graphs.py) is captured, largest first. Padding rows
+write their K/V only into the KV cache's scratch block, so the cache is untouched.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 
 from parrot.engines.builtin.attention import AttentionMetadata, PrefillChunk, SharedPrefixMeta
 from parrot.engines.builtin.graphs import DecodeGraphs, GraphKey
+from parrot.engines.builtin.prefill_graphs import PrefillGraphs
 
 log = logging.getLogger(__name__)
 
@@ -58,16 +60,25 @@ class WarmupReport:
     shared_shapes: int      # shared-prefix attention shapes compiled
     graph_seconds: float = 0.0
     shared_seconds: float = 0.0
+    prefill_buckets: int = 0    # prefill-graph token buckets captured
+    prefill_failed: int = 0
+    prefill_seconds: float = 0.0
 
     def describe(self) -> str:
-        return (f"warm-up {self.seconds:.1f} s: {self.graphs} decode graphs captured"
+        text = (f"warm-up {self.seconds:.1f} s: {self.graphs} decode graphs captured"
                 f"{f' ({self.failed} failed, eager)' if self.failed else ''} "
                 f"({self.graph_seconds:.1f} s), {self.shared_shapes} shared-prefix attention "
                 f"shapes compiled ({self.shared_seconds:.1f} s)")
+        if self.prefill_buckets or self.prefill_failed:
+            text += (f", {self.prefill_buckets} prefill-graph buckets captured"
+                     f"{f' ({self.prefill_failed} failed, eager)' if self.prefill_failed else ''}"
+                     f" ({self.prefill_seconds:.1f} s)")
+        return text
 
 
 def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int,
-            max_decode_rows: int | None = None) -> WarmupReport:
+            max_decode_rows: int | None = None,
+            prefill_graphs: PrefillGraphs | None = None) -> WarmupReport:
     """max_decode_rows: the most decode rows a step can have (the scheduler's max_num_seqs;
     None: the graphs' largest bucket). Eager steps pad their rows to the same buckets
     (runner.py), so their attention shapes are compiled here too, also past the graphs'."""
@@ -87,11 +98,15 @@ def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
             compile_attention(graphs, key)
         compiled = time.perf_counter()
         prefill(graphs)
+        prefilled = time.perf_counter()
+        prefill_failed = 0 if prefill_graphs is None else prefill_graphs.capture_all()
         if graphs.model.device.type == "cuda":
             torch.cuda.synchronize(graphs.model.device)
+    prefill_buckets = 0 if prefill_graphs is None else prefill_graphs.num_captured
     report = WarmupReport(time.perf_counter() - started, len(keys) - failed, failed,
                           len(eager_only) + len(shared), captured - started,
-                          compiled - captured)
+                          compiled - captured, prefill_buckets, prefill_failed,
+                          time.perf_counter() - prefilled)
     log.info("%s", report.describe())
     return report
 

@@ -103,7 +103,7 @@ def test_start_up_measures_every_projection_and_survives_a_failing_timer(caplog)
     from parrot.engines.builtin.build import startup_summary
     assert (f"linear layers small-batch kernels faster on {len(choice.kernel)} of "
             f"{len(choice.measured)} (shape, rows) pairs measured on this GPU"
-            in startup_summary("e", bundle, 16, 4, None, None))
+            in startup_summary("e", bundle, 16, 4, None, None, None))
 
     def broken(calls):
         raise RuntimeError("no GPU here")

@@ -51,7 +51,7 @@ def test_startup_line_names_the_small_batch_kernels(tiny_bundle):
     from parrot.engines.builtin.build import startup_summary
 
     tiny_bundle.model.use_fused(parrot_kernels, small_batch_gemv=True)
-    line = startup_summary("e", tiny_bundle, 8, 4, None, None)
+    line = startup_summary("e", tiny_bundle, 8, 4, None, None, None)
     assert "fused layer ops" in line and "linear layers small-batch kernels to 16 rows" in line
 
 
