@@ -318,4 +318,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                and call.arrival_seq > self.chained_latency_seq):\n",
         ("tests/policies/test_app_centric.py::"
          "test_a_chain_step_joins_running_chains_whatever_its_submission",)),
+    Mutation(
+        "prefill_graphs_repad_slots", "parrot/engines/builtin/prefill_graphs.py",
+        '        h["slots"][:n], h["slots"][n:tokens] = slots, self.scratch_slot\n',
+        '        h["slots"][:n] = slots\n',
+        ("tests/engines/builtin/test_prefill_graphs.py",)),
+    Mutation(
+        "prefill_graphs_attention_between_pieces", "parrot/engines/builtin/prefill_graphs.py",
+        "                self.model.attention(q, k, v, k_cache, v_cache, meta, out=attn)\n",
+        "                pass\n",
+        ("tests/engines/builtin/test_prefill_graphs.py::"
+         "test_piecewise_prefill_matches_the_eager_forward",)),
 )

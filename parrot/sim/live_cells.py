@@ -35,7 +35,10 @@ session timed out before writing its results (its log and the baseline's rerun a
 search in two parts, each with the no-sharing reference (..._gpts_rate_a/: app_centric and
 the affinity ablation; ..._gpts_rate_b/: least-queue sharing; merged per variant, see
 load_live_dirs), the one-engine set (map_reduce, multi_agent, chain_summary,
-concurrent_chains, copilot_32) and multi_agent at 16 files (..._16files/).
+concurrent_chains, copilot_32) and multi_agent at 16 files (..._16files/). Last, the runs of
+2026-12-02 evening after the engine's prefill graphs (live_paper_h200_prefill_graphs*/): the
+one-engine set with multi_agent at 16 files in one folder, the gpts rate search in its two
+parts (..._gpts_rate_a/, ..._gpts_rate_b/) and mixed (..._two_engines/).
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -66,7 +69,9 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_latency_backlog_copilot", "live_paper_h200_chains_fair",
              "live_paper_h200_chains_fair_16files", "live_paper_h200_dec02pm_gpts_rate_a",
              "live_paper_h200_dec02pm_gpts_rate_b", "live_paper_h200_dec02pm",
-             "live_paper_h200_dec02pm_16files")
+             "live_paper_h200_dec02pm_16files", "live_paper_h200_prefill_graphs_gpts_rate_a",
+             "live_paper_h200_prefill_graphs_gpts_rate_b", "live_paper_h200_prefill_graphs",
+             "live_paper_h200_prefill_graphs_two_engines")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:

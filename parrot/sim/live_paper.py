@@ -251,8 +251,10 @@ async def _run_experiment(served: ServeConfig, config_path: str, e: LiveExperime
             for name, now in after.items() if name in before}
         log(f"{e.key} {variant.label}: {run.status}"
             + (f" {run.result.duration_s:.2f}s" if run.result else f" {run.error}")
-            + "".join(f"; {name}: {c['num_steps']} steps ({c['num_graph_steps']} from graphs), "
-                      f"{c['step_ms']} ms in steps ({c['graph_step_ms']} in graph steps), "
+            + "".join(f"; {name}: {c['num_steps']} steps ({c['num_graph_steps']} from graphs, "
+                      f"{c['num_piecewise_steps']} piecewise), {c['step_ms']} ms in steps "
+                      f"({c['graph_step_ms']} in graph steps, {c['piecewise_step_ms']} in "
+                      f"piecewise ones), "
                       f"{c['loop_ms']} ms in loop iterations, {c['ahead_hits']} from "
                       f"launch-ahead ({c['ahead_misses']} wasted), "
                       f"{c['graph_captures_at_runtime']} graphs captured while serving "
