@@ -329,4 +329,16 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                pass\n",
         ("tests/engines/builtin/test_prefill_graphs.py::"
          "test_piecewise_prefill_matches_the_eager_forward",)),
+    Mutation(
+        "prefill_waits_for_launched_step", "parrot/engines/builtin/engine.py",
+        "                batch = self._scheduler.schedule(decode_only=self._runner.has_ahead)\n",
+        "                batch = self._scheduler.schedule()\n",
+        ("tests/engines/builtin/test_lookahead.py::"
+         "test_prefill_arriving_during_a_launched_step_waits_one_step",)),
+    Mutation(
+        "no_launch_ahead_while_prefill_waits", "parrot/engines/builtin/engine.py",
+        "                self._runner.hold_ahead = self._scheduler.has_prefill_work\n",
+        "                self._runner.hold_ahead = False\n",
+        ("tests/engines/builtin/test_lookahead.py::"
+         "test_prefill_arriving_during_a_launched_step_waits_one_step",)),
 )

@@ -285,6 +285,11 @@ class DecodeGraphs:
             self._ahead = (replace(rows, token_ids=tokens), outputs)
         return tokens
 
+    @property
+    def has_ahead(self) -> bool:
+        """A step launched ahead is waiting to be used (or dropped) by the next step."""
+        return self._ahead is not None
+
     def drop_ahead(self) -> None:
         self.num_ahead_misses += self._ahead is not None
         self._ahead = None

@@ -27,8 +27,12 @@ computed tokens, where nothing reads before a later step writes it again; and al
 ordered on one stream, so a block freed and handed to another context is written by that
 context's own steps after the predicted one. The prediction is skipped when a row is known to
 finish with this token (max_tokens, EOS or a stop token, a full window), so the GPU does not
-compute a step nobody wants; an unpredictable end (a stop string) or a newly admitted request
-costs one wasted decode step.
+compute a step nobody wants; an unpredictable end (a stop string) costs one wasted decode
+step. A newly admitted request would too (the next step adds its prefill or its row), so it
+waits one step instead: while a step launched ahead is in flight the engine schedules the
+decodes alone (`BatchScheduler.schedule(decode_only=True)`), which is the prediction, used;
+and nothing is launched ahead while prefill work waits (`ModelRunner.hold_ahead`), so the
+step after takes the request with nothing to waste.
 """
 
 from __future__ import annotations

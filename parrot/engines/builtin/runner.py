@@ -80,9 +80,17 @@ class ModelRunner:
         self.graphs = graphs
         self.eos_token_ids, self.max_context_len = eos_token_ids, max_context_len
         self.launch_ahead = launch_ahead
+        # Set by the engine before each step: prefill work will join the next step, so a
+        # decode step launched ahead now would be wasted (the next step is not the prediction)
+        self.hold_ahead = False
         self.prefill_graphs = prefill_graphs
         self.num_graph_steps = 0     # steps replayed from a CUDA graph (the rest ran eagerly)
         self.num_piecewise_steps = 0  # of the others, steps run through prefill_graphs
+
+    @property
+    def has_ahead(self) -> bool:
+        """A decode step launched ahead is in flight: the next step should be that one."""
+        return self.graphs is not None and self.graphs.has_ahead
 
     @torch.inference_mode()
     def step(self, batch: Batch) -> list[int | None]:
@@ -103,7 +111,7 @@ class ModelRunner:
                               host.decode_lens, host.groups)
             out = self.graphs.run(rows)
         self.num_graph_steps += out is not None
-        if out is not None and rows is not None and self.launch_ahead:
+        if out is not None and rows is not None and self.launch_ahead and not self.hold_ahead:
             assert self.graphs is not None
             predicted = self._fed_prediction(batch, host, rows)
             if predicted is not None:   # greedy rows: the next step queued behind this one
@@ -130,7 +138,7 @@ class ModelRunner:
                 sampled[i] = token
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        if out is not None and rows is not None and self.launch_ahead:
+        if out is not None and rows is not None and self.launch_ahead and not self.hold_ahead:
             self._launch_ahead(batch, host, rows, sampled)
         return sampled
 

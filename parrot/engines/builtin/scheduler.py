@@ -10,6 +10,10 @@ Order of an iteration (`schedule`):
    preempts the newest running work not in this batch (its KV is recomputed later); if nothing
    can be freed the chunk waits. Work that can never be served fails with OutOfKVCacheError.
 `postprocess` applies a step's result: computed counts, sampled tokens, finished work.
+
+`schedule(decode_only=True)` (the engine asks for it while a decode step launched ahead is in
+flight, lookahead.py) leaves steps 2 and the prefill chunks of 3 for the next iteration when
+there are decodes to run: the launched step is then this step, used instead of wasted.
 """
 
 from __future__ import annotations
@@ -108,10 +112,29 @@ class BatchScheduler:
 
     # -- one iteration ------------------------------------------------------------------------
 
-    def schedule(self) -> Batch | None:
+    @property
+    def has_prefill_work(self) -> bool:
+        """Work that the next iteration could start or prefill: a Fill, or a Generate whose
+        context is not computed up to its pending token, unless it is a fork waiting for a
+        busy parent."""
+        for w in self.works:
+            if w.state.is_finished or w.is_decoding:
+                continue
+            parent = w.context.fork_from
+            if w.is_started or parent is None or not parent.is_busy:
+                return True
+        return False
+
+    def schedule(self, *, decode_only: bool = False) -> Batch | None:
+        """The next step's batch (None: nothing to run). decode_only: only the decodes, when
+        there are any (nothing is started, no prefill chunk, no fork copy)."""
         self._iteration += 1
         self._release_freed()
         self.works = [w for w in self.works if not w.state.is_finished]
+        if decode_only and any(w.is_decoding for w in self.works):
+            chunks = self._pick_chunks(decodes_only=True)
+            if chunks:
+                return Batch(chunks, [])
         for work in list(self.works):
             if not work.is_started:
                 self._start(work)
@@ -174,13 +197,13 @@ class BatchScheduler:
         else:
             work.stream = TextStream(work.tokenizer, ctx.token_ids, work.sampling.stop)
 
-    def _pick_chunks(self) -> list[ScheduledChunk]:
+    def _pick_chunks(self, *, decodes_only: bool = False) -> list[ScheduledChunk]:
         budget, seats = self.max_batch_tokens, self.max_num_seqs
         chunks: list[ScheduledChunk] = []
         protected: set[int] = set()
         started = [w for w in self.works if w.is_started]
         decodes = [w for w in started if w.is_decoding]
-        prefills = [w for w in started if not w.is_decoding]
+        prefills = [] if decodes_only else [w for w in started if not w.is_decoding]
         for work in decodes + prefills:
             if budget == 0 or seats == 0:
                 break

@@ -37,11 +37,11 @@ class Switch:
 
 def flaky_scheduler(switch: Switch) -> type[BatchScheduler]:
     class Flaky(BatchScheduler):
-        def schedule(self) -> Batch | None:
+        def schedule(self, *, decode_only: bool = False) -> Batch | None:
             switch.num_schedules += 1
             if switch.broken:
                 raise RuntimeError("scheduler bug")
-            return super().schedule()
+            return super().schedule(decode_only=decode_only)
 
     return Flaky
 

@@ -168,8 +168,49 @@ async def test_engine_with_launch_ahead_matches_without(make_engine, kernel_bund
     assert graphs_plain.num_ahead_hits == 0
     assert graphs.num_ahead_hits > 0                     # most steps came from the prediction
     assert graphs._ahead is None                         # nothing launched past the end
-    # the late request's first step differs from the prediction, which is discarded
-    assert (graphs.num_ahead_misses > 0) == late
+    # the late request's prefill waits one step instead of wasting the launched one
+    assert graphs.num_ahead_misses == 0
+
+
+async def test_prefill_arriving_during_a_launched_step_waits_one_step(make_engine,
+                                                                      kernel_bundle):
+    """A request arriving while a decode step is launched ahead waits one step: that step is
+    the launched one (used: a hit), nothing is launched ahead while its prefill waits, and
+    the step after carries the prefill beside the running decode. Without the wait the
+    launched step is wasted; launched again while the prefill waits, it would wait until the
+    decodes end."""
+    engine = make_engine(kernel_bundle, block_size=BS, shared_prefix_min_tokens=8,
+                         shared_prefix_min_group=2)
+    graphs = use_graphs(engine, kernel_bundle)
+    runner = engine._runner
+    steps: list[tuple[bool, bool, int, int]] = []   # (launched step pending, has prefill,
+    #                                                   hits, decode rows)
+    step = runner.step
+
+    def recorded(batch):
+        pending = graphs.has_ahead
+        prefill = bool(batch.copies) or any(c.end - c.start > 1 for c in batch.chunks)
+        result = step(batch)
+        steps.append((pending, prefill, graphs.num_ahead_hits,
+                      sum(c.end - c.start == 1 for c in batch.chunks)))
+        return result
+
+    runner.step = recorded
+    await engine.fill(FillRequest("a", token_ids=tuple(range(10, 31))))
+    got: list[int] = []
+    late = None
+    async for chunk in engine.generate(GenerateRequest(
+            "a", sampling=SamplingParams(max_tokens=12, ignore_eos=True))):
+        got.extend(chunk.token_ids)
+        if len(got) == 4:    # mid-generation, a decode step launched ahead
+            late = asyncio.create_task(engine.fill(FillRequest("b",
+                                                               token_ids=tuple(range(40, 53)))))
+    assert late is not None and (await late).num_filled_tokens == 13 and len(got) == 12
+    first = next(i for i, step in enumerate(steps) if step[1] and i > 1)
+    before, waited, carried = steps[first - 2], steps[first - 1], steps[first]
+    assert waited[:2] == (True, False) and waited[2] == before[2] + 1   # used, decodes only
+    assert carried[:2] == (False, True) and carried[3] == 1             # beside the decode
+    assert graphs.num_ahead_misses == 0
 
 
 async def test_rows_of_different_lengths_cross_blocks_ahead(make_engine, kernel_bundle):

@@ -62,3 +62,39 @@ def test_kv_pressure_evicts_the_least_recently_used_idle_context():
     assert old.block_table == [] and old.num_computed == 0      # evicted: recomputed if used
     assert len(new.block_table) == 1 and new.num_computed == 4  # kept
     sched.check_invariants()
+
+
+def test_decode_only_leaves_prefill_work_for_the_next_step():
+    """While a decode step launched ahead is in flight the engine asks for the decodes alone:
+    a waiting Fill is neither started nor chunked (and is reported as waiting), then runs in
+    the next normal step; with no decode to run, decode_only schedules the prefill at once."""
+    sched = make_scheduler(num_blocks=32)
+    gen = Work(WorkKind.GENERATE, computed_context(sched, "g", 5), seq=0)
+    sched.add(gen)
+    sched.schedule()                     # started: decoding (its step's result not applied)
+    assert not sched.has_prefill_work
+    fill = add_fill(sched, "f", 6, seq=1)
+    assert sched.has_prefill_work
+    batch = sched.schedule(decode_only=True)
+    assert batch is not None and batch.copies == []
+    assert [(c.work, c.start, c.end) for c in batch.chunks] == [(gen, 4, 5)]
+    assert not fill.is_started and sched.has_prefill_work
+    batch = sched.schedule()
+    assert batch is not None and [c.work for c in batch.chunks] == [gen, fill]
+
+    alone = make_scheduler(num_blocks=32)
+    only = add_fill(alone, "f", 6, seq=0)
+    batch = alone.schedule(decode_only=True)
+    assert batch is not None and [c.work for c in batch.chunks] == [only]
+
+
+def test_a_fork_waiting_for_a_busy_parent_is_not_prefill_work():
+    sched = make_scheduler(num_blocks=32)
+    parent = computed_context(sched, "p", 5)
+    sched.add(Work(WorkKind.GENERATE, parent, seq=0))
+    sched.schedule()                                             # the parent decodes: busy
+    child = Context("c", "p", fork_from=parent)
+    parent.num_waiting_children += 1
+    sched.contexts["c"] = child
+    sched.add(Work(WorkKind.FILL, child, 1, new_tokens=[7, 8, 9]))
+    assert parent.is_busy and not sched.has_prefill_work
