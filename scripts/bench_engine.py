@@ -7,7 +7,8 @@
   python3 scripts/bench_engine.py --device cuda --suite --out $OUT/suite.md   # the H200 suite:
       ceilings, start-up + first request, TPOT vs floor (fused / unfused / HF), step breakdown,
       throughput, prefill rate, shared prefix on/off (engine_suite.py; --suite-quick: TPOT
-      with decode launch-ahead off/on only)
+      with decode launch-ahead off/on only; --suite-fill: a short Fill's cost and where it
+      goes, with the engine's prefill graphs and without, engine_fill_suite.py)
 Both sides decode the same random prompts (equal length, no padding) for the same number of
 tokens, greedily, EOS ignored. Decode time per output token (TPOT):
 * engine: Fill all contexts first (timed separately as prefill), then run the B Generates
