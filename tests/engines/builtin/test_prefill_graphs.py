@@ -40,11 +40,12 @@ def make_graphs(bundle, num_blocks: int = 64, max_tokens: int = 64) -> PrefillGr
 
 
 def test_token_buckets():
-    assert token_buckets(512) == [16, 32, 64, 128, 256, 512]
+    assert token_buckets(512) == [16, 32, 64, 128, 256, 384, 512]
+    assert token_buckets(1000) == [16, 32, 64, 128, 256, 384, 512, 640, 768, 896, 1000]
     assert token_buckets(100) == [16, 32, 64, 100]
     assert token_buckets(8) == [8]
-    assert [token_bucket(n, 512) for n in (1, 16, 17, 100, 257, 512)] == [16, 16, 32, 128,
-                                                                          512, 512]
+    assert [token_bucket(n, 512) for n in (1, 16, 17, 100, 257, 384, 385, 512)] == [
+        16, 16, 32, 128, 384, 384, 512, 512]
     assert token_bucket(70, 100) == 100
     assert token_bucket(513, 512) is None and token_bucket(0, 512) is None
 
