@@ -199,7 +199,7 @@ async def run_live_paper(setups: Sequence[ServeSetup], out: Path, *, smoke: bool
                     results[e.key] = await _run_rate_search(
                         served, setup.path, e, e.workload_spec(smoke), delay_s, log,
                         SMOKE_RATE_SEARCH if smoke else e.rate_search, checkpoint,
-                        deadline=started + budget_s)
+                        deadline=started + budget_s, engines=launched)
                 else:
                     results[e.key] = await _run_experiment(served, setup.path, e,
                                                            e.workload_spec(smoke), delay_s,
@@ -235,6 +235,13 @@ async def _engine_counters(engines: Sequence[Any]) -> dict[str, dict[str, int]]:
     return counts
 
 
+def _counter_delta(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]
+                   ) -> dict[str, dict[str, int]]:
+    """What each engine that answered both times counted in between."""
+    return {name: {k: v - before[name][k] for k, v in now.items()}
+            for name, now in after.items() if name in before}
+
+
 async def _run_experiment(served: ServeConfig, config_path: str, e: LiveExperiment,
                           spec: WorkloadSpec, delay_s: tuple[float, float],
                           log: Any, engines: Sequence[Any] = ()) -> dict[str, Any]:
@@ -246,9 +253,7 @@ async def _run_experiment(served: ServeConfig, config_path: str, e: LiveExperime
         after = await _engine_counters(engines)
         # What each engine did during this run: graphs it had to capture (each stalled it; a
         # variant that meets buckets no earlier run met pays for them), steps, step time.
-        counters[variant.label] = {
-            name: {k: v - before[name][k] for k, v in now.items()}
-            for name, now in after.items() if name in before}
+        counters[variant.label] = _counter_delta(before, after)
         log(f"{e.key} {variant.label}: {run.status}"
             + (f" {run.result.duration_s:.2f}s" if run.result else f" {run.error}")
             + "".join(f"; {name}: {c['num_steps']} steps ({c['num_graph_steps']} from graphs, "
@@ -276,7 +281,8 @@ async def _run_rate_search(served: ServeConfig, config_path: str, e: LiveExperim
                            spec: WorkloadSpec, delay_s: tuple[float, float], log: Any,
                            search_spec: RateSearchSpec,
                            checkpoint: Callable[[dict[str, Any]], None] | None = None,
-                           deadline: float = math.inf) -> dict[str, Any]:
+                           deadline: float = math.inf,
+                           engines: Sequence[Any] = ()) -> dict[str, Any]:
     """Per variant, the highest Poisson rate whose mean latency per output token stays within
     the target (sweep.RateSearch; requests arrive over `window_s` at each rate tried). After
     each variant, `checkpoint` gets the result so far: a search of several variants takes
@@ -284,21 +290,25 @@ async def _run_rate_search(served: ServeConfig, config_path: str, e: LiveExperim
     (measured: a live search of four variants ran past a 600 s limit and lost all four).
     No rate starts after `deadline` (`time.perf_counter()`): the variant being searched and
     the ones after it are `{"skipped": "time budget"}` (the unfinished one keeps the points
-    it measured), the finished ones keep their rates."""
+    it measured), the finished ones keep their rates. Each point carries what each engine
+    did at that rate (`engine_counters`, as an experiment's runs do)."""
     variants = parse_variants(e.compare)
     reference = parse_variants(e.reference)[0].label
     found: dict[str, Any] = {}
     for variant in variants:
         search = RateSearch(start=search_spec.start, max_rate=search_spec.max_rate,
                             refinements=search_spec.refinements)
+        counters_at: dict[float, dict[str, dict[str, int]]] = {}
         while (rate := search.next_rate()) is not None:
             if time.perf_counter() > deadline:
                 break
             at = dataclasses.replace(spec, request_rate=rate, num_requests=max(
                 1, math.ceil(rate * search_spec.window_s)))
             # a rate far past the knee would drain for minutes: it has failed long before
+            before = await _engine_counters(engines)
             run = await _run(served, e, variant, at, delay_s,
                              min(RUN_TIMEOUT_S, 4 * search_spec.window_s + 60))
+            counters_at[rate] = _counter_delta(before, await _engine_counters(engines))
             settings = Settings(e.workload, live=True, seed=spec.seed, workload_spec=at,
                                 serve_config=config_path, policy_params=e.policy_params)
             entry = results_json(settings, [run], variant)["variants"][variant.label]
@@ -309,7 +319,8 @@ async def _run_rate_search(served: ServeConfig, config_path: str, e: LiveExperim
                 f"({'within' if ok else 'over'} the target; {run.status}"
                 + (f": {run.error}" if run.error else "") + ")")
         sustained, points = search.result
-        measured = [dataclasses.asdict(p) for p in points]
+        measured = [{**dataclasses.asdict(p), "engine_counters": counters_at.get(p.rate, {})}
+                    for p in points]
         if search.next_rate() is not None:   # stopped by the deadline, not by the search
             found[variant.label] = ({"skipped": "time budget", "points": measured} if measured
                                     else {"skipped": "time budget"})

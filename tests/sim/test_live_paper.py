@@ -183,6 +183,9 @@ async def test_a_rate_search_stops_at_the_budget_and_keeps_the_finished_variants
                                    delay_s=(0.0, 0.0), experiments=(search,), log=log)
     variants = summary["experiments"]["gpts_rate"]["variants"]
     assert variants["least_queue:parrot"]["sustainable_rate"] == 8.0   # finished before
+    for point in variants["least_queue:parrot"]["points"]:   # what the engines did there
+        assert set(point["engine_counters"]) == {"a0", "b0"}
+        assert sum(c["num_steps"] for c in point["engine_counters"].values()) > 0
     assert variants["least_queue:parrot"]["ratio_vs_reference"] is None
     assert variants["least_queue:baseline"]["skipped"] == "time budget"
     assert [p["rate"] for p in variants["least_queue:baseline"]["points"]] == [4.0]
