@@ -341,4 +341,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                self._runner.hold_ahead = False\n",
         ("tests/engines/builtin/test_lookahead.py::"
          "test_prefill_arriving_during_a_launched_step_waits_one_step",)),
+    Mutation(
+        "simulated_engine_makes_up_late_timers", "parrot/engines/simulated.py",
+        "        if now - LATE_TIMER_S <= self._step_end < now:\n",
+        "        if False:\n",
+        ("tests/engines/test_simulated.py::"
+         "test_on_a_real_clock_a_late_timer_is_made_up_but_not_a_stall",)),
 )

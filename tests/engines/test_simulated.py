@@ -521,3 +521,26 @@ def test_no_deadlock_under_overload_on_a_cluster(variant: str) -> None:
     assert [r.error for r in result.records] == [None] * 24
     assert all(c.state == "done" for r in result.records for c in r.calls)
     assert result.duration_s < 600  # slowly, by recomputing evicted prompts, but it finishes
+
+
+def test_on_a_real_clock_a_late_timer_is_made_up_but_not_a_stall(monkeypatch):
+    """Back-to-back iterations are paced from where the previous one ended on paper: a timer
+    that woke up to LATE_TIMER_S late shortens the next sleep by as much (the lateness never
+    adds up over a run); a longer stall is not made up, and on a virtual clock (never late)
+    every sleep is the iteration's own time."""
+    from types import SimpleNamespace
+
+    from parrot.engines import simulated
+
+    now = [100.0]
+    monkeypatch.setattr(simulated.asyncio, "get_running_loop",
+                        lambda: SimpleNamespace(time=lambda: now[0]))
+    engine = SimulatedEngine("e")
+    assert engine._pace(0.0045) == 0.0045            # the first: from now
+    now[0] = 100.0045                                 # on time
+    assert engine._pace(0.0045) == 0.0045
+    now[0] = 100.00975                                # 0.75 ms late
+    assert engine._pace(0.0045) == pytest.approx(0.00375)
+    assert engine._step_end == pytest.approx(100.0135)
+    now[0] = 100.5                                    # a stall: not made up
+    assert engine._pace(0.0045) == 0.0045
