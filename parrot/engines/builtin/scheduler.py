@@ -116,9 +116,12 @@ class BatchScheduler:
     def has_prefill_work(self) -> bool:
         """Work that the next iteration could start or prefill: a Fill, or a Generate whose
         context is not computed up to its pending token, unless it is a fork waiting for a
-        busy parent."""
-        for w in self.works:
-            if w.state.is_finished or w.is_decoding:
+        busy parent, or the decodes take every seat (max_num_seqs)."""
+        live = [w for w in self.works if not w.state.is_finished]
+        if sum(w.is_decoding for w in live) >= self.max_num_seqs:
+            return False
+        for w in live:
+            if w.is_decoding:
                 continue
             parent = w.context.fork_from
             if w.is_started or parent is None or not parent.is_busy:

@@ -98,3 +98,17 @@ def test_a_fork_waiting_for_a_busy_parent_is_not_prefill_work():
     sched.contexts["c"] = child
     sched.add(Work(WorkKind.FILL, child, 1, new_tokens=[7, 8, 9]))
     assert parent.is_busy and not sched.has_prefill_work
+
+
+def test_no_prefill_work_while_the_decodes_take_every_seat():
+    """A waiting Fill with no seat left (max_num_seqs decodes) cannot join the next step, so
+    it does not hold back launch-ahead."""
+    sched = BatchScheduler(BlockManager(64, BLOCK), max_batch_tokens=64, max_num_seqs=2,
+                           max_context_len=256, eos_token_ids=(0,))
+    for i in range(2):
+        sched.add(Work(WorkKind.GENERATE, computed_context(sched, f"g{i}", 5), seq=i))
+    sched.schedule()                                             # both decoding
+    add_fill(sched, "f", 6, seq=2)
+    assert not sched.has_prefill_work
+    sched.works[0].fail(RuntimeError("gone"))                    # a seat frees up
+    assert sched.has_prefill_work
