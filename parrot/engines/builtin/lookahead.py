@@ -31,8 +31,9 @@ compute a step nobody wants; an unpredictable end (a stop string) costs one wast
 step. A newly admitted request would too (the next step adds its prefill or its row), so it
 waits one step instead: while a step launched ahead is in flight the engine schedules the
 decodes alone (`BatchScheduler.schedule(decode_only=True)`), which is the prediction, used;
-and nothing is launched ahead while prefill work waits (`ModelRunner.hold_ahead`), so the
-step after takes the request with nothing to waste.
+and nothing is launched ahead while prefill work that could join the next step waits
+(`ModelRunner.hold_ahead`, `BatchScheduler.has_prefill_work`), so the step after takes the
+request with nothing to waste.
 """
 
 from __future__ import annotations
