@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
+from typing import Any, Generic, TypeVar
 
 import torch
 
@@ -130,6 +132,64 @@ def predicted_rows_index(predicted: DecodeRows, real: DecodeRows) -> list[int] |
     return index
 
 
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+T = TypeVar("T")
+
+
+def capture_graph(fn: Callable[[], T], pool: Any) -> tuple[torch.cuda.CUDAGraph, T]:
+    """`fn` captured as a CUDA graph into the memory pool `pool`, and what the capture
+    returned (the graph's outputs). thread_local: steps run in a worker thread while the
+    event loop's thread may touch CUDA (e.g. a new request's torch.Generator)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+        output = fn()
+    return graph, output
+
+
+class GraphBuckets(ABC, Generic[K, V]):
+    """Buckets captured once each (`_capture`): a capture that fails is logged and its
+    bucket runs eagerly from then on (never fail a request for a graph); one made while
+    serving stalls the engine, so those are counted and timed (EngineStats). Warm-up
+    captures call `capture`, steps `capture_at_runtime`."""
+
+    kind = "CUDA graph"   # for the log lines
+
+    def __init__(self) -> None:
+        self._graphs: dict[K, V] = {}
+        self._failed: set[K] = set()
+        self.runtime_captures = 0
+        self.runtime_capture_s = 0.0
+
+    @abstractmethod
+    def _capture(self, key: K) -> V: ...
+
+    def capture(self, key: K) -> V | None:
+        """The bucket captured over what the static buffers hold now (None: capture failed,
+        logged; the bucket then runs eagerly)."""
+        if key in self._failed:
+            return None
+        try:
+            captured = self._capture(key)
+        except Exception:  # never fail a request for a graph: this bucket runs eagerly
+            log.exception("%s capture failed for bucket %s; running it eagerly", self.kind,
+                          key)
+            self._failed.add(key)
+            return None
+        self._graphs[key] = captured
+        return captured
+
+    def capture_at_runtime(self, key: K) -> V | None:
+        started = time.perf_counter()
+        captured = self.capture(key)
+        spent = time.perf_counter() - started
+        self.runtime_captures += 1
+        self.runtime_capture_s += spent
+        log.info("%s bucket %s captured while serving in %.1f ms (%d so far, %.2f s)",
+                 self.kind, key, spent * 1000, self.runtime_captures, self.runtime_capture_s)
+        return captured
+
+
 @dataclass(frozen=True)
 class StepOutput:
     """A decode step's results for its rows: float32 logits [n, V], greedy token ids [n]."""
@@ -152,29 +212,26 @@ class _Graph:
         return self.output
 
 
-class DecodeGraphs:
+class DecodeGraphs(GraphBuckets[GraphKey, _Graph]):
     """Static decode buffers and one graph per bucket, captured on first use."""
+
+    kind = "decode graph"
 
     def __init__(self, model: LlamaModel, kv_cache: KVCache, *, max_batch: int, max_width: int,
                  capture: bool = True) -> None:
         if kv_cache.scratch_block is None:
             raise ValueError("CUDA graphs need a KV cache with a scratch block")
+        super().__init__()
         self.model, self.kv = model, kv_cache
         self.max_batch, self.max_width = max_batch, max_width
         self.capture_graphs = capture
         self.scratch_block = kv_cache.scratch_block
         self.num_replays = 0
-        self._graphs: dict[GraphKey, _Graph] = {}
-        self._failed: set[GraphKey] = set()
         self._pool = torch.cuda.graph_pool_handle() if capture else None
         self.num_ahead_hits = 0
         self.num_ahead_misses = 0       # launched ahead, then a different step came
         self.num_ahead_fed = 0          # of the launches ahead, queued before the tokens were read
         self.num_ahead_partial_hits = 0  # of the hits, steps that left out finished rows
-        # buckets a step met before any capture (warm-up captures call `capture` directly):
-        # each such capture stalls the engine, so they are counted and timed (EngineStats)
-        self.runtime_captures = 0
-        self.runtime_capture_s = 0.0
         self.num_wider_replays = 0      # shared-prefix steps replayed on a wider bucket
         self._wider: dict[GraphKey, GraphKey | None] = {}   # cleared on every capture
         self._ahead: tuple[DecodeRows, StepOutput] | None = None   # launched, not yet used
@@ -216,7 +273,7 @@ class DecodeGraphs:
         if key is None:
             return None
         self.fill(rows, key)
-        graph = self._graphs.get(key) or self._capture_at_runtime(key)
+        graph = self._graphs.get(key) or self.capture_at_runtime(key)
         if graph is None:
             return None
         self.num_replays += 1
@@ -294,29 +351,10 @@ class DecodeGraphs:
         self.num_ahead_misses += self._ahead is not None
         self._ahead = None
 
-    def _capture_at_runtime(self, key: GraphKey) -> _Graph | None:
-        started = time.perf_counter()
-        graph = self.capture(key)
-        spent = time.perf_counter() - started
-        self.runtime_captures += 1
-        self.runtime_capture_s += spent
-        log.info("decode graph bucket %s captured while serving in %.1f ms (%d so far, %.2f s)",
-                 key, spent * 1000, self.runtime_captures, self.runtime_capture_s)
-        return graph
-
     def capture(self, key: GraphKey) -> _Graph | None:
-        """Capture the bucket over what the static buffers hold now (None: capture failed,
-        logged; the bucket then runs eagerly)."""
-        if key in self._failed:
-            return None
-        try:
-            graph = self._capture(key)
-        except Exception:  # never fail a request for a graph: this bucket runs eagerly
-            log.exception("CUDA graph capture failed for bucket %s; running it eagerly", key)
-            self._failed.add(key)
-            return None
-        self._graphs[key] = graph
-        self._wider.clear()             # a step may now fit a bucket that did not exist
+        graph = super().capture(key)
+        if graph is not None:
+            self._wider.clear()         # a step may now fit a bucket that did not exist
         return graph
 
     def fill_padding(self, key: GraphKey) -> None:
@@ -387,10 +425,5 @@ class DecodeGraphs:
         with torch.cuda.device(self.model.device):
             step()
             torch.cuda.synchronize()
-            entry.graph = torch.cuda.CUDAGraph()
-            # thread_local: the step runs in a worker thread while the event loop's thread
-            # may touch CUDA (e.g. a new request's torch.Generator).
-            with torch.cuda.graph(entry.graph, pool=self._pool,
-                                  capture_error_mode="thread_local"):
-                entry.output = step()
+            entry.graph, entry.output = capture_graph(step, self._pool)
         return entry

@@ -34,18 +34,15 @@ reading q/k/v from, and writing its output into, fixed buffers.
 from __future__ import annotations
 
 import contextlib
-import logging
-import time
 from collections.abc import Callable
 
 import torch
 
 from parrot.engines.builtin.attention import AttentionMetadata, prefill_sdpa_backends
+from parrot.engines.builtin.graphs import GraphBuckets, capture_graph
 from parrot.engines.builtin.kv_cache import KVCache
 from parrot.engines.builtin.model import LlamaModel
 from parrot.engines.builtin.staging import StaticInputs
-
-log = logging.getLogger(__name__)
 
 MIN_TOKEN_BUCKET = 16
 LINEAR_FROM = 256        # buckets double up to here, then grow by it / 2 (see the docstring)
@@ -112,9 +109,11 @@ class _Bucket:
             self.pieces[i]()
 
 
-class PrefillGraphs:
+class PrefillGraphs(GraphBuckets[int, _Bucket]):
     """Fixed step inputs for the largest bucket and the buckets' pieces (captured at start-up
-    by warmup.py, else on first use)."""
+    by warmup.py, else on first use), by token bucket."""
+
+    kind = "prefill graph"
 
     def __init__(self, model: LlamaModel, kv_cache: KVCache, *, max_tokens: int,
                  capture: bool = True) -> None:
@@ -124,6 +123,7 @@ class PrefillGraphs:
             raise ValueError("prefill graphs need the fused layer ops (fused_ops)")
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+        super().__init__()
         self.model, self.kv, self.max_tokens = model, kv_cache, max_tokens
         self.capture_graphs = capture
         self.scratch_slot = kv_cache.scratch_block * kv_cache.block_size
@@ -131,12 +131,8 @@ class PrefillGraphs:
         views = self.inputs.views
         self.input_ids, self.positions, self.slots = (views["input_ids"], views["positions"],
                                                       views["slots"])
-        self._buckets: dict[int, _Bucket] = {}
-        self._failed: set[int] = set()
         self._pool = torch.cuda.graph_pool_handle() if capture else None
         self.num_replays = 0
-        self.runtime_captures = 0          # buckets captured while serving (each a stall)
-        self.runtime_capture_s = 0.0
 
     @property
     def buckets(self) -> list[int]:
@@ -144,7 +140,7 @@ class PrefillGraphs:
 
     @property
     def num_captured(self) -> int:
-        return len(self._buckets)
+        return len(self._graphs)
 
     def run(self, token_ids: list[int], positions: list[int], slots: list[int],
             meta: AttentionMetadata) -> torch.Tensor | None:
@@ -155,7 +151,7 @@ class PrefillGraphs:
         tokens = token_bucket(t, self.max_tokens)
         if tokens is None or tokens in self._failed:
             return None
-        bucket = self._buckets.get(tokens) or self._capture_at_runtime(tokens)
+        bucket = self._graphs.get(tokens) or self.capture_at_runtime(tokens)
         if bucket is None:
             return None
         self.fill(token_ids, positions, slots, tokens)
@@ -186,31 +182,6 @@ class PrefillGraphs:
         number whose capture failed (they run eagerly)."""
         return sum(self.capture(tokens) is None for tokens in reversed(self.buckets))
 
-    def capture(self, tokens: int) -> _Bucket | None:
-        """Build (and on CUDA capture) one bucket over padding rows; None: capture failed,
-        logged, the bucket's steps run eagerly."""
-        if tokens in self._failed:
-            return None
-        try:
-            bucket = self._capture(tokens)
-        except Exception:  # never fail a request for a graph: this bucket runs eagerly
-            log.exception("prefill graph capture failed for %d tokens; running it eagerly",
-                          tokens)
-            self._failed.add(tokens)
-            return None
-        self._buckets[tokens] = bucket
-        return bucket
-
-    def _capture_at_runtime(self, tokens: int) -> _Bucket | None:
-        started = time.perf_counter()
-        bucket = self.capture(tokens)
-        spent = time.perf_counter() - started
-        self.runtime_captures += 1
-        self.runtime_capture_s += spent
-        log.info("prefill graphs of %d tokens captured while serving in %.1f ms", tokens,
-                 spent * 1000)
-        return bucket
-
     def _capture(self, tokens: int) -> _Bucket:
         self.fill([], [], [], tokens)            # every row a padding row: writes the scratch
         bucket = _Bucket(self, tokens)
@@ -220,15 +191,6 @@ class PrefillGraphs:
             for piece in bucket.pieces:          # compile the Triton kernels outside a capture
                 piece()
             torch.cuda.synchronize()
-            graphs = []
-            for piece in bucket.pieces:
-                graph = torch.cuda.CUDAGraph()
-                # thread_local: steps run in a worker thread while the event loop's thread
-                # may touch CUDA (as for decode graphs)
-                with torch.cuda.graph(graph, pool=self._pool,
-                                      capture_error_mode="thread_local"):
-                    piece()
-                graphs.append(graph)
-        bucket.graphs = graphs
+            bucket.graphs = [capture_graph(piece, self._pool)[0] for piece in bucket.pieces]
         return bucket
 
