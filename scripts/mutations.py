@@ -349,9 +349,8 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_on_a_real_clock_a_late_timer_is_made_up_but_not_a_stall",)),
     Mutation(
         "prefill_work_needs_a_seat", "parrot/engines/builtin/scheduler.py",
-        "        if sum(w.is_decoding for w in live) >= self.max_num_seqs:\n"
-        "            return False\n",
-        "",
+        "        return could_join and decoding < self.max_num_seqs\n",
+        "        return could_join\n",
         ("tests/engines/builtin/test_scheduler_order.py::"
          "test_no_prefill_work_while_the_decodes_take_every_seat",)),
 )

@@ -117,16 +117,16 @@ class BatchScheduler:
         """Work that the next iteration could start or prefill: a Fill, or a Generate whose
         context is not computed up to its pending token, unless it is a fork waiting for a
         busy parent, or the decodes take every seat (max_num_seqs)."""
-        live = [w for w in self.works if not w.state.is_finished]
-        if sum(w.is_decoding for w in live) >= self.max_num_seqs:
-            return False
-        for w in live:
-            if w.is_decoding:
+        decoding, could_join = 0, False
+        for w in self.works:     # one pass: the engine asks after every schedule
+            if w.state.is_finished:
                 continue
-            parent = w.context.fork_from
-            if w.is_started or parent is None or not parent.is_busy:
-                return True
-        return False
+            if w.is_decoding:
+                decoding += 1
+            elif not could_join:
+                parent = w.context.fork_from
+                could_join = w.is_started or parent is None or not parent.is_busy
+        return could_join and decoding < self.max_num_seqs
 
     def schedule(self, *, decode_only: bool = False) -> Batch | None:
         """The next step's batch (None: nothing to run). decode_only: only the decodes, when
