@@ -22,52 +22,10 @@ import asyncio
 import statistics
 import time
 
-from engine_suite import ceilings, make_engine, prompts_for, table, weight_bytes
+from engine_suite import StepClock, ceilings, make_engine, prompts_for, table, weight_bytes
 
 LENGTHS = (16, 128, 512, 2048)
 TIMED = 10
-
-
-class StepClock:
-    """Seconds spent in the runner's parts while installed (instance attributes shadow the
-    methods; `remove` deletes them again)."""
-
-    PARTS = ("step", "prepare_host", "to_device", "forward", "enqueue")
-
-    def __init__(self, torch, runner, *, enqueue_only: bool) -> None:
-        self.torch, self.runner = torch, runner
-        self.spent = {name: 0.0 for name in self.PARTS}
-        self.steps: list[tuple[int, float]] = []   # (prefill tokens, seconds) per step
-        runner.step = self._timed("step", runner.step)
-        runner.prepare_host = self._timed("prepare_host", runner.prepare_host)
-        runner.to_device = self._timed("to_device", runner.to_device)
-        # _forward: to_device, then the prefill graphs or the eager forward
-        name = "enqueue" if enqueue_only else "forward"
-        runner._forward = self._timed(name, runner._forward, sync_before=True,
-                                      sync_after=not enqueue_only)
-
-    def _timed(self, name: str, fn, *, sync_before: bool = False, sync_after: bool = False):
-        torch = self.torch
-
-        def wrapper(*args, **kwargs):
-            if sync_before:
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            result = fn(*args, **kwargs)
-            if sync_after:
-                torch.cuda.synchronize()
-            sec = time.perf_counter() - start
-            self.spent[name] += sec
-            if name == "step":
-                batch = args[0]
-                prefill = sum(c.end - c.start for c in batch.chunks if c.end - c.start > 1)
-                self.steps.append((prefill, sec))
-            return result
-        return wrapper
-
-    def remove(self) -> None:
-        del self.runner.step, self.runner.prepare_host, self.runner.to_device
-        del self.runner._forward
 
 
 async def _fills(engine, prompts, tag: str) -> list[float]:
@@ -177,8 +135,8 @@ async def _mixed(torch, engine, vocab: int, log) -> list[str]:
         clock.remove()
         for i in range(16):
             await engine.free_context(f"d{i}")
-    decode = [s for p, s in clock.steps if p == 0]
-    mixed = [s for p, s in clock.steps if p > 0]
+    decode = [s for _, p, s in clock.steps if p == 0]
+    mixed = [s for _, p, s in clock.steps if p > 0]
     rows = [["decode only (16 rows)", str(len(decode)),
              f"{statistics.median(decode) * 1e3:.2f}" if decode else "-"],
             ["16 decode rows + one 128-token Fill", str(len(mixed)),

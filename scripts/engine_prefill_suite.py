@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from engine_suite import ceilings, decode_run, make_engine, prompts_for, table
+from engine_suite import StepClock, ceilings, decode_run, make_engine, prompts_for, table
 
 
 def _sdpa_times(torch, heads: int, dim: int, n: int = 2048) -> list[str]:
@@ -34,43 +34,24 @@ def _sdpa_times(torch, heads: int, dim: int, n: int = 2048) -> list[str]:
 
 
 async def _step_split(torch, engine, prompts, fill_s: float) -> list[str]:
-    """Where the wall time of the 64-Fill run goes, from a second run with each part timed:
-    the host lists (prepare_host), the device inputs (to_device), the forward pass
-    (synchronised before and after: the GPU's time plus launch time it does not hide), the
-    rest of each model step, and the loop outside the steps (the run's wall minus them)."""
-    runner = engine._runner
-    spent = {"prepare_host": 0.0, "to_device": 0.0, "forward": 0.0, "step": 0.0}
-    sizes: list[int] = []
-
-    def timed(name, fn, sync: bool = False):
-        def wrapper(*args, **kwargs):
-            if sync:
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            result = fn(*args, **kwargs)
-            if sync:
-                torch.cuda.synchronize()
-            spent[name] += time.perf_counter() - start
-            if name == "step":
-                sizes.append(args[0].num_tokens)
-            return result
-        return wrapper
-
-    model = runner.model
-    runner.step = timed("step", runner.step)
-    runner.prepare_host = timed("prepare_host", runner.prepare_host)
-    runner.to_device = timed("to_device", runner.to_device)
-    model.forward = timed("forward", model.forward, sync=True)
+    """Where the wall time of the 64-Fill run goes, from a second run with each part timed
+    (StepClock): the host lists (prepare_host), the device inputs (to_device), the forward
+    pass (synchronised before and after: the GPU's time plus launch time it does not hide),
+    the rest of each model step, and the loop outside the steps (the run's wall minus them)."""
+    clock = StepClock(torch, engine._runner, enqueue_only=False)
     try:
         start = time.perf_counter()
         await decode_run(engine, prompts, 1, "split")
         wall = time.perf_counter() - start
-    finally:   # the instance attributes shadowed the methods
-        del runner.step, runner.prepare_host, runner.to_device, model.forward
-    rest = spent["step"] - spent["prepare_host"] - spent["to_device"] - spent["forward"]
+    finally:
+        clock.remove()
+    spent = clock.spent
+    forward = spent["forward"] - spent["to_device"]       # the forward's clock holds to_device
+    rest = spent["step"] - spent["prepare_host"] - spent["forward"]
+    sizes = [tokens for tokens, _, _ in clock.steps]
     rows = [[name, f"{sec * 1e3:.0f}", f"{sec / wall:.0%}"] for name, sec in (
         ("prepare_host", spent["prepare_host"]), ("to_device", spent["to_device"]),
-        ("forward (synchronised)", spent["forward"]), ("rest of the steps", rest),
+        ("forward (synchronised)", forward), ("rest of the steps", rest),
         ("loop outside the steps", wall - spent["step"]))]
     return table(f"Where the 64-Fill run goes (timed again: wall {wall:.2f} s, untimed "
                  f"{fill_s:.2f} s; {len(sizes)} steps, tokens per step "

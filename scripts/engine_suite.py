@@ -24,6 +24,51 @@ import time
 PROMPT, NEW_SHORT, NEW_LONG = 512, 64, 256
 
 
+class StepClock:
+    """Seconds spent in the runner's parts while installed (instance attributes shadow the
+    methods; `remove` deletes them again): the step, its host lists (prepare_host), its device
+    inputs (to_device), and its forward pass (`_forward`: to_device, then the prefill graphs
+    or the eager forward), synchronised before and after ("forward": the GPU's time plus
+    launch time it does not hide) or before only (`enqueue_only`, "enqueue": the host's
+    launch cost); and each step's (tokens, prefill tokens, seconds)."""
+
+    PARTS = ("step", "prepare_host", "to_device", "forward", "enqueue")
+
+    def __init__(self, torch, runner, *, enqueue_only: bool) -> None:
+        self.torch, self.runner = torch, runner
+        self.spent = {name: 0.0 for name in self.PARTS}
+        self.steps: list[tuple[int, int, float]] = []
+        runner.step = self._timed("step", runner.step)
+        runner.prepare_host = self._timed("prepare_host", runner.prepare_host)
+        runner.to_device = self._timed("to_device", runner.to_device)
+        name = "enqueue" if enqueue_only else "forward"
+        runner._forward = self._timed(name, runner._forward, sync_before=True,
+                                      sync_after=not enqueue_only)
+
+    def _timed(self, name: str, fn, *, sync_before: bool = False, sync_after: bool = False):
+        torch = self.torch
+
+        def wrapper(*args, **kwargs):
+            if sync_before:
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            result = fn(*args, **kwargs)
+            if sync_after:
+                torch.cuda.synchronize()
+            sec = time.perf_counter() - start
+            self.spent[name] += sec
+            if name == "step":
+                batch = args[0]
+                prefill = sum(c.end - c.start for c in batch.chunks if c.end - c.start > 1)
+                self.steps.append((batch.num_tokens, prefill, sec))
+            return result
+        return wrapper
+
+    def remove(self) -> None:
+        del self.runner.step, self.runner.prepare_host, self.runner.to_device
+        del self.runner._forward
+
+
 def ceilings(torch) -> tuple[float, float]:
     """(copy bytes/s counting read + write, bf16 matmul FLOP/s)."""
     src = torch.randn(2**29, device="cuda", dtype=torch.bfloat16)   # 1 GiB
