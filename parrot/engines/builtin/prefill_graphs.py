@@ -142,11 +142,17 @@ class PrefillGraphs(GraphBuckets[int, _Bucket]):
     def num_captured(self) -> int:
         return len(self._graphs)
 
+    def takes(self, n: int) -> bool:
+        """Whether a step of n rows runs here (a bucket holds it, its capture never failed)."""
+        tokens = token_bucket(n, self.max_tokens)
+        return tokens is not None and tokens not in self._failed
+
     def run(self, token_ids: list[int], positions: list[int], slots: list[int],
             meta: AttentionMetadata) -> torch.Tensor | None:
         """The step's final hidden states [t, H] (K/V written into the cache), or None: run
-        it eagerly. `meta` is the eager step's attention metadata over its t real rows (decode
-        rows first), as the runner builds it."""
+        it eagerly (`takes` says which beforehand). `meta` is the step's attention metadata
+        over its t real rows (decode rows first), as the runner builds it; its slot_mapping
+        may be this object's `slots` view (the attention never reads it)."""
         t = len(token_ids)
         tokens = token_bucket(t, self.max_tokens)
         if tokens is None or tokens in self._failed:

@@ -144,14 +144,16 @@ class ModelRunner:
 
     def _forward(self, host: HostInputs) -> torch.Tensor:
         """The hidden states of a step no decode graph took: through the prefill graphs where
-        its rows fit a bucket, else eagerly."""
-        inputs = self.to_device(host)
-        if self.prefill_graphs is not None:
-            hidden = self.prefill_graphs.run(host.token_ids, host.positions, host.slots,
-                                             inputs.meta)
+        its rows fit a bucket (their fixed buffers take the token ids, positions and slots:
+        none of the eager step's tensors are made), else eagerly."""
+        graphs, n = self.prefill_graphs, len(host.token_ids)
+        if graphs is not None and graphs.takes(n):
+            hidden = graphs.run(host.token_ids, host.positions, host.slots,
+                                self.attention_meta(host, graphs.slots[:n]))
             if hidden is not None:
                 self.num_piecewise_steps += 1
                 return hidden
+        inputs = self.to_device(host)
         return self.model.forward(inputs.input_ids, inputs.positions, self.kv.layers,
                                   inputs.meta)
 
@@ -227,6 +229,14 @@ class ModelRunner:
         return host
 
     def to_device(self, host: HostInputs) -> StepInputs:
+        meta = self.attention_meta(host, self._tensor(host.slots))
+        return StepInputs(self._tensor(host.token_ids), self._tensor(host.positions), meta,
+                          host.order, host.sample_rows, host.sample_chunks)
+
+    def attention_meta(self, host: HostInputs, slot_mapping: torch.Tensor
+                       ) -> AttentionMetadata:
+        """The step's attention metadata on the device, with `slot_mapping` (the step's
+        slots already on the device)."""
         has_decode = bool(host.decode_lens)
         g = host.groups
         tables, lens = host.decode_tables, host.decode_lens
@@ -260,13 +270,11 @@ class ModelRunner:
         else:
             prefills = [PrefillChunk(start, end, pos, self._tensor(table))
                         for start, end, pos, table in host.prefills]
-        meta = AttentionMetadata(
-            slot_mapping=self._tensor(host.slots), num_decode=len(host.decode_lens),
+        return AttentionMetadata(
+            slot_mapping=slot_mapping, num_decode=len(host.decode_lens),
             decode_block_tables=self._padded(tables) if has_decode else None,
             decode_seq_lens=self._tensor(lens, torch.int32) if has_decode else None,
             shared_prefix=shared, prefills=prefills, prefill_plan=plan)
-        return StepInputs(self._tensor(host.token_ids), self._tensor(host.positions), meta,
-                          host.order, host.sample_rows, host.sample_chunks)
 
     def _num_blocks(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
