@@ -118,18 +118,16 @@ class BuiltinEngine(Engine):
     async def stats(self) -> EngineStats:
         s = self._scheduler
         alloc = s.blocks.allocator
-        graphs, pieces = self._runner.graphs, self._runner.prefill_graphs
+        graphs = self._runner.graphs
+        captured = [g for g in (graphs, self._runner.prefill_graphs) if g is not None]
         return EngineStats(num_running=s.num_running, num_waiting=s.num_waiting,
                            num_blocks_total=alloc.num_blocks_total,
                            num_blocks_free=alloc.num_free_blocks, block_size=s.blocks.block_size,
                            num_tokens_in_use=sum(len(c.token_ids) for c in s.contexts.values()),
                            num_contexts=len(s.contexts),
-                           graph_captures_at_runtime=(
-                               (0 if graphs is None else graphs.runtime_captures)
-                               + (0 if pieces is None else pieces.runtime_captures)),
-                           graph_capture_ms_at_runtime=round(1000 * (
-                               (0 if graphs is None else graphs.runtime_capture_s)
-                               + (0 if pieces is None else pieces.runtime_capture_s))),
+                           graph_captures_at_runtime=sum(g.runtime_captures for g in captured),
+                           graph_capture_ms_at_runtime=round(
+                               1000 * sum(g.runtime_capture_s for g in captured)),
                            num_steps=self._counters.num_steps,
                            num_graph_steps=self._runner.num_graph_steps,
                            step_ms=round(self._counters.step_s * 1000),
