@@ -353,4 +353,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        return could_join\n",
         ("tests/engines/builtin/test_scheduler_order.py::"
          "test_no_prefill_work_while_the_decodes_take_every_seat",)),
+    Mutation(
+        "prefix_context_at_every_recurring_boundary", "parrot/core/executor.py",
+        "        branch[i] = counts[i] >= 2 and counts[i] > most\n",
+        "        branch[i] = counts[i] >= 2\n",
+        ("tests/core/test_prefix.py::test_only_branch_points_of_the_sharing_get_contexts",
+         "tests/core/test_executor.py::"
+         "test_a_recurring_prompt_of_tiny_boundaries_costs_a_few_engine_round_trips")),
+    Mutation(
+        "prefix_context_not_at_the_last_shared_input", "parrot/core/executor.py",
+        "            branch[i - 1] = True\n", "            pass\n",
+        ("tests/core/test_prefix.py::test_only_branch_points_of_the_sharing_get_contexts",)),
+    Mutation(
+        "step_trace_saved_tokens", "parrot/engines/builtin/step_trace.py",
+        "            saved += (groups.indptr[g + 1] - groups.indptr[g] - 1) * prefix\n",
+        "            saved += (groups.indptr[g + 1] - groups.indptr[g]) * prefix\n",
+        ("tests/engines/builtin/test_step_trace.py",)),
 )

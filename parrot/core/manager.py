@@ -260,7 +260,7 @@ class Manager:
 
         requeue = False
         try:
-            await run_call(call, engine, publish, self.prefix_index.is_recurring)
+            await run_call(call, engine, publish, self.prefix_index.occurrences)
             transition(call, CallState.DONE)
             engine.num_calls_done += 1
         except asyncio.CancelledError:

@@ -73,7 +73,7 @@ async def prefill_ahead(call: Call, engine: EngineState,
                         pieces: tuple[PrefixPiece, ...]) -> None:
     """Fill `pieces` (plan_ahead's) for `call` on `engine` and leave them cached there."""
     deepest = pieces[-1].prefix_hash
-    contexts, _ = plan_prefix_contexts(pieces, lambda h: h == deepest)
+    contexts, _ = plan_prefix_contexts(pieces, lambda h: 2 if h == deepest else 0)
     try:
         chain = await engine.contexts.acquire(contexts, call.session_id)
     except ParrotError as exc:  # an optimisation only: the call fills it itself later

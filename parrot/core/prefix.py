@@ -132,9 +132,8 @@ class PrefixIndex:
         while len(self._occurrences) > self._max_remembered:
             self._occurrences.popitem(last=False)
 
-    def is_recurring(self, prefix_hash: str) -> bool:
-        """Whether at least two calls (now or recently) had this prefix."""
-        return self._occurrences.get(prefix_hash, 0) >= 2
-
+    def occurrences(self, prefix_hash: str) -> int:
+        """How many calls (now or recently) had this prefix."""
+        return self._occurrences.get(prefix_hash, 0)
     def __len__(self) -> int:
         return len(self._occurrences)

@@ -38,7 +38,10 @@ load_live_dirs), the one-engine set (map_reduce, multi_agent, chain_summary,
 concurrent_chains, copilot_32) and multi_agent at 16 files (..._16files/). Last, the runs of
 2026-12-02 evening after the engine's prefill graphs (live_paper_h200_prefill_graphs*/): the
 one-engine set with multi_agent at 16 files in one folder, the gpts rate search in its two
-parts (..._gpts_rate_a/, ..._gpts_rate_b/) and mixed (..._two_engines/).
+parts (..._gpts_rate_a/, ..._gpts_rate_b/) and mixed (..._two_engines/). Last,
+multi_agent at 8 and 16 files after prefix contexts were cut only at branch points of the
+sharing (live_paper_h200_branch_contexts/), and the gpts rate search again on that code, in
+its two parts (..._gpts_rate_a/, ..._gpts_rate_b/).
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -71,7 +74,9 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_dec02pm_gpts_rate_b", "live_paper_h200_dec02pm",
              "live_paper_h200_dec02pm_16files", "live_paper_h200_prefill_graphs_gpts_rate_a",
              "live_paper_h200_prefill_graphs_gpts_rate_b", "live_paper_h200_prefill_graphs",
-             "live_paper_h200_prefill_graphs_two_engines")
+             "live_paper_h200_prefill_graphs_two_engines", "live_paper_h200_branch_contexts",
+             "live_paper_h200_branch_contexts_gpts_rate_a",
+             "live_paper_h200_branch_contexts_gpts_rate_b")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:

@@ -246,10 +246,14 @@ async def _run_experiment(served: ServeConfig, config_path: str, e: LiveExperime
                           spec: WorkloadSpec, delay_s: tuple[float, float],
                           log: Any, engines: Sequence[Any] = ()) -> dict[str, Any]:
     variants = parse_variants(e.compare)
-    runs, counters = [], {}
+    runs, counters, windows = [], {}, {}
     for variant in variants:
         before = await _engine_counters(engines)
+        began = time.time()
         run = await _run(served, e, variant, spec, delay_s)
+        # the run's wall-clock span: its steps in an engine's step trace
+        # (scripts/step_trace_report.py --results ... --run KEY/LABEL)
+        windows[variant.label] = [round(began, 3), round(time.time(), 3)]
         after = await _engine_counters(engines)
         # What each engine did during this run: graphs it had to capture (each stalled it; a
         # variant that meets buckets no earlier run met pays for them), steps, step time.
@@ -274,6 +278,7 @@ async def _run_experiment(served: ServeConfig, config_path: str, e: LiveExperime
     for label, per_engine in counters.items():
         if label in results["variants"]:
             results["variants"][label]["engine_counters"] = per_engine
+            results["variants"][label]["wall_window"] = windows[label]
     return {**results, "num_engines": e.engines}
 
 

@@ -1,4 +1,5 @@
-from parrot.core.executor import MIN_CONTEXT_TOKENS, plan_prefix_contexts, shareable_hashes
+from parrot.core.executor import (CACHED, MIN_CONTEXT_TOKENS, plan_prefix_contexts,
+                                  shareable_hashes)
 from parrot.core.prefix import PrefixIndex, estimate_prompt, prefix_pieces
 from parrot.template import parse_template
 from parrot.types import estimate_num_tokens
@@ -24,18 +25,18 @@ def test_hashes_are_cumulative_and_boundary_aware():
 def test_plan_merges_unshared_pieces():
     t = parse_template(SYSTEM + "{{input:q}} tail {{output:a}}")
     pieces = prefix_pieces(t, {"q": QUESTION})
-    contexts, head = plan_prefix_contexts(pieces, lambda h: False)
+    contexts, head = plan_prefix_contexts(pieces, lambda h: 0)
     assert [c.text for c in contexts] == [SYSTEM] and head == QUESTION + " tail "
-    contexts, head = plan_prefix_contexts(pieces, lambda h: h == pieces[1].prefix_hash)
+    contexts, head = plan_prefix_contexts(pieces, lambda h: 2 * (h == pieces[1].prefix_hash))
     assert [c.text for c in contexts] == [SYSTEM, QUESTION] and head == " tail "
     short = prefix_pieces(parse_template("Hi {{input:q}} {{output:a}}"), {"q": "x"})
-    assert plan_prefix_contexts(short, lambda h: True) == ((), "Hi x ")
+    assert plan_prefix_contexts(short, lambda h: 2) == ((), "Hi x ")
 
 
 def test_a_short_piece_after_a_context_is_merged_forward_even_when_shared():
     pieces = prefix_pieces(parse_template(SYSTEM + "{{input:q}} tail {{output:a}}"),
                            {"q": "question"})
-    contexts, head = plan_prefix_contexts(pieces, lambda h: True)
+    contexts, head = plan_prefix_contexts(pieces, lambda h: 2)
     # " tail " ends the prefix too; "question tail " (14 chars) is not worth a context either.
     assert [c.text for c in contexts] == [SYSTEM] and head == "question tail "
 
@@ -47,32 +48,35 @@ def test_thousands_of_tiny_boundaries_make_few_contexts():
     template = parse_template("".join(f"{{{{input:x{i}}}}}" for i in range(n)) + "{{output:o}}")
     pieces = prefix_pieces(template, {f"x{i}": "a" for i in range(n)})
     assert len(pieces) == n
-    contexts, head = plan_prefix_contexts(pieces, lambda h: True)  # every boundary recurs
+    # every boundary recurs, each shared by fewer calls than the one before (a branch point)
+    sharers = {p.prefix_hash: n - i + 1 for i, p in enumerate(pieces)}
+    contexts, head = plan_prefix_contexts(pieces, sharers.__getitem__)
     assert len(contexts) == n // (MIN_CONTEXT_TOKENS * 4) == 19
     assert all(estimate_num_tokens(c.text) >= MIN_CONTEXT_TOKENS for c in contexts)
     assert "".join(c.text for c in contexts) + head == "a" * n
-    # The same prompt planned again (a second call) picks the same boundaries.
-    again, _ = plan_prefix_contexts(pieces, {c.prefix_hash for c in contexts}.__contains__)
-    assert again == contexts
+    # The same prompt planned again (a second call) forks the deepest context the first filled.
+    cached = {c.prefix_hash for c in contexts}
+    again, _ = plan_prefix_contexts(pieces, lambda h: CACHED if h in cached else 0)
+    assert [c.prefix_hash for c in again] == [contexts[-1].prefix_hash]
 
 
 def test_index_remembers_recurring_prefixes_boundedly():
     index = PrefixIndex(max_remembered=2)
     index.add(("h1", "h2"))
-    assert not index.is_recurring("h1") and not index.is_recurring("h2")
+    assert (index.occurrences("h1"), index.occurrences("h2")) == (1, 1)
     index.add(("h1",))
-    assert index.is_recurring("h1") and not index.is_recurring("h2")
+    assert (index.occurrences("h1"), index.occurrences("h2")) == (2, 1)
     index.add(("h3",))  # remembers at most two hashes: h2 (least recently seen) is forgotten
-    assert len(index) == 2 and index.is_recurring("h1") and not index.is_recurring("h2")
+    assert len(index) == 2 and (index.occurrences("h1"), index.occurrences("h2")) == (2, 0)
     index.add(("h2",))  # seen again after being forgotten: counts from one
-    assert not index.is_recurring("h2") and not index.is_recurring("h1")  # h1 forgotten now
+    assert (index.occurrences("h2"), index.occurrences("h1")) == (1, 0)  # h1 forgotten now
 
 
 def test_a_whole_constant_prompt_is_not_cached_unless_it_recurs():
     # A rendered prompt (baseline mode) is all template text: caching it only pays if repeated.
     pieces = prefix_pieces(parse_template(SYSTEM + " question? {{output:a}}"), {})
-    assert plan_prefix_contexts(pieces, lambda h: False) == ((), SYSTEM + " question? ")
-    contexts, head = plan_prefix_contexts(pieces, lambda h: True)
+    assert plan_prefix_contexts(pieces, lambda h: 0) == ((), SYSTEM + " question? ")
+    contexts, head = plan_prefix_contexts(pieces, lambda h: 2)
     assert [c.text for c in contexts] == [SYSTEM + " question? "] and head == ""
 
 
@@ -117,9 +121,41 @@ def test_contexts_are_cut_by_the_counted_tokens_of_generated_inputs():
     values = {"code": "c" * 400, "q": "q" * 300}
     estimated = prefix_pieces(t, values)
     counted = prefix_pieces(t, values, token_counts={"code": 40})
-    everything_recurs = lambda h: True  # noqa: E731
-    contexts, _ = plan_prefix_contexts(estimated, everything_recurs)
+    # every boundary a branch point: each shared by fewer calls than the one before
+    everything_branches = {p.prefix_hash: 10 - i for i, p in enumerate(estimated)}.__getitem__
+    contexts, _ = plan_prefix_contexts(estimated, everything_branches)
     assert [c.text for c in contexts] == [SYSTEM, "c" * 400, "q" * 300]
-    contexts, _ = plan_prefix_contexts(counted, everything_recurs)
+    contexts, _ = plan_prefix_contexts(counted, everything_branches)
     assert [c.text for c in contexts] == [SYSTEM, "c" * 400 + "q" * 300]
     assert [p.num_tokens for p in counted] == [75, 115, 190, 191]
+
+
+def test_only_branch_points_of_the_sharing_get_contexts():
+    """A recurring boundary that every call sharing it continues alike is merged into the next
+    one: 16 calls sharing a design and 8 files get one context for all of it, not 9 nested ones
+    filled one after the other; where the calls part, a context each side."""
+    template = parse_template("{{input:design}}" + "".join(f"{{{{input:f{i}}}}}" for i in range(8))
+                              + " Review {{input:which}} {{output:review}}")
+    values = {"design": "d" * 800, **{f"f{i}": str(i) * 800 for i in range(8)}, "which": "f0"}
+    pieces = prefix_pieces(template, values)
+    hashes = [p.prefix_hash for p in pieces]
+    # the design (and so the leading piece) is shared by 32 calls, the files by 16, the rest 1
+    counts = {h: 32 if i == 0 else 16 if i <= 8 else 1 for i, h in enumerate(hashes)}
+    contexts, head = plan_prefix_contexts(pieces, counts.__getitem__)
+    assert [c.prefix_hash for c in contexts] == [hashes[0], hashes[8]]
+    assert contexts[1].text == "".join(str(i) * 800 for i in range(8))
+    assert head == " Review f0 "
+    # Four of the 16 calls part after the fourth file: a context there too.
+    counts.update({h: 4 for h in hashes[5:9]})
+    contexts, _ = plan_prefix_contexts(pieces, counts.__getitem__)
+    assert [c.prefix_hash for c in contexts] == [hashes[0], hashes[4], hashes[8]]
+    # All 16 also share " Review " (reviewers of the same code): the context still ends with
+    # the last file, where calls of another function reading the same files (revisers) part.
+    counts.update({h: 16 for h in hashes[1:10]})
+    assert pieces[9].is_template_text and pieces[9].text == " Review "
+    contexts, head = plan_prefix_contexts(pieces, counts.__getitem__)
+    assert [c.prefix_hash for c in contexts] == [hashes[0], hashes[8]] and head == " Review f0 "
+    # A longer prefix already cached on the engine is forked: nothing before it is filled.
+    counts[hashes[8]] = CACHED
+    contexts, _ = plan_prefix_contexts(pieces, counts.__getitem__)
+    assert [c.prefix_hash for c in contexts] == [hashes[8]]

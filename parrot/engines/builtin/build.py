@@ -30,6 +30,7 @@ from parrot.engines.builtin.prefill_graphs import PrefillGraphs
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.scheduler import BatchScheduler
 from parrot.engines.builtin.shapes import ModelShape
+from parrot.engines.builtin.step_trace import StepTrace
 from parrot.engines.builtin.warmup import WarmupReport, batch_buckets, warm_up, width_buckets
 
 log = logging.getLogger(__name__)
@@ -142,8 +143,10 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
                              max_decode_rows=config.max_num_seqs, prefill_graphs=prefill_graphs)
     log.info("%s", startup_summary(name, bundle, num_blocks, config.block_size, graphs,
                                    prefill_graphs, report))
+    trace_path = config.step_trace_path(name)
     return BuiltinEngine(name, bundle.name, runner, scheduler, bundle.tokenizer,
-                         bundle.shape.vocab_size, config.seed)
+                         bundle.shape.vocab_size, config.seed,
+                         trace=None if trace_path is None else StepTrace(trace_path))
 
 
 def choose_linear_layers(model: LlamaModel, buckets: list[int],

@@ -56,6 +56,9 @@ class BuiltinEngineConfig:
       CUDA, or the interpreter); "auto" (the default) is "paged" where the engine runs the
       Triton kernels on CUDA (measured 1.3-16x faster per layer on an H200, docs/KERNELS.md)
       and "sdpa" otherwise (the CPU's torch path).
+    step_trace: a JSON-lines file the engine appends one line to per model step (its timing,
+      shape and path: step_trace.py; `{engine}` in the path becomes the engine's name, so one
+      setting serves every engine of a config); null: no trace.
     """
 
     model: str = DEFAULT_MODEL
@@ -81,6 +84,7 @@ class BuiltinEngineConfig:
     seed: int = 0                     # random weights; sampling without a per-request seed
     num_threads: int | None = None    # torch CPU threads (None: torch's default)
     cache_dir: str | None = None      # default: $PARROT_CACHE_DIR or ~/.cache/parrot/models
+    step_trace: str | None = None     # JSON-lines file, one line per step; {engine}: its name
 
     def __post_init__(self) -> None:
         check = _CHECK
@@ -123,6 +127,15 @@ class BuiltinEngineConfig:
         check.require(self.cache_dir is None or (isinstance(self.cache_dir, str)
                                                  and bool(self.cache_dir)),
                       "cache_dir", self.cache_dir, "null or a folder path")
+        check.require(self.step_trace is None or (isinstance(self.step_trace, str)
+                                                  and bool(self.step_trace)),
+                      "step_trace", self.step_trace, "null or a file path")
+
+    def step_trace_path(self, engine: str) -> Path | None:
+        """Where engine `engine` writes its step trace, or None."""
+        if self.step_trace is None:
+            return None
+        return Path(self.step_trace.replace("{engine}", engine)).expanduser()
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any] | None) -> BuiltinEngineConfig:

@@ -40,6 +40,7 @@ from parrot.engines.builtin.context import Context, Work, WorkKind
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.sampler import make_generator
 from parrot.engines.builtin.scheduler import Batch, BatchScheduler
+from parrot.engines.builtin.step_trace import StepRecord, StepTrace, step_shape
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
 from parrot.errors import (ContextExistsError, EngineError, EngineUnavailableError,
@@ -70,8 +71,10 @@ class StepCounters:
 
 class BuiltinEngine(Engine):
     def __init__(self, name: str, model_name: str, runner: ModelRunner, scheduler: BatchScheduler,
-                 tokenizer: Any | None, vocab_size: int, seed: int) -> None:
+                 tokenizer: Any | None, vocab_size: int, seed: int,
+                 trace: StepTrace | None = None) -> None:
         self._name, self._model_name = name, model_name
+        self._trace = trace             # one line per step (step_trace.py), when configured
         self._runner, self._scheduler = runner, scheduler
         self._counters = StepCounters()
         self._tokenizer = tokenizer
@@ -83,6 +86,7 @@ class BuiltinEngine(Engine):
         self._closing = False
         self._closed = asyncio.Event()  # ends a back-off early
         self._step_in_flight = False
+        self._last_step_s = 0.0         # the last model step's time in the worker thread
         self._unhealthy: str | None = None  # why, while the batch scheduler keeps raising
         bos = getattr(tokenizer, "bos_token_id", None)
         self._bos: int | None = (bos if tokenizer is not None and bos is not None
@@ -106,6 +110,8 @@ class BuiltinEngine(Engine):
         for work in self._scheduler.works:
             work.fail(EngineUnavailableError(f"engine {self._name!r} closed"))
         self._scheduler.works.clear()
+        if self._trace is not None:
+            self._trace.close()
 
     async def info(self) -> EngineInfo:
         blocks = self._scheduler.blocks
@@ -278,6 +284,7 @@ class BuiltinEngine(Engine):
 
     async def _run(self) -> None:
         retry_s = RETRY_MIN_S
+        idle_s = 0.0
         while not self._closing:
             self._wake.clear()
             started = time.perf_counter()
@@ -297,10 +304,39 @@ class BuiltinEngine(Engine):
                 log.warning("engine %s schedules again: healthy", self._name)
                 self._unhealthy = None
             if batch is None:
+                if self._trace is not None:
+                    self._trace.flush()   # never inside a busy stretch
                 await self._wake.wait()
+                idle_s += time.perf_counter() - started
                 continue
-            await self._step(batch)
+            if self._trace is None:
+                await self._step(batch)
+            else:
+                await self._traced_step(batch, started, idle_s)
+            idle_s = 0.0
             self._counters.loop_s += time.perf_counter() - started
+
+    async def _traced_step(self, batch: Batch, started: float, idle_s: float) -> None:
+        """`_step`, with its StepRecord written to the trace."""
+        assert self._trace is not None
+        runner, graphs = self._runner, self._runner.graphs
+        hits, misses = ((graphs.num_ahead_hits, graphs.num_ahead_misses)
+                        if graphs is not None else (0, 0))
+        graph_steps, piecewise_steps = runner.num_graph_steps, runner.num_piecewise_steps
+        stepping = time.perf_counter()
+        await self._step(batch)
+        ended = time.perf_counter()
+        path = ("graph" if runner.num_graph_steps > graph_steps
+                else "piecewise" if runner.num_piecewise_steps > piecewise_steps else "eager")
+        shape = step_shape(batch, runner.last_groups)
+        self._trace.write(StepRecord(
+            t=round(time.time() - (ended - started), 6), idle_ms=round(1000 * idle_s, 3),
+            sched_ms=round(1000 * (stepping - started), 3),
+            step_ms=round(1000 * self._last_step_s, 3),
+            post_ms=round(1000 * (ended - stepping - self._last_step_s), 3),
+            path=path,
+            ahead_hit=graphs is not None and graphs.num_ahead_hits > hits,
+            ahead_miss=graphs is not None and graphs.num_ahead_misses > misses, **shape))
 
     def _scheduling_failed(self, exc: Exception) -> None:
         if self._unhealthy is None:  # the traceback once, not at every retry
@@ -322,10 +358,11 @@ class BuiltinEngine(Engine):
         started = time.perf_counter()
         graph_steps = self._runner.num_graph_steps
         piecewise_steps = self._runner.num_piecewise_steps
+        self._last_step_s = 0.0
         try:
             sampled = await asyncio.to_thread(self._runner.step, batch)  # the blocking boundary
             counters.num_steps += 1
-            seconds = time.perf_counter() - started
+            seconds = self._last_step_s = time.perf_counter() - started
             counters.step_s += seconds
             if self._runner.num_graph_steps > graph_steps:   # this step replayed a graph
                 counters.graph_step_s += seconds

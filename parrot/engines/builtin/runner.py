@@ -86,6 +86,7 @@ class ModelRunner:
         self.prefill_graphs = prefill_graphs
         self.num_graph_steps = 0     # steps replayed from a CUDA graph (the rest ran eagerly)
         self.num_piecewise_steps = 0  # of the others, steps run through prefill_graphs
+        self.last_groups: GroupedRows | None = None  # the last step's shared-prefix plan
 
     @property
     def has_ahead(self) -> bool:
@@ -99,6 +100,7 @@ class ModelRunner:
             self.kv.copy_blocks(batch.copies)
         sampled: list[int | None] = [None] * len(batch.chunks)
         host = self.prepare_host(batch) if batch.chunks else None
+        self.last_groups = None if host is None else host.groups
         if self.graphs is not None and (batch.copies or host is None or host.prefills):
             # a step launched ahead is used only by the very next step, and only when that is
             # the identical graph step (its outputs are the graph's buffers, reused later)

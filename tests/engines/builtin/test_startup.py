@@ -46,12 +46,15 @@ def test_startup_line_names_the_paths(make_engine, tiny_bundle, caplog):
     assert "linear layers torch," in line
 
 
-def test_startup_line_names_the_small_batch_kernels(tiny_bundle):
+def test_startup_line_names_the_small_batch_kernels():
     import parrot_kernels
     from parrot.engines.builtin.build import startup_summary
 
-    tiny_bundle.model.use_fused(parrot_kernels, small_batch_gemv=True)
-    line = startup_summary("e", tiny_bundle, 8, 4, None, None, None)
+    # its own bundle: the session's tiny_bundle must stay on the torch path for later tests
+    bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
+                                             num_blocks=8))
+    bundle.model.use_fused(parrot_kernels, small_batch_gemv=True)
+    line = startup_summary("e", bundle, 8, 4, None, None, None)
     assert "fused layer ops" in line and "linear layers small-batch kernels to 16 rows" in line
 
 

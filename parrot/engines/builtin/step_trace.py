@@ -1,0 +1,100 @@
+"""The engine's step trace: one JSON line per batching-loop iteration that ran a model step.
+
+Counters (EngineStats) say how much time the loop spent in steps and between them; the trace
+says which steps. Each line holds the iteration's timing (waiting for work before it,
+scheduling, the model step in the worker thread, postprocessing), its shape (decode rows and
+the KV they read, the tokens a shared prefix saved, prefill chunks and tokens) and how it ran
+(a decode graph, piecewise graphs or eagerly; whether it used the step launched ahead).
+`scripts/step_trace_report.py` sums a trace by kind of step and prices every step with a
+simulated engine's profile, so a live run can be compared with its simulation step by step.
+
+Writing costs one `json.dumps` per step; the file is flushed whenever the loop waits for work
+(and when the engine closes), never inside a busy stretch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO
+
+from parrot.engines.builtin.cascade import GroupedRows
+from parrot.engines.builtin.scheduler import Batch
+
+PATHS = ("graph", "piecewise", "eager")
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    t: float                 # wall clock (time.time()) when the iteration began
+    idle_ms: float           # waiting for work right before it
+    sched_ms: float
+    step_ms: float           # the model step in the worker thread (waiting on the GPU included)
+    post_ms: float
+    path: str                # "graph", "piecewise" or "eager" (PATHS)
+    ahead_hit: bool          # the step was the one launched ahead (its result was ready)
+    ahead_miss: bool         # a step launched ahead was thrown away
+    decode_rows: int
+    kv_tokens: int           # context tokens the decode rows attend to, each row its own
+    shared_saved_tokens: int  # of kv_tokens, read once per shared-prefix group, not per row
+    shared_groups: int
+    prefill_chunks: int
+    prefill_tokens: int
+
+    @property
+    def unique_kv_tokens(self) -> int:
+        """The KV the step reads with its shared prefixes read once."""
+        return self.kv_tokens - self.shared_saved_tokens
+
+    @property
+    def iteration_ms(self) -> float:
+        return self.sched_ms + self.step_ms + self.post_ms
+
+
+def step_shape(batch: Batch, groups: GroupedRows | None) -> dict[str, int]:
+    """The shape fields of a record: `groups` is the shared-prefix plan the step ran with."""
+    decode_rows = kv_tokens = prefill_chunks = prefill_tokens = 0
+    for chunk in batch.chunks:
+        n = chunk.end - chunk.start
+        if n == 1:
+            decode_rows += 1
+            kv_tokens += chunk.end
+        else:
+            prefill_chunks += 1
+            prefill_tokens += n
+    saved = 0
+    if groups is not None:
+        for g, prefix in enumerate(groups.prefix_lens):
+            saved += (groups.indptr[g + 1] - groups.indptr[g] - 1) * prefix
+    return {"decode_rows": decode_rows, "kv_tokens": kv_tokens, "shared_saved_tokens": saved,
+            "shared_groups": 0 if groups is None else len(groups.prefix_lens),
+            "prefill_chunks": prefill_chunks, "prefill_tokens": prefill_tokens}
+
+
+class StepTrace:
+    """Appends StepRecords to a JSON-lines file."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
+
+    def write(self, record: StepRecord) -> None:
+        if self._file is not None:
+            self._file.write(json.dumps(asdict(record), separators=(",", ":")) + "\n")
+
+    def flush(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def read_trace(path: str | Path) -> list[StepRecord]:
+    """The records of a trace file, in order."""
+    with Path(path).open(encoding="utf-8") as f:
+        return [StepRecord(**json.loads(line)) for line in f if line.strip()]

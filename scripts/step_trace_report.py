@@ -1,0 +1,93 @@
+"""Sum up a builtin engine's step trace (engine param `step_trace`): per run, where the
+engine's time went by kind of step, against a simulated engine's profile.
+
+    python scripts/step_trace_report.py TRACE.jsonl [--profile h200_llama7b_recorded]
+        [--gap-s 2] [--segment -1]
+    python scripts/step_trace_report.py TRACE.jsonl --results RESULTS.json --run KEY/VARIANT
+
+A trace holds every step the engine ran (warm-up and several runs); it is cut into segments
+wherever the engine sat idle for more than --gap-s, and each segment (or only --segment N,
+negative counting from the end) gets a table: per kind of step, the steps, their time in the
+loop (iteration = scheduling + model step + postprocessing), the host's part, the profile's
+price of the same shapes (`x profile` = live over priced), and launch-ahead hits / misses.
+With --results (a live_paper.py results.json) and --run (an experiment key and variant label,
+e.g. multi_agent_16/app_centric:parrot) the table covers exactly that run's wall-clock window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from repo_imports import import_parrot
+
+import_parrot()
+
+from parrot.engines.builtin.step_trace import read_trace  # noqa: E402
+from parrot.engines.builtin.trace_summary import Summary, segments, summarize  # noqa: E402
+from parrot.engines.latency_model import SimulatedEngineConfig  # noqa: E402
+
+
+def table(summary: Summary, priced: bool) -> str:
+    head = ["kind", "steps", "loop ms", "ms/step", "host ms/step", "ahead hit/miss"]
+    if priced:
+        head += ["profile ms", "x profile"]
+    rows = [head]
+    order = sorted(summary.groups.items(), key=lambda kv: (kv[0] != "all", -kv[1].iteration_ms))
+    for kind, g in order:
+        row = [kind, str(g.steps), f"{g.iteration_ms:.0f}", f"{g.iteration_ms / g.steps:.2f}",
+               f"{g.host_ms / g.steps:.2f}", f"{g.ahead_hits}/{g.ahead_misses}"]
+        if priced:
+            row += [f"{g.priced_ms:.0f}",
+                    f"{g.iteration_ms / g.priced_ms:.2f}" if g.priced_ms else "-"]
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in
+                       enumerate(zip(r, widths))) for r in rows]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("trace")
+    parser.add_argument("--profile", default=None,
+                        help="a simulated engine profile (a YAML file or a name in "
+                             "configs/profiles/) to price every step with")
+    parser.add_argument("--gap-s", type=float, default=2.0)
+    parser.add_argument("--segment", type=int, default=None,
+                        help="only this segment (0-based; negative: from the end)")
+    parser.add_argument("--results", default=None, help="a live_paper.py results.json")
+    parser.add_argument("--run", default=None, metavar="KEY/VARIANT",
+                        help="with --results: only the steps of this run")
+    args = parser.parse_args()
+    model = (None if args.profile is None
+             else SimulatedEngineConfig.from_mapping({"profile": args.profile}).latency)
+    records = read_trace(args.trace)
+    if (args.results is None) != (args.run is None):
+        parser.error("--results and --run go together")
+    if args.run is not None:
+        key, _, label = args.run.partition("/")
+        with open(args.results, encoding="utf-8") as f:
+            variant = json.load(f)["experiments"][key]["variants"][label]
+        began, ended = variant["wall_window"]
+        records = [r for r in records if began <= r.t <= ended]
+        print(f"{args.run}: E2E {variant['e2e_latency_s']['mean']:.2f} s mean, "
+              f"window {ended - began:.2f} s")
+    parts = segments(records, args.gap_s)
+    chosen = list(enumerate(parts))
+    if args.segment is not None:
+        chosen = [chosen[args.segment]]
+    for i, steps in chosen:
+        s = summarize(steps, model)
+        busy = s.groups["all"].iteration_ms
+        print(f"segment {i}: {len(steps)} steps over {s.span_ms / 1000:.2f} s: "
+              f"{busy / 1000:.2f} s in loop iterations, {s.idle_ms / 1000:.2f} s idle between "
+              f"them")
+        print(table(s, model is not None))
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""Summing a step trace: segments at idle gaps, groups by kind of step, the profile's price."""
+
+from __future__ import annotations
+
+import pytest
+
+from parrot.engines.builtin.step_trace import StepRecord
+from parrot.engines.builtin.trace_summary import kind_of, row_bucket, segments, summarize
+from parrot.engines.latency_model import LatencyModel
+
+
+def rec(t: float, *, idle_ms: float = 0.0, rows: int = 0, kv: int = 0, saved: int = 0,
+        groups: int = 0, prefill: int = 0, path: str = "graph", step_ms: float = 4.0,
+        hit: bool = False) -> StepRecord:
+    return StepRecord(t=t, idle_ms=idle_ms, sched_ms=0.5, step_ms=step_ms, post_ms=0.25,
+                      path=path, ahead_hit=hit, ahead_miss=False, decode_rows=rows,
+                      kv_tokens=kv, shared_saved_tokens=saved, shared_groups=groups,
+                      prefill_chunks=1 if prefill else 0, prefill_tokens=prefill)
+
+
+def test_row_buckets_are_powers_of_two():
+    assert [row_bucket(n) for n in (1, 2, 3, 4, 5, 8, 9, 64, 65, 300)] == [
+        "1", "2", "3-4", "3-4", "5-8", "5-8", "9-16", "33-64", "65-128", ">256"]
+
+
+def test_kinds():
+    assert kind_of(rec(0, rows=12, groups=1)) == "decode 9-16, shared (graph)"
+    assert kind_of(rec(0, rows=1)) == "decode 1 (graph)"
+    assert kind_of(rec(0, rows=3, prefill=100, path="piecewise")) == "mixed (piecewise)"
+    assert kind_of(rec(0, prefill=2000, path="eager")) == "prefill (eager)"
+
+
+def test_segments_cut_at_long_idleness():
+    trace = [rec(0.0), rec(0.01, idle_ms=30), rec(5.0, idle_ms=4000), rec(5.01)]
+    assert [len(s) for s in segments(trace, gap_s=2.0)] == [2, 2]
+    assert [len(s) for s in segments(trace, gap_s=0.01)] == [1, 1, 2]
+
+
+def test_summary_sums_time_and_prices_unique_kv():
+    model = LatencyModel(prefill_per_token_ms=0.01, decode_base_ms=3.0, decode_per_seq_ms=0.0,
+                         decode_per_token_ms=0.001)
+    steps = [rec(10.0, rows=4, kv=4000, saved=3000, groups=1, hit=True),
+             rec(10.01, idle_ms=2.0, rows=4, kv=4004, saved=3000, groups=1),
+             rec(10.02, idle_ms=1.0, prefill=500, path="piecewise", step_ms=6.0)]
+    s = summarize(steps, model)
+    assert s.idle_ms == 3.0
+    assert s.span_ms == pytest.approx(20.0 + 6.75)
+    shared = s.groups["decode 3-4, shared (graph)"]
+    assert (shared.steps, shared.ahead_hits) == (2, 1)
+    assert shared.iteration_ms == pytest.approx(2 * 4.75)
+    assert shared.host_ms == pytest.approx(2 * 0.75)
+    # the profile reads the shared prefix once: 1,000 and 1,004 unique KV tokens
+    assert shared.priced_ms == pytest.approx(2 * 3.0 + 0.001 * (1000 + 1004))
+    assert s.groups["prefill (piecewise)"].priced_ms == pytest.approx(5.0)
+    assert s.groups["all"].steps == 3
+    assert summarize([]).span_ms == 0.0
