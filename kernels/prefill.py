@@ -20,7 +20,18 @@ from dataclasses import dataclass
 import torch
 
 from .decode import LOG2E, _check, _use_triton
+from .plan import _num_sms
 from .reference import reference_paged_prefill_attention
+
+# Key splits (a short Fill after a long context): split a step's keys when its tiles give at
+# most one program per SM, into ranges of at least SPLIT_MIN_KEYS keys, until there are about
+# SPLIT_PROGRAMS_PER_SM programs per SM. Measured on an H200, one layer (32 heads x 128,
+# docs/results/paged_prefill_h200_splits.md): a reviser's 240 tokens over 3,900 (128
+# programs whole) 186 -> 109 us in 9 ranges, two 60-token queries over 3,300 (64 programs)
+# 101 -> 90 us; but a 1,024-token chunk over 3,000 (256 programs whole) 216 -> 278 us in 3:
+# its partials (every row's) cost more to write and merge than the wider launch saves.
+SPLIT_PROGRAMS_PER_SM = 4
+SPLIT_MIN_KEYS = 256
 
 
 @dataclass(frozen=True)
@@ -32,6 +43,7 @@ class PrefillTuning:
     block_n: int = 64
     num_warps: int = 4
     num_stages: int = 2
+    kv_splits: int | None = None   # key ranges per tile; None: chosen per launch (key_splits)
 
 
 # Swept on an H200 (docs/results/paged_prefill_h200.md: 54 tiles over six step shapes of the
@@ -63,6 +75,7 @@ class PrefillPlan:
     tile_chunk: torch.Tensor                   # int32 [num_tiles]: the chunk of each tile
     tile_m: torch.Tensor                       # int32 [num_tiles]: its first row in the chunk
     tuning: PrefillTuning
+    max_keys: int = 0                          # keys the longest tile reads
 
     @property
     def num_tiles(self) -> int:
@@ -105,7 +118,28 @@ def plan_prefill(chunks: Sequence[tuple[int, int, int]], block_tables: torch.Ten
     flat = torch.tensor(meta, dtype=torch.int32).to(block_tables.device, non_blocking=True)
     views = [view[:len(seg)] for view, seg in zip(torch.split(flat, padded), segments)]
     return PrefillPlan(chunks, block_tables, chunk_rows=views[0], chunk_pos=views[1],
-                       chunk_lens=views[2], tile_chunk=views[3], tile_m=views[4], tuning=tuning)
+                       chunk_lens=views[2], tile_chunk=views[3], tile_m=views[4], tuning=tuning,
+                       max_keys=tiles[0][0] if tiles else 0)
+
+
+def key_splits(plan: PrefillPlan, num_heads: int, num_sms: int) -> tuple[int, int]:
+    """(key ranges per tile, keys per range) of a launch: (1, 0) when the tiles alone fill
+    the GPU or the keys are too few to split (host-known sizes only: no sync)."""
+    t = plan.tuning
+    programs = plan.num_tiles * num_heads
+    if t.kv_splits is not None:
+        n = t.kv_splits
+    elif programs > num_sms:
+        n = 1
+    else:
+        n = min(-(-SPLIT_PROGRAMS_PER_SM * num_sms // programs), plan.max_keys // SPLIT_MIN_KEYS)
+    if n <= 1:
+        return 1, 0
+    length = -(-max(1, plan.max_keys) // n)
+    length = -(-length // t.block_n) * t.block_n
+    if t.kv_splits is not None:
+        return n, length           # as asked, empty ranges included (the warm-up's)
+    return -(-plan.max_keys // length), length
 
 
 def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -129,11 +163,26 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     from . import _jit_prefill as jit  # lazy: TRITON_INTERPRET must be read after conftest
 
     t = plan.tuning
-    jit._paged_prefill_kernel[(plan.num_tiles, q.shape[1])](
+    hq, d = q.shape[1], q.shape[2]
+    splits, split_len = key_splits(plan, hq, _num_sms(q.device))
+    if splits > 1:   # [split, tile, row of the tile, head] partials: D outputs + the LSE
+        ws = torch.empty(splits * plan.num_tiles * t.block_m * hq * (d + 1),
+                         dtype=torch.float32, device=q.device)
+        ws_lse, ws_out = ws[:ws.numel() // (d + 1)], ws[ws.numel() // (d + 1):]
+    else:
+        ws_out = ws_lse = out          # unused
+    jit._paged_prefill_kernel[(plan.num_tiles, hq, splits)](
         q, k_cache, v_cache, out, plan.tile_chunk, plan.tile_m, plan.chunk_rows, plan.chunk_pos,
-        plan.chunk_lens, plan.block_tables, scale * LOG2E,
+        plan.chunk_lens, plan.block_tables, scale * LOG2E, ws_out, ws_lse, split_len,
+        plan.num_tiles,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         out.stride(0), out.stride(1), plan.block_tables.stride(0),
-        GQA=q.shape[1] // k_cache.shape[2], HEAD_DIM=q.shape[2], PAGE=k_cache.shape[1],
-        BLOCK_M=t.block_m, BLOCK_N=t.block_n, num_warps=t.num_warps, num_stages=t.num_stages)
+        GQA=hq // k_cache.shape[2], HEAD_DIM=d, PAGE=k_cache.shape[1],
+        BLOCK_M=t.block_m, BLOCK_N=t.block_n, SPLIT=splits > 1, num_warps=t.num_warps,
+        num_stages=t.num_stages)
+    if splits > 1:
+        jit._merge_prefill_splits_kernel[(plan.num_tiles, hq)](
+            ws_out, ws_lse, out, plan.tile_chunk, plan.tile_m, plan.chunk_rows,
+            plan.chunk_lens, splits, plan.num_tiles, out.stride(0), out.stride(1),
+            HEAD_DIM=d, BLOCK_M=t.block_m, num_warps=4)
     return out

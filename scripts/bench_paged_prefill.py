@@ -16,6 +16,7 @@ events over `--reps` calls after a warm-up; outputs checked against each other.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import shlex
 import statistics
@@ -39,6 +40,10 @@ STEPS = {
     "chain: 1 chunk x 1,024 continuing 3,000 tokens": (1, 1024, 3000, False),
     "fresh: 4 prompts x 2,048": (4, 2048, 0, False),
     "fresh: 16 prompts x 512": (16, 512, 0, False),
+    # few tiles over a long context: the kernel splits the keys into ranges (prefill.py)
+    "multi_agent: 1 reviewer's 29 tokens over a 3,700-token history": (1, 29, 3700, True),
+    "multi_agent: 1 reviser's 240 tokens over a 3,900-token history": (1, 240, 3900, True),
+    "gpts: 2 queries x 60 over a 3,300-token prompt": (2, 60, 3300, True),
 }
 
 
@@ -104,12 +109,14 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--smoke", action="store_true", help="tiny steps on the CPU (fp32)")
+    p.add_argument("--no-sweep", action="store_true", help="skip the tile sweep")
     p.add_argument("--kv-heads", type=int, default=HEADS,
                    help=f"key/value heads (default {HEADS}: no GQA; 8: LLaMA-3-8B's GQA)")
     args = p.parse_args()
     import_parrot()
     alias_kernels()
     import parrot_kernels as K
+    from parrot_kernels.prefill import key_splits
     import torch
 
     from parrot.engines.builtin.attention import (PrefillChunk, prefill_sdpa_backends,
@@ -135,24 +142,31 @@ def main() -> int:
                                   for c in pieces])
 
         plan = K.plan_prefill(spec, table)
+        whole = K.plan_prefill(spec, table, dataclasses.replace(plan.tuning, kv_splits=1))
         out = torch.empty_like(q)
 
         def paged(q=q, k=k, v=v, plan=plan, out=out):
             return K.paged_prefill_attention(q, k, v, plan, scale, out=out)
 
+        def unsplit(q=q, k=k, v=v, plan=whole, out=out):
+            return K.paged_prefill_attention(q, k, v, plan, scale, out=out)
+
         want = sdpa().float()
         err = ((paged().float() - want).norm() / want.norm()).item()
         t_sdpa, t_paged = cuda_time(torch, sdpa, args.reps), cuda_time(torch, paged, args.reps)
+        t_whole = cuda_time(torch, unsplit, args.reps)
+        splits = key_splits(plan, HEADS, torch.cuda.get_device_properties(0).multi_processor_count
+                            if device == "cuda" else 4)[0]
         flops = 4 * HEADS * HEAD_DIM * sum(n * (s + (n + 1) / 2) for _, n, s in spec)
         rows.append([name, f"{t_sdpa * 1e6:.0f}", f"{t_paged * 1e6:.0f}",
                      f"{t_sdpa / t_paged:.2f}x", f"{flops / t_paged / 1e12:.0f}",
-                     f"{err:.1e}"])
+                     f"{err:.1e}", str(splits), f"{t_whole * 1e6:.0f}"])
         print("| " + " | ".join(rows[-1]) + " |", flush=True)
         steps.append((q, k, v, spec, table))
-    tiles = ((16, 16, 4, 1), (32, 16, 4, 1)) if args.smoke else [
+    tiles = [] if args.no_sweep else ((16, 16, 4, 1), (32, 16, 4, 1)) if args.smoke else [
         (bm, bn, w, st) for bm in (32, 64, 128) for bn in (32, 64, 128) for w in (4, 8)
         for st in (1, 2, 3)]
-    sweep = sweep_tiles(torch, K, steps, tiles, scale, args.reps)
+    sweep = sweep_tiles(torch, K, steps, tiles, scale, args.reps) if tiles else []
     command = "python3 " + " ".join(shlex.quote(a) for a in sys.argv)
     lines = [
         "# Prefill attention, one layer: SDPA per chunk vs the paged prefill kernel", "",
@@ -162,7 +176,7 @@ def main() -> int:
         f"{HEADS} query / {args.kv_heads} key-value heads x {HEAD_DIM}, pages of {PAGE}",
         f"* command: `{command}`", "",
         "| step | SDPA per chunk us | paged kernel us | SDPA / kernel | kernel TFLOP/s | "
-        "rel. diff |", "|---|---|---|---|---|---|",
+        "rel. diff | key ranges | kernel, keys whole us |", "|---|---|---|---|---|---|---|---|",
         *("| " + " | ".join(r) + " |" for r in rows), "",
         f"Tile sweep over every step above (default {K.PrefillTuning()}): each tile's "
         "time on each step over that step's fastest tile, the geometric mean over the "

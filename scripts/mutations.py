@@ -369,4 +369,26 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            saved += (groups.indptr[g + 1] - groups.indptr[g] - 1) * prefix\n",
         "            saved += (groups.indptr[g + 1] - groups.indptr[g]) * prefix\n",
         ("tests/engines/builtin/test_step_trace.py",)),
+    Mutation(
+        "prefill_split_reads_from_the_start", "kernels/_jit_prefill.py",
+        "        lo = tl.program_id(2) * split_len\n", "        lo = 0 * split_len\n",
+        ("tests/kernels/test_kernels_prefill.py::test_keys_split_into_ranges_match_reference",)),
+    Mutation(
+        "prefill_split_empty_rows_nan", "kernels/_jit_prefill.py",
+        "            m_use = tl.where(m_new == float(\"-inf\"), 0.0, m_new)\n",
+        "            m_use = m_new\n",
+        ("tests/kernels/test_kernels_prefill.py::test_keys_split_into_ranges_match_reference",)),
+    Mutation(
+        "prefill_split_never", "kernels/prefill.py",
+        "    elif programs > num_sms:\n",
+        "    elif True:\n",
+        ("tests/kernels/test_kernels_prefill.py::"
+         "test_keys_are_split_only_when_few_tiles_read_a_long_context",)),
+    Mutation(
+        "warmup_no_split_prefill", "parrot/engines/builtin/warmup.py",
+        "    variants = [v for t in tunings for v in ((t,) if t is None else "
+        "(t, replace(t, kv_splits=2)))]",
+        "    variants = list(tunings)",
+        ("tests/engines/builtin/test_startup.py::"
+         "test_warm_up_compiles_the_paged_prefill_kernel_when_the_model_runs_it",)),
 )

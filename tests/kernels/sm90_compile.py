@@ -1,4 +1,4 @@
-"""Compile the decode kernels for sm_90 (H100/H200) on a machine without a GPU.
+"""Compile the decode and prefill kernels for sm_90 (H100/H200) on a machine without a GPU.
 
 Triton's wheel carries ptxas, so the whole GPU path (frontend, layouts, pipelining, ptxas)
 runs on the CPU; the interpreter never sees errors that only compilation finds (non-constexpr
@@ -78,12 +78,28 @@ def ci_cases(jit) -> dict:
     }
 
 
+def prefill_cases(jit) -> dict:
+    """The paged prefill kernel's launches: both tiles (prefill.PREFILL_TUNINGS), whole and
+    with its keys split into ranges, and the merge of the ranges."""
+    def tile(block_m: int, split: bool) -> dict:
+        return dict(GQA=1, HEAD_DIM=128, PAGE=16, BLOCK_M=block_m, BLOCK_N=64, SPLIT=split)
+    return {
+        "prefill 64-row tile": (jit._paged_prefill_kernel, tile(64, False), 4, 2),
+        "prefill 128-row tile": (jit._paged_prefill_kernel, tile(128, False), 4, 3),
+        "prefill 64-row tile, key ranges": (jit._paged_prefill_kernel, tile(64, True), 4, 2),
+        "prefill 128-row tile, key ranges": (jit._paged_prefill_kernel, tile(128, True), 4, 3),
+        "prefill merge ranges": (jit._merge_prefill_splits_kernel,
+                                 dict(HEAD_DIM=128, BLOCK_M=128), 4),
+    }
+
+
 def main() -> None:
     import sys
 
     import parrot_kernels._jit_decode as jit
+    import parrot_kernels._jit_prefill as jit_prefill
 
-    cases = ci_cases(jit)
+    cases = {**ci_cases(jit), **prefill_cases(jit_prefill)}
     if "--all" in sys.argv:
         for name, const in {
             "tiles only": decode_constexprs(rows=False),

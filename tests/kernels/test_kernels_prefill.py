@@ -5,7 +5,7 @@ import torch
 
 from parrot_kernels import (PrefillTuning, paged_prefill_attention, plan_prefill,
                             reference_paged_prefill_attention)
-from parrot_kernels.prefill import LONG_CHUNKS, SHORT_CHUNKS
+from parrot_kernels.prefill import LONG_CHUNKS, SHORT_CHUNKS, key_splits
 
 from .factories import rel_err
 
@@ -142,3 +142,44 @@ def test_the_plan_takes_the_long_chunk_tile_past_the_short_tiles_rows():
     assert plan_prefill([(0, long_, 0), (long_, short, 0)], table).tuning == LONG_CHUNKS
     assert LONG_CHUNKS.block_m > SHORT_CHUNKS.block_m
     assert plan_prefill([(0, long_, 0), (long_, short, 0)], table, SMALL).tuning == SMALL
+
+
+@pytest.mark.parametrize("splits", [2, 3, 7])
+@pytest.mark.parametrize("gqa,head_dim,block_size,dtype", CONFIGS)
+def test_keys_split_into_ranges_match_reference(gqa, head_dim, block_size, dtype, splits):
+    """A long context read by few tiles is cut into key ranges merged by their LSE; ranges a
+    row sees no key of (past its position, or past a short tile's end) weigh nothing."""
+    # (100, 40): a tile whose rows straddle a range's start (3 ranges of 112 keys), so some
+    # of its rows see none of that range's keys
+    q, k, v, chunks, table, scale = make_step(CONTEXTS + [(100, 40, None), (300, 5, None)],
+                                              num_kv_heads=2,
+                                              gqa=gqa, head_dim=head_dim,
+                                              block_size=block_size, dtype=dtype)
+    plan = plan_prefill(chunks, table, PrefillTuning(block_m=16, block_n=16, kv_splits=splits))
+    assert key_splits(plan, q.shape[1], 132)[0] == splits
+    out = torch.full_like(q, 7.0)
+    paged_prefill_attention(q, k, v, plan, scale, out=out)
+    want = reference_paged_prefill_attention(q, k, v, chunks, table, scale)
+    rows = torch.cat([torch.arange(r, r + n) for r, n, _ in chunks])
+    assert rel_err(out[rows], want[rows]) < TOL[dtype]
+    assert torch.equal(out[:2], torch.full_like(out[:2], 7.0))   # other rows left alone
+
+
+def test_keys_are_split_only_when_few_tiles_read_a_long_context():
+    table = torch.zeros((32, 300), dtype=torch.int32)
+    # one 60-row Fill after a 3,300-token prompt: 1 tile x 32 heads on 132 SMs
+    one = plan_prefill([(0, 60, 3300)], table[:1])
+    assert one.max_keys == 3360
+    splits, length = key_splits(one, 32, 132)
+    assert (splits, length) == (11, 320) and (splits - 1) * length < 3360 <= splits * length
+    # 32 such Fills: 32 tiles x 32 heads already fill the GPU
+    many = plan_prefill([(60 * c, 60, 3300) for c in range(32)], table)
+    assert key_splits(many, 32, 132) == (1, 0)
+    # one 1,024-token chunk over 3,000: 8 tiles of 128 rows x 32 heads, more programs than
+    # SMs: whole (measured on an H200: split in 3 it was slower, 216 -> 278 us)
+    chain = plan_prefill([(0, 1024, 3000)], table[:1])
+    assert chain.num_tiles * 32 == 256 and key_splits(chain, 32, 132) == (1, 0)
+    # a short context is not worth a range of its own
+    assert key_splits(plan_prefill([(0, 60, 100)], table[:1]), 32, 132) == (1, 0)
+    assert key_splits(plan_prefill([(0, 60, 3300)], table[:1],
+                                   PrefillTuning(kv_splits=1)), 32, 132) == (1, 0)

@@ -1,4 +1,5 @@
-"""The kernels compile for sm_90 (H100/H200) even on a CPU-only machine (Triton's ptxas)."""
+"""The kernels (decode and prefill) compile for sm_90 (H100/H200) even on a CPU-only machine
+(Triton's ptxas)."""
 import os
 import pathlib
 import subprocess
@@ -19,4 +20,4 @@ def test_kernels_compile_for_sm90_without_spills():
     done = subprocess.run([sys.executable, "-m", "tests.kernels.sm90_compile"], cwd=root,
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("spill_bytes': 0") == 7, done.stdout
+    assert done.stdout.count("spill_bytes': 0") == 12, done.stdout

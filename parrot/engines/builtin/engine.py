@@ -86,7 +86,6 @@ class BuiltinEngine(Engine):
         self._closing = False
         self._closed = asyncio.Event()  # ends a back-off early
         self._step_in_flight = False
-        self._last_step_s = 0.0         # the last model step's time in the worker thread
         self._unhealthy: str | None = None  # why, while the batch scheduler keeps raising
         bos = getattr(tokenizer, "bos_token_id", None)
         self._bos: int | None = (bos if tokenizer is not None and bos is not None
@@ -317,26 +316,24 @@ class BuiltinEngine(Engine):
             self._counters.loop_s += time.perf_counter() - started
 
     async def _traced_step(self, batch: Batch, started: float, idle_s: float) -> None:
-        """`_step`, with its StepRecord written to the trace."""
+        """`_step`, with its StepRecord written to the trace (a failed step writes none)."""
         assert self._trace is not None
-        runner, graphs = self._runner, self._runner.graphs
+        graphs = self._runner.graphs
         hits, misses = ((graphs.num_ahead_hits, graphs.num_ahead_misses)
                         if graphs is not None else (0, 0))
-        graph_steps, piecewise_steps = runner.num_graph_steps, runner.num_piecewise_steps
         stepping = time.perf_counter()
-        await self._step(batch)
+        ran = await self._step(batch)
         ended = time.perf_counter()
-        path = ("graph" if runner.num_graph_steps > graph_steps
-                else "piecewise" if runner.num_piecewise_steps > piecewise_steps else "eager")
-        shape = step_shape(batch, runner.last_groups)
+        if ran is None:
+            return
+        seconds, path = ran
         self._trace.write(StepRecord(
             t=round(time.time() - (ended - started), 6), idle_ms=round(1000 * idle_s, 3),
-            sched_ms=round(1000 * (stepping - started), 3),
-            step_ms=round(1000 * self._last_step_s, 3),
-            post_ms=round(1000 * (ended - stepping - self._last_step_s), 3),
-            path=path,
+            sched_ms=round(1000 * (stepping - started), 3), step_ms=round(1000 * seconds, 3),
+            post_ms=round(1000 * (ended - stepping - seconds), 3), path=path,
             ahead_hit=graphs is not None and graphs.num_ahead_hits > hits,
-            ahead_miss=graphs is not None and graphs.num_ahead_misses > misses, **shape))
+            ahead_miss=graphs is not None and graphs.num_ahead_misses > misses,
+            **step_shape(batch, self._runner.last_groups)))
 
     def _scheduling_failed(self, exc: Exception) -> None:
         if self._unhealthy is None:  # the traceback once, not at every retry
@@ -352,22 +349,26 @@ class BuiltinEngine(Engine):
         except TimeoutError:
             pass
 
-    async def _step(self, batch: Batch) -> None:
+    async def _step(self, batch: Batch) -> tuple[float, str] | None:
+        """Run one model step and postprocess it; (seconds in the worker thread, how it ran:
+        "graph", "piecewise" or "eager"), or None when the step failed."""
         self._step_in_flight = True
         counters = self._counters
         started = time.perf_counter()
         graph_steps = self._runner.num_graph_steps
         piecewise_steps = self._runner.num_piecewise_steps
-        self._last_step_s = 0.0
         try:
             sampled = await asyncio.to_thread(self._runner.step, batch)  # the blocking boundary
             counters.num_steps += 1
-            seconds = self._last_step_s = time.perf_counter() - started
+            seconds = time.perf_counter() - started
             counters.step_s += seconds
+            path = "eager"
             if self._runner.num_graph_steps > graph_steps:   # this step replayed a graph
                 counters.graph_step_s += seconds
+                path = "graph"
             elif self._runner.num_piecewise_steps > piecewise_steps:
                 counters.piecewise_step_s += seconds
+                path = "piecewise"
             for chunk in batch.chunks:
                 n = chunk.end - chunk.start
                 if n > 1:
@@ -377,7 +378,7 @@ class BuiltinEngine(Engine):
         except Exception as exc:  # a failed step fails its requests, never the loop
             log.exception("model step failed")
             self._scheduler.fail_batch(batch, EngineError(f"model step failed: {exc!r}"))
-            return
+            return None
         finally:
             self._step_in_flight = False
         try:
@@ -386,3 +387,4 @@ class BuiltinEngine(Engine):
             log.exception("postprocessing a step failed")
             for chunk in batch.chunks:
                 chunk.work.fail(EngineError(f"postprocessing failed: {exc!r}"))
+        return seconds, path

@@ -15,12 +15,15 @@ Writing costs one `json.dumps` per step; the file is flushed whenever the loop w
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO
 
 from parrot.engines.builtin.cascade import GroupedRows
 from parrot.engines.builtin.scheduler import Batch
+
+log = logging.getLogger(__name__)
 
 PATHS = ("graph", "piecewise", "eager")
 
@@ -73,7 +76,8 @@ def step_shape(batch: Batch, groups: GroupedRows | None) -> dict[str, int]:
 
 
 class StepTrace:
-    """Appends StepRecords to a JSON-lines file."""
+    """Appends StepRecords to a JSON-lines file. A trace that cannot be written (a full disk,
+    a removed folder) is given up with one warning: it never stops the engine's loop."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -82,16 +86,31 @@ class StepTrace:
 
     def write(self, record: StepRecord) -> None:
         if self._file is not None:
-            self._file.write(json.dumps(asdict(record), separators=(",", ":")) + "\n")
+            self._guard(self._file.write, json.dumps(asdict(record), separators=(",", ":")) + "\n")
 
     def flush(self) -> None:
         if self._file is not None:
-            self._file.flush()
+            self._guard(self._file.flush)
 
     def close(self) -> None:
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            file, self._file = self._file, None
+            try:
+                file.close()
+            except OSError as exc:
+                log.warning("step trace %s: closing failed: %s", self.path, exc)
+
+    def _guard(self, fn, *args) -> None:  # noqa: ANN001
+        try:
+            fn(*args)
+        except OSError as exc:
+            log.warning("step trace %s: writing failed (%s); tracing stops", self.path, exc)
+            file, self._file = self._file, None
+            try:
+                if file is not None:
+                    file.close()
+            except OSError:
+                pass
 
 
 def read_trace(path: str | Path) -> list[StepRecord]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -152,10 +152,14 @@ def prefill(graphs: DecodeGraphs) -> None:
     scratch = graphs.scratch_block
     slots = torch.arange(scratch * bs, (scratch + 1) * bs, device=dev)
     kernels = model.prefill_kernels
+    tunings = getattr(kernels, "PREFILL_TUNINGS", (None,))
+    # each tile once whole and once with its keys split in two ranges (the second empty
+    # here): a short Fill after a long context launches the split variant (prefill.py)
+    variants = [v for t in tunings for v in ((t,) if t is None else (t, replace(t, kv_splits=2)))]
     plans = [None] if kernels is None else [
         kernels.plan_prefill([(0, bs, 0)], torch.tensor([[scratch]], dtype=torch.int32,
-                                                          device=dev), tuning)
-        for tuning in getattr(kernels, "PREFILL_TUNINGS", (None,))]
+                                                          device=dev), variant)
+        for variant in variants]
     for plan in plans:
         meta = AttentionMetadata(slot_mapping=slots, num_decode=0, decode_block_tables=None,
                                  decode_seq_lens=None, shared_prefix=None,

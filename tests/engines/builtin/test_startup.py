@@ -3,6 +3,7 @@ runs, and the warm-up captures every paged bucket without touching the KV cache.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pytest
@@ -139,6 +140,10 @@ def test_warm_up_compiles_the_paged_prefill_kernel_when_the_model_runs_it():
     kv = KVCache(bundle.shape, 16, 4, torch.float32, torch.device("cpu"), scratch_block=True)
     graphs = DecodeGraphs(bundle.model, kv, max_batch=2, max_width=4, capture=False)
     warm_up(graphs, shared_prefix=False, min_prefix_blocks=2)
-    # once per tile the plan can pick (each its own Triton specialisation)
+    # once per tile the plan can pick, whole and with its keys split (each its own Triton
+    # specialisation)
     assert [(p.chunks, p.tuning) for p in launched[::len(bundle.model.layers)]] == [
-        (((0, 4, 0),), t) for t in kernels.PREFILL_TUNINGS]
+        (((0, 4, 0),), v) for t in kernels.PREFILL_TUNINGS
+        for v in (t, dataclasses.replace(t, kv_splits=2))]
+    from parrot_kernels.prefill import key_splits
+    assert [key_splits(p, 4, 132)[0] for p in launched[::len(bundle.model.layers)]] == [1, 2] * 2

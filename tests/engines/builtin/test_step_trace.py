@@ -78,3 +78,32 @@ async def test_shared_prefix_steps_record_the_tokens_read_once(kernel_bundle, ma
     for r in grouped:    # three forks of 20 shared tokens (5 full blocks): two of them saved
         assert (r.decode_rows, r.shared_groups, r.shared_saved_tokens) == (3, 1, 2 * 20)
         assert r.unique_kv_tokens == r.kv_tokens - 40
+
+
+def test_a_trace_that_cannot_be_written_stops_without_raising(tmp_path, caplog):
+    from parrot.engines.builtin.step_trace import StepRecord, StepTrace
+
+    class Full:
+        def write(self, text):
+            raise OSError(28, "No space left on device")
+
+        def flush(self):
+            raise OSError(28, "No space left on device")
+
+        def close(self):
+            pass
+
+    trace = StepTrace(tmp_path / "t.jsonl")
+    trace._file.close()
+    trace._file = Full()
+    record = StepRecord(t=0.0, idle_ms=0.0, sched_ms=0.0, step_ms=1.0, post_ms=0.0, path="eager",
+                        ahead_hit=False, ahead_miss=False, decode_rows=1, kv_tokens=1,
+                        shared_saved_tokens=0, shared_groups=0, prefill_chunks=0,
+                        prefill_tokens=0)
+    trace.write(record)              # logged once, then tracing stops
+    trace.write(record)
+    trace.flush()
+    trace.close()
+    assert [r.getMessage() for r in caplog.records].count(
+        f"step trace {tmp_path / 't.jsonl'}: writing failed ([Errno 28] No space left on device);"
+        " tracing stops") == 1
