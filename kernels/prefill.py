@@ -129,7 +129,7 @@ def key_splits(plan: PrefillPlan, num_heads: int, num_sms: int) -> tuple[int, in
     programs = plan.num_tiles * num_heads
     if t.kv_splits is not None:
         n = t.kv_splits
-    elif programs > num_sms:
+    elif programs > num_sms or programs == 0:
         n = 1
     else:
         n = min(-(-SPLIT_PROGRAMS_PER_SM * num_sms // programs), plan.max_keys // SPLIT_MIN_KEYS)

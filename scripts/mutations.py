@@ -91,8 +91,8 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_the_warm_up_generates_full_outputs_in_parrot_mode_only",)),
     Mutation(
         "warmup_every_prefill_tile", "parrot/engines/builtin/warmup.py",
-        'for tuning in getattr(kernels, "PREFILL_TUNINGS", (None,))]',
-        "for tuning in (None,)]",
+        '    tunings = getattr(kernels, "PREFILL_TUNINGS", (None,))\n',
+        "    tunings = (None,)\n",
         ("tests/engines/builtin/test_startup.py::"
          "test_warm_up_compiles_the_paged_prefill_kernel_when_the_model_runs_it",)),
     Mutation(
@@ -380,7 +380,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/kernels/test_kernels_prefill.py::test_keys_split_into_ranges_match_reference",)),
     Mutation(
         "prefill_split_never", "kernels/prefill.py",
-        "    elif programs > num_sms:\n",
+        "    elif programs > num_sms or programs == 0:\n",
         "    elif True:\n",
         ("tests/kernels/test_kernels_prefill.py::"
          "test_keys_are_split_only_when_few_tiles_read_a_long_context",)),
