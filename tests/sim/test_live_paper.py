@@ -48,6 +48,10 @@ async def test_live_paper_runs_each_group_on_its_own_engine_process(tmp_path):
     assert {v["status"] for v in chain["variants"].values()} == {"ok"}
     counters = chain["variants"]["app_centric:parrot"]["engine_counters"]
     assert set(counters) == {"e0"} and set(counters["e0"]) == set(OPTIONAL_STATS)
+    # each run's wall-clock span (a step trace's records of that run lie inside it), in order
+    ours, ref = (chain["variants"][v]["wall_window"]
+                 for v in ("app_centric:parrot", "least_queue:baseline"))
+    assert ours[0] < ours[1] <= ref[0] < ref[1]
     static = summary["experiments"]["static"]["variants"]["least_queue:parrot"]
     assert static["status"] == "ok" and static["num_apps"] == 2
     assert sum("engine(s) up" in line for line in lines) == 2  # two engine processes
