@@ -391,4 +391,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    variants = list(tunings)",
         ("tests/engines/builtin/test_startup.py::"
          "test_warm_up_compiles_the_paged_prefill_kernel_when_the_model_runs_it",)),
+    Mutation(
+        "trace_gaps_longest_first", "parrot/engines/builtin/trace_summary.py",
+        "    waits = sorted(steps[1:], key=lambda r: -r.idle_ms)[:n]\n",
+        "    waits = sorted(steps[1:], key=lambda r: r.idle_ms)[:n]\n",
+        ("tests/engines/builtin/test_trace_summary.py::"
+         "test_largest_gaps_are_the_longest_waits_inside_a_segment",)),
 )

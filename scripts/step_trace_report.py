@@ -2,7 +2,7 @@
 engine's time went by kind of step, against a simulated engine's profile.
 
     python scripts/step_trace_report.py TRACE.jsonl [--profile h200_llama7b_recorded]
-        [--gap-s 2] [--segment -1]
+        [--gap-s 2] [--segment -1] [--gaps 10]
     python scripts/step_trace_report.py TRACE.jsonl --results RESULTS.json --run KEY/VARIANT
 
 A trace holds every step the engine ran (warm-up and several runs); it is cut into segments
@@ -25,7 +25,8 @@ from repo_imports import import_parrot
 import_parrot()
 
 from parrot.engines.builtin.step_trace import read_trace  # noqa: E402
-from parrot.engines.builtin.trace_summary import Summary, segments, summarize  # noqa: E402
+from parrot.engines.builtin.trace_summary import (Summary, kind_of, largest_gaps,  # noqa: E402
+                                                  segments, summarize)
 from parrot.engines.latency_model import SimulatedEngineConfig  # noqa: E402
 
 
@@ -57,6 +58,8 @@ def main() -> int:
     parser.add_argument("--gap-s", type=float, default=2.0)
     parser.add_argument("--segment", type=int, default=None,
                         help="only this segment (0-based; negative: from the end)")
+    parser.add_argument("--gaps", type=int, default=0, metavar="N",
+                        help="also list the N longest waits for work in each segment")
     parser.add_argument("--results", default=None, help="a live_paper.py results.json")
     parser.add_argument("--run", default=None, metavar="KEY/VARIANT",
                         help="with --results: only the steps of this run")
@@ -85,6 +88,9 @@ def main() -> int:
               f"{busy / 1000:.2f} s in loop iterations, {s.idle_ms / 1000:.2f} s idle between "
               f"them")
         print(table(s, model is not None))
+        for offset, r in largest_gaps(steps, args.gaps):
+            print(f"  waited {r.idle_ms:7.1f} ms before the step at +{offset:.3f} s: {kind_of(r)}, "
+                  f"{r.decode_rows} decode rows, {r.prefill_tokens} prefill tokens")
         print()
     return 0
 

@@ -95,3 +95,14 @@ def summarize(steps: Sequence[StepRecord], model: LatencyModel | None = None) ->
     last = steps[-1]
     span = 1000 * (last.t - steps[0].t) + last.iteration_ms
     return Summary(span, sum(r.idle_ms for r in steps[1:]), groups)
+
+
+def largest_gaps(steps: Sequence[StepRecord], n: int) -> list[tuple[float, StepRecord]]:
+    """The n longest waits for work inside a segment, longest first: (seconds since the
+    segment's first step, the step that ended the wait). Long ones mark where the engine
+    waited on the manager (a stage of dependent calls, a round trip)."""
+    if not steps:
+        return []
+    t0 = steps[0].t
+    waits = sorted(steps[1:], key=lambda r: -r.idle_ms)[:n]
+    return [(r.t - t0, r) for r in waits if r.idle_ms > 0]

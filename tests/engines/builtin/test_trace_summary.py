@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from parrot.engines.builtin.step_trace import StepRecord
-from parrot.engines.builtin.trace_summary import kind_of, row_bucket, segments, summarize
+from parrot.engines.builtin.trace_summary import (kind_of, largest_gaps, row_bucket, segments,
+                                                  summarize)
 from parrot.engines.latency_model import LatencyModel
 
 
@@ -54,3 +55,12 @@ def test_summary_sums_time_and_prices_unique_kv():
     assert s.groups["prefill (piecewise)"].priced_ms == pytest.approx(5.0)
     assert s.groups["all"].steps == 3
     assert summarize([]).span_ms == 0.0
+
+
+def test_largest_gaps_are_the_longest_waits_inside_a_segment():
+    steps = [rec(10.0, idle_ms=900.0), rec(10.5, idle_ms=24.0, prefill=3686),
+             rec(10.6, idle_ms=2.0), rec(11.0, idle_ms=40.0, prefill=244)]
+    # the wait before the segment's first step is not inside it
+    assert [(round(t, 3), r.idle_ms) for t, r in largest_gaps(steps, 2)] == [(1.0, 40.0),
+                                                                            (0.5, 24.0)]
+    assert largest_gaps(steps, 0) == [] and largest_gaps([], 3) == []
