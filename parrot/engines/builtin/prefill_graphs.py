@@ -39,7 +39,7 @@ from collections.abc import Callable
 import torch
 
 from parrot.engines.builtin.attention import AttentionMetadata, prefill_sdpa_backends
-from parrot.engines.builtin.graphs import GraphBuckets, capture_graph
+from parrot.engines.builtin.graph_capture import GraphBuckets, capture_graph
 from parrot.engines.builtin.kv_cache import KVCache
 from parrot.engines.builtin.model import LlamaModel
 from parrot.engines.builtin.staging import StaticInputs
