@@ -27,10 +27,10 @@ from collections.abc import Callable, Sequence
 
 from parrot.core.config import EngineSpec, ServeConfig
 from parrot.engines.launcher import LaunchSpec
-from parrot.engines.protocol import OPTIONAL_STATS
 from parrot.engines.launcher import launch_engines, stop_engines
 from parrot.sim.compare import Settings, Variant, VariantRun, parse_variants, results_json
 from parrot.sim.live import as_remote, run_live_async
+from parrot.sim.live_report import counter_delta, counters_text, engine_counters, save_results
 from parrot.sim.live_experiments import (LIVE_EXPERIMENTS, SMOKE_RATE_SEARCH,  # noqa: F401
                                          STATIC_SHARING, LiveExperiment, LiveExperimentError,
                                          RateSearchSpec)
@@ -169,7 +169,7 @@ async def run_live_paper(setups: Sequence[ServeSetup], out: Path, *, smoke: bool
 
     def save_partial() -> None:
         # Saved as it goes: a run killed at the machine's time limit keeps what it measured.
-        _save(out, {"wall_s": time.perf_counter() - started, "smoke": smoke,
+        save_results(out, {"wall_s": time.perf_counter() - started, "smoke": smoke,
                     "partial": True, "experiments": results})
     for (count, params_key), group in _groups(experiments).items():
         setup, params = by_count[count], json.loads(params_key)
@@ -208,38 +208,8 @@ async def run_live_paper(setups: Sequence[ServeSetup], out: Path, *, smoke: bool
         finally:
             await stop_engines(launched)
     summary = {"wall_s": time.perf_counter() - started, "smoke": smoke, "experiments": results}
-    log(_save(out, summary))
+    log(save_results(out, summary))
     return summary
-
-
-def _save(out: Path, summary: dict[str, Any]) -> str:
-    """Write OUT/results.json and OUT/table.txt; returns the table."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
-    table = live_table(summary)
-    (out / "table.txt").write_text(table + "\n")
-    return table
-
-
-async def _engine_counters(engines: Sequence[Any]) -> dict[str, dict[str, int]]:
-    """Each engine's cumulative counters (EngineStats' optional fields: graphs captured while
-    serving, steps, time in steps, tokens); engines that do not answer are left out (the
-    figures are diagnostics, never a reason to fail a run)."""
-    counts: dict[str, dict[str, int]] = {}
-    for launched in engines:
-        try:
-            stats = (await launched.engine.stats()).to_json()
-        except Exception:  # noqa: BLE001 - see the docstring
-            continue
-        counts[launched.name] = {k: stats[k] for k in OPTIONAL_STATS}
-    return counts
-
-
-def _counter_delta(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]
-                   ) -> dict[str, dict[str, int]]:
-    """What each engine that answered both times counted in between."""
-    return {name: {k: v - before[name][k] for k, v in now.items()}
-            for name, now in after.items() if name in before}
 
 
 async def _run_experiment(served: ServeConfig, config_path: str, e: LiveExperiment,
@@ -248,27 +218,19 @@ async def _run_experiment(served: ServeConfig, config_path: str, e: LiveExperime
     variants = parse_variants(e.compare)
     runs, counters, windows = [], {}, {}
     for variant in variants:
-        before = await _engine_counters(engines)
+        before = await engine_counters(engines)
         began = time.time()
         run = await _run(served, e, variant, spec, delay_s)
         # the run's wall-clock span: its steps in an engine's step trace
         # (scripts/step_trace_report.py --results ... --run KEY/LABEL)
         windows[variant.label] = [round(began, 3), round(time.time(), 3)]
-        after = await _engine_counters(engines)
+        after = await engine_counters(engines)
         # What each engine did during this run: graphs it had to capture (each stalled it; a
         # variant that meets buckets no earlier run met pays for them), steps, step time.
-        counters[variant.label] = _counter_delta(before, after)
+        counters[variant.label] = counter_delta(before, after)
         log(f"{e.key} {variant.label}: {run.status}"
             + (f" {run.result.duration_s:.2f}s" if run.result else f" {run.error}")
-            + "".join(f"; {name}: {c['num_steps']} steps ({c['num_graph_steps']} from graphs, "
-                      f"{c['num_piecewise_steps']} piecewise), {c['step_ms']} ms in steps "
-                      f"({c['graph_step_ms']} in graph steps, {c['piecewise_step_ms']} in "
-                      f"piecewise ones), "
-                      f"{c['loop_ms']} ms in loop iterations, {c['ahead_hits']} from "
-                      f"launch-ahead ({c['ahead_misses']} wasted), "
-                      f"{c['graph_captures_at_runtime']} graphs captured while serving "
-                      f"({c['graph_capture_ms_at_runtime']} ms)"
-                      for name, c in counters[variant.label].items()))
+            + counters_text(counters[variant.label]))
         runs.append(run)
     wanted = parse_variants(e.reference)[0].label
     reference = next(v for v in variants if v.label == wanted)
@@ -310,10 +272,10 @@ async def _run_rate_search(served: ServeConfig, config_path: str, e: LiveExperim
             at = dataclasses.replace(spec, request_rate=rate, num_requests=max(
                 1, math.ceil(rate * search_spec.window_s)))
             # a rate far past the knee would drain for minutes: it has failed long before
-            before = await _engine_counters(engines)
+            before = await engine_counters(engines)
             run = await _run(served, e, variant, at, delay_s,
                              min(RUN_TIMEOUT_S, 4 * search_spec.window_s + 60))
-            counters_at[rate] = _counter_delta(before, await _engine_counters(engines))
+            counters_at[rate] = counter_delta(before, await engine_counters(engines))
             settings = Settings(e.workload, live=True, seed=spec.seed, workload_spec=at,
                                 serve_config=config_path, policy_params=e.policy_params)
             entry = results_json(settings, [run], variant)["variants"][variant.label]
@@ -347,48 +309,6 @@ async def _run_rate_search(served: ServeConfig, config_path: str, e: LiveExperim
         if checkpoint is not None and len(found) < len(variants):
             checkpoint(result)
     return result
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value * 1000:.1f}"
-
-
-def live_table(summary: dict[str, Any]) -> str:
-    """Mean E2E of the main apps and its ratio to the reference; ms per output token of the
-    main apps and of background chat (mixed)."""
-    lines = [f"live paper runs ({'smoke, tiny model on the CPU' if summary['smoke'] else 'H200'}"
-             f"; {summary['wall_s']:.0f}s wall{', partial' if summary.get('partial') else ''}"
-             "); x = mean E2E of the reference / mean E2E; "
-             "ms/tok = mean latency per output token",
-             f"{'experiment':<18} {'variant':<48} {'status':<8} {'mean s':>8} {'x':>7} "
-             f"{'ms/tok':>7} {'chat ms/tok':>11}"]
-    for key, results in summary["experiments"].items():
-        if "skipped" in results:
-            lines.append(f"{key:<18} {'-':<48} {'skipped':<8}")
-            continue
-        if "rate_search" in results:   # sustainable rate per variant; x = rate / reference's
-            target = results["rate_search"]["target_s_per_token"] * 1000
-            for label, v in results["variants"].items():
-                if "skipped" in v:
-                    lines.append(f"{key:<18} {label:<48} {'skipped':<8}")
-                    continue
-                x = v["ratio_vs_reference"]
-                rate = ("≥" if v["capped"] else "") + f"{v['sustainable_rate']:.2f}"
-                lines.append(f"{key:<18} {label:<48} {'rate':<8} {rate:>8} "
-                             f"{'-' if x is None else f'{x:.2f}x':>7} req/s at <= {target:.0f} "
-                             "ms/token")
-            continue
-        for label, v in results["variants"].items():
-            mean = v["e2e_latency_s"]["mean"]
-            x = results["speedup_vs_reference"][label]
-            norm = (v.get("normalized_latency_s_per_token") or {}).get("mean")
-            chat = ((v.get("background") or {}).get("normalized_latency_s_per_token")
-                    or {}).get("mean")
-            lines.append(f"{key:<18} {label:<48} {v['status']:<8} "
-                         f"{'-' if mean is None else f'{mean:.2f}':>8} "
-                         f"{'-' if x is None else f'{x:.2f}x':>7} {_ms(norm):>7} "
-                         f"{_ms(chat):>11}")
-    return "\n".join(lines)
 
 
 def run(setups: Sequence[ServeSetup], out: Path, *, smoke: bool, budget_s: float,

@@ -1,0 +1,96 @@
+"""What the live paper runs record and print (parrot/sim/live_paper.py): each engine's
+counters around a run (EngineStats' optional fields) and their log line, results.json and the
+table of every run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from collections.abc import Sequence
+
+from parrot.engines.protocol import OPTIONAL_STATS
+
+
+def save_results(out: Path, summary: dict[str, Any]) -> str:
+    """Write OUT/results.json and OUT/table.txt; returns the table."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
+    table = live_table(summary)
+    (out / "table.txt").write_text(table + "\n")
+    return table
+
+
+async def engine_counters(engines: Sequence[Any]) -> dict[str, dict[str, int]]:
+    """Each engine's cumulative counters (EngineStats' optional fields: graphs captured while
+    serving, steps, time in steps, tokens); engines that do not answer are left out (the
+    figures are diagnostics, never a reason to fail a run)."""
+    counts: dict[str, dict[str, int]] = {}
+    for launched in engines:
+        try:
+            stats = (await launched.engine.stats()).to_json()
+        except Exception:  # noqa: BLE001 - see the docstring
+            continue
+        counts[launched.name] = {k: stats[k] for k in OPTIONAL_STATS}
+    return counts
+
+
+def counter_delta(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]
+                   ) -> dict[str, dict[str, int]]:
+    """What each engine that answered both times counted in between."""
+    return {name: {k: v - before[name][k] for k, v in now.items()}
+            for name, now in after.items() if name in before}
+
+
+def counters_text(per_engine: dict[str, dict[str, int]]) -> str:
+    """The log line's part for what each engine did during a run."""
+    return "".join(
+        f"; {name}: {c['num_steps']} steps ({c['num_graph_steps']} from graphs, "
+        f"{c['num_piecewise_steps']} piecewise), {c['step_ms']} ms in steps "
+        f"({c['graph_step_ms']} in graph steps, {c['piecewise_step_ms']} in piecewise ones), "
+        f"{c['loop_ms']} ms in loop iterations, {c['ahead_hits']} from launch-ahead "
+        f"({c['ahead_misses']} wasted), {c['graph_captures_at_runtime']} graphs captured while "
+        f"serving ({c['graph_capture_ms_at_runtime']} ms)"
+        for name, c in per_engine.items())
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.1f}"
+
+
+def live_table(summary: dict[str, Any]) -> str:
+    """Mean E2E of the main apps and its ratio to the reference; ms per output token of the
+    main apps and of background chat (mixed)."""
+    lines = [f"live paper runs ({'smoke, tiny model on the CPU' if summary['smoke'] else 'H200'}"
+             f"; {summary['wall_s']:.0f}s wall{', partial' if summary.get('partial') else ''}"
+             "); x = mean E2E of the reference / mean E2E; "
+             "ms/tok = mean latency per output token",
+             f"{'experiment':<18} {'variant':<48} {'status':<8} {'mean s':>8} {'x':>7} "
+             f"{'ms/tok':>7} {'chat ms/tok':>11}"]
+    for key, results in summary["experiments"].items():
+        if "skipped" in results:
+            lines.append(f"{key:<18} {'-':<48} {'skipped':<8}")
+            continue
+        if "rate_search" in results:   # sustainable rate per variant; x = rate / reference's
+            target = results["rate_search"]["target_s_per_token"] * 1000
+            for label, v in results["variants"].items():
+                if "skipped" in v:
+                    lines.append(f"{key:<18} {label:<48} {'skipped':<8}")
+                    continue
+                x = v["ratio_vs_reference"]
+                rate = ("≥" if v["capped"] else "") + f"{v['sustainable_rate']:.2f}"
+                lines.append(f"{key:<18} {label:<48} {'rate':<8} {rate:>8} "
+                             f"{'-' if x is None else f'{x:.2f}x':>7} req/s at <= {target:.0f} "
+                             "ms/token")
+            continue
+        for label, v in results["variants"].items():
+            mean = v["e2e_latency_s"]["mean"]
+            x = results["speedup_vs_reference"][label]
+            norm = (v.get("normalized_latency_s_per_token") or {}).get("mean")
+            chat = ((v.get("background") or {}).get("normalized_latency_s_per_token")
+                    or {}).get("mean")
+            lines.append(f"{key:<18} {label:<48} {v['status']:<8} "
+                         f"{'-' if mean is None else f'{mean:.2f}':>8} "
+                         f"{'-' if x is None else f'{x:.2f}x':>7} {_ms(norm):>7} "
+                         f"{_ms(chat):>11}")
+    return "\n".join(lines)
