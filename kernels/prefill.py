@@ -15,7 +15,7 @@ reused by every layer.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -76,10 +76,27 @@ class PrefillPlan:
     tile_m: torch.Tensor                       # int32 [num_tiles]: its first row in the chunk
     tuning: PrefillTuning
     max_keys: int = 0                          # keys the longest tile reads
+    # (heads, head_dim, device) -> the launch's key splits and its workspace, made by the
+    # step's first layer and reused by the others (one stream: a layer's merge has read the
+    # workspace before the next layer's partials write it)
+    _launches: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def num_tiles(self) -> int:
         return int(self.tile_chunk.shape[0])
+
+    def launch(self, num_heads: int, head_dim: int, device: torch.device
+               ) -> tuple[int, int, torch.Tensor | None]:
+        """(key ranges, keys per range, fp32 workspace or None when unsplit) for q's heads."""
+        key = (num_heads, head_dim, device)
+        if key not in self._launches:
+            splits, length = key_splits(self, num_heads, _num_sms(device))
+            # [split, tile, row of the tile, head] partials: head_dim outputs + the LSE
+            ws = None if splits == 1 else torch.empty(
+                splits * self.num_tiles * self.tuning.block_m * num_heads * (head_dim + 1),
+                dtype=torch.float32, device=device)
+            self._launches[key] = (splits, length, ws)
+        return self._launches[key]
 
 
 _ALIGN = 4     # int32 entries per 16 bytes
@@ -164,10 +181,8 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
 
     t = plan.tuning
     hq, d = q.shape[1], q.shape[2]
-    splits, split_len = key_splits(plan, hq, _num_sms(q.device))
-    if splits > 1:   # [split, tile, row of the tile, head] partials: D outputs + the LSE
-        ws = torch.empty(splits * plan.num_tiles * t.block_m * hq * (d + 1),
-                         dtype=torch.float32, device=q.device)
+    splits, split_len, ws = plan.launch(hq, d, q.device)
+    if ws is not None:
         ws_lse, ws_out = ws[:ws.numel() // (d + 1)], ws[ws.numel() // (d + 1):]
     else:
         ws_out = ws_lse = out          # unused

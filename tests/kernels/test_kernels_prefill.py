@@ -183,3 +183,16 @@ def test_keys_are_split_only_when_few_tiles_read_a_long_context():
     assert key_splits(plan_prefill([(0, 60, 100)], table[:1]), 32, 132) == (1, 0)
     assert key_splits(plan_prefill([(0, 60, 3300)], table[:1],
                                    PrefillTuning(kv_splits=1)), 32, 132) == (1, 0)
+
+
+def test_a_plan_decides_its_key_ranges_and_workspace_once_for_every_layer():
+    plan = plan_prefill([(0, 60, 3300)], torch.zeros((1, 300), dtype=torch.int32),
+                        PrefillTuning(kv_splits=3))
+    first = plan.launch(32, 128, torch.device("cpu"))
+    splits, length, ws = first
+    assert (splits, length) == key_splits(plan, 32, 4)
+    assert ws is not None and ws.numel() == 3 * plan.num_tiles * 64 * 32 * 129
+    assert plan.launch(32, 128, torch.device("cpu"))[2] is ws        # the next layer's
+    whole = plan_prefill([(0, 60, 3300)], torch.zeros((1, 300), dtype=torch.int32),
+                         PrefillTuning(kv_splits=1))
+    assert whole.launch(32, 128, torch.device("cpu")) == (1, 0, None)

@@ -25,8 +25,6 @@ from parrot.engines.builtin.scheduler import Batch
 
 log = logging.getLogger(__name__)
 
-PATHS = ("graph", "piecewise", "eager")
-
 
 @dataclass(frozen=True)
 class StepRecord:
@@ -35,7 +33,7 @@ class StepRecord:
     sched_ms: float
     step_ms: float           # the model step in the worker thread (waiting on the GPU included)
     post_ms: float
-    path: str                # "graph", "piecewise" or "eager" (PATHS)
+    path: str                # "graph", "piecewise" or "eager"
     ahead_hit: bool          # the step was the one launched ahead (its result was ready)
     ahead_miss: bool         # a step launched ahead was thrown away
     decode_rows: int
