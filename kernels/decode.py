@@ -60,7 +60,7 @@ def _launch(plan: Plan, tuning: KernelTuning, q, k_cache, v_cache, tables, lens,
     groups = indptr.shape[0] - 1
     use_dot = tuning.use_dot
     block_h = max(16, triton_next_pow2(gqa)) if use_dot else triton_next_pow2(gqa)
-    block_m = max(tuning.block_m, triton_next_pow2(gqa))
+    block_m = plan.block_m
     if out is None:
         out = torch.empty_like(q)
     slots = plan.num_slots

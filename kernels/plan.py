@@ -34,6 +34,14 @@ CASCADE_PROGRAMS_PER_SM = 4
 # launch costs more than it saves (H200: GQA 32/8, P=1008: B=8 saves 29 MB, cascade 1-2 us
 # slower; B=16 saves 62 MB, cascade 1.14-1.28x faster than paged).
 CASCADE_MIN_SAVED_BYTES = 48 * 2**20
+# A prefix tile stacks (rows of one group) x (GQA heads) as tl.dot's M. When a group's rows
+# fit SMALL_TILE_M (the smallest M tl.dot takes), the tile is that small and steps 64 prefix
+# tokens: a 64-row tile would hold 16 rows and 48 of padding. H200 sweep, MHA 32x128, one
+# group, tables at the engine's bucket widths (docs/KERNELS.md "Small prefix groups"):
+# B=8/P=3696/S=140 47.4 -> 37.4 us, B=16/P=6000/S=200 65.5 -> 58.3, B=16/P=3696/S=140
+# 46.4 -> 44.0; at 32 rows a 32-row tile was slower than the default (48.8 -> 52.0 us).
+SMALL_TILE_M = 16
+SMALL_TILE_BLOCK_N = 64
 
 
 @dataclass(frozen=True)
@@ -45,7 +53,9 @@ class KernelTuning:
     # KV tokens per loop step of the prefix tiles; None: 32 when the per-row work dominates
     # (fewer registers, more per-row programs resident), 64 when the tiles' tl.dot dominates
     tile_block_n: int | None = None
-    block_m: int = 64  # prefix tile rows: (requests of one group) x (GQA heads), >= 16
+    # prefix tile rows: (requests of one group) x (GQA heads), >= 16; None: SMALL_TILE_M when
+    # a group's rows fit it, else 64
+    block_m: int | None = None
     fuse: bool = True  # prefix tiles and per-row programs in one launch (else two)
     use_dot: bool = True  # per-row programs: tl.dot, GQA heads padded to 16 (else CUDA cores)
     num_warps: int = 4
@@ -64,6 +74,7 @@ class Plan:
     block_n: int
     tile_block_n: int
     num_stages: int = 2
+    block_m: int = 64       # prefix tile rows (requests x GQA heads), a power of two >= GQA
 
     @property
     def direct_out(self) -> bool:
@@ -76,6 +87,10 @@ class Plan:
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
 
 
 def _round_up(a: int, b: int) -> int:
@@ -100,13 +115,19 @@ def make_plan(batch: int, groups: int, kvh: int, gqa: int, max_prefix: int, max_
           cascade: bool, row_has_prefix: bool, tuning: KernelTuning, device: torch.device
           ) -> Plan:
     """max_rows: KV tokens a per-row program may see (suffix, or prefix + suffix)."""
-    n_tiles = groups + max(batch - groups, 0) // max(1, tuning.block_m // gqa) if cascade else 0
+    # a group holds at most every row but one per other group (a correct tile count either
+    # way: a group with more rows takes more tiles)
+    small = cascade and (batch - groups + 1) * gqa <= SMALL_TILE_M
+    block_m = max(tuning.block_m or (SMALL_TILE_M if small else 64), _next_pow2(gqa))
+    n_tiles = groups + max(batch - groups, 0) // max(1, block_m // gqa) if cascade else 0
     tile_work, row_work = n_tiles * kvh * max_prefix, batch * kvh * max_rows
     sms = _num_sms(device)
     row_programs = batch * kvh
     short_step = not cascade and row_programs >= SHORT_STEP_PROGRAMS_PER_SM * sms
     block_n = tuning.block_n or (64 if cascade or short_step else 128)
-    tile_block_n = tuning.tile_block_n or (32 if row_work >= tile_work else 64)
+    tile_block_n = tuning.tile_block_n or (
+        SMALL_TILE_BLOCK_N if small and tuning.block_m is None
+        else 32 if row_work >= tile_work else 64)
     num_stages = tuning.num_stages or (3 if short_step else 2)
     if tuning.split_tokens is not None:
         chunk = tuning.split_tokens
@@ -118,7 +139,7 @@ def make_plan(batch: int, groups: int, kvh: int, gqa: int, max_prefix: int, max_
     p_splits, p_len = _splits(max_prefix, chunk, tile_block_n) if cascade else (0, tile_block_n)
     r_splits, r_len = _splits(max_rows, chunk, block_n)
     return Plan(n_tiles, p_splits, p_len, r_splits, r_len, row_has_prefix, block_n,
-                 tile_block_n, num_stages)
+                 tile_block_n, num_stages, block_m)
 
 
 def choose_shared_prefix_strategy(batch: int, num_groups: int, max_prefix_tokens: int,

@@ -68,7 +68,10 @@ def copy_bandwidth(timer: Timer) -> float:
 class Shape:
     """One shared-prefix batch laid out in a paged cache, plus the same KV materialised."""
 
-    def __init__(self, batch: int, prefix: int, suffix: int, kvh: int, sdpa: bool = True):
+    def __init__(self, batch: int, prefix: int, suffix: int, kvh: int, sdpa: bool = True,
+                 engine_widths: bool = False):
+        """engine_widths: block tables padded to the power-of-two widths of the engine's
+        graph buckets (the launch plan reads widths, not lengths)."""
         self.b, self.p, self.s, self.kvh = batch, -(-prefix // PAGE) * PAGE, suffix, kvh
         p_blocks, s_blocks = self.p // PAGE, -(-suffix // PAGE)
         num_blocks = p_blocks + batch * s_blocks
@@ -83,6 +86,10 @@ class Shape:
         self.ptab = perm[:p_blocks].view(1, -1).contiguous()
         self.plen = torch.tensor([self.p], dtype=torch.int32, device=DEV)
         self.stab = perm[p_blocks:].view(batch, s_blocks).contiguous()
+        if engine_widths:   # padding entries name block 0: never read past the lengths
+            self.ptab, self.stab = (F.pad(t, (0, (1 << (t.shape[1] - 1).bit_length())
+                                              - t.shape[1])).contiguous()
+                                    for t in (self.ptab, self.stab))
         self.slen = torch.full((batch,), suffix, dtype=torch.int32, device=DEV)
         self.table = torch.cat([self.ptab.expand(batch, -1), self.stab], 1).contiguous()
         self.lens = self.slen + self.p
@@ -160,8 +167,12 @@ def fmt(row) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def sweep(timer) -> list[str]:
-    """Launch variants at a few shapes: what the KernelTuning defaults were chosen from."""
+SWEEP_SHAPES = "64/6000/200/32,64/1000/500/32,128/16000/50/8"
+
+
+def sweep(timer, shapes: str, engine_widths: bool) -> list[str]:
+    """Launch variants at a few shapes (B/P/S/kv heads): what the KernelTuning defaults were
+    chosen from."""
     T = pk.KernelTuning
     variants = {  # name: (tuning, kernels it matters for)
         "default": (T(), ("cascade", "paged")), "unfused": (T(fuse=False), ("cascade",)),
@@ -175,10 +186,25 @@ def sweep(timer) -> list[str]:
         "stages3": (T(num_stages=3), ("cascade", "paged")),
         "split512": (T(split_tokens=512), ("cascade", "paged")),
         "split2048": (T(split_tokens=2048), ("cascade", "paged")),
+        # prefix tiles sized to the rows a group has (MHA: rows x 1 head)
+        "bm16": (T(block_m=16), ("cascade",)),
+        "bm32": (T(block_m=32), ("cascade",)),
+        "bm16_tile_bn64": (T(block_m=16, tile_block_n=64), ("cascade",)),
+        "bm16_tile_bn128": (T(block_m=16, tile_block_n=128), ("cascade",)),
+        "bm16_tile_bn64_stages3": (T(block_m=16, tile_block_n=64, num_stages=3), ("cascade",)),
+        "bm16_tile_bn64_split1024": (T(block_m=16, tile_block_n=64, split_tokens=1024),
+                                     ("cascade",)),
+        "bm16_tile_bn64_split256": (T(block_m=16, tile_block_n=64, split_tokens=256),
+                                    ("cascade",)),
+        "tile_bn64": (T(tile_block_n=64), ("cascade",)),
+        "unfused_bm16_tile_bn64": (T(fuse=False, block_m=16, tile_block_n=64), ("cascade",)),
+        "unfused_bm16_tile_bn128_w8": (T(fuse=False, block_m=16, tile_block_n=128,
+                                         tile_num_warps=8), ("cascade",)),
     }
     lines = ["| shape B/P/S/kv heads | kernel | variant | ms |", "|---|---|---|---|"]
-    for b, p, s, kvh in [(64, 6000, 200, 32), (64, 1000, 500, 32), (128, 16000, 50, 8)]:
-        sh = Shape(b, p, s, kvh, sdpa=False)
+    for spec in shapes.split(","):
+        b, p, s, kvh = (int(x) for x in spec.split("/"))
+        sh = Shape(b, p, s, kvh, sdpa=False, engine_widths=engine_widths)
         runs = {"cascade": functools.partial(sh.shared, strategy="cascade"),
                 "per_row": functools.partial(sh.shared, strategy="per_row"),
                 "paged": sh.paged}
@@ -199,6 +225,11 @@ def main() -> None:
     ap.add_argument("--out", type=pathlib.Path, required=True)
     ap.add_argument("--quick", action="store_true", help="fewer shapes and reps")
     ap.add_argument("--sweep", action="store_true", help="also time launch variants first")
+    ap.add_argument("--sweep-shapes", default=SWEEP_SHAPES,
+                    help="the sweep's shapes, B/P/S/kv-heads comma-separated")
+    ap.add_argument("--engine-widths", action="store_true",
+                    help="the sweep pads block tables to the engine's power-of-two widths")
+    ap.add_argument("--sweep-only", action="store_true", help="the sweep, not the table")
     args = ap.parse_args()
     t0 = time.time()
     timer = Timer()
@@ -209,7 +240,11 @@ def main() -> None:
             f" triton {triton.__version__}; copy bandwidth {bw / 1e12:.2f} TB/s (read+write); "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", ""]
     print(head[0], flush=True)
-    lines = sweep(timer) + [""] if args.sweep else []
+    lines = sweep(timer, args.sweep_shapes, args.engine_widths) + [""] if args.sweep else []
+    if args.sweep_only:
+        args.out.write_text("\n".join(head + lines) + "\n")
+        print(f"wrote {args.out} in {time.time() - t0:.0f} s")
+        return
     lines += ["| " + " | ".join(COLS) + " |", "|" + "---|" * len(COLS)]
     print("\n".join(lines[-2:]), flush=True)
     batches = [8, 64, 128] if args.quick else [8, 16, 32, 64, 128]

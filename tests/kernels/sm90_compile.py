@@ -64,6 +64,9 @@ def ci_cases(jit) -> dict:
     return {
         "fused MHA, dot rows": (jit._decode_partial_kernel, decode_constexprs(
             block_h=16, use_dot=True, tile_block_n=32), 4),
+        "fused MHA, dot rows, small prefix tile": (jit._decode_partial_kernel,
+                                                   decode_constexprs(block_h=16, use_dot=True,
+                                                                     block_m=16), 4),
         "paged MHA, dot rows, block_n 128": (jit._decode_partial_kernel, decode_constexprs(
             tiles=False, block_h=16, use_dot=True, block_n=128, direct_out=True), 4),
         "paged MHA, dot rows, block_n 64, 3 stages": (jit._decode_partial_kernel,

@@ -40,3 +40,19 @@ def test_cascade_keeps_its_own_rule():
     # prefix tiles beside per-row suffix programs: splits by work, 2 stages, 64-token rows
     plan = make_plan(64, 1, 8, 4, 4096, 256, True, False, KernelTuning(), CPU)
     assert plan.n_tiles > 0 and plan.num_stages == 2 and plan.block_n == 64
+
+
+def test_a_group_whose_rows_fit_the_smallest_tile_gets_it():
+    # 16 rows sharing one prefix, MHA: one 16-row tile stepping 64 prefix tokens
+    plan = make_plan(16, 1, 32, 1, 4096, 256, True, False, KernelTuning(), CPU)
+    assert (plan.block_m, plan.tile_block_n, plan.n_tiles) == (16, 64, 1)
+    # 17 rows would not fit it: the 64-row tile, and its own prefix step rule
+    plan = make_plan(17, 1, 32, 1, 4096, 256, True, False, KernelTuning(), CPU)
+    assert (plan.block_m, plan.n_tiles) == (64, 1)
+    # GQA 4: 4 rows x 4 heads fit, 5 do not; two groups of 8 rows would need 2 x 8 tiles
+    assert make_plan(5, 2, 8, 4, 4096, 256, True, False, KernelTuning(), CPU).block_m == 16
+    assert make_plan(5, 1, 8, 4, 4096, 256, True, False, KernelTuning(), CPU).block_m == 64
+    # an explicit tile wins; paged plans keep one tile size (no second compiled variant)
+    explicit = make_plan(16, 1, 32, 1, 4096, 256, True, False, KernelTuning(block_m=64), CPU)
+    assert (explicit.block_m, explicit.tile_block_n) == (64, 32)
+    assert paged(1, 1, 4096).block_m == paged(64, 1, 4096).block_m == 64

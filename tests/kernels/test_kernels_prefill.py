@@ -117,6 +117,25 @@ def test_prefill_on_gpu(dtype):
     assert rel_err(out[rows], ref[rows]) < TOL[dtype]
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("splits", [None, 3])
+def test_key_ranges_on_gpu(splits):
+    """The compiled split kernel and its merge: ranges chosen by the rule (a short Fill over
+    a long context, as a reviser's) and forced, with two layers reusing one plan."""
+    q, k, v, chunks, table, scale = make_step([(0, 2000, None), (1984, 40, 0)],
+                                              num_kv_heads=32, gqa=1, head_dim=128,
+                                              block_size=16, dtype=torch.bfloat16,
+                                              device="cuda")
+    chunks = chunks[1:]                      # the Fill alone: one tile reads 2,024 keys
+    plan = plan_prefill(chunks, table[1:], PrefillTuning(kv_splits=splits))
+    assert plan.launch(32, 128, q.device)[0] > 1
+    want = reference_paged_prefill_attention(q, k, v, chunks, table[1:], scale)
+    rows = slice(chunks[0][0], None)
+    for _ in range(2):
+        out = paged_prefill_attention(q, k, v, plan, scale)
+        assert rel_err(out[rows], want[rows]) < TOL[torch.bfloat16]
+
+
 @pytest.mark.parametrize("num_chunks", [1, 2, 3, 5])
 def test_plan_tensors_are_16_byte_aligned_whatever_the_chunk_count(num_chunks):
     """Triton specialises pointers on 16-byte alignment: unaligned metadata would compile a
