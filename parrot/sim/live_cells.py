@@ -41,7 +41,10 @@ one-engine set with multi_agent at 16 files in one folder, the gpts rate search 
 parts (..._gpts_rate_a/, ..._gpts_rate_b/) and mixed (..._two_engines/). Last,
 multi_agent at 8 and 16 files after prefix contexts were cut only at branch points of the
 sharing (live_paper_h200_branch_contexts/), and the gpts rate search again on that code, in
-its two parts (..._gpts_rate_a/, ..._gpts_rate_b/).
+its two parts (..._gpts_rate_a/, ..._gpts_rate_b/). Last, the sweeps' points run live one
+at a time (live_paper_h200_sweep_points/: chain summary at chunks of 512 and 2,048, with
+background chat, map-reduce on one document of 8, 16 and 20 chunks), and multi_agent at 8
+files after the shared-prefix decode kernel sized its tiles to small groups.
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -76,7 +79,7 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_prefill_graphs_gpts_rate_b", "live_paper_h200_prefill_graphs",
              "live_paper_h200_prefill_graphs_two_engines", "live_paper_h200_branch_contexts",
              "live_paper_h200_branch_contexts_gpts_rate_a",
-             "live_paper_h200_branch_contexts_gpts_rate_b")
+             "live_paper_h200_branch_contexts_gpts_rate_b", "live_paper_h200_sweep_points")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
@@ -114,6 +117,19 @@ class LiveRatio:
 _PARROT, _LAT, _THR = "app_centric:parrot", "latency_centric:parrot", "throughput_centric:parrot"
 LIVE_RATIOS: dict[str, tuple[LiveRatio, ...]] = {
     "chain_output": (LiveRatio("vs request-level", "chain_summary", _PARROT),),
+    # the sweeps' points run live one at a time (SWEEP_POINTS, `--only` names them)
+    "chain_chunk": (LiveRatio("chunk_tokens 512: vs request-level", "chain_chunk_512", _PARROT,
+                              optional=True),
+                    LiveRatio("chunk_tokens 2048: vs request-level", "chain_chunk_2048",
+                              _PARROT, optional=True)),
+    "chain_bg": (LiveRatio("chat_rate 2 (first 20 s): chain E2E vs request-level", "chain_bg",
+                           _PARROT, optional=True),),
+    "map_reduce_output": (LiveRatio("output_tokens 50: vs latency-capped request-level",
+                                    "map_reduce_20", _PARROT, optional=True),),
+    "map_reduce_chunks": (LiveRatio("doc_tokens 8192: vs latency-capped request-level",
+                                    "map_reduce_8", _PARROT, optional=True),
+                          LiveRatio("doc_tokens 16384: vs latency-capped request-level",
+                                    "map_reduce_16", _PARROT, optional=True)),
     "concurrent_chains": (LiveRatio("mean JCT vs request-level (10 clients)",
                                     "concurrent_chains", _PARROT),),
     "map_reduce_apps": (LiveRatio("vs latency-capped request-level", "map_reduce", _PARROT),),

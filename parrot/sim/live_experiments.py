@@ -143,6 +143,31 @@ LIVE_EXPERIMENTS = (  # the issue's live goals (map-reduce, multi_agent) first
 )
 
 
+# The sweeps' points the default run leaves out, one live run each (named only): chain summary
+# at the chunk sweep's ends, with background chat (one rate: 2 req/s, the same arrivals for
+# both variants, over the first 20 s, which the chains take about half of), and map-reduce on
+# one document at the chunk-count and output sweeps' shapes (output 50).
+_CHAIN_2 = {**_CHAIN, "num_apps": 2}
+_MAP_ONE = {"chunk_tokens": 1024, "output_tokens": 50, "num_apps": 1}
+_CHAIN_VS_VLLM = ("app_centric,least_queue:baseline", "least_queue:baseline")
+_MAP_VS_LATENCY = ("app_centric,latency_centric:baseline", "latency_centric:baseline")
+SWEEP_POINTS = (
+    LiveExperiment("chain_chunk_512", "chain_summary", *_CHAIN_VS_VLLM,
+                   {**_CHAIN_2, "chunk_tokens": 512}, _SMOKE_DOC),
+    LiveExperiment("chain_chunk_2048", "chain_summary", *_CHAIN_VS_VLLM,
+                   {**_CHAIN_2, "chunk_tokens": 2048}, _SMOKE_DOC),
+    LiveExperiment("chain_bg", "chain_summary_bg", *_CHAIN_VS_VLLM,
+                   {**_CHAIN_2, "chat_rate": 2.0, "max_chat_s": 20.0},
+                   {**_SMOKE_DOC, "chat_rate": 2.0, "max_chat_s": 2.0,
+                    "chat_prompt_tokens": (32, 64), "chat_output_tokens": (4, 8)}),
+    LiveExperiment("map_reduce_8", "map_reduce", *_MAP_VS_LATENCY,
+                   {**_MAP_ONE, "doc_tokens": 8192}, _SMOKE_DOC),
+    LiveExperiment("map_reduce_16", "map_reduce", *_MAP_VS_LATENCY,
+                   {**_MAP_ONE, "doc_tokens": 16384}, _SMOKE_DOC),
+    LiveExperiment("map_reduce_20", "map_reduce", *_MAP_VS_LATENCY,
+                   {**_MAP_ONE, "doc_tokens": 20480}, _SMOKE_DOC),
+)
+
 # Run only when named (--only): multi_agent at the paper's 16 files, and the paper's gpts
 # metric, the sustainable request rate at <= 40 ms per output token, searched live per
 # variant on the two-engine setup (4 variants x ~8 rates x ~25 s: ~15 minutes of GPU time with
@@ -166,6 +191,7 @@ EXTRA_EXPERIMENTS = (
                    {k: v for k, v in _GPTS_SMOKE.items()
                     if k not in ("request_rate", "num_requests")},
                    engines=2, rate_search=RateSearchSpec()),
+    *SWEEP_POINTS,
 )
 SMOKE_RATE_SEARCH = RateSearchSpec(target_s_per_token=0.5, window_s=1.0, start=2.0,
                                    max_rate=8.0, refinements=1)

@@ -36,8 +36,22 @@ def test_ratios_are_the_reference_mean_over_ours_and_failures_say_na():
     assert cell[1] == "32 users, app_centric vs no sharing: n/a"      # that run failed
     assert cell[2] == "64 users, sharing vs no sharing: n/a"          # not in the results
     assert cell[3] == "32 users, sharing vs static sharing: 0.50×"    # cross-run baseline
-    assert live_cell(LIVE, "chain_bg") == "not run live"
+    assert live_cell(LIVE, "chain_bg") == "pending"    # its sweep point has not run
     assert live_cell(LIVE, "gpts_rate") == "pending"   # a two-engine row, not run yet
+    assert live_cell(LIVE, "no_such_row") == "not run live"
+
+
+def test_a_sweeps_points_run_live_one_at_a_time_fill_its_row():
+    points = {key: {"reference": "latency_centric:baseline",
+                    "variants": {"app_centric:parrot": _run(2.0),
+                                 "latency_centric:baseline": _run(base)}}
+              for key, base in (("map_reduce_8", 3.0), ("map_reduce_16", 4.0))}
+    assert live_cell(points, "map_reduce_chunks").split("<br>") == [
+        "doc_tokens 8192: vs latency-capped request-level: 1.50×",
+        "doc_tokens 16384: vs latency-capped request-level: 2.00×"]
+    # a point that did not run is left out of the row, not shown as n/a
+    assert live_cell({"map_reduce_8": points["map_reduce_8"]}, "map_reduce_chunks") == \
+        "doc_tokens 8192: vs latency-capped request-level: 1.50×"
 
 
 def test_no_results_or_a_smoke_run_leave_the_column_pending(tmp_path):
@@ -185,3 +199,17 @@ def test_a_rate_search_run_in_parts_keeps_each_variants_own_ratio(tmp_path):
     _write(results / LIVE_DIRS[3], {"map_reduce": {"reference": "latency_centric:baseline",
                                                    "variants": {}}})
     assert load_live_dirs(results)["map_reduce"]["variants"] == {}
+
+
+def test_every_live_ratio_names_a_runnable_experiment_and_a_paper_row():
+    from parrot.sim.live_cells import LIVE_RATIOS
+    from parrot.sim.live_experiments import EXTRA_EXPERIMENTS, LIVE_EXPERIMENTS
+    runnable = {e.key for e in (*LIVE_EXPERIMENTS, *EXTRA_EXPERIMENTS)}
+    named = {e.key for e in EXTRA_EXPERIMENTS}
+    rows = {e.key for e in EXPERIMENTS}
+    assert set(LIVE_RATIOS) <= rows
+    for ratios in LIVE_RATIOS.values():
+        for r in ratios:
+            assert r.experiment in runnable, r
+            # an experiment run only when named may be missing: its ratios must say so
+            assert r.optional or r.experiment not in named, r
