@@ -8,11 +8,10 @@
 Measures, through the engine protocol (so scheduler and batching overheads are included):
 
 * prefill: Fill contexts of several lengths (each once untimed, then the best of the
-  repeats); `prefill_per_token_ms` is the least-squares
-  line of time vs. tokens *through the origin* — the simulated engine's own model (prefill
-  charged per token, no fixed cost), so the fit is the best that model can do: a free
-  intercept would take the weight read of the short fills as a fixed cost the simulator never
-  charges, and its slope came out below the GPU's matmul rate (docs/ENGINE.md). The measured
+  repeats); the least-squares line of time vs. tokens gives `prefill_per_token_ms` (slope)
+  and `prefill_base_ms` (intercept: what a prefill-only step costs whatever its tokens, the
+  weights read once and the launches, which the simulated engine charges such a step once).
+  A line whose intercept would be negative is fitted through the origin instead. The measured
   points are written as a comment;
 * decode: for each batch size B, fill B independent contexts of L tokens, then run B
   Generates of S tokens concurrently; one iteration's time is the elapsed time / S, at
@@ -65,10 +64,25 @@ def per_token_through_origin(xs: list[int], ys: list[float]) -> float:
     return sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
 
 
+def prefill_line(xs: list[int], ys: list[float]) -> tuple[float, float]:
+    """(intercept a >= 0, slope b) of the least-squares line y = a + b x; through the origin
+    when the free line's intercept is negative or the lengths are all equal."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx > 0:
+        b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+        a = my - b * mx
+        if a >= 0 and b >= 0:
+            return a, b
+    return 0.0, per_token_through_origin(xs, ys)
+
+
 async def measure_prefill(engine: Engine, lens: list[int], repeats: int,
                           timer: Callable[[Any], Awaitable[float]] | None = None
-                          ) -> tuple[float, list[tuple[int, float]]]:
-    """(ms per prefilled token through the origin, the (tokens, ms) point of each length).
+                          ) -> tuple[float, float, list[tuple[int, float]]]:
+    """(ms per prefill-only step, ms per prefilled token, the (tokens, ms) point of each
+    length): the least-squares line of the points (prefill_line).
 
     Each length is filled once untimed first (a length's first Fill pays first-use costs —
     allocator growth, kernel selection — that a serving engine pays once, not per request:
@@ -88,7 +102,8 @@ async def measure_prefill(engine: Engine, lens: list[int], repeats: int,
     xs = list(best)
     ys = [best[n] for n in xs]
     points = [(x, y * 1000.0) for x, y in zip(xs, ys)]
-    return per_token_through_origin(xs, ys) * 1000.0, points
+    base_s, per_token_s = prefill_line(xs, ys)
+    return base_s * 1000.0, per_token_s * 1000.0, points
 
 
 async def measure_decode(engine: Engine, batch: int, context_len: int, steps: int,
@@ -127,6 +142,7 @@ def to_yaml(profile: dict[str, Any], comment: str) -> str:
     for key in ("max_context_len", "block_size", "num_blocks"):
         lines.append(f"{key}: {profile[key]}")
     lines.append(f"prefill_per_token_ms: {profile['prefill_per_token_ms']:.4f}")
+    lines.append(f"prefill_base_ms: {profile['prefill_base_ms']:.2f}")
     lines.append("decode_table:")
     lines += [f"  - [{x}, {ms:.2f}]" for x, ms in profile["decode_table"]]
     return "\n".join(lines) + "\n"
@@ -152,7 +168,7 @@ async def record(args: argparse.Namespace) -> dict[str, Any]:
     try:
         info = await engine.info()
         print(f"prefill at {plan['prefill_lens']} tokens ...", file=sys.stderr)
-        prefill_ms, prefill_points = await measure_prefill(engine, plan["prefill_lens"],
+        base_ms, prefill_ms, prefill_points = await measure_prefill(engine, plan["prefill_lens"],
                                                            plan["repeats"])
         points: dict[int, float] = {}
         for batch in plan["batch_sizes"]:
@@ -175,6 +191,7 @@ async def record(args: argparse.Namespace) -> dict[str, Any]:
         "block_size": info.block_size,
         "num_blocks": info.num_blocks_total,
         "prefill_per_token_ms": prefill_ms,
+        "prefill_base_ms": base_ms,
         "prefill_points": prefill_points,
         "decode_table": sorted(points.items()),
     }
@@ -201,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     fills = ", ".join(f"{n} tokens {ms:.1f} ms" for n, ms in profile["prefill_points"])
     comment = ("Latency profile of the simulated engine, measured on the builtin engine.\n"
                "decode_table: [batch tokens (sum of the decoding sequences' context lengths), "
-               "ms per iteration].\nprefill_per_token_ms: least-squares line of fill time vs. "
-               "tokens through the origin,\nover single fills (each length's best repeat, after "
+               "ms per iteration].\nprefill_base_ms + prefill_per_token_ms x tokens: least-squares "
+               "line of fill time vs. tokens,\nover single fills (each length's best repeat, after "
                "one untimed fill of it): " + fills + ".")
     text = to_yaml(profile, comment)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ One iteration runs a decode step for every generating sequence plus a chunk of p
 
     iteration_s = decode_s(num_decode_seqs, decode_kv_tokens)
                   + prefill_per_token_ms * prefill_tokens
+                  + prefill_base_ms  (only when the iteration prefills and decodes nothing)
 
 `decode_kv_tokens` is the total context length of the decoding sequences (the KV cache every
 decode step reads). Decode time is either the formula
@@ -12,7 +13,10 @@ decode step reads). Decode time is either the formula
 
 (the base is the weight read, paid once per iteration) or, when `decode_table` is given, a
 piecewise-linear interpolation of measured (batch tokens, ms) points, extrapolated past the last
-point with the last segment's slope. An iteration without decodes pays no decode time.
+point with the last segment's slope. An iteration without decodes pays no decode time; one
+that only prefills pays `prefill_base_ms` once instead (0 by default): what a step costs
+whatever its tokens (the weights read once, the launches), which a decode step's base or
+table already holds. Recorded profiles fit it as the intercept of fill time vs. tokens.
 `zero_latency` makes every iteration take no time (benchmarks of the manager).
 
 This module also holds the simulated engine's whole configuration (`SimulatedEngineConfig`,
@@ -39,6 +43,7 @@ _CHECK = Checks("simulated engine", EngineConfigError)
 @dataclass(frozen=True)
 class LatencyModel:
     prefill_per_token_ms: float = 0.15
+    prefill_base_ms: float = 0.0   # a prefill-only iteration's fixed cost
     decode_base_ms: float = 22.0
     decode_per_seq_ms: float = 0.0
     decode_per_token_ms: float = 0.003
@@ -47,8 +52,8 @@ class LatencyModel:
     zero_latency: bool = False
 
     def __post_init__(self) -> None:
-        for key in ("prefill_per_token_ms", "decode_base_ms", "decode_per_seq_ms",
-                    "decode_per_token_ms"):
+        for key in ("prefill_per_token_ms", "prefill_base_ms", "decode_base_ms",
+                    "decode_per_seq_ms", "decode_per_token_ms"):
             _CHECK.number(key, getattr(self, key), minimum=0)
         _CHECK.boolean("zero_latency", self.zero_latency)
         if self.decode_table is not None:
@@ -87,6 +92,8 @@ class LatencyModel:
             return 0.0
         ms = (self.decode_ms(num_decode_seqs, decode_kv_tokens)
               + self.prefill_per_token_ms * prefill_tokens)
+        if prefill_tokens and not num_decode_seqs:
+            ms += self.prefill_base_ms
         return ms / 1000.0
 
 

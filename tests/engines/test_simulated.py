@@ -364,11 +364,24 @@ def test_table_interpolates_and_extrapolates() -> None:
     assert model.iteration_seconds(0, 0, 10) == pytest.approx(0.0015)
 
 
+def test_a_prefill_only_iteration_pays_the_prefill_base_once() -> None:
+    model = LatencyModel(prefill_per_token_ms=0.1, prefill_base_ms=4.0, decode_base_ms=5.0,
+                         decode_per_token_ms=0.0)
+    assert model.iteration_seconds(0, 0, 10) == pytest.approx(0.005)      # 4 + 10 x 0.1
+    assert model.iteration_seconds(0, 0, 100) == pytest.approx(0.014)
+    # beside decodes the decode step's base holds the step's fixed cost: no second one
+    assert model.iteration_seconds(2, 64, 10) == pytest.approx(0.006)     # 5 + 10 x 0.1
+    assert model.iteration_seconds(0, 0, 0) == 0.0
+    assert SimulatedEngineConfig.from_mapping(
+        {"prefill_base_ms": 2.5}).latency.prefill_base_ms == 2.5
+
+
 @pytest.mark.parametrize("params, words", [
     ({"num_blocks": 0}, "simulated engine.num_blocks: 0 is out of range"),
     ({"block_size": "16"}, "simulated engine.block_size: '16' is not valid"),
     ({"bogus": 1}, "bogus"),
     ({"decode_base_ms": -1}, "decode_base_ms"),
+    ({"prefill_base_ms": -1}, "prefill_base_ms"),
     ({"zero_latency": "yes"}, "zero_latency"),
     ({"decode_table": [[0, 1.0]]}, "decode_table"),
     ({"decode_table": [[10, 1.0], [5, 2.0]]}, "decode_table"),

@@ -1,4 +1,4 @@
-"""scripts/record_profile.py: the prefill rate is fitted the way the simulator charges it."""
+"""scripts/record_profile.py: the prefill cost is fitted the way the simulator charges it."""
 
 from __future__ import annotations
 
@@ -25,17 +25,21 @@ def record_profile():
     return module
 
 
-def test_prefill_line_goes_through_the_origin(record_profile):
-    fit = record_profile.per_token_through_origin
-    assert math.isclose(fit([128, 512, 2048], [2.56, 10.24, 40.96]), 0.02)
-    # Short fills cost a weight read the simulator never charges as a fixed cost: the line
-    # through the origin stays near the long fills' rate (a free intercept would report
-    # 0.02 ms per token and under-price every fill), so a 2,048-token fill is within 5%.
+def test_prefill_line_has_the_fixed_cost_as_its_intercept(record_profile):
+    fit = record_profile.prefill_line
+    # short fills cost a weight read whatever their tokens: the simulator charges a
+    # prefill-only step prefill_base_ms once, so the line keeps it as the intercept and the
+    # slope is the long fills' rate
     lens = [128, 512, 1024, 2048]
-    ms = [4.0 + 0.02 * n for n in lens]
-    per_token = fit(lens, ms)
-    assert per_token > 0.02
-    assert abs(per_token * 2048 - ms[-1]) / ms[-1] < 0.05
+    base, per_token = fit(lens, [4.0 + 0.02 * n for n in lens])
+    assert math.isclose(base, 4.0) and math.isclose(per_token, 0.02)
+    # a negative intercept (noise) is not a cost: the line goes through the origin
+    base, per_token = fit([128, 512, 2048], [2.0, 10.24, 41.5])
+    assert base == 0.0
+    assert math.isclose(per_token, record_profile.per_token_through_origin(
+        [128, 512, 2048], [2.0, 10.24, 41.5]))
+    assert math.isclose(record_profile.per_token_through_origin(
+        [128, 512, 2048], [2.56, 10.24, 40.96]), 0.02)
 
 
 class _ScriptedEngine:
@@ -65,11 +69,11 @@ def test_prefill_points_are_warm_and_the_best_repeat(record_profile):
         await coro
         return engine.last_s
 
-    per_token, points = asyncio.run(
+    base, per_token, points = asyncio.run(
         record_profile.measure_prefill(engine, [128, 1024], repeats=3, timer=timer))
     # one untimed Fill per length, then the repeats
     assert engine.fills == [128, 1024] + [128, 1024] * 3
     # each point is its length's best warm repeat, never the cold first Fill
     assert points == [(128, (0.010 + 1e-5 * 128) * 1000), (1024, (0.010 + 1e-5 * 1024) * 1000)]
-    xs, ys = [128, 1024], [0.010 + 1e-5 * 128, 0.010 + 1e-5 * 1024]
-    assert math.isclose(per_token, record_profile.per_token_through_origin(xs, ys) * 1000)
+    # the line through those two points: 10 ms + 0.01 ms per token
+    assert math.isclose(base, 10.0) and math.isclose(per_token, 1e-5 * 1000)
