@@ -45,7 +45,8 @@ its two parts (..._gpts_rate_a/, ..._gpts_rate_b/). Last, the sweeps' points run
 at a time (live_paper_h200_sweep_points/: chain summary at chunks of 512 and 2,048, with
 background chat, map-reduce on one document of 8, 16 and 20 chunks), and multi_agent at 8
 files after the shared-prefix decode kernel sized its tiles to small groups; then multi_agent
-at 16 files on that code (live_paper_h200_small_tiles/).
+at 16 files on that code (live_paper_h200_small_tiles/) and the first part of the gpts rate
+search (..._gpts_rate_a/: app_centric and the affinity ablation).
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -81,7 +82,7 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_prefill_graphs_two_engines", "live_paper_h200_branch_contexts",
              "live_paper_h200_branch_contexts_gpts_rate_a",
              "live_paper_h200_branch_contexts_gpts_rate_b", "live_paper_h200_sweep_points",
-             "live_paper_h200_small_tiles")
+             "live_paper_h200_small_tiles", "live_paper_h200_small_tiles_gpts_rate_a")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
