@@ -19,6 +19,8 @@ natural-log LSE to a workspace, and ``_merge_prefill_splits_kernel`` folds them.
 import triton
 import triton.language as tl
 
+from ._jit_decode import _finish   # a split's state -> normalised partial and natural-log LSE
+
 
 @triton.jit
 def _tile(tile, tile_chunk_ptr, tile_m_ptr, chunk_row_ptr, chunk_len_ptr):
@@ -87,13 +89,11 @@ def _paged_prefill_kernel(
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     if SPLIT:
-        has = l_i > 0
-        l_safe = tl.where(has, l_i, 1.0)
-        lse = tl.where(has, (m_i + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))
+        partial, lse = _finish(m_i, l_i, acc)    # an empty range: zeros and -inf
         hq = tl.num_programs(1)
         idx = ((tl.program_id(2) * num_tiles + tile) * BLOCK_M + tl.arange(0, BLOCK_M)) * hq + head
         tl.store(ws_lse_ptr + idx, lse)
-        tl.store(ws_out_ptr + idx[:, None] * HEAD_DIM + offs_d[None, :], acc / l_safe[:, None])
+        tl.store(ws_out_ptr + idx[:, None] * HEAD_DIM + offs_d[None, :], partial)
     else:
         out = acc / l_i[:, None]
         tl.store(out_ptr + rows[:, None] * stride_ot + head * stride_oh + offs_d[None, :],

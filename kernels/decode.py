@@ -15,7 +15,8 @@ import os
 
 import torch
 
-from .plan import KernelTuning, Plan, paged_plan, shared_plan, workspace_numel
+from .plan import (KernelTuning, Plan, paged_plan, shared_plan, triton_next_pow2,
+                   workspace_numel)
 from .reference import (reference_merge_attention_states, reference_paged_decode_attention,
                         reference_shared_prefix_decode_attention)
 
@@ -102,10 +103,6 @@ def _launch(plan: Plan, tuning: KernelTuning, q, k_cache, v_cache, tables, lens,
             ws_out, ws_lse, out, batch, slots, out.stride(0), out.stride(1),
             HQ=hq, HEAD_DIM=d, BLOCK_S=triton_next_pow2(slots), num_warps=1)
     return out
-
-
-def triton_next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale: float, *,

@@ -89,7 +89,8 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _next_pow2(n: int) -> int:
+def triton_next_pow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1): Triton block sizes."""
     return 1 << max(0, (n - 1).bit_length())
 
 
@@ -118,7 +119,7 @@ def make_plan(batch: int, groups: int, kvh: int, gqa: int, max_prefix: int, max_
     # a group holds at most every row but one per other group (a correct tile count either
     # way: a group with more rows takes more tiles)
     small = cascade and (batch - groups + 1) * gqa <= SMALL_TILE_M
-    block_m = max(tuning.block_m or (SMALL_TILE_M if small else 64), _next_pow2(gqa))
+    block_m = max(tuning.block_m or (SMALL_TILE_M if small else 64), triton_next_pow2(gqa))
     n_tiles = groups + max(batch - groups, 0) // max(1, block_m // gqa) if cascade else 0
     tile_work, row_work = n_tiles * kvh * max_prefix, batch * kvh * max_rows
     sms = _num_sms(device)

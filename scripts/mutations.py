@@ -379,6 +379,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            m_use = m_new\n",
         ("tests/kernels/test_kernels_prefill.py::test_keys_split_into_ranges_match_reference",)),
     Mutation(
+        "decode_small_tiles_never", "kernels/plan.py",
+        "    small = cascade and (batch - groups + 1) * gqa <= SMALL_TILE_M\n",
+        "    small = False\n",
+        ("tests/kernels/test_kernels_plan.py::"
+         "test_a_group_whose_rows_fit_the_smallest_tile_gets_it",)),
+    Mutation(
         "prefill_split_never", "kernels/prefill.py",
         "    elif programs > num_sms or programs == 0:\n",
         "    elif True:\n",
