@@ -91,24 +91,26 @@ class StepTrace:
             self._guard(self._file.flush)
 
     def close(self) -> None:
-        if self._file is not None:
-            file, self._file = self._file, None
-            try:
-                file.close()
-            except OSError as exc:
-                log.warning("step trace %s: closing failed: %s", self.path, exc)
+        failed = self._drop()
+        if failed is not None:
+            log.warning("step trace %s: closing failed: %s", self.path, failed)
 
     def _guard(self, fn, *args) -> None:  # noqa: ANN001
         try:
             fn(*args)
         except OSError as exc:
             log.warning("step trace %s: writing failed (%s); tracing stops", self.path, exc)
-            file, self._file = self._file, None
+            self._drop()
+
+    def _drop(self) -> OSError | None:
+        """Stop tracing: close the file (once); the error closing it, if any."""
+        file, self._file = self._file, None
+        if file is not None:
             try:
-                if file is not None:
-                    file.close()
-            except OSError:
-                pass
+                file.close()
+            except OSError as exc:
+                return exc
+        return None
 
 
 def read_trace(path: str | Path) -> list[StepRecord]:
