@@ -19,7 +19,7 @@ Every server has its own `CollectorRegistry` (no process-global state).
                                            what each engine reports about itself (asked at scrape)
     parrot_engine_steps_total, _graph_steps_total, _step_seconds_total, _loop_seconds_total,
     _prefill_tokens_total, _decode_tokens_total, _graph_captures_at_runtime_total,
-    _graph_capture_seconds_total {engine}
+    _graph_capture_seconds_total, _graph_stopgap_steps_total {engine}
                                            the engine's own cumulative work counters (0 where
                                            an engine does not count them)
     parrot_prefix_lookups_total{engine,result="hit"|"miss"}, parrot_prefix_hit_ratio{engine}
@@ -183,6 +183,8 @@ ENGINE_WORK: dict[str, tuple[str, str, float]] = {
                             "CUDA graphs between eager attention calls (prefill, mixed)", 1.0),
     "piecewise_step_ms": ("parrot_engine_piecewise_step_seconds", "time inside model steps "
                           "run as piecewise CUDA graphs", 1e-3),
+    "graph_stopgap_steps": ("parrot_engine_graph_stopgap_steps", "decode steps replayed on a "
+                            "larger stopgap graph instead of capturing their own", 1.0),
 }
 
 

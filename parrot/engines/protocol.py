@@ -145,7 +145,7 @@ class GenerateResult:
 OPTIONAL_STATS = ("graph_captures_at_runtime", "graph_capture_ms_at_runtime", "num_steps",
                   "num_graph_steps", "step_ms", "graph_step_ms", "loop_ms", "prefill_tokens",
                   "decode_tokens", "ahead_hits", "ahead_misses", "num_piecewise_steps",
-                  "piecewise_step_ms")
+                  "piecewise_step_ms", "graph_stopgap_steps")
 
 
 @dataclass(frozen=True)
@@ -184,6 +184,9 @@ class EngineStats:
     # piecewise CUDA graphs between eager attention calls, and the time inside them.
     num_piecewise_steps: int = 0
     piecewise_step_ms: int = 0
+    # Decode steps replayed on a stopgap graph (a larger bucket captured at start-up) while
+    # their own bucket was not captured: the capture they did not stall for.
+    graph_stopgap_steps: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

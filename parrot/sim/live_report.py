@@ -50,7 +50,8 @@ def counters_text(per_engine: dict[str, dict[str, int]]) -> str:
         f"({c['graph_step_ms']} in graph steps, {c['piecewise_step_ms']} in piecewise ones), "
         f"{c['loop_ms']} ms in loop iterations, {c['ahead_hits']} from launch-ahead "
         f"({c['ahead_misses']} wasted), {c['graph_captures_at_runtime']} graphs captured while "
-        f"serving ({c['graph_capture_ms_at_runtime']} ms)"
+        f"serving ({c['graph_capture_ms_at_runtime']} ms), {c['graph_stopgap_steps']} steps "
+        f"on stopgap graphs"
         for name, c in per_engine.items())
 
 

@@ -143,7 +143,8 @@ class BuiltinEngine(Engine):
                            ahead_hits=0 if graphs is None else graphs.num_ahead_hits,
                            ahead_misses=0 if graphs is None else graphs.num_ahead_misses,
                            num_piecewise_steps=self._runner.num_piecewise_steps,
-                           piecewise_step_ms=round(self._counters.piecewise_step_s * 1000))
+                           piecewise_step_ms=round(self._counters.piecewise_step_s * 1000),
+                           graph_stopgap_steps=0 if graphs is None else graphs.num_stopgap_replays)
 
     async def healthz(self) -> bool:
         return not self._closing and self._unhealthy is None \

@@ -25,7 +25,9 @@ decode-only step is captured once per bucket and replayed:
   at start-up every paged bucket (`capture_all`, warmup.py), else on a bucket's first step
   (an eager warm-up first, so Triton compiles outside the capture) — except a shared-prefix
   step for which a captured bucket at most `WIDER_BUCKET_FACTOR` times wider exists: it
-  replays that one.
+  replays that one; failing that, for its first `STOPGAP_STEPS` steps, a captured bucket of
+  any larger batch and group count (the warm-up captures a few at the largest batch,
+  warmup.py `stopgap_keys`), so a shape that lasts a step or two never stalls the engine.
 
 `capture=False` runs the same buffers and padding without capturing (the CPU tests).
 """
@@ -56,6 +58,16 @@ GraphKey = tuple[int, int, int, int]
 # step reads the same KV in a few more, partly idle programs, and its GEMMs (weight-bound at
 # decode batches) take a few more rows. A bucket of the step's own batch is preferred.
 WIDER_BUCKET_FACTOR = 2
+
+# A shared-prefix step with no such bucket replays a "stopgap": a captured bucket of any larger
+# batch and group count (tables still at most WIDER_BUCKET_FACTOR wider), for its bucket's
+# first STOPGAP_STEPS steps; then its own is captured. Most such shapes last a step or two
+# (reviewers whose Fills land a step apart, live multi_agent: 3 captures, 112 ms, in a 9.7-s
+# run), and a capture stalls the engine ~30-40 ms. A stopgap step is slower than its own:
+# measured live on an H200 (LLaMA-7B, 16 rows sharing 3.4k tokens replayed at 64 rows), 5.4
+# against 4.05 ms. So a shape that lasts has paid about one capture after ~24 stopgap steps
+# and gets its own then (ski rental: never more than twice the cost of knowing the future).
+STOPGAP_STEPS = 24
 
 
 def next_pow2(n: int) -> int:
@@ -171,6 +183,9 @@ class DecodeGraphs(GraphBuckets[GraphKey, _Graph]):
         self.num_ahead_partial_hits = 0  # of the hits, steps that left out finished rows
         self.num_wider_replays = 0      # shared-prefix steps replayed on a wider bucket
         self._wider: dict[GraphKey, GraphKey | None] = {}   # cleared on every capture
+        self._stopgap: dict[GraphKey, GraphKey | None] = {}  # cleared on every capture
+        self._stopgap_steps: dict[GraphKey, int] = {}     # steps each own bucket replayed one
+        self.num_stopgap_replays = 0    # of the wider replays, those on a stopgap
         self._ahead: tuple[DecodeRows, StepOutput] | None = None   # launched, not yet used
         self.inputs = StaticInputs(max_batch, max_width, model.device)
         views = self.inputs.views
@@ -215,6 +230,7 @@ class DecodeGraphs(GraphBuckets[GraphKey, _Graph]):
             return None
         self.num_replays += 1
         self.num_wider_replays += key != own
+        self._count_stopgap(own, key)
         out = graph.replay()
         return StepOutput(out.logits[:n], out.greedy[:n])
 
@@ -229,27 +245,50 @@ class DecodeGraphs(GraphBuckets[GraphKey, _Graph]):
     def _captured(self, rows: DecodeRows) -> tuple[GraphKey, _Graph] | None:
         """The bucket `rows` run in and its graph when it is captured (launch-ahead never
         captures: a capture stalls, and the prediction may be wrong)."""
-        key = self._bucket(graph_key(rows, self.max_batch, self.max_width))
+        own = graph_key(rows, self.max_batch, self.max_width)
+        key = self._bucket(own)
         graph = None if key is None else self._graphs.get(key)
-        return None if key is None or graph is None else (key, graph)
+        if key is None or graph is None:
+            return None
+        self._count_stopgap(own, key)       # the caller replays it
+        return key, graph
+
+    def _count_stopgap(self, own: GraphKey | None, key: GraphKey) -> None:
+        """A step of bucket `own` replays `key`: count it when `key` is own's stopgap (steps
+        launched ahead count too, or a lasting shape would never get its own graph)."""
+        if own is not None and key != own and key == self._stopgap.get(own):
+            self._stopgap_steps[own] = self._stopgap_steps.get(own, 0) + 1
+            self.num_stopgap_replays += 1
 
     def _bucket(self, key: GraphKey | None) -> GraphKey | None:
         """The bucket a step of bucket `key` runs in (None: eagerly): its own, or for a
         shared-prefix step whose own is not captured a captured wider one
-        (`WIDER_BUCKET_FACTOR`)."""
+        (`WIDER_BUCKET_FACTOR`), else for its first `STOPGAP_STEPS` steps a stopgap."""
         if key is None or key in self._failed:
             return None
         if not key[1] or key in self._graphs:
             return key
         if key not in self._wider:
             self._wider[key] = self._narrowest_wider(key)
-        return self._wider[key] or key
+        if self._wider[key] is not None:
+            return self._wider[key]
+        if self._stopgap_steps.get(key, 0) >= STOPGAP_STEPS:
+            return key                  # it lasted: its own is captured (run)
+        if key not in self._stopgap:
+            self._stopgap[key] = self._narrowest_wider(key, stopgap=True)
+        return self._stopgap[key] or key
 
-    def _narrowest_wider(self, key: GraphKey) -> GraphKey | None:
+    def _narrowest_wider(self, key: GraphKey, *, stopgap: bool = False) -> GraphKey | None:
+        """The narrowest captured bucket that holds a step of bucket `key`: at most
+        WIDER_BUCKET_FACTOR larger in every dimension, or for a stopgap in the tables only."""
         bb, gb, pw, sw = key
         f = WIDER_BUCKET_FACTOR
-        fits = [k for k in self._graphs if bb <= k[0] <= f * bb and gb <= k[1] <= f * gb
+        fb = self.max_batch if stopgap else f     # a batch is at most max_batch
+        fits = [k for k in self._graphs if bb <= k[0] <= fb * bb and gb <= k[1] <= fb * gb
                 and pw <= k[2] <= f * pw and sw <= k[3] <= f * sw]
+        if stopgap:     # fewest groups first: a bucket of about as many groups as rows reads
+            # each row's prefix on its own (kernels/plan.py choose_shared_prefix_strategy)
+            return min(fits, key=lambda k: (k[1], k[0], k[2] + k[3]), default=None)
         return min(fits, key=lambda k: (k[0], k[2] + k[3], k[1]), default=None)
 
     def launch_ahead_fed(self, rows: DecodeRows, source: StepOutput) -> list[int]:
@@ -292,6 +331,7 @@ class DecodeGraphs(GraphBuckets[GraphKey, _Graph]):
         graph = super().capture(key)
         if graph is not None:
             self._wider.clear()         # a step may now fit a bucket that did not exist
+            self._stopgap.clear()
         return graph
 
     def fill_padding(self, key: GraphKey) -> None:

@@ -5,7 +5,9 @@ decode bucket (batch bucket x table-width bucket) is captured as a CUDA graph ov
 rows, largest first so the smaller ones reuse the shared pool's memory; the shared-prefix
 attention runs once for every bucket a step can map to (batch, group count, prefix width,
 suffix width), which compiles each Triton specialisation those buckets use (their graphs are
-then captured on first use, a ~10-40 ms cost instead of seconds of JIT); one eager
+then captured on first use, a ~10-40 ms cost instead of seconds of JIT), and a few
+shared-prefix buckets at the largest batch are captured as stopgaps (`stopgap_keys`: a step
+whose own bucket is not captured replays one of them instead of stalling, graphs.py); one eager
 prefill chunk initialises the prefill path (SDPA, the GEMM heuristics); and every token
 bucket of the prefill graphs (prefill_graphs.py) is captured, largest first. Padding rows
 write their K/V only into the KV cache's scratch block, so the cache is untouched.
@@ -20,7 +22,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from parrot.engines.builtin.attention import AttentionMetadata, PrefillChunk, SharedPrefixMeta
-from parrot.engines.builtin.graphs import DecodeGraphs, GraphKey
+from parrot.engines.builtin.graphs import WIDER_BUCKET_FACTOR, DecodeGraphs, GraphKey
 from parrot.engines.builtin.prefill_graphs import PrefillGraphs
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,34 @@ def shared_keys(max_batch: int, max_width: int, min_prefix_blocks: int) -> list[
             for g in batch_buckets(b) for p in prefix_widths for s in widths]
 
 
+# Group-count buckets of the stopgaps: one shared prefix (a system prompt, a team's history)
+# and up to 8 in one batch (several apps on one engine); a step of more groups captures its own.
+STOPGAP_GROUPS = (1, 8)
+
+
+def covering_widths(widths: list[int], factor: int) -> list[int]:
+    """Few of `widths` such that every width has a chosen one at least as wide and at most
+    `factor` times as wide (for powers of two and factor 2: every other one)."""
+    chosen: list[int] = []
+    for w in widths:
+        if not any(w <= c <= factor * w for c in chosen):
+            chosen.append(max(c for c in widths if c <= factor * w))
+    return chosen
+
+
+def stopgap_keys(max_batch: int, max_width: int, min_prefix_blocks: int) -> list[GraphKey]:
+    """Shared-prefix buckets at the largest batch that every shared-prefix bucket of up to 8
+    groups fits as a stopgap (graphs.py `STOPGAP_STEPS`): group counts 1 and 8, and prefix and
+    suffix widths covering every width within WIDER_BUCKET_FACTOR."""
+    if max_batch < 2:
+        return []
+    widths = width_buckets(max_width)
+    prefix_widths = [w for w in widths if w >= min_prefix_blocks] or [max_width]
+    return [(max_batch, g, p, s) for g in STOPGAP_GROUPS if g <= max_batch
+            for p in covering_widths(prefix_widths, WIDER_BUCKET_FACTOR)
+            for s in covering_widths(widths, WIDER_BUCKET_FACTOR)]
+
+
 @dataclass(frozen=True)
 class WarmupReport:
     seconds: float
@@ -63,9 +93,11 @@ class WarmupReport:
     prefill_buckets: int = 0    # prefill-graph token buckets captured
     prefill_failed: int = 0
     prefill_seconds: float = 0.0
+    stopgaps: int = 0           # of the decode graphs, shared-prefix stopgaps
 
     def describe(self) -> str:
         text = (f"warm-up {self.seconds:.1f} s: {self.graphs} decode graphs captured"
+                f"{f' ({self.stopgaps} shared-prefix stopgaps)' if self.stopgaps else ''}"
                 f"{f' ({self.failed} failed, eager)' if self.failed else ''} "
                 f"({self.graph_seconds:.1f} s), {self.shared_shapes} shared-prefix attention "
                 f"shapes compiled ({self.shared_seconds:.1f} s)")
@@ -83,11 +115,13 @@ def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
     None: the graphs' largest bucket). Eager steps pad their rows to the same buckets
     (runner.py), so their attention shapes are compiled here too, also past the graphs'."""
     started = time.perf_counter()
-    keys = paged_keys(graphs.max_batch, graphs.max_width)
+    stopgaps = (stopgap_keys(graphs.max_batch, graphs.max_width, min_prefix_blocks)
+                if shared_prefix else [])
+    keys = sorted(paged_keys(graphs.max_batch, graphs.max_width), reverse=True) + stopgaps
     max_rows = max(graphs.max_batch, max_decode_rows or 0)
     failed = 0
     with torch.inference_mode():
-        for key in sorted(keys, reverse=True):
+        for key in keys:
             graphs.fill_padding(key)
             failed += graphs.capture(key) is None
         captured = time.perf_counter()
@@ -106,7 +140,7 @@ def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
     report = WarmupReport(time.perf_counter() - started, len(keys) - failed, failed,
                           len(eager_only) + len(shared), captured - started,
                           compiled - captured, prefill_buckets, prefill_failed,
-                          time.perf_counter() - prefilled)
+                          time.perf_counter() - prefilled, len(stopgaps))
     log.info("%s", report.describe())
     return report
 

@@ -9,6 +9,7 @@ import asyncio
 import pytest
 import torch
 
+from parrot.engines.builtin import graphs as graphs_module
 from parrot.engines.builtin.cascade import split_groups
 from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
 from parrot.engines.builtin.graphs import (DecodeGraphs, DecodeRows, batch_bucket, graph_key,
@@ -239,3 +240,53 @@ def test_a_shared_prefix_step_replays_a_captured_wider_bucket(kernel_bundle):
     graphs._wider.clear()
     graphs.run(rows)
     assert graphs.runtime_captures == 1 and key in graphs._graphs
+
+
+def test_a_shared_prefix_step_with_no_near_bucket_replays_a_stopgap_then_its_own(
+        kernel_bundle, monkeypatch):
+    """No captured bucket within twice its size: the step replays a stopgap (any larger
+    batch and group count, tables within twice), fewest groups first, with the natural
+    bucket's result, for its bucket's first STOPGAP_STEPS steps, launched ahead or not;
+    then its own bucket is captured."""
+    monkeypatch.setattr(graphs_module, "STOPGAP_STEPS", 3)
+    rows = grouped_rows()
+    key = graph_key(rows, 16, 16)                                    # (4, 2, 2, 1)
+    torch.manual_seed(0)
+    natural = make_graphs(kernel_bundle, 40, 16, 16)
+    natural.kv.data.normal_()
+    kv_before = natural.kv.data.clone()
+    expected_logits = natural.run(rows).logits.clone()
+
+    graphs = make_graphs(kernel_bundle, 40, 16, 16)
+    graphs.kv.data.copy_(kv_before)
+    # (16, 1): too few groups; (16, 8, 8, 1): prefix table 4x as wide; (8, 8) and (16, 4)
+    # hold it but are over twice its batch or groups, so they are stopgaps, not near ones
+    for k in ((16, 1, 2, 1), (16, 8, 8, 1), (8, 8, 2, 1), (16, 4, 2, 1)):
+        graphs.fill_padding(k)
+        graphs.capture(k)
+    for _ in range(2):
+        out = graphs.run(rows)
+        torch.testing.assert_close(out.logits, expected_logits, rtol=1e-4, atol=1e-4)
+    assert graphs.indptr[:5].tolist() == [0, 2, 3, 3, 16]           # in (16, 4, 2, 1)
+    graphs.launch_ahead(rows)                                        # the third stopgap step
+    out = graphs.run(rows)
+    torch.testing.assert_close(out.logits, expected_logits, rtol=1e-4, atol=1e-4)
+    assert graphs.num_ahead_hits == 1
+    assert graphs.runtime_captures == 0 and graphs.num_stopgap_replays == 3
+    assert key not in graphs._graphs
+    graphs.launch_ahead(rows)                    # the stopgap is spent: no launch ahead
+    assert not graphs.has_ahead
+    out = graphs.run(rows)                                           # its own, captured
+    assert graphs.runtime_captures == 1 and key in graphs._graphs
+    torch.testing.assert_close(out.logits, expected_logits, rtol=1e-4, atol=1e-4)
+    graphs.run(rows)
+    assert graphs.runtime_captures == 1 and graphs.num_stopgap_replays == 3
+    assert graphs.indptr[:3].tolist() == [0, 2, 4]                  # in its own bucket
+
+    # with no bucket of enough groups and tables at most twice as wide, none is a stopgap
+    other = make_graphs(kernel_bundle, 40, 16, 16)
+    for k in ((16, 1, 2, 1), (16, 8, 8, 1), (16, 8, 2, 4)):
+        other.fill_padding(k)
+        other.capture(k)
+    other.run(rows)
+    assert other.runtime_captures == 1 and other.num_stopgap_replays == 0

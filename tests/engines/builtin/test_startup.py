@@ -15,7 +15,8 @@ from parrot.engines.builtin.build import load_bundle
 from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
 from parrot.engines.builtin.graphs import DecodeGraphs
 from parrot.engines.builtin.kv_cache import KVCache
-from parrot.engines.builtin.warmup import (paged_keys, shared_keys, warm_up, width_buckets)
+from parrot.engines.builtin.warmup import (covering_widths, paged_keys, shared_keys,
+                                            stopgap_keys, warm_up, width_buckets)
 
 
 def test_backend_choice():
@@ -78,6 +79,21 @@ def test_buckets():
     assert len(keys) == (2 + 3) * 2 * 4                           # (b, g) x prefix x suffix
 
 
+def test_stopgaps_cover_every_shared_bucket_of_up_to_8_groups():
+    assert covering_widths([1, 2, 4, 8, 16, 32, 64, 128, 256], 2) == [2, 8, 32, 128, 256]
+    assert covering_widths([1, 2, 4, 8, 16, 32, 40], 2) == [2, 8, 32, 40]
+    assert covering_widths([7], 2) == [7]
+    keys = stopgap_keys(64, 256, min_prefix_blocks=16)
+    assert len(keys) == 2 * 3 * 5 and {k[0] for k in keys} == {64}
+    assert {k[1] for k in keys} == {1, 8} and {k[2] for k in keys} == {32, 128, 256}
+    for b, g, p, s in shared_keys(64, 256, 16):
+        if g <= 8:
+            assert any(g <= k[1] and p <= k[2] <= 2 * p and s <= k[3] <= 2 * s
+                       for k in keys), (b, g, p, s)
+    assert stopgap_keys(1, 256, 16) == []
+    assert {k[1] for k in stopgap_keys(4, 8, 2)} == {1}             # 8 groups need 8 rows
+
+
 def test_warm_up_prepares_every_paged_bucket_and_keeps_the_cache():
     kernels = pytest.importorskip("parrot_kernels")
     bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
@@ -90,10 +106,13 @@ def test_warm_up_prepares_every_paged_bucket_and_keeps_the_cache():
     before = kv.data.clone()
     graphs = DecodeGraphs(bundle.model, kv, max_batch=2, max_width=4, capture=False)
     report = warm_up(graphs, shared_prefix=True, min_prefix_blocks=2)
-    assert set(graphs._graphs) == set(paged_keys(2, 4))
-    assert report.graphs == len(paged_keys(2, 4)) and report.failed == 0
+    stopgaps = {(2, 1, 4, 2), (2, 1, 4, 4)}       # widths 1, 2, 4 covered by 2 and 4
+    assert set(stopgap_keys(2, 4, 2)) == stopgaps
+    assert set(graphs._graphs) == set(paged_keys(2, 4)) | stopgaps
+    assert report.graphs == len(paged_keys(2, 4)) + 2 and report.failed == 0
+    assert report.stopgaps == 2
     assert report.shared_shapes == len(shared_keys(2, 4, 2)) > 0
-    assert "6 decode graphs captured" in report.describe()
+    assert "8 decode graphs captured (2 shared-prefix stopgaps)" in report.describe()
     real = torch.ones(17, dtype=torch.bool)
     real[graphs.scratch_block] = False
     assert torch.equal(kv.data[:, :, real], before[:, :, real])   # only scratch was written
@@ -114,7 +133,8 @@ def test_warm_up_compiles_the_eager_buckets_past_the_graphs():
     report = warm_up(graphs, shared_prefix=True, min_prefix_blocks=2, max_decode_rows=4)
     beyond = [k for k in paged_keys(4, 4) if k[0] > 2]
     assert report.shared_shapes == len(beyond) + len(shared_keys(4, 4, 2))
-    assert set(graphs._graphs) == set(paged_keys(2, 4))           # graphs only up to 2 rows
+    assert set(graphs._graphs) == set(paged_keys(2, 4)) | set(stopgap_keys(2, 4, 2))
+    assert max(k[0] for k in graphs._graphs) == 2                 # graphs only up to 2 rows
     assert 4 in seen                                              # a 4-row step was compiled
 
 
