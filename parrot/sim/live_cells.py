@@ -46,7 +46,11 @@ at a time (live_paper_h200_sweep_points/: chain summary at chunks of 512 and 2,0
 background chat, map-reduce on one document of 8, 16 and 20 chunks), and multi_agent at 8
 files after the shared-prefix decode kernel sized its tiles to small groups; then multi_agent
 at 16 files on that code (live_paper_h200_small_tiles/) and the first part of the gpts rate
-search (..._gpts_rate_a/: app_centric and the affinity ablation).
+search (..._gpts_rate_a/: app_centric and the affinity ablation). Last, multi_agent at 8
+and 16 files after shared-prefix steps started replaying stopgap graphs instead of capturing
+their own (live_paper_h200_stopgaps/), and the gpts rate search at the paper's prompt lengths
+unscaled, in two parts (..._gpts_full_a/: app_centric, the affinity ablation;
+..._gpts_full_b/: least-queue sharing).
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -82,7 +86,9 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_prefill_graphs_two_engines", "live_paper_h200_branch_contexts",
              "live_paper_h200_branch_contexts_gpts_rate_a",
              "live_paper_h200_branch_contexts_gpts_rate_b", "live_paper_h200_sweep_points",
-             "live_paper_h200_small_tiles", "live_paper_h200_small_tiles_gpts_rate_a")
+             "live_paper_h200_small_tiles", "live_paper_h200_small_tiles_gpts_rate_a",
+             "live_paper_h200_stopgaps", "live_paper_h200_stopgaps_gpts_full_a",
+             "live_paper_h200_stopgaps_gpts_full_b")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
@@ -151,6 +157,15 @@ LIVE_RATIOS: dict[str, tuple[LiveRatio, ...]] = {
                   "app_centric:parrot+policy.prefix_affinity=false", metric="sustainable_rate",
                   optional=True),
         LiveRatio("sharing, least-queue placement vs no sharing", "gpts_rate",
+                  "least_queue:parrot", metric="sustainable_rate", optional=True),
+        # the same search at the paper's prompt lengths, unscaled (`--only gpts_rate_full`)
+        LiveRatio("the paper's prompts unscaled (8,192 positions), sustainable rate at <= 40 "
+                  "ms/token: app_centric vs no sharing", "gpts_rate_full", _PARROT,
+                  metric="sustainable_rate", optional=True),
+        LiveRatio("affinity off vs no sharing", "gpts_rate_full",
+                  "app_centric:parrot+policy.prefix_affinity=false", metric="sustainable_rate",
+                  optional=True),
+        LiveRatio("sharing, least-queue placement vs no sharing", "gpts_rate_full",
                   "least_queue:parrot", metric="sustainable_rate", optional=True),
         LiveRatio("2 engines on 1 H200, one rate above the baseline's knee, latency capacity "
                   "calibrated (20,480): latency per token, app_centric vs no sharing", "gpts",

@@ -191,6 +191,17 @@ EXTRA_EXPERIMENTS = (
                    {k: v for k, v in _GPTS_SMOKE.items()
                     if k not in ("request_rate", "num_requests")},
                    engines=2, rate_search=RateSearchSpec()),
+    # The same search at the paper's system prompts unscaled (7,437 / 1,116 / 1,694 / 2,031
+    # tokens), as the simulation runs them: the longest with the longest query and the answer
+    # needs ~8,050 positions, so these engines take 8,192 (random weights: only the RoPE
+    # tables grow; per token the KV and compute are LLaMA-7B's).
+    LiveExperiment("gpts_rate_full", "gpts",
+                   "app_centric,least_queue,app_centric+policy.prefix_affinity=false,"
+                   "least_queue:baseline", "least_queue:baseline",
+                   {"prompt_scale": 1.0, "output_tokens": _GPTS["output_tokens"]},
+                   {k: v for k, v in _GPTS_SMOKE.items()
+                    if k not in ("request_rate", "num_requests")},
+                   {"max_context_len": 8192}, engines=2, rate_search=RateSearchSpec()),
     *SWEEP_POINTS,
 )
 SMOKE_RATE_SEARCH = RateSearchSpec(target_s_per_token=0.5, window_s=1.0, start=2.0,
