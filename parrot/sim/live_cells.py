@@ -245,14 +245,15 @@ def live_cell(live: dict[str, Any] | None, key: str) -> str:
         return "pending"
     cells = []
     for r in present:
-        own = live.get(r.experiment, {}).get("reference", "")
-        baseline = r.baseline or f"{r.experiment}/{own}"
-        ref_exp, ref_variant = baseline.split("/", 1)
-        if r.optional and r.ours not in live[r.experiment].get("variants", {}):
+        run = live.get(r.experiment, {})
+        variants = run.get("variants", {})
+        if r.optional and r.ours not in variants:
             continue   # an optional search run with fewer variants (--variants)
+        baseline = r.baseline or f"{r.experiment}/{run.get('reference', '')}"
+        ref_exp, ref_variant = baseline.split("/", 1)
         mine = _value(live, r.experiment, r.ours, r.metric)
         theirs = _value(live, ref_exp, ref_variant, r.metric)
-        searched = live.get(r.experiment, {}).get("variants", {}).get(r.ours, {})
+        searched = variants.get(r.ours, {})
         if r.metric == "sustainable_rate" and searched.get("reference_rate"):
             # the ratio of the search part that measured this variant, against its own
             # reference (see load_live_dirs)
