@@ -182,8 +182,8 @@ class DecodeGraphs(GraphBuckets[GraphKey, _Graph]):
         self.num_ahead_fed = 0          # of the launches ahead, queued before the tokens were read
         self.num_ahead_partial_hits = 0  # of the hits, steps that left out finished rows
         self.num_wider_replays = 0      # shared-prefix steps replayed on a wider bucket
-        self._wider: dict[GraphKey, GraphKey | None] = {}   # cleared on every capture
-        self._stopgap: dict[GraphKey, GraphKey | None] = {}  # cleared on every capture
+        # (own bucket, stopgap?) -> the captured bucket it replays; cleared on every capture
+        self._wider: dict[tuple[GraphKey, bool], GraphKey | None] = {}
         self._stopgap_steps: dict[GraphKey, int] = {}     # steps each own bucket replayed one
         self.num_stopgap_replays = 0    # of the wider replays, those on a stopgap
         self._ahead: tuple[DecodeRows, StepOutput] | None = None   # launched, not yet used
@@ -256,7 +256,7 @@ class DecodeGraphs(GraphBuckets[GraphKey, _Graph]):
     def _count_stopgap(self, own: GraphKey | None, key: GraphKey) -> None:
         """A step of bucket `own` replays `key`: count it when `key` is own's stopgap (steps
         launched ahead count too, or a lasting shape would never get its own graph)."""
-        if own is not None and key != own and key == self._stopgap.get(own):
+        if own is not None and key != own and key == self._wider.get((own, True)):
             self._stopgap_steps[own] = self._stopgap_steps.get(own, 0) + 1
             self.num_stopgap_replays += 1
 
@@ -268,15 +268,17 @@ class DecodeGraphs(GraphBuckets[GraphKey, _Graph]):
             return None
         if not key[1] or key in self._graphs:
             return key
-        if key not in self._wider:
-            self._wider[key] = self._narrowest_wider(key)
-        if self._wider[key] is not None:
-            return self._wider[key]
+        near = self._cached_wider(key, stopgap=False)
+        if near is not None:
+            return near
         if self._stopgap_steps.get(key, 0) >= STOPGAP_STEPS:
             return key                  # it lasted: its own is captured (run)
-        if key not in self._stopgap:
-            self._stopgap[key] = self._narrowest_wider(key, stopgap=True)
-        return self._stopgap[key] or key
+        return self._cached_wider(key, stopgap=True) or key
+
+    def _cached_wider(self, key: GraphKey, *, stopgap: bool) -> GraphKey | None:
+        if (key, stopgap) not in self._wider:
+            self._wider[key, stopgap] = self._narrowest_wider(key, stopgap=stopgap)
+        return self._wider[key, stopgap]
 
     def _narrowest_wider(self, key: GraphKey, *, stopgap: bool = False) -> GraphKey | None:
         """The narrowest captured bucket that holds a step of bucket `key`: at most
@@ -331,7 +333,6 @@ class DecodeGraphs(GraphBuckets[GraphKey, _Graph]):
         graph = super().capture(key)
         if graph is not None:
             self._wider.clear()         # a step may now fit a bucket that did not exist
-            self._stopgap.clear()
         return graph
 
     def fill_padding(self, key: GraphKey) -> None:

@@ -45,13 +45,18 @@ def paged_keys(max_batch: int, max_width: int) -> list[GraphKey]:
     return [(b, 0, 0, w) for b in batch_buckets(max_batch) for w in width_buckets(max_width)]
 
 
+def prefix_widths(max_width: int, min_prefix_blocks: int) -> list[int]:
+    """The prefix-table widths of shared-prefix buckets: at least the shortest prefix worth
+    sharing."""
+    return [w for w in width_buckets(max_width) if w >= min_prefix_blocks] or [max_width]
+
+
 def shared_keys(max_batch: int, max_width: int, min_prefix_blocks: int) -> list[GraphKey]:
     """Buckets of shared-prefix steps: group counts up to the batch bucket, prefix widths of
     at least the shortest prefix worth sharing."""
-    widths = width_buckets(max_width)
-    prefix_widths = [w for w in widths if w >= min_prefix_blocks] or [max_width]
     return [(b, g, p, s) for b in batch_buckets(max_batch) if b >= 2
-            for g in batch_buckets(b) for p in prefix_widths for s in widths]
+            for g in batch_buckets(b) for p in prefix_widths(max_width, min_prefix_blocks)
+            for s in width_buckets(max_width)]
 
 
 # Group-count buckets of the stopgaps: one shared prefix (a system prompt, a team's history)
@@ -75,11 +80,10 @@ def stopgap_keys(max_batch: int, max_width: int, min_prefix_blocks: int) -> list
     suffix widths covering every width within WIDER_BUCKET_FACTOR."""
     if max_batch < 2:
         return []
-    widths = width_buckets(max_width)
-    prefix_widths = [w for w in widths if w >= min_prefix_blocks] or [max_width]
+    prefixes = covering_widths(prefix_widths(max_width, min_prefix_blocks), WIDER_BUCKET_FACTOR)
+    suffixes = covering_widths(width_buckets(max_width), WIDER_BUCKET_FACTOR)
     return [(max_batch, g, p, s) for g in STOPGAP_GROUPS if g <= max_batch
-            for p in covering_widths(prefix_widths, WIDER_BUCKET_FACTOR)
-            for s in covering_widths(widths, WIDER_BUCKET_FACTOR)]
+            for p in prefixes for s in suffixes]
 
 
 @dataclass(frozen=True)
