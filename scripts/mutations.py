@@ -283,6 +283,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/engines/builtin/test_graphs.py::"
          "test_a_shared_prefix_step_replays_a_captured_wider_bucket",)),
     Mutation(
+        "graphs_stopgap_never", "parrot/engines/builtin/graphs.py",
+        "        return self._cached_wider(key, stopgap=True) or key\n", "        return key\n",
+        ("tests/engines/builtin/test_graphs.py::"
+         "test_a_shared_prefix_step_with_no_near_bucket_replays_a_stopgap_then_its_own",)),
+    Mutation(
         "auto_throughput_capacity_share", "parrot/core/config.py",
         "    share = kv_capacity_tokens * PAPER_THROUGHPUT_TOKENS // PAPER_KV_TOKENS"
         " // 1024 * 1024\n",

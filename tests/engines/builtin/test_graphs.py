@@ -67,6 +67,28 @@ def make_graphs(bundle, num_blocks: int, max_batch: int, max_width: int) -> Deco
                         capture=False)
 
 
+def natural_run(bundle, rows: DecodeRows, max_batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A random KV cache and the logits `rows` get in their own bucket (captured on the spot)."""
+    torch.manual_seed(0)
+    natural = make_graphs(bundle, 40, max_batch, 16)
+    natural.kv.data.normal_()
+    kv = natural.kv.data.clone()
+    logits = natural.run(rows).logits.clone()
+    assert natural.num_wider_replays == 0 and natural.runtime_captures == 1
+    return kv, logits
+
+
+def graphs_with(bundle, kv: torch.Tensor | None, max_batch: int, keys) -> DecodeGraphs:
+    """Graphs over a copy of `kv` with `keys` captured over padding, as the warm-up does."""
+    graphs = make_graphs(bundle, 40, max_batch, 16)
+    if kv is not None:
+        graphs.kv.data.copy_(kv)
+    for k in keys:
+        graphs.fill_padding(k)
+        graphs.capture(k)
+    return graphs
+
+
 def test_fill_pads_paged_rows(kernel_bundle):
     graphs = make_graphs(kernel_bundle, 40, 8, 16)
     rows = paged_rows(3)
@@ -201,20 +223,10 @@ def test_a_shared_prefix_step_replays_a_captured_wider_bucket(kernel_bundle):
     result; past twice as wide it is captured on the spot."""
     rows = grouped_rows()
     key = graph_key(rows, 8, 16)                                     # (4, 2, 2, 1)
-    torch.manual_seed(0)
-    natural = make_graphs(kernel_bundle, 40, 8, 16)
-    natural.kv.data.normal_()
-    kv_before = natural.kv.data.clone()
-    expected = natural.run(rows)
-    expected_logits = expected.logits.clone()
-    assert natural.num_wider_replays == 0 and natural.runtime_captures == 1
-
-    graphs = make_graphs(kernel_bundle, 40, 8, 16)
-    graphs.kv.data.copy_(kv_before)
+    kv_before, expected_logits = natural_run(kernel_bundle, rows, 8)
     wider = (4, 4, 4, 2)
-    for k in (wider, (4, 4, 8, 1), (2, 2, 2, 1)):      # too wide in a table, a smaller batch
-        graphs.fill_padding(k)
-        graphs.capture(k)                                           # as the warm-up does
+    # besides it: too wide in a table, a smaller batch
+    graphs = graphs_with(kernel_bundle, kv_before, 8, (wider, (4, 4, 8, 1), (2, 2, 2, 1)))
     out = graphs.run(rows)
     assert graphs.runtime_captures == 0 and graphs.num_wider_replays == 1
     assert graphs.num_graphs == 3 and key not in graphs._graphs
@@ -251,19 +263,11 @@ def test_a_shared_prefix_step_with_no_near_bucket_replays_a_stopgap_then_its_own
     monkeypatch.setattr(graphs_module, "STOPGAP_STEPS", 3)
     rows = grouped_rows()
     key = graph_key(rows, 16, 16)                                    # (4, 2, 2, 1)
-    torch.manual_seed(0)
-    natural = make_graphs(kernel_bundle, 40, 16, 16)
-    natural.kv.data.normal_()
-    kv_before = natural.kv.data.clone()
-    expected_logits = natural.run(rows).logits.clone()
-
-    graphs = make_graphs(kernel_bundle, 40, 16, 16)
-    graphs.kv.data.copy_(kv_before)
+    kv_before, expected_logits = natural_run(kernel_bundle, rows, 16)
     # (16, 1): too few groups; (16, 8, 8, 1): prefix table 4x as wide; (8, 8) and (16, 4)
     # hold it but are over twice its batch or groups, so they are stopgaps, not near ones
-    for k in ((16, 1, 2, 1), (16, 8, 8, 1), (8, 8, 2, 1), (16, 4, 2, 1)):
-        graphs.fill_padding(k)
-        graphs.capture(k)
+    graphs = graphs_with(kernel_bundle, kv_before, 16,
+                         ((16, 1, 2, 1), (16, 8, 8, 1), (8, 8, 2, 1), (16, 4, 2, 1)))
     for _ in range(2):
         out = graphs.run(rows)
         torch.testing.assert_close(out.logits, expected_logits, rtol=1e-4, atol=1e-4)
@@ -284,9 +288,6 @@ def test_a_shared_prefix_step_with_no_near_bucket_replays_a_stopgap_then_its_own
     assert graphs.indptr[:3].tolist() == [0, 2, 4]                  # in its own bucket
 
     # with no bucket of enough groups and tables at most twice as wide, none is a stopgap
-    other = make_graphs(kernel_bundle, 40, 16, 16)
-    for k in ((16, 1, 2, 1), (16, 8, 8, 1), (16, 8, 2, 4)):
-        other.fill_padding(k)
-        other.capture(k)
+    other = graphs_with(kernel_bundle, None, 16, ((16, 1, 2, 1), (16, 8, 8, 1), (16, 8, 2, 4)))
     other.run(rows)
     assert other.runtime_captures == 1 and other.num_stopgap_replays == 0
