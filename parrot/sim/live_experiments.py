@@ -173,6 +173,12 @@ SWEEP_POINTS = (
 # variant on the two-engine setup (4 variants x ~8 rates x ~25 s: ~15 minutes of GPU time with
 # engine start; the default gpts run above measures one rate). The rate-ratio cell of the
 # results page reads it when present.
+# the gpts rate searches' variants and smoke sizes (the rates are the search's)
+_GPTS_RATE_COMPARE = ("app_centric,least_queue,app_centric+policy.prefix_affinity=false,"
+                      "least_queue:baseline")
+_GPTS_RATE_SMOKE = {k: v for k, v in _GPTS_SMOKE.items()
+                    if k not in ("request_rate", "num_requests")}
+
 EXTRA_EXPERIMENTS = (
     # The paper's headline multi-agent size (16 files: its 11.7x and 2.45x). Each reviser reads
     # the design and all 16 files (~3,700 tokens) and writes 200 more: past the 4,096 positions
@@ -184,24 +190,17 @@ EXTRA_EXPERIMENTS = (
                    {"num_clients": 16, "output_tokens": 200, "rounds": 3},
                    {"num_clients": 3, "output_tokens": 8, "rounds": 1},
                    {"max_context_len": 8192}),
-    LiveExperiment("gpts_rate", "gpts",
-                   "app_centric,least_queue,app_centric+policy.prefix_affinity=false,"
-                   "least_queue:baseline", "least_queue:baseline",
+    LiveExperiment("gpts_rate", "gpts", _GPTS_RATE_COMPARE, "least_queue:baseline",
                    {k: v for k, v in _GPTS.items() if k not in ("request_rate", "num_requests")},
-                   {k: v for k, v in _GPTS_SMOKE.items()
-                    if k not in ("request_rate", "num_requests")},
-                   engines=2, rate_search=RateSearchSpec()),
+                   _GPTS_RATE_SMOKE, engines=2, rate_search=RateSearchSpec()),
     # The same search at the paper's system prompts unscaled (7,437 / 1,116 / 1,694 / 2,031
     # tokens), as the simulation runs them: the longest with the longest query and the answer
     # needs ~8,050 positions, so these engines take 8,192 (random weights: only the RoPE
     # tables grow; per token the KV and compute are LLaMA-7B's).
-    LiveExperiment("gpts_rate_full", "gpts",
-                   "app_centric,least_queue,app_centric+policy.prefix_affinity=false,"
-                   "least_queue:baseline", "least_queue:baseline",
+    LiveExperiment("gpts_rate_full", "gpts", _GPTS_RATE_COMPARE, "least_queue:baseline",
                    {"prompt_scale": 1.0, "output_tokens": _GPTS["output_tokens"]},
-                   {k: v for k, v in _GPTS_SMOKE.items()
-                    if k not in ("request_rate", "num_requests")},
-                   {"max_context_len": 8192}, engines=2, rate_search=RateSearchSpec()),
+                   _GPTS_RATE_SMOKE, {"max_context_len": 8192}, engines=2,
+                   rate_search=RateSearchSpec()),
     *SWEEP_POINTS,
 )
 SMOKE_RATE_SEARCH = RateSearchSpec(target_s_per_token=0.5, window_s=1.0, start=2.0,
