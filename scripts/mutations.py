@@ -288,6 +288,19 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/engines/builtin/test_graphs.py::"
          "test_a_shared_prefix_step_with_no_near_bucket_replays_a_stopgap_then_its_own",)),
     Mutation(
+        "pauses_counted_since_process_start", "parrot/engines/builtin/engine.py",
+        "        self._pauses_at_start = self._pauses.totals()\n",
+        "        self._pauses_at_start = PauseTotals()\n",
+        ("tests/engines/builtin/test_host_pauses.py::"
+         "test_an_engine_counts_only_what_happens_after_it_is_built",)),
+    Mutation(
+        "pauses_compile_hook_not_chained", "parrot/engines/builtin/host_pauses.py",
+        "            ours(**kwargs)\n", "",
+        ("tests/engines/builtin/test_host_pauses.py::"
+         "test_compile_hooks_count_and_keep_the_previous_hooks_answer",
+         "tests/engines/builtin/test_host_pauses.py::"
+         "test_a_compile_inside_a_step_is_counted_traced_and_named")),
+    Mutation(
         "auto_throughput_capacity_share", "parrot/core/config.py",
         "    share = kv_capacity_tokens * PAPER_THROUGHPUT_TOKENS // PAPER_KV_TOKENS"
         " // 1024 * 1024\n",

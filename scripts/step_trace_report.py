@@ -2,7 +2,7 @@
 engine's time went by kind of step, against a simulated engine's profile.
 
     python scripts/step_trace_report.py TRACE.jsonl [--profile h200_llama7b_recorded]
-        [--gap-s 2] [--segment -1] [--gaps 10]
+        [--gap-s 2] [--segment -1] [--gaps 10] [--slowest 10]
     python scripts/step_trace_report.py TRACE.jsonl --results RESULTS.json --run KEY/VARIANT
 
 A trace holds every step the engine ran (warm-up and several runs); it is cut into segments
@@ -26,7 +26,7 @@ import_parrot()
 
 from parrot.engines.builtin.step_trace import read_trace  # noqa: E402
 from parrot.engines.builtin.trace_summary import (Summary, kind_of, largest_gaps,  # noqa: E402
-                                                  segments, summarize)
+                                                  segments, slowest, summarize)
 from parrot.engines.latency_model import SimulatedEngineConfig  # noqa: E402
 
 
@@ -60,6 +60,10 @@ def main() -> int:
                         help="only this segment (0-based; negative: from the end)")
     parser.add_argument("--gaps", type=int, default=0, metavar="N",
                         help="also list the N longest waits for work in each segment")
+    parser.add_argument("--slowest", type=int, default=0, metavar="N",
+                        help="also list the N steps furthest over their price (their time "
+                             "without --profile), with the compilations and collections "
+                             "inside them")
     parser.add_argument("--results", default=None, help="a live_paper.py results.json")
     parser.add_argument("--run", default=None, metavar="KEY/VARIANT",
                         help="with --results: only the steps of this run")
@@ -86,11 +90,20 @@ def main() -> int:
         busy = s.groups["all"].iteration_ms
         print(f"segment {i}: {len(steps)} steps over {s.span_ms / 1000:.2f} s: "
               f"{busy / 1000:.2f} s in loop iterations, {s.idle_ms / 1000:.2f} s idle between "
-              f"them")
+              f"them; {s.groups['all'].jit_compiles} Triton compilations inside steps "
+              f"({s.groups['all'].jit_ms:.0f} ms), {s.groups['all'].gc_ms:.0f} ms in garbage "
+              f"collections")
         print(table(s, model is not None))
         for offset, r in largest_gaps(steps, args.gaps):
             print(f"  waited {r.idle_ms:7.1f} ms before the step at +{offset:.3f} s: {kind_of(r)}, "
                   f"{r.decode_rows} decode rows, {r.prefill_tokens} prefill tokens")
+        for offset, r, price in slowest(steps, args.slowest, model):
+            print(f"  slow: {r.iteration_ms:7.1f} ms (priced {price:.1f}) at +{offset:.3f} s: "
+                  f"{kind_of(r)}, {r.decode_rows} decode rows ({r.shared_groups} shared "
+                  f"groups), {r.prefill_chunks} chunks of {r.prefill_tokens} prefill tokens; "
+                  f"{r.jit_compiles} compilations ({r.jit_ms:.1f} ms), {r.gc_ms:.1f} ms in "
+                  f"garbage collections, {r.sched_ms:.1f} ms scheduling, {r.post_ms:.1f} ms "
+                  f"postprocessing")
         print()
     return 0
 

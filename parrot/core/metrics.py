@@ -19,7 +19,8 @@ Every server has its own `CollectorRegistry` (no process-global state).
                                            what each engine reports about itself (asked at scrape)
     parrot_engine_steps_total, _graph_steps_total, _step_seconds_total, _loop_seconds_total,
     _prefill_tokens_total, _decode_tokens_total, _graph_captures_at_runtime_total,
-    _graph_capture_seconds_total, _graph_stopgap_steps_total {engine}
+    _graph_capture_seconds_total, _graph_stopgap_steps_total, _jit_compiles_at_runtime_total,
+    _jit_compile_seconds_total, _gc_collections_total, _gc_seconds_total {engine}
                                            the engine's own cumulative work counters (0 where
                                            an engine does not count them)
     parrot_prefix_lookups_total{engine,result="hit"|"miss"}, parrot_prefix_hit_ratio{engine}
@@ -185,6 +186,15 @@ ENGINE_WORK: dict[str, tuple[str, str, float]] = {
                           "run as piecewise CUDA graphs", 1e-3),
     "graph_stopgap_steps": ("parrot_engine_graph_stopgap_steps", "decode steps replayed on a "
                             "larger stopgap graph instead of capturing their own", 1.0),
+    "jit_compiles_at_runtime": ("parrot_engine_jit_compiles_at_runtime", "Triton kernel "
+                                "compilations while serving (each stalls a step; a warm "
+                                "engine has none)", 1.0),
+    "jit_compile_ms_at_runtime": ("parrot_engine_jit_compile_seconds", "time spent compiling "
+                                  "Triton kernels while serving", 1e-3),
+    "gc_collections": ("parrot_engine_gc_collections", "Python garbage collections in the "
+                       "engine's process while serving", 1.0),
+    "gc_ms": ("parrot_engine_gc_seconds", "time in Python garbage collections in the engine's "
+              "process while serving (every thread stops)", 1e-3),
 }
 
 

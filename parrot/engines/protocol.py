@@ -145,7 +145,8 @@ class GenerateResult:
 OPTIONAL_STATS = ("graph_captures_at_runtime", "graph_capture_ms_at_runtime", "num_steps",
                   "num_graph_steps", "step_ms", "graph_step_ms", "loop_ms", "prefill_tokens",
                   "decode_tokens", "ahead_hits", "ahead_misses", "num_piecewise_steps",
-                  "piecewise_step_ms", "graph_stopgap_steps")
+                  "piecewise_step_ms", "graph_stopgap_steps", "jit_compiles_at_runtime",
+                  "jit_compile_ms_at_runtime", "gc_collections", "gc_ms")
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,13 @@ class EngineStats:
     # Decode steps replayed on a stopgap graph (a larger bucket captured at start-up) while
     # their own bucket was not captured: the capture they did not stall for.
     graph_stopgap_steps: int = 0
+    # Pauses of the engine's process while serving that no step shape explains: Triton
+    # compilations (a kernel specialisation the warm-up did not compile; a warm engine's stay
+    # at 0) and garbage collections, with the time in each.
+    jit_compiles_at_runtime: int = 0
+    jit_compile_ms_at_runtime: int = 0
+    gc_collections: int = 0
+    gc_ms: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

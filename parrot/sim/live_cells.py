@@ -51,7 +51,8 @@ and 16 files after shared-prefix steps started replaying stopgap graphs instead 
 their own (live_paper_h200_stopgaps/), and the gpts rate search at the paper's prompt lengths
 unscaled, in two parts (..._gpts_full_a/: app_centric, the affinity ablation;
 ..._gpts_full_b/: least-queue sharing), then multi_agent at 16 files again with the stopgap
-limit at 24 steps (live_paper_h200_stopgaps24/).
+limit at 24 steps (live_paper_h200_stopgaps24/). Last, multi_agent at 16 files with the
+engine counting its Triton compilations and garbage collections (live_paper_h200_pauses/).
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -89,7 +90,8 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_branch_contexts_gpts_rate_b", "live_paper_h200_sweep_points",
              "live_paper_h200_small_tiles", "live_paper_h200_small_tiles_gpts_rate_a",
              "live_paper_h200_stopgaps", "live_paper_h200_stopgaps_gpts_full_a",
-             "live_paper_h200_stopgaps_gpts_full_b", "live_paper_h200_stopgaps24")
+             "live_paper_h200_stopgaps_gpts_full_b", "live_paper_h200_stopgaps24",
+             "live_paper_h200_pauses")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:

@@ -51,7 +51,8 @@ def counters_text(per_engine: dict[str, dict[str, int]]) -> str:
         f"{c['loop_ms']} ms in loop iterations, {c['ahead_hits']} from launch-ahead "
         f"({c['ahead_misses']} wasted), {c['graph_captures_at_runtime']} graphs captured while "
         f"serving ({c['graph_capture_ms_at_runtime']} ms), {c['graph_stopgap_steps']} steps "
-        f"on stopgap graphs"
+        f"on stopgap graphs, {c['jit_compiles_at_runtime']} Triton compilations while serving "
+        f"({c['jit_compile_ms_at_runtime']} ms), {c['gc_ms']} ms in garbage collections"
         for name, c in per_engine.items())
 
 

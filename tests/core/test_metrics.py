@@ -145,7 +145,8 @@ def test_engine_work_counters_are_exported_in_seconds_and_tokens():
         3, 0, 100, 60, 16, 640, 2, graph_captures_at_runtime=4, graph_capture_ms_at_runtime=250,
         num_steps=120, num_graph_steps=100, step_ms=1500, loop_ms=1600, prefill_tokens=9000,
         decode_tokens=2400, ahead_hits=90, ahead_misses=3, num_piecewise_steps=15,
-        piecewise_step_ms=120, graph_stopgap_steps=7)}
+        piecewise_step_ms=120, graph_stopgap_steps=7, jit_compiles_at_runtime=2,
+        jit_compile_ms_at_runtime=380, gc_collections=40, gc_ms=55)}
     class Reported:
         def collect(self):
             return collector._reported()
@@ -169,4 +170,8 @@ def test_engine_work_counters_are_exported_in_seconds_and_tokens():
     assert m[("parrot_engine_piecewise_steps_total", label)] == 15
     assert m[("parrot_engine_piecewise_step_seconds_total", label)] == 0.12
     assert m[("parrot_engine_graph_stopgap_steps_total", label)] == 7
+    assert m[("parrot_engine_jit_compiles_at_runtime_total", label)] == 2
+    assert m[("parrot_engine_jit_compile_seconds_total", label)] == 0.38
+    assert m[("parrot_engine_gc_collections_total", label)] == 40
+    assert m[("parrot_engine_gc_seconds_total", label)] == 0.055
     assert m[("parrot_engine_reported_kv_blocks_used", label)] == 40

@@ -58,3 +58,26 @@ def test_cuda_graph_capture_and_replay():
     graph.replay()
     torch.cuda.synchronize()
     assert rel_err(out, reference_shared_prefix_decode_attention(*args)) < BF16_TOL
+
+
+def test_the_pause_monitor_counts_a_real_compilation():
+    """host_pauses.py hooks into this Triton's compile path: a kernel compiled afresh (its
+    in-memory cache dropped, so Triton compiles or loads it from its disk cache, as a step
+    meeting a new specialisation does) is counted once, by name; a cached launch is not."""
+    from parrot.engines.builtin.host_pauses import pause_monitor
+    from parrot_kernels import _jit_decode as jit
+    from parrot_kernels import merge_attention_states
+
+    monitor = pause_monitor(triton=True)
+    assert monitor.watches_triton
+    jit._merge_two_kernel.device_caches.clear()
+    out = torch.randn(5, 4, 16, device="cuda", dtype=torch.float16)
+    lse = torch.randn(5, 4, device="cuda")
+    before = monitor.totals()
+    merge_attention_states(out, lse, out.clone(), lse.clone())
+    torch.cuda.synchronize()
+    compiled = monitor.totals() - before
+    assert compiled.jit_compiles == 1 and compiled.jit_s > 0
+    assert monitor.recent_compiles[-1] == "_merge_two_kernel"
+    merge_attention_states(out, lse, out.clone(), lse.clone())
+    assert (monitor.totals() - before).jit_compiles == 1

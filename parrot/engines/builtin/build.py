@@ -31,6 +31,7 @@ from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.scheduler import BatchScheduler
 from parrot.engines.builtin.shapes import ModelShape
 from parrot.engines.builtin.step_trace import StepTrace
+from parrot.engines.builtin.host_pauses import pause_monitor
 from parrot.engines.builtin.warmup import WarmupReport, batch_buckets, warm_up, width_buckets
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,10 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
                                eos_token_ids=bundle.eos_token_ids,
                                reserve_next_block=graphs is not None)
     report = None
+    # counts the Triton compilations and garbage collections of this process from here on:
+    # the warm-up's (the start-up line) and, after it, the serving's (the engine's stats)
+    pauses = pause_monitor(triton=bundle.uses_kernels)
+    before_warmup = pauses.totals()
     if graphs is not None and config.warmup:
         # Before any graph is captured: the captured steps bake in this choice.
         choose_linear_layers(model, batch_buckets(graphs.max_batch))
@@ -141,12 +146,15 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
                              min_prefix_blocks=-(-config.shared_prefix_min_tokens
                                                  // config.block_size),
                              max_decode_rows=config.max_num_seqs, prefill_graphs=prefill_graphs)
-    log.info("%s", startup_summary(name, bundle, num_blocks, config.block_size, graphs,
-                                   prefill_graphs, report))
+    warmup_pauses = pauses.totals() - before_warmup
+    log.info("%s; %d Triton compilations in %.1f s", startup_summary(
+        name, bundle, num_blocks, config.block_size, graphs, prefill_graphs, report),
+        warmup_pauses.jit_compiles, warmup_pauses.jit_s)
     trace_path = config.step_trace_path(name)
     return BuiltinEngine(name, bundle.name, runner, scheduler, bundle.tokenizer,
                          bundle.shape.vocab_size, config.seed,
-                         trace=None if trace_path is None else StepTrace(trace_path))
+                         trace=None if trace_path is None else StepTrace(trace_path),
+                         pauses=pauses)
 
 
 def choose_linear_layers(model: LlamaModel, buckets: list[int],

@@ -37,6 +37,7 @@ from collections.abc import AsyncIterator
 
 from parrot.chat import ChatTemplate
 from parrot.engines.builtin.context import Context, Work, WorkKind
+from parrot.engines.builtin.host_pauses import PauseMonitor, PauseTotals, pause_monitor
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.sampler import make_generator
 from parrot.engines.builtin.scheduler import Batch, BatchScheduler
@@ -69,12 +70,29 @@ class StepCounters:
     decode_tokens: int = 0
 
 
+@dataclass(frozen=True)
+class StepRun:
+    """How one model step ran: the seconds in the worker thread; "graph", "piecewise" or
+    "eager"; whether it was the step launched ahead, or a launch ahead was thrown away; the
+    process's pauses (Triton compilations, garbage collections) during it."""
+
+    seconds: float
+    path: str
+    ahead_hit: bool
+    ahead_miss: bool
+    pauses: PauseTotals
+
+
 class BuiltinEngine(Engine):
     def __init__(self, name: str, model_name: str, runner: ModelRunner, scheduler: BatchScheduler,
                  tokenizer: Any | None, vocab_size: int, seed: int,
-                 trace: StepTrace | None = None) -> None:
+                 trace: StepTrace | None = None, pauses: PauseMonitor | None = None) -> None:
         self._name, self._model_name = name, model_name
         self._trace = trace             # one line per step (step_trace.py), when configured
+        # compilations and collections from here on are the serving's (build.py makes the
+        # engine after its warm-up)
+        self._pauses = pauses if pauses is not None else pause_monitor(triton=False)
+        self._pauses_at_start = self._pauses.totals()
         self._runner, self._scheduler = runner, scheduler
         self._counters = StepCounters()
         self._tokenizer = tokenizer
@@ -125,6 +143,7 @@ class BuiltinEngine(Engine):
         alloc = s.blocks.allocator
         graphs = self._runner.graphs
         captured = [g for g in (graphs, self._runner.prefill_graphs) if g is not None]
+        pauses = self._pauses.totals() - self._pauses_at_start
         return EngineStats(num_running=s.num_running, num_waiting=s.num_waiting,
                            num_blocks_total=alloc.num_blocks_total,
                            num_blocks_free=alloc.num_free_blocks, block_size=s.blocks.block_size,
@@ -144,7 +163,10 @@ class BuiltinEngine(Engine):
                            ahead_misses=0 if graphs is None else graphs.num_ahead_misses,
                            num_piecewise_steps=self._runner.num_piecewise_steps,
                            piecewise_step_ms=round(self._counters.piecewise_step_s * 1000),
-                           graph_stopgap_steps=0 if graphs is None else graphs.num_stopgap_replays)
+                           graph_stopgap_steps=0 if graphs is None else graphs.num_stopgap_replays,
+                           jit_compiles_at_runtime=pauses.jit_compiles,
+                           jit_compile_ms_at_runtime=round(1000 * pauses.jit_s),
+                           gc_collections=pauses.gc_collections, gc_ms=round(1000 * pauses.gc_s))
 
     async def healthz(self) -> bool:
         return not self._closing and self._unhealthy is None \
@@ -319,22 +341,19 @@ class BuiltinEngine(Engine):
     async def _traced_step(self, batch: Batch, started: float, idle_s: float) -> None:
         """`_step`, with its StepRecord written to the trace (a failed step writes none)."""
         assert self._trace is not None
-        graphs = self._runner.graphs
-        hits, misses = ((graphs.num_ahead_hits, graphs.num_ahead_misses)
-                        if graphs is not None else (0, 0))
         stepping = time.perf_counter()
-        ran = await self._step(batch)
+        run = await self._step(batch)
         ended = time.perf_counter()
-        if ran is None:
+        if run is None:
             return
-        seconds, path = ran
         self._trace.write(StepRecord(
             t=round(time.time() - (ended - started), 6), idle_ms=round(1000 * idle_s, 3),
-            sched_ms=round(1000 * (stepping - started), 3), step_ms=round(1000 * seconds, 3),
-            post_ms=round(1000 * (ended - stepping - seconds), 3), path=path,
-            ahead_hit=graphs is not None and graphs.num_ahead_hits > hits,
-            ahead_miss=graphs is not None and graphs.num_ahead_misses > misses,
-            **step_shape(batch, self._runner.last_groups)))
+            sched_ms=round(1000 * (stepping - started), 3), step_ms=round(1000 * run.seconds, 3),
+            post_ms=round(1000 * (ended - stepping - run.seconds), 3), path=run.path,
+            ahead_hit=run.ahead_hit, ahead_miss=run.ahead_miss,
+            **step_shape(batch, self._runner.last_groups),
+            jit_compiles=run.pauses.jit_compiles, jit_ms=round(1000 * run.pauses.jit_s, 3),
+            gc_ms=round(1000 * run.pauses.gc_s, 3)))
 
     def _scheduling_failed(self, exc: Exception) -> None:
         if self._unhealthy is None:  # the traceback once, not at every retry
@@ -350,24 +369,26 @@ class BuiltinEngine(Engine):
         except TimeoutError:
             pass
 
-    async def _step(self, batch: Batch) -> tuple[float, str] | None:
-        """Run one model step and postprocess it; (seconds in the worker thread, how it ran:
-        "graph", "piecewise" or "eager"), or None when the step failed."""
+    async def _step(self, batch: Batch) -> StepRun | None:
+        """Run one model step and postprocess it; how it ran, or None when the step failed."""
         self._step_in_flight = True
-        counters = self._counters
+        counters, runner = self._counters, self._runner
+        graphs = runner.graphs
+        hits, misses = ((graphs.num_ahead_hits, graphs.num_ahead_misses)
+                        if graphs is not None else (0, 0))
+        graph_steps, piecewise_steps = runner.num_graph_steps, runner.num_piecewise_steps
+        pauses_before = self._pauses.totals()
         started = time.perf_counter()
-        graph_steps = self._runner.num_graph_steps
-        piecewise_steps = self._runner.num_piecewise_steps
         try:
-            sampled = await asyncio.to_thread(self._runner.step, batch)  # the blocking boundary
+            sampled = await asyncio.to_thread(runner.step, batch)  # the blocking boundary
             counters.num_steps += 1
             seconds = time.perf_counter() - started
             counters.step_s += seconds
             path = "eager"
-            if self._runner.num_graph_steps > graph_steps:   # this step replayed a graph
+            if runner.num_graph_steps > graph_steps:   # this step replayed a graph
                 counters.graph_step_s += seconds
                 path = "graph"
-            elif self._runner.num_piecewise_steps > piecewise_steps:
+            elif runner.num_piecewise_steps > piecewise_steps:
                 counters.piecewise_step_s += seconds
                 path = "piecewise"
             for chunk in batch.chunks:
@@ -382,10 +403,19 @@ class BuiltinEngine(Engine):
             return None
         finally:
             self._step_in_flight = False
+        pauses = self._pauses.totals() - pauses_before
+        if pauses.jit_compiles:
+            log.warning("engine %s: %d Triton compilation(s) inside one %s step (%.0f ms): a "
+                        "kernel specialisation the warm-up did not compile; latest: %s",
+                        self._name, pauses.jit_compiles, path, 1000 * pauses.jit_s,
+                        ", ".join(list(self._pauses.recent_compiles)[-pauses.jit_compiles:]))
         try:
             self._scheduler.postprocess(batch, sampled)
         except Exception as exc:
             log.exception("postprocessing a step failed")
             for chunk in batch.chunks:
                 chunk.work.fail(EngineError(f"postprocessing failed: {exc!r}"))
-        return seconds, path
+        return StepRun(seconds, path,
+                       ahead_hit=graphs is not None and graphs.num_ahead_hits > hits,
+                       ahead_miss=graphs is not None and graphs.num_ahead_misses > misses,
+                       pauses=pauses)

@@ -3,8 +3,9 @@
 Counters (EngineStats) say how much time the loop spent in steps and between them; the trace
 says which steps. Each line holds the iteration's timing (waiting for work before it,
 scheduling, the model step in the worker thread, postprocessing), its shape (decode rows and
-the KV they read, the tokens a shared prefix saved, prefill chunks and tokens) and how it ran
-(a decode graph, piecewise graphs or eagerly; whether it used the step launched ahead).
+the KV they read, the tokens a shared prefix saved, prefill chunks and tokens), how it ran
+(a decode graph, piecewise graphs or eagerly; whether it used the step launched ahead) and the
+process's pauses inside it (Triton compilations, garbage collections: host_pauses.py).
 `scripts/step_trace_report.py` sums a trace by kind of step and prices every step with a
 simulated engine's profile, so a live run can be compared with its simulation step by step.
 
@@ -14,6 +15,7 @@ Writing costs one `json.dumps` per step; the file is flushed whenever the loop w
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 from dataclasses import asdict, dataclass
@@ -42,6 +44,10 @@ class StepRecord:
     shared_groups: int
     prefill_chunks: int
     prefill_tokens: int
+    # the process's pauses inside the step (host_pauses.py); defaults: traces written before
+    jit_compiles: int = 0    # Triton compilations
+    jit_ms: float = 0.0
+    gc_ms: float = 0.0       # garbage collections
 
     @property
     def unique_kv_tokens(self) -> int:
@@ -114,6 +120,8 @@ class StepTrace:
 
 
 def read_trace(path: str | Path) -> list[StepRecord]:
-    """The records of a trace file, in order."""
-    with Path(path).open(encoding="utf-8") as f:
+    """The records of a trace file (gzipped when its name ends in .gz), in order."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
         return [StepRecord(**json.loads(line)) for line in f if line.strip()]

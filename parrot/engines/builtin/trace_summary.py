@@ -60,6 +60,9 @@ class Group:
     priced_ms: float = 0.0       # the profile's price of the same steps
     ahead_hits: int = 0
     ahead_misses: int = 0
+    jit_compiles: int = 0        # Triton compilations inside the steps (host_pauses.py)
+    jit_ms: float = 0.0
+    gc_ms: float = 0.0           # garbage collections inside the steps
 
     def add(self, record: StepRecord, priced_ms: float) -> None:
         self.steps += 1
@@ -69,6 +72,9 @@ class Group:
         self.priced_ms += priced_ms
         self.ahead_hits += record.ahead_hit
         self.ahead_misses += record.ahead_miss
+        self.jit_compiles += record.jit_compiles
+        self.jit_ms += record.jit_ms
+        self.gc_ms += record.gc_ms
 
 
 @dataclass
@@ -106,3 +112,16 @@ def largest_gaps(steps: Sequence[StepRecord], n: int) -> list[tuple[float, StepR
     t0 = steps[0].t
     waits = sorted(steps[1:], key=lambda r: -r.idle_ms)[:n]
     return [(r.t - t0, r) for r in waits if r.idle_ms > 0]
+
+
+def slowest(steps: Sequence[StepRecord], n: int, model: LatencyModel | None = None
+            ) -> list[tuple[float, StepRecord, float]]:
+    """The n steps that ran the longest over their price (over nothing without a model),
+    worst first: (seconds since the segment's first step, the step, its price in ms). A step
+    far over its price with a compilation or a collection inside has its cause named."""
+    if not steps:
+        return []
+    t0 = steps[0].t
+    priced = [(r, 0.0 if model is None else price_ms(r, model)) for r in steps]
+    worst = sorted(priced, key=lambda rp: -(rp[0].iteration_ms - rp[1]))[:n]
+    return [(r.t - t0, r, p) for r, p in worst]

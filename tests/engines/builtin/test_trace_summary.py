@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from parrot.engines.builtin.step_trace import StepRecord
+from dataclasses import replace
+
 from parrot.engines.builtin.trace_summary import (kind_of, largest_gaps, row_bucket, segments,
-                                                  summarize)
+                                                  slowest, summarize)
 from parrot.engines.latency_model import LatencyModel
 
 
@@ -64,3 +66,22 @@ def test_largest_gaps_are_the_longest_waits_inside_a_segment():
     assert [(round(t, 3), r.idle_ms) for t, r in largest_gaps(steps, 2)] == [(1.0, 40.0),
                                                                             (0.5, 24.0)]
     assert largest_gaps(steps, 0) == [] and largest_gaps([], 3) == []
+
+
+def test_slowest_steps_are_those_furthest_over_their_price_with_their_pauses():
+    model = LatencyModel(prefill_per_token_ms=0.1, decode_base_ms=3.0, decode_per_seq_ms=0.0,
+                         decode_per_token_ms=0.0)
+    compiled = replace(rec(10.2, rows=2, prefill=3200, path="eager", step_ms=354.0),
+                       jit_compiles=2, jit_ms=260.0, gc_ms=1.5)
+    # the long prefill is priced at 400 ms and ran 420: the mixed step, 34 ms over its 323,
+    # is the worst; without a profile the longest step is
+    steps = [rec(10.0, rows=8), compiled, rec(10.6, prefill=4000, path="piecewise",
+                                               step_ms=419.25)]
+    assert [(round(t, 3), r.step_ms, round(p, 1)) for t, r, p in slowest(steps, 2, model)] == [
+        (0.2, 354.0, 323.0), (0.6, 419.25, 400.0)]
+    assert [r.step_ms for _, r, _ in slowest(steps, 1)] == [419.25]
+    assert slowest([], 3) == []
+    s = summarize(steps, model)
+    assert (s.groups["all"].jit_compiles, s.groups["all"].jit_ms, s.groups["all"].gc_ms) == (
+        2, 260.0, 1.5)
+    assert s.groups["mixed (eager)"].jit_compiles == 2
