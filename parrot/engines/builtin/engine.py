@@ -74,13 +74,15 @@ class StepCounters:
 class StepRun:
     """How one model step ran: the seconds in the worker thread; "graph", "piecewise" or
     "eager"; whether it was the step launched ahead, or a launch ahead was thrown away; the
-    process's pauses (Triton compilations, garbage collections) during it."""
+    process's pauses (Triton compilations, garbage collections) during it; its shape
+    (step_trace.step_shape: the counters and the trace read it from one walk of the batch)."""
 
     seconds: float
     path: str
     ahead_hit: bool
     ahead_miss: bool
     pauses: PauseTotals
+    shape: dict[str, int]
 
 
 class BuiltinEngine(Engine):
@@ -350,8 +352,7 @@ class BuiltinEngine(Engine):
             t=round(time.time() - (ended - started), 6), idle_ms=round(1000 * idle_s, 3),
             sched_ms=round(1000 * (stepping - started), 3), step_ms=round(1000 * run.seconds, 3),
             post_ms=round(1000 * (ended - stepping - run.seconds), 3), path=run.path,
-            ahead_hit=run.ahead_hit, ahead_miss=run.ahead_miss,
-            **step_shape(batch, self._runner.last_groups),
+            ahead_hit=run.ahead_hit, ahead_miss=run.ahead_miss, **run.shape,
             jit_compiles=run.pauses.jit_compiles, jit_ms=round(1000 * run.pauses.jit_s, 3),
             gc_ms=round(1000 * run.pauses.gc_s, 3)))
 
@@ -391,12 +392,9 @@ class BuiltinEngine(Engine):
             elif runner.num_piecewise_steps > piecewise_steps:
                 counters.piecewise_step_s += seconds
                 path = "piecewise"
-            for chunk in batch.chunks:
-                n = chunk.end - chunk.start
-                if n > 1:
-                    counters.prefill_tokens += n
-                else:
-                    counters.decode_tokens += n
+            shape = step_shape(batch, runner.last_groups)
+            counters.prefill_tokens += shape["prefill_tokens"]
+            counters.decode_tokens += shape["decode_rows"]
         except Exception as exc:  # a failed step fails its requests, never the loop
             log.exception("model step failed")
             self._scheduler.fail_batch(batch, EngineError(f"model step failed: {exc!r}"))
@@ -418,4 +416,4 @@ class BuiltinEngine(Engine):
         return StepRun(seconds, path,
                        ahead_hit=graphs is not None and graphs.num_ahead_hits > hits,
                        ahead_miss=graphs is not None and graphs.num_ahead_misses > misses,
-                       pauses=pauses)
+                       pauses=pauses, shape=shape)
