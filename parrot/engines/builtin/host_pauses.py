@@ -59,6 +59,7 @@ class PauseMonitor:
         self.recent_compiles: deque[str] = deque(maxlen=RECENT_COMPILES)
         self.watches_triton = False
         self.watches_gc = False
+        self._triton_missing = False   # checked once: no hooks in this Triton (or no Triton)
 
     def totals(self) -> PauseTotals:
         with self._lock:
@@ -87,16 +88,18 @@ class PauseMonitor:
 
     def install_triton(self) -> bool:
         """Chain the compile hooks; False where this Triton has no such hooks (or no Triton)."""
-        if self.watches_triton:
-            return True
+        if self.watches_triton or self._triton_missing:
+            return self.watches_triton
         try:
             import triton
         except ImportError:
+            self._triton_missing = True
             return False
         runtime = getattr(getattr(triton, "knobs", None), "runtime", None)
         if runtime is None or not hasattr(runtime, "jit_post_compile_hook"):
             log.warning("triton %s has no compile hooks: compilations while serving are not "
                         "counted", getattr(triton, "__version__", "?"))
+            self._triton_missing = True
             return False
         runtime.jit_cache_hook = self._chain(runtime.jit_cache_hook, self.before_compile)
         runtime.jit_post_compile_hook = self._chain(runtime.jit_post_compile_hook,

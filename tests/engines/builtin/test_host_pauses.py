@@ -3,7 +3,6 @@ hooks and garbage collections, counted per step in the engine's stats and step t
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
 import time
@@ -117,4 +116,16 @@ async def test_an_engine_counts_only_what_happens_after_it_is_built(tiny_bundle,
     stats = await engine.stats()
     assert stats.jit_compiles_at_runtime == 0
     assert monitor.totals().jit_compiles >= 1
-    await asyncio.sleep(0)
+
+
+def test_a_triton_without_compile_hooks_is_warned_about_once(monkeypatch, caplog):
+    import triton
+
+    monkeypatch.setattr(triton, "knobs", SimpleNamespace(runtime=SimpleNamespace()))
+    monitor = PauseMonitor()
+    with caplog.at_level(logging.WARNING):
+        assert not monitor.install_triton()
+        assert not monitor.install_triton()       # a second engine of the process: no repeat
+    assert [r.getMessage().endswith("compilations while serving are not counted")
+            for r in caplog.records] == [True]
+    assert monitor.totals().jit_compiles == 0
