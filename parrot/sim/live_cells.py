@@ -55,8 +55,9 @@ limit at 24 steps (live_paper_h200_stopgaps24/). Last, the runs of 2026-12-03 wi
 engine counting its Triton compilations and garbage collections, on one engine version:
 chain_summary, concurrent_chains, copilot_32 and _64, map_reduce and mixed
 (live_paper_h200_pauses_set/), multi_agent at 8 files, both static-sharing copilot runs and
-the sweeps' points (..._pauses_rest/), and multi_agent at 16 files (..._pauses/). Only the
-gpts runs are older (the 2026-12-03 00:44 UTC rate search at the paper's prompt lengths).
+the sweeps' points (..._pauses_rest/), multi_agent at 16 files (..._pauses/) and gpts at
+its fixed rate (..._pauses_gpts/). Only the gpts rate searches are older (the 2026-12-03
+00:44 UTC search at the paper's prompt lengths).
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -96,7 +97,7 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_stopgaps", "live_paper_h200_stopgaps_gpts_full_a",
              "live_paper_h200_stopgaps_gpts_full_b", "live_paper_h200_stopgaps24",
              "live_paper_h200_pauses_set", "live_paper_h200_pauses_rest",
-             "live_paper_h200_pauses")
+             "live_paper_h200_pauses", "live_paper_h200_pauses_gpts")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
