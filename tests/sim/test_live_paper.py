@@ -48,6 +48,10 @@ async def test_live_paper_runs_each_group_on_its_own_engine_process(tmp_path):
     assert {v["status"] for v in chain["variants"].values()} == {"ok"}
     counters = chain["variants"]["app_centric:parrot"]["engine_counters"]
     assert set(counters) == {"e0"} and set(counters["e0"]) == set(OPTIONAL_STATS)
+    # the run's own pauses: a warm engine compiles nothing; the log line says so per engine
+    assert counters["e0"]["jit_compiles_at_runtime"] == 0 and counters["e0"]["gc_ms"] >= 0
+    assert any("e0: " in line and "0 Triton compilations while serving (0 ms)" in line
+               for line in lines)
     # each run's wall-clock span (a step trace's records of that run lie inside it), in order
     ours, ref = (chain["variants"][v]["wall_window"]
                  for v in ("app_centric:parrot", "least_queue:baseline"))
