@@ -146,7 +146,8 @@ OPTIONAL_STATS = ("graph_captures_at_runtime", "graph_capture_ms_at_runtime", "n
                   "num_graph_steps", "step_ms", "graph_step_ms", "loop_ms", "prefill_tokens",
                   "decode_tokens", "ahead_hits", "ahead_misses", "num_piecewise_steps",
                   "piecewise_step_ms", "graph_stopgap_steps", "jit_compiles_at_runtime",
-                  "jit_compile_ms_at_runtime", "gc_collections", "gc_ms")
+                  "jit_compile_ms_at_runtime", "gc_collections", "gc_ms", "tpot_generates",
+                  "tpot_us_sum")
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,11 @@ class EngineStats:
     jit_compile_ms_at_runtime: int = 0
     gc_collections: int = 0
     gc_ms: int = 0
+    # Time per output token as the engine delivered it: the finished Generates of two or more
+    # tokens, and the sum of their (last token - first token) / (tokens - 1) in microseconds,
+    # so that a window's mean TPOT is the difference of the sums over that of the counts.
+    tpot_generates: int = 0
+    tpot_us_sum: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

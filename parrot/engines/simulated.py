@@ -40,6 +40,7 @@ from collections.abc import AsyncIterator
 from parrot.engines.latency_model import LatencyModel, SimulatedEngineConfig, load_profile
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
+from parrot.engines.tpot import TpotMeter
 from parrot.engines.sim_blocks import KVSpace, SimContext, count_tokens, detokenize, filler_token
 from parrot.errors import (ContextExistsError, EngineConfigError, EngineError,
                            EngineUnavailableError, InvalidRequestError, OutOfKVCacheError,
@@ -106,6 +107,7 @@ class SimulatedEngine(Engine):
         self._num_steps = self._prefill_tokens = self._decode_tokens = 0
         self._step_s = 0.0
         self._step_end = 0.0     # loop time at which the last iteration ends on paper
+        self._tpot = TpotMeter()  # time per output token as Generates are handed over
 
     # ---- Engine protocol -------------------------------------------------------------------
 
@@ -142,6 +144,7 @@ class SimulatedEngine(Engine):
         sampling = request.sampling
         req = self._submit(_Request(_Kind.GENERATE, request.context_id,
                                     request.parent_context_id, sampling.max_tokens, sampling.seed))
+        timer = self._tpot.timer()
         try:
             while True:
                 await req.event.wait()
@@ -150,10 +153,14 @@ class SimulatedEngine(Engine):
                     raise req.error
                 token_ids, req.new_token_ids = req.new_token_ids, []
                 if req.is_finished:
-                    yield GenerateChunk(detokenize(token_ids), tuple(token_ids), "length")
+                    chunk = GenerateChunk(detokenize(token_ids), tuple(token_ids), "length")
+                    timer.observe(chunk)
+                    yield chunk
                     return
                 if token_ids:
-                    yield GenerateChunk(detokenize(token_ids), tuple(token_ids))
+                    chunk = GenerateChunk(detokenize(token_ids), tuple(token_ids))
+                    timer.observe(chunk)
+                    yield chunk
         finally:
             if not req.is_finished:
                 self._abort(req)  # consumer went away (or the request failed): free the slot
@@ -177,7 +184,8 @@ class SimulatedEngine(Engine):
                            step_ms=round(self._step_s * 1000),
                            loop_ms=round(self._step_s * 1000),
                            prefill_tokens=self._prefill_tokens,
-                           decode_tokens=self._decode_tokens)
+                           decode_tokens=self._decode_tokens,
+                           tpot_generates=self._tpot.generates, tpot_us_sum=self._tpot.us_sum)
 
     async def healthz(self) -> bool:
         return not self._closed

@@ -30,7 +30,8 @@ from parrot.engines.launcher import LaunchSpec
 from parrot.engines.launcher import launch_engines, stop_engines
 from parrot.sim.compare import Settings, Variant, VariantRun, parse_variants, results_json
 from parrot.sim.live import as_remote, run_live_async
-from parrot.sim.live_report import counter_delta, counters_text, engine_counters, save_results
+from parrot.sim.live_report import (counter_delta, counters_text, engine_counters, engine_tpot_s,
+                                    save_results)
 from parrot.sim.live_experiments import (LIVE_EXPERIMENTS, SMOKE_RATE_SEARCH,  # noqa: F401
                                          STATIC_SHARING, LiveExperiment, LiveExperimentError,
                                          RateSearchSpec)
@@ -241,6 +242,9 @@ async def _run_experiment(served: ServeConfig, config_path: str, e: LiveExperime
         if label in results["variants"]:
             results["variants"][label]["engine_counters"] = per_engine
             results["variants"][label]["wall_window"] = windows[label]
+            # TPOT live: the engines' own (the manager sees no token times over HTTP unless
+            # an output is streamed, and the runs do not stream)
+            results["variants"][label]["engine_tpot_s"] = engine_tpot_s(per_engine)
     return {**results, "num_engines": e.engines}
 
 

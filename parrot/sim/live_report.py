@@ -42,6 +42,15 @@ def counter_delta(before: dict[str, dict[str, int]], after: dict[str, dict[str, 
             for name, now in after.items() if name in before}
 
 
+def engine_tpot_s(per_engine: dict[str, dict[str, int]]) -> float | None:
+    """The mean time per output token (after each Generate's first) of the Generates the
+    engines finished in a window (`counter_delta`), as they measured it; None when none did
+    (or the engines do not count it)."""
+    count = sum(c.get("tpot_generates", 0) for c in per_engine.values())
+    total_us = sum(c.get("tpot_us_sum", 0) for c in per_engine.values())
+    return total_us / count / 1e6 if count else None
+
+
 def counters_text(per_engine: dict[str, dict[str, int]]) -> str:
     """The log line's part for what each engine did during a run."""
     return "".join(
@@ -62,13 +71,14 @@ def _ms(value: float | None) -> str:
 
 def live_table(summary: dict[str, Any]) -> str:
     """Mean E2E of the main apps and its ratio to the reference; ms per output token of the
-    main apps and of background chat (mixed)."""
+    main apps and of background chat (mixed); the engines' mean TPOT."""
     lines = [f"live paper runs ({'smoke, tiny model on the CPU' if summary['smoke'] else 'H200'}"
              f"; {summary['wall_s']:.0f}s wall{', partial' if summary.get('partial') else ''}"
              "); x = mean E2E of the reference / mean E2E; "
-             "ms/tok = mean latency per output token",
+             "ms/tok = mean latency per output token; tpot = the engines' mean time per output "
+             "token after the first",
              f"{'experiment':<18} {'variant':<48} {'status':<8} {'mean s':>8} {'x':>7} "
-             f"{'ms/tok':>7} {'chat ms/tok':>11}"]
+             f"{'ms/tok':>7} {'chat ms/tok':>11} {'tpot ms':>7}"]
     for key, results in summary["experiments"].items():
         if "skipped" in results:
             lines.append(f"{key:<18} {'-':<48} {'skipped':<8}")
@@ -94,5 +104,5 @@ def live_table(summary: dict[str, Any]) -> str:
             lines.append(f"{key:<18} {label:<48} {v['status']:<8} "
                          f"{'-' if mean is None else f'{mean:.2f}':>8} "
                          f"{'-' if x is None else f'{x:.2f}x':>7} {_ms(norm):>7} "
-                         f"{_ms(chat):>11}")
+                         f"{_ms(chat):>11} {_ms(v.get('engine_tpot_s')):>7}")
     return "\n".join(lines)

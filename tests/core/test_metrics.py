@@ -146,7 +146,8 @@ def test_engine_work_counters_are_exported_in_seconds_and_tokens():
         num_steps=120, num_graph_steps=100, step_ms=1500, loop_ms=1600, prefill_tokens=9000,
         decode_tokens=2400, ahead_hits=90, ahead_misses=3, num_piecewise_steps=15,
         piecewise_step_ms=120, graph_stopgap_steps=7, jit_compiles_at_runtime=2,
-        jit_compile_ms_at_runtime=380, gc_collections=40, gc_ms=55)}
+        jit_compile_ms_at_runtime=380, gc_collections=40, gc_ms=55, tpot_generates=8,
+        tpot_us_sum=96_000)}
     class Reported:
         def collect(self):
             return collector._reported()
@@ -174,4 +175,6 @@ def test_engine_work_counters_are_exported_in_seconds_and_tokens():
     assert m[("parrot_engine_jit_compile_seconds_total", label)] == 0.38
     assert m[("parrot_engine_gc_collections_total", label)] == 40
     assert m[("parrot_engine_gc_seconds_total", label)] == 0.055
+    assert m[("parrot_engine_tpot_generates_total", label)] == 8
+    assert m[("parrot_engine_generate_tpot_seconds_total", label)] == pytest.approx(0.096)
     assert m[("parrot_engine_reported_kv_blocks_used", label)] == 40

@@ -50,6 +50,12 @@ async def test_live_paper_runs_each_group_on_its_own_engine_process(tmp_path):
     assert set(counters) == {"e0"} and set(counters["e0"]) == set(OPTIONAL_STATS)
     # the run's own pauses: a warm engine compiles nothing; the log line says so per engine
     assert counters["e0"]["jit_compiles_at_runtime"] == 0 and counters["e0"]["gc_ms"] >= 0
+    # TPOT live comes from the engine: the mean over the run's Generates of 2+ tokens
+    ours = chain["variants"]["app_centric:parrot"]
+    assert counters["e0"]["tpot_generates"] > 0
+    assert ours["engine_tpot_s"] == pytest.approx(
+        counters["e0"]["tpot_us_sum"] / counters["e0"]["tpot_generates"] / 1e6)
+    assert "tpot ms" in (tmp_path / "table.txt").read_text()
     assert any("e0: " in line and "0 Triton compilations while serving (0 ms)" in line
                for line in lines)
     # each run's wall-clock span (a step trace's records of that run lie inside it), in order
@@ -365,3 +371,13 @@ async def test_the_warm_up_generates_full_outputs_in_parrot_mode_only(tmp_path, 
                          experiments=(chain,), log=lambda *_: None)
     assert seen[:2] == [("parrot", 12, 1), ("baseline", 8, 1)]       # the warm-up pass
     assert seen[2:] == [("parrot", 12, 2), ("baseline", 12, 2)]      # the timed runs
+
+
+def test_the_engines_tpot_is_the_mean_over_every_engines_generates():
+    from parrot.sim.live_report import engine_tpot_s
+
+    window = {"a": {"tpot_generates": 3, "tpot_us_sum": 30_000},
+              "b": {"tpot_generates": 1, "tpot_us_sum": 50_000}}
+    assert engine_tpot_s(window) == pytest.approx(0.020)          # (30 + 50) ms / 4
+    assert engine_tpot_s({"a": {"tpot_generates": 0, "tpot_us_sum": 0}}) is None
+    assert engine_tpot_s({"a": {"num_steps": 5}}) is None          # an engine that does not count

@@ -44,6 +44,7 @@ from parrot.engines.builtin.scheduler import Batch, BatchScheduler
 from parrot.engines.builtin.step_trace import StepRecord, StepTrace, step_shape
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
+from parrot.engines.tpot import TpotMeter
 from parrot.errors import (ContextExistsError, EngineError, EngineUnavailableError,
                            InvalidRequestError, PromptTooLongError, UnknownContextError)
 
@@ -97,6 +98,7 @@ class BuiltinEngine(Engine):
         self._pauses_at_start = self._pauses.totals()
         self._runner, self._scheduler = runner, scheduler
         self._counters = StepCounters()
+        self._tpot = TpotMeter()        # time per output token as Generates are handed over
         self._tokenizer = tokenizer
         self._vocab_size = vocab_size
         self._rng = random.Random(seed)
@@ -168,7 +170,8 @@ class BuiltinEngine(Engine):
                            graph_stopgap_steps=0 if graphs is None else graphs.num_stopgap_replays,
                            jit_compiles_at_runtime=pauses.jit_compiles,
                            jit_compile_ms_at_runtime=round(1000 * pauses.jit_s),
-                           gc_collections=pauses.gc_collections, gc_ms=round(1000 * pauses.gc_s))
+                           gc_collections=pauses.gc_collections, gc_ms=round(1000 * pauses.gc_s),
+                           tpot_generates=self._tpot.generates, tpot_us_sum=self._tpot.us_sum)
 
     async def healthz(self) -> bool:
         return not self._closing and self._unhealthy is None \
@@ -223,11 +226,13 @@ class BuiltinEngine(Engine):
         work.chunks = asyncio.Queue()
         self._scheduler.add(work)
         self._wake.set()
+        timer = self._tpot.timer()
         try:
             while True:
                 item = await work.chunks.get()
                 if isinstance(item, BaseException):
                     raise item
+                timer.observe(item)
                 yield item
                 if item.is_finished:
                     return

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 
 import pytest
 
@@ -264,6 +265,28 @@ async def test_info_and_stats(tiny_bundle, make_engine):
     stats = await engine.stats()
     assert (stats.num_blocks_free, stats.num_contexts, stats.num_waiting) == (32, 0, 0)
     assert await engine.healthz()
+
+
+async def test_stats_count_each_finished_generates_time_per_output_token(tiny_bundle,
+                                                                        make_engine):
+    class TenMsSteps(ModelRunner):
+        def step(self, batch):
+            time.sleep(0.01)
+            return super().step(batch)
+
+    engine = make_engine(tiny_bundle, runner_type=TenMsSteps)
+    await fill(engine, "a", prompt(3, 6))
+    await fill(engine, "b", prompt(4, 6))
+    five = SamplingParams(max_tokens=5, ignore_eos=True)
+    await generate(engine, "a", five)
+    await generate(engine, "b", SamplingParams(max_tokens=1, ignore_eos=True))  # no TPOT
+    stats = await engine.stats()
+    # one Generate timed: its 4 tokens after the first each took a step of >= 10 ms
+    assert stats.tpot_generates == 1
+    assert 10_000 <= stats.tpot_us_sum < 1_000_000
+    await generate(engine, "a", five)
+    again = await engine.stats()
+    assert again.tpot_generates == 2 and again.tpot_us_sum >= stats.tpot_us_sum + 10_000
 
 
 async def test_a_failing_model_step_fails_only_its_requests(tiny_bundle, make_engine):

@@ -1,0 +1,50 @@
+"""Time per output token as an engine hands a Generate's tokens over (EngineStats
+`tpot_generates` / `tpot_us_sum`): what a client reading the stream would see after its first
+token, measured where the tokens leave the engine. Live runs read it from the engines because
+over HTTP the manager sees a non-streamed Generate as one answer, with no token times.
+
+Each Generate starts a `TpotTimer` and shows it every chunk before handing the chunk on (a
+consumer may stop reading at the finished chunk); a finished Generate of two or more tokens
+adds its (last chunk - first chunk) / (tokens after the first) to the meter. Times are the
+event loop's clock, so a simulated engine on a virtual clock measures virtual seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from parrot.engines.protocol import GenerateChunk
+
+
+@dataclass
+class TpotMeter:
+    """An engine's cumulative count and sum (seconds) of per-Generate TPOT."""
+
+    generates: int = 0
+    seconds_sum: float = 0.0
+
+    def timer(self) -> TpotTimer:
+        return TpotTimer(self)
+
+    @property
+    def us_sum(self) -> int:
+        return round(1e6 * self.seconds_sum)
+
+
+class TpotTimer:
+    """One Generate's chunks, as they are handed over."""
+
+    def __init__(self, meter: TpotMeter) -> None:
+        self._meter = meter
+        self._first: float | None = None
+        self._after_first = 0
+
+    def observe(self, chunk: GenerateChunk) -> None:
+        now = asyncio.get_running_loop().time()
+        if self._first is None:
+            self._first, self._after_first = now, -len(chunk.token_ids)
+        self._after_first += len(chunk.token_ids)
+        if chunk.is_finished and self._after_first > 0:
+            self._meter.generates += 1
+            self._meter.seconds_sum += (now - self._first) / self._after_first
