@@ -301,6 +301,13 @@ MUTATIONS: tuple[Mutation, ...] = (
          "tests/engines/builtin/test_host_pauses.py::"
          "test_a_compile_inside_a_step_is_counted_traced_and_named")),
     Mutation(
+        "tpot_counts_one_token_generates", "parrot/engines/tpot.py",
+        "        if chunk.is_finished and self._after_first > 0:\n",
+        "        if chunk.is_finished:\n",
+        ("tests/engines/test_tpot.py::test_one_token_or_an_unfinished_generate_adds_nothing",
+         "tests/engines/builtin/test_engine.py::"
+         "test_stats_count_each_finished_generates_time_per_output_token")),
+    Mutation(
         "auto_throughput_capacity_share", "parrot/core/config.py",
         "    share = kv_capacity_tokens * PAPER_THROUGHPUT_TOKENS // PAPER_KV_TOKENS"
         " // 1024 * 1024\n",

@@ -56,8 +56,9 @@ engine counting its Triton compilations and garbage collections, on one engine v
 chain_summary, concurrent_chains, copilot_32 and _64, map_reduce and mixed
 (live_paper_h200_pauses_set/), multi_agent at 8 files, both static-sharing copilot runs and
 the sweeps' points (..._pauses_rest/), multi_agent at 16 files (..._pauses/) and gpts at
-its fixed rate (..._pauses_gpts/). Only the gpts rate searches are older (the 2026-12-03
-00:44 UTC search at the paper's prompt lengths).
+its fixed rate (..._pauses_gpts/), then all four copilot runs again with the engines'
+time per output token (..._pauses_copilot/). Only the gpts rate searches are older (the
+2026-12-03 00:44 UTC search at the paper's prompt lengths).
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -97,7 +98,8 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_stopgaps", "live_paper_h200_stopgaps_gpts_full_a",
              "live_paper_h200_stopgaps_gpts_full_b", "live_paper_h200_stopgaps24",
              "live_paper_h200_pauses_set", "live_paper_h200_pauses_rest",
-             "live_paper_h200_pauses", "live_paper_h200_pauses_gpts")
+             "live_paper_h200_pauses", "live_paper_h200_pauses_gpts",
+             "live_paper_h200_pauses_copilot")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
@@ -115,6 +117,7 @@ METRICS: dict[str, Callable[[dict[str, Any]], float | None]] = {
     "normalized": _mean("normalized_latency_s_per_token", "mean"),
     "chat_normalized": _mean("background", "normalized_latency_s_per_token", "mean"),
     "sustainable_rate": _mean("sustainable_rate"),   # a live rate search (gpts_rate)
+    "tpot": _mean("engine_tpot_s"),   # the engines' own (runs of 2026-12-03 on)
 }
 HIGHER_IS_BETTER = frozenset({"sustainable_rate"})
 
@@ -157,7 +160,13 @@ LIVE_RATIOS: dict[str, tuple[LiveRatio, ...]] = {
                 LiveRatio("32 users, sharing vs static sharing", "copilot_32",
                           "least_queue:parrot", "copilot_32_static/least_queue:parrot"),
                 LiveRatio("64 users, sharing vs static sharing", "copilot_64",
-                          "least_queue:parrot", "copilot_64_static/least_queue:parrot")),
+                          "least_queue:parrot", "copilot_64_static/least_queue:parrot"),
+                LiveRatio("TPOT, 32 users, sharing vs static sharing", "copilot_32",
+                          "least_queue:parrot", "copilot_32_static/least_queue:parrot",
+                          metric="tpot"),
+                LiveRatio("TPOT, 64 users, sharing vs static sharing", "copilot_64",
+                          "least_queue:parrot", "copilot_64_static/least_queue:parrot",
+                          metric="tpot")),
     "gpts_rate": (
         # the paper's metric, when the live rate search (`--only gpts_rate`) has run
         LiveRatio("2 engines on 1 H200, sustainable rate at <= 40 ms/token: app_centric vs no "
