@@ -40,11 +40,15 @@ class TpotTimer:
         self._first: float | None = None
         self._after_first = 0
 
-    def observe(self, chunk: GenerateChunk) -> None:
+    def observe(self, chunk: GenerateChunk) -> float | None:
+        """Note a chunk handed over; the Generate's TPOT (seconds) when it finished it."""
         now = asyncio.get_running_loop().time()
         if self._first is None:
             self._first, self._after_first = now, -len(chunk.token_ids)
         self._after_first += len(chunk.token_ids)
-        if chunk.is_finished and self._after_first > 0:
-            self._meter.generates += 1
-            self._meter.seconds_sum += (now - self._first) / self._after_first
+        if not (chunk.is_finished and self._after_first > 0):
+            return None
+        tpot = (now - self._first) / self._after_first
+        self._meter.generates += 1
+        self._meter.seconds_sum += tpot
+        return tpot

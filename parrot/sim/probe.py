@@ -8,13 +8,13 @@ over the tokens in between (time per output token after the first, TPOT).
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import AsyncIterator
 
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
+from parrot.engines.tpot import TpotMeter
 
 
 @dataclass
@@ -48,19 +48,17 @@ class ProbedEngine(Engine):
         return result
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
-        loop = asyncio.get_running_loop()
-        first: float | None = None
-        tokens_after_first = 0
+        timer = TpotMeter().timer()     # the engines' own rule (parrot/engines/tpot.py)
+        first = True
         async for chunk in self.engine.generate(request):
-            if first is None:
-                first = loop.time()
-                tokens_after_first = -len(chunk.token_ids)
+            # Recorded before the chunk is handed on: a consumer may stop iterating at the
+            # finished chunk (the executor does), and code after the loop would not run.
+            tpot = timer.observe(chunk)
+            if first:
+                first = False
                 await self._sample()
-            tokens_after_first += len(chunk.token_ids)
-            # Recorded before the last chunk is handed on: a consumer may stop iterating at
-            # the finished chunk (the executor does), and code after the loop would not run.
-            if chunk.is_finished and tokens_after_first > 0:
-                self.readings.tpot_s.append((loop.time() - first) / tokens_after_first)
+            if tpot is not None:
+                self.readings.tpot_s.append(tpot)
             yield chunk
 
     async def free_context(self, context_id: str) -> None:

@@ -17,13 +17,13 @@ async def test_a_finished_generate_adds_its_time_per_token_after_the_first():
     timer = meter.timer()
     loop = asyncio.get_running_loop()
     began = loop.time()
-    timer.observe(chunk(1))
+    assert timer.observe(chunk(1)) is None
     await asyncio.sleep(0.02)
-    timer.observe(chunk(2))
+    assert timer.observe(chunk(2)) is None
     await asyncio.sleep(0.02)
-    timer.observe(chunk(1, finished=True))
+    tpot = timer.observe(chunk(1, finished=True))        # the Generate's own, returned
     elapsed = loop.time() - began
-    assert meter.generates == 1
+    assert meter.generates == 1 and tpot == meter.seconds_sum
     # three tokens after the first over the time between the first and the last chunk
     assert 0.04 / 3 <= meter.seconds_sum <= elapsed / 3
     assert meter.us_sum == round(1e6 * meter.seconds_sum)

@@ -23,6 +23,7 @@ from parrot.engines.builtin.graphs import DecodeGraphs
 from parrot.engines.builtin.kv_cache import KVCache, num_blocks_for
 from parrot.engines.builtin.linear_choice import (LinearChoice, Timer, cuda_graph_timer,
                                                   measure_linear_choice)
+from parrot.engines.builtin.host_pauses import pause_monitor
 from parrot.engines.builtin.loader import (LoadedModel, load_model, resolve_device,
                                            resolve_dtype)
 from parrot.engines.builtin.model import LlamaModel
@@ -31,7 +32,6 @@ from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.scheduler import BatchScheduler
 from parrot.engines.builtin.shapes import ModelShape
 from parrot.engines.builtin.step_trace import StepTrace
-from parrot.engines.builtin.host_pauses import pause_monitor
 from parrot.engines.builtin.warmup import WarmupReport, batch_buckets, warm_up, width_buckets
 
 log = logging.getLogger(__name__)
