@@ -21,7 +21,7 @@ Every server has its own `CollectorRegistry` (no process-global state).
     _prefill_tokens_total, _decode_tokens_total, _graph_captures_at_runtime_total,
     _graph_capture_seconds_total, _graph_stopgap_steps_total, _jit_compiles_at_runtime_total,
     _jit_compile_seconds_total, _gc_collections_total, _gc_seconds_total,
-    _tpot_generates_total, _generate_tpot_seconds_total {engine}
+    _tpot_generates_total, _tpot_seconds_total {engine}
                                            the engine's own cumulative work counters (0 where
                                            an engine does not count them)
     parrot_prefix_lookups_total{engine,result="hit"|"miss"}, parrot_prefix_hit_ratio{engine}
@@ -197,8 +197,8 @@ ENGINE_WORK: dict[str, tuple[str, str, float]] = {
     "gc_ms": ("parrot_engine_gc_seconds", "time in Python garbage collections in the engine's "
               "process while serving (every thread stops)", 1e-3),
     "tpot_generates": ("parrot_engine_tpot_generates", "finished Generates of two or more "
-                       "tokens (the count of parrot_engine_generate_tpot_seconds)", 1.0),
-    "tpot_us_sum": ("parrot_engine_generate_tpot_seconds", "the sum of each finished "
+                       "tokens (the count of parrot_engine_tpot_seconds)", 1.0),
+    "tpot_us_sum": ("parrot_engine_tpot_seconds", "the sum of each finished "
                     "Generate's time per output token after the first, as the engine handed "
                     "them over (over parrot_engine_tpot_generates_total: the mean)", 1e-6),
 }

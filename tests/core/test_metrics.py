@@ -176,5 +176,5 @@ def test_engine_work_counters_are_exported_in_seconds_and_tokens():
     assert m[("parrot_engine_gc_collections_total", label)] == 40
     assert m[("parrot_engine_gc_seconds_total", label)] == 0.055
     assert m[("parrot_engine_tpot_generates_total", label)] == 8
-    assert m[("parrot_engine_generate_tpot_seconds_total", label)] == pytest.approx(0.096)
+    assert m[("parrot_engine_tpot_seconds_total", label)] == pytest.approx(0.096)
     assert m[("parrot_engine_reported_kv_blocks_used", label)] == 40
