@@ -268,8 +268,12 @@ def test_warmup_keeps_the_shapes_and_cuts_the_time():
     assert (warm.doc_tokens, warm.chunk_tokens, warm.chat_prompt_tokens) == (
         spec.doc_tokens, spec.chunk_tokens, spec.chat_prompt_tokens)
     assert warm.num_apps == 1 and warm.max_chat_s == 5.0 and warm.chat_output_tokens == (8, 8)
+    # Poisson arrivals: the run's rate for WARMUP_ARRIVALS_S (8 s), so the batches and group
+    # counts of a steady stream are met before timing; at least 8 requests, at most the run's
     gpts = warmup_spec(WorkloadSpec(num_requests=320, request_rate=16.0))
-    assert gpts.num_requests == 8 and gpts.request_rate == 16.0
+    assert gpts.num_requests == 128 and gpts.request_rate == 16.0
+    assert warmup_spec(WorkloadSpec(num_requests=320, request_rate=0.5)).num_requests == 8
+    assert warmup_spec(WorkloadSpec(num_requests=20, request_rate=16.0)).num_requests == 20
     # Parrot mode: the run's output lengths, so shared-prefix steps meet their graph buckets
     full = warmup_spec(spec, full_outputs=True)
     assert (full.output_tokens, full.chat_output_tokens) == (spec.output_tokens,
@@ -371,6 +375,20 @@ async def test_the_warm_up_generates_full_outputs_in_parrot_mode_only(tmp_path, 
                          experiments=(chain,), log=lambda *_: None)
     assert seen[:2] == [("parrot", 12, 1), ("baseline", 8, 1)]       # the warm-up pass
     assert seen[2:] == [("parrot", 12, 2), ("baseline", 12, 2)]      # the timed runs
+
+
+def test_every_parrot_variant_warms_and_one_request_level_variant():
+    """Shared-prefix buckets depend on each policy's placement; request-level runs meet only
+    the buckets captured at start-up."""
+    from parrot.sim.live_paper import warmup_variants
+
+    gpts = {e.key: e for e in LIVE_EXPERIMENTS}["gpts"]
+    assert [v.label for v in warmup_variants(gpts.compare)] == [
+        "app_centric:parrot", "least_queue:parrot",
+        "app_centric:parrot+policy.prefix_affinity=false", "least_queue:baseline"]
+    assert [v.label for v in warmup_variants(
+        "app_centric,throughput_centric:baseline,latency_centric:baseline")] == [
+        "app_centric:parrot", "throughput_centric:baseline"]
 
 
 def test_the_engines_tpot_is_the_mean_over_every_engines_generates():
