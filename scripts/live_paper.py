@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 import sys
 from pathlib import Path
@@ -96,7 +97,16 @@ def main() -> int:
     parser.add_argument("--rate-refinements", type=int, default=None,
                         help="rate search: bisection steps after the first failing rate "
                              "(default 2)")
+    parser.add_argument("--log-level", default="WARNING",
+                        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                        help="this process's and the engines' log level (their lines are "
+                             "relayed to stderr); INFO names each graph bucket an engine "
+                             "captures while serving")
     args = parser.parse_args()
+    logging.basicConfig(level=args.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.log_level != "DEBUG":   # one line per request: only when asked for everything
+        logging.getLogger("parrot.access").setLevel(logging.WARNING)
     try:
         experiments = select_experiments(args.only)
         if args.variants is not None:

@@ -110,11 +110,12 @@ def setups_by_engines(setups: Sequence[ServeSetup],
     return by_count
 
 
-# Poisson arrivals (gpts) warm for this many seconds at the run's own rate: a shared-prefix
-# graph bucket is met only at the batch sizes and group counts that a steady stream builds up,
-# and a live gpts run warmed with 8 requests (half a second at 16 req/s) still captured 4-6
-# graphs per engine while timed (150-310 ms of a 20-s run).
-WARMUP_ARRIVALS_S = 8.0
+# Poisson arrivals (gpts) warm for this many seconds at the run's own rate (the fixed-rate
+# gpts run's own 20 s of arrivals): a shared-prefix graph bucket is met only at the batch
+# sizes and group counts that the stream builds up. Measured live (two engines on one H200,
+# 2026-12-03): warmed with 8 requests, a timed gpts run captured 4-6 graphs per engine
+# (150-310 ms of 20 s); warmed with 8 s of arrivals, 0-3 (up to 114 ms).
+WARMUP_ARRIVALS_S = 20.0
 
 
 def warmup_spec(spec: WorkloadSpec, *, full_outputs: bool = False) -> WorkloadSpec:

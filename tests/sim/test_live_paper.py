@@ -268,11 +268,11 @@ def test_warmup_keeps_the_shapes_and_cuts_the_time():
     assert (warm.doc_tokens, warm.chunk_tokens, warm.chat_prompt_tokens) == (
         spec.doc_tokens, spec.chunk_tokens, spec.chat_prompt_tokens)
     assert warm.num_apps == 1 and warm.max_chat_s == 5.0 and warm.chat_output_tokens == (8, 8)
-    # Poisson arrivals: the run's rate for WARMUP_ARRIVALS_S (8 s), so the batches and group
+    # Poisson arrivals: the run's rate for WARMUP_ARRIVALS_S (20 s), so the batches and group
     # counts of a steady stream are met before timing; at least 8 requests, at most the run's
-    gpts = warmup_spec(WorkloadSpec(num_requests=320, request_rate=16.0))
-    assert gpts.num_requests == 128 and gpts.request_rate == 16.0
-    assert warmup_spec(WorkloadSpec(num_requests=320, request_rate=0.5)).num_requests == 8
+    gpts = warmup_spec(WorkloadSpec(num_requests=640, request_rate=16.0))
+    assert gpts.num_requests == 320 and gpts.request_rate == 16.0
+    assert warmup_spec(WorkloadSpec(num_requests=320, request_rate=0.2)).num_requests == 8
     assert warmup_spec(WorkloadSpec(num_requests=20, request_rate=16.0)).num_requests == 20
     # Parrot mode: the run's output lengths, so shared-prefix steps meet their graph buckets
     full = warmup_spec(spec, full_outputs=True)
