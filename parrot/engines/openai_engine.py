@@ -36,6 +36,7 @@ import aiohttp
 from parrot.chat import ChatTemplate, load_chat_template
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
+from parrot.engines.tpot import TpotMeter
 from parrot.errors import (EngineConfigError, EngineUnavailableError, InvalidRequestError,
                            PromptTooLongError, UnknownContextError)
 from parrot.sampling import SamplingParams
@@ -91,6 +92,7 @@ class OpenAIEngine(Engine):
         self._model = config.model
         self._contexts: dict[str, str] = {}
         self._num_running = 0
+        self._tpot = TpotMeter()   # time per output token as Generates are handed over
         self._http: aiohttp.ClientSession | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -134,6 +136,7 @@ class OpenAIEngine(Engine):
         self._contexts[request.context_id] = prompt
         body = {"model": await self._model_name(), "prompt": prompt, "stream": True,
                 **_sampling_body(request.sampling)}
+        timer = self._tpot.timer()
         self._num_running += 1
         finished = False
         try:
@@ -153,8 +156,14 @@ class OpenAIEngine(Engine):
                                 self._contexts[request.context_id] += text
                             if text or reason:
                                 finished = reason is not None
-                                yield GenerateChunk(text, (), _FINISH.get(reason, reason)
-                                                    if reason else None)
+                                chunk = GenerateChunk(text, (), _FINISH.get(reason, reason)
+                                                      if reason else None)
+                                # the stream carries text, not ids: an event of text is
+                                # counted as one token (vLLM, SGLang and llama.cpp servers
+                                # send one per decode step; a server that merges steps
+                                # reads as slower per token)
+                                timer.observe(chunk, tokens=1 if text else 0)
+                                yield chunk
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise EngineUnavailableError(f"{self.config.base_url} unreachable: {exc!r}") from exc
         finally:
@@ -174,7 +183,8 @@ class OpenAIEngine(Engine):
                            num_blocks_total=total,
                            num_blocks_free=max(total - -(-tokens // BLOCK_SIZE), 0),
                            block_size=BLOCK_SIZE, num_tokens_in_use=tokens,
-                           num_contexts=len(self._contexts))
+                           num_contexts=len(self._contexts),
+                           tpot_generates=self._tpot.generates, tpot_us_sum=self._tpot.us_sum)
 
     # ---- plumbing ----------------------------------------------------------------------------
 

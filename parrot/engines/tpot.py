@@ -40,12 +40,15 @@ class TpotTimer:
         self._first: float | None = None
         self._after_first = 0
 
-    def observe(self, chunk: GenerateChunk) -> float | None:
-        """Note a chunk handed over; the Generate's TPOT (seconds) when it finished it."""
+    def observe(self, chunk: GenerateChunk, tokens: int | None = None) -> float | None:
+        """Note a chunk handed over, of `tokens` tokens (default: its token ids; an engine
+        that streams text only says how many it counts); the Generate's TPOT (seconds) when
+        it finished it."""
         now = asyncio.get_running_loop().time()
+        count = len(chunk.token_ids) if tokens is None else tokens
         if self._first is None:
-            self._first, self._after_first = now, -len(chunk.token_ids)
-        self._after_first += len(chunk.token_ids)
+            self._first, self._after_first = now, -count
+        self._after_first += count
         if not (chunk.is_finished and self._after_first > 0):
             return None
         tpot = (now - self._first) / self._after_first

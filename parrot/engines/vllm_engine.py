@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from parrot.chat import ChatTemplate
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
+from parrot.engines.tpot import TpotMeter
 from parrot.errors import (EngineConfigError, EngineUnavailableError, PromptTooLongError,
                            UnknownContextError)
 from parrot.extras import missing_extra
@@ -71,6 +72,7 @@ class VLLMEngine(Engine):
         self._contexts: dict[str, list[int]] = {}
         self._requests = itertools.count()
         self._num_running = 0
+        self._tpot = TpotMeter()   # time per output token as Generates are handed over
 
     async def start(self) -> None:
         if self._tokenizer is None:
@@ -115,6 +117,7 @@ class VLLMEngine(Engine):
         self._contexts[request.context_id] = context
         request_id = f"{self.name}-{next(self._requests)}"
         text_len = ids_len = 0
+        timer = self._tpot.timer()
         self._num_running += 1
         try:
             async for output in self._llm.generate({"prompt_token_ids": list(context)},
@@ -127,8 +130,10 @@ class VLLMEngine(Engine):
                 if request.context_id in self._contexts:
                     self._contexts[request.context_id].extend(new_ids)
                 reason = sample.finish_reason if output.finished else None
-                yield GenerateChunk(piece, tuple(new_ids),
-                                    (reason or "stop") if output.finished else None)
+                chunk = GenerateChunk(piece, tuple(new_ids),
+                                      (reason or "stop") if output.finished else None)
+                timer.observe(chunk)
+                yield chunk
         except (asyncio.CancelledError, GeneratorExit):
             await self._llm.abort(request_id)
             raise
@@ -148,7 +153,8 @@ class VLLMEngine(Engine):
         total = self._kv_tokens // BLOCK_SIZE
         return EngineStats(self._num_running, 0, total,
                            max(total - -(-tokens // BLOCK_SIZE), 0), BLOCK_SIZE, tokens,
-                           len(self._contexts))
+                           len(self._contexts), tpot_generates=self._tpot.generates,
+                           tpot_us_sum=self._tpot.us_sum)
 
     def _open(self, context_id: str, parent_id: str | None) -> list[int]:
         if context_id in self._contexts:

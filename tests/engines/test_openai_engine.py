@@ -51,6 +51,9 @@ async def test_fill_fork_generate_free(engine: OpenAIEngine):
     assert engine._contexts["sys"] == "You are a parrot. " * 4
     stats = await engine.stats()
     assert stats.num_contexts == 2 and stats.num_running == 0
+    # time per output token: one Generate, its 3 text events counted as tokens; the
+    # backend's simulated decode steps take time, so the sum is positive
+    assert stats.tpot_generates == 1 and stats.tpot_us_sum > 0
     await engine.free_context("c1")
     with pytest.raises(UnknownContextError):
         await engine.free_context("c1")

@@ -38,6 +38,19 @@ async def test_one_token_or_an_unfinished_generate_adds_nothing():
     assert (meter.generates, meter.seconds_sum) == (0, 0.0)
 
 
+async def test_a_text_only_stream_counts_the_tokens_its_engine_says():
+    """The openai engine sees text events, no ids: each event of text counts as one token."""
+    meter = TpotMeter()
+    timer = meter.timer()
+    text = GenerateChunk("ab", (), None)
+    timer.observe(text, tokens=1)
+    await asyncio.sleep(0.02)
+    timer.observe(text, tokens=1)
+    await asyncio.sleep(0.02)
+    tpot = timer.observe(GenerateChunk("", (), "stop"), tokens=0)
+    assert meter.generates == 1 and tpot is not None and 0.04 <= tpot < 0.2   # one token after
+
+
 async def test_a_simulated_engine_reports_its_decode_step_as_tpot():
     from parrot.engines.latency_model import SimulatedEngineConfig
     from parrot.engines.protocol import FillRequest, GenerateRequest
