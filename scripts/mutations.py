@@ -290,7 +290,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "pauses_counted_since_process_start", "parrot/engines/builtin/engine.py",
         "        self._pauses_at_start = self._pauses.totals()\n",
-        "        self._pauses_at_start = PauseTotals()\n",
+        "        self._pauses_at_start = self._pauses.totals() - self._pauses.totals()\n",
         ("tests/engines/builtin/test_host_pauses.py::"
          "test_an_engine_counts_only_what_happens_after_it_is_built",)),
     Mutation(

@@ -31,17 +31,17 @@ import asyncio
 import logging
 import random
 import time
-from dataclasses import dataclass
 from typing import Any
 from collections.abc import AsyncIterator
 
 from parrot.chat import ChatTemplate
 from parrot.engines.builtin.context import Context, Work, WorkKind
-from parrot.engines.builtin.host_pauses import PauseMonitor, PauseTotals, pause_monitor
+from parrot.engines.builtin.host_pauses import PauseMonitor, pause_monitor
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.sampler import make_generator
 from parrot.engines.builtin.scheduler import Batch, BatchScheduler
-from parrot.engines.builtin.step_trace import StepRecord, StepTrace, step_shape
+from parrot.engines.builtin.step_accounting import StepCounters, StepRun, StepWatch
+from parrot.engines.builtin.step_trace import StepRecord, StepTrace
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
 from parrot.engines.tpot import TpotMeter
@@ -56,34 +56,6 @@ _TOKENIZE_INLINE_CHARS = 4096  # longer texts are tokenized in a worker thread
 # starves the event loop (or the engine server's /healthz) with a busy retry loop.
 RETRY_MIN_S = 0.01
 RETRY_MAX_S = 1.0
-
-
-@dataclass
-class StepCounters:
-    """Cumulative work of the batching loop (EngineStats reports them)."""
-
-    num_steps: int = 0
-    step_s: float = 0.0          # inside the model step (the worker thread)
-    graph_step_s: float = 0.0    # of step_s, in steps replayed from a CUDA graph
-    piecewise_step_s: float = 0.0  # of step_s, in steps run as piecewise graphs
-    loop_s: float = 0.0          # whole iterations that ran a batch: schedule, step, postprocess
-    prefill_tokens: int = 0
-    decode_tokens: int = 0
-
-
-@dataclass(frozen=True)
-class StepRun:
-    """How one model step ran: the seconds in the worker thread; "graph", "piecewise" or
-    "eager"; whether it was the step launched ahead, or a launch ahead was thrown away; the
-    process's pauses (Triton compilations, garbage collections) during it; its shape
-    (step_trace.step_shape: the counters and the trace read it from one walk of the batch)."""
-
-    seconds: float
-    path: str
-    ahead_hit: bool
-    ahead_miss: bool
-    pauses: PauseTotals
-    shape: dict[str, int]
 
 
 class BuiltinEngine(Engine):
@@ -378,47 +350,25 @@ class BuiltinEngine(Engine):
     async def _step(self, batch: Batch) -> StepRun | None:
         """Run one model step and postprocess it; how it ran, or None when the step failed."""
         self._step_in_flight = True
-        counters, runner = self._counters, self._runner
-        graphs = runner.graphs
-        hits, misses = ((graphs.num_ahead_hits, graphs.num_ahead_misses)
-                        if graphs is not None else (0, 0))
-        graph_steps, piecewise_steps = runner.num_graph_steps, runner.num_piecewise_steps
-        pauses_before = self._pauses.totals()
-        started = time.perf_counter()
+        watch = StepWatch(self._runner, self._pauses)
         try:
-            sampled = await asyncio.to_thread(runner.step, batch)  # the blocking boundary
-            counters.num_steps += 1
-            seconds = time.perf_counter() - started
-            counters.step_s += seconds
-            path = "eager"
-            if runner.num_graph_steps > graph_steps:   # this step replayed a graph
-                counters.graph_step_s += seconds
-                path = "graph"
-            elif runner.num_piecewise_steps > piecewise_steps:
-                counters.piecewise_step_s += seconds
-                path = "piecewise"
-            shape = step_shape(batch, runner.last_groups)
-            counters.prefill_tokens += shape["prefill_tokens"]
-            counters.decode_tokens += shape["decode_rows"]
+            sampled = await asyncio.to_thread(self._runner.step, batch)  # the blocking boundary
+            run = watch.finish(batch, self._counters)
         except Exception as exc:  # a failed step fails its requests, never the loop
             log.exception("model step failed")
             self._scheduler.fail_batch(batch, EngineError(f"model step failed: {exc!r}"))
             return None
         finally:
             self._step_in_flight = False
-        pauses = self._pauses.totals() - pauses_before
-        if pauses.jit_compiles:
+        if run.pauses.jit_compiles:
             log.warning("engine %s: %d Triton compilation(s) inside one %s step (%.0f ms): a "
                         "kernel specialisation the warm-up did not compile; latest: %s",
-                        self._name, pauses.jit_compiles, path, 1000 * pauses.jit_s,
-                        ", ".join(list(self._pauses.recent_compiles)[-pauses.jit_compiles:]))
+                        self._name, run.pauses.jit_compiles, run.path, 1000 * run.pauses.jit_s,
+                        ", ".join(list(self._pauses.recent_compiles)[-run.pauses.jit_compiles:]))
         try:
             self._scheduler.postprocess(batch, sampled)
         except Exception as exc:
             log.exception("postprocessing a step failed")
             for chunk in batch.chunks:
                 chunk.work.fail(EngineError(f"postprocessing failed: {exc!r}"))
-        return StepRun(seconds, path,
-                       ahead_hit=graphs is not None and graphs.num_ahead_hits > hits,
-                       ahead_miss=graphs is not None and graphs.num_ahead_misses > misses,
-                       pauses=pauses, shape=shape)
+        return run
