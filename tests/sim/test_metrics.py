@@ -43,3 +43,14 @@ def test_queue_time_of_no_dispatched_call_is_none():
                     [_call(ready=0.5, dispatched=None, finished=None, state="failed")])
     assert summarize([app], engines=[], duration_s=1.0)["queue_s_per_call"] == {
         "mean": None, "p50": None, "p99": None}
+
+
+def test_background_apps_report_their_calls_queue_time_apart_from_the_main_apps():
+    main = AppRecord("m", "map_reduce", True, 0.0, 2.0, 8,
+                     [_call(ready=0.0, dispatched=0.0, finished=2.0, state="done")])
+    chat = AppRecord("c", "chat", False, 0.0, 3.0, 4, [CallRecord(
+        "c", "chat", "sim-0", "latency", 0.0, 0.5, 1.25, 3.0, "done")])
+    summary = summarize([main, chat], engines=[], duration_s=3.0)
+    assert summary["queue_s_per_call"]["mean"] == 0.0
+    assert summary["background"]["queue_s_per_call"] == {"mean": 0.75, "p50": 0.75,
+                                                         "p99": 0.75}
