@@ -99,7 +99,8 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_stopgaps_gpts_full_b", "live_paper_h200_stopgaps24",
              "live_paper_h200_pauses_set", "live_paper_h200_pauses_rest",
              "live_paper_h200_pauses", "live_paper_h200_pauses_gpts",
-             "live_paper_h200_pauses_copilot", "live_paper_h200_warm20_gpts")
+             "live_paper_h200_pauses_copilot", "live_paper_h200_warm20_gpts",
+             "live_paper_h200_mixed_queue")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
