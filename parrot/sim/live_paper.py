@@ -118,16 +118,18 @@ def setups_by_engines(setups: Sequence[ServeSetup],
 WARMUP_ARRIVALS_S = 20.0
 
 
-def warmup_spec(spec: WorkloadSpec, *, full_outputs: bool = False) -> WorkloadSpec:
+def warmup_spec(spec: WorkloadSpec, *, full_outputs: bool = False,
+                arrivals_s: float = WARMUP_ARRIVALS_S) -> WorkloadSpec:
     """The same shapes (prompt lengths, batch sizes) with one app/round and seconds of chat:
     compiles kernels and captures graphs for the sizes the timed run meets. Poisson requests
-    arrive at the run's rate for `WARMUP_ARRIVALS_S` (at least 8 requests, at most the run's).
+    arrive at the run's rate for `arrivals_s` (at least 8 requests, at most the run's; a rate
+    search, whose spec has no rate of its own, warms with 8: `arrivals_s=0`).
     Outputs are cut to 8 tokens unless `full_outputs`: the engine captures every paged graph
     bucket at start-up, but a shared-prefix step's bucket (its suffix width grows with the
     tokens generated) only when a step first meets it, so the Parrot-mode warm-up generates
     the run's full outputs (measured: 3-4 such captures, 120-200 ms, inside timed runs
     warmed with 8 tokens)."""
-    arrivals = max(8, math.ceil(spec.request_rate * WARMUP_ARRIVALS_S))
+    arrivals = max(8, math.ceil(spec.request_rate * arrivals_s))
     short = dataclasses.replace(spec, num_apps=1, rounds=1,
                                 num_requests=min(spec.num_requests, arrivals),
                                 max_chat_s=min(spec.max_chat_s, 5.0))
@@ -205,7 +207,9 @@ async def run_live_paper(setups: Sequence[ServeSetup], out: Path, *, smoke: bool
             for e in group:
                 for variant in warmup_variants(e.compare):
                     spec = warmup_spec(e.workload_spec(smoke),
-                                       full_outputs=variant.mode == "parrot")
+                                       full_outputs=variant.mode == "parrot",
+                                       arrivals_s=0 if e.rate_search is not None
+                                       else WARMUP_ARRIVALS_S)
                     await _run(served, e, variant, spec, delay_s)
             for e in group:
                 if time.perf_counter() - started > budget_s:

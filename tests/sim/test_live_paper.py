@@ -274,6 +274,8 @@ def test_warmup_keeps_the_shapes_and_cuts_the_time():
     assert gpts.num_requests == 320 and gpts.request_rate == 16.0
     assert warmup_spec(WorkloadSpec(num_requests=320, request_rate=0.2)).num_requests == 8
     assert warmup_spec(WorkloadSpec(num_requests=20, request_rate=16.0)).num_requests == 20
+    assert warmup_spec(WorkloadSpec(num_requests=320, request_rate=16.0),   # a rate search
+                       arrivals_s=0).num_requests == 8
     # Parrot mode: the run's output lengths, so shared-prefix steps meet their graph buckets
     full = warmup_spec(spec, full_outputs=True)
     assert (full.output_tokens, full.chat_output_tokens) == (spec.output_tokens,
