@@ -86,9 +86,15 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_without_affinity_a_set_sharing_a_prefix_fits_as_the_engine_counts_it",)),
     Mutation(
         "live_warmup_full_outputs", "parrot/sim/live_paper.py",
-        'full_outputs=variant.mode == "parrot")', "full_outputs=False)",
+        'full_outputs=variant.mode == "parrot",', "full_outputs=False,",
         ("tests/sim/test_live_paper.py::"
          "test_the_warm_up_generates_full_outputs_in_parrot_mode_only",)),
+    Mutation(
+        "live_warmup_one_variant_per_mode", "parrot/sim/live_paper.py",
+        '    return [v for v in variants if v.mode == "parrot" or v in baseline]\n',
+        '    return list({v.mode: v for v in variants}.values())\n',
+        ("tests/sim/test_live_paper.py::"
+         "test_every_parrot_variant_warms_and_one_request_level_variant",)),
     Mutation(
         "warmup_every_prefill_tile", "parrot/engines/builtin/warmup.py",
         '    tunings = getattr(kernels, "PREFILL_TUNINGS", (None,))\n',
@@ -301,9 +307,9 @@ MUTATIONS: tuple[Mutation, ...] = (
          "tests/engines/builtin/test_host_pauses.py::"
          "test_a_compile_inside_a_step_is_counted_traced_and_named")),
     Mutation(
-        "tpot_counts_one_token_generates", "parrot/engines/tpot.py",
-        "        if chunk.is_finished and self._after_first > 0:\n",
-        "        if chunk.is_finished:\n",
+        "tpot_counts_unfinished_generates", "parrot/engines/tpot.py",
+        "        if not (chunk.is_finished and self._after_first > 0):\n",
+        "        if not self._after_first > 0:\n",
         ("tests/engines/test_tpot.py::test_one_token_or_an_unfinished_generate_adds_nothing",
          "tests/engines/builtin/test_engine.py::"
          "test_stats_count_each_finished_generates_time_per_output_token")),
