@@ -26,8 +26,8 @@ alias_kernels()
 from parrot.core.config import ServeConfig  # noqa: E402
 from parrot.sim.live_experiments import (LiveExperimentError, select_experiments,  # noqa: E402
                                          with_policy_params, with_rate_search, with_variants)
-from parrot.sim.live_paper import (ServeSetup, run, with_engine_capacity,  # noqa: E402
-                                   with_engine_params)
+from parrot.sim.live_paper import (ServeSetup, capacity_arg, run,  # noqa: E402
+                                   with_engine_capacity, with_engine_params)
 
 # The CPU smoke test: the same runs, tiny sizes, a 2-layer random model with SmolLM2's
 # tokenizer, float32 on the CPU (every engine of a config gets these params).
@@ -66,9 +66,11 @@ def main() -> int:
     parser.add_argument("--variants", default=None, metavar="V1,V2,...",
                         help="with --only KEY: run these variants (in this order, the "
                              "reference among them) instead of the experiment's own")
-    parser.add_argument("--latency-capacity", type=int, default=None, metavar="TOKENS",
+    parser.add_argument("--latency-capacity", type=capacity_arg, default=None,
+                        metavar="TOKENS|auto",
                         help="every engine's latency capacity (default: the configs'; "
-                             "20480 is the H200 calibration, docs/RESULTS.md)")
+                             "20480 is the H200 calibration, docs/RESULTS.md; auto: the "
+                             "paper's rule on the speed profile each engine measures at start)")
     parser.add_argument("--throughput-capacity", type=int, default=None, metavar="TOKENS",
                         help="every engine's throughput capacity (default: the configs', "
                              "auto: 58.5%% of each engine's KV cache, docs/POLICIES.md; the "

@@ -434,4 +434,58 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    waits = sorted(steps[1:], key=lambda r: r.idle_ms)[:n]\n",
         ("tests/engines/builtin/test_trace_summary.py::"
          "test_largest_gaps_are_the_longest_waits_inside_a_segment",)),
+    Mutation(
+        "auto_latency_capacity_rule", "parrot/speed_profile.py",
+        "    return profile.tokens_at_slowdown(PAPER_LATENCY_STEP_RATIO)\n",
+        "    return profile.tokens_at_slowdown(2.0)\n",
+        ("tests/test_speed_profile.py::"
+         "test_the_paper_rule_gives_the_papers_capacity_on_its_own_hardware",)),
+    Mutation(
+        "reported_profile_ignored", "parrot/core/engine_pool.py",
+        "    if info.speed_profile is not None:\n",
+        "    if False:\n",
+        ("tests/core/test_engine_pool.py::"
+         "test_auto_latency_capacity_follows_the_profile_the_engine_reports",)),
+    Mutation(
+        "configured_profile_loses", "parrot/core/engine_pool.py",
+        "    if configured is not None:\n        return configured, \"configured\"\n",
+        "    if configured is not None and info.speed_profile is None:\n"
+        "        return configured, \"configured\"\n",
+        ("tests/core/test_engine_pool.py::"
+         "test_a_configured_profile_or_number_wins_and_no_profile_keeps_the_papers",)),
+    Mutation(
+        "returning_engine_keeps_old_profile", "parrot/core/engine_pool.py",
+        "        self.profile, self.profile_source = engine_profile(spec, info)\n",
+        "",
+        ("tests/core/test_engine_pool.py::test_a_returning_engine_is_costed_with_its_new_profile",)),
+    Mutation(
+        "probe_profile_may_fall", "parrot/engines/speed_probe.py",
+        "            slowest = max(slowest, ms)\n",
+        "            slowest = ms\n",
+        ("tests/engines/test_speed_probe.py::test_the_profile_never_gets_faster_with_more_tokens",)),
+    Mutation(
+        "probe_no_empty_batch_point", "parrot/engines/speed_probe.py",
+        "        if x0 > 0:\n",
+        "        if False:\n",
+        ("tests/engines/test_speed_probe.py::test_the_probe_recovers_a_simulated_engines_profile",
+         "tests/engines/test_speed_probe.py::test_the_profile_never_gets_faster_with_more_tokens")),
+    Mutation(
+        "probe_contexts_kept", "parrot/engines/speed_probe.py",
+        "        await asyncio.gather(*(engine.free_context(cid) for cid in ids),\n"
+        "                             return_exceptions=True)\n",
+        "        pass\n",
+        ("tests/engines/test_speed_probe.py::test_the_probe_recovers_a_simulated_engines_profile",
+         "tests/engines/builtin/test_startup_probe.py::"
+         "test_a_probed_engine_reports_its_profile_and_leaves_nothing_behind")),
+    Mutation(
+        "probe_plan_overfills_the_cache", "parrot/engines/speed_probe.py",
+        "kv_tokens // largest - growth - info.block_size,",
+        "kv_tokens // largest,",
+        ("tests/engines/test_speed_probe.py::test_a_plan_fits_the_engine",)),
+    Mutation(
+        "startup_probe_skipped", "parrot/engines/builtin/engine.py",
+        "            if self._speed_probe is not None:\n",
+        "            if False:\n",
+        ("tests/engines/builtin/test_startup_probe.py::"
+         "test_a_probed_engine_reports_its_profile_and_leaves_nothing_behind",)),
 )

@@ -13,9 +13,13 @@ Measures, through the engine protocol (so scheduler and batching overheads are i
   weights read once and the launches, which the simulated engine charges such a step once).
   A line whose intercept would be negative is fitted through the origin instead. The measured
   points are written as a comment;
-* decode: for each batch size B, fill B independent contexts of L tokens, then run B
-  Generates of S tokens concurrently; one iteration's time is the elapsed time / S, at
-  `batch tokens` = B × (L + S/2), the mean KV length the iterations read.
+* decode: fill the largest batch's contexts of L tokens once; for each batch size B, run B
+  Generates of S tokens concurrently on the first B of them; one iteration's time is the
+  elapsed time / S, at `batch tokens` = the B contexts' mean KV length over those S steps,
+  summed (the contexts grow by S each time).
+
+The measurements are parrot/engines/speed_probe.py's, which the builtin engine also runs at
+start-up to report its own profile to the manager (its `speed_probe` setting).
 
 Writes a YAML in the format of configs/profiles/a100_llama13b.yaml (decode_table of
 [batch_tokens, ms] points, strictly increasing) and checks that SimulatedEngineConfig loads it.
@@ -25,13 +29,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import datetime
 import platform
 import sys
-import time
 from pathlib import Path
 from typing import Any
-from collections.abc import Awaitable, Callable
 
 from repo_imports import alias_kernels, import_parrot  # noqa: E402
 
@@ -39,88 +42,12 @@ import_parrot()   # without leaving the repo root (and its kernels/) on sys.path
 alias_kernels()
 
 from parrot.engines.latency_model import SimulatedEngineConfig  # noqa: E402
-from parrot.engines.protocol import Engine, FillRequest, GenerateRequest  # noqa: E402
-from parrot.sampling import SamplingParams  # noqa: E402
+from parrot.engines.speed_probe import ProbePlan, measure_decode, measure_prefill  # noqa: E402
 
-FULL = {"prefill_lens": [128, 512, 1024, 2048], "batch_sizes": [1, 2, 4, 8, 16, 32, 64],
-        "context_len": 512, "decode_steps": 16, "repeats": 2}
-QUICK = {"prefill_lens": [32, 96], "batch_sizes": [1, 2, 4], "context_len": 64,
-         "decode_steps": 4, "repeats": 1}
-
-
-def token_ids(n: int, salt: int) -> tuple[int, ...]:
-    """Deterministic ids well inside any LLaMA-family vocabulary (>= 32000)."""
-    return tuple(100 + (salt * 7919 + i * 31) % 30_000 for i in range(n))
-
-
-async def timed(coro: Any) -> float:
-    started = time.perf_counter()
-    await coro
-    return time.perf_counter() - started
-
-
-def per_token_through_origin(xs: list[int], ys: list[float]) -> float:
-    """The slope b of the least-squares line y = b x (no intercept)."""
-    return sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
-
-
-def prefill_line(xs: list[int], ys: list[float]) -> tuple[float, float]:
-    """(intercept a >= 0, slope b) of the least-squares line y = a + b x; through the origin
-    when the free line's intercept is negative or the lengths are all equal."""
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx > 0:
-        b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-        a = my - b * mx
-        if a >= 0 and b >= 0:
-            return a, b
-    return 0.0, per_token_through_origin(xs, ys)
-
-
-async def measure_prefill(engine: Engine, lens: list[int], repeats: int,
-                          timer: Callable[[Any], Awaitable[float]] | None = None
-                          ) -> tuple[float, float, list[tuple[int, float]]]:
-    """(ms per prefill-only step, ms per prefilled token, the (tokens, ms) point of each
-    length): the least-squares line of the points (prefill_line).
-
-    Each length is filled once untimed first (a length's first Fill pays first-use costs —
-    allocator growth, kernel selection — that a serving engine pays once, not per request:
-    36 ms against 21 ms for 512 tokens on an H200), then timed `repeats` times; a point is
-    the best of its repeats, as the decode points are."""
-    timer = timer or timed
-    best: dict[int, float] = {}
-    for n in lens:
-        await engine.fill(FillRequest(f"warmup-{n}", token_ids=token_ids(n, 0)))
-        await engine.free_context(f"warmup-{n}")
-    for r in range(repeats):
-        for n in lens:
-            cid = f"prefill-{n}-{r}"
-            seconds = await timer(engine.fill(FillRequest(cid, token_ids=token_ids(n, n + r))))
-            best[n] = min(best.get(n, seconds), seconds)
-            await engine.free_context(cid)
-    xs = list(best)
-    ys = [best[n] for n in xs]
-    points = [(x, y * 1000.0) for x, y in zip(xs, ys)]
-    base_s, per_token_s = prefill_line(xs, ys)
-    return base_s * 1000.0, per_token_s * 1000.0, points
-
-
-async def measure_decode(engine: Engine, batch: int, context_len: int, steps: int,
-                         repeats: int) -> tuple[int, float]:
-    """(batch tokens, ms per iteration) for `batch` sequences of `context_len` tokens."""
-    best = float("inf")
-    for r in range(repeats):
-        ids = [f"dec-{batch}-{r}-{i}" for i in range(batch)]
-        await asyncio.gather(*(engine.fill(FillRequest(cid, token_ids=token_ids(context_len, i)))
-                               for i, cid in enumerate(ids)))
-        sampling = SamplingParams(max_tokens=steps, ignore_eos=True)
-        elapsed = await timed(asyncio.gather(*(
-            engine.generate_all(GenerateRequest(cid, sampling=sampling)) for cid in ids)))
-        best = min(best, elapsed)
-        for cid in ids:
-            await engine.free_context(cid)
-    return batch * (context_len + steps // 2), best / steps * 1000.0
+FULL = ProbePlan(prefill_lens=(128, 512, 1024, 2048), batch_sizes=(1, 2, 4, 8, 16, 32, 64),
+                 context_len=512, decode_steps=16, repeats=2)
+QUICK = ProbePlan(prefill_lens=(32, 96), batch_sizes=(1, 2, 4), context_len=64,
+                  decode_steps=4, repeats=1)
 
 
 def hardware(device: str) -> str:
@@ -151,30 +78,28 @@ def to_yaml(profile: dict[str, Any], comment: str) -> str:
 async def record(args: argparse.Namespace) -> dict[str, Any]:
     from parrot.engines.builtin import create_engine
 
-    plan = dict(QUICK if args.quick else FULL)
+    plan = QUICK if args.quick else FULL
     if args.batch_sizes:
-        plan["batch_sizes"] = args.batch_sizes
+        plan = dataclasses.replace(plan, batch_sizes=tuple(sorted(args.batch_sizes)))
     if args.context_len:
-        plan["context_len"] = args.context_len
-    params: dict[str, Any] = {"model": args.model, "device": args.device, "dtype": args.dtype}
+        plan = dataclasses.replace(plan, context_len=args.context_len)
+    params: dict[str, Any] = {"model": args.model, "device": args.device, "dtype": args.dtype,
+                              "speed_probe": "off"}
     if args.kv_cache_tokens:
         params["kv_cache_tokens"] = args.kv_cache_tokens
-    needed = max(plan["batch_sizes"]) * (plan["context_len"] + plan["decode_steps"] + 16)
+    needed = plan.batch_sizes[-1] * (plan.max_context_tokens + 16)
     if "kv_cache_tokens" not in params and args.device == "cpu":
-        params["kv_cache_tokens"] = max(needed, max(plan["prefill_lens"]) * 2, 4096)
+        params["kv_cache_tokens"] = max(needed, max(plan.prefill_lens) * 2, 4096)
     print(f"loading {args.model} on {args.device} ...", file=sys.stderr)
     engine = await asyncio.to_thread(create_engine, "profile", params)
     await engine.start()
     try:
         info = await engine.info()
-        print(f"prefill at {plan['prefill_lens']} tokens ...", file=sys.stderr)
-        base_ms, prefill_ms, prefill_points = await measure_prefill(engine, plan["prefill_lens"],
-                                                           plan["repeats"])
-        points: dict[int, float] = {}
-        for batch in plan["batch_sizes"]:
-            x, ms = await measure_decode(engine, batch, plan["context_len"],
-                                         plan["decode_steps"], plan["repeats"])
-            points[x] = ms
+        print(f"prefill at {list(plan.prefill_lens)} tokens ...", file=sys.stderr)
+        base_ms, prefill_ms, prefill_points = await measure_prefill(
+            engine, plan.prefill_lens, plan.repeats)
+        points = await measure_decode(engine, plan)
+        for batch, (x, ms) in zip(plan.batch_sizes, points):
             print(f"decode batch {batch:3d}: {x:6d} batch tokens  {ms:8.2f} ms/iteration",
                   file=sys.stderr)
     finally:
@@ -184,8 +109,8 @@ async def record(args: argparse.Namespace) -> dict[str, Any]:
                        f"scripts/record_profile.py{' --quick' if args.quick else ''}",
         "hardware": hardware(args.device),
         "source": f"record_profile {datetime.date.today().isoformat()} device={args.device} "
-                  f"dtype={args.dtype} context_len={plan['context_len']} "
-                  f"decode_steps={plan['decode_steps']}",
+                  f"dtype={args.dtype} context_len={plan.context_len} "
+                  f"decode_steps={plan.decode_steps}",
         "model": info.model,
         "max_context_len": info.max_context_len,
         "block_size": info.block_size,
@@ -193,7 +118,7 @@ async def record(args: argparse.Namespace) -> dict[str, Any]:
         "prefill_per_token_ms": prefill_ms,
         "prefill_base_ms": base_ms,
         "prefill_points": prefill_points,
-        "decode_table": sorted(points.items()),
+        "decode_table": points,
     }
 
 
@@ -212,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.batch_sizes and (min(args.batch_sizes) < 1 or len(set(args.batch_sizes))
                              != len(args.batch_sizes)):
         parser.error(f"--batch-sizes: {args.batch_sizes} must be distinct integers >= 1")
-    if len(args.batch_sizes or FULL["batch_sizes"]) < 2:
+    if len(args.batch_sizes or FULL.batch_sizes) < 2:
         parser.error("--batch-sizes: need at least two batch sizes for a decode table")
     profile = asyncio.run(record(args))
     fills = ", ".join(f"{n} tokens {ms:.1f} ms" for n, ms in profile["prefill_points"])

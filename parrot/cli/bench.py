@@ -77,7 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     c = p.add_argument_group("cluster")
     c.add_argument("--profile", default="a100_llama13b",
                    help="latency profile (name in configs/profiles/ or a path)")
-    c.add_argument("--latency-capacity", type=int, default=6144)
+    c.add_argument("--latency-capacity", type=_capacity, default=6144, metavar="TOKENS|auto",
+                   help="tokens (default: 6144, the paper's on its A100); auto: the load "
+                        "where the profile's decode step takes 40/22 of the empty batch's, "
+                        "the paper's rule (20,480 on h200_llama7b)")
     c.add_argument("--throughput-capacity", type=int, default=None,
                    help="tokens; default: each engine's share of its KV cache (32,768 of the "
                         "A100 profile's 56,000; 119,808 on h200_llama7b)")
@@ -115,6 +118,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
+
+
+def _capacity(text: str) -> int | None:
+    """--latency-capacity: a whole number of tokens >= 1, or auto (None)."""
+    if text == "auto":
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of tokens >= 1, or auto")
+    return int(text)
 
 
 def _range(parser: argparse.ArgumentParser, option: str, text: str,

@@ -126,7 +126,10 @@ class EngineSpec:
     name: str
     kind: str = EngineKind.SIMULATED   # an EngineKind value; stored as the EngineKind member
     url: str | None = None
-    latency_capacity: int = 6144       # token load under which latency calls stay fast
+    # Token load under which latency calls stay fast; None ("auto" in YAML): the paper's rule
+    # on the engine's speed profile (the load where a decode step takes 40/22 of the empty
+    # batch's; cost.calibrated_latency_capacity), known once it connects.
+    latency_capacity: int | None = 6144
     # Token load a throughput engine may be filled to; None ("auto" in YAML): a share of the
     # engine's own KV cache, known once it connects (`auto_throughput_capacity`).
     throughput_capacity: int | None = None
@@ -142,10 +145,11 @@ class EngineSpec:
         object.__setattr__(self, "kind", check.enum("kind", self.kind, EngineKind))
         check.require((self.kind is EngineKind.REMOTE) == (self.url is not None), "url",
                       self.url, "set exactly when kind is 'remote'")
-        check.positive_int("latency_capacity", self.latency_capacity)
-        given: Any = self.throughput_capacity   # YAML may say `auto`
-        if given == "auto":
-            object.__setattr__(self, "throughput_capacity", None)
+        for key in ("latency_capacity", "throughput_capacity"):
+            given: Any = getattr(self, key)    # YAML may say `auto`
+            if given == "auto":
+                object.__setattr__(self, key, None)
+        check.positive_int("latency_capacity", self.latency_capacity, optional=True)
         check.positive_int("throughput_capacity", self.throughput_capacity, optional=True)
         check.positive("speed", self.speed)
         check.mapping("params", self.params)

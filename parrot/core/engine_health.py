@@ -26,7 +26,6 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from parrot.core.config import EngineSpec, ManagerConfig
-from parrot.core.contexts import EngineContexts
 from parrot.core.engine_pool import EnginePool, EngineState
 from parrot.engines.client import HttpEngine, HttpEngineSettings
 from parrot.engines.protocol import Engine
@@ -82,8 +81,8 @@ class EngineHealth:
                 return state
             if state.is_healthy and not same_url:
                 raise ConflictError(f"an engine named {spec.name!r} is already registered")
-            old, state.engine, state.info, state.spec = state.engine, engine, info, spec
-            state.contexts = EngineContexts(engine, spec.name, info.block_size)
+            old = state.engine
+            state.reconnect(spec, engine, info)
             old.abort_requests(f"engine {spec.name} re-registered")  # its calls move over
             self._spawn(_close_later(old), f"close-old-{spec.name}")
             log.info("engine %s re-registered at %s", spec.name, getattr(engine, "url", "-"))

@@ -16,7 +16,8 @@ from parrot.engines.latency_model import EngineConfigError, load_profile
 from parrot.engines.protocol import Engine, EngineInfo
 from parrot.errors import ConflictError, NotFoundError
 from parrot.policies.base import EngineView
-from parrot.policies.cost import DEFAULT_PROFILE, ProfileError, SpeedProfile
+from parrot.speed_profile import (DEFAULT_PROFILE, ProfileError, SpeedProfile,
+                                  calibrated_latency_capacity)
 from parrot.types import Criterion
 
 log = logging.getLogger(__name__)
@@ -46,20 +47,42 @@ def prefix_num_tokens(call: Call) -> tuple[int, ...]:
     return tuple(p.num_tokens for p in call.prefix_pieces if p.prefix_hash in shareable)
 
 
-def speed_profile(params: Mapping[str, Any]) -> SpeedProfile:
-    """The cost profile of an engine from its YAML params: the simulator's latency `profile`
-    (configs/profiles/) with the params' own latency keys on top; DEFAULT_PROFILE otherwise."""
+# The engine params that describe its speed (the simulated engine's latency keys).
+PROFILE_KEYS = ("prefill_per_token_ms", "decode_table", "decode_base_ms",
+                "decode_per_token_ms")
+
+
+def configured_profile(params: Mapping[str, Any]) -> SpeedProfile | None:
+    """The cost profile an engine's YAML params give: the simulator's latency `profile`
+    (configs/profiles/) with the params' own latency keys on top; None when they give none
+    (or one that is unusable: logged)."""
     data: dict[str, Any] = {}
     try:
         if params.get("profile") is not None:
             data.update(load_profile(params["profile"]))
-        data.update({k: v for k, v in params.items()
-                     if k.startswith(("prefill_", "decode_"))})
-        return SpeedProfile.from_latency_profile(data) if data else DEFAULT_PROFILE
+        data.update({k: v for k, v in params.items() if k in PROFILE_KEYS})
+        return SpeedProfile.from_latency_profile(data) if data else None
     except (EngineConfigError, ProfileError, TypeError, ValueError) as exc:
         log.warning("engine profile %r unusable for placement costs (%s); using the default",
                     params.get("profile"), exc)
-        return DEFAULT_PROFILE
+        return None
+
+
+def speed_profile(params: Mapping[str, Any]) -> SpeedProfile:
+    """`configured_profile`, or DEFAULT_PROFILE when the params give none."""
+    return configured_profile(params) or DEFAULT_PROFILE
+
+
+def engine_profile(spec: EngineSpec, info: EngineInfo) -> tuple[SpeedProfile, str]:
+    """The profile the manager costs an engine with, and where it came from: the one its
+    params configure ("configured"), else the one the engine reports ("measured": a builtin
+    engine's start-up probe), else DEFAULT_PROFILE, the paper's A100 ("default")."""
+    configured = configured_profile(spec.params)
+    if configured is not None:
+        return configured, "configured"
+    if info.speed_profile is not None:
+        return info.speed_profile, "measured"
+    return DEFAULT_PROFILE, "default"
 
 
 @dataclass(frozen=True)
@@ -101,10 +124,29 @@ class EngineState:
     # equal prefix text may estimate it differently when one knows its inputs' real counts).
     prefix_tokens: dict[str, int] = field(default_factory=dict)
     profile: SpeedProfile = DEFAULT_PROFILE
+    profile_source: str = "default"     # engine_profile's "configured" / "measured" / "default"
+
+    def __post_init__(self) -> None:
+        self.profile, self.profile_source = engine_profile(self.spec, self.info)
+
+    def reconnect(self, spec: EngineSpec, engine: Engine, info: EngineInfo) -> None:
+        """The same engine name back as a new process (or client): its spec, info and
+        profile (a restarted engine measures itself again); no prefix is cached there."""
+        self.spec, self.engine, self.info = spec, engine, info
+        self.contexts = EngineContexts(engine, spec.name, info.block_size)
+        self.profile, self.profile_source = engine_profile(spec, info)
 
     @property
     def engine_id(self) -> str:
         return self.spec.name
+
+    @property
+    def latency_capacity(self) -> int:
+        """The configured latency capacity, or (`auto`) the paper's rule on this engine's
+        profile (cost.calibrated_latency_capacity: 6,144 on the default A100 profile)."""
+        if self.spec.latency_capacity is not None:
+            return self.spec.latency_capacity
+        return calibrated_latency_capacity(self.profile)
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -116,7 +158,7 @@ class EngineState:
         that `auto_throughput_capacity` gives."""
         if self.spec.throughput_capacity is not None:
             return self.spec.throughput_capacity
-        return auto_throughput_capacity(self.kv_capacity_tokens, self.spec.latency_capacity)
+        return auto_throughput_capacity(self.kv_capacity_tokens, self.latency_capacity)
 
     def kv_overflow_tokens(self) -> int:
         """How much KV (tokens of whole blocks) the running calls and the cached prefix contexts
@@ -218,7 +260,7 @@ class EngineState:
             engine_id=self.engine_id,
             num_running_calls=len(self.running),
             num_tokens_in_use=self.num_tokens_in_use,
-            latency_capacity=self.spec.latency_capacity,
+            latency_capacity=self.latency_capacity,
             throughput_capacity=self.throughput_capacity,
             speed=self.spec.speed,
             num_latency_calls=self.num_latency_calls,
@@ -245,8 +287,9 @@ class EngineState:
                 "tokens_in_use": self.num_tokens_in_use, "calls_done": self.num_calls_done,
                 "cached_prefixes": len(self.contexts.prefix_hashes),
                 "prefix_hits": self.contexts.num_hits, "prefix_misses": self.contexts.num_misses,
-                "latency_capacity": self.spec.latency_capacity,
-                "throughput_capacity": self.throughput_capacity}
+                "latency_capacity": self.latency_capacity,
+                "throughput_capacity": self.throughput_capacity,
+                "profile_source": self.profile_source}
 
 
 class EnginePool:
@@ -257,8 +300,7 @@ class EnginePool:
         if spec.name in self._engines:
             raise ConflictError(f"an engine named {spec.name!r} is already registered")
         state = EngineState(spec, engine, info,
-                            EngineContexts(engine, spec.name, info.block_size),
-                            profile=speed_profile(spec.params))
+                            EngineContexts(engine, spec.name, info.block_size))
         self._engines[spec.name] = state
         return state
 

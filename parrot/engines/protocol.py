@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Mapping
 
 from parrot.chat import ChatTemplate
 from parrot.errors import InvalidRequestError
+from parrot.speed_profile import ProfileError, SpeedProfile
 from parrot.sampling import SamplingParams
 
 MAX_CONTEXT_ID_LEN = 256
@@ -222,10 +223,16 @@ class EngineInfo:
     block_size: int
     num_blocks_total: int
     chat_template: ChatTemplate | None = None  # the model's; None: the manager uses ChatML
+    # How fast it prefills and decodes, as measured by the engine itself (speed_probe.py) or
+    # known from its simulated latency model; None: it does not say. The manager costs
+    # placements with it and calibrates `latency_capacity: auto` from it.
+    speed_profile: SpeedProfile | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = dict(self.__dict__)
         data["chat_template"] = None if self.chat_template is None else self.chat_template.to_json()
+        data["speed_profile"] = (None if self.speed_profile is None
+                                 else self.speed_profile.to_latency_profile())
         return data
 
     @classmethod
@@ -234,7 +241,23 @@ class EngineInfo:
                    max_context_len=int(data["max_context_len"]),
                    block_size=int(data["block_size"]),
                    num_blocks_total=int(data["num_blocks_total"]),
-                   chat_template=ChatTemplate.from_json(data.get("chat_template")))
+                   chat_template=ChatTemplate.from_json(data.get("chat_template")),
+                   speed_profile=_speed_profile(data.get("speed_profile")))
+
+
+def _speed_profile(data: Any) -> SpeedProfile | None:
+    """An engine's reported profile; one that is not a valid profile raises
+    InvalidRequestError naming what is wrong (a broken engine, not a reason to guess)."""
+    if data is None:
+        return None
+    if not isinstance(data, Mapping) or "prefill_per_token_ms" not in data \
+            or "decode_table" not in data:
+        raise InvalidRequestError("speed_profile must be null or a mapping with "
+                                  f"prefill_per_token_ms and decode_table, got {data!r}")
+    try:
+        return SpeedProfile.from_latency_profile(data)
+    except (ProfileError, TypeError, ValueError) as exc:
+        raise InvalidRequestError(f"speed_profile: {exc}") from None
 
 
 class Engine(ABC):

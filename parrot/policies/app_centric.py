@@ -9,8 +9,8 @@ Each round, the ready calls (in the given first-come first-served order) are gat
   `shared_prefix` is the same hash, so the prefix is filled once and forked;
 * otherwise a single call.
 
-A unit is placed to minimise its estimated finish time (cost.py: each engine's speed profile,
-its load and the prompt tokens placed on it this round):
+A unit is placed to minimise its estimated finish time (parrot/speed_profile.py: each engine's
+speed profile, its load and the prompt tokens placed on it this round):
 
 1. **whole**: the best engine with room for the whole unit (a prefix counted once);
 2. **split**: members one by one, each to the engine where it would finish first;

@@ -14,7 +14,7 @@ from functools import cached_property
 from collections.abc import Mapping, Sequence, Set
 from typing import Any, ClassVar
 
-from parrot.policies.cost import DEFAULT_PROFILE, SpeedProfile
+from parrot.speed_profile import DEFAULT_PROFILE, SpeedProfile
 from parrot.types import Criterion
 
 
@@ -75,8 +75,8 @@ class EngineView:
     task_groups: frozenset[str]          # task groups with a call on this engine
     cached_prefixes: Set[str]            # prefix hashes with a context on (or going to) it
     is_healthy: bool = True
-    # How fast it prefills and decodes (see cost.py); the engine's configured latency profile
-    # where it has one.
+    # How fast it prefills and decodes (parrot/speed_profile.py): the engine's configured
+    # profile, else the one it reports, else the default.
     profile: SpeedProfile = DEFAULT_PROFILE
     # Prefix hashes of its running calls: already counted (once) in num_tokens_in_use. A
     # cached prefix saves a new call's prefill; only one in this set also saves its load.

@@ -3,7 +3,7 @@
 A `Slot` is an engine's snapshot plus what this round has placed on it. `Slot.demand` says what
 a set of calls adds to the engine — tokens of load and prompt tokens to prefill, a prefix the
 engine holds (or that an earlier call of the set brings) counted once — and `Slot.finish_ms`
-turns that into an estimated finish time with the engine's speed profile (cost.py).
+turns that into an estimated finish time with the engine's speed profile (parrot/speed_profile.py).
 """
 
 from __future__ import annotations
@@ -278,7 +278,7 @@ class Slot:
         return Demand(load, prefill, output, affine, own_min)
 
     def finish_ms(self, demand: Demand) -> float:
-        """Estimated time until work of `demand` placed here now would finish (cost.py's
+        """Estimated time until work of `demand` placed here now would finish (speed_profile.py's
         `SpeedProfile.finish_ms`, inlined: this runs for every engine a call could take)."""
         profile = self.view.profile
         return (profile.prefill_ms_per_token * (self.pending_prefill + demand.prefill)

@@ -54,7 +54,7 @@ class ClusterSpec:
     num_engines: int = 1
     profile: str = "a100_llama13b"
     engine_params: Mapping[str, Any] = field(default_factory=dict)  # over the profile
-    latency_capacity: int = 6144
+    latency_capacity: int | None = 6144      # None: auto, the paper's rule on the profile
     throughput_capacity: int | None = None   # None: the share of the profile's KV cache
     network_delay_s: tuple[float, float] = (0.2, 0.3)
 

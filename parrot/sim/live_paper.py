@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from parrot.core.config import EngineSpec, ServeConfig
 from parrot.engines.launcher import LaunchSpec
 from parrot.engines.launcher import launch_engines, stop_engines
+from parrot.speed_profile import calibrated_latency_capacity
 from parrot.sim.compare import Settings, Variant, VariantRun, parse_variants, results_json
 from parrot.sim.live import as_remote, run_live_async
 from parrot.sim.live_report import (counter_delta, counters_text, engine_counters, engine_tpot_s,
@@ -58,14 +59,22 @@ CAPACITY_FLAGS = {"latency_capacity": "--latency-capacity",
                   "throughput_capacity": "--throughput-capacity"}
 
 
-def with_engine_capacity(setup: ServeSetup, field: str, tokens: int) -> ServeSetup:
+def capacity_arg(text: str) -> int | str:
+    """A capacity flag's value: "auto" or a whole number of tokens (checked by
+    with_engine_capacity)."""
+    return text if text == "auto" else int(text)
+
+
+def with_engine_capacity(setup: ServeSetup, field: str, tokens: int | str) -> ServeSetup:
     """The setup with every engine's `field` (latency_capacity or throughput_capacity) set to
-    `tokens` (e.g. calibrated to the hardware, docs/RESULTS.md) instead of the config's; the
-    path records it, so results say which capacity they ran with."""
+    `tokens` (e.g. calibrated to the hardware, docs/RESULTS.md), or "auto", instead of the
+    config's; the path records it, so results say which capacity they ran with."""
     flag = CAPACITY_FLAGS[field]
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        raise LiveExperimentError(f"{flag}: {tokens!r} is not valid; allowed: integer >= 1")
-    change: dict[str, Any] = {field: tokens}
+    if tokens != "auto" and (isinstance(tokens, bool) or not isinstance(tokens, int)
+                             or tokens < 1):
+        raise LiveExperimentError(f"{flag}: {tokens!r} is not valid; allowed: integer >= 1 "
+                                  "or auto")
+    change: dict[str, Any] = {field: None if tokens == "auto" else tokens}
     return _every_engine(setup, lambda e: dataclasses.replace(e, **change), f"{field}={tokens}")
 
 
@@ -189,11 +198,12 @@ async def run_live_paper(setups: Sequence[ServeSetup], out: Path, *, smoke: bool
     by_count = setups_by_engines(setups, experiments)
     started = time.perf_counter()
     results: dict[str, Any] = {}
+    profiles: dict[str, Any] = {}    # each engine's reported speed profile (engine_profiles)
 
     def save_partial() -> None:
         # Saved as it goes: a run killed at the machine's time limit keeps what it measured.
         save_results(out, {"wall_s": time.perf_counter() - started, "smoke": smoke,
-                    "partial": True, "experiments": results})
+                    "partial": True, "engine_profiles": profiles, "experiments": results})
     for (count, params_key), group in _groups(experiments).items():
         setup, params = by_count[count], json.loads(params_key)
         specs = [LaunchSpec(e.name, e.kind, {**e.params, **params})
@@ -204,6 +214,7 @@ async def run_live_paper(setups: Sequence[ServeSetup], out: Path, *, smoke: bool
                                {e.name: e.process.secret for e in launched})
             log(f"{count} engine(s) up ({setup.path}, {params or 'default params'}) at "
                 f"{time.perf_counter() - started:.0f}s; warming up")
+            profiles.update(await engine_profiles(launched))
             for e in group:
                 for variant in warmup_variants(e.compare):
                     spec = warmup_spec(e.workload_spec(smoke),
@@ -232,9 +243,22 @@ async def run_live_paper(setups: Sequence[ServeSetup], out: Path, *, smoke: bool
                 save_partial()
         finally:
             await stop_engines(launched)
-    summary = {"wall_s": time.perf_counter() - started, "smoke": smoke, "experiments": results}
+    summary = {"wall_s": time.perf_counter() - started, "smoke": smoke,
+               "engine_profiles": profiles, "experiments": results}
     log(save_results(out, summary))
     return summary
+
+
+async def engine_profiles(engines: Sequence[Any]) -> dict[str, Any]:
+    """The speed profile each engine reported (its start-up probe's; None: none) and the
+    latency capacity the paper's rule gives it (what `latency_capacity: auto` uses)."""
+    profiles: dict[str, Any] = {}
+    for launched in engines:
+        profile = (await launched.engine.info()).speed_profile
+        profiles[launched.name] = None if profile is None else {
+            **profile.to_latency_profile(),
+            "calibrated_latency_capacity": calibrated_latency_capacity(profile)}
+    return profiles
 
 
 async def _run_experiment(served: ServeConfig, config_path: str, e: LiveExperiment,

@@ -25,6 +25,7 @@ from typing import Any
 from collections.abc import Sequence
 
 from parrot.core.engine_pool import speed_profile
+from parrot.speed_profile import calibrated_latency_capacity
 from parrot.sim.cluster import ClusterSpec
 from parrot.sim.compare import Settings, parse_variant, run_variant
 from parrot.sim.workloads.registry import WORKLOADS
@@ -38,7 +39,6 @@ BASELINES = ("least_queue:baseline", "latency_centric:baseline", "throughput_cen
 ENGINE_COUNTS = (1, 2, 4, 8)
 LONG_CONTEXT_PROFILE = "h200_llama7b"          # 16384-token context (configs/profiles/)
 LONG_CONTEXT_WORKLOADS = ("copilot", "gpts")
-LATENCY_DECODE_RATIO = 40.0 / 22.0              # the paper's latency engine: 40 ms vs 22 ms
 PAPER_PROFILE = "a100_llama13b"                 # the paper's hardware and model
 LATENCY_CENTRIC_PAPER_TOKENS = 4096             # the paper's latency-centric baseline cap
 
@@ -115,11 +115,10 @@ def profile_for(workload: str, default: str) -> str:
 
 
 def latency_capacity_for(profile: str) -> int:
-    """The engines' latency capacity, calibrated to the profile by the paper's rule: the
-    paper keeps a latency engine at ~6144 tokens, where one decode step of its A100 LLaMA-13B
-    takes ~40 ms, 1.8x the empty-batch step. The same ratio on another profile gives its
-    capacity (rounded down to 1024 tokens): 6144 on a100_llama13b, 20480 on h200_llama7b."""
-    return _same_slowdown(profile, LATENCY_DECODE_RATIO)
+    """The engines' latency capacity, calibrated to the profile by the paper's rule
+    (cost.calibrated_latency_capacity, what `latency_capacity: auto` gives an engine): 6144 on
+    a100_llama13b, 20480 on h200_llama7b."""
+    return calibrated_latency_capacity(speed_profile({"profile": profile}))
 
 
 def latency_centric_capacity_for(profile: str) -> int:
@@ -130,15 +129,7 @@ def latency_centric_capacity_for(profile: str) -> int:
     13312 on h200_llama7b."""
     paper = speed_profile({"profile": PAPER_PROFILE})
     ratio = paper.decode_ms(LATENCY_CENTRIC_PAPER_TOKENS) / paper.decode_ms(0)
-    return _same_slowdown(profile, ratio)
-
-
-def _same_slowdown(profile: str, ratio: float) -> int:
-    """Tokens at which a decode step takes `ratio` x the empty-batch step on `profile`,
-    rounded down to 1024 (at least 1024)."""
-    cost = speed_profile({"profile": profile})
-    tokens = cost.max_batch_tokens(ratio * cost.decode_ms(0))
-    return max(1024, tokens // 1024 * 1024)
+    return speed_profile({"profile": profile}).tokens_at_slowdown(ratio)
 
 
 def run_cell(spec: MatrixSpec, workload: str, num_engines: int) -> Cell:

@@ -87,10 +87,14 @@ class EngineDescription(WireMessage):
     cached_prefixes: int | None = None
     prefix_hits: int | None = None
     prefix_misses: int | None = None
+    # Where the speed profile the manager costs it with came from: "configured" (its params),
+    # "measured" (reported by the engine), "default" (the paper's A100 figures).
+    profile_source: str | None = None
 
     def public(self) -> EngineDescription:
         return EngineDescription(self.name, self.kind, self.model, self.healthy,
-                                 self.latency_capacity, self.throughput_capacity)
+                                 self.latency_capacity, self.throughput_capacity,
+                                 profile_source=self.profile_source)
 
 
 @dataclass(frozen=True)
@@ -101,13 +105,14 @@ class EngineList(WireMessage):
 @dataclass(frozen=True)
 class RegisterEngineRequest(WireMessage):
     """`POST /v1/engines`: an engine process joining by URL (the admin token when one is
-    configured). A capacity or speed left out takes the manager's default; `secret` is the
-    engine's own, sent on the manager's requests to it."""
+    configured). A capacity or speed left out takes the manager's default; `latency_capacity`
+    "auto" is calibrated from the speed profile the engine reports (docs/CONFIG.md); `secret`
+    is the engine's own, sent on the manager's requests to it."""
 
     WIRE_NAME = "register"
     name: str
     url: str
-    latency_capacity: int | None = None
+    latency_capacity: int | Literal["auto"] | None = None
     throughput_capacity: int | None = None
     speed: float | None = None
     secret: str | None = None

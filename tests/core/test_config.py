@@ -22,6 +22,7 @@ def test_shipped_configs_load_and_name_a_known_policy(path):
     ({"engines": [{"name": "a", "kind": "remote"}]}, "url"),
     ({"engines": [{"name": "a"}, {"name": "a"}]}, "unique"),
     ({"engines": [{"name": "a", "latency_capacity": 0}]}, "latency_capacity"),
+    ({"engines": [{"name": "a", "latency_capacity": "fast"}]}, "latency_capacity"),
     ({"engines": [{"name": "a b"}]}, "name"),
     ({"manager": {"admin_token": "short"}}, "admin_token"),
     ({"manager": {"max_active_calls": 0}}, "max_active_calls"),
@@ -55,3 +56,13 @@ def test_tenants_parse_and_secrets_stay_out_of_errors():
     with pytest.raises(ConfigError) as info:
         ServeConfig.from_mapping({"tenants": [{"name": "a", "api_key": "secret key with spaces"}]})
     assert "secret" not in str(info.value)
+
+
+def test_capacities_may_be_auto():
+    config = ServeConfig.from_mapping({"engines": [
+        {"name": "a", "latency_capacity": "auto", "throughput_capacity": "auto"},
+        {"name": "b"}]})
+    auto, default = config.engines
+    assert (auto.latency_capacity, auto.throughput_capacity) == (None, None)
+    # the paper's A100 figure stays the default; auto is asked for
+    assert (default.latency_capacity, default.throughput_capacity) == (6144, None)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from parrot.core.config import EngineSpec
 from parrot.core.engine_pool import speed_profile
-from parrot.engines.protocol import FillRequest, FillResult
-from parrot.policies.cost import DEFAULT_PROFILE
+from parrot.engines.protocol import EngineInfo, FillRequest, FillResult
+from parrot.speed_profile import DEFAULT_PROFILE, SpeedProfile, calibrated_latency_capacity
 from parrot.types import Criterion
 from tests.core.conftest import out, submit
 from tests.core.fakes import RecordingEngine
@@ -208,3 +209,64 @@ async def test_the_view_says_when_every_running_latency_call_has_its_next_call_w
         state.remove_call(call)
     for call, name in ((second, "b"), (alone, "a")):
         await manager.get(session, out(call, name), Criterion.LATENCY)
+
+
+class ProfiledEngine(RecordingEngine):
+    """Reports a speed profile in its info, as a builtin engine's start-up probe does."""
+
+    def __init__(self, profile: SpeedProfile) -> None:
+        super().__init__()
+        self.profile = profile
+
+    async def info(self) -> EngineInfo:
+        return dataclasses.replace(await super().info(), speed_profile=self.profile)
+
+
+H200_LIKE = SpeedProfile(0.03, ((0, 7.7), (65536, 7.7 + 0.0003 * 65536)))
+
+
+async def test_auto_latency_capacity_follows_the_profile_the_engine_reports(manager):
+    await manager.add_engine(EngineSpec(name="m", in_process=True, latency_capacity="auto"),
+                             ProfiledEngine(H200_LIKE))
+    state = manager.engines.get("m")
+    assert state.profile is H200_LIKE and state.profile_source == "measured"
+    # 40/22 of the 7.7-ms empty step at 20,533 tokens, rounded down to 1024
+    assert state.latency_capacity == calibrated_latency_capacity(H200_LIKE) == 20480
+    view = state.view()
+    assert view.latency_capacity == 20480 and view.profile is H200_LIKE
+    assert (state.describe()["latency_capacity"], state.describe()["profile_source"]) == (
+        20480, "measured")
+    # the throughput capacity's floor is the resolved latency capacity, not None
+    assert state.throughput_capacity >= 20480
+
+
+async def test_a_configured_profile_or_number_wins_and_no_profile_keeps_the_papers(manager):
+    # a profile in the params wins over the one the engine reports
+    await manager.add_engine(EngineSpec(name="c", in_process=True, latency_capacity="auto",
+                                        params={"profile": "a100_llama13b"}),
+                             ProfiledEngine(H200_LIKE))
+    configured = manager.engines.get("c")
+    assert (configured.profile_source, configured.latency_capacity) == ("configured", 6144)
+    # a number is kept whatever the engine reports (the profile still costs placements)
+    await manager.add_engine(EngineSpec(name="n", in_process=True, latency_capacity=9000),
+                             ProfiledEngine(H200_LIKE))
+    number = manager.engines.get("n")
+    assert (number.latency_capacity, number.profile) == (9000, H200_LIKE)
+    # nothing reported nor configured: the default profile, the paper's A100, and its 6,144
+    await manager.add_engine(EngineSpec(name="d", in_process=True, latency_capacity="auto"),
+                             RecordingEngine())
+    default = manager.engines.get("d")
+    assert default.profile is DEFAULT_PROFILE and default.profile_source == "default"
+    assert default.latency_capacity == 6144
+
+
+async def test_a_returning_engine_is_costed_with_its_new_profile(manager):
+    await manager.add_engine(EngineSpec(name="r", in_process=True, latency_capacity="auto"),
+                             RecordingEngine())
+    state = manager.engines.get("r")
+    assert state.latency_capacity == 6144
+    manager.health.mark_down(state, "restarted")
+    # back (a restarted process measures itself again): its new profile applies
+    await manager.add_engine(EngineSpec(name="r", in_process=True, latency_capacity="auto"),
+                             ProfiledEngine(H200_LIKE))
+    assert state.is_healthy and state.profile is H200_LIKE and state.latency_capacity == 20480

@@ -194,18 +194,59 @@ async def test_submit_batch_with_refs_and_a_rejected_call(http):
     assert status == 400
 
 
-async def test_engine_joins_by_url_and_serves_calls(server, http):
+async def serve_engine(engine):
+    """`engine` behind its own HTTP server on a free port: (the aiohttp runner, the port)."""
     from aiohttp import web
 
     from parrot.engines.server import create_app as engine_app
-    from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig
 
-    engine = SimulatedEngine("joiner", SimulatedEngineConfig.from_mapping({"zero_latency": True}))
     runner = web.AppRunner(engine_app(engine))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]
+    return runner, site._server.sockets[0].getsockname()[1]
+
+
+async def test_an_engine_joining_with_auto_capacity_is_calibrated_from_its_profile(server,
+                                                                                    http):
+    """The profile an engine reports in its info crosses HTTP, and `latency_capacity: auto`
+    is the paper's rule on it (the builtin engine measures its own at start-up)."""
+    import dataclasses
+
+    from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig
+    from parrot.speed_profile import SpeedProfile
+
+    class Measured(SimulatedEngine):
+        async def info(self):
+            return dataclasses.replace(await super().info(), speed_profile=SpeedProfile(
+                0.03, ((0, 7.7), (65536, 7.7 + 0.0003 * 65536))))
+
+    engine = Measured("measured", SimulatedEngineConfig.from_mapping({"zero_latency": True}))
+    runner, port = await serve_engine(engine)
+    admin = {"Authorization": f"Bearer {server.admin_token}"}
+    try:
+        status, _ = await post(http, "/v1/engines", {"name": "measured",
+                                                     "url": f"http://127.0.0.1:{port}",
+                                                     "latency_capacity": "auto"}, admin)
+        assert status == 200
+        status, reply = await post(http, "/v1/engines", {"name": "x", "url": "http://e",
+                                                         "latency_capacity": "fast"}, admin)
+        assert status == 400 and "latency_capacity" in reply["error"]["message"]
+        async with http.get("/v1/engines") as resp:
+            engines = {e["name"]: e for e in (await resp.json())["engines"]}
+        assert (engines["measured"]["latency_capacity"],
+                engines["measured"]["profile_source"]) == (20480, "measured")
+        # the server's own simulated engine configures no profile and reports none
+        assert engines["sim-0"]["profile_source"] == "default"
+    finally:
+        await runner.cleanup()
+
+
+async def test_engine_joins_by_url_and_serves_calls(server, http):
+    from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig
+
+    engine = SimulatedEngine("joiner", SimulatedEngineConfig.from_mapping({"zero_latency": True}))
+    runner, port = await serve_engine(engine)
     admin = {"Authorization": f"Bearer {server.admin_token}"}
     try:
         status, reply = await post(http, "/v1/engines", {"name": "joiner",

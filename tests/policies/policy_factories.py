@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from parrot.policies import CallView, EngineView, Placement
-from parrot.policies.cost import DEFAULT_PROFILE, SpeedProfile
+from parrot.speed_profile import DEFAULT_PROFILE, SpeedProfile
 from parrot.types import Criterion
 
 LAT = Criterion.LATENCY

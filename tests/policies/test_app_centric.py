@@ -6,7 +6,7 @@ import pytest
 
 from parrot.policies import PolicyConfigError, default_registry
 from parrot.policies.app_centric import AppCentricParams, AppCentricPolicy
-from parrot.policies.cost import SpeedProfile
+from parrot.speed_profile import SpeedProfile
 from parrot.types import Criterion
 from policy_factories import LAT, THR, by_call, make_call, make_engine
 
@@ -85,7 +85,7 @@ def test_full_group_engine_sends_member_elsewhere_instead_of_waiting():
 
 
 def test_engine_speed_and_profile_enter_the_cost():
-    from parrot.policies.cost import SpeedProfile
+    from parrot.speed_profile import SpeedProfile
 
     calls = [make_call("x", criterion=THR, tokens=1100, output=50)]
     loaded = dict(tokens=2000, thr=1)

@@ -54,6 +54,16 @@ def test_chain_summary_runs_its_steps_one_after_another_on_the_virtual_clock():
     assert 0 < engine["step_ms"] <= app.latency_s * 1000
 
 
+def test_an_auto_latency_capacity_is_calibrated_to_the_engines_profile():
+    """`parrot-bench --latency-capacity auto`: the paper's rule on each engine's profile."""
+    for profile, tokens in (("a100_llama13b", 6144), ("h200_llama7b", 20480)):
+        result = run_simulation(ClusterSpec(policy="app_centric", profile=profile,
+                                            latency_capacity=None),
+                                chain_summary, TINY, mode="parrot", seed=0)
+        (engine,) = result.engines
+        assert (engine["latency_capacity"], engine["profile_source"]) == (tokens, "configured")
+
+
 def test_baseline_mode_pays_a_round_trip_per_step():
     spec = ClusterSpec(policy="least_queue")
     parrot_run = run_simulation(spec, chain_summary, TINY, mode="parrot", seed=0)

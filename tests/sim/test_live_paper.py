@@ -334,9 +334,12 @@ def test_capacity_overrides_set_every_engine_and_say_so():
     assert [(e.latency_capacity, e.throughput_capacity) for e in both.config.engines] == [
         (20480, 119808)] * 2
     assert both.path == "two.yaml (latency_capacity=20480) (throughput_capacity=119808)"
+    auto = with_engine_capacity(TWO, "latency_capacity", "auto")
+    assert [e.latency_capacity for e in auto.config.engines] == [None, None]
+    assert auto.path == "two.yaml (latency_capacity=auto)"
     for field, flag in (("latency_capacity", "--latency-capacity"),
                         ("throughput_capacity", "--throughput-capacity")):
-        for bad in (0, -5, 2.5, True):
+        for bad in (0, -5, 2.5, True, "fast"):
             with pytest.raises(LiveExperimentError, match=flag):
                 with_engine_capacity(TWO, field, bad)
 

@@ -32,6 +32,7 @@ from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.scheduler import BatchScheduler
 from parrot.engines.builtin.shapes import ModelShape
 from parrot.engines.builtin.step_trace import StepTrace
+from parrot.engines.builtin.startup_probe import StartupProbe
 from parrot.engines.builtin.warmup import WarmupReport, batch_buckets, warm_up, width_buckets
 
 log = logging.getLogger(__name__)
@@ -151,10 +152,13 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
         name, bundle, num_blocks, config.block_size, graphs, prefill_graphs, report),
         warmup_pauses.jit_compiles, warmup_pauses.jit_s)
     trace_path = config.step_trace_path(name)
+    probe_mode = config.speed_probe_mode(model.device.type)
     return BuiltinEngine(name, bundle.name, runner, scheduler, bundle.tokenizer,
                          bundle.shape.vocab_size, config.seed,
                          trace=None if trace_path is None else StepTrace(trace_path),
-                         pauses=pauses)
+                         pauses=pauses,
+                         speed_probe=None if probe_mode is None else StartupProbe(
+                             probe_mode, config.max_num_seqs, device_key(model.device)))
 
 
 def choose_linear_layers(model: LlamaModel, buckets: list[int],

@@ -17,6 +17,7 @@ from parrot.validation import Checks
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 PREFILL_ATTENTION = ("auto", "sdpa", "paged")
+SPEED_PROBES = ("auto", "full", "quick", "off")
 RANDOM_SHAPES = ("tiny", "llama-7b", "llama-13b")
 DEFAULT_MODEL = "smollm2"
 # Accepted spelling of the simulated engine's key for the same budget.
@@ -56,6 +57,11 @@ class BuiltinEngineConfig:
       CUDA, or the interpreter); "auto" (the default) is "paged" where the engine runs the
       Triton kernels on CUDA (measured 1.3-16x faster per layer on an H200, docs/KERNELS.md)
       and "sdpa" otherwise (the CPU's torch path).
+    speed_probe: at start-up, measure the engine's prefill and decode speed through its own
+      protocol (parrot/engines/speed_probe.py; one engine at a time per GPU) and report it in
+      its info, where the manager costs placements with it and calibrates `latency_capacity:
+      auto`. "full" (~2-5 s on an H200 with LLaMA-7B), "quick" (small batches: a CPU engine,
+      seconds), "off"; "auto" (the default) is "full" on CUDA and "off" on the CPU.
     step_trace: a JSON-lines file the engine appends one line to per model step (its timing,
       shape and path: step_trace.py; `{engine}` in the path becomes the engine's name, so one
       setting serves every engine of a config); null: no trace.
@@ -85,6 +91,7 @@ class BuiltinEngineConfig:
     num_threads: int | None = None    # torch CPU threads (None: torch's default)
     cache_dir: str | None = None      # default: $PARROT_CACHE_DIR or ~/.cache/parrot/models
     step_trace: str | None = None     # JSON-lines file, one line per step; {engine}: its name
+    speed_probe: str = "auto"         # measure the speed profile at start: auto/full/quick/off
 
     def __post_init__(self) -> None:
         check = _CHECK
@@ -110,6 +117,7 @@ class BuiltinEngineConfig:
         check.number("max_context_len", self.max_context_len, minimum=2, integer=True,
                      optional=True)
         check.one_of("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
+        check.one_of("speed_probe", self.speed_probe, SPEED_PROBES)
         check.one_of("prefill_attention", self.prefill_attention, PREFILL_ATTENTION)
         check.number("shared_prefix_min_group", self.shared_prefix_min_group, minimum=2,
                      integer=True)
@@ -136,6 +144,14 @@ class BuiltinEngineConfig:
         if self.step_trace is None:
             return None
         return Path(self.step_trace.replace("{engine}", engine)).expanduser()
+
+    def speed_probe_mode(self, device_type: str) -> str | None:
+        """"full" or "quick": the start-up speed probe to run on a `device_type` device; None:
+        none ("auto" measures on CUDA only: a CPU engine is for tests and demos)."""
+        mode = self.speed_probe
+        if mode == "auto":
+            mode = "full" if device_type == "cuda" else "off"
+        return None if mode == "off" else mode
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any] | None) -> BuiltinEngineConfig:

@@ -12,12 +12,13 @@ blocks the next start.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import torch
@@ -60,3 +61,16 @@ def exclusive_device(key: str, directory: Path | None = None) -> Iterator[float]
             yield time.perf_counter() - started
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@asynccontextmanager
+async def exclusive_device_async(key: str, directory: Path | None = None
+                                 ) -> AsyncIterator[float]:
+    """`exclusive_device` for a coroutine: the wait for the lock runs in a worker thread, so
+    the event loop (and the engine's batching task) keeps running meanwhile."""
+    held = exclusive_device(key, directory)
+    waited = await asyncio.to_thread(held.__enter__)
+    try:
+        yield waited
+    finally:
+        held.__exit__(None, None, None)

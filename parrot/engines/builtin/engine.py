@@ -41,12 +41,14 @@ from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.sampler import make_generator
 from parrot.engines.builtin.scheduler import Batch, BatchScheduler
 from parrot.engines.builtin.step_accounting import StepCounters, StepRun, StepWatch
+from parrot.engines.builtin.startup_probe import StartupProbe
 from parrot.engines.builtin.step_trace import StepRecord, StepTrace
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
 from parrot.engines.tpot import TpotMeter
 from parrot.errors import (ContextExistsError, EngineError, EngineUnavailableError,
                            InvalidRequestError, PromptTooLongError, UnknownContextError)
+from parrot.speed_profile import SpeedProfile
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +63,8 @@ RETRY_MAX_S = 1.0
 class BuiltinEngine(Engine):
     def __init__(self, name: str, model_name: str, runner: ModelRunner, scheduler: BatchScheduler,
                  tokenizer: Any | None, vocab_size: int, seed: int,
-                 trace: StepTrace | None = None, pauses: PauseMonitor | None = None) -> None:
+                 trace: StepTrace | None = None, pauses: PauseMonitor | None = None,
+                 speed_probe: StartupProbe | None = None) -> None:
         self._name, self._model_name = name, model_name
         self._trace = trace             # one line per step (step_trace.py), when configured
         # compilations and collections from here on are the serving's (build.py makes the
@@ -81,6 +84,9 @@ class BuiltinEngine(Engine):
         self._closed = asyncio.Event()  # ends a back-off early
         self._step_in_flight = False
         self._unhealthy: str | None = None  # why, while the batch scheduler keeps raising
+        # measured once by the first start() (startup_probe.py); reported in info()
+        self._speed_probe = speed_probe
+        self._speed_profile: SpeedProfile | None = None
         bos = getattr(tokenizer, "bos_token_id", None)
         self._bos: int | None = (bos if tokenizer is not None and bos is not None
                                  and tokenizer("x").input_ids[:1] == [bos] else None)
@@ -92,6 +98,9 @@ class BuiltinEngine(Engine):
             raise EngineUnavailableError(f"engine {self._name!r} is closed")
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"builtin-engine-{self._name}")
+            if self._speed_probe is not None:
+                # Its Fills call start() again, which returns at once: the task exists.
+                self._speed_profile = await self._speed_probe.run(self, self._name)
 
     async def close(self) -> None:
         self._closing = True
@@ -112,7 +121,8 @@ class BuiltinEngine(Engine):
                           max_context_len=self._scheduler.max_context_len,
                           block_size=blocks.block_size,
                           num_blocks_total=blocks.allocator.num_blocks_total,
-                          chat_template=ChatTemplate.from_tokenizer(self._tokenizer))
+                          chat_template=ChatTemplate.from_tokenizer(self._tokenizer),
+                          speed_profile=self._speed_profile)
 
     async def stats(self) -> EngineStats:
         s = self._scheduler

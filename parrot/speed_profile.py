@@ -4,7 +4,10 @@ The profile has the shape of the simulated engine's latency profiles (configs/pr
 parrot/engines/latency_model.py): prompt tokens are prefilled at a fixed cost per token, and one
 decode iteration (one output token for every running sequence) costs a piecewise-linear function
 of the batch's context tokens. A policy reads it from `EngineView.profile`; the manager fills it
-from the engine's profile where one is configured, else `DEFAULT_PROFILE`.
+from the engine's profile where one is configured, else from the one the engine reports in its
+info (measured by parrot/engines/speed_probe.py), else `DEFAULT_PROFILE`. It sits below both
+the engines and the policies (it imports nothing of the project), since an engine reports one
+and a policy reads one.
 
 The estimate is deliberately simple — it only has to rank engines, not predict wall time:
 
@@ -44,9 +47,10 @@ class SpeedProfile:
             raise ProfileError(f"prefill_ms_per_token: {self.prefill_ms_per_token!r} must be a "
                                "finite number >= 0")
         xs = [x for x, _ in self.decode_points]
-        if len(xs) < 2 or xs != sorted(set(xs)) or any(ms < 0 for _, ms in self.decode_points):
+        if len(xs) < 2 or xs != sorted(set(xs)) or any(
+                not math.isfinite(ms) or ms < 0 for _, ms in self.decode_points):
             raise ProfileError(f"decode_points: {self.decode_points!r} needs >= 2 points with "
-                               "strictly increasing tokens and ms >= 0")
+                               "strictly increasing tokens and finite ms >= 0")
         object.__setattr__(self, "_xs", tuple(xs))
 
     def decode_ms(self, batch_tokens: int) -> float:
@@ -79,6 +83,18 @@ class SpeedProfile:
             low, high = (mid, high) if self.decode_ms(mid) <= decode_ms else (low, mid)
         return low
 
+    def tokens_at_slowdown(self, ratio: float, *, round_to: int = 1024) -> int:
+        """The batch tokens at which a decode iteration takes `ratio` x the empty batch's,
+        rounded down to `round_to` (at least `round_to`)."""
+        tokens = self.max_batch_tokens(ratio * self.decode_ms(0))
+        return max(round_to, tokens // round_to * round_to)
+
+    def to_latency_profile(self) -> dict[str, Any]:
+        """The profile in the simulator's keys (`from_latency_profile` reads it back): how an
+        engine reports the profile it measured (EngineInfo.speed_profile, JSON)."""
+        return {"prefill_per_token_ms": self.prefill_ms_per_token,
+                "decode_table": [[x, ms] for x, ms in self.decode_points]}
+
     @classmethod
     def from_latency_profile(cls, data: Mapping[str, Any]) -> SpeedProfile:
         """From a simulator profile's keys (configs/profiles/*.yaml): `prefill_per_token_ms` and
@@ -104,3 +120,17 @@ DEFAULT_PROFILE = SpeedProfile(
     decode_points=((0, 22.0), (1024, 25.0), (2048, 28.0), (4096, 34.0), (6144, 40.0),
                    (8192, 47.0), (12288, 63.0), (16384, 82.0), (24576, 125.0),
                    (32768, 172.0), (49152, 280.0)))
+
+
+# The paper keeps a latency engine at ~6,144 tokens, where one decode iteration of its A100
+# LLaMA-13B takes ~40 ms: 40 / 22 = 1.82x the empty batch's. The same slowdown on another
+# engine's profile is its latency capacity (`latency_capacity: auto`).
+PAPER_LATENCY_STEP_RATIO = 40.0 / 22.0
+
+
+def calibrated_latency_capacity(profile: SpeedProfile) -> int:
+    """The latency capacity the paper's rule gives an engine of `profile`: the batch tokens at
+    which a decode iteration takes PAPER_LATENCY_STEP_RATIO x the empty batch's, rounded down
+    to 1024 (6,144 on the paper's A100 LLaMA-13B, DEFAULT_PROFILE; 20,480 on
+    configs/profiles/h200_llama7b.yaml)."""
+    return profile.tokens_at_slowdown(PAPER_LATENCY_STEP_RATIO)

@@ -1,0 +1,58 @@
+"""The builtin engine's start-up speed probe (startup_probe.py): a profile in its info, no
+context or block left behind, and a failure that never stops the engine."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
+from parrot.engines.protocol import FillRequest, GenerateRequest
+from parrot.sampling import SamplingParams
+
+
+def test_auto_probes_on_cuda_only():
+    assert BuiltinEngineConfig().speed_probe_mode("cuda") == "full"
+    assert BuiltinEngineConfig().speed_probe_mode("cpu") is None
+    assert BuiltinEngineConfig(speed_probe="quick").speed_probe_mode("cpu") == "quick"
+    assert BuiltinEngineConfig(speed_probe="full").speed_probe_mode("cpu") == "full"
+    assert BuiltinEngineConfig(speed_probe="off").speed_probe_mode("cuda") is None
+    with pytest.raises(BuiltinConfigError, match="speed_probe"):
+        BuiltinEngineConfig.from_mapping({"speed_probe": "fast"})
+
+
+async def test_a_probed_engine_reports_its_profile_and_leaves_nothing_behind(tiny_bundle,
+                                                                             make_engine):
+    engine = make_engine(tiny_bundle, speed_probe="quick")
+    assert (await engine.info()).speed_profile is None      # measured by start()
+    await engine.start()
+    profile = (await engine.info()).speed_profile
+    assert profile is not None and profile.prefill_ms_per_token > 0
+    # the empty batch's step, then one point per batch size of the quick plan (1, 2, 4)
+    tokens = [x for x, _ in profile.decode_points]
+    assert len(tokens) == 4 and tokens[0] == 0 and tokens == sorted(tokens)
+    ms = [m for _, m in profile.decode_points]
+    assert all(m > 0 for m in ms) and ms == sorted(ms)
+    stats = await engine.stats()
+    assert stats.num_contexts == 0 and stats.num_blocks_free == stats.num_blocks_total
+    engine.check_invariants()
+    # measured once: a second start() does not probe again, and the engine serves
+    await engine.start()
+    assert (await engine.info()).speed_profile is profile
+    await engine.fill(FillRequest("c", token_ids=(5, 6, 7)))
+    result = await engine.generate_all(GenerateRequest(
+        "c", sampling=SamplingParams(max_tokens=3, ignore_eos=True)))
+    assert len(result.token_ids) == 3
+
+
+async def test_a_failed_probe_leaves_the_engine_serving_without_a_profile(tiny_bundle,
+                                                                          make_engine, caplog):
+    # 4 blocks of 16 tokens: too small for four probe sequences
+    engine = make_engine(tiny_bundle, speed_probe="quick", num_blocks=4)
+    with caplog.at_level(logging.ERROR):
+        await engine.start()
+    assert "speed probe failed" in caplog.text
+    assert (await engine.info()).speed_profile is None
+    assert await engine.healthz()
+    await engine.fill(FillRequest("c", token_ids=(5, 6, 7)))
