@@ -57,8 +57,15 @@ chain_summary, concurrent_chains, copilot_32 and _64, map_reduce and mixed
 (live_paper_h200_pauses_set/), multi_agent at 8 files, both static-sharing copilot runs and
 the sweeps' points (..._pauses_rest/), multi_agent at 16 files (..._pauses/) and gpts at
 its fixed rate (..._pauses_gpts/), then all four copilot runs again with the engines'
-time per output token (..._pauses_copilot/). Only the gpts rate searches are older (the
-2026-12-03 00:44 UTC search at the paper's prompt lengths).
+time per output token (..._pauses_copilot/). Then gpts after the warm-up met every
+variant's buckets (live_paper_h200_warm20_gpts/) and mixed with the chats' queue time
+(live_paper_h200_mixed_queue/). Last, the runs after engines started to measure their own
+speed profile at start-up and the manager to cost placements with it, every one with
+`--latency-capacity auto` (the paper's rule on each engine's measured profile):
+concurrent_chains, chain_bg and map_reduce_8 (live_paper_h200_profile_one/), multi_agent at 8
+and 16 files (..._multi_agent/, ..._multi_agent_16/), gpts at its fixed rate (..._gpts/) and
+mixed (..._mixed/). Only the gpts rate searches are older (the 2026-12-03 00:44 UTC search at
+the paper's prompt lengths).
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -100,7 +107,9 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_pauses_set", "live_paper_h200_pauses_rest",
              "live_paper_h200_pauses", "live_paper_h200_pauses_gpts",
              "live_paper_h200_pauses_copilot", "live_paper_h200_warm20_gpts",
-             "live_paper_h200_mixed_queue")
+             "live_paper_h200_mixed_queue", "live_paper_h200_profile_one",
+             "live_paper_h200_profile_multi_agent", "live_paper_h200_profile_multi_agent_16",
+             "live_paper_h200_profile_gpts", "live_paper_h200_profile_mixed")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
@@ -187,7 +196,8 @@ LIVE_RATIOS: dict[str, tuple[LiveRatio, ...]] = {
         LiveRatio("sharing, least-queue placement vs no sharing", "gpts_rate_full",
                   "least_queue:parrot", metric="sustainable_rate", optional=True),
         LiveRatio("2 engines on 1 H200, one rate above the baseline's knee, latency capacity "
-                  "calibrated (20,480): latency per token, app_centric vs no sharing", "gpts",
+                  "calibrated (auto: 20,480 / 21,504 on the engines' measured profiles): "
+                  "latency per token, app_centric vs no sharing", "gpts",
                   _PARROT, metric="normalized"),
         LiveRatio("affinity off vs no sharing", "gpts",
                   "app_centric:parrot+policy.prefix_affinity=false", metric="normalized"),
@@ -202,7 +212,8 @@ LIVE_RATIOS: dict[str, tuple[LiveRatio, ...]] = {
                     LiveRatio("16 files, vs throughput-centric", "multi_agent_16", _PARROT,
                               "multi_agent_16/throughput_centric:baseline", optional=True)),
     "mixed": (
-        LiveRatio("2 engines on 1 H200: chat normalized latency vs latency-centric", "mixed",
+        LiveRatio("2 engines on 1 H200, latency capacity auto (21,504 on the engines' measured "
+                  "profiles): chat normalized latency vs latency-centric", "mixed",
                   _PARROT, f"mixed/{_LAT}", "chat_normalized"),
         LiveRatio("chat normalized latency vs throughput-centric", "mixed", _PARROT,
                   f"mixed/{_THR}", "chat_normalized"),
