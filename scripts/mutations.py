@@ -455,8 +455,9 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_a_configured_profile_or_number_wins_and_no_profile_keeps_the_papers",)),
     Mutation(
         "returning_engine_keeps_old_profile", "parrot/core/engine_pool.py",
-        "        self.profile, self.profile_source = engine_profile(spec, info)\n",
-        "",
+        "        self.contexts = EngineContexts(engine, spec.name, info.block_size)\n"
+        "        self._apply_spec()\n",
+        "        self.contexts = EngineContexts(engine, spec.name, info.block_size)\n",
         ("tests/core/test_engine_pool.py::test_a_returning_engine_is_costed_with_its_new_profile",)),
     Mutation(
         "probe_profile_may_fall", "parrot/engines/speed_probe.py",

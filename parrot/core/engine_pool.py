@@ -123,30 +123,34 @@ class EngineState:
     # The tokens counted for each of those prefixes (by the call that brought it: calls with
     # equal prefix text may estimate it differently when one knows its inputs' real counts).
     prefix_tokens: dict[str, int] = field(default_factory=dict)
+    # Set from the spec and info (_apply_spec): the profile the policy costs it with and
+    # where it came from (engine_profile), and the latency capacity in force: the
+    # configured one, or (`auto`) the paper's rule on that profile
+    # (speed_profile.calibrated_latency_capacity: 6,144 on the default A100 profile).
     profile: SpeedProfile = DEFAULT_PROFILE
-    profile_source: str = "default"     # engine_profile's "configured" / "measured" / "default"
+    profile_source: str = "default"
+    latency_capacity: int = 0
 
     def __post_init__(self) -> None:
-        self.profile, self.profile_source = engine_profile(self.spec, self.info)
+        self._apply_spec()
 
     def reconnect(self, spec: EngineSpec, engine: Engine, info: EngineInfo) -> None:
         """The same engine name back as a new process (or client): its spec, info and
         profile (a restarted engine measures itself again); no prefix is cached there."""
         self.spec, self.engine, self.info = spec, engine, info
         self.contexts = EngineContexts(engine, spec.name, info.block_size)
-        self.profile, self.profile_source = engine_profile(spec, info)
+        self._apply_spec()
+
+    def _apply_spec(self) -> None:
+        # Computed once here, not per view: every scheduling round reads every engine's.
+        self.profile, self.profile_source = engine_profile(self.spec, self.info)
+        configured = self.spec.latency_capacity
+        self.latency_capacity = (configured if configured is not None
+                                 else calibrated_latency_capacity(self.profile))
 
     @property
     def engine_id(self) -> str:
         return self.spec.name
-
-    @property
-    def latency_capacity(self) -> int:
-        """The configured latency capacity, or (`auto`) the paper's rule on this engine's
-        profile (cost.calibrated_latency_capacity: 6,144 on the default A100 profile)."""
-        if self.spec.latency_capacity is not None:
-            return self.spec.latency_capacity
-        return calibrated_latency_capacity(self.profile)
 
     @property
     def kv_capacity_tokens(self) -> int:

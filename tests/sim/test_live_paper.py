@@ -404,3 +404,29 @@ def test_the_engines_tpot_is_the_mean_over_every_engines_generates():
     assert engine_tpot_s(window) == pytest.approx(0.020)          # (30 + 50) ms / 4
     assert engine_tpot_s({"a": {"tpot_generates": 0, "tpot_us_sum": 0}}) is None
     assert engine_tpot_s({"a": {"num_steps": 5}}) is None          # an engine that does not count
+
+
+async def test_results_record_each_engines_reported_profile_and_its_capacity():
+    """results.json's engine_profiles: what `latency_capacity: auto` made of each engine."""
+    from types import SimpleNamespace
+
+    from parrot.engines.protocol import EngineInfo
+    from parrot.sim.live_paper import engine_profiles
+    from parrot.speed_profile import SpeedProfile
+
+    class Reporting:
+        def __init__(self, profile):
+            self.profile = profile
+
+        async def info(self):
+            return EngineInfo("e", "builtin", "m", 4096, 16, 6250, speed_profile=self.profile)
+
+    h200 = SpeedProfile(0.022, ((0, 3.95), (33616, 9.0)))
+    engines = [SimpleNamespace(name="a", engine=Reporting(h200)),
+               SimpleNamespace(name="b", engine=Reporting(None))]
+    profiles = await engine_profiles(engines)
+    assert profiles == {"a": {"prefill_per_token_ms": 0.022,
+                              "decode_table": [[0, 3.95], [33616, 9.0]],
+                              # 40/22 x 3.95 ms at 21,529 tokens, rounded down to 1024
+                              "calibrated_latency_capacity": 21504},
+                        "b": None}
