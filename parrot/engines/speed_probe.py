@@ -106,16 +106,22 @@ class ProbeResult:
         """The cost profile: the decode points with each iteration at least as slow as the
         one of fewer tokens before it (a batch never gets faster by reading more; a dip is
         noise, and the capacity search assumes a step time that never falls), and a point at
-        0 tokens on the line through the first two (the empty batch's step, which the
-        paper's capacity rule compares with; no probe can decode an empty batch)."""
+        0 tokens: the empty batch's step, which the paper's capacity rule compares with and
+        no probe can decode: the intercept of the least-squares line through all the points
+        (not of the first two: one noisy pair must not tilt it; a slow batch of two on a busy
+        CPU once put that at 0), within 0 and the first point."""
         points: list[tuple[int, float]] = []
         slowest = 0.0
         for tokens, ms in sorted(self.decode_points):
             slowest = max(slowest, ms)
             points.append((tokens, slowest))
-        (x0, y0), (x1, y1) = points[0], points[1]
+        x0, y0 = points[0]
         if x0 > 0:
-            points.insert(0, (0, max(0.0, y0 - (y1 - y0) / (x1 - x0) * x0)))
+            n = len(points)
+            mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+            slope = (sum((x - mx) * (y - my) for x, y in points)
+                     / sum((x - mx) ** 2 for x, _ in points))
+            points.insert(0, (0, min(y0, max(0.0, my - slope * mx))))
         return SpeedProfile(self.prefill_ms_per_token, tuple(points))
 
 

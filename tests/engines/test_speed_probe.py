@@ -112,9 +112,16 @@ def test_the_probe_recovers_a_simulated_engines_profile():
 def test_the_profile_never_gets_faster_with_more_tokens():
     noisy = ProbeResult(0.0, 0.1, ((64, 6.0), (256, 7.0)),
                         ((512, 8.0), (2048, 7.5), (8192, 12.0)))
-    assert noisy.profile().decode_points == ((0, 8.0), (512, 8.0), (2048, 8.0), (8192, 12.0))
+    points = noisy.profile().decode_points
+    assert points[1:] == ((512, 8.0), (2048, 8.0), (8192, 12.0))
+    # the empty step: the least-squares line's intercept, within 0 and the first point
+    assert points[0][0] == 0 and 7.0 < points[0][1] < 8.0
     line = ProbeResult(0.0, 0.1, ((64, 6.0), (256, 7.0)), ((1000, 9.0), (3000, 11.0)))
     assert line.profile().decode_points == ((0, 8.0), (1000, 9.0), (3000, 11.0))
+    # one steep pair at the start (noise) does not take the empty step to 0
+    steep = ProbeResult(0.0, 0.1, ((64, 6.0), (256, 7.0)),
+                        ((100, 2.0), (200, 10.0), (400, 10.5), (800, 11.0)))
+    assert 0.0 < steep.profile().decode_points[0][1] <= 2.0
 
 
 def _info(kv_tokens: int, window: int) -> EngineInfo:

@@ -67,9 +67,19 @@ def exclusive_device(key: str, directory: Path | None = None) -> Iterator[float]
 async def exclusive_device_async(key: str, directory: Path | None = None
                                  ) -> AsyncIterator[float]:
     """`exclusive_device` for a coroutine: the wait for the lock runs in a worker thread, so
-    the event loop (and the engine's batching task) keeps running meanwhile."""
+    the event loop (and the engine's batching task) keeps running meanwhile. Cancelled while
+    waiting, the thread still takes the lock when its holder lets go: it is released at once
+    then, never held by a caller that is gone."""
     held = exclusive_device(key, directory)
-    waited = await asyncio.to_thread(held.__enter__)
+    taking = asyncio.ensure_future(asyncio.to_thread(held.__enter__))
+    try:
+        waited = await asyncio.shield(taking)
+    except asyncio.CancelledError:
+        def release(done: asyncio.Future[float]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                held.__exit__(None, None, None)
+        taking.add_done_callback(release)
+        raise
     try:
         yield waited
     finally:

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from parrot.engines.builtin import device_lock
-from parrot.engines.builtin.device_lock import device_key, exclusive_device, lock_path
+from parrot.engines.builtin.device_lock import (device_key, exclusive_device,
+                                                exclusive_device_async, lock_path)
 
 HOLD_S = 0.3
 
@@ -63,3 +64,38 @@ def test_device_names_and_lock_files(tmp_path, monkeypatch):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_gpu_is_named_by_its_uuid():
     assert device_key(torch.device("cuda", 0)).startswith("cuda-")
+
+
+async def test_the_async_lock_waits_in_a_thread_and_a_cancelled_wait_never_keeps_it(tmp_path):
+    import asyncio
+
+    entered = threading.Event()
+    other = hold_in_thread("cuda-GPU-3", tmp_path, entered)
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    ticker = asyncio.create_task(tick())
+    async with exclusive_device_async("cuda-GPU-3", tmp_path) as waited:
+        assert waited >= HOLD_S * 0.5
+    assert ticks >= 5                      # the loop ran while it waited
+    other.join()
+    # cancelled while another holds the lock: once that one lets go, nobody holds it
+    entered = threading.Event()
+    other = hold_in_thread("cuda-GPU-3", tmp_path, entered)
+    waiting = asyncio.create_task(exclusive_device_async("cuda-GPU-3", tmp_path).__aenter__())
+    await asyncio.sleep(0.05)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    other.join()
+    await asyncio.sleep(0.2)               # the worker thread took it and let it go
+    fcntl = pytest.importorskip("fcntl")
+    with open(lock_path("cuda-GPU-3", tmp_path), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)   # raises while anyone holds it
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    ticker.cancel()

@@ -32,8 +32,9 @@ async def test_a_probed_engine_reports_its_profile_and_leaves_nothing_behind(tin
     # the empty batch's step, then one point per batch size of the quick plan (1, 2, 4)
     tokens = [x for x, _ in profile.decode_points]
     assert len(tokens) == 4 and tokens[0] == 0 and tokens == sorted(tokens)
+    # measured steps take time; the extrapolated empty one is within 0 and the first
     ms = [m for _, m in profile.decode_points]
-    assert all(m > 0 for m in ms) and ms == sorted(ms)
+    assert ms[0] >= 0 and all(m > 0 for m in ms[1:]) and ms == sorted(ms)
     stats = await engine.stats()
     assert stats.num_contexts == 0 and stats.num_blocks_free == stats.num_blocks_total
     engine.check_invariants()
