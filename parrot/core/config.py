@@ -128,7 +128,7 @@ class EngineSpec:
     url: str | None = None
     # Token load under which latency calls stay fast; None ("auto" in YAML): the paper's rule
     # on the engine's speed profile (the load where a decode step takes 40/22 of the empty
-    # batch's; cost.calibrated_latency_capacity), known once it connects.
+    # batch's; speed_profile.calibrated_latency_capacity), known once it connects.
     latency_capacity: int | None = 6144
     # Token load a throughput engine may be filled to; None ("auto" in YAML): a share of the
     # engine's own KV cache, known once it connects (`auto_throughput_capacity`).

@@ -117,11 +117,9 @@ class ProbeResult:
             points.append((tokens, slowest))
         x0, y0 = points[0]
         if x0 > 0:
-            n = len(points)
-            mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
-            slope = (sum((x - mx) * (y - my) for x, y in points)
-                     / sum((x - mx) ** 2 for x, _ in points))
-            points.insert(0, (0, min(y0, max(0.0, my - slope * mx))))
+            line = least_squares([x for x, _ in points], [y for _, y in points])
+            empty = line[0] if line is not None else y0
+            points.insert(0, (0, min(y0, max(0.0, empty))))
         return SpeedProfile(self.prefill_ms_per_token, tuple(points))
 
 
@@ -144,17 +142,24 @@ def per_token_through_origin(xs: Sequence[int], ys: Sequence[float]) -> float:
     return sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
 
 
-def prefill_line(xs: Sequence[int], ys: Sequence[float]) -> tuple[float, float]:
-    """(intercept a >= 0, slope b) of the least-squares line y = a + b x; through the origin
-    when the free line's intercept is negative or the lengths are all equal."""
+def least_squares(xs: Sequence[int], ys: Sequence[float]) -> tuple[float, float] | None:
+    """(intercept a, slope b) of the least-squares line y = a + b x; None when every x is
+    the same (no line)."""
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
     sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx > 0:
-        b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-        a = my - b * mx
-        if a >= 0 and b >= 0:
-            return a, b
+    if sxx <= 0:
+        return None
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return my - b * mx, b
+
+
+def prefill_line(xs: Sequence[int], ys: Sequence[float]) -> tuple[float, float]:
+    """(intercept a >= 0, slope b) of the least-squares line y = a + b x; through the origin
+    when the free line's intercept is negative or the lengths are all equal."""
+    line = least_squares(xs, ys)
+    if line is not None and line[0] >= 0 and line[1] >= 0:
+        return line
     return 0.0, per_token_through_origin(xs, ys)
 
 

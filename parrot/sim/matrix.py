@@ -116,8 +116,8 @@ def profile_for(workload: str, default: str) -> str:
 
 def latency_capacity_for(profile: str) -> int:
     """The engines' latency capacity, calibrated to the profile by the paper's rule
-    (cost.calibrated_latency_capacity, what `latency_capacity: auto` gives an engine): 6144 on
-    a100_llama13b, 20480 on h200_llama7b."""
+    (speed_profile.calibrated_latency_capacity, what `latency_capacity: auto` gives an
+    engine): 6144 on a100_llama13b, 20480 on h200_llama7b."""
     return calibrated_latency_capacity(speed_profile({"profile": profile}))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import aiohttp
 import pytest
 
@@ -194,8 +196,9 @@ async def test_submit_batch_with_refs_and_a_rejected_call(http):
     assert status == 400
 
 
+@contextlib.asynccontextmanager
 async def serve_engine(engine):
-    """`engine` behind its own HTTP server on a free port: (the aiohttp runner, the port)."""
+    """`engine` behind its own HTTP server on a free port (yields the port) for the block."""
     from aiohttp import web
 
     from parrot.engines.server import create_app as engine_app
@@ -204,7 +207,10 @@ async def serve_engine(engine):
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    return runner, site._server.sockets[0].getsockname()[1]
+    try:
+        yield site._server.sockets[0].getsockname()[1]
+    finally:
+        await runner.cleanup()
 
 
 async def test_an_engine_joining_with_auto_capacity_is_calibrated_from_its_profile(server,
@@ -222,9 +228,8 @@ async def test_an_engine_joining_with_auto_capacity_is_calibrated_from_its_profi
                 0.03, ((0, 7.7), (65536, 7.7 + 0.0003 * 65536))))
 
     engine = Measured("measured", SimulatedEngineConfig.from_mapping({"zero_latency": True}))
-    runner, port = await serve_engine(engine)
     admin = {"Authorization": f"Bearer {server.admin_token}"}
-    try:
+    async with serve_engine(engine) as port:
         status, _ = await post(http, "/v1/engines", {"name": "measured",
                                                      "url": f"http://127.0.0.1:{port}",
                                                      "latency_capacity": "auto"}, admin)
@@ -238,17 +243,14 @@ async def test_an_engine_joining_with_auto_capacity_is_calibrated_from_its_profi
                 engines["measured"]["profile_source"]) == (20480, "measured")
         # the server's own simulated engine configures no profile and reports none
         assert engines["sim-0"]["profile_source"] == "default"
-    finally:
-        await runner.cleanup()
 
 
 async def test_engine_joins_by_url_and_serves_calls(server, http):
     from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig
 
     engine = SimulatedEngine("joiner", SimulatedEngineConfig.from_mapping({"zero_latency": True}))
-    runner, port = await serve_engine(engine)
     admin = {"Authorization": f"Bearer {server.admin_token}"}
-    try:
+    async with serve_engine(engine) as port:
         status, reply = await post(http, "/v1/engines", {"name": "joiner",
                                                          "url": f"http://127.0.0.1:{port}",
                                                          "latency_capacity": 100}, admin)
@@ -277,8 +279,6 @@ async def test_engine_joins_by_url_and_serves_calls(server, http):
         async with http.get(f"/v1/sessions/{sid}/graph", headers=auth) as resp:
             graph = await resp.json()
         assert [n["engine"] for n in graph["nodes"] if n["kind"] == "call"] == ["joiner"]
-    finally:
-        await runner.cleanup()
 
 
 async def test_submit_with_wait_is_a_blocking_completion(http):
