@@ -36,7 +36,8 @@ SPEC_OPTIONS = {"apps": "num_apps", "doc_tokens": "doc_tokens", "chunk_tokens": 
                 "max_chat_s": "max_chat_s", "clients": "num_clients",
                 "request_rate": "request_rate", "requests": "num_requests",
                 "system_prompt_tokens": "system_prompt_tokens", "prompt_scale": "prompt_scale",
-                "rounds": "rounds"}
+                "rounds": "rounds", "chat_arrivals": "chat_arrivals",
+                "job_offsets": "job_offsets"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,12 +65,18 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default 1.0 for chain_summary_bg and mixed, else 0)")
     w.add_argument("--chat-prompt-tokens", default="128:1024", metavar="LOW:HIGH")
     w.add_argument("--chat-output-tokens", default="64:512", metavar="LOW:HIGH")
+    w.add_argument("--chat-arrivals", choices=("poisson", "uniform"),
+                   help="chats at chat_rate as a seeded Poisson process (default) or one every "
+                   "1/chat_rate seconds (uniform, as the paper's artifact sends them)")
     w.add_argument("--max-chat-s", type=float, help="chats arrive at fixed times in "
                    "[0, this) whatever the main apps do (300 for chain_summary_bg, 60 mixed)")
     w.add_argument("--clients", type=int, help="concurrent_chains: clients; copilot: users; "
                    "multi_agent: files (10 / 32 / 8)")
     w.add_argument("--request-rate", type=float, help="gpts: Poisson requests/s (2.0); "
                    "mixed: map-reduce jobs/s (0.5)")
+    w.add_argument("--job-offsets", type=_offsets, metavar="S1,S2,...",
+                   help="mixed: the jobs' arrival times, seconds from the start, in order "
+                   "(replaces --apps and --request-rate)")
     w.add_argument("--requests", type=int, help="gpts: number of requests (100)")
     w.add_argument("--system-prompt-tokens", type=int, help="copilot: shared prompt (6000)")
     w.add_argument("--prompt-scale", type=float, help="gpts: system prompt lengths x this (1.0)")
@@ -127,6 +134,15 @@ def _capacity(text: str) -> int | None:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: a whole number of tokens >= 1, or auto")
     return int(text)
+
+
+def _offsets(text: str) -> tuple[float, ...]:
+    """--job-offsets: comma-separated seconds (the spec checks their range and order)."""
+    try:
+        return tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: comma-separated seconds, e.g. 15,15.5,16") from None
 
 
 def _range(parser: argparse.ArgumentParser, option: str, text: str,

@@ -162,7 +162,9 @@ LIVE_RATIOS: dict[str, tuple[LiveRatio, ...]] = {
                           LiveRatio("doc_tokens 16384: vs latency-capped request-level",
                                     "map_reduce_16", _PARROT, optional=True)),
     "concurrent_chains": (LiveRatio("mean JCT vs request-level (10 clients)",
-                                    "concurrent_chains", _PARROT),),
+                                    "concurrent_chains", _PARROT),
+                          LiveRatio("mean JCT vs request-level (25 clients)",
+                                    "concurrent_chains_25", _PARROT, optional=True)),
     "map_reduce_apps": (LiveRatio("vs latency-capped request-level", "map_reduce", _PARROT),),
     "copilot": (LiveRatio("32 users, sharing vs no sharing", "copilot_32", "least_queue:parrot"),
                 LiveRatio("32 users, app_centric vs no sharing", "copilot_32", _PARROT),
@@ -211,6 +213,16 @@ LIVE_RATIOS: dict[str, tuple[LiveRatio, ...]] = {
                               optional=True),
                     LiveRatio("16 files, vs throughput-centric", "multi_agent_16", _PARROT,
                               "multi_agent_16/throughput_centric:baseline", optional=True)),
+    "mixed_artifact": (
+        LiveRatio("2 engines on 1 H200, latency capacity auto: chat normalized latency vs "
+                  "latency-centric", "mixed_artifact", _PARROT, f"mixed_artifact/{_LAT}",
+                  "chat_normalized", optional=True),
+        LiveRatio("chat normalized latency vs throughput-centric", "mixed_artifact", _PARROT,
+                  f"mixed_artifact/{_THR}", "chat_normalized", optional=True),
+        LiveRatio("map-reduce job time vs latency-centric", "mixed_artifact", _PARROT,
+                  f"mixed_artifact/{_LAT}", optional=True),
+        LiveRatio("map-reduce job time vs throughput-centric", "mixed_artifact", _PARROT,
+                  f"mixed_artifact/{_THR}", optional=True)),
     "mixed": (
         LiveRatio("2 engines on 1 H200, latency capacity auto (21,504 on the engines' measured "
                   "profiles): chat normalized latency vs latency-centric", "mixed",

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Mapping, Sequence
 
+from parrot.sim.workloads.apps import ARTIFACT_CHAT_S, ARTIFACT_JOB_OFFSETS
 from parrot.sim.workloads.registry import WORKLOADS
 from parrot.sim.workloads.spec import WorkloadSpec
 from parrot.validation import key_value
@@ -166,6 +167,17 @@ SWEEP_POINTS = (
                    {**_MAP_ONE, "doc_tokens": 16384}, _SMOKE_DOC),
     LiveExperiment("map_reduce_20", "map_reduce", *_MAP_VS_LATENCY,
                    {**_MAP_ONE, "doc_tokens": 20480}, _SMOKE_DOC),
+    # the paper's 25 concurrent clients (the default run has 10)
+    LiveExperiment("concurrent_chains_25", "concurrent_chains", *_CHAIN_VS_VLLM,
+                   {**_CHAIN, "num_clients": 25}, {**_SMOKE_DOC, "num_clients": 3}),
+    # mixed with the arrivals of the paper's artifact (9 jobs in three bursts of three, one
+    # chat a second for 40 s) on the two engines of `mixed`
+    LiveExperiment("mixed_artifact", "mixed", "app_centric,throughput_centric,latency_centric",
+                   "latency_centric",
+                   {"job_offsets": ARTIFACT_JOB_OFFSETS, "chat_rate": 1.0,
+                    "chat_arrivals": "uniform", "max_chat_s": ARTIFACT_CHAT_S},
+                   {**_MIXED_SMOKE, "job_offsets": (0.5, 1.0), "chat_arrivals": "uniform"},
+                   engines=2),
 )
 
 # Run only when named (--only): multi_agent at the paper's 16 files, and the paper's gpts

@@ -129,7 +129,8 @@ WARMUP_ARRIVALS_S = 20.0
 
 def warmup_spec(spec: WorkloadSpec, *, full_outputs: bool = False,
                 arrivals_s: float = WARMUP_ARRIVALS_S) -> WorkloadSpec:
-    """The same shapes (prompt lengths, batch sizes) with one app/round and seconds of chat:
+    """The same shapes (prompt lengths, batch sizes) with one app/round (a job trace: one job
+    at once) and seconds of chat:
     compiles kernels and captures graphs for the sizes the timed run meets. Poisson requests
     arrive at the run's rate for `arrivals_s` (at least 8 requests, at most the run's; a rate
     search, whose spec has no rate of its own, warms with 8: `arrivals_s=0`).
@@ -140,6 +141,7 @@ def warmup_spec(spec: WorkloadSpec, *, full_outputs: bool = False,
     warmed with 8 tokens)."""
     arrivals = max(8, math.ceil(spec.request_rate * arrivals_s))
     short = dataclasses.replace(spec, num_apps=1, rounds=1,
+                                job_offsets=(0.0,) if spec.job_offsets else (),
                                 num_requests=min(spec.num_requests, arrivals),
                                 max_chat_s=min(spec.max_chat_s, 5.0))
     if full_outputs:

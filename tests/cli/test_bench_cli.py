@@ -103,3 +103,18 @@ def test_live_variants_may_carry_engine_params_the_simulator_does_not_know(tmp_p
                               "least_queue+engine.shared_prefix_min_group=1000000"])
     _, (variant,), _ = parse_settings(parser, args)
     assert variant.engine_params == {"shared_prefix_min_group": 1000000}
+
+
+def test_mixed_takes_a_job_trace_and_uniform_chats_from_the_command_line(tmp_path):
+    from parrot.cli.bench import build_parser, parse_settings
+
+    parser = build_parser()
+    args = parser.parse_args(["--workload", "mixed", "--out", str(tmp_path),
+                              "--job-offsets", "15,15.5,16", "--chat-arrivals", "uniform"])
+    settings, _, _ = parse_settings(parser, args)
+    assert settings.workload_spec.job_offsets == (15.0, 15.5, 16.0)
+    assert settings.workload_spec.chat_arrivals == "uniform"
+    for bad in ("15,x", ""):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--workload", "mixed", "--out", str(tmp_path),
+                               "--job-offsets", bad])

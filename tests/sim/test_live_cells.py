@@ -128,7 +128,7 @@ def test_both_live_folders_fill_the_table(tmp_path):
     rows = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()}
     gpts_row = next(v for k, v in rows.items() if k.startswith("GPTs"))
     assert "app_centric vs no sharing: 4.00×" in gpts_row
-    mixed_row = next(v for k, v in rows.items() if k.startswith("mixed"))
+    mixed_row = next(v for k, v in rows.items() if k.startswith("mixed: chat"))
     assert "map-reduce job time vs latency-centric: 3.00×" in mixed_row
     map_reduce_row = next(v for k, v in rows.items() if "3 apps of 32" in k)
     assert "vs latency-capped request-level: 2.00×" in map_reduce_row

@@ -11,7 +11,8 @@ import pytest
 
 from parrot.core.config import EngineSpec, ServeConfig
 from parrot.engines.protocol import OPTIONAL_STATS
-from parrot.sim.live_experiments import (LIVE_EXPERIMENTS, LiveExperiment, LiveExperimentError,
+from parrot.sim.live_experiments import (EXTRA_EXPERIMENTS, LIVE_EXPERIMENTS,
+                                         LiveExperiment, LiveExperimentError,
                                          select_experiments, with_policy_params,
                                          with_rate_search, with_variants)
 from parrot.sim.live_paper import ServeSetup, run_live_paper, warmup_spec
@@ -282,6 +283,12 @@ def test_warmup_keeps_the_shapes_and_cuts_the_time():
                                                               spec.chat_output_tokens)
     assert full.num_apps == 1 and full.max_chat_s == 5.0 and warm.output_tokens == 8 < (
         spec.output_tokens)
+    # a job trace (mixed_artifact: nine jobs from 15 s on) warms with one job at once
+    trace = next(e for e in EXTRA_EXPERIMENTS if e.key == "mixed_artifact")
+    spec = trace.workload_spec(smoke=False)
+    assert len(spec.job_offsets) == 9 and spec.chat_arrivals == "uniform"
+    assert warmup_spec(spec).job_offsets == (0.0,)
+    assert warmup_spec(WorkloadSpec()).job_offsets == ()
 
 
 def test_the_gpu_runs_fit_the_random_llama_window():

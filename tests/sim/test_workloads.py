@@ -9,7 +9,7 @@ import pytest
 from parrot.sim.cluster import ClusterSpec, run_simulation
 from parrot.sim.compare import CompareError, Variant, parse_variant, parse_variants
 from parrot.sim.workloads.apps import documents
-from parrot.sim.workloads.arrivals import poisson_offsets
+from parrot.sim.workloads.arrivals import poisson_offsets, uniform_offsets
 from parrot.sim.workloads.copilot import query_lengths
 from parrot.sim.workloads.gpts import system_prompt_lengths
 from parrot.sim.workloads.registry import WORKLOADS
@@ -159,6 +159,38 @@ def test_mixed_jobs_and_chats_arrive_at_fixed_times_in_every_variant():
     offsets = poisson_offsets(random.Random("jobs|0"), 1.0, count=3)
     assert [r.started for r in jobs] == pytest.approx(offsets)
     assert any(not r.is_main for r in runs[0].records)
+
+
+def test_mixed_jobs_follow_a_trace_and_chats_a_fixed_interval():
+    # The paper's artifact: jobs in bursts (here two of two, 0.5 s apart), one chat a second.
+    spec = dict(job_offsets=(0.5, 1.0, 4.0, 4.5), num_apps=9, chat_rate=1.0, max_chat_s=3.0,
+                chat_arrivals="uniform", chat_prompt_tokens=(16, 32), chat_output_tokens=(4, 8))
+    result = run("mixed", **spec)
+    jobs = [r for r in result.records if r.is_main]
+    assert [r.app_id for r in jobs] == [f"mapreduce-{i}" for i in range(4)]  # not num_apps
+    assert [r.started for r in jobs] == pytest.approx([0.5, 1.0, 4.0, 4.5])
+    chats = sorted(r.started for r in result.records if not r.is_main)
+    assert chats == pytest.approx([0.0, 1.0, 2.0])
+    assert all(r.error is None for r in result.records)
+
+
+def test_uniform_offsets_are_one_interval_apart_before_the_horizon():
+    assert uniform_offsets(2.0, horizon_s=2.0) == [0.0, 0.5, 1.0, 1.5]
+    assert uniform_offsets(1.0, horizon_s=2.5) == [0.0, 1.0, 2.0]
+    assert uniform_offsets(0.0, horizon_s=10.0) == []
+
+
+@pytest.mark.parametrize("offsets", [(1.0, 0.5), (-1.0,), (float("inf"),), (float("nan"),),
+                                     ("1",), (True,)])
+def test_job_offsets_must_be_seconds_in_arrival_order(offsets):
+    with pytest.raises(WorkloadConfigError, match="job_offsets"):
+        WorkloadSpec(job_offsets=offsets)
+
+
+def test_job_offsets_become_a_tuple_of_floats_and_chat_arrivals_a_known_kind():
+    assert WorkloadSpec(job_offsets=[1, 2.5]).job_offsets == (1.0, 2.5)
+    with pytest.raises(WorkloadConfigError, match="chat_arrivals"):
+        WorkloadSpec(chat_arrivals="bursty")
 
 
 def test_documents_never_repeat_when_the_text_wraps_around():

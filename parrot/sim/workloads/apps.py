@@ -13,7 +13,7 @@ import random
 from collections.abc import Awaitable, Callable
 
 import parrot
-from parrot.sim.workloads.arrivals import Arrivals, poisson_offsets
+from parrot.sim.workloads.arrivals import Arrivals, poisson_offsets, uniform_offsets
 from parrot.sim.workloads.base import AppRecord, Env, app_session, get_latency, sampling
 from parrot.sim.workloads.documents import CHARS_PER_TOKEN, chunk_document, stdlib_document
 from parrot.sim.workloads.spec import WorkloadSpec
@@ -131,13 +131,20 @@ async def map_reduce(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
     return await _apps_in_sequence(env, spec, "mapreduce", _one_map_reduce)
 
 
+# The paper's artifact's mixed run (its published benchmark script): 9 map-reduce jobs in
+# three bursts of three, 0.5 s apart, the bursts 11 s apart, the first 15 s after the chats
+# start; beside them 40 chats, one a second. `--job-offsets` replays it (seconds).
+ARTIFACT_JOB_OFFSETS = (15.0, 15.5, 16.0, 26.0, 26.5, 27.0, 37.0, 37.5, 38.0)
+ARTIFACT_CHAT_S = 40.0
+
+
 async def mixed(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
-    """The paper's mixed workload: `num_apps` map-reduce jobs arriving as a Poisson process
-    at `request_rate` jobs per second, while chat arrives at `chat_rate` per second; both
-    streams at times drawn before the run."""
-    docs = await asyncio.to_thread(documents, spec)
-    offsets = poisson_offsets(random.Random(f"jobs|{spec.seed}"), spec.request_rate,
-                              count=spec.num_apps)
+    """The paper's mixed workload: map-reduce jobs arriving at `spec.job_offsets` (a trace),
+    or `num_apps` of them as a Poisson process at `request_rate` jobs per second, while chat
+    arrives at `chat_rate` per second; both streams at times fixed before the run."""
+    offsets = list(spec.job_offsets) or poisson_offsets(
+        random.Random(f"jobs|{spec.seed}"), spec.request_rate, count=spec.num_apps)
+    docs = await asyncio.to_thread(documents, spec, len(offsets))
 
     async def job(i: int) -> AppRecord:
         return await _one_map_reduce(env, f"mapreduce-{i}", docs[i], spec.output_tokens)
@@ -164,14 +171,18 @@ async def _one_map_reduce(env: Env, app_id: str, chunks: list[str],
 
 
 class BackgroundChat:
-    """Poisson arrivals of single latency-sensitive chat calls at times fixed before the run
-    (`spec.chat_rate` per second over [0, `spec.max_chat_s`)), with seeded lengths."""
+    """Single latency-sensitive chat calls at times fixed before the run (`spec.chat_rate`
+    per second over [0, `spec.max_chat_s`), Poisson or uniform by `spec.chat_arrivals`), with
+    seeded lengths."""
 
     def __init__(self, env: Env, spec: WorkloadSpec) -> None:
         self._env = env
         rng = random.Random(f"chat|{spec.seed}")
         text = stdlib_document()
-        offsets = poisson_offsets(rng, spec.chat_rate, horizon_s=spec.max_chat_s)
+        if spec.chat_arrivals == "uniform":
+            offsets = uniform_offsets(spec.chat_rate, horizon_s=spec.max_chat_s)
+        else:
+            offsets = poisson_offsets(rng, spec.chat_rate, horizon_s=spec.max_chat_s)
         self._chats: list[tuple[str, int]] = []
         for _ in offsets:
             prompt_tokens = rng.randint(*spec.chat_prompt_tokens)

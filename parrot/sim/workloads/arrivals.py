@@ -1,4 +1,5 @@
-"""Open-loop arrivals fixed in time: a seeded Poisson schedule, drawn before the run starts.
+"""Open-loop arrivals fixed in time: a seeded Poisson schedule or a fixed interval, set
+before the run starts.
 
 Every variant of a comparison faces the same arrivals at the same offsets from the start of
 the run, whatever the applications under test do meanwhile (a slower variant does not meet
@@ -8,6 +9,7 @@ more — or fewer — requests because its main application runs longer).
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Generic, TypeVar
@@ -29,6 +31,15 @@ def poisson_offsets(rng: random.Random, rate: float, *, horizon_s: float | None 
             break
         offsets.append(t)
     return offsets
+
+
+def uniform_offsets(rate: float, *, horizon_s: float) -> list[float]:
+    """One arrival every 1/`rate` seconds from 0, before `horizon_s` (the paper's artifact
+    sends its chats this way: a fixed interval, not a Poisson process)."""
+    if rate <= 0:
+        return []
+    count = math.ceil(horizon_s * rate)
+    return [i / rate for i in range(count) if i / rate < horizon_s]
 
 
 class Arrivals(Generic[T]):

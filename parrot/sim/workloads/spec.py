@@ -17,6 +17,7 @@ class WorkloadConfigError(ConfigError):
 
 
 _CHECK = Checks("", WorkloadConfigError)
+CHAT_ARRIVALS = ("poisson", "uniform")
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,10 @@ class WorkloadSpec:
     chunk_tokens: int = 1024            # paper: 512–2048
     output_tokens: int = 50             # per call; paper: 25–100
     num_apps: int = 1                   # applications of the main kind, one after another
-    chat_rate: float = 0.0              # background chat arrivals per second (Poisson)
+    chat_rate: float = 0.0              # background chat arrivals per second
+    # How chats arrive at chat_rate: "poisson" (seeded), or "uniform" (one every 1/chat_rate
+    # seconds, as the paper's artifact sends its mixed workload's chats).
+    chat_arrivals: str = "poisson"
     chat_prompt_tokens: tuple[int, int] = (128, 1024)   # uniform range per chat call
     chat_output_tokens: tuple[int, int] = (64, 512)
     # Chats arrive at fixed times in [0, max_chat_s) whatever the main applications do, so
@@ -34,7 +38,10 @@ class WorkloadSpec:
     seed: int = 0
     # concurrent_chains: clients at once; copilot: users at once; multi_agent: files (coders).
     num_clients: int = 1
-    # gpts: Poisson request rate (requests/s) and how many requests arrive.
+    # mixed: the jobs' arrival times, seconds from the start (a trace: the paper's artifact
+    # sends bursts of three); empty: num_apps jobs as a Poisson process at request_rate.
+    job_offsets: tuple[float, ...] = ()
+    # gpts (and mixed's jobs): Poisson request rate (requests/s) and how many requests arrive.
     request_rate: float = 1.0
     num_requests: int = 100
     system_prompt_tokens: int = 6000    # copilot's shared system prompt
@@ -51,6 +58,15 @@ class WorkloadSpec:
         _CHECK.number("max_chat_s", self.max_chat_s, minimum=0)
         _CHECK.positive("request_rate", self.request_rate)
         _CHECK.positive("prompt_scale", self.prompt_scale)
+        _CHECK.one_of("chat_arrivals", self.chat_arrivals, CHAT_ARRIVALS)
+        offsets = self.job_offsets
+        _CHECK.require(isinstance(offsets, (tuple, list))
+                       and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                               and 0 <= x < float("inf") for x in offsets)
+                       and all(a <= b for a, b in zip(offsets, offsets[1:])),
+                       "job_offsets", offsets,
+                       "finite seconds >= 0 in arrival order (non-decreasing)")
+        object.__setattr__(self, "job_offsets", tuple(float(x) for x in offsets))
         for key in ("chat_prompt_tokens", "chat_output_tokens"):
             value = getattr(self, key)
             _CHECK.require(isinstance(value, (tuple, list)) and len(value) == 2
