@@ -489,4 +489,21 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            if False:\n",
         ("tests/engines/builtin/test_startup_probe.py::"
          "test_a_probed_engine_reports_its_profile_and_leaves_nothing_behind",)),
+    Mutation(
+        "mixed_job_trace_ignored", "parrot/sim/workloads/apps.py",
+        "    offsets = list(spec.job_offsets) or poisson_offsets(\n",
+        "    offsets = poisson_offsets(\n",
+        ("tests/sim/test_workloads.py::"
+         "test_mixed_jobs_follow_a_trace_and_chats_a_fixed_interval",)),
+    Mutation(
+        "uniform_chats_poisson", "parrot/sim/workloads/apps.py",
+        "        if spec.chat_arrivals == \"uniform\":\n",
+        "        if False:\n",
+        ("tests/sim/test_workloads.py::"
+         "test_mixed_jobs_follow_a_trace_and_chats_a_fixed_interval",)),
+    Mutation(
+        "warmup_replays_the_job_trace", "parrot/sim/live_paper.py",
+        "                                job_offsets=(0.0,) if spec.job_offsets else (),\n",
+        "",
+        ("tests/sim/test_live_paper.py::test_warmup_keeps_the_shapes_and_cuts_the_time",)),
 )
