@@ -66,8 +66,10 @@ concurrent_chains, chain_bg and map_reduce_8 (live_paper_h200_profile_one/), mul
 and 16 files (..._multi_agent/, ..._multi_agent_16/), gpts at its fixed rate (..._gpts/) and
 mixed (..._mixed/); then, on the same code with the paper artifact's shapes, concurrent
 chains at the paper's 25 clients (live_paper_h200_artifact_cc25/) and mixed with the
-artifact's arrivals (live_paper_h200_artifact_mixed/). Only the gpts rate searches are older
-(the 2026-12-03 00:44 UTC search at the paper's prompt lengths).
+artifact's arrivals (live_paper_h200_artifact_mixed/); then the one-engine runs that had
+last run at the configs' 6,144, again with `--latency-capacity auto`: chain_summary, the
+chain-chunk and map-reduce sweep points and map_reduce (live_paper_h200_auto_one/). Only the
+gpts rate searches are older (the 2026-12-03 00:44 UTC search at the paper's prompt lengths).
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -112,7 +114,8 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_mixed_queue", "live_paper_h200_profile_one",
              "live_paper_h200_profile_multi_agent", "live_paper_h200_profile_multi_agent_16",
              "live_paper_h200_profile_gpts", "live_paper_h200_profile_mixed",
-             "live_paper_h200_artifact_cc25", "live_paper_h200_artifact_mixed")
+             "live_paper_h200_artifact_cc25", "live_paper_h200_artifact_mixed",
+             "live_paper_h200_auto_one")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
