@@ -162,7 +162,7 @@ class AppCentricPolicy(Policy):
         nothing: it queues them in the manager while engines have room (measured: `mixed` on 8
         engines, where one latency-free engine took 31 maps while 7 chat engines sat capped and
         60 maps queued). Then they fill up to the throughput capacity (latency calls still keep
-        to the latency capacity among themselves)."""
+        to the latency limit, counting the whole load of the engine they join)."""
         latency_free = [s for s in slots if not s.serves(Criterion.LATENCY)]
         need = sum(c.num_tokens for c in calls if self._criterion(c) is Criterion.THROUGHPUT)
         room = sum(max(0, s.view.throughput_capacity - s.load) for s in latency_free)
