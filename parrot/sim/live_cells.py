@@ -68,7 +68,8 @@ mixed (..._mixed/); then, on the same code with the paper artifact's shapes, con
 chains at the paper's 25 clients (live_paper_h200_artifact_cc25/) and mixed with the
 artifact's arrivals (live_paper_h200_artifact_mixed/); then the one-engine runs that had
 last run at the configs' 6,144, again with `--latency-capacity auto`: chain_summary, the
-chain-chunk and map-reduce sweep points and map_reduce (live_paper_h200_auto_one/). Only the
+chain-chunk and map-reduce sweep points and map_reduce (live_paper_h200_auto_one/), and the
+four copilot runs with the configs saying `auto` (live_paper_h200_auto_copilot/). Only the
 gpts rate searches are older (the 2026-12-03 00:44 UTC search at the paper's prompt lengths).
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
@@ -115,7 +116,7 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_profile_multi_agent", "live_paper_h200_profile_multi_agent_16",
              "live_paper_h200_profile_gpts", "live_paper_h200_profile_mixed",
              "live_paper_h200_artifact_cc25", "live_paper_h200_artifact_mixed",
-             "live_paper_h200_auto_one")
+             "live_paper_h200_auto_one", "live_paper_h200_auto_copilot")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
