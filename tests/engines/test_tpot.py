@@ -67,6 +67,10 @@ async def test_a_simulated_engine_reports_its_decode_step_as_tpot():
     finally:
         await engine.close()
     # one Generate, each token after the first one decode step of ~4 ms (plus the event loop)
-    # (the profile's decode step: 3.85 ms + 0.15 us per KV token, ~60 tokens here)
+    # (the profile's decode step: 3.85 ms + 0.15 us per KV token, ~60 tokens here). The
+    # engine makes up a late timer on the next step (each starts when the previous one ended
+    # on paper), so a late first token shortens the measured interval after it: measured on
+    # the 2-core VM under CI, 3,855 us against the step's 3,859; 5% below allows for that.
     assert stats.tpot_generates == 1
-    assert 1e6 * config.latency.iteration_seconds(1, 60, 0) <= stats.tpot_us_sum <= 20_000
+    step_us = 1e6 * config.latency.iteration_seconds(1, 60, 0)
+    assert 0.95 * step_us <= stats.tpot_us_sum <= 20_000
