@@ -27,7 +27,7 @@ from parrot.sim.compare import (CompareError, Settings, Variant, VariantRun, par
                                 results_json, run_variant)
 from parrot.sim.workloads.base import AppRecord
 from parrot.sim.workloads.registry import WORKLOADS
-from parrot.sim.workloads.spec import WorkloadSpec
+from parrot.sim.workloads.spec import CHAT_ARRIVALS, WorkloadSpec
 from parrot.validation import key_value
 
 # --option dest -> WorkloadSpec field; unset options take the workload's default, then the spec's.
@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default 1.0 for chain_summary_bg and mixed, else 0)")
     w.add_argument("--chat-prompt-tokens", default="128:1024", metavar="LOW:HIGH")
     w.add_argument("--chat-output-tokens", default="64:512", metavar="LOW:HIGH")
-    w.add_argument("--chat-arrivals", choices=("poisson", "uniform"),
+    w.add_argument("--chat-arrivals", choices=CHAT_ARRIVALS,
                    help="chats at chat_rate as a seeded Poisson process (default) or one every "
                    "1/chat_rate seconds (uniform, as the paper's artifact sends them)")
     w.add_argument("--max-chat-s", type=float, help="chats arrive at fixed times in "

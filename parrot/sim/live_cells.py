@@ -153,6 +153,22 @@ class LiveRatio:
 
 
 _PARROT, _LAT, _THR = "app_centric:parrot", "latency_centric:parrot", "throughput_centric:parrot"
+
+
+def _mixed_ratios(experiment: str, setting: str, optional: bool = False
+                  ) -> tuple[LiveRatio, ...]:
+    """A mixed run's four ratios (chat normalized latency, then job time, vs latency- and
+    throughput-centric), the first label led by the run's `setting`."""
+    return (
+        LiveRatio(f"{setting}chat normalized latency vs latency-centric", experiment, _PARROT,
+                  f"{experiment}/{_LAT}", "chat_normalized", optional),
+        LiveRatio("chat normalized latency vs throughput-centric", experiment, _PARROT,
+                  f"{experiment}/{_THR}", "chat_normalized", optional),
+        LiveRatio("map-reduce job time vs latency-centric", experiment, _PARROT,
+                  f"{experiment}/{_LAT}", optional=optional),
+        LiveRatio("map-reduce job time vs throughput-centric", experiment, _PARROT,
+                  f"{experiment}/{_THR}", optional=optional))
+
 LIVE_RATIOS: dict[str, tuple[LiveRatio, ...]] = {
     "chain_output": (LiveRatio("vs request-level", "chain_summary", _PARROT),),
     # the sweeps' points run live one at a time (SWEEP_POINTS, `--only` names them)
@@ -220,25 +236,10 @@ LIVE_RATIOS: dict[str, tuple[LiveRatio, ...]] = {
                               optional=True),
                     LiveRatio("16 files, vs throughput-centric", "multi_agent_16", _PARROT,
                               "multi_agent_16/throughput_centric:baseline", optional=True)),
-    "mixed_artifact": (
-        LiveRatio("2 engines on 1 H200, latency capacity auto: chat normalized latency vs "
-                  "latency-centric", "mixed_artifact", _PARROT, f"mixed_artifact/{_LAT}",
-                  "chat_normalized", optional=True),
-        LiveRatio("chat normalized latency vs throughput-centric", "mixed_artifact", _PARROT,
-                  f"mixed_artifact/{_THR}", "chat_normalized", optional=True),
-        LiveRatio("map-reduce job time vs latency-centric", "mixed_artifact", _PARROT,
-                  f"mixed_artifact/{_LAT}", optional=True),
-        LiveRatio("map-reduce job time vs throughput-centric", "mixed_artifact", _PARROT,
-                  f"mixed_artifact/{_THR}", optional=True)),
-    "mixed": (
-        LiveRatio("2 engines on 1 H200, latency capacity auto (21,504 on the engines' measured "
-                  "profiles): chat normalized latency vs latency-centric", "mixed",
-                  _PARROT, f"mixed/{_LAT}", "chat_normalized"),
-        LiveRatio("chat normalized latency vs throughput-centric", "mixed", _PARROT,
-                  f"mixed/{_THR}", "chat_normalized"),
-        LiveRatio("map-reduce job time vs latency-centric", "mixed", _PARROT, f"mixed/{_LAT}"),
-        LiveRatio("map-reduce job time vs throughput-centric", "mixed", _PARROT,
-                  f"mixed/{_THR}")),
+    "mixed_artifact": _mixed_ratios("mixed_artifact", "2 engines on 1 H200, latency capacity "
+                                    "auto: ", optional=True),
+    "mixed": _mixed_ratios("mixed", "2 engines on 1 H200, latency capacity auto (21,504 on "
+                           "the engines' measured profiles): "),
 }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parrot.errors import ConfigError
-from parrot.validation import Checks, is_int
+from parrot.validation import Checks, is_int, is_number
 
 
 class WorkloadConfigError(ConfigError):
@@ -61,8 +61,7 @@ class WorkloadSpec:
         _CHECK.one_of("chat_arrivals", self.chat_arrivals, CHAT_ARRIVALS)
         offsets = self.job_offsets
         _CHECK.require(isinstance(offsets, (tuple, list))
-                       and all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                               and 0 <= x < float("inf") for x in offsets)
+                       and all(is_number(x) and x >= 0 for x in offsets)
                        and all(a <= b for a, b in zip(offsets, offsets[1:])),
                        "job_offsets", offsets,
                        "finite seconds >= 0 in arrival order (non-decreasing)")
