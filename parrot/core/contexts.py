@@ -24,7 +24,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from parrot.core.prefix import PrefixPiece
-from parrot.engines.protocol import Engine, FillRequest, FillResult
+from parrot.engines.protocol import LATENCY_PRIORITY, Engine, FillRequest, FillResult
 from parrot.errors import EngineError
 
 log = logging.getLogger(__name__)
@@ -132,9 +132,10 @@ class EngineContexts:
 
     # --- acquiring and releasing ------------------------------------------------------------
 
-    async def acquire(self, pieces: tuple[PrefixPiece, ...], session_id: str = SHARED
-                      ) -> ContextChain:
-        """Reference the deepest cached context of `pieces` and create the ones after it."""
+    async def acquire(self, pieces: tuple[PrefixPiece, ...], session_id: str = SHARED,
+                      priority: int = LATENCY_PRIORITY) -> ContextChain:
+        """Reference the deepest cached context of `pieces` and create the ones after it,
+        filled at the engine `priority` of the call that asks first."""
         chain = ContextChain()
         deepest = next((i for i in range(len(pieces) - 1, -1, -1)
                         if pieces[i].prefix_hash in self._by_hash), -1)
@@ -154,7 +155,7 @@ class EngineContexts:
                 if ctx is None:
                     self.num_misses += 1
                     ctx = self._start_fill(piece, chain.contexts[-1] if chain.contexts else None,
-                                           session_id)
+                                           session_id, priority)
                 else:
                     self.num_hits += 1
                     self._claim(ctx, session_id)
@@ -180,7 +181,7 @@ class EngineContexts:
             ctx.owner = SHARED
 
     def _start_fill(self, piece: PrefixPiece, parent: PrefixContext | None,
-                    session_id: str) -> PrefixContext:
+                    session_id: str, priority: int) -> PrefixContext:
         context_id = f"p-{piece.prefix_hash}-{next(self._ids)}"
         ctx = PrefixContext(piece.prefix_hash, context_id,
                             asyncio.get_running_loop().create_future(), session_id,
@@ -192,7 +193,7 @@ class EngineContexts:
             parent.children[ctx] = None
         request = FillRequest(context_id=context_id,
                               parent_context_id=parent.context_id if parent else None,
-                              text=piece.text)
+                              text=piece.text, priority=priority)
         task = asyncio.ensure_future(self._engine.fill(request))
         self.num_filling += 1
         task.add_done_callback(lambda t: self._on_filled(ctx, t))

@@ -13,7 +13,8 @@ from parrot.core.config import EngineSpec, auto_throughput_capacity
 from parrot.core.contexts import EngineContexts
 from parrot.core.nodes import Call
 from parrot.engines.latency_model import EngineConfigError, load_profile
-from parrot.engines.protocol import Engine, EngineInfo
+from parrot.engines.protocol import (LATENCY_PRIORITY, THROUGHPUT_PRIORITY, Engine,
+                                     EngineInfo)
 from parrot.errors import ConflictError, NotFoundError
 from parrot.policies.base import EngineView
 from parrot.speed_profile import (DEFAULT_PROFILE, ProfileError, SpeedProfile,
@@ -96,6 +97,7 @@ class _Placed:
     # Prompt tokens still to prefill until its first fill reports (beyond the deepest prefix
     # cached here when it was placed).
     prefill_tokens: int = 0
+    placed_throughput: bool = False     # its placement named THROUGHPUT (engine priority)
 
     @cached_property
     def whole_tokens(self) -> int:
@@ -191,6 +193,15 @@ class EngineState:
         before its first fill reports, no prefix context being filled)."""
         return self.contexts.num_filling == 0 and self.prefilling.keys() <= {call_id}
 
+    def request_priority(self, call_id: str) -> int:
+        """The engine priority of running `call_id`'s requests: THROUGHPUT_PRIORITY when its
+        placement named THROUGHPUT, so the engine prefills a latency-critical call before
+        throughput work queued ahead of it. A policy that names no criterion (the
+        baselines) leaves every call at one priority: first come, first served."""
+        placed = self.running.get(call_id)
+        throughput = placed is not None and placed.placed_throughput
+        return THROUGHPUT_PRIORITY if throughput else LATENCY_PRIORITY
+
     def add_call(self, call: Call, criterion: Criterion | None = None) -> None:
         """Count `call` as running here; as `criterion` (the one its placement names) when
         given, else as its own."""
@@ -205,7 +216,8 @@ class EngineState:
         placed = _Placed(max(0, call.num_tokens - (cumulative[-1] if cumulative else 0)),
                          (criterion or call.criterion) is Criterion.THROUGHPUT,
                          call.task_group, prefixes, output, call,
-                         max(0, call.num_tokens - output - cached))
+                         max(0, call.num_tokens - output - cached),
+                         criterion is Criterion.THROUGHPUT)
         self.running[call.call_id] = placed
         self.num_tokens_in_use += placed.num_tokens
         for prefix, tokens in prefixes:
@@ -283,7 +295,16 @@ class EngineState:
             chained_latency_seq=(max(p.call.arrival_seq for p in latency)
                                  if latency and all(p.call.has_waiting_consumer
                                                     for p in latency) else None),
+            queued_prefill_tokens=sum(p.prefill_tokens for p in self.running.values()),
+            throughput_tokens_in_use=self.num_tokens_in_use - self._latency_tokens(latency),
         )
+
+    def _latency_tokens(self, latency: list[_Placed]) -> int:
+        """Of num_tokens_in_use, what the running LATENCY calls hold: their own tokens and
+        every prefix one of them uses (counted once, as the accounting counts it)."""
+        prefixes = {prefix for p in latency for prefix, _ in p.prefixes}
+        return (sum(p.num_tokens for p in latency)
+                + sum(self.prefix_tokens[prefix] for prefix in prefixes))
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.engine_id, "kind": self.info.kind, "model": self.info.model,

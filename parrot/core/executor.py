@@ -120,7 +120,8 @@ async def run_call(call: Call, engine: EngineState, publish: OutputSink,
 async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
                     sharers: Sharers) -> None:
     pieces, head = plan_prefix_contexts(call.prefix_pieces, sharers)
-    chain = await engine.contexts.acquire(pieces, call.session_id)
+    priority = engine.request_priority(call.call_id)
+    chain = await engine.contexts.acquire(pieces, call.session_id, priority)
     context_id = f"c-{call.call_id}-{call.attempts}"
     parent = chain.leaf_id
     created = False
@@ -139,7 +140,7 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
                 if pending:
                     filled = await engine.engine.fill(FillRequest(
                         context_id=context_id, parent_context_id=None if created else parent,
-                        text="".join(pending)))
+                        text="".join(pending), priority=priority))
                     if not created:  # the whole prompt before the first output, in real tokens
                         engine.note_prompt_tokens(call.call_id, filled.context_len)
                     created, pending, context_len = True, [], filled.context_len
@@ -150,7 +151,7 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
                 binding = call.outputs[seg.name]
                 text = await _generate(call, binding, engine, GenerateRequest(
                     context_id=context_id, parent_context_id=None if created else parent,
-                    sampling=binding.sampling))
+                    sampling=binding.sampling, priority=priority))
                 created = True
                 publish(call, binding, apply_transforms(binding.transforms, text))
         # Text after the last output conditions nothing: it is never sent to the engine.

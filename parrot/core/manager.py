@@ -136,9 +136,7 @@ class Manager:
     async def get(self, session: Session, var_id: str, criterion: Criterion,
                   timeout: float | None = None) -> str:
         var = session.variable(var_id)
-        if var.criterion is not criterion and var.criterion is not Criterion.LATENCY:
-            var.criterion = criterion  # a latency get outranks a throughput one
-            self._mark_dirty(session)
+        self._seed_criterion(session, var, criterion)
         limit = min(timeout or self.config.default_get_timeout_s, self.config.max_get_timeout_s)
         if not var.is_finished:
             session.num_waiters += 1
@@ -153,6 +151,13 @@ class Manager:
             raise var.error
         assert var.value is not None
         return var.value
+
+    def _seed_criterion(self, session: Session, var: Variable, criterion: Criterion) -> None:
+        """A `get`'s criterion on `var` (or the one a submit says its get will have): the
+        seed objective deduction starts from; a latency get outranks a throughput one."""
+        if var.criterion is not criterion and var.criterion is not Criterion.LATENCY:
+            var.criterion = criterion
+            self._mark_dirty(session)
 
     def graph(self, session: Session) -> dict[str, Any]:
         deduce(session.graph, active_only=False)  # the whole DAG, finished calls included
@@ -184,8 +189,11 @@ class Manager:
         call = Call(call_id, session.session_id, template, inputs, outputs,
                     arrival_seq=next(self._arrivals))
         session.graph.add_call(call)
-        for binding in outputs.values():
-            session.variable(binding.var_id).producer = call_id
+        for name, binding in outputs.items():
+            var = session.variable(binding.var_id)
+            var.producer = call_id
+            if (out_spec := specs.get(name)) is not None and out_spec.criteria is not None:
+                self._seed_criterion(session, var, out_spec.criteria)
         session.calls[call_id] = call
         call.mark("submitted", asyncio.get_running_loop().time())
         self._mark_dirty(session)

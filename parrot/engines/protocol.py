@@ -35,6 +35,21 @@ def check_context_id(value: Any, name: str = "context_id", *, optional: bool = F
             f"got {value!r}")
 
 
+# Scheduling classes of a request (lower is served first, as vLLM's `priority`): the manager
+# sends LATENCY_PRIORITY for a call placed as latency-critical, THROUGHPUT_PRIORITY for one
+# placed for throughput; requests of one priority keep their arrival order.
+LATENCY_PRIORITY = 0
+THROUGHPUT_PRIORITY = 1
+MAX_PRIORITY = 1_000_000
+
+
+def check_priority(value: Any) -> None:
+    if (not isinstance(value, int) or isinstance(value, bool)
+            or not -MAX_PRIORITY <= value <= MAX_PRIORITY):
+        raise InvalidRequestError(
+            f"priority must be an integer in [-{MAX_PRIORITY}, {MAX_PRIORITY}], got {value!r}")
+
+
 @dataclass(frozen=True)
 class FillRequest:
     """Append tokens (or text, tokenized by the engine) to a context."""
@@ -43,10 +58,12 @@ class FillRequest:
     parent_context_id: str | None = None
     token_ids: tuple[int, ...] | None = None
     text: str | None = None
+    priority: int = 0
 
     def __post_init__(self) -> None:
         check_context_id(self.context_id)
         check_context_id(self.parent_context_id, "parent_context_id", optional=True)
+        check_priority(self.priority)
         if (self.token_ids is None) == (self.text is None):
             raise InvalidRequestError("fill needs exactly one of token_ids and text")
         if self.token_ids is not None and not all(
@@ -63,12 +80,12 @@ class FillRequest:
         return cls(context_id=data.get("context_id"),  # type: ignore[arg-type]
                    parent_context_id=data.get("parent_context_id"),
                    token_ids=None if token_ids is None else tuple(token_ids),
-                   text=data.get("text"))
+                   text=data.get("text"), priority=data.get("priority", 0))
 
     def to_json(self) -> dict[str, Any]:
         return {"context_id": self.context_id, "parent_context_id": self.parent_context_id,
                 "token_ids": None if self.token_ids is None else list(self.token_ids),
-                "text": self.text}
+                "text": self.text, "priority": self.priority}
 
 
 @dataclass(frozen=True)
@@ -94,10 +111,12 @@ class GenerateRequest:
     context_id: str
     parent_context_id: str | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    priority: int = 0
 
     def __post_init__(self) -> None:
         check_context_id(self.context_id)
         check_context_id(self.parent_context_id, "parent_context_id", optional=True)
+        check_priority(self.priority)
         if not isinstance(self.sampling, SamplingParams):
             raise InvalidRequestError("sampling must be SamplingParams")
 
@@ -105,11 +124,12 @@ class GenerateRequest:
     def from_json(cls, data: Mapping[str, Any]) -> GenerateRequest:
         return cls(context_id=data.get("context_id"),  # type: ignore[arg-type]
                    parent_context_id=data.get("parent_context_id"),
-                   sampling=SamplingParams.from_json(data.get("sampling")))
+                   sampling=SamplingParams.from_json(data.get("sampling")),
+                   priority=data.get("priority", 0))
 
     def to_json(self) -> dict[str, Any]:
         return {"context_id": self.context_id, "parent_context_id": self.parent_context_id,
-                "sampling": self.sampling.to_json()}
+                "sampling": self.sampling.to_json(), "priority": self.priority}
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,7 @@ class _Request:
     parent_id: str | None
     num_tokens: int  # fill: tokens to prefill; generate: max_tokens
     seed: int | None = None
+    priority: int = 0  # lower first, for admission and prefill (the protocol's priority)
     num_done: int = 0
     num_recompute: int = 0  # evicted KV of its context to prefill again before its own work
     context: SimContext | None = None
@@ -90,6 +91,10 @@ class _Request:
     def held_context(self) -> SimContext:
         assert self.context is not None, "admission gives a running request its context"
         return self.context
+
+
+def _by_priority(req: _Request) -> int:
+    return req.priority
 
 
 class SimulatedEngine(Engine):
@@ -130,7 +135,8 @@ class SimulatedEngine(Engine):
     async def fill(self, request: FillRequest) -> FillResult:
         n = (len(request.token_ids) if request.token_ids is not None
              else count_tokens(request.text or ""))
-        req = self._submit(_Request(_Kind.FILL, request.context_id, request.parent_context_id, n))
+        req = self._submit(_Request(_Kind.FILL, request.context_id, request.parent_context_id, n,
+                                    priority=request.priority))
         try:
             await req.event.wait()
         except asyncio.CancelledError:
@@ -143,7 +149,8 @@ class SimulatedEngine(Engine):
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         sampling = request.sampling
         req = self._submit(_Request(_Kind.GENERATE, request.context_id,
-                                    request.parent_context_id, sampling.max_tokens, sampling.seed))
+                                    request.parent_context_id, sampling.max_tokens, sampling.seed,
+                                    priority=request.priority))
         timer = self._tpot.timer()
         try:
             while True:
@@ -239,7 +246,9 @@ class SimulatedEngine(Engine):
         decodes = [r for r in self._running if not r.is_prefilling]
         budget = self.config.max_num_batched_tokens - len(decodes)
         prefills = []
-        for req in self._running:
+        # Lower priority values prefill first; sorted() is stable, so within one priority
+        # the running order (admission order) stands.
+        for req in sorted(self._running, key=_by_priority):
             if budget <= 0:
                 break
             if req.is_prefilling:
@@ -276,7 +285,7 @@ class SimulatedEngine(Engine):
         """Move waiting requests into the running batch, first come first served for memory.
         The first one that does not fit waits for the running requests to finish (they hold all
         they need, so they always do); when none runs, it evicts idle KV to fit."""
-        for req in list(self._waiting):
+        for req in sorted(self._waiting, key=_by_priority):
             if len(self._running) >= self.config.max_num_seqs:
                 return
             ctx = self._contexts.get(req.context_id)

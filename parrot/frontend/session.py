@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 from dataclasses import dataclass
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -224,7 +225,10 @@ class Session:
             else:
                 spec = PlaceholderSpec(name, "input", value=str(value), transforms=transforms)
             placeholders.append(spec)
-        placeholders.extend(fn.output_placeholders())
+        # Gets the program began before this submission was sent travel with it.
+        wanted = {var.name: var.get_criterion for var in pending.outputs}
+        placeholders.extend(dataclasses.replace(spec, criteria=wanted[spec.name])
+                            for spec in fn.output_placeholders())
         streamed = tuple(var.name for var in pending.outputs if var.stream_wanted)
         return BatchCall(fn.template.source, tuple(placeholders), fn.sampling, streamed,
                          fn.chat_spec())

@@ -27,6 +27,10 @@ class SemanticVariable:
         self._id: asyncio.Future[str] = session._loop.create_future()  # type: ignore[union-attr]
         self._value: str | None = None  # values never change: once known, no more messages
         self.stream_wanted = False      # astream() began before the submission was sent
+        # The criterion of a get that began before the submission was sent: it travels with
+        # the submission (the output placeholder's `criteria`), so the service deduces the
+        # objectives of the calls before placing them, not a round trip later.
+        self.get_criterion: Criterion | None = None
 
     def __repr__(self) -> str:
         ident = self._id.result() if self._id.done() and not self._id.exception() else "pending"
@@ -59,9 +63,17 @@ class SemanticVariable:
     def _known(self, value: str) -> None:
         self._value = value
 
+    def _want(self, perf: Criterion | str) -> Criterion:
+        """Parse a get's criterion and remember it for a submission not sent yet (the
+        strongest of them: latency outranks throughput, as on the service)."""
+        criterion = Criterion.parse(perf.value if isinstance(perf, Criterion) else perf)
+        if self.get_criterion is not Criterion.LATENCY:
+            self.get_criterion = criterion
+        return criterion
+
     async def aget(self, perf: Criterion | str = Criterion.LATENCY,
                    timeout: float | None = None) -> str:
-        criterion = Criterion.parse(perf.value if isinstance(perf, Criterion) else perf)
+        criterion = self._want(perf)
         var_id = await self.aid()
         if self._value is not None:
             return self._value
@@ -78,7 +90,7 @@ class SemanticVariable:
         # batch) is then submitted with this output marked as streamed, so the engine streams
         # it from its first token. Called later, the value may come in fewer, larger pieces.
         self.stream_wanted = True
-        criterion = Criterion.parse(perf.value if isinstance(perf, Criterion) else perf)
+        criterion = self._want(perf)
         var_id = await self.aid()
         if self._value is not None:
             yield self._value

@@ -94,6 +94,12 @@ class EngineView:
     # calls come before any call submitted after it (first come, first served per
     # application), so such a call that waits for room here waits for a whole chain to end.
     chained_latency_seq: int | None = None
+    # Prompt tokens its running calls have still to prefill (placed in earlier rounds, their
+    # first fill not reported yet): a call placed here now starts decoding after them.
+    queued_prefill_tokens: int = 0
+    # Of num_tokens_in_use, the tokens only its running THROUGHPUT calls hold (a prefix a
+    # LATENCY call also uses counts as the latency calls').
+    throughput_tokens_in_use: int = 0
 
     @property
     def mode(self) -> Criterion | None:
@@ -111,7 +117,8 @@ class Placement:
     engine_id: str
     # The criterion the policy placed the call under (its deduced one, or the policy's default
     # for a call without one); the engine's accounting counts the call as that. None: the
-    # call's own criterion (latency when it has none).
+    # call's own criterion (latency when it has none). THROUGHPUT also runs its engine
+    # requests at the lower priority (engine_pool.EngineState.request_priority).
     criterion: Criterion | None = None
 
 

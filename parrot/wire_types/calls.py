@@ -12,6 +12,7 @@ from parrot.errors import InvalidRequestError, TemplateSyntaxError
 from parrot.sampling import SamplingParams
 from parrot.template import parse_template
 from parrot.transforms import MAX_TRANSFORMS, Transform
+from parrot.types import Criterion
 from parrot.wire_types.service import ErrorReply
 from parrot.wire_types.codec import (Json, JsonObject, WireMessage, check, check_session_id,
                                      check_value, decode)
@@ -89,6 +90,9 @@ class PlaceholderSpec(WireMessage):
     transforms: tuple[Transform, ...] = ()
     sampling: SamplingOverride | None = None      # per-output override
     ref: BatchRef | None = None                   # submit_batch only
+    # An output the client will `get`: the get's criteria, given with the submission so
+    # objectives are deduced before the call is placed (a get arrives a round trip later).
+    criteria: Criterion | None = None
 
     def __post_init__(self) -> None:
         where = f"placeholder {self.name!r}"
@@ -105,6 +109,7 @@ class PlaceholderSpec(WireMessage):
                   f"{where}: an input needs exactly one of 'semantic_var_id' and 'value'"
                   " (or 'ref' in a batch)")
             check(self.sampling is None, f"{where}: 'sampling' is an object, on outputs only")
+            check(self.criteria is None, f"{where}: 'criteria' is for outputs only")
 
     @property
     def is_output(self) -> bool:

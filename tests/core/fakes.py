@@ -30,6 +30,7 @@ class RecordingEngine(Engine):
     outputs: dict[str, str] = field(default_factory=dict)   # context text suffix -> answer
     contexts: dict[str, str] = field(default_factory=dict)
     log: list[tuple[str, str, str | None]] = field(default_factory=list)
+    priorities: dict[str, int] = field(default_factory=dict)  # context id -> last priority
     fail_next: int = 0
     capacity_blocks: int = 1 << 16
     alive: bool = True        # what healthz answers (a dead engine also fails its operations)
@@ -61,6 +62,7 @@ class RecordingEngine(Engine):
         await asyncio.sleep(self.delay)
         self._open(request.context_id, request.parent_context_id)
         self.log.append(("fill", request.context_id, request.parent_context_id))
+        self.priorities[request.context_id] = request.priority
         self.contexts[request.context_id] += request.text or ""
         n = -(-len(request.text or "") // 4)
         return FillResult(request.context_id, n, -(-len(self.contexts[request.context_id]) // 4))
@@ -69,6 +71,7 @@ class RecordingEngine(Engine):
         await asyncio.sleep(self.delay)
         text = self._open(request.context_id, request.parent_context_id)
         self.log.append(("generate", request.context_id, request.parent_context_id))
+        self.priorities[request.context_id] = request.priority
         answer = next((v for k, v in self.outputs.items() if text.endswith(k)), None)
         if answer is None:
             answer = "gen(" + hashlib.sha1(text.encode()).hexdigest()[:8] + ")"

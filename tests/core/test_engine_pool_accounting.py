@@ -84,3 +84,20 @@ def test_auto_throughput_capacity_is_the_papers_share_of_the_engines_kv_cache():
     assert auto_throughput_capacity(0, 6144) == 32768          # no KV size reported
     with pytest.raises(ConfigError, match="throughput_capacity"):
         EngineSpec(name="e0", throughput_capacity="big")
+
+
+def test_the_view_splits_the_load_by_criterion_and_counts_prefill_still_queued():
+    state = make_engine_state()
+    chat = make_call("chat", 100, Criterion.LATENCY)
+    maps = [make_call(f"m{i}", 250, Criterion.THROUGHPUT, task_group="g") for i in range(2)]
+    for call in (chat, *maps):
+        state.add_call(call, call.criterion)
+    view = state.view()
+    assert (view.num_tokens_in_use, view.throughput_tokens_in_use) == (600, 500)
+    assert view.queued_prefill_tokens == 600        # no prompt has been prefilled yet
+    state.note_prefilled("m0")                       # its prompt was a cached context
+    state.note_prompt_tokens("chat", 100)            # its first fill reported
+    assert state.view().queued_prefill_tokens == 250
+    state.remove_call(maps[1])
+    view = state.view()
+    assert (view.throughput_tokens_in_use, view.queued_prefill_tokens) == (250, 0)

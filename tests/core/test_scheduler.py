@@ -7,6 +7,7 @@ import asyncio
 from parrot.core.config import EngineSpec
 from parrot.core.manager import Manager
 from parrot.core.scheduler import ready_order
+from parrot.engines.protocol import LATENCY_PRIORITY, THROUGHPUT_PRIORITY
 from parrot.policies.base import CallView, EngineView, Placement, Policy
 from parrot.policies.latency_centric import LatencyCentricParams, LatencyCentricPolicy
 from parrot.types import Criterion
@@ -87,3 +88,63 @@ async def test_views_carry_output_tokens_prefix_tokens_and_queued_sharing():
     assert views[a.call_id].prefix_tokens(system_hash) == -(-len(SYSTEM) // 4)
     assert views[a.call_id].num_prompt_tokens == a.num_tokens - max_tokens
     await asyncio.sleep(0)
+
+
+async def test_criteria_given_at_submit_are_deduced_before_the_first_round():
+    policy = RecordingPolicy()
+    manager = Manager(policy)
+    await manager.add_engine(EngineSpec(name="e0", in_process=True), RecordingEngine())
+    session = manager.create_session()
+    maps = [submit(manager, session, "Map {{input:q}} {{output:a}}", q=f"chunk {i}")
+            for i in range(2)]
+    reduce = submit(manager, session, "Reduce {{input:x}} {{input:y}} {{output:s}}",
+                    x=out(maps[0], "a"), y=out(maps[1], "a"),
+                    s={"in_out": "output", "criteria": "latency"})
+    chat = submit(manager, session, "Chat {{input:q}} {{output:a}}", q="hi",
+                  a={"in_out": "output", "criteria": "throughput"})
+    manager.scheduler.step()
+    # No get has arrived: the maps are a task group (THROUGHPUT) feeding a latency-critical
+    # reduce already, and the other call has the criterion its submit named.
+    views = {v.call_id: v for v in policy.rounds[-1]}
+    assert set(views) == {maps[0].call_id, maps[1].call_id, chat.call_id}
+    assert [views[m.call_id].criterion for m in maps] == [Criterion.THROUGHPUT] * 2
+    assert views[maps[0].call_id].task_group == views[maps[1].call_id].task_group is not None
+    assert views[chat.call_id].criterion is Criterion.THROUGHPUT
+    assert reduce.call_id not in views
+
+
+class CriterionPolicy(Policy):
+    """Places every call on the first engine under the criterion given."""
+
+    name = "criterion"
+
+    def __init__(self, criterion: Criterion | None) -> None:
+        super().__init__()
+        self.criterion = criterion
+
+    def schedule(self, *, calls, engines: list[EngineView]) -> list[Placement]:
+        return [Placement(c.call_id, engines[0].engine_id, self.criterion) for c in calls]
+
+
+async def test_the_engine_priority_of_a_call_is_its_placements_criterion():
+    for criterion, priority in ((Criterion.THROUGHPUT, THROUGHPUT_PRIORITY),
+                                (Criterion.LATENCY, LATENCY_PRIORITY),
+                                (None, LATENCY_PRIORITY)):
+        manager = Manager(CriterionPolicy(criterion))
+        engine = RecordingEngine()
+        await manager.start()
+        await manager.add_engine(EngineSpec(name="e0", in_process=True), engine)
+        try:
+            session = manager.create_session()
+            # A throughput get: a policy naming no criterion (None) still runs it at the
+            # one priority every request of such a policy has.
+            call = submit(manager, session, SYSTEM + "{{input:q}} {{output:a}}", q="one",
+                          a={"in_out": "output", "criteria": "throughput"})
+            await manager.get(session, out(call, "a"), Criterion.THROUGHPUT)
+            private = [ctx for op, ctx, _ in engine.log if op == "generate"]
+            prefix = [ctx for op, ctx, _ in engine.log if op == "fill" and ctx.startswith("p-")]
+            assert [engine.priorities[c] for c in private + prefix] == \
+                [priority] * (len(private) + len(prefix))
+            assert prefix, "the shared system prompt is filled as a prefix context"
+        finally:
+            await manager.close()

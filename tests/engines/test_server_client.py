@@ -11,9 +11,10 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from parrot.engines.client import EngineTimeoutError, HttpEngine, HttpEngineSettings
-from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
-                                     GenerateChunk, GenerateRequest)
+from parrot.engines.protocol import (THROUGHPUT_PRIORITY, Engine, EngineInfo, EngineStats,
+                                     FillRequest, FillResult, GenerateChunk, GenerateRequest)
 from parrot.engines.server import create_app
+from tests.core.fakes import RecordingEngine
 from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig
 from parrot.errors import (ContextExistsError, EngineUnavailableError, InvalidRequestError,
                            OutOfKVCacheError, PromptTooLongError, UnauthorizedError,
@@ -73,6 +74,19 @@ async def test_protocol_round_trip() -> None:
     assert not await engine.healthz()  # the app closed the engine it manages
 
 
+async def test_the_priority_of_a_request_crosses_the_wire() -> None:
+    engine = RecordingEngine()
+    server, client = await serve(engine)
+    try:
+        await client.fill(FillRequest("p", text="x" * 40, priority=THROUGHPUT_PRIORITY))
+        await client.generate_all(GenerateRequest("g", "p", priority=7))
+        await client.fill(FillRequest("q", text="y"))
+        assert engine.priorities == {"p": THROUGHPUT_PRIORITY, "g": 7, "q": 0}
+    finally:
+        await client.close()
+        await server.close()
+
+
 async def test_typed_errors_cross_the_wire() -> None:
     engine = sim({**SMALL, "zero_latency": False, **SLOW})
     server, client = await serve(engine)
@@ -121,6 +135,12 @@ async def raw(server: TestServer, method: str, path: str, data: bytes | None = N
     ("POST", "/v1/engine/generate", b'{"context_id": "a", "stream": "yes"}', 400,
      "InvalidRequestError"),
     ("POST", "/v1/engine/free_context", b'{}', 400, "InvalidRequestError"),
+    ("POST", "/v1/engine/fill", b'{"context_id": "a", "text": "x", "priority": "high"}', 400,
+     "InvalidRequestError"),
+    ("POST", "/v1/engine/generate", b'{"context_id": "a", "priority": 1.5}', 400,
+     "InvalidRequestError"),
+    ("POST", "/v1/engine/fill", b'{"context_id": "a", "text": "x", "priority": true}', 400,
+     "InvalidRequestError"),
     ("POST", "/v1/engine/fill", b'{"context_id": "a", "text": "' + b"x" * 5000 + b'"}', 413,
      "PayloadTooLargeError"),
     ("GET", "/v1/engine/nope", None, 404, "NotFoundError"),

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from parrot.engines.latency_model import LatencyModel
 from parrot.errors import EngineConfigError
-from parrot.engines.protocol import FillRequest, GenerateRequest
+from parrot.engines.protocol import (LATENCY_PRIORITY, THROUGHPUT_PRIORITY, FillRequest,
+                                     GenerateRequest)
 from parrot.engines.simulated import (SimulatedEngine, SimulatedEngineConfig, count_tokens,
                                       load_profile)
 from parrot.errors import (ContextExistsError, EngineUnavailableError, InvalidRequestError,
@@ -336,6 +337,47 @@ def test_max_num_seqs_queues_the_rest() -> None:
         assert (stats.num_running, stats.num_waiting) == (1, 1)
         await asyncio.gather(first, second)
         assert now() == pytest.approx(6 * ITER_MS / 1000, abs=1e-12)
+        await engine.close()
+    run_virtual(main())
+
+
+def test_a_latency_critical_fill_is_prefilled_before_older_throughput_fills() -> None:
+    async def main() -> None:
+        # prefill only: 0.1 ms per token, 256 tokens per iteration, no decode cost
+        engine = make_engine(decode_base_ms=0.0, prefill_per_token_ms=0.1,
+                             max_num_batched_tokens=256)
+        start = now()
+        done: dict[str, float] = {}
+
+        async def timed(name: str, request: FillRequest) -> None:
+            await engine.fill(request)
+            done[name] = now() - start
+
+        bulk = [asyncio.ensure_future(timed(f"bulk{i}", FillRequest(
+            f"bulk{i}", token_ids=tuple(range(512)), priority=THROUGHPUT_PRIORITY)))
+            for i in range(2)]
+        await asyncio.sleep(0)            # the bulk fills are queued first
+        await timed("chat", FillRequest("chat", token_ids=tuple(range(256)),
+                                        priority=LATENCY_PRIORITY))
+        await asyncio.gather(*bulk)
+        # the chat's 256 tokens take the first iteration whole; the bulk fills the next four
+        assert done["chat"] == pytest.approx(0.0256, abs=1e-12)
+        assert done["bulk0"] == pytest.approx(3 * 0.0256, abs=1e-12)
+        assert done["bulk1"] == pytest.approx(5 * 0.0256, abs=1e-12)
+        await engine.close()
+    run_virtual(main())
+
+
+def test_requests_of_one_priority_are_prefilled_in_arrival_order() -> None:
+    async def main() -> None:
+        engine = make_engine(decode_base_ms=0.0, prefill_per_token_ms=0.1,
+                             max_num_batched_tokens=256)
+        start = now()
+        first = asyncio.ensure_future(engine.fill(fill("a", 512)))
+        await asyncio.sleep(0)
+        await engine.fill(fill("b", 256))
+        assert now() - start == pytest.approx(3 * 0.0256, abs=1e-12)   # after a's 512
+        await first
         await engine.close()
     run_virtual(main())
 

@@ -157,3 +157,27 @@ def test_network_delay_is_split_between_request_and_reply():
 
     assert run_virtual(main()) == 1.5
     assert arrived == [0.25]
+
+
+async def test_a_get_begun_before_the_submission_travels_with_it(manager):
+    async with parrot.Session(manager=manager) as session:
+        sent = []
+        request = session.transport.request
+
+        async def recording(method, path, reply, body=None, *args, **kwargs):
+            sent.append(body)
+            return await request(method, path, reply, body, *args, **kwargs)
+
+        session.transport.request = recording
+        first = summarize("first document")
+        second = summarize("second document")
+        both = combine(first, second)
+        assert (await both.aget(parrot.THROUGHPUT)).startswith("gen(")
+        later = summarize("third document")       # submitted before any get of its output
+        await asyncio.sleep(0.01)
+        await later.aget()
+    batches = [b for b in sent if type(b).__name__ == "SubmitBatchRequest"]
+    criteria = [[p.criteria for p in call.placeholders if p.is_output]
+                for batch in batches for call in batch.calls]
+    # the get of `both` began before the batch was sent; nobody had asked for the others yet
+    assert criteria == [[None], [None], [parrot.THROUGHPUT], [None]]

@@ -34,12 +34,17 @@ def make_engine(engine_id: str, *, tokens: int = 0, lat: int = 0, thr: int = 0,
                 healthy: bool = True, speed: float = 1.0,
                 running: Iterable[str] = (), latency_floor: int = 0,
                 profile: SpeedProfile = DEFAULT_PROFILE,
-                kv_free: int | None = None, chained_seq: int | None = None) -> EngineView:
+                kv_free: int | None = None, chained_seq: int | None = None,
+                thr_tokens: int | None = None, queued_prefill: int = 0) -> EngineView:
     """`lat`/`thr`/`other`: running calls by criterion (other = no criterion); `prefixes`:
     cached contexts; `running`: prefixes of running calls (counted in `tokens`, and cached);
     `latency_floor`: the smallest whole footprint of its running latency calls; `kv_free`: KV
     tokens neither running calls nor cached contexts hold (None: unknown); `chained_seq`: the
-    latest submission among its running latency calls when each has a consumer waiting."""
+    latest submission among its running latency calls when each has a consumer waiting;
+    `thr_tokens`: of `tokens`, those its throughput calls hold (default: all of them when it
+    runs only throughput calls, else none); `queued_prefill`: prompt tokens still to prefill."""
+    if thr_tokens is None:
+        thr_tokens = tokens if thr and not (lat or other) else 0
     return EngineView(engine_id=engine_id, num_running_calls=lat + thr + other,
                       num_tokens_in_use=tokens, latency_capacity=lat_cap,
                       throughput_capacity=thr_cap, speed=speed, num_latency_calls=lat,
@@ -47,7 +52,9 @@ def make_engine(engine_id: str, *, tokens: int = 0, lat: int = 0, thr: int = 0,
                       cached_prefixes=frozenset(prefixes) | frozenset(running),
                       is_healthy=healthy, running_prefixes=frozenset(running),
                       latency_floor_tokens=latency_floor, profile=profile,
-                      kv_free_tokens=kv_free, chained_latency_seq=chained_seq)
+                      kv_free_tokens=kv_free, chained_latency_seq=chained_seq,
+                      throughput_tokens_in_use=thr_tokens,
+                      queued_prefill_tokens=queued_prefill)
 
 
 def by_call(placements: list[Placement]) -> dict[str, str]:

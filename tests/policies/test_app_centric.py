@@ -289,8 +289,48 @@ def test_throughput_work_joins_latency_engines_when_latency_free_engines_are_ful
     # would), so all three run, "lat" past its latency capacity (2000 + 2 x 1400 > 4096).
     trio = [make_call(f"t{i}", criterion=THR, tokens=1400, seq=i) for i in range(3)]
     assert sorted(schedule(trio, engines).values()) == ["lat", "lat", "thr"]
-    # Latency calls keep to the latency capacity whatever the throughput work does.
+    # A latency call keeps to the latency capacity among latency calls: past it on "lat", it
+    # runs beside the throughput work on "thr" rather than wait for room.
+    assert schedule([make_call("chat", criterion=LAT, tokens=3000)], engines, **CAPPED) == {
+        "chat": "thr"}
+    # Latency calls of its own there count: with 2000 latency tokens on "thr" too, it waits.
+    engines[1] = make_engine("thr", tokens=30000, thr=1, lat=1, thr_tokens=28000)
     assert schedule([make_call("chat", criterion=LAT, tokens=3000)], engines, **CAPPED) == {}
+
+
+def test_prompt_tokens_queued_on_an_engine_delay_a_call_placed_there():
+    # Equal loads, but e0 must still prefill 8000 prompt tokens placed in earlier rounds
+    # (1.2 s at 0.15 ms a token): the call finishes first on e1.
+    engines = [make_engine("e0", tokens=2000, lat=1, queued_prefill=8000),
+               make_engine("e1", tokens=2000, lat=1)]
+    assert schedule([make_call("x", criterion=LAT)], engines) == {"x": "e1"}
+    engines[0] = make_engine("e0", tokens=2000, lat=1)
+    assert schedule([make_call("x", criterion=LAT)], engines) == {"x": "e0"}
+
+
+def test_isolation_holds_while_confining_throughput_work_costs_little():
+    # 12 maps of 1100 tokens; latency engines carry 1000 tokens under a capacity of 4096.
+    maps = map_group(12, tokens=1100, output=50)
+
+    def loads(engines, **params):
+        placed = list(schedule(maps, engines, **params).values())
+        return {e.engine_id: e.num_tokens_in_use + 1100 * placed.count(e.engine_id)
+                for e in engines}
+
+    # Three of four engines are free of latency calls: confining the maps to them costs
+    # ~8%, so the latency engine is held to its capacity.
+    mostly_free = [make_engine("lat", tokens=1000, lat=1)] + [make_engine(f"free{i}")
+                                                              for i in range(3)]
+    assert loads(mostly_free)["lat"] <= 4096
+    # One of four: confined, the maps would finish over twice as late as spread, so the
+    # latency engines take maps past their capacity...
+    mostly_latency = [make_engine(f"lat{i}", tokens=1000, lat=1) for i in range(3)] + [
+        make_engine("free")]
+    spread = loads(mostly_latency)
+    assert max(spread[f"lat{i}"] for i in range(3)) > 4096
+    # ... unless isolation may cost that much (`isolation_slack`).
+    held = loads(mostly_latency, isolation_slack=10.0)
+    assert max(held[f"lat{i}"] for i in range(3)) <= 4096
 
 
 def test_when_every_engine_serves_latency_throughput_fills_to_throughput_capacity():
@@ -468,6 +508,7 @@ def test_no_engines_no_placements():
     ({"default_criterion": "fast"}, "'fast' is not one of ['latency', 'throughput']"),
     ({"isolate_criteria": "yes"}, "'yes' is not a valid bool"),
     ({"admit_latency_backlog": "no"}, "'no' is not a valid bool"),
+    ({"isolation_slack": -0.5}, "isolation_slack: -0.5 is out of range"),
     ({"capacity": 4096}, "unknown parameter(s) ['capacity']; allowed: ['admit_latency_backlog"),
 ])
 def test_params_errors_name_the_bad_value(params, message):

@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parrot.policies import builtin_policies
-from parrot.policies.app_centric import AppCentricParams, AppCentricPolicy
+from parrot.policies.app_centric import AppCentricParams, AppCentricPolicy, can_isolate
+from parrot.policies.placement import Slot
 from parrot.types import Criterion
 from policy_factories import make_call, make_engine
 
@@ -22,8 +23,11 @@ def clusters(draw):
         lat, thr = draw(st.integers(0, 2)), draw(st.integers(0, 2))
         cap = lat_cap if lat else thr_cap
         tokens = draw(st.integers(0, cap)) if lat + thr else 0
+        # what its throughput calls hold: all of it without latency calls, else a part
+        thr_tokens = (tokens if not lat else draw(st.integers(0, tokens))) if thr else 0
         engines.append(make_engine(
             f"e{i}", tokens=tokens, lat=lat, thr=thr, lat_cap=lat_cap, thr_cap=thr_cap,
+            thr_tokens=thr_tokens, queued_prefill=draw(st.sampled_from([0, 0, 3000])),
             groups=draw(st.sets(st.sampled_from(["g0", "g1"]))) if lat + thr else (),
             prefixes=draw(st.sets(st.sampled_from(["a", "a/b", "c"]))),
             healthy=draw(st.booleans()) or i == 0))
@@ -85,29 +89,30 @@ def test_app_centric_respects_capacities(cluster):
     # the limits as they are (a latency backlog may pass them: the next test)
     policy = AppCentricPolicy(AppCentricParams(admit_latency_backlog=False))
     placements = policy.schedule(calls=calls, engines=engines)
-    for engine, mine, load in loaded_engines(engines, calls, placements):
-        # Throughput calls are held to the latency cap of a latency engine only where some
-        # engine serves no latency call and those engines have room for the ready throughput
-        # work (else isolation would only queue it).
-        latency_free = [e for e in engines if e.is_healthy and e.num_latency_calls == 0]
-        need = sum(c.num_tokens for c in calls if c.criterion is Criterion.THROUGHPUT)
-        room = sum(max(0, e.throughput_capacity - e.num_tokens_in_use) for e in latency_free)
-        isolates = bool(latency_free) and need <= room
-        latency = [c.criterion is Criterion.LATENCY or c.criterion is None for c in mine]
-        latency_bound = (all(latency) if not isolates
-                         else any(latency) or engine.num_latency_calls > 0)
-        latency_calls = [c for c, is_latency in zip(mine, latency) if is_latency]
+    # Whether the round isolates is can_isolate's (its rule has tests of its own); given it:
+    slots = [Slot.of(e, i) for i, e in enumerate(engines) if e.is_healthy]
+    isolates = can_isolate([c for c in calls if c.criterion is Criterion.THROUGHPUT], slots,
+                           policy.params.isolation_slack)
+    for engine, mine, _load in loaded_engines(engines, calls, placements):
+        if engine.num_running_calls == 0:
+            # An idle engine takes one call whatever its size; others may join it after.
+            mine = sorted(mine, key=lambda c: c.num_tokens)[:-1]
+        latency_calls = [c for c in mine if c.criterion is not Criterion.THROUGHPUT]
+        throughput = sum(c.num_tokens for c in mine if c.criterion is Criterion.THROUGHPUT)
         limit = latency_limit(engine, latency_calls)
-        cap = limit if latency_bound else engine.throughput_capacity
-        assert load <= cap, (engine, mine)
-        # Whether or not the cluster isolates, a latency call (no criterion: the default,
-        # LATENCY) is placed only where the load stays under the latency capacity, so the
-        # engine's load plus the latency calls placed on it never exceeds it — but for the
-        # one call of any size an idle engine takes (throughput calls may join it after).
-        latency_load = engine.num_tokens_in_use + sum(c.num_tokens for c in latency_calls)
-        oversized_on_idle = (engine.num_running_calls == 0 and len(latency_calls) == 1
-                             and latency_calls[0].num_tokens > limit)
-        if latency_calls and not oversized_on_idle:
+        # Throughput calls fill an engine up to its throughput capacity at most, and only
+        # up to the latency limit where it serves latency calls in a round that isolates.
+        if throughput:
+            assert engine.num_tokens_in_use + throughput <= engine.throughput_capacity, \
+                (engine, mine)
+            if isolates and engine.num_latency_calls > 0:
+                assert engine.num_tokens_in_use + throughput <= limit, (engine, mine)
+        # A latency call (no criterion: the default, LATENCY) is placed only where the latency
+        # calls' load (the engine's, less what its throughput calls hold) stays under the
+        # latency limit.
+        latency_load = (engine.num_tokens_in_use - engine.throughput_tokens_in_use
+                        + sum(c.num_tokens for c in latency_calls))
+        if latency_calls:
             assert latency_load <= limit, (engine, mine)
 
 
@@ -121,7 +126,8 @@ def test_a_latency_backlog_passes_latency_limits_only_within_memory_and_isolatio
     for engine, mine, _load in loaded_engines(engines, calls, placements):
         latency_calls = [c for c in mine if c.criterion is not Criterion.THROUGHPUT]
         limit = latency_limit(engine, latency_calls)
-        latency_load = engine.num_tokens_in_use + sum(c.num_tokens for c in latency_calls)
+        latency_load = (engine.num_tokens_in_use - engine.throughput_tokens_in_use
+                        + sum(c.num_tokens for c in latency_calls))
         if latency_calls and latency_load > limit:
             assert engine.num_throughput_calls == 0, (engine, mine)
             assert latency_load <= engine.throughput_capacity, (engine, mine)

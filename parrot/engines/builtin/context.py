@@ -66,6 +66,7 @@ class Work:
     kind: WorkKind
     context: Context
     seq: int                                      # admission order (FCFS)
+    priority: int = 0                             # lower first (the protocol's priority)
     new_tokens: list[int] = field(default_factory=list)        # fill: appended when it starts
     sampling: SamplingParams = field(default_factory=SamplingParams)
     generator: torch.Generator | None = None

@@ -183,7 +183,8 @@ class BuiltinEngine(Engine):
         if self._bos is not None and request.parent_context_id is None \
                 and request.context_id not in self._scheduler.contexts:
             tokens.insert(0, self._bos)
-        work = self._admit(WorkKind.FILL, request.context_id, request.parent_context_id, tokens)
+        work = self._admit(WorkKind.FILL, request.context_id, request.parent_context_id, tokens,
+                           request.priority)
         work.fill_result = asyncio.get_running_loop().create_future()
         self._scheduler.add(work)
         self._wake.set()
@@ -200,7 +201,8 @@ class BuiltinEngine(Engine):
         if params.stop and self._tokenizer is None:
             raise InvalidRequestError("stop strings need a tokenizer; this model has none")
         self._check_token_ids(params.stop_token_ids, "sampling.stop_token_ids")
-        work = self._admit(WorkKind.GENERATE, request.context_id, request.parent_context_id, [])
+        work = self._admit(WorkKind.GENERATE, request.context_id, request.parent_context_id, [],
+                           request.priority)
         work.sampling = params
         if not params.is_greedy:
             seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
@@ -233,7 +235,7 @@ class BuiltinEngine(Engine):
     # -- admission ------------------------------------------------------------------------------
 
     def _admit(self, kind: WorkKind, context_id: str, parent_id: str | None,
-               tokens: list[int]) -> Work:
+               tokens: list[int], priority: int = 0) -> Work:
         """Validate a request against the engine's state and make its work item."""
         if self._closing:
             raise EngineUnavailableError(f"engine {self._name!r} is closed")
@@ -272,7 +274,8 @@ class BuiltinEngine(Engine):
                 parent.num_waiting_children += 1
             contexts[context_id] = ctx
         self._seq += 1
-        return Work(kind, ctx, self._seq, new_tokens=tokens, tokenizer=self._tokenizer)
+        return Work(kind, ctx, self._seq, priority, new_tokens=tokens,
+                    tokenizer=self._tokenizer)
 
     def _check_token_ids(self, tokens: Any, what: str) -> None:
         bad = [t for t in tokens if t >= self._vocab_size]

@@ -3,9 +3,9 @@
 Order of an iteration (`schedule`):
 1. apply deferred frees, drop finished (done, failed, abandoned) work;
 2. start waiting work whose parent is idle (fork the parent's blocks, append the fill's tokens);
-3. decodes first (one token per Generate that is caught up, oldest first), then prefill chunks
-   (Fills, and Generates whose context must be (re)computed), oldest first, within
-   max_batch_tokens and max_num_seqs;
+3. decodes first (one token per Generate that is caught up), then prefill chunks (Fills, and
+   Generates whose context must be (re)computed), each by priority (the protocol's: lower
+   first), then oldest first, within max_batch_tokens and max_num_seqs;
 4. KV blocks: a chunk that does not fit evicts idle contexts (least recently used first), then
    preempts the newest running work not in this batch (its KV is recomputed later); if nothing
    can be freed the chunk waits. Work that can never be served fails with OutOfKVCacheError.
@@ -47,6 +47,10 @@ class Batch:
     @property
     def num_tokens(self) -> int:
         return sum(c.end - c.start for c in self.chunks)
+
+
+def _by_priority(work: Work) -> int:
+    return work.priority
 
 
 class BatchScheduler:
@@ -204,7 +208,8 @@ class BatchScheduler:
         budget, seats = self.max_batch_tokens, self.max_num_seqs
         chunks: list[ScheduledChunk] = []
         protected: set[int] = set()
-        started = [w for w in self.works if w.is_started]
+        # By priority, then admission order (sorted is stable; self.works is FCFS).
+        started = sorted((w for w in self.works if w.is_started), key=_by_priority)
         decodes = [w for w in started if w.is_decoding]
         prefills = [] if decodes_only else [w for w in started if not w.is_decoding]
         for work in decodes + prefills:

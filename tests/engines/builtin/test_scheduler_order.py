@@ -112,3 +112,27 @@ def test_no_prefill_work_while_the_decodes_take_every_seat():
     assert not sched.has_prefill_work
     sched.works[0].fail(RuntimeError("gone"))                    # a seat frees up
     assert sched.has_prefill_work
+
+
+def test_a_latency_critical_fill_prefills_before_older_throughput_fills():
+    sched = make_scheduler(num_blocks=32, max_batch_tokens=8)
+    older = add_fill(sched, "bulk", 20, seq=0)
+    older.priority = 1                                          # THROUGHPUT_PRIORITY
+    urgent = add_fill(sched, "chat", 6, seq=1)                  # LATENCY_PRIORITY (0)
+    batch = sched.schedule()
+    assert batch is not None
+    assert [(c.work, c.start, c.end) for c in batch.chunks] == [
+        (urgent, 0, 5),        # the latency-critical prompt first (its last token stays pending)
+        (older, 0, 3),         # the older throughput fill gets what is left of the budget
+    ]
+    sched.check_invariants()
+
+
+def test_fills_of_one_priority_keep_their_arrival_order():
+    sched = make_scheduler(num_blocks=32, max_batch_tokens=8)
+    first = add_fill(sched, "a", 6, seq=0)
+    second = add_fill(sched, "b", 6, seq=1)
+    first.priority = second.priority = 1
+    batch = sched.schedule()
+    assert batch is not None
+    assert [(c.work, c.start, c.end) for c in batch.chunks] == [(first, 0, 5), (second, 0, 3)]
