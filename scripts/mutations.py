@@ -506,4 +506,55 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                                job_offsets=(0.0,) if spec.job_offsets else (),\n",
         "",
         ("tests/sim/test_live_paper.py::test_warmup_keeps_the_shapes_and_cuts_the_time",)),
+    Mutation(
+        "simulated_engine_ignores_priority", "parrot/engines/simulated.py",
+        "    return req.priority\n", "    return 0\n",
+        ("tests/engines/test_simulated.py::"
+         "test_a_latency_critical_fill_is_prefilled_before_older_throughput_fills",)),
+    Mutation(
+        "builtin_scheduler_ignores_priority", "parrot/engines/builtin/scheduler.py",
+        "    return work.priority\n", "    return 0\n",
+        ("tests/engines/builtin/test_scheduler_order.py::"
+         "test_a_latency_critical_fill_prefills_before_older_throughput_fills",)),
+    Mutation(
+        "placement_criterion_not_sent_as_priority", "parrot/core/engine_pool.py",
+        "        return THROUGHPUT_PRIORITY if throughput else LATENCY_PRIORITY\n",
+        "        return LATENCY_PRIORITY\n",
+        ("tests/core/test_scheduler.py::"
+         "test_the_engine_priority_of_a_call_is_its_placements_criterion",)),
+    Mutation(
+        "priority_not_on_the_wire", "parrot/engines/protocol.py",
+        "                   text=data.get(\"text\"), priority=data.get(\"priority\", 0))",
+        "                   text=data.get(\"text\"))",
+        ("tests/engines/test_server_client.py::test_the_priority_of_a_request_crosses_the_wire",)),
+    Mutation(
+        "submit_criteria_not_seeded", "parrot/core/manager.py",
+        "                self._seed_criterion(session, var, out_spec.criteria)\n",
+        "                pass\n",
+        ("tests/core/test_scheduler.py::"
+         "test_criteria_given_at_submit_are_deduced_before_the_first_round",)),
+    Mutation(
+        "frontend_keeps_the_get_to_itself", "parrot/frontend/variable.py",
+        "        if self.get_criterion is not Criterion.LATENCY:\n",
+        "        if False:\n",
+        ("tests/frontend/test_session.py::test_a_get_begun_before_the_submission_travels_with_it",)),
+    Mutation(
+        "queued_prefill_not_costed", "parrot/policies/placement.py",
+        "                   pending_prefill=view.queued_prefill_tokens,\n", "",
+        ("tests/policies/test_app_centric.py::"
+         "test_prompt_tokens_queued_on_an_engine_delay_a_call_placed_there",)),
+    Mutation(
+        "latency_limit_counts_throughput_load", "parrot/policies/placement.py",
+        "            return self.latency_limit(own) + self.throughput_load\n",
+        "            return self.latency_limit(own)\n",
+        ("tests/policies/test_app_centric.py::"
+         "test_throughput_work_joins_latency_engines_when_latency_free_engines_are_full",)),
+    Mutation(
+        "isolation_whatever_it_costs", "parrot/policies/app_centric.py",
+        "    if not throughput or len(latency_free) == len(slots):\n",
+        "    if True:\n",
+        ("tests/policies/test_app_centric.py::"
+         "test_isolation_holds_while_confining_throughput_work_costs_little",
+         "tests/policies/test_app_centric.py::"
+         "test_engine_serving_latency_calls_is_held_to_latency_capacity")),
 )

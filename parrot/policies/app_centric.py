@@ -64,7 +64,7 @@ class AppCentricParams(PolicyParams):
     # the latency capacity) only while that finishes it at most this fraction later than
     # spreading it over every engine (can_isolate): the price, in throughput work's time,
     # the latency calls' isolation may have.
-    isolation_slack: float = 0.5
+    isolation_slack: float = 0.1
     # A task group (or shared-prefix set) stays on one engine while its estimated finish time
     # there is at most this fraction slower than the fastest placement.
     colocation_slack: float = 0.1
