@@ -117,7 +117,8 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_profile_gpts", "live_paper_h200_profile_mixed",
              "live_paper_h200_artifact_cc25", "live_paper_h200_artifact_mixed",
              "live_paper_h200_auto_one", "live_paper_h200_auto_copilot",
-             "live_paper_h200_criteria_one", "live_paper_h200_criteria_mixed")
+             "live_paper_h200_criteria_one", "live_paper_h200_criteria_mixed",
+             "live_paper_h200_criteria_16files")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
