@@ -10,7 +10,7 @@ Each round, the ready calls (in the given first-come first-served order) are gat
 * otherwise a single call.
 
 A unit is placed to minimise its estimated finish time (parrot/speed_profile.py: each engine's
-speed profile, its load and the prompt tokens placed on it this round):
+speed profile, its load and the prompt tokens queued on it or placed on it this round):
 
 1. **whole**: the best engine with room for the whole unit (a prefix counted once);
 2. **split**: members one by one, each to the engine where it would finish first;
@@ -22,11 +22,12 @@ shortens nothing, because other queued work takes the room, so groups stay whole
 throughput calls pack onto the fullest engine with room). An idle cluster therefore spreads a
 task group over its engines and a busy one keeps it together.
 
-Rules kept from the paper: **latency isolation** — LATENCY calls keep an engine's load under
-`latency_capacity`, throughput calls joining such an engine too while the engines free of
-latency calls have room for the ready throughput work (past that, isolation would only queue
-it), and with `isolate_criteria` the two criteria use different engines unless nothing else
-has room; **prefix affinity gated on load** — an engine holding a call's prefix
+Rules kept from the paper: **latency isolation** — LATENCY calls keep their own load on an
+engine under `latency_capacity` (throughput work there slows them, which the cost prices),
+throughput calls joining such an engine are held to it too while the engines free of latency
+calls have room for the ready throughput work and confining it there costs it at most
+`isolation_slack` (can_isolate; past that, isolation would only queue or slow it), and with
+`isolate_criteria` the two criteria use different engines unless nothing else has room; **prefix affinity gated on load** — an engine holding a call's prefix
 is costed without that prefix's tokens only while its load after taking the call stays under
 `affinity_max_load_fraction` × capacity. A latency call that fits under no latency limit
 (a **latency backlog**) still joins an engine serving only latency calls while one more
