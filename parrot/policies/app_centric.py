@@ -27,8 +27,9 @@ engine under `latency_capacity` (throughput work there slows them, which the cos
 throughput calls joining such an engine are held to it too while the engines free of latency
 calls have room for the ready throughput work and confining it there costs it at most
 `isolation_slack` (can_isolate; past that, isolation would only queue or slow it), and with
-`isolate_criteria` the two criteria use different engines unless nothing else has room; **prefix affinity gated on load** — an engine holding a call's prefix
-is costed without that prefix's tokens only while its load after taking the call stays under
+`isolate_criteria` the two criteria use different engines unless nothing else has room;
+**prefix affinity gated on load** — an engine holding a call's prefix is costed without that
+prefix's tokens only while its load after taking the call stays under
 `affinity_max_load_fraction` × capacity. A latency call that fits under no latency limit
 (a **latency backlog**) still joins an engine serving only latency calls while one more
 concurrent call lowers the estimated mean completion of the latency calls there and waiting
