@@ -557,4 +557,11 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_isolation_holds_while_confining_throughput_work_costs_little",
          "tests/policies/test_app_centric.py::"
          "test_engine_serving_latency_calls_is_held_to_latency_capacity")),
+    Mutation(
+        "calm_engines_preferred_in_a_round_that_does_not_isolate",
+        "parrot/policies/app_centric.py",
+        "        return (self.params.isolate_criteria and slot.isolates\n",
+        "        return (self.params.isolate_criteria\n",
+        ("tests/policies/test_app_centric.py::"
+         "test_isolation_holds_while_confining_throughput_work_costs_little",)),
 )

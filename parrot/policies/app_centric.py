@@ -341,7 +341,12 @@ class AppCentricPolicy(Policy):
                                                     o[0].index))
 
     def _conflicts(self, slot: Slot, criterion: Criterion) -> bool:
-        return self.params.isolate_criteria and slot.serves(_OTHER[criterion])
+        # Only in a round that isolates: where isolation would cost the throughput work more
+        # than `isolation_slack`, preferring engines free of the other criterion is the same
+        # cost in a softer form (measured: `mixed`, 4 H200-profile engines, the maps avoiding
+        # chat engines within `colocation_slack`: job 1.16 → 1.18 s, chat unchanged).
+        return (self.params.isolate_criteria and slot.isolates
+                and slot.serves(_OTHER[criterion]))
 
     def _colocated(self, option: tuple[Slot, Demand, float], call: CallView) -> bool:
         """Whether the option's engine holds the call's task group, or a prefix it reuses

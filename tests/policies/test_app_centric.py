@@ -335,6 +335,10 @@ def test_isolation_holds_while_confining_throughput_work_costs_little():
     # ... unless isolation may cost that much (`isolation_slack`).
     held = loads(mostly_latency, isolation_slack=10.0)
     assert max(held[f"lat{i}"] for i in range(3)) <= 4096
+    # A round that does not isolate ranks by cost alone: the maps spread evenly, none of
+    # them sent to the latency-free engine only because it is free of latency calls.
+    placed = list(schedule(maps, mostly_latency).values())
+    assert sorted(placed.count(e.engine_id) for e in mostly_latency) == [3, 3, 3, 3]
 
 
 def test_when_every_engine_serves_latency_throughput_fills_to_throughput_capacity():
