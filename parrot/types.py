@@ -5,6 +5,7 @@ Every layer may import it (the engines too: it imports nothing of the project at
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 
 # The one token estimate used where no tokenizer is at hand: the manager's capacity accounting,
 # the simulated engine's tokenizer and the workloads' chunking all count this way, so their
@@ -32,6 +33,17 @@ class Criterion(str, enum.Enum):
         except ValueError:
             raise InvalidRequestError(
                 f"unknown criteria {value!r}; allowed: {[c.value for c in cls]}") from None
+
+
+def strongest(criteria: Iterable[Criterion | None]) -> Criterion | None:
+    """LATENCY over THROUGHPUT over nothing asked: how gets of one value (and the demands
+    deduction propagates) combine, on the client and in the service alike."""
+    found = set(criteria)
+    if Criterion.LATENCY in found:
+        return Criterion.LATENCY
+    if Criterion.THROUGHPUT in found:
+        return Criterion.THROUGHPUT
+    return None
 
 
 class CallState(str, enum.Enum):

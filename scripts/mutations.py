@@ -535,8 +535,8 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_criteria_given_at_submit_are_deduced_before_the_first_round",)),
     Mutation(
         "frontend_keeps_the_get_to_itself", "parrot/frontend/variable.py",
-        "        if self.get_criterion is not Criterion.LATENCY:\n",
-        "        if False:\n",
+        "        self.get_criterion = strongest((self.get_criterion, criterion))\n",
+        "",
         ("tests/frontend/test_session.py::test_a_get_begun_before_the_submission_travels_with_it",)),
     Mutation(
         "queued_prefill_not_costed", "parrot/policies/placement.py",

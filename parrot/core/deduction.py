@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from parrot.core.graph import SessionGraph, strongest
+from parrot.core.graph import SessionGraph
 from parrot.core.nodes import Call
-from parrot.types import Criterion
+from parrot.types import Criterion, strongest
 
 __all__ = ["deduce", "strongest"]
 

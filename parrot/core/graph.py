@@ -6,24 +6,15 @@ attribute "obj". The paper's primitives are `get_producer`, `get_consumers` and 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import networkx as nx
 
 from parrot.core.nodes import Call, Variable
 from parrot.errors import ConflictError
-from parrot.types import Criterion
+from parrot.types import Criterion, strongest
 
-
-def strongest(criteria: Iterable[Criterion | None]) -> Criterion | None:
-    """LATENCY over THROUGHPUT over nothing asked."""
-    found = set(criteria)
-    if Criterion.LATENCY in found:
-        return Criterion.LATENCY
-    if Criterion.THROUGHPUT in found:
-        return Criterion.THROUGHPUT
-    return None
 
 
 class SessionGraph:

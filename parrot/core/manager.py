@@ -35,7 +35,7 @@ from parrot.errors import (CallFailedError, ConflictError, EngineUnavailableErro
                            GetTimeoutError, InvalidRequestError, NotFoundError, ParrotError)
 from parrot.policies.base import Policy
 from parrot.transforms import TransformError, apply_transforms
-from parrot.types import CallState, Criterion
+from parrot.types import CallState, Criterion, strongest
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +155,9 @@ class Manager:
     def _seed_criterion(self, session: Session, var: Variable, criterion: Criterion) -> None:
         """A `get`'s criterion on `var` (or the one a submit says its get will have): the
         seed objective deduction starts from; a latency get outranks a throughput one."""
-        if var.criterion is not criterion and var.criterion is not Criterion.LATENCY:
-            var.criterion = criterion
+        seed = strongest((var.criterion, criterion))
+        if seed is not var.criterion:
+            var.criterion = seed
             self._mark_dirty(session)
 
     def graph(self, session: Session) -> dict[str, Any]:

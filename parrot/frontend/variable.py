@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from parrot.types import Criterion
+from parrot.types import Criterion, strongest
 from parrot.wire_types import ErrorReply, GetRequest, SetVariableRequest, Value, VariableId
 
 if TYPE_CHECKING:
@@ -67,8 +67,7 @@ class SemanticVariable:
         """Parse a get's criterion and remember it for a submission not sent yet (the
         strongest of them: latency outranks throughput, as on the service)."""
         criterion = Criterion.parse(perf.value if isinstance(perf, Criterion) else perf)
-        if self.get_criterion is not Criterion.LATENCY:
-            self.get_criterion = criterion
+        self.get_criterion = strongest((self.get_criterion, criterion))
         return criterion
 
     async def aget(self, perf: Criterion | str = Criterion.LATENCY,
