@@ -15,8 +15,9 @@ honoured) of deterministic filler: 4-character word-like pieces chosen by a hash
 (context_id, seed, position in the context).
 
 Memory: a request reserves every block it will need when it is admitted (fill: its tokens;
-generate: max_tokens), so admitted requests never stall. Requests are admitted first come,
-first served; one that does not fit waits while requests run (they always finish). When none
+generate: max_tokens), so admitted requests never stall. Requests are admitted, and prefilled,
+by priority (the protocol's, lower first), then first come, first served; one that does not
+fit waits while requests run (they always finish). When none
 runs, nothing else would ever return blocks, so the KV of idle contexts is evicted, least
 recently used first: preemption by recompute, as the builtin engine does. Such a context keeps
 its tokens, and the next request that uses it (or forks it) first prefills them again. So an
@@ -31,6 +32,7 @@ otherwise once per sequence.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import enum
 import logging
 from dataclasses import dataclass, field
@@ -246,9 +248,7 @@ class SimulatedEngine(Engine):
         decodes = [r for r in self._running if not r.is_prefilling]
         budget = self.config.max_num_batched_tokens - len(decodes)
         prefills = []
-        # Lower priority values prefill first; sorted() is stable, so within one priority
-        # the running order (admission order) stands.
-        for req in sorted(self._running, key=_by_priority):
+        for req in self._running:   # by priority, then admission order (see _admit)
             if budget <= 0:
                 break
             if req.is_prefilling:
@@ -282,10 +282,11 @@ class SimulatedEngine(Engine):
                     self._finish(req)
 
     def _admit(self) -> None:
-        """Move waiting requests into the running batch, first come first served for memory.
+        """Move waiting requests into the running batch, by priority, then first come first
+        served for memory.
         The first one that does not fit waits for the running requests to finish (they hold all
         they need, so they always do); when none runs, it evicts idle KV to fit."""
-        for req in sorted(self._waiting, key=_by_priority):
+        for req in list(self._waiting):
             if len(self._running) >= self.config.max_num_seqs:
                 return
             ctx = self._contexts.get(req.context_id)
@@ -316,7 +317,8 @@ class SimulatedEngine(Engine):
             req.context, req.created_context = reservation.context, reservation.created
             req.start_len, req.num_recompute = base_len, reservation.num_recompute
             self._waiting.remove(req)
-            self._running.append(req)
+            # Both queues stay ordered by priority, then arrival (insort goes after equals).
+            bisect.insort(self._running, req, key=_by_priority)
             if req.num_tokens == 0:
                 self._finish(req)
 
@@ -337,7 +339,7 @@ class SimulatedEngine(Engine):
         parent = self._contexts.get(req.parent_id) if req.parent_id is not None else None
         self._check_fits(req, ctx.length if ctx else parent.length if parent else 0)
         self._claimed.add(req.context_id)
-        self._waiting.append(req)
+        bisect.insort(self._waiting, req, key=_by_priority)
         self._wake()
         return req
 

@@ -7,8 +7,9 @@ Order of an iteration (`schedule`):
    Generates whose context must be (re)computed), each by priority (the protocol's: lower
    first), then oldest first, within max_batch_tokens and max_num_seqs;
 4. KV blocks: a chunk that does not fit evicts idle contexts (least recently used first), then
-   preempts the newest running work not in this batch (its KV is recomputed later); if nothing
-   can be freed the chunk waits. Work that can never be served fails with OutOfKVCacheError.
+   preempts the newest running work of the lowest priority not in this batch (its KV is
+   recomputed later); if nothing can be freed the chunk waits. Work that can never be
+   served fails with OutOfKVCacheError.
 `postprocess` applies a step's result: computed counts, sampled tokens, finished work.
 
 `schedule(decode_only=True)` (the engine asks for it while a decode step launched ahead is in
@@ -18,6 +19,7 @@ there are decodes to run: the launched step is then this step, used instead of w
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from parrot.engines.builtin.block_manager import BlockManager
@@ -65,7 +67,9 @@ class BatchScheduler:
         self.max_num_seqs = max_num_seqs
         self.max_context_len = max_context_len
         self.eos_token_ids = frozenset(eos_token_ids)
-        self.works: list[Work] = []             # admitted and unfinished, FCFS
+        # admitted and unfinished, by priority, then first come first served (kept so on
+        # insertion: every step walks it in this order)
+        self.works: list[Work] = []
         self.contexts: dict[str, Context] = {}  # live (not freed) contexts by id
         self._freed: list[Context] = []          # freed, blocks not yet released
         self._iteration = 0
@@ -74,7 +78,7 @@ class BatchScheduler:
 
     def add(self, work: Work) -> None:
         work.context.owner = work
-        self.works.append(work)
+        bisect.insort(self.works, work, key=_by_priority)   # after those of equal priority
 
     def free(self, ctx: Context, *, defer: bool) -> None:
         """Forget ctx now; release its blocks now, or at the next iteration when a step that
@@ -208,8 +212,7 @@ class BatchScheduler:
         budget, seats = self.max_batch_tokens, self.max_num_seqs
         chunks: list[ScheduledChunk] = []
         protected: set[int] = set()
-        # By priority, then admission order (sorted is stable; self.works is FCFS).
-        started = sorted((w for w in self.works if w.is_started), key=_by_priority)
+        started = [w for w in self.works if w.is_started]
         decodes = [w for w in started if w.is_decoding]
         prefills = [] if decodes_only else [w for w in started if not w.is_decoding]
         for work in decodes + prefills:
