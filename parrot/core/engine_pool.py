@@ -295,7 +295,7 @@ class EngineState:
             chained_latency_seq=(max(p.call.arrival_seq for p in latency)
                                  if latency and all(p.call.has_waiting_consumer
                                                     for p in latency) else None),
-            queued_prefill_tokens=sum(p.prefill_tokens for p in self.running.values()),
+            queued_prefill_tokens=sum(self.prefilling.values()),
             throughput_tokens_in_use=self.num_tokens_in_use - self._latency_tokens(latency),
         )
 

@@ -303,9 +303,7 @@ def spread_finish_ms(slots: Sequence[Slot], calls: Sequence[CallView]) -> float:
     plus that share."""
     if not calls or not slots:
         return 0.0
-    def busy(slot: Slot) -> float:
-        return slot.finish_ms(Demand(output=1))
-    used = sorted(slots, key=busy)[:len(calls)]
+    used = sorted(slots, key=lambda slot: slot.finish_ms(Demand(output=1)))[:len(calls)]
     share = 1.0 / len(used)
     load = sum(c.num_tokens for c in calls) * share
     prompt = sum(c.num_prompt_tokens for c in calls) * share
