@@ -69,8 +69,12 @@ chains at the paper's 25 clients (live_paper_h200_artifact_cc25/) and mixed with
 artifact's arrivals (live_paper_h200_artifact_mixed/); then the one-engine runs that had
 last run at the configs' 6,144, again with `--latency-capacity auto`: chain_summary, the
 chain-chunk and map-reduce sweep points and map_reduce (live_paper_h200_auto_one/), and the
-four copilot runs with the configs saying `auto` (live_paper_h200_auto_copilot/). Only the
-gpts rate searches are older (the 2026-12-03 00:44 UTC search at the paper's prompt lengths).
+four copilot runs with the configs saying `auto` (live_paper_h200_auto_copilot/). Then the
+runs after a submission started to carry its outputs' criteria: map-reduce's one-engine
+cells and multi_agent at 8 files (live_paper_h200_criteria_one/), mixed
+(..._criteria_mixed/) and multi_agent at 16 files (..._criteria_16files/); last mixed again
+after app_centric preferred engines free of the other criterion only in rounds that isolate
+(live_paper_h200_calm_mixed/). Only the gpts rate searches are older (the 2026-12-03 00:44 UTC search at the paper's prompt lengths).
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -118,7 +122,7 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_artifact_cc25", "live_paper_h200_artifact_mixed",
              "live_paper_h200_auto_one", "live_paper_h200_auto_copilot",
              "live_paper_h200_criteria_one", "live_paper_h200_criteria_mixed",
-             "live_paper_h200_criteria_16files")
+             "live_paper_h200_criteria_16files", "live_paper_h200_calm_mixed")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
