@@ -126,10 +126,13 @@ class EngineSpec:
     name: str
     kind: str = EngineKind.SIMULATED   # an EngineKind value; stored as the EngineKind member
     url: str | None = None
-    # Token load under which latency calls stay fast; None ("auto" in YAML): the paper's rule
-    # on the engine's speed profile (the load where a decode step takes 40/22 of the empty
-    # batch's; speed_profile.calibrated_latency_capacity), known once it connects.
-    latency_capacity: int | None = 6144
+    # Token load under which latency calls stay fast; None ("auto" in YAML, the default): the
+    # paper's rule on the engine's speed profile (the load where a decode step takes 40/22 of
+    # the empty batch's; speed_profile.calibrated_latency_capacity), known once it connects.
+    # 6,144 on the paper's A100 profile, which an engine with no profile is costed with; the
+    # A100's figure on a faster engine kept its latency calls waiting for room the engine had
+    # (docs/RESULTS.md, "The latency capacity at the artifact's load").
+    latency_capacity: int | None = None
     # Token load a throughput engine may be filled to; None ("auto" in YAML): a share of the
     # engine's own KV cache, known once it connects (`auto_throughput_capacity`).
     throughput_capacity: int | None = None

@@ -74,7 +74,8 @@ runs after a submission started to carry its outputs' criteria: map-reduce's one
 cells and multi_agent at 8 files (live_paper_h200_criteria_one/), mixed
 (..._criteria_mixed/) and multi_agent at 16 files (..._criteria_16files/); last mixed again
 after app_centric preferred engines free of the other criterion only in rounds that isolate
-(live_paper_h200_calm_mixed/). Only the gpts rate searches are older (the 2026-12-03 00:44 UTC search at the paper's prompt lengths).
+(live_paper_h200_calm_mixed/). Only the gpts rate searches are older (the 2026-12-03 00:44
+UTC search at the paper's prompt lengths).
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per

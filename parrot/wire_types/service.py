@@ -106,8 +106,8 @@ class EngineList(WireMessage):
 class RegisterEngineRequest(WireMessage):
     """`POST /v1/engines`: an engine process joining by URL (the admin token when one is
     configured). A capacity or speed left out takes the manager's default; `latency_capacity`
-    "auto" is calibrated from the speed profile the engine reports (docs/CONFIG.md); `secret`
-    is the engine's own, sent on the manager's requests to it."""
+    "auto" (the default) is calibrated from the speed profile the engine reports
+    (docs/POLICIES.md); `secret` is the engine's own, sent on the manager's requests to it."""
 
     WIRE_NAME = "register"
     name: str

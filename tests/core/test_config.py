@@ -64,5 +64,5 @@ def test_capacities_may_be_auto():
         {"name": "b"}]})
     auto, default = config.engines
     assert (auto.latency_capacity, auto.throughput_capacity) == (None, None)
-    # the paper's A100 figure stays the default; auto is asked for
-    assert (default.latency_capacity, default.throughput_capacity) == (6144, None)
+    # auto is the default for both: the paper's rule on the engine's own profile
+    assert (default.latency_capacity, default.throughput_capacity) == (None, None)

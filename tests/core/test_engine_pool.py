@@ -240,6 +240,12 @@ async def test_auto_latency_capacity_follows_the_profile_the_engine_reports(mana
     assert state.throughput_capacity >= 20480
 
 
+async def test_an_engine_given_no_capacity_is_calibrated_to_its_profile(manager):
+    # auto is the default: an engine that says nothing is not held to the A100's 6,144
+    await manager.add_engine(EngineSpec(name="plain", in_process=True), ProfiledEngine(H200_LIKE))
+    assert manager.engines.get("plain").latency_capacity == 20480
+
+
 async def test_a_configured_profile_or_number_wins_and_no_profile_keeps_the_papers(manager):
     # a profile in the params wins over the one the engine reports
     await manager.add_engine(EngineSpec(name="c", in_process=True, latency_capacity="auto",

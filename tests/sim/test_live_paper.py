@@ -25,7 +25,8 @@ TINY = {"doc_tokens": 1024, "chunk_tokens": 512, "output_tokens": 4}
 
 def _setup(path: str, *names: str) -> ServeSetup:
     return ServeSetup(path, ServeConfig(engines=tuple(
-        EngineSpec(name=n, kind="simulated", params=FAST) for n in names)))
+        EngineSpec(name=n, kind="simulated", latency_capacity=6144, params=FAST)
+        for n in names)))
 
 
 ONE = _setup("one.yaml", "e0")
