@@ -34,6 +34,7 @@ from collections.abc import Mapping
 import yaml
 
 from parrot.errors import EngineConfigError
+from parrot.speed_profile import SpeedProfile
 from parrot.validation import Checks, is_int
 
 # Where the simulated engine's parameters are named in errors.
@@ -85,6 +86,21 @@ class LatencyModel:
             return (self.decode_base_ms + self.decode_per_seq_ms * num_decode_seqs
                     + self.decode_per_token_ms * decode_kv_tokens)
         return _interpolate(self.decode_table, decode_kv_tokens)
+
+    def speed_profile(self) -> SpeedProfile | None:
+        """The profile the engine reports in its info, so that a manager that was given no
+        `profile` for it (an engine process registered by URL) costs it as it runs. Its shape
+        has no per-sequence decode term or fixed prefill cost: both are left out. None with
+        `zero_latency` (no speed to rank by)."""
+        if self.zero_latency:
+            return None
+        data: dict[str, Any] = {"prefill_per_token_ms": self.prefill_per_token_ms}
+        if self.decode_table is not None:
+            data["decode_table"] = self.decode_table
+        else:
+            data.update(decode_base_ms=self.decode_base_ms,
+                        decode_per_token_ms=self.decode_per_token_ms)
+        return SpeedProfile.from_latency_profile(data)
 
     def iteration_seconds(self, num_decode_seqs: int, decode_kv_tokens: int,
                           prefill_tokens: int) -> float:

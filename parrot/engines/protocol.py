@@ -244,8 +244,8 @@ class EngineInfo:
     num_blocks_total: int
     chat_template: ChatTemplate | None = None  # the model's; None: the manager uses ChatML
     # How fast it prefills and decodes, as the engine measured it (speed_probe.py: the builtin
-    # engine's start-up probe); None: it does not say (a `profile` in its params, or the
-    # manager's default, is used then). The manager costs placements with it and calibrates
+    # engine's start-up probe) or, for a simulated engine, its latency model; None: it does
+    # not say (a `profile` in its params, or the manager's default, is used then). The manager costs placements with it and calibrates
     # `latency_capacity: auto` from it.
     speed_profile: SpeedProfile | None = None
 

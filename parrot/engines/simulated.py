@@ -132,7 +132,7 @@ class SimulatedEngine(Engine):
     async def info(self) -> EngineInfo:
         c = self.config
         return EngineInfo(self.name, "simulated", c.model, c.max_context_len, c.block_size,
-                          c.num_blocks)
+                          c.num_blocks, speed_profile=c.latency.speed_profile())
 
     async def fill(self, request: FillRequest) -> FillResult:
         n = (len(request.token_ids) if request.token_ids is not None

@@ -246,6 +246,17 @@ async def test_an_engine_given_no_capacity_is_calibrated_to_its_profile(manager)
     assert manager.engines.get("plain").latency_capacity == 20480
 
 
+async def test_a_simulated_engine_given_no_profile_is_costed_as_its_model_runs(manager):
+    # an engine process registered by URL: the manager has no params, the engine its model
+    from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig
+
+    engine = SimulatedEngine("s", SimulatedEngineConfig.from_mapping({"profile": "h200_llama7b"}))
+    await manager.add_engine(EngineSpec(name="s", in_process=True), engine)
+    state = manager.engines.get("s")
+    assert state.profile_source == "measured" and state.profile.decode_ms(0) == 3.85
+    assert state.latency_capacity == 20480                   # not the A100's 6,144
+
+
 async def test_a_configured_profile_or_number_wins_and_no_profile_keeps_the_papers(manager):
     # a profile in the params wins over the one the engine reports
     await manager.add_engine(EngineSpec(name="c", in_process=True, latency_capacity="auto",

@@ -406,6 +406,23 @@ def test_table_interpolates_and_extrapolates() -> None:
     assert model.iteration_seconds(0, 0, 10) == pytest.approx(0.0015)
 
 
+def test_info_reports_the_latency_model_as_the_engines_speed_profile() -> None:
+    async def main() -> None:
+        h200 = SimulatedEngine("h", SimulatedEngineConfig.from_mapping({"profile": "h200_llama7b"}))
+        profile = (await h200.info()).speed_profile
+        model = h200.config.latency
+        assert profile is not None
+        assert profile.prefill_ms_per_token == model.prefill_per_token_ms
+        for tokens in (0, 6144, 50000):                       # the decode formula, point for point
+            assert profile.decode_ms(tokens) == pytest.approx(model.decode_ms(1, tokens))
+        table = SimulatedEngine("t", SimulatedEngineConfig.from_mapping({"profile": "a100_llama13b"}))
+        assert (await table.info()).speed_profile.decode_points == table.config.latency.decode_table
+        fast = SimulatedEngine("z", SimulatedEngineConfig.from_mapping({"zero_latency": True}))
+        assert (await fast.info()).speed_profile is None      # no speed to rank by
+
+    run_virtual(main())
+
+
 def test_a_prefill_only_iteration_pays_the_prefill_base_once() -> None:
     model = LatencyModel(prefill_per_token_ms=0.1, prefill_base_ms=4.0, decode_base_ms=5.0,
                          decode_per_token_ms=0.0)
