@@ -245,8 +245,8 @@ class EngineInfo:
     chat_template: ChatTemplate | None = None  # the model's; None: the manager uses ChatML
     # How fast it prefills and decodes, as the engine measured it (speed_probe.py: the builtin
     # engine's start-up probe) or, for a simulated engine, its latency model; None: it does
-    # not say (a `profile` in its params, or the manager's default, is used then). The manager costs placements with it and calibrates
-    # `latency_capacity: auto` from it.
+    # not say (a `profile` in its params, or the manager's default, is used then). The
+    # manager costs placements with it and calibrates `latency_capacity: auto` from it.
     speed_profile: SpeedProfile | None = None
 
     def to_json(self) -> dict[str, Any]:

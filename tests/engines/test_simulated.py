@@ -415,7 +415,8 @@ def test_info_reports_the_latency_model_as_the_engines_speed_profile() -> None:
         assert profile.prefill_ms_per_token == model.prefill_per_token_ms
         for tokens in (0, 6144, 50000):                       # the decode formula, point for point
             assert profile.decode_ms(tokens) == pytest.approx(model.decode_ms(1, tokens))
-        table = SimulatedEngine("t", SimulatedEngineConfig.from_mapping({"profile": "a100_llama13b"}))
+        a100 = SimulatedEngineConfig.from_mapping({"profile": "a100_llama13b"})
+        table = SimulatedEngine("t", a100)
         assert (await table.info()).speed_profile.decode_points == table.config.latency.decode_table
         fast = SimulatedEngine("z", SimulatedEngineConfig.from_mapping({"zero_latency": True}))
         assert (await fast.info()).speed_profile is None      # no speed to rank by
