@@ -564,4 +564,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        return (self.params.isolate_criteria\n",
         ("tests/policies/test_app_centric.py::"
          "test_isolation_holds_while_confining_throughput_work_costs_little",)),
+    Mutation(
+        "latency_capacity_defaults_to_the_a100s", "parrot/core/config.py",
+        "    latency_capacity: int | None = None\n",
+        "    latency_capacity: int | None = 6144\n",
+        ("tests/core/test_engine_pool.py::"
+         "test_an_engine_given_no_capacity_is_calibrated_to_its_profile",)),
+    Mutation(
+        "simulated_engine_reports_no_profile", "parrot/engines/simulated.py",
+        "                          c.num_blocks, speed_profile=c.latency.speed_profile())\n",
+        "                          c.num_blocks)\n",
+        ("tests/engines/test_simulated.py::"
+         "test_info_reports_the_latency_model_as_the_engines_speed_profile",
+         "tests/core/test_engine_pool.py::"
+         "test_a_simulated_engine_given_no_profile_is_costed_as_its_model_runs")),
 )
