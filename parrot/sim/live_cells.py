@@ -74,8 +74,11 @@ runs after a submission started to carry its outputs' criteria: map-reduce's one
 cells and multi_agent at 8 files (live_paper_h200_criteria_one/), mixed
 (..._criteria_mixed/) and multi_agent at 16 files (..._criteria_16files/); last mixed again
 after app_centric preferred engines free of the other criterion only in rounds that isolate
-(live_paper_h200_calm_mixed/). Only the gpts rate searches are older (the 2026-12-03 00:44
-UTC search at the paper's prompt lengths).
+(live_paper_h200_calm_mixed/), and the gpts rate search at the paper's prompt lengths on
+the engines' measured profiles with the latency capacity `auto`, in two parts
+(live_paper_h200_measured_gpts_full_a/: app_centric and the affinity ablation; ..._b/:
+least-queue sharing; each with the no-sharing reference). Only the rate search with the
+prompts scaled × 0.45 is older (2026-12-02).
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -123,7 +126,8 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_artifact_cc25", "live_paper_h200_artifact_mixed",
              "live_paper_h200_auto_one", "live_paper_h200_auto_copilot",
              "live_paper_h200_criteria_one", "live_paper_h200_criteria_mixed",
-             "live_paper_h200_criteria_16files", "live_paper_h200_calm_mixed")
+             "live_paper_h200_criteria_16files", "live_paper_h200_calm_mixed",
+             "live_paper_h200_measured_gpts_full_a", "live_paper_h200_measured_gpts_full_b")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
