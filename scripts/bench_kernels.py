@@ -13,7 +13,7 @@ a CUDA-graph replay sees), not Python launch overhead. The byte floor is the KV 
 measured at start (bytes read + written). Prints a markdown table and writes it to --out.
 --sweep first times launch variants (KernelTuning) at a few shapes.
 
-Where the repo is not pip-installed, kernels/ is loaded under its import name parrot_kernels.
+Where the repo is not pip-installed, parrot_kernels/ is loaded from the repo.
 """
 from __future__ import annotations
 

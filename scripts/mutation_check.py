@@ -44,10 +44,9 @@ class Outcome:
 
 
 def copy_tree(dest: Path) -> None:
-    """The working tree as git sees it (tracked plus untracked-not-ignored files), with
-    `parrot_kernels` pointing at the copy's kernels/: the repository's editable install maps
-    that name to the original folder, so a mutated kernel would otherwise never be imported
-    (the copy is first on PYTHONPATH, ahead of the install's finder)."""
+    """The working tree as git sees it (tracked plus untracked-not-ignored files). The copy is
+    first on PYTHONPATH, ahead of the editable install's finder, so its parrot_kernels/ (a
+    mutated kernel) is the one imported."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
                              "--exclude-standard"], cwd=REPO, check=True,
                             capture_output=True).stdout.decode().split("\0")
@@ -57,7 +56,6 @@ def copy_tree(dest: Path) -> None:
             target = dest / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, target)
-    (dest / "parrot_kernels").symlink_to(dest / "kernels", target_is_directory=True)
 
 
 def run_tests(root: Path, tests: tuple[str, ...], per_test_s: int,

@@ -401,22 +401,22 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            saved += (groups.indptr[g + 1] - groups.indptr[g]) * prefix\n",
         ("tests/engines/builtin/test_step_trace.py",)),
     Mutation(
-        "prefill_split_reads_from_the_start", "kernels/_jit_prefill.py",
+        "prefill_split_reads_from_the_start", "parrot_kernels/_jit_prefill.py",
         "        lo = tl.program_id(2) * split_len\n", "        lo = 0 * split_len\n",
         ("tests/kernels/test_kernels_prefill.py::test_keys_split_into_ranges_match_reference",)),
     Mutation(
-        "prefill_split_empty_rows_nan", "kernels/_jit_prefill.py",
+        "prefill_split_empty_rows_nan", "parrot_kernels/_jit_prefill.py",
         "            m_use = tl.where(m_new == float(\"-inf\"), 0.0, m_new)\n",
         "            m_use = m_new\n",
         ("tests/kernels/test_kernels_prefill.py::test_keys_split_into_ranges_match_reference",)),
     Mutation(
-        "decode_small_tiles_never", "kernels/plan.py",
+        "decode_small_tiles_never", "parrot_kernels/plan.py",
         "    small = cascade and (batch - groups + 1) * gqa <= SMALL_TILE_M\n",
         "    small = False\n",
         ("tests/kernels/test_kernels_plan.py::"
          "test_a_group_whose_rows_fit_the_smallest_tile_gets_it",)),
     Mutation(
-        "prefill_split_never", "kernels/prefill.py",
+        "prefill_split_never", "parrot_kernels/prefill.py",
         "    elif programs > num_sms or programs == 0:\n",
         "    elif True:\n",
         ("tests/kernels/test_kernels_prefill.py::"

@@ -38,7 +38,7 @@ from typing import Any
 
 from repo_imports import alias_kernels, import_parrot  # noqa: E402
 
-import_parrot()   # without leaving the repo root (and its kernels/) on sys.path
+import_parrot()   # without leaving the repo root on sys.path
 alias_kernels()
 
 from parrot.engines.latency_model import SimulatedEngineConfig  # noqa: E402

@@ -14,8 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def import_parrot() -> None:
     """Import the repo's `parrot` even when it is not installed, without leaving the repo root
-    on sys.path: there its `kernels/` folder would pose as the HF hub package `kernels`, which
-    transformers probes for at import."""
+    on sys.path (scripts run from anywhere and should not import whatever else it holds)."""
     if importlib.util.find_spec("parrot") is not None:
         return
     sys.path.insert(0, str(REPO))
@@ -28,7 +27,7 @@ def import_parrot() -> None:
 def alias_kernels() -> None:
     if importlib.util.find_spec("parrot_kernels") is not None:
         return
-    init = REPO / "kernels" / "__init__.py"
+    init = REPO / "parrot_kernels" / "__init__.py"
     if not init.is_file():
         return
     spec = importlib.util.spec_from_file_location("parrot_kernels", init,
@@ -40,4 +39,5 @@ def alias_kernels() -> None:
         spec.loader.exec_module(module)
     except Exception as exc:  # the engine then runs its torch decode path
         del sys.modules["parrot_kernels"]
-        print(f"warning: kernels/ does not import ({exc!r}); torch attention", file=sys.stderr)
+        print(f"warning: parrot_kernels/ does not import ({exc!r}); torch attention",
+              file=sys.stderr)

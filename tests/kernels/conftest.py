@@ -22,7 +22,7 @@ if not torch.cuda.is_available():
 try:
     import parrot_kernels  # noqa: F401
 except ImportError:
-    _pkg = pathlib.Path(__file__).resolve().parents[2] / "kernels"
+    _pkg = pathlib.Path(__file__).resolve().parents[2] / "parrot_kernels"
     _spec = importlib.util.spec_from_file_location(
         "parrot_kernels", _pkg / "__init__.py", submodule_search_locations=[str(_pkg)])
     _mod = importlib.util.module_from_spec(_spec)

@@ -7,7 +7,7 @@ decode-only step is captured once per bucket and replayed:
 * buckets: batch B -> the next power of two (capped at `max_batch`); block-table widths -> the
   next power of two (capped at the context's block count); for shared-prefix steps also the
   group count G -> the next power of two (at most the batch bucket). The kernels' launch plan
-  reads only these shapes (kernels/plan.py), so it is fixed per bucket. The eager kernel path
+  reads only these shapes (parrot_kernels/plan.py), so it is fixed per bucket. The eager kernel path
   pads its tables to the same width buckets (runner.py), so an unpadded batch gets the same
   plan, and bitwise the same result, in a graph and eagerly.
 * static buffers, allocated once for the largest bucket: token ids, positions, slots, block
@@ -289,7 +289,7 @@ class DecodeGraphs(GraphBuckets[GraphKey, _Graph]):
         fits = [k for k in self._graphs if bb <= k[0] <= fb * bb and gb <= k[1] <= fb * gb
                 and pw <= k[2] <= f * pw and sw <= k[3] <= f * sw]
         if stopgap:     # fewest groups first: a bucket of about as many groups as rows reads
-            # each row's prefix on its own (kernels/plan.py choose_shared_prefix_strategy)
+            # each row's prefix on its own (parrot_kernels/plan.py choose_shared_prefix_strategy)
             return min(fits, key=lambda k: (k[1], k[0], k[2] + k[3]), default=None)
         return min(fits, key=lambda k: (k[0], k[2] + k[3], k[1]), default=None)
 

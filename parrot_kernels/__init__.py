@@ -1,7 +1,8 @@
 """parrot_kernels: Triton decode- and prefill-attention and fused decode-layer kernels for
 Parrot's builtin engine.
 
-The repo folder ``kernels/`` ships as the import package ``parrot_kernels``. Importing it needs
+The repo folder ``parrot_kernels/`` (named as it imports: a folder ``kernels/`` at the repo
+root shadowed HF's ``kernels`` package, which transformers imports). Importing it needs
 torch only; Triton is imported on the first kernel launch (so ``TRITON_INTERPRET=1`` may be
 set until then). On CPU tensors without ``TRITON_INTERPRET=1`` the public functions fall back
 to the PyTorch references (fp32), so callers never need a GPU to import or call them.
