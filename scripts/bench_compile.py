@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gemv import graph_time  # noqa: E402
-from repo_imports import alias_kernels, import_parrot  # noqa: E402
+from repo_imports import import_parrot  # noqa: E402
 from report import record  # noqa: E402
 
 LAYERS = 32
@@ -90,7 +90,6 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
     import_parrot()
-    alias_kernels()
     import torch
     import parrot_kernels as kernels
     from parrot_kernels import fused

@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gemv import SHAPES, cublas_seconds, graph_time, rotated_weights  # noqa: E402
 from engine_suite import ceilings  # noqa: E402
-from repo_imports import alias_kernels  # noqa: E402
+from repo_imports import import_parrot  # noqa: E402
 
 LAYERS, HEADS, HEAD_DIM, PAGE = 32, 32, 128, 16
 
@@ -131,7 +131,7 @@ def main() -> int:
     p.add_argument("--skip-attention", action="store_true")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
-    alias_kernels()
+    import_parrot()
     import torch
     import triton
 

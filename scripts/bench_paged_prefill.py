@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from repo_imports import alias_kernels, import_parrot  # noqa: E402
+from repo_imports import import_parrot  # noqa: E402
 from report import record  # noqa: E402
 
 HEADS, HEAD_DIM, PAGE = 32, 128, 16   # LLaMA-7B's attention (--kv-heads: GQA)
@@ -114,7 +114,6 @@ def main() -> int:
                    help=f"key/value heads (default {HEADS}: no GQA; 8: LLaMA-3-8B's GQA)")
     args = p.parse_args()
     import_parrot()
-    alias_kernels()
     import parrot_kernels as K
     from parrot_kernels.prefill import key_splits
     import torch

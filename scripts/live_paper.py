@@ -18,10 +18,9 @@ import os
 import sys
 from pathlib import Path
 
-from repo_imports import alias_kernels, import_parrot  # noqa: E402
+from repo_imports import import_parrot  # noqa: E402
 
 import_parrot()
-alias_kernels()
 
 from parrot.core.config import ServeConfig  # noqa: E402
 from parrot.sim.live_experiments import (LiveExperimentError, select_experiments,  # noqa: E402

@@ -36,10 +36,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from repo_imports import alias_kernels, import_parrot  # noqa: E402
+from repo_imports import import_parrot  # noqa: E402
 
-import_parrot()   # without leaving the repo root on sys.path
-alias_kernels()
+import_parrot()
 
 from parrot.engines.latency_model import SimulatedEngineConfig  # noqa: E402
 from parrot.engines.speed_probe import ProbePlan, measure_decode, measure_prefill  # noqa: E402
