@@ -17,7 +17,7 @@ from parrot.sim.clock import VirtualClockDeadlockError
 from parrot.sim.cluster import ClusterSpec, RunResult, run_simulation
 from parrot.sim.metrics import distribution, per_app_speedups, summarize
 from parrot.sim.workloads.registry import WORKLOADS
-from parrot.sim.workloads.base import AppRecord
+from parrot.sim.workloads.base import APP_CLOCK, AppRecord
 from parrot.sim.workloads.spec import WorkloadSpec
 from parrot.validation import key_value
 
@@ -205,6 +205,7 @@ def results_json(settings: Settings, runs: list[VariantRun], reference: Variant)
                      "workload": asdict(settings.workload_spec),
                      "policy_params": {k: dict(v) for k, v in settings.policy_params.items()},
                      "serve_config": settings.serve_config},
+        "app_clock": APP_CLOCK,
         "reference": reference.label,
         "speedup_vs_reference": speedups,
         "per_app_speedup_vs_reference": per_app,

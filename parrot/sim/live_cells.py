@@ -189,8 +189,12 @@ LIVE_RATIOS: dict[str, tuple[LiveRatio, ...]] = {
                               _PARROT, optional=True)),
     "chain_bg": (LiveRatio("chat_rate 2 (first 20 s): chain E2E vs request-level", "chain_bg",
                            _PARROT, optional=True),),
-    "map_reduce_output": (LiveRatio("output_tokens 50: vs latency-capped request-level",
-                                    "map_reduce_20", _PARROT, optional=True),),
+    "map_reduce_output": (LiveRatio("output_tokens 25: vs latency-capped request-level",
+                                    "map_reduce_out25", _PARROT, optional=True),
+                          LiveRatio("output_tokens 50: vs latency-capped request-level",
+                                    "map_reduce_20", _PARROT, optional=True),
+                          LiveRatio("output_tokens 100: vs latency-capped request-level",
+                                    "map_reduce_out100", _PARROT, optional=True)),
     "map_reduce_chunks": (LiveRatio("doc_tokens 8192: vs latency-capped request-level",
                                     "map_reduce_8", _PARROT, optional=True),
                           LiveRatio("doc_tokens 16384: vs latency-capped request-level",
@@ -291,8 +295,22 @@ def _value(live: dict[str, Any], experiment: str, variant: str, metric: str) -> 
     return METRICS[metric](run)
 
 
+# Marks a live ratio timed on the earlier application clock (from before the session opened,
+# parrot.sim.workloads.base.APP_CLOCK): a run whose JSON does not name its clock. The page
+# explains the mark under its table.
+EARLIER_CLOCK_MARK = "†"
+# Metrics an application's clock enters (the engines' own TPOT does not).
+_APP_CLOCK_METRICS = frozenset({"e2e", "normalized", "chat_normalized", "sustainable_rate"})
+
+
+def _earlier_clock(live: dict[str, Any], ratio: LiveRatio, ref_exp: str) -> bool:
+    return ratio.metric in _APP_CLOCK_METRICS and any(
+        "app_clock" not in live.get(name, {}) for name in {ratio.experiment, ref_exp})
+
+
 def live_cell(live: dict[str, Any] | None, key: str) -> str:
-    """The table cell for paper experiment `key`: its live ratios, or why there are none."""
+    """The table cell for paper experiment `key`: its live ratios, or why there are none.
+    A ratio from a run on the earlier application clock carries EARLIER_CLOCK_MARK."""
     if live is None:
         return "pending"
     ratios = LIVE_RATIOS.get(key)
@@ -324,5 +342,7 @@ def live_cell(live: dict[str, Any] | None, key: str) -> str:
             value = "n/a" if mine is None or not theirs else f"{mine / theirs:.2f}×"
         else:
             value = "n/a" if not mine or theirs is None else f"{theirs / mine:.2f}×"
+        if value != "n/a" and _earlier_clock(live, r, ref_exp):
+            value += EARLIER_CLOCK_MARK
         cells.append(f"{r.label}: {value}")
     return "<br>".join(cells)

@@ -38,6 +38,7 @@ from parrot.sim.live_experiments import (LIVE_EXPERIMENTS, SMOKE_RATE_SEARCH,  #
                                          RateSearchSpec)
 from parrot.sim.sweep import RateSearch, meets_target
 from parrot.sim.workloads.registry import WORKLOADS
+from parrot.sim.workloads.base import APP_CLOCK
 from parrot.validation import key_value
 from parrot.sim.workloads.spec import WorkloadSpec
 
@@ -357,6 +358,7 @@ async def _run_rate_search(served: ServeConfig, config_path: str, e: LiveExperim
                                                else None)
                 entry["reference_rate"] = base
         result = {"workload": e.workload, "mode": "live", "reference": reference,
+                  "app_clock": APP_CLOCK,
                   "rate_search": dataclasses.asdict(search_spec), "serve_config": config_path,
                   "workload_spec": dataclasses.asdict(spec), "num_engines": e.engines,
                   "variants": found}

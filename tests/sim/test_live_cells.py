@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
-from parrot.sim.live_cells import LIVE_DIRS, live_cell, load_live, load_live_dirs
+from parrot.sim.live_cells import (EARLIER_CLOCK_MARK, LIVE_DIRS, live_cell, load_live,
+                                   load_live_dirs)
+from parrot.sim.workloads.base import APP_CLOCK
 from parrot.sim.paper import EXPERIMENTS
 from parrot.sim.paper_report import BEGIN, END, refresh_page, write_report
 
@@ -18,14 +20,14 @@ def _run(mean: float, per_token: float | None = None, chat: float | None = None)
     return run
 
 
-LIVE = {"map_reduce": {"reference": "latency_centric:baseline",
+LIVE = {"map_reduce": {"app_clock": APP_CLOCK, "reference": "latency_centric:baseline",
                        "variants": {"app_centric:parrot": _run(5.0),
                                     "latency_centric:baseline": _run(10.0)}},
-        "copilot_32": {"reference": "least_queue:baseline",
+        "copilot_32": {"app_clock": APP_CLOCK, "reference": "least_queue:baseline",
                        "variants": {"least_queue:parrot": _run(3.0),
                                     "app_centric:parrot": {"status": "error"},
                                     "least_queue:baseline": _run(9.0)}},
-        "copilot_32_static": {"reference": "least_queue:parrot",
+        "copilot_32_static": {"app_clock": APP_CLOCK, "reference": "least_queue:parrot",
                               "variants": {"least_queue:parrot": _run(1.5)}}}
 
 
@@ -42,7 +44,7 @@ def test_ratios_are_the_reference_mean_over_ours_and_failures_say_na():
 
 
 def test_a_sweeps_points_run_live_one_at_a_time_fill_its_row():
-    points = {key: {"reference": "latency_centric:baseline",
+    points = {key: {"app_clock": APP_CLOCK, "reference": "latency_centric:baseline",
                     "variants": {"app_centric:parrot": _run(2.0),
                                  "latency_centric:baseline": _run(base)}}
               for key, base in (("map_reduce_8", 3.0), ("map_reduce_16", 4.0))}
@@ -65,12 +67,12 @@ def test_no_results_or_a_smoke_run_leave_the_column_pending(tmp_path):
 
 
 TWO_ENGINES = {
-    "gpts": {"reference": "least_queue:baseline",
+    "gpts": {"app_clock": APP_CLOCK, "reference": "least_queue:baseline",
              "variants": {"app_centric:parrot": _run(3.0, 0.02),
                           "least_queue:parrot": _run(2.0, 0.01),
                           "app_centric:parrot+policy.prefix_affinity=false": _run(9.0, 0.16),
                           "least_queue:baseline": _run(8.0, 0.08)}},
-    "mixed": {"reference": "latency_centric:parrot",
+    "mixed": {"app_clock": APP_CLOCK, "reference": "latency_centric:parrot",
               "variants": {"app_centric:parrot": _run(4.0, chat=0.02),
                            "throughput_centric:parrot": _run(2.0, chat=0.05),
                            "latency_centric:parrot": _run(12.0, chat=0.03)}},
@@ -90,7 +92,8 @@ def test_gpts_and_mixed_ratios_use_their_papers_metrics():
 
 
 def test_a_live_rate_search_adds_the_papers_rate_ratios_higher_is_better():
-    searched = {**TWO_ENGINES, "gpts_rate": {"reference": "least_queue:baseline", "variants": {
+    searched = {**TWO_ENGINES, "gpts_rate": {"app_clock": APP_CLOCK,
+                                             "reference": "least_queue:baseline", "variants": {
         "app_centric:parrot": {"sustainable_rate": 24.0},
         "least_queue:parrot": {"sustainable_rate": 32.0},
         "app_centric:parrot+policy.prefix_affinity=false": {"sustainable_rate": 12.0},
@@ -155,7 +158,7 @@ def test_refresh_page_rewrites_the_table_from_committed_runs(tmp_path):
 
 def test_the_sixteen_file_multi_agent_run_shows_only_when_it_ran():
     def team(ours, thr, lat):
-        return {"reference": "latency_centric:baseline",
+        return {"app_clock": APP_CLOCK, "reference": "latency_centric:baseline",
                 "variants": {"app_centric:parrot": _run(ours),
                              "throughput_centric:baseline": _run(thr),
                              "latency_centric:baseline": _run(lat)}}
@@ -169,7 +172,8 @@ def test_the_sixteen_file_multi_agent_run_shows_only_when_it_ran():
 
 def _search(reference: str, rates: dict[str, float]) -> dict:
     base = rates[reference]
-    return {"reference": reference, "rate_search": {"target_s_per_token": 0.04},
+    return {"app_clock": APP_CLOCK,
+            "reference": reference, "rate_search": {"target_s_per_token": 0.04},
             "variants": {label: {"sustainable_rate": rate, "capped": False,
                                  "ratio_vs_reference": rate / base, "reference_rate": base}
                          for label, rate in rates.items()}}
@@ -196,7 +200,8 @@ def test_a_rate_search_run_in_parts_keeps_each_variants_own_ratio(tmp_path):
     assert cell[1] == "sharing, least-queue placement vs no sharing: 6.00× (54.0 vs 9.00 req/s)"
     # any other experiment: the later folder's run replaces the earlier one's whole
     _write(results / LIVE_DIRS[2], {"map_reduce": LIVE["map_reduce"]})
-    _write(results / LIVE_DIRS[3], {"map_reduce": {"reference": "latency_centric:baseline",
+    _write(results / LIVE_DIRS[3], {"map_reduce": {"app_clock": APP_CLOCK,
+                                                   "reference": "latency_centric:baseline",
                                                    "variants": {}}})
     assert load_live_dirs(results)["map_reduce"]["variants"] == {}
 
@@ -213,3 +218,25 @@ def test_every_live_ratio_names_a_runnable_experiment_and_a_paper_row():
             assert r.experiment in runnable, r
             # an experiment run only when named may be missing: its ratios must say so
             assert r.optional or r.experiment not in named, r
+
+
+def test_a_run_on_the_earlier_app_clock_is_marked_on_the_ratios_it_enters():
+    earlier = {key: {k: v for k, v in run.items() if k != "app_clock"}
+               for key, run in LIVE.items()}
+    assert live_cell(earlier, "map_reduce_apps") == \
+        f"vs latency-capped request-level: 2.00×{EARLIER_CLOCK_MARK}"
+    # a cross-run ratio is marked when either run is on the earlier clock
+    mixed = {**LIVE, "copilot_32_static": earlier["copilot_32_static"]}
+    cell = live_cell(mixed, "copilot").split("<br>")
+    assert cell[0] == "32 users, sharing vs no sharing: 3.00×"
+    assert cell[3] == f"32 users, sharing vs static sharing: 0.50×{EARLIER_CLOCK_MARK}"
+    # the engines' own TPOT does not run on an application's clock
+    tpot = {key: {**run, "variants": {label: {**v, "engine_tpot_s": 0.01}
+                                      for label, v in run["variants"].items()}}
+            for key, run in earlier.items()}
+    assert cell_of(tpot, "copilot", "TPOT, 32 users") == \
+        "TPOT, 32 users, sharing vs static sharing: 1.00×"
+
+
+def cell_of(live: dict, key: str, label: str) -> str:
+    return next(c for c in live_cell(live, key).split("<br>") if c.startswith(label))

@@ -61,7 +61,9 @@ def test_each_new_workload_is_deterministic_per_seed(name, spec):
 def test_concurrent_chains_start_together_on_different_documents():
     result = run("concurrent_chains", policy="least_queue", num_clients=3)
     assert [r.app_id for r in result.records] == ["chain-0", "chain-1", "chain-2"]
-    assert len({r.started for r in result.records}) == 1
+    # they open their sessions together; each clock starts once its session is open
+    assert len({round(r.arrived, 9) for r in result.records}) == 1
+    assert all(0.2 <= r.session_open_s <= 0.3 for r in result.records)
     docs = documents(WorkloadSpec(**TINY, num_clients=3), 3)
     assert len({d[0] for d in docs}) == 3  # different documents
     assert [len(r.calls) for r in result.records] == [len(d) for d in docs]
@@ -94,7 +96,7 @@ def test_gpts_spreads_poisson_requests_over_four_prompts():
     result = run("gpts", num_requests=12, request_rate=2.0, prompt_scale=0.2)
     assert len(result.records) == 12
     assert {r.app_id.split("-")[0] for r in result.records} <= {"gpt0", "gpt1", "gpt2", "gpt3"}
-    starts = [r.started for r in result.records]
+    starts = [r.arrived for r in result.records]
     assert starts == sorted(starts) and starts[-1] > starts[0]
     assert len(result.engines) == 4  # the workload's own cluster size
 
@@ -122,7 +124,7 @@ def test_background_chat_arrives_at_the_same_times_in_every_variant():
                 chat_output_tokens=(4, 16))
     fast = run("chain_summary_bg", **spec)
     slow = run("chain_summary_bg", mode="baseline", policy="least_queue", **spec)
-    chats = lambda r: [(c.app_id, round(c.started, 9)) for c in r.records if not c.is_main]  # noqa
+    chats = lambda r: [(c.app_id, round(c.arrived, 9)) for c in r.records if not c.is_main]  # noqa
     assert chats(fast) and chats(fast) == chats(slow)
     assert max(s for _, s in chats(fast)) < 6.0
     offsets = poisson_offsets(random.Random("chat|0"), 2.0, horizon_s=6.0)
@@ -152,12 +154,12 @@ def test_mixed_jobs_and_chats_arrive_at_fixed_times_in_every_variant():
     spec = dict(num_apps=3, request_rate=1.0, chat_rate=2.0, max_chat_s=3.0,
                 chat_prompt_tokens=(16, 32), chat_output_tokens=(4, 8))
     runs = [run("mixed", policy=p, **spec) for p in ("least_queue", "latency_centric")]
-    starts = [[(r.app_id, round(r.started, 9)) for r in result.records] for result in runs]
+    starts = [[(r.app_id, round(r.arrived, 9)) for r in result.records] for result in runs]
     assert starts[0] == starts[1]
     jobs = [r for r in runs[0].records if r.is_main]
     assert [r.app_id for r in jobs] == ["mapreduce-0", "mapreduce-1", "mapreduce-2"]
     offsets = poisson_offsets(random.Random("jobs|0"), 1.0, count=3)
-    assert [r.started for r in jobs] == pytest.approx(offsets)
+    assert [r.arrived for r in jobs] == pytest.approx(offsets)
     assert any(not r.is_main for r in runs[0].records)
 
 
@@ -168,8 +170,8 @@ def test_mixed_jobs_follow_a_trace_and_chats_a_fixed_interval():
     result = run("mixed", **spec)
     jobs = [r for r in result.records if r.is_main]
     assert [r.app_id for r in jobs] == [f"mapreduce-{i}" for i in range(4)]  # not num_apps
-    assert [r.started for r in jobs] == pytest.approx([0.5, 1.0, 4.0, 4.5])
-    chats = sorted(r.started for r in result.records if not r.is_main)
+    assert [r.arrived for r in jobs] == pytest.approx([0.5, 1.0, 4.0, 4.5])
+    chats = sorted(r.arrived for r in result.records if not r.is_main)
     assert chats == pytest.approx([0.0, 1.0, 2.0])
     assert all(r.error is None for r in result.records)
 
@@ -196,3 +198,18 @@ def test_job_offsets_become_a_tuple_of_floats_and_chat_arrivals_a_known_kind():
 def test_documents_never_repeat_when_the_text_wraps_around():
     docs = documents(WorkloadSpec(doc_tokens=20_480, chunk_tokens=1024, num_apps=12))
     assert len({d[0] for d in docs}) == 12
+
+
+@pytest.mark.parametrize("mode", ["parrot", "baseline"])
+def test_an_applications_clock_starts_once_its_session_is_open(mode):
+    # zero-latency engines and a fixed 0.2-s round trip: what is left is the two round trips
+    # after the open. Parrot: the batch submit, then the final get; the request-level
+    # baseline: the map calls (in parallel), then the reduce call, answered with its output.
+    cluster = ClusterSpec(policy="least_queue", num_engines=1, profile=PROFILE,
+                          engine_params={"zero_latency": True}, network_delay_s=(0.2, 0.2))
+    result = run_simulation(cluster, WORKLOADS["map_reduce"], WorkloadSpec(**TINY), mode=mode,
+                            seed=0)
+    [app] = result.records
+    assert app.session_open_s == pytest.approx(0.2)
+    assert app.arrived == pytest.approx(0.0)
+    assert app.latency_s == pytest.approx(0.4)

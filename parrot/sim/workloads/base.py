@@ -5,6 +5,12 @@ Session per application through `env.session(app_id)` (parrot or baseline mode, 
 network delay of that application already attached), measures end-to-end latency on the
 loop's clock (virtual in simulation, real in live mode) and fetches the session's graph before
 closing it, so the per-call timings and engines survive for the timeline plot.
+
+An application's clock starts once its session is open, as the paper's artifact times a
+program (its client registers with the service once, before the timed region; a
+request-level client such as vLLM's has no session at all). Opening costs one client round
+trip; it is recorded (`AppRecord.session_open_s`), not counted in the latency. Results
+name this clock (`APP_CLOCK`): runs before 2026-12-03 timed from before the open.
 """
 
 from __future__ import annotations
@@ -18,6 +24,12 @@ import parrot
 from parrot.frontend.session import Session
 from parrot.sim.network import NetworkDelay
 from parrot.wire_types import CallNode, Graph
+
+
+# What an application's latency counts from; written into every results JSON so that a
+# reader can tell these runs from earlier ones, whose JSON lacks the key (their clock started
+# before the session opened: one client round trip more in every variant).
+APP_CLOCK = "session_open"
 
 
 @dataclass(frozen=True)
@@ -47,16 +59,23 @@ class AppRecord:
     output_tokens: int
     calls: list[CallRecord] = field(default_factory=list)
     error: str | None = None
+    session_open_s: float = 0.0     # the session's opening round trip, before `started`
 
     @property
     def latency_s(self) -> float:
         return self.finished - self.started
 
+    @property
+    def arrived(self) -> float:
+        """When the application began: it opened its session then."""
+        return self.started - self.session_open_s
+
     def to_json(self) -> dict[str, Any]:
         return {"app_id": self.app_id, "kind": self.kind, "is_main": self.is_main,
                 "started": self.started, "finished": self.finished,
                 "latency_s": self.latency_s, "output_tokens": self.output_tokens,
-                "num_calls": len(self.calls), "error": self.error}
+                "num_calls": len(self.calls), "error": self.error,
+                "session_open_s": self.session_open_s}
 
 
 class Env(Protocol):
@@ -79,12 +98,15 @@ def sampling(max_tokens: int) -> dict[str, Any]:
 @asynccontextmanager
 async def app_session(env: Env, app_id: str, kind: str, *, is_main: bool,
                       output_tokens: int) -> AsyncIterator[AppRecord]:
-    """Open a session for one application and time it; the body sets `record.finished`
-    (when the final `get` returns). The graph is read (without network delay) before the
-    session is deleted."""
+    """Open a session for one application and time it from there (module docstring); the
+    body sets `record.finished` (when the final `get` returns). The graph is read (without
+    network delay) before the session is deleted."""
     session, network = env.new_session(app_id)
-    record = AppRecord(app_id, kind, is_main, env.now(), float("nan"), output_tokens)
+    opening = env.now()
     async with session:
+        started = env.now()
+        record = AppRecord(app_id, kind, is_main, started, float("nan"), output_tokens,
+                           session_open_s=started - opening)
         try:
             yield record
         except Exception as exc:  # noqa: BLE001 - a failed app is reported, not fatal
