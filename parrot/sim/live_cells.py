@@ -77,8 +77,12 @@ after app_centric preferred engines free of the other criterion only in rounds t
 (live_paper_h200_calm_mixed/), and the gpts rate search at the paper's prompt lengths on
 the engines' measured profiles with the latency capacity `auto`, in two parts
 (live_paper_h200_measured_gpts_full_a/: app_centric and the affinity ablation; ..._b/:
-least-queue sharing; each with the no-sharing reference). Only the rate search with the
-prompts scaled × 0.45 is older (2026-12-02).
+least-queue sharing; each with the no-sharing reference). Last, every experiment but the two
+gpts rate searches again after an application's clock started once its session is open
+(live_paper_h200_session_clock/: the one-engine runs and the map-reduce output sweep's ends;
+..._sweeps/: multi_agent at 16 files, concurrent chains at 25, the chain sweep points;
+..._mixed/, ..._gpts/). The rate searches ran on the earlier clock, and their cells carry
+EARLIER_CLOCK_MARK.
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -127,7 +131,9 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_auto_one", "live_paper_h200_auto_copilot",
              "live_paper_h200_criteria_one", "live_paper_h200_criteria_mixed",
              "live_paper_h200_criteria_16files", "live_paper_h200_calm_mixed",
-             "live_paper_h200_measured_gpts_full_a", "live_paper_h200_measured_gpts_full_b")
+             "live_paper_h200_measured_gpts_full_a", "live_paper_h200_measured_gpts_full_b",
+             "live_paper_h200_session_clock", "live_paper_h200_session_clock_sweeps",
+             "live_paper_h200_session_clock_mixed", "live_paper_h200_session_clock_gpts")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
