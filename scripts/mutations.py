@@ -578,4 +578,16 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_info_reports_the_latency_model_as_the_engines_speed_profile",
          "tests/core/test_engine_pool.py::"
          "test_a_simulated_engine_given_no_profile_is_costed_as_its_model_runs")),
+    Mutation(
+        "app_clock_counts_the_session_open", "parrot/sim/workloads/base.py",
+        "        started = env.now()\n",
+        "        started = opening\n",
+        ("tests/sim/test_workloads.py::"
+         "test_an_applications_clock_starts_once_its_session_is_open",)),
+    Mutation(
+        "earlier_clock_unmarked", "parrot/sim/live_cells.py",
+        "        if value != \"n/a\" and _earlier_clock(live, r, ref_exp):\n",
+        "        if False:\n",
+        ("tests/sim/test_live_cells.py::"
+         "test_a_run_on_the_earlier_app_clock_is_marked_on_the_ratios_it_enters",)),
 )
