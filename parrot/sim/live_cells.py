@@ -199,6 +199,8 @@ LIVE_RATIOS: dict[str, tuple[LiveRatio, ...]] = {
                                     "map_reduce_out25", _PARROT, optional=True),
                           LiveRatio("output_tokens 50: vs latency-capped request-level",
                                     "map_reduce_20", _PARROT, optional=True),
+                          LiveRatio("output_tokens 75: vs latency-capped request-level",
+                                    "map_reduce_out75", _PARROT, optional=True),
                           LiveRatio("output_tokens 100: vs latency-capped request-level",
                                     "map_reduce_out100", _PARROT, optional=True)),
     "map_reduce_chunks": (LiveRatio("doc_tokens 8192: vs latency-capped request-level",
