@@ -220,6 +220,11 @@ def test_every_live_ratio_names_a_runnable_experiment_and_a_paper_row():
             assert r.optional or r.experiment not in named, r
 
 
+def cell_of(live: dict, key: str, label: str) -> str:
+    """The part of a row's live cell that starts with `label`."""
+    return next(c for c in live_cell(live, key).split("<br>") if c.startswith(label))
+
+
 def test_a_run_on_the_earlier_app_clock_is_marked_on_the_ratios_it_enters():
     earlier = {key: {k: v for k, v in run.items() if k != "app_clock"}
                for key, run in LIVE.items()}
@@ -236,7 +241,3 @@ def test_a_run_on_the_earlier_app_clock_is_marked_on_the_ratios_it_enters():
             for key, run in earlier.items()}
     assert cell_of(tpot, "copilot", "TPOT, 32 users") == \
         "TPOT, 32 users, sharing vs static sharing: 1.00×"
-
-
-def cell_of(live: dict, key: str, label: str) -> str:
-    return next(c for c in live_cell(live, key).split("<br>") if c.startswith(label))
