@@ -307,12 +307,13 @@ def _value(live: dict[str, Any], experiment: str, variant: str, metric: str) -> 
 # parrot.sim.workloads.base.APP_CLOCK): a run whose JSON does not name its clock. The page
 # explains the mark under its table.
 EARLIER_CLOCK_MARK = "†"
-# Metrics an application's clock enters (the engines' own TPOT does not).
-_APP_CLOCK_METRICS = frozenset({"e2e", "normalized", "chat_normalized", "sustainable_rate"})
+# Metrics the engines measure themselves: no application's clock enters them. Every other
+# metric of METRICS does (a new one is marked unless it is named here).
+_ENGINE_METRICS = frozenset({"tpot"})
 
 
 def _earlier_clock(live: dict[str, Any], ratio: LiveRatio, ref_exp: str) -> bool:
-    return ratio.metric in _APP_CLOCK_METRICS and any(
+    return ratio.metric not in _ENGINE_METRICS and any(
         "app_clock" not in live.get(name, {}) for name in {ratio.experiment, ref_exp})
 
 
