@@ -131,7 +131,7 @@ class EngineSpec:
     # the empty batch's; speed_profile.calibrated_latency_capacity), known once it connects.
     # 6,144 on the paper's A100 profile, which an engine with no profile is costed with; the
     # A100's figure on a faster engine kept its latency calls waiting for room the engine had
-    # (docs/RESULTS.md, "The latency capacity at the artifact's load").
+    # (docs/RESULTS_HISTORY.md, "The latency capacity at the artifact's load").
     latency_capacity: int | None = None
     # Token load a throughput engine may be filled to; None ("auto" in YAML): a share of the
     # engine's own KV cache, known once it connects (`auto_throughput_capacity`).
