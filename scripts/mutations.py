@@ -590,4 +590,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if False:\n",
         ("tests/sim/test_live_cells.py::"
          "test_a_run_on_the_earlier_app_clock_is_marked_on_the_ratios_it_enters",)),
+    Mutation(
+        "search_part_clock_ignored", "parrot/sim/live_cells.py",
+        "    if PART_CLOCK in searched and searched.get(\"reference_rate\"):\n",
+        "    if False:\n",
+        ("tests/sim/test_live_cells.py::"
+         "test_a_rate_search_part_on_the_earlier_clock_stays_marked_after_a_later_part",)),
 )

@@ -81,8 +81,12 @@ least-queue sharing; each with the no-sharing reference). Last, every experiment
 gpts rate searches again after an application's clock started once its session is open
 (live_paper_h200_session_clock/: the one-engine runs and the map-reduce output sweep's ends;
 ..._sweeps/: multi_agent at 16 files, concurrent chains at 25, the chain sweep points;
-..._mixed/, ..._gpts/). The rate searches ran on the earlier clock, and their cells carry
-EARLIER_CLOCK_MARK.
+..._mixed/, ..._gpts/). Then the gpts rate searches on that clock: at the paper's prompt
+lengths in both parts (live_paper_h200_app_clock_gpts_full_a/, ..._b/), the scaled one's
+first part (..._gpts_rate_a/: app_centric and the affinity ablation; its second part was cut
+off by the device budget before its reference finished, so ..._gpts_rate_b/ is not read and
+least-queue sharing keeps its earlier part), and the map-reduce output sweep's 75 and 100
+(..._mr/). A ratio from a run on the earlier clock carries EARLIER_CLOCK_MARK.
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -133,7 +137,9 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_criteria_16files", "live_paper_h200_calm_mixed",
              "live_paper_h200_measured_gpts_full_a", "live_paper_h200_measured_gpts_full_b",
              "live_paper_h200_session_clock", "live_paper_h200_session_clock_sweeps",
-             "live_paper_h200_session_clock_mixed", "live_paper_h200_session_clock_gpts")
+             "live_paper_h200_session_clock_mixed", "live_paper_h200_session_clock_gpts",
+             "live_paper_h200_app_clock_gpts_full_a", "live_paper_h200_app_clock_gpts_full_b",
+             "live_paper_h200_app_clock_gpts_rate_a", "live_paper_h200_app_clock_mr")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
@@ -290,10 +296,23 @@ def load_live_dirs(results_dir: Path, dirs: tuple[str, ...] = LIVE_DIRS
 
 
 def _merge_rate_search(earlier: dict[str, Any] | None, later: dict[str, Any]) -> dict[str, Any]:
+    if "rate_search" in later:
+        later = _with_part_clock(later)
     if earlier is None or "rate_search" not in earlier or "rate_search" not in later:
         return later
     searched = {label: v for label, v in later["variants"].items() if "sustainable_rate" in v}
     return {**later, "variants": {**earlier["variants"], **searched}}
+
+
+# A searched variant's copy of the clock of the part that measured it (None: the earlier
+# clock): a merged search's own "app_clock" is its last part's, which need not be this one's.
+PART_CLOCK = "part_app_clock"
+
+
+def _with_part_clock(search: dict[str, Any]) -> dict[str, Any]:
+    clock = search.get("app_clock")
+    return {**search, "variants": {label: {**v, PART_CLOCK: clock} if "sustainable_rate" in v
+                                   else v for label, v in search["variants"].items()}}
 
 
 def _value(live: dict[str, Any], experiment: str, variant: str, metric: str) -> float | None:
@@ -313,8 +332,12 @@ _ENGINE_METRICS = frozenset({"tpot"})
 
 
 def _earlier_clock(live: dict[str, Any], ratio: LiveRatio, ref_exp: str) -> bool:
-    return ratio.metric not in _ENGINE_METRICS and any(
-        "app_clock" not in live.get(name, {}) for name in {ratio.experiment, ref_exp})
+    if ratio.metric in _ENGINE_METRICS:
+        return False
+    searched = live.get(ratio.experiment, {}).get("variants", {}).get(ratio.ours, {})
+    if PART_CLOCK in searched and searched.get("reference_rate"):
+        return searched[PART_CLOCK] is None   # a ratio within one part of a merged search
+    return any("app_clock" not in live.get(name, {}) for name in {ratio.experiment, ref_exp})
 
 
 def live_cell(live: dict[str, Any] | None, key: str) -> str:
