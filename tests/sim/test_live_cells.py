@@ -245,28 +245,20 @@ def test_a_run_on_the_earlier_app_clock_is_marked_on_the_ratios_it_enters():
 
 def test_a_rate_search_part_on_the_earlier_clock_stays_marked_after_a_later_part(tmp_path):
     """Parts of a search merge per variant, so each ratio keeps the clock of the part that
-    measured it, not the clock of the last part merged."""
-    results = tmp_path / "results"
+    measured it, not the clock of the last part merged (in either order)."""
     earlier = _search("least_queue:baseline", {"least_queue:parrot": 54.0,
                                                "least_queue:baseline": 9.0})
     del earlier["app_clock"]
     later = _search("least_queue:baseline", {"app_centric:parrot": 80.0,
                                              "least_queue:baseline": 10.0})
-    _write(results / LIVE_DIRS[0], {"gpts_rate": earlier})
-    _write(results / LIVE_DIRS[1], {"gpts_rate": later})
-    merged = load_live_dirs(results)
-    assert merged is not None
-    assert cell_of(merged, "gpts_rate", "2 engines on 1 H200, sustainable rate").endswith(
-        "app_centric vs no sharing: 8.00× (80.0 vs 10.00 req/s)")
-    assert cell_of(merged, "gpts_rate", "sharing, least-queue") == \
-        f"sharing, least-queue placement vs no sharing: 6.00× (54.0 vs 9.00 req/s){EARLIER_CLOCK_MARK}"
-    # and the other way round: a later part on the earlier clock marks only its own ratios
-    reversed_parts = tmp_path / "reversed"
-    _write(reversed_parts / LIVE_DIRS[0], {"gpts_rate": later})
-    _write(reversed_parts / LIVE_DIRS[1], {"gpts_rate": earlier})
-    merged = load_live_dirs(reversed_parts)
-    assert merged is not None
-    assert cell_of(merged, "gpts_rate", "2 engines on 1 H200, sustainable rate").endswith(
-        "8.00× (80.0 vs 10.00 req/s)")
-    assert cell_of(merged, "gpts_rate", "sharing, least-queue").endswith(EARLIER_CLOCK_MARK)
-
+    for order, parts in (("earlier first", (earlier, later)), ("later first", (later, earlier))):
+        results = tmp_path / order
+        for folder, part in zip(LIVE_DIRS, parts):
+            _write(results / folder, {"gpts_rate": part})
+        merged = load_live_dirs(results)
+        assert merged is not None
+        assert cell_of(merged, "gpts_rate", "2 engines on 1 H200, sustainable rate").endswith(
+            "app_centric vs no sharing: 8.00× (80.0 vs 10.00 req/s)"), order
+        assert cell_of(merged, "gpts_rate", "sharing, least-queue") == (
+            "sharing, least-queue placement vs no sharing: 6.00× (54.0 vs 9.00 req/s)"
+            f"{EARLIER_CLOCK_MARK}"), order
