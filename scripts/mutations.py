@@ -596,4 +596,30 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    if False:\n",
         ("tests/sim/test_live_cells.py::"
          "test_a_rate_search_part_on_the_earlier_clock_stays_marked_after_a_later_part",)),
+    Mutation(
+        "deferred_open_sent_eagerly", "parrot/frontend/session.py",
+        "            if self.credentials is None and self._opening is None:\n"
+        "                reply = await self._open_with(calls)\n",
+        "            if False:\n"
+        "                reply = await self._open_with(calls)\n",
+        ("tests/frontend/test_session.py::test_a_deferred_open_travels_with_the_first_batch",)),
+    Mutation(
+        "batch_open_before_its_body_parses", "parrot/core/wire.py",
+        "            grant = self.admit_session(token)  # who asks, before what they ask is read\n",
+        "            grant = self.admit_session(token)  # who asks, before what they ask is read\n"
+        "            self._open_session(grant)\n",
+        ("tests/core/test_security.py::"
+         "test_a_batch_that_opens_its_session_is_let_in_as_a_session_open_is",)),
+    Mutation(
+        "batch_open_without_the_tenant_key", "parrot/core/wire.py",
+        "            grant = self.admit_session(token)  # who asks, before what they ask is read\n",
+        "            grant = TenantGrant(\"b\", \"\")\n",
+        ("tests/core/test_security.py::"
+         "test_a_batch_that_opens_its_session_is_let_in_as_a_session_open_is",)),
+    Mutation(
+        "batch_open_skips_the_call_limits", "parrot/core/wire.py",
+        "            self.admission.check(None, len(batch.calls))\n",
+        "",
+        ("tests/core/test_overload.py::"
+         "test_a_batch_that_would_open_a_session_is_held_to_the_same_limits",)),
 )

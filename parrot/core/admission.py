@@ -48,11 +48,11 @@ class Admission:
         self._max_per_session = max_per_session
         self.retry_after_s = retry_after_s
 
-    def check(self, session: Session, num_calls: int) -> None:
-        """Raise TooManyRequestsError unless `num_calls` more calls of `session` fit."""
-        mine = self._per_session.get(session)
-        if mine is None:
-            mine = self._per_session[session] = _ActiveCalls(self._max_per_session)
+    def check(self, session: Session | None, num_calls: int) -> None:
+        """Raise TooManyRequestsError unless `num_calls` more calls of `session` fit (None: the
+        first calls of a session not opened yet, which they would open)."""
+        mine = (_ActiveCalls(self._max_per_session) if session is None
+                else self._calls_of(session))
         if not mine.has_room(num_calls, self.retry_after_s):
             raise TooManyRequestsError(
                 f"this session has {mine.limit} unfinished calls (the limit); wait for some "
@@ -64,4 +64,10 @@ class Admission:
 
     def admitted(self, session: Session, call: Call) -> None:
         self._total.add(call)
-        self._per_session[session].add(call)
+        self._calls_of(session).add(call)
+
+    def _calls_of(self, session: Session) -> _ActiveCalls:
+        mine = self._per_session.get(session)
+        if mine is None:
+            mine = self._per_session[session] = _ActiveCalls(self._max_per_session)
+        return mine

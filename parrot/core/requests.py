@@ -12,7 +12,8 @@ from parrot.errors import InvalidRequestError
 from parrot.wire_types import (BatchCall, ErrorReply, GetRequest, PlaceholderSpec,
                                SubmitReply, SubmitRequest)
 
-__all__ = ["GetRequest", "PlaceholderSpec", "SubmitRequest", "resolve_refs", "session_id_of"]
+__all__ = ["GetRequest", "PlaceholderSpec", "SubmitRequest", "opens_session", "resolve_refs",
+           "session_id_of"]
 
 
 def session_id_of(body: object) -> str:
@@ -22,6 +23,11 @@ def session_id_of(body: object) -> str:
     if not isinstance(session_id, str) or not session_id:
         raise InvalidRequestError("'session_id' must be a non-empty string")
     return session_id
+
+
+def opens_session(body: object) -> bool:
+    """A submit_batch body that names no session: the batch opens one."""
+    return isinstance(body, Mapping) and body.get("session_id") is None
 
 
 def resolve_refs(call: BatchCall, index: int, earlier: Sequence[SubmitReply | ErrorReply],

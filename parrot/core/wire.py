@@ -24,7 +24,7 @@ from parrot.core.chat_submit import mark_streamed, render_chat
 from parrot.core.config import EngineSpec
 from parrot.core.manager import Manager
 from parrot.core.nodes import Call
-from parrot.core.requests import resolve_refs, session_id_of
+from parrot.core.requests import opens_session, resolve_refs, session_id_of
 from parrot.core.sessions import Session
 from parrot.core.tenants import AccessControl, TenantGrant
 from parrot.errors import (MethodNotAllowedError, NotFoundError, ParrotError,
@@ -117,10 +117,14 @@ class WireAPI:
     async def create_session(self, match: re.Match[str], body: RawBody,
                              token: str | None) -> SessionCreated:
         grant = self.admit_session(token)  # the body is not read: a session has no options
+        session = self._open_session(grant)
+        return SessionCreated(session.session_id, session.token)
+
+    def _open_session(self, grant: TenantGrant) -> Session:
         session = self.manager.create_session()
         # Before any submit, so every prefix hash of the session carries its tenant's salt.
         session.tenant, session.prefix_salt = grant.tenant, grant.prefix_salt
-        return SessionCreated(session.session_id, session.token)
+        return session
 
     async def delete_session(self, match: re.Match[str], body: RawBody,
                              token: str | None) -> SessionDeleted:
@@ -167,11 +171,23 @@ class WireAPI:
                            token: str | None) -> BatchReply:
         """Several submits in one message, in order; a call may bind an output of an earlier
         call of the batch with `{"ref": {"call": j, "output": name}}`. Each call is accepted or
-        rejected on its own: `results[i]` is a submit reply or an `{"error": ...}` object."""
-        session = self._session(body, token)
-        batch = SubmitBatchRequest.from_wire(body)
-        self._admit_new_work()
-        self.admission.check(session, len(batch.calls))
+        rejected on its own: `results[i]` is a submit reply or an `{"error": ...}` object.
+
+        A batch without `session_id` opens its session first, as `POST /v1/sessions` would
+        (the tenant's key, the session limit), once the body parses and the service admits
+        its calls; the reply carries the session and its token."""
+        opened: SessionCreated | None = None
+        if opens_session(body):
+            grant = self.admit_session(token)  # who asks, before what they ask is read
+            batch = SubmitBatchRequest.from_wire(body)
+            self.admission.check(None, len(batch.calls))
+            session = self._open_session(grant)
+            opened = SessionCreated(session.session_id, session.token)
+        else:
+            session = self._session(body, token)
+            batch = SubmitBatchRequest.from_wire(body)
+            self._admit_new_work()
+            self.admission.check(session, len(batch.calls))
         results: list[SubmitReply | ErrorReply] = []
         for index, call in enumerate(batch.calls):
             try:
@@ -181,7 +197,7 @@ class WireAPI:
                 results.append(self._submit_reply(self._submit(session, request)))
             except ParrotError as exc:
                 results.append(ErrorReply.of(exc))
-        return BatchReply(tuple(results))
+        return BatchReply(tuple(results), opened)
 
     async def create_variable(self, match: re.Match[str], body: RawBody,
                               token: str | None) -> VariableId:

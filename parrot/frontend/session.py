@@ -9,6 +9,12 @@ blocking `get`). Two modes:
 * "baseline" — request-level serving as with LangChain + FastChat: the client waits for each
   input value, renders the prompt itself and sends one blocking completion per call (a submit
   with `wait`, whose reply carries the generated text).
+
+The session opens when the `with` block starts (`POST /v1/sessions`, a round trip), or, with
+`defer_open=True`, with the program's first `submit_batch`, which then carries no session id
+and opens the session on its way (docs/HTTP_API.md): a client that opens one session per
+application saves that round trip. A request the first batch cannot carry (a variable created
+or a graph read before any call) opens the session on its own first.
 """
 
 from __future__ import annotations
@@ -60,7 +66,7 @@ def current_session() -> Session:
 class Session:
     def __init__(self, url: str | None = None, *, manager: Manager | None = None,
                  transport: Transport | None = None, mode: str = "parrot",
-                 delay: Delay | None = None) -> None:
+                 delay: Delay | None = None, defer_open: bool = False) -> None:
         if mode not in MODES:
             raise InvalidRequestError(f"unknown session mode {mode!r}; allowed: {list(MODES)}")
         if sum(x is not None for x in (url, manager, transport)) != 1:
@@ -72,7 +78,9 @@ class Session:
         assert transport is not None
         self.transport = transport
         self.mode = mode
+        self.defer_open = defer_open
         self.credentials: SessionCredentials | None = None
+        self._opening: asyncio.Future[None] | None = None   # set once the open has begun
         self._loop: asyncio.AbstractEventLoop | None = None
         self._owns_loop = False
         self._last_submit: asyncio.Future[Any] | None = None
@@ -88,7 +96,8 @@ class Session:
 
     async def __aenter__(self) -> Session:
         self._loop = asyncio.get_running_loop()
-        await self._open()
+        if not self.defer_open:
+            await self._ensure_open()
         self._token = _current.set(self)
         return self
 
@@ -98,7 +107,8 @@ class Session:
 
     def __enter__(self) -> Session:
         self._loop, self._owns_loop = asyncio.new_event_loop(), True
-        self.run(self._open())
+        if not self.defer_open:
+            self.run(self._ensure_open())
         self._token = _current.set(self)
         return self
 
@@ -119,11 +129,20 @@ class Session:
         reply = await self.transport.request("POST", "/v1/sessions", SessionCreated)
         self.credentials = SessionCredentials(reply.session_id, reply.token)
 
+    async def _ensure_open(self) -> None:
+        """Open the session unless it is open or its open has begun (then wait for that)."""
+        if self.credentials is not None:
+            return
+        if self._opening is None:
+            self._opening = asyncio.ensure_future(self._open())
+        await self._opening
+
     async def _close(self) -> None:
         # Let queued submissions finish (or fail) before the session goes away.
         await asyncio.gather(*self._tasks, return_exceptions=True)
         try:
-            await self.request("DELETE", f"/v1/sessions/{self.session_id}", SessionDeleted)
+            if self.credentials is not None:  # a deferred open that never happened: nothing
+                await self.request("DELETE", f"/v1/sessions/{self.session_id}", SessionDeleted)
         finally:
             await self.transport.close()
 
@@ -140,6 +159,7 @@ class Session:
     async def request(self, method: str, path: str, reply: type[R],
                       body: WireMessage | None = None) -> R:
         """One message of this session (its token), answered by a `reply`."""
+        await self._ensure_open()
         assert self.credentials is not None
         return await self.transport.request(method, path, reply, body, self.credentials.token)
 
@@ -152,16 +172,19 @@ class Session:
         return var
 
     async def _create_variable(self, name: str, value: str | None) -> str:
+        await self._ensure_open()
         reply = await self.request("POST", "/v1/variables", VariableId,
                                    CreateVariableRequest(self.session_id, name, value))
         return reply.semantic_var_id
 
     async def graph(self) -> Graph:
         """The session's DAG as the service sees it (calls, variables, states, engines)."""
+        await self._ensure_open()
         return await self.request("GET", f"/v1/sessions/{self.session_id}/graph", Graph)
 
     async def stats(self) -> SessionStats:
         """The session's own counters: calls by state, variables, waiting gets, tenant."""
+        await self._ensure_open()
         return await self.request("GET", f"/v1/sessions/{self.session_id}/stats", SessionStats)
 
     # --- calls -------------------------------------------------------------------------
@@ -193,8 +216,12 @@ class Session:
                     for var in pending.outputs}
         try:
             calls = tuple([await self._batch_call(pending, produced) for pending in batch])
-            reply = await self.request("POST", "/v1/submit_batch", BatchReply,
-                                       SubmitBatchRequest(self.session_id, calls))
+            if self.credentials is None and self._opening is None:
+                reply = await self._open_with(calls)
+            else:
+                await self._ensure_open()
+                reply = await self.request("POST", "/v1/submit_batch", BatchReply,
+                                           SubmitBatchRequest(self.session_id, calls))
         except BaseException as exc:
             for pending in batch:
                 for var in pending.outputs:
@@ -209,6 +236,29 @@ class Session:
             ids = result.var_ids()
             for var in pending.outputs:
                 var._resolve(ids[var.name])
+
+    async def _open_with(self, calls: tuple[BatchCall, ...]) -> BatchReply:
+        """The deferred open: this first batch names no session and opens one (the tenant's
+        key travels as for `POST /v1/sessions`); requests made meanwhile wait for it."""
+        assert self._loop is not None
+        opened: asyncio.Future[None] = self._loop.create_future()
+        self._opening = opened
+        try:
+            reply = await self.transport.request("POST", "/v1/submit_batch", BatchReply,
+                                                 SubmitBatchRequest(None, calls))
+            if reply.session is None:
+                raise InvalidRequestError("the service opened no session for a batch without "
+                                          "one (a manager older than this client?)")
+        except asyncio.CancelledError:
+            opened.cancel()
+            raise
+        except BaseException as exc:
+            opened.set_exception(exc)
+            opened.exception()  # retrieved: the batch's own caller raises it
+            raise
+        self.credentials = SessionCredentials(reply.session.session_id, reply.session.token)
+        opened.set_result(None)
+        return reply
 
     async def _batch_call(self, pending: _PendingCall,
                           produced: dict[int, tuple[int, str]]) -> BatchCall:
@@ -238,6 +288,7 @@ class Session:
         # Request-level: the client holds every input value (it came back with the reply of
         # the completion that produced it), renders the prompt itself and sends it as one
         # plain blocking completion.
+        await self._ensure_open()
         values = {name: (await value.aget(Criterion.LATENCY))
                   if isinstance(value, SemanticVariable) else str(value)
                   for name, value in inputs.items()}

@@ -13,7 +13,7 @@ from parrot.sampling import SamplingParams
 from parrot.template import parse_template
 from parrot.transforms import MAX_TRANSFORMS, Transform
 from parrot.types import Criterion
-from parrot.wire_types.service import ErrorReply
+from parrot.wire_types.service import ErrorReply, SessionCreated
 from parrot.wire_types.codec import (Json, JsonObject, WireMessage, check, check_session_id,
                                      check_value, decode)
 
@@ -207,15 +207,18 @@ class RejectedCall:
 @dataclass(frozen=True)
 class SubmitBatchRequest(WireMessage):
     """`POST /v1/submit_batch`: several calls in one message, in order; a call may bind an
-    output of an earlier one with `ref` (it has no id on the client yet)."""
+    output of an earlier one with `ref` (it has no id on the client yet). Without
+    `session_id` the batch opens its session (the reply's `session`): a client's first batch
+    need not wait a round trip for `POST /v1/sessions`."""
 
     WIRE_NAME = "submit_batch"
-    session_id: str
+    session_id: str | None = None
     calls: tuple[BatchCall | RejectedCall, ...] = field(
-        metadata={"schema": tuple[BatchCall, ...]})
+        default=(), metadata={"schema": tuple[BatchCall, ...]})
 
     def __post_init__(self) -> None:
-        check_session_id(self.session_id)
+        if self.session_id is not None:
+            check_session_id(self.session_id)
         check(1 <= len(self.calls) <= MAX_BATCH_CALLS,
               f"'calls' must be a list of 1 to {MAX_BATCH_CALLS} submit objects")
         for index, call in enumerate(self.calls):
@@ -243,7 +246,7 @@ class SubmitBatchRequest(WireMessage):
         if unknown and strict:
             raise InvalidRequestError(f"{path}: unknown field(s) {unknown}; allowed: "
                                       "['calls', 'session_id']")
-        session_id = decode(str, data.get("session_id"), f"{path}.session_id")
+        session_id = decode(str | None, data.get("session_id"), f"{path}.session_id")
         try:
             return cls(session_id, tuple(parsed))
         except InvalidRequestError as exc:
@@ -283,3 +286,4 @@ class SubmitReply(WireMessage):
 @dataclass(frozen=True)
 class BatchReply(WireMessage):
     results: tuple[SubmitReply | ErrorReply, ...]   # in order; each call accepted or rejected
+    session: SessionCreated | None = None           # the session the batch opened, if it did

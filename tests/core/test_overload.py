@@ -45,6 +45,22 @@ async def test_per_session_and_global_queues_answer_429_with_retry_after():
         assert (await call(http, "POST", "/v1/submit", one_call(sid), auth))[0] == 200
 
 
+async def test_a_batch_that_would_open_a_session_is_held_to_the_same_limits():
+    """Without session_id a batch opens its session only when the service admits it: over the
+    per-session or the session limit it gets the 429 and opens nothing."""
+    cfg = config({"max_active_calls_per_session": 2, "max_sessions": 1, "retry_after_s": 0.01})
+    call_a = {"prompt": "{{output:a}}", "sampling": SHORT}
+    async with running(cfg) as (server, http):
+        status, reply, _ = await call(http, "POST", "/v1/submit_batch", {"calls": [call_a] * 3})
+        assert status == 429 and "this session" in reply["error"]["message"]
+        assert not server.manager.sessions
+        status, reply, _ = await call(http, "POST", "/v1/submit_batch", {"calls": [call_a] * 2})
+        assert status == 200 and reply["session"]["session_id"]
+        status, reply, _ = await call(http, "POST", "/v1/submit_batch", {"calls": [call_a]})
+        assert status == 429 and "sessions" in reply["error"]["message"]
+        assert len(server.manager.sessions) == 1
+
+
 async def test_session_limit_and_waiting_get_limit():
     cfg = config({"max_sessions": 2, "max_waiting_gets_per_session": 1}, engine=SLOW_ENGINE)
     async with running(cfg) as (_, http):

@@ -75,6 +75,34 @@ async def test_tenants_need_their_api_key_to_open_sessions():
         assert stats["tenant"] == "b"
 
 
+async def test_a_batch_that_opens_its_session_is_let_in_as_a_session_open_is():
+    """submit_batch without session_id opens a session: only with a tenant's key where tenants
+    are configured, and nothing is opened for a body that does not parse."""
+    batch = {"calls": [{"prompt": "{{input:x}} {{output:y}}",
+                        "placeholders": [{"name": "x", "in_out": "input", "value": "hi"}]}]}
+    async with running(config(tenants=TENANTS)) as (server, http):
+        for headers in (None, bearer("not-a-tenant-key-0000")):
+            status, reply, _ = await call(http, "POST", "/v1/submit_batch", batch, headers)
+            assert (status, reply["error"]["type"]) == (401, "UnauthorizedError")
+        status, reply, _ = await call(http, "POST", "/v1/submit_batch", {"calls": "no"},
+                                      bearer(KEY_B))
+        assert status == 400 and "calls" in reply["error"]["message"]
+        assert not server.manager.sessions   # neither attempt opened one
+        status, reply, _ = await call(http, "POST", "/v1/submit_batch", batch, bearer(KEY_B))
+        assert status == 200 and "error" not in reply["results"][0]
+        sid, auth = reply["session"]["session_id"], bearer(reply["session"]["token"])
+        assert [s.session_id for s in server.manager.sessions] == [sid]
+        _, stats, _ = await call(http, "GET", f"/v1/sessions/{sid}/stats", headers=auth)
+        assert stats["tenant"] == "b" and sum(stats["calls"].values()) == 1
+        y = reply["results"][0]["placeholders"][-1]["semantic_var_id"]
+        status, got, _ = await call(http, "POST", "/v1/get",
+                                    {"session_id": sid, "semantic_var_id": y}, auth)
+        assert status == 200 and isinstance(got["value"], str)
+        # the session's token, not the tenant's key, reaches the session afterwards
+        status, _, _ = await call(http, "GET", f"/v1/sessions/{sid}/stats", headers=bearer(KEY_B))
+        assert status == 401
+
+
 async def _prefix_hashes(http, key: str) -> list[str]:
     sid, auth = await new_session(http, key)
     _, sub, _ = await call(http, "POST", "/v1/submit",

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
 import parrot
 from parrot.errors import (CallFailedError, InvalidRequestError, NotFoundError,
-                           TemplateSyntaxError)
+                           TemplateSyntaxError, TooManyRequestsError)
 from tests.core.fakes import manager_with_recording_engine
 
 
@@ -37,6 +38,50 @@ async def test_async_session_chain_and_transport_messages(manager):
     assert [c.state for c in calls] == ["done", "done"]
     # create session, one submit_batch with both calls, 1 get, the graph, delete.
     assert session.transport.num_messages == 5
+
+
+async def test_a_deferred_open_travels_with_the_first_batch(manager):
+    async with parrot.Session(manager=manager, defer_open=True) as session:
+        assert session.credentials is None          # nothing sent yet
+        s1 = summarize("first document")
+        s2 = summarize(doc=s1)
+        value = await s2.aget(parrot.LATENCY)
+        assert value.startswith("gen(")
+        sid = session.session_id
+        s3 = summarize(doc=s2)                      # a later batch names the open session
+        await s3.aget()
+        graph = await session.graph()
+    assert [n.state for n in graph.nodes if n.kind == "call"] == ["done"] * 3
+    # the first submit_batch (which opened the session), a get, the second batch, a get,
+    # the graph, delete: the eager session's POST /v1/sessions is not sent.
+    assert session.transport.num_messages == 6
+    assert sid not in {s.session_id for s in manager.sessions}   # deleted on exit
+
+
+async def test_a_deferred_session_opens_on_its_own_for_what_a_batch_cannot_carry(manager):
+    async with parrot.Session(manager=manager, defer_open=True) as session:
+        x = session.variable("x", "hello")          # needs the session before any batch
+        y = summarize(doc=x)
+        assert (await y.aget()).startswith("gen(")
+    # open, create the variable, the batch (naming the session), a get, delete
+    assert session.transport.num_messages == 5
+    async with parrot.Session(manager=manager, defer_open=True) as idle:
+        pass
+    assert idle.transport.num_messages == 0         # never opened, nothing to delete
+
+
+async def test_a_deferred_open_that_fails_fails_the_batch_and_what_waits_for_it(manager):
+    manager.config = dataclasses.replace(manager.config, max_sessions=1)
+    async with parrot.Session(manager=manager):     # the one session the service allows
+        async with parrot.Session(manager=manager, defer_open=True) as session:
+            s1 = summarize("doc")
+            stats = asyncio.ensure_future(session.stats())   # begun while the batch opens
+            with pytest.raises(TooManyRequestsError):
+                await s1.aget()
+            with pytest.raises(TooManyRequestsError):
+                await stats                          # waited for the same open
+        assert session.credentials is None
+        assert session.transport.num_messages == 1   # the batch; no open, no delete
 
 
 async def test_multi_output_function_returns_tuple(manager):
