@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import parrot
 from parrot.core.prefix import prefix_pieces
 from parrot.template import parse_template
 from tests.core.front_door import bearer, call, config, new_session, one_call, running
@@ -137,6 +138,13 @@ async def test_frontend_opens_sessions_with_a_tenant_key():
     async with running(config(tenants=TENANTS)) as (server, _):
         async with Session(transport=HttpTransport(server.url, api_key=KEY_A)) as session:
             assert (await session.stats()).tenant == "a"
+        # a deferred open: the first batch carries the key and opens the session over HTTP
+        echo = parrot.semantic_function(prompt="{{input:x}} {{output:y}}", max_tokens=4)
+        transport = HttpTransport(server.url, api_key=KEY_A)
+        async with Session(transport=transport, defer_open=True) as session:
+            assert isinstance(await echo(x="hi").aget(), str)
+            assert (await session.stats()).tenant == "a"
+        assert transport.num_messages == 4   # batch (opens), get, stats, delete
 
 
 async def test_openai_routes_need_a_tenant_key_and_salt_prefixes_by_tenant():
