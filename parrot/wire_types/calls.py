@@ -214,7 +214,7 @@ class SubmitBatchRequest(WireMessage):
     WIRE_NAME = "submit_batch"
     session_id: str | None = None
     calls: tuple[BatchCall | RejectedCall, ...] = field(
-        default=(), metadata={"schema": tuple[BatchCall, ...]})
+        default=(), metadata={"schema": tuple[BatchCall, ...], "required": True})
 
     def __post_init__(self) -> None:
         if self.session_id is not None:
