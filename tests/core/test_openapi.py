@@ -150,6 +150,9 @@ def test_every_wire_api_schema_is_its_types_fields():
     for cls in typed:
         assert set(schemas[cls.__name__]["properties"]) == _wire_fields(cls), cls
     assert set(schemas["SubmitRequest"]["required"]) == {"session_id", "prompt"}
+    # a batch without session_id opens its session; its calls are always required
+    assert schemas["SubmitBatchRequest"]["required"] == ["calls"]
+    assert "session" in schemas["BatchReply"]["properties"]
     assert {"wait", "stream", "chat"} <= set(schemas["SubmitRequest"]["properties"])
     assert set(schemas["BatchCall"]["properties"]) == _wire_fields(wt.BatchCall)
 
