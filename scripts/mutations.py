@@ -598,10 +598,8 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_a_rate_search_part_on_the_earlier_clock_stays_marked_after_a_later_part",)),
     Mutation(
         "deferred_open_sent_eagerly", "parrot/frontend/session.py",
-        "            if self.credentials is None and self._opening is None:\n"
-        "                reply = await self._open_with(calls)\n",
-        "            if False:\n"
-        "                reply = await self._open_with(calls)\n",
+        "            if self.credentials is None and self._opening is None:\n",
+        "            if False:\n",
         ("tests/frontend/test_session.py::test_a_deferred_open_travels_with_the_first_batch",)),
     Mutation(
         "batch_open_before_its_body_parses", "parrot/core/wire.py",

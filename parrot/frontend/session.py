@@ -80,7 +80,7 @@ class Session:
         self.mode = mode
         self.defer_open = defer_open
         self.credentials: SessionCredentials | None = None
-        self._opening: asyncio.Future[None] | None = None   # set once the open has begun
+        self._opening: asyncio.Future[Any] | None = None   # set once the open has begun
         self._loop: asyncio.AbstractEventLoop | None = None
         self._owns_loop = False
         self._last_submit: asyncio.Future[Any] | None = None
@@ -137,6 +137,11 @@ class Session:
             self._opening = asyncio.ensure_future(self._open())
         await self._opening
 
+    async def _open_session_id(self) -> str:
+        """The session's id, once it is open: for a request that names it."""
+        await self._ensure_open()
+        return self.session_id
+
     async def _close(self) -> None:
         # Let queued submissions finish (or fail) before the session goes away.
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -158,8 +163,8 @@ class Session:
 
     async def request(self, method: str, path: str, reply: type[R],
                       body: WireMessage | None = None) -> R:
-        """One message of this session (its token), answered by a `reply`."""
-        await self._ensure_open()
+        """One message of this session (its token), answered by a `reply`. The session is
+        open: the message names it (`_open_session_id`, or a variable id it handed out)."""
         assert self.credentials is not None
         return await self.transport.request(method, path, reply, body, self.credentials.token)
 
@@ -172,20 +177,20 @@ class Session:
         return var
 
     async def _create_variable(self, name: str, value: str | None) -> str:
-        await self._ensure_open()
         reply = await self.request("POST", "/v1/variables", VariableId,
-                                   CreateVariableRequest(self.session_id, name, value))
+                                   CreateVariableRequest(await self._open_session_id(), name,
+                                                         value))
         return reply.semantic_var_id
 
     async def graph(self) -> Graph:
         """The session's DAG as the service sees it (calls, variables, states, engines)."""
-        await self._ensure_open()
-        return await self.request("GET", f"/v1/sessions/{self.session_id}/graph", Graph)
+        return await self.request("GET", f"/v1/sessions/{await self._open_session_id()}/graph",
+                                  Graph)
 
     async def stats(self) -> SessionStats:
         """The session's own counters: calls by state, variables, waiting gets, tenant."""
-        await self._ensure_open()
-        return await self.request("GET", f"/v1/sessions/{self.session_id}/stats", SessionStats)
+        return await self.request("GET", f"/v1/sessions/{await self._open_session_id()}/stats",
+                                  SessionStats)
 
     # --- calls -------------------------------------------------------------------------
 
@@ -217,11 +222,15 @@ class Session:
         try:
             calls = tuple([await self._batch_call(pending, produced) for pending in batch])
             if self.credentials is None and self._opening is None:
-                reply = await self._open_with(calls)
+                # The deferred open travels with this batch; requests made meanwhile wait
+                # for it (and share its error).
+                opening = asyncio.ensure_future(self._open_with(calls))
+                self._opening = opening
+                reply = await opening
             else:
-                await self._ensure_open()
                 reply = await self.request("POST", "/v1/submit_batch", BatchReply,
-                                           SubmitBatchRequest(self.session_id, calls))
+                                           SubmitBatchRequest(await self._open_session_id(),
+                                                              calls))
         except BaseException as exc:
             for pending in batch:
                 for var in pending.outputs:
@@ -239,25 +248,13 @@ class Session:
 
     async def _open_with(self, calls: tuple[BatchCall, ...]) -> BatchReply:
         """The deferred open: this first batch names no session and opens one (the tenant's
-        key travels as for `POST /v1/sessions`); requests made meanwhile wait for it."""
-        assert self._loop is not None
-        opened: asyncio.Future[None] = self._loop.create_future()
-        self._opening = opened
-        try:
-            reply = await self.transport.request("POST", "/v1/submit_batch", BatchReply,
-                                                 SubmitBatchRequest(None, calls))
-            if reply.session is None:
-                raise InvalidRequestError("the service opened no session for a batch without "
-                                          "one (a manager older than this client?)")
-        except asyncio.CancelledError:
-            opened.cancel()
-            raise
-        except BaseException as exc:
-            opened.set_exception(exc)
-            opened.exception()  # retrieved: the batch's own caller raises it
-            raise
+        key travels as for `POST /v1/sessions`)."""
+        reply = await self.transport.request("POST", "/v1/submit_batch", BatchReply,
+                                             SubmitBatchRequest(None, calls))
+        if reply.session is None:
+            raise InvalidRequestError("the service opened no session for a batch without one "
+                                      "(a manager older than this client?)")
         self.credentials = SessionCredentials(reply.session.session_id, reply.session.token)
-        opened.set_result(None)
         return reply
 
     async def _batch_call(self, pending: _PendingCall,
@@ -288,7 +285,6 @@ class Session:
         # Request-level: the client holds every input value (it came back with the reply of
         # the completion that produced it), renders the prompt itself and sends it as one
         # plain blocking completion.
-        await self._ensure_open()
         values = {name: (await value.aget(Criterion.LATENCY))
                   if isinstance(value, SemanticVariable) else str(value)
                   for name, value in inputs.items()}
@@ -302,7 +298,7 @@ class Session:
         # One blocking completion per call (`wait`): the reply carries the generated values.
         try:
             reply = await self.request("POST", "/v1/submit", SubmitReply, SubmitRequest(
-                self.session_id, rendered, placeholders, fn.sampling, wait=True,
+                await self._open_session_id(), rendered, placeholders, fn.sampling, wait=True,
                 chat=fn.chat_spec()))
         except BaseException as exc:
             for var in outputs:
