@@ -95,6 +95,9 @@ def main() -> int:
                              "(default 15)")
     parser.add_argument("--rate-start", type=float, default=None,
                         help="rate search: the first rate tried, requests/s (default 2)")
+    parser.add_argument("--rate-max", type=float, default=None,
+                        help="rate search: the highest rate tried, requests/s (default 256, "
+                             "the simulated search's cap)")
     parser.add_argument("--rate-refinements", type=int, default=None,
                         help="rate search: bisection steps after the first failing rate "
                              "(default 2)")
@@ -114,7 +117,7 @@ def main() -> int:
             experiments = with_variants(experiments, args.variants)
         experiments = with_policy_params(experiments, args.policy_param)
         experiments = with_rate_search(experiments, window_s=args.rate_window_s,
-                                       start=args.rate_start,
+                                       start=args.rate_start, max_rate=args.rate_max,
                                        refinements=args.rate_refinements)
     except LiveExperimentError as exc:
         parser.error(str(exc))

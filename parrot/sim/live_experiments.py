@@ -36,7 +36,7 @@ class RateSearchSpec:
     target_s_per_token: float = 0.04
     window_s: float = 15.0
     start: float = 2.0
-    max_rate: float = 128.0
+    max_rate: float = 256.0     # the simulated search's cap (parrot-bench --paper)
     refinements: int = 2
 
     def __post_init__(self) -> None:
@@ -283,12 +283,14 @@ def with_policy_params(experiments: tuple[LiveExperiment, ...],
 
 def with_rate_search(experiments: tuple[LiveExperiment, ...], *,
                      window_s: float | None = None, start: float | None = None,
-                     refinements: int | None = None) -> tuple[LiveExperiment, ...]:
-    """The experiments with their rate search's `window_s` / `start` / `refinements` (those
-    given, not None) changed: a shorter search for a small device budget, said in the
-    results (each rate search's results.json records the spec it ran)."""
+                     max_rate: float | None = None, refinements: int | None = None
+                     ) -> tuple[LiveExperiment, ...]:
+    """The experiments with their rate search's `window_s` / `start` / `max_rate` /
+    `refinements` (those given, not None) changed: a shorter search for a small device
+    budget, said in the results (each rate search's results.json records the spec it ran)."""
     changes: dict[str, Any] = {k: v for k, v in (("window_s", window_s), ("start", start),
-                                 ("refinements", refinements)) if v is not None}
+                                 ("max_rate", max_rate), ("refinements", refinements))
+                               if v is not None}
     if not changes:
         return experiments
     if not any(e.rate_search is not None for e in experiments):

@@ -222,6 +222,9 @@ def test_a_shorter_rate_search_changes_only_what_is_given():
     short = with_rate_search(chosen, window_s=8.0, start=4.0, refinements=None)
     assert short[0].rate_search == dataclasses.replace(chosen[0].rate_search, window_s=8.0,
                                                        start=4.0)
+    higher = with_rate_search(chosen, max_rate=512.0)[0].rate_search
+    assert higher == dataclasses.replace(chosen[0].rate_search, max_rate=512.0)
+    assert chosen[0].rate_search.max_rate == 256.0     # the simulated search's cap
     assert short[1] == chosen[1]                       # no rate search: unchanged
     assert with_rate_search(chosen) == chosen
     with pytest.raises(LiveExperimentError, match="gpts_rate"):
