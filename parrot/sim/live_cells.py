@@ -86,7 +86,9 @@ lengths in both parts (live_paper_h200_app_clock_gpts_full_a/, ..._b/), the scal
 first part (..._gpts_rate_a/: app_centric and the affinity ablation; its second part was cut
 off by the device budget before its reference finished, so ..._gpts_rate_b/ is not read and
 least-queue sharing keeps its earlier part), and the map-reduce output sweep's 75 and 100
-(..._mr/). A ratio from a run on the earlier clock carries EARLIER_CLOCK_MARK.
+(..._mr/); last, that second part again, whole (..._gpts_rate_c/: the affinity ablation and
+least-queue sharing, with their reference). A ratio from a run on the earlier clock carries
+EARLIER_CLOCK_MARK.
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -139,7 +141,8 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_session_clock", "live_paper_h200_session_clock_sweeps",
              "live_paper_h200_session_clock_mixed", "live_paper_h200_session_clock_gpts",
              "live_paper_h200_app_clock_gpts_full_a", "live_paper_h200_app_clock_gpts_full_b",
-             "live_paper_h200_app_clock_gpts_rate_a", "live_paper_h200_app_clock_mr")
+             "live_paper_h200_app_clock_gpts_rate_a", "live_paper_h200_app_clock_mr",
+             "live_paper_h200_app_clock_gpts_rate_c")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
