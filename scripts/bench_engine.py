@@ -8,7 +8,8 @@
       ceilings, start-up + first request, TPOT vs floor (fused / unfused / HF), step breakdown,
       throughput, prefill rate, shared prefix on/off (engine_suite.py; --suite-quick: TPOT
       with decode launch-ahead off/on only; --suite-fill: a short Fill's cost and where it
-      goes, with the engine's prefill graphs and without, engine_fill_suite.py)
+      goes, with the engine's prefill graphs and without, engine_fill_suite.py; --suite-mixed:
+      a mixed step's cost and whether the host sets it, engine_mixed_suite.py)
 Both sides decode the same random prompts (equal length, no padding) for the same number of
 tokens, greedily, EOS ignored. Decode time per output token (TPOT):
 * engine: Fill all contexts first (timed separately as prefill), then run the B Generates
@@ -68,6 +69,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--suite-fill", action="store_true",
                    help="CUDA: what a short Fill costs and where it goes, alone and joining "
                         "running decodes (engine_fill_suite.py)")
+    p.add_argument("--suite-mixed", action="store_true",
+                   help="CUDA: what a mixed step (Fills joining running decodes) costs and "
+                        "whether the host sets it (engine_mixed_suite.py)")
     p.add_argument("--suite-prefill", action="store_true",
                    help="CUDA: prefill rate and where a Fill step goes "
                         "(engine_prefill_suite.py)")
@@ -81,7 +85,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     cuda = args.device == "cuda"
     args.models = (args.models or ("llama-7b" if cuda else "smollm2")).split(",")
     args.suite = (args.suite or args.suite_quick or args.suite_prefix or args.suite_prefill
-                  or args.suite_fill)
+                  or args.suite_fill or args.suite_mixed)
     default_batches = "1,32,64" if args.suite else ("1,32" if cuda else "1,16")
     args.batches = [int(b) for b in (args.batches or default_batches).split(",")]
     args.prompt_len = args.prompt_len or (512 if cuda else 64)
@@ -321,6 +325,11 @@ def suite(args: argparse.Namespace, torch) -> int:
 
         del hf
         lines = engine_fill_suite.run(torch, bundle, log)
+    elif args.suite_mixed:
+        import engine_mixed_suite
+
+        del hf
+        lines = engine_mixed_suite.run(torch, bundle, log)
     elif args.suite_prefill:
         import engine_prefill_suite
 

@@ -1,0 +1,162 @@
+"""What a mixed step costs on the H200 (`bench_engine.py --suite-mixed`), and whether the
+host or the GPU sets it.
+
+A step that prefills arriving prompts beside running decodes cannot replay a decode graph: it
+runs the piecewise prefill graphs with the attention eager between them (prefill_graphs.py).
+Live gpts at its sustainable rate spent 36% of its step time in such steps, each ~3x a decode
+graph step (docs/RESULTS.md, "What bounds gpts on one GPU"). For each case below, after one
+unmeasured pass (graphs captured, kernels compiled), two measured passes of the same work:
+
+* the forward synchronised before and after: the median decode-only step and mixed step
+  (whole `runner.step`), and the mixed steps' median forward;
+* the forward synchronised before only: the mixed steps' median forward enqueue time, the
+  host's launch cost. Enqueue close to the synchronised forward means the host sets the
+  mixed step's time, not the GPU.
+
+Cases: 16 decodes over their own 1,024-token contexts with 128-token Fills joining (the fill
+suite's serving case); gpts-like, 64 decodes forked from one 3,328-token prefix (64-token
+suffixes) with 64-token Fills forked from the same prefix joining.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from dataclasses import dataclass
+
+from engine_suite import make_engine, prompts_for, table
+
+JOINERS = 12
+NEW_TOKENS = 300
+
+
+class MixedClock:
+    """While installed, each step's seconds (`runner.step`, whole) and each forward pass's
+    that no decode graph took (`runner._forward`, synchronised before, and after unless
+    `enqueue_only`), each with whether the step prefills anything."""
+
+    def __init__(self, torch, runner, *, enqueue_only: bool) -> None:
+        self.runner = runner
+        self.steps: list[tuple[bool, float]] = []
+        self.forwards: list[tuple[bool, float]] = []
+        step, forward = runner.step, runner._forward
+
+        def timed_step(batch, *args, **kwargs):
+            start = time.perf_counter()
+            result = step(batch, *args, **kwargs)
+            prefill = any(c.end - c.start > 1 for c in batch.chunks)
+            self.steps.append((prefill, time.perf_counter() - start))
+            return result
+
+        def timed_forward(host, *args, **kwargs):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            result = forward(host, *args, **kwargs)
+            if not enqueue_only:
+                torch.cuda.synchronize()
+            self.forwards.append((bool(host.prefills), time.perf_counter() - start))
+            return result
+
+        runner.step, runner._forward = timed_step, timed_forward
+
+    def remove(self) -> None:
+        del self.runner.step, self.runner._forward
+
+    def of(self, which: list[tuple[bool, float]], prefill: bool) -> list[float]:
+        return [sec for p, sec in which if p == prefill]
+
+
+@dataclass(frozen=True)
+class Case:
+    label: str
+    rows: int            # running decodes
+    context: int         # tokens of each decode's own context (past the shared prefix)
+    shared_prefix: int   # tokens every decode and Fill forks from (0: none)
+    fill: int            # tokens of each joining Fill
+
+
+CASES = (Case("16 own contexts of 1,024, 128-token Fills", 16, 1024, 0, 128),
+         Case("gpts-like: 64 rows sharing 3,328 tokens, 64-token Fills", 64, 64, 3328, 64))
+
+
+async def _pass(torch, engine, vocab: int, case: Case, clock_mode: str | None):
+    """One pass of `case`; with clock_mode ("synced" / "enqueue") its StepClock."""
+    from parrot.engines.protocol import FillRequest, GenerateRequest
+    from parrot.sampling import SamplingParams
+
+    parent = None
+    if case.shared_prefix:
+        parent = "sys"
+        await engine.fill(FillRequest("sys", token_ids=prompts_for(1, case.shared_prefix, 41,
+                                                                   vocab)[0]))
+    prompts = prompts_for(case.rows, case.context, 42, vocab)
+    await asyncio.gather(*(engine.fill(FillRequest(f"d{i}", parent, token_ids=p))
+                           for i, p in enumerate(prompts)))
+    clock = (None if clock_mode is None else
+             MixedClock(torch, engine._runner, enqueue_only=clock_mode == "enqueue"))
+    walls: list[float] = []
+
+    async def joiners() -> None:
+        await asyncio.sleep(0.3)
+        for i, p in enumerate(prompts_for(JOINERS, case.fill, 43, vocab)):
+            start = time.perf_counter()
+            await engine.fill(FillRequest(f"j{i}", parent, token_ids=p))
+            walls.append(time.perf_counter() - start)
+            await engine.free_context(f"j{i}")
+            await asyncio.sleep(0.05)
+
+    params = SamplingParams(max_tokens=NEW_TOKENS, ignore_eos=True)
+    try:
+        await asyncio.gather(joiners(), *(engine.generate_all(
+            GenerateRequest(f"d{i}", sampling=params)) for i in range(case.rows)))
+    finally:
+        if clock is not None:
+            clock.remove()
+        for i in range(case.rows):
+            await engine.free_context(f"d{i}")
+        if parent is not None:
+            await engine.free_context(parent)
+    return clock, walls
+
+
+def _ms(values: list[float]) -> str:
+    return f"{statistics.median(values) * 1e3:.2f}" if values else "-"
+
+
+async def _case(torch, engine, vocab: int, case: Case, log) -> list[str]:
+    await _pass(torch, engine, vocab, case, None)                       # warm
+    synced, walls = await _pass(torch, engine, vocab, case, "synced")
+    enqueued, _ = await _pass(torch, engine, vocab, case, "enqueue")
+    decode, mixed = synced.of(synced.steps, False), synced.of(synced.steps, True)
+    row = [case.label, f"{len(decode)} / {len(mixed)}", _ms(decode), _ms(mixed),
+           _ms(synced.of(synced.forwards, True)), _ms(enqueued.of(enqueued.forwards, True)),
+           _ms(walls)]
+    log(" | ".join(row))
+    return row
+
+
+async def run_mixed(torch, bundle, log) -> list[str]:
+    vocab = bundle.shape.vocab_size
+    engine, start_s = make_engine(bundle, "mixed", num_blocks=3000, max_num_seqs=64,
+                                  max_batch_tokens=4096, max_context_len=4096,
+                                  prefill_graph_max_tokens=512)
+    try:
+        rows = [await _case(torch, engine, vocab, case, log) for case in CASES]
+        stats = await engine.stats()
+    finally:
+        await engine.close()
+    out = table(f"Mixed steps, prefill graphs to 512 rows (engine start-up {start_s:.1f} s; "
+                f"{NEW_TOKENS} new tokens per decode, {JOINERS} Fills joining)",
+                ["case", "decode / mixed steps", "decode step ms (median)",
+                 "mixed step ms (median)", "mixed forward ms, synchronised (median)",
+                 "mixed forward enqueue ms (median)", "a joining Fill's wall ms"], rows)
+    out += [f"steps: {stats.num_steps}, of them {stats.num_graph_steps} decode graphs and "
+            f"{stats.num_piecewise_steps} piecewise; captures while serving: "
+            f"{stats.graph_captures_at_runtime}", ""]
+    log("\n".join(out))
+    return out
+
+
+def run(torch, bundle, log) -> list[str]:
+    return asyncio.run(run_mixed(torch, bundle, log))
