@@ -15,12 +15,16 @@ unmeasured pass (graphs captured, kernels compiled), two measured passes of the 
 
 Cases: 16 decodes over their own 1,024-token contexts with 128-token Fills joining (the fill
 suite's serving case); gpts-like, 64 decodes forked from one 3,328-token prefix (64-token
-suffixes) with 64-token Fills forked from the same prefix joining.
+suffixes) with 64-token Fills forked from the same prefix joining. Last, a pass of each under
+cProfile: the host functions the mixed steps' enqueue spends the most time in.
 """
 
 from __future__ import annotations
 
 import asyncio
+import cProfile
+import io
+import pstats
 import statistics
 import time
 from dataclasses import dataclass
@@ -36,7 +40,8 @@ class MixedClock:
     that no decode graph took (`runner._forward`, synchronised before, and after unless
     `enqueue_only`), each with whether the step prefills anything."""
 
-    def __init__(self, torch, runner, *, enqueue_only: bool) -> None:
+    def __init__(self, torch, runner, *, enqueue_only: bool,
+                 profiler: cProfile.Profile | None = None) -> None:
         self.runner = runner
         self.steps: list[tuple[bool, float]] = []
         self.forwards: list[tuple[bool, float]] = []
@@ -51,8 +56,13 @@ class MixedClock:
 
         def timed_forward(host, *args, **kwargs):
             torch.cuda.synchronize()
+            profiled = profiler is not None and bool(host.prefills)
+            if profiled:
+                profiler.enable()
             start = time.perf_counter()
             result = forward(host, *args, **kwargs)
+            if profiled:
+                profiler.disable()
             if not enqueue_only:
                 torch.cuda.synchronize()
             self.forwards.append((bool(host.prefills), time.perf_counter() - start))
@@ -80,8 +90,10 @@ CASES = (Case("16 own contexts of 1,024, 128-token Fills", 16, 1024, 0, 128),
          Case("gpts-like: 64 rows sharing 3,328 tokens, 64-token Fills", 64, 64, 3328, 64))
 
 
-async def _pass(torch, engine, vocab: int, case: Case, clock_mode: str | None):
-    """One pass of `case`; with clock_mode ("synced" / "enqueue") its StepClock."""
+async def _pass(torch, engine, vocab: int, case: Case, clock_mode: str | None,
+                profiler: cProfile.Profile | None = None):
+    """One pass of `case`; with clock_mode ("synced" / "enqueue") its MixedClock (the mixed
+    steps' forwards under `profiler` when given)."""
     from parrot.engines.protocol import FillRequest, GenerateRequest
     from parrot.sampling import SamplingParams
 
@@ -94,7 +106,8 @@ async def _pass(torch, engine, vocab: int, case: Case, clock_mode: str | None):
     await asyncio.gather(*(engine.fill(FillRequest(f"d{i}", parent, token_ids=p))
                            for i, p in enumerate(prompts)))
     clock = (None if clock_mode is None else
-             MixedClock(torch, engine._runner, enqueue_only=clock_mode == "enqueue"))
+             MixedClock(torch, engine._runner, enqueue_only=clock_mode == "enqueue",
+                        profiler=profiler))
     walls: list[float] = []
 
     async def joiners() -> None:
@@ -136,6 +149,21 @@ async def _case(torch, engine, vocab: int, case: Case, log) -> list[str]:
     return row
 
 
+async def _host_profile(torch, engine, vocab: int, case: Case, log) -> list[str]:
+    """The host functions the mixed steps' forwards (enqueue only) spend the most time in,
+    under cProfile (which slows Python: the ranking, not the times, is the finding)."""
+    profiler = cProfile.Profile()
+    clock, _ = await _pass(torch, engine, vocab, case, "enqueue", profiler)
+    mixed = len(clock.of(clock.forwards, True))
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+    lines = [f"#### Host profile: {case.label}, {mixed} mixed steps' forwards (enqueue "
+             "only), top 25 by own time", "", "```", *text.getvalue().strip().splitlines()[-32:],
+             "```", ""]
+    log("\n".join(lines))
+    return lines
+
+
 async def run_mixed(torch, bundle, log) -> list[str]:
     vocab = bundle.shape.vocab_size
     engine, start_s = make_engine(bundle, "mixed", num_blocks=3000, max_num_seqs=64,
@@ -143,6 +171,8 @@ async def run_mixed(torch, bundle, log) -> list[str]:
                                   prefill_graph_max_tokens=512)
     try:
         rows = [await _case(torch, engine, vocab, case, log) for case in CASES]
+        profiles = [line for case in CASES
+                    for line in await _host_profile(torch, engine, vocab, case, log)]
         stats = await engine.stats()
     finally:
         await engine.close()
@@ -153,7 +183,7 @@ async def run_mixed(torch, bundle, log) -> list[str]:
                  "mixed forward enqueue ms (median)", "a joining Fill's wall ms"], rows)
     out += [f"steps: {stats.num_steps}, of them {stats.num_graph_steps} decode graphs and "
             f"{stats.num_piecewise_steps} piecewise; captures while serving: "
-            f"{stats.graph_captures_at_runtime}", ""]
+            f"{stats.graph_captures_at_runtime}", "", *profiles]
     log("\n".join(out))
     return out
 
