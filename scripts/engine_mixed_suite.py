@@ -14,8 +14,9 @@ unmeasured pass (graphs captured, kernels compiled), two measured passes of the 
   mixed step's time, not the GPU.
 
 Cases: 16 decodes over their own 1,024-token contexts with 128-token Fills joining (the fill
-suite's serving case); gpts-like, 64 decodes forked from one 3,328-token prefix (64-token
-suffixes) with 64-token Fills forked from the same prefix joining. Last, a pass of each under
+suite's serving case); gpts-like, 56 decodes forked from one 3,328-token prefix (64-token
+suffixes) with 64-token Fills forked from the same prefix joining. Each mixed step's decode
+rows are counted: a Fill that found every seat taken would run alone, not mixed. Last, a pass of each under
 cProfile: the host functions the mixed steps' enqueue spends the most time in.
 """
 
@@ -44,6 +45,7 @@ class MixedClock:
                  profiler: cProfile.Profile | None = None) -> None:
         self.runner = runner
         self.steps: list[tuple[bool, float]] = []
+        self.mixed_decode_rows: list[int] = []     # decode rows in each step that prefills
         self.forwards: list[tuple[bool, float]] = []
         step, forward = runner.step, runner._forward
 
@@ -52,6 +54,8 @@ class MixedClock:
             result = step(batch, *args, **kwargs)
             prefill = any(c.end - c.start > 1 for c in batch.chunks)
             self.steps.append((prefill, time.perf_counter() - start))
+            if prefill:
+                self.mixed_decode_rows.append(sum(c.end - c.start == 1 for c in batch.chunks))
             return result
 
         def timed_forward(host, *args, **kwargs):
@@ -86,8 +90,10 @@ class Case:
     fill: int            # tokens of each joining Fill
 
 
+# The engine's max_num_seqs is 64: the running decodes leave seats for the joining Fills
+# (a Fill takes a seat; with every seat taken it would wait for the decodes to end).
 CASES = (Case("16 own contexts of 1,024, 128-token Fills", 16, 1024, 0, 128),
-         Case("gpts-like: 64 rows sharing 3,328 tokens, 64-token Fills", 64, 64, 3328, 64))
+         Case("gpts-like: 56 rows sharing 3,328 tokens, 64-token Fills", 56, 64, 3328, 64))
 
 
 async def _pass(torch, engine, vocab: int, case: Case, clock_mode: str | None,
@@ -142,7 +148,9 @@ async def _case(torch, engine, vocab: int, case: Case, log) -> list[str]:
     synced, walls = await _pass(torch, engine, vocab, case, "synced")
     enqueued, _ = await _pass(torch, engine, vocab, case, "enqueue")
     decode, mixed = synced.of(synced.steps, False), synced.of(synced.steps, True)
-    row = [case.label, f"{len(decode)} / {len(mixed)}", _ms(decode), _ms(mixed),
+    rows = synced.mixed_decode_rows
+    row = [case.label, f"{len(decode)} / {len(mixed)}",
+           f"{statistics.median(rows):.0f}" if rows else "-", _ms(decode), _ms(mixed),
            _ms(synced.of(synced.forwards, True)), _ms(enqueued.of(enqueued.forwards, True)),
            _ms(walls)]
     log(" | ".join(row))
@@ -178,7 +186,8 @@ async def run_mixed(torch, bundle, log) -> list[str]:
         await engine.close()
     out = table(f"Mixed steps, prefill graphs to 512 rows (engine start-up {start_s:.1f} s; "
                 f"{NEW_TOKENS} new tokens per decode, {JOINERS} Fills joining)",
-                ["case", "decode / mixed steps", "decode step ms (median)",
+                ["case", "decode / mixed steps", "decode rows in a mixed step (median)",
+                 "decode step ms (median)",
                  "mixed step ms (median)", "mixed forward ms, synchronised (median)",
                  "mixed forward enqueue ms (median)", "a joining Fill's wall ms"], rows)
     out += [f"steps: {stats.num_steps}, of them {stats.num_graph_steps} decode graphs and "
