@@ -16,8 +16,8 @@ unmeasured pass (graphs captured, kernels compiled), two measured passes of the 
 Cases: 16 decodes over their own 1,024-token contexts with 128-token Fills joining (the fill
 suite's serving case); gpts-like, 56 decodes forked from one 3,328-token prefix (64-token
 suffixes) with 64-token Fills forked from the same prefix joining. Each mixed step's decode
-rows are counted: a Fill that found every seat taken would run alone, not mixed. Last, a pass of each under
-cProfile: the host functions the mixed steps' enqueue spends the most time in.
+rows are counted: a Fill that found every seat taken would run alone, not mixed. Last, a
+pass of each under cProfile: the host functions the mixed steps' enqueue spends the most in.
 """
 
 from __future__ import annotations
