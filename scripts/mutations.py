@@ -597,6 +597,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/sim/test_live_cells.py::"
          "test_a_rate_search_part_on_the_earlier_clock_stays_marked_after_a_later_part",)),
     Mutation(
+        "rate_search_max_rate_ignored", "parrot/sim/live_experiments.py",
+        "                                 (\"max_rate\", max_rate), (\"refinements\", refinements))\n",
+        "                                 (\"refinements\", refinements))\n",
+        ("tests/sim/test_live_paper.py::"
+         "test_a_shorter_rate_search_changes_only_what_is_given",)),
+    Mutation(
         "deferred_open_sent_eagerly", "parrot/frontend/session.py",
         "            if self.credentials is None and self._opening is None:\n",
         "            if False:\n",
