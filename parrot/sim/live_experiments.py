@@ -287,7 +287,8 @@ def with_rate_search(experiments: tuple[LiveExperiment, ...], *,
                      ) -> tuple[LiveExperiment, ...]:
     """The experiments with their rate search's `window_s` / `start` / `max_rate` /
     `refinements` (those given, not None) changed: a shorter search for a small device
-    budget, said in the results (each rate search's results.json records the spec it ran)."""
+    budget, or one that reaches higher, said in the results (each rate search's results.json
+    records the spec it ran)."""
     changes: dict[str, Any] = {k: v for k, v in (("window_s", window_s), ("start", start),
                                  ("max_rate", max_rate), ("refinements", refinements))
                                if v is not None}
