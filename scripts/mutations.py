@@ -598,8 +598,8 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_a_rate_search_part_on_the_earlier_clock_stays_marked_after_a_later_part",)),
     Mutation(
         "rate_search_max_rate_ignored", "parrot/sim/live_experiments.py",
-        "                                 (\"max_rate\", max_rate), (\"refinements\", refinements))\n",
-        "                                 (\"refinements\", refinements))\n",
+        " " * 33 + "(\"max_rate\", max_rate), (\"refinements\", refinements))\n",
+        " " * 33 + "(\"refinements\", refinements))\n",
         ("tests/sim/test_live_paper.py::"
          "test_a_shorter_rate_search_changes_only_what_is_given",)),
     Mutation(
