@@ -16,8 +16,10 @@ unmeasured pass (graphs captured, kernels compiled), two measured passes of the 
 Cases: 16 decodes over their own 1,024-token contexts with 128-token Fills joining (the fill
 suite's serving case); gpts-like, 56 decodes forked from one 3,328-token prefix (64-token
 suffixes) with 64-token Fills forked from the same prefix joining. Each mixed step's decode
-rows are counted: a Fill that found every seat taken would run alone, not mixed. Last, a
-pass of each under cProfile: the host functions the mixed steps' enqueue spends the most in.
+rows are counted: a Fill that found every seat taken would run alone, not mixed. Then the
+same Fills with no decodes running: a decode step plus that is what not mixing would cost.
+Last, a pass of each under cProfile: the host functions the mixed steps' enqueue spends the
+most in.
 """
 
 from __future__ import annotations
@@ -139,6 +141,28 @@ async def _pass(torch, engine, vocab: int, case: Case, clock_mode: str | None,
     return clock, walls
 
 
+async def _fills_alone(torch, engine, vocab: int, case: Case) -> list[float]:
+    """Seconds of each step of the case's joining Fills run with no decodes beside them: the
+    second half of the alternative to a mixed step (a decode graph step, then the Fill)."""
+    from parrot.engines.protocol import FillRequest
+
+    parent = None
+    if case.shared_prefix:
+        parent = "sys"
+        await engine.fill(FillRequest("sys", token_ids=prompts_for(1, case.shared_prefix, 41,
+                                                                   vocab)[0]))
+    clock = MixedClock(torch, engine._runner, enqueue_only=False)
+    try:
+        for i, p in enumerate(prompts_for(JOINERS, case.fill, 44, vocab)):
+            await engine.fill(FillRequest(f"a{i}", parent, token_ids=p))
+            await engine.free_context(f"a{i}")
+    finally:
+        clock.remove()
+        if parent is not None:
+            await engine.free_context(parent)
+    return clock.of(clock.steps, True)
+
+
 def _ms(values: list[float]) -> str:
     return f"{statistics.median(values) * 1e3:.2f}" if values else "-"
 
@@ -147,12 +171,13 @@ async def _case(torch, engine, vocab: int, case: Case, log) -> list[str]:
     await _pass(torch, engine, vocab, case, None)                       # warm
     synced, walls = await _pass(torch, engine, vocab, case, "synced")
     enqueued, _ = await _pass(torch, engine, vocab, case, "enqueue")
+    alone = await _fills_alone(torch, engine, vocab, case)
     decode, mixed = synced.of(synced.steps, False), synced.of(synced.steps, True)
     rows = synced.mixed_decode_rows
     row = [case.label, f"{len(decode)} / {len(mixed)}",
            f"{statistics.median(rows):.0f}" if rows else "-", _ms(decode), _ms(mixed),
            _ms(synced.of(synced.forwards, True)), _ms(enqueued.of(enqueued.forwards, True)),
-           _ms(walls)]
+           _ms(alone), _ms(walls)]
     log(" | ".join(row))
     return row
 
@@ -189,7 +214,8 @@ async def run_mixed(torch, bundle, log) -> list[str]:
                 ["case", "decode / mixed steps", "decode rows in a mixed step (median)",
                  "decode step ms (median)",
                  "mixed step ms (median)", "mixed forward ms, synchronised (median)",
-                 "mixed forward enqueue ms (median)", "a joining Fill's wall ms"], rows)
+                 "mixed forward enqueue ms (median)",
+                 "the same Fill alone, step ms (median)", "a joining Fill's wall ms"], rows)
     out += [f"steps: {stats.num_steps}, of them {stats.num_graph_steps} decode graphs and "
             f"{stats.num_piecewise_steps} piecewise; captures while serving: "
             f"{stats.graph_captures_at_runtime}", "", *profiles]
