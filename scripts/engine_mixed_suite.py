@@ -26,61 +26,18 @@ from __future__ import annotations
 
 import asyncio
 import cProfile
+import contextlib
 import io
 import pstats
 import statistics
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from engine_suite import make_engine, prompts_for, table
+from engine_suite import StepClock, make_engine, prompts_for, table
 
 JOINERS = 12
 NEW_TOKENS = 300
-
-
-class MixedClock:
-    """While installed, each step's seconds (`runner.step`, whole) and each forward pass's
-    that no decode graph took (`runner._forward`, synchronised before, and after unless
-    `enqueue_only`), each with whether the step prefills anything."""
-
-    def __init__(self, torch, runner, *, enqueue_only: bool,
-                 profiler: cProfile.Profile | None = None) -> None:
-        self.runner = runner
-        self.steps: list[tuple[bool, float]] = []
-        self.mixed_decode_rows: list[int] = []     # decode rows in each step that prefills
-        self.forwards: list[tuple[bool, float]] = []
-        step, forward = runner.step, runner._forward
-
-        def timed_step(batch, *args, **kwargs):
-            start = time.perf_counter()
-            result = step(batch, *args, **kwargs)
-            prefill = any(c.end - c.start > 1 for c in batch.chunks)
-            self.steps.append((prefill, time.perf_counter() - start))
-            if prefill:
-                self.mixed_decode_rows.append(sum(c.end - c.start == 1 for c in batch.chunks))
-            return result
-
-        def timed_forward(host, *args, **kwargs):
-            torch.cuda.synchronize()
-            profiled = profiler is not None and bool(host.prefills)
-            if profiled:
-                profiler.enable()
-            start = time.perf_counter()
-            result = forward(host, *args, **kwargs)
-            if profiled:
-                profiler.disable()
-            if not enqueue_only:
-                torch.cuda.synchronize()
-            self.forwards.append((bool(host.prefills), time.perf_counter() - start))
-            return result
-
-        runner.step, runner._forward = timed_step, timed_forward
-
-    def remove(self) -> None:
-        del self.runner.step, self.runner._forward
-
-    def of(self, which: list[tuple[bool, float]], prefill: bool) -> list[float]:
-        return [sec for p, sec in which if p == prefill]
 
 
 @dataclass(frozen=True)
@@ -98,46 +55,58 @@ CASES = (Case("16 own contexts of 1,024, 128-token Fills", 16, 1024, 0, 128),
          Case("gpts-like: 56 rows sharing 3,328 tokens, 64-token Fills", 56, 64, 3328, 64))
 
 
+@contextlib.asynccontextmanager
+async def _shared_prefix(engine, vocab: int, case: Case) -> AsyncIterator[str | None]:
+    """The context every decode and Fill of `case` forks from (None: no shared prefix),
+    freed after."""
+    from parrot.engines.protocol import FillRequest
+
+    if not case.shared_prefix:
+        yield None
+        return
+    await engine.fill(FillRequest("sys", token_ids=prompts_for(1, case.shared_prefix, 41,
+                                                               vocab)[0]))
+    try:
+        yield "sys"
+    finally:
+        await engine.free_context("sys")
+
+
 async def _pass(torch, engine, vocab: int, case: Case, clock_mode: str | None,
-                profiler: cProfile.Profile | None = None):
-    """One pass of `case`; with clock_mode ("synced" / "enqueue") its MixedClock (the mixed
-    steps' forwards under `profiler` when given)."""
+                profiler: cProfile.Profile | None = None
+                ) -> tuple[StepClock | None, list[float]]:
+    """One pass of `case`: its StepClock with clock_mode ("synced" / "enqueue"; the
+    prefilling steps' forwards under `profiler` when given), and the joining Fills' walls."""
     from parrot.engines.protocol import FillRequest, GenerateRequest
     from parrot.sampling import SamplingParams
 
-    parent = None
-    if case.shared_prefix:
-        parent = "sys"
-        await engine.fill(FillRequest("sys", token_ids=prompts_for(1, case.shared_prefix, 41,
-                                                                   vocab)[0]))
-    prompts = prompts_for(case.rows, case.context, 42, vocab)
-    await asyncio.gather(*(engine.fill(FillRequest(f"d{i}", parent, token_ids=p))
-                           for i, p in enumerate(prompts)))
-    clock = (None if clock_mode is None else
-             MixedClock(torch, engine._runner, enqueue_only=clock_mode == "enqueue",
-                        profiler=profiler))
-    walls: list[float] = []
+    async with _shared_prefix(engine, vocab, case) as parent:
+        prompts = prompts_for(case.rows, case.context, 42, vocab)
+        await asyncio.gather(*(engine.fill(FillRequest(f"d{i}", parent, token_ids=p))
+                               for i, p in enumerate(prompts)))
+        clock = (None if clock_mode is None else
+                 StepClock(torch, engine._runner, enqueue_only=clock_mode == "enqueue",
+                           profiler=profiler))
+        walls: list[float] = []
 
-    async def joiners() -> None:
-        await asyncio.sleep(0.3)
-        for i, p in enumerate(prompts_for(JOINERS, case.fill, 43, vocab)):
-            start = time.perf_counter()
-            await engine.fill(FillRequest(f"j{i}", parent, token_ids=p))
-            walls.append(time.perf_counter() - start)
-            await engine.free_context(f"j{i}")
-            await asyncio.sleep(0.05)
+        async def joiners() -> None:
+            await asyncio.sleep(0.3)
+            for i, p in enumerate(prompts_for(JOINERS, case.fill, 43, vocab)):
+                start = time.perf_counter()
+                await engine.fill(FillRequest(f"j{i}", parent, token_ids=p))
+                walls.append(time.perf_counter() - start)
+                await engine.free_context(f"j{i}")
+                await asyncio.sleep(0.05)
 
-    params = SamplingParams(max_tokens=NEW_TOKENS, ignore_eos=True)
-    try:
-        await asyncio.gather(joiners(), *(engine.generate_all(
-            GenerateRequest(f"d{i}", sampling=params)) for i in range(case.rows)))
-    finally:
-        if clock is not None:
-            clock.remove()
-        for i in range(case.rows):
-            await engine.free_context(f"d{i}")
-        if parent is not None:
-            await engine.free_context(parent)
+        params = SamplingParams(max_tokens=NEW_TOKENS, ignore_eos=True)
+        try:
+            await asyncio.gather(joiners(), *(engine.generate_all(
+                GenerateRequest(f"d{i}", sampling=params)) for i in range(case.rows)))
+        finally:
+            if clock is not None:
+                clock.remove()
+            for i in range(case.rows):
+                await engine.free_context(f"d{i}")
     return clock, walls
 
 
@@ -146,21 +115,20 @@ async def _fills_alone(torch, engine, vocab: int, case: Case) -> list[float]:
     second half of the alternative to a mixed step (a decode graph step, then the Fill)."""
     from parrot.engines.protocol import FillRequest
 
-    parent = None
-    if case.shared_prefix:
-        parent = "sys"
-        await engine.fill(FillRequest("sys", token_ids=prompts_for(1, case.shared_prefix, 41,
-                                                                   vocab)[0]))
-    clock = MixedClock(torch, engine._runner, enqueue_only=False)
-    try:
-        for i, p in enumerate(prompts_for(JOINERS, case.fill, 44, vocab)):
-            await engine.fill(FillRequest(f"a{i}", parent, token_ids=p))
-            await engine.free_context(f"a{i}")
-    finally:
-        clock.remove()
-        if parent is not None:
-            await engine.free_context(parent)
-    return clock.of(clock.steps, True)
+    async with _shared_prefix(engine, vocab, case) as parent:
+        clock = StepClock(torch, engine._runner, enqueue_only=False)
+        try:
+            for i, p in enumerate(prompts_for(JOINERS, case.fill, 44, vocab)):
+                await engine.fill(FillRequest(f"a{i}", parent, token_ids=p))
+                await engine.free_context(f"a{i}")
+        finally:
+            clock.remove()
+    return [sec for _, prefill, sec in clock.steps if prefill]
+
+
+def _prefilling(clock: StepClock) -> list[float]:
+    """Seconds of the forwards of the clock's steps that prefill (the mixed steps)."""
+    return [sec for prefills, sec in clock.forwards if prefills]
 
 
 def _ms(values: list[float]) -> str:
@@ -172,11 +140,13 @@ async def _case(torch, engine, vocab: int, case: Case, log) -> list[str]:
     synced, walls = await _pass(torch, engine, vocab, case, "synced")
     enqueued, _ = await _pass(torch, engine, vocab, case, "enqueue")
     alone = await _fills_alone(torch, engine, vocab, case)
-    decode, mixed = synced.of(synced.steps, False), synced.of(synced.steps, True)
-    rows = synced.mixed_decode_rows
+    assert synced is not None and enqueued is not None
+    decode = [sec for _, prefill, sec in synced.steps if not prefill]
+    mixed = [sec for _, prefill, sec in synced.steps if prefill]
+    rows = [tokens - prefill for tokens, prefill, _ in synced.steps if prefill]
     row = [case.label, f"{len(decode)} / {len(mixed)}",
            f"{statistics.median(rows):.0f}" if rows else "-", _ms(decode), _ms(mixed),
-           _ms(synced.of(synced.forwards, True)), _ms(enqueued.of(enqueued.forwards, True)),
+           _ms(_prefilling(synced)), _ms(_prefilling(enqueued)),
            _ms(alone), _ms(walls)]
     log(" | ".join(row))
     return row
@@ -187,7 +157,8 @@ async def _host_profile(torch, engine, vocab: int, case: Case, log) -> list[str]
     under cProfile (which slows Python: the ranking, not the times, is the finding)."""
     profiler = cProfile.Profile()
     clock, _ = await _pass(torch, engine, vocab, case, "enqueue", profiler)
-    mixed = len(clock.of(clock.forwards, True))
+    assert clock is not None
+    mixed = len(_prefilling(clock))
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
     lines = [f"#### Host profile: {case.label}, {mixed} mixed steps' forwards (enqueue "

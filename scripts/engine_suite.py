@@ -30,14 +30,17 @@ class StepClock:
     inputs (to_device), and its forward pass (`_forward`: to_device, then the prefill graphs
     or the eager forward), synchronised before and after ("forward": the GPU's time plus
     launch time it does not hide) or before only (`enqueue_only`, "enqueue": the host's
-    launch cost); and each step's (tokens, prefill tokens, seconds)."""
+    launch cost); each step's (tokens, prefill tokens, seconds) and each forward pass's
+    (prefills anything, seconds). With a `profiler` (cProfile) the forwards of steps that
+    prefill run under it."""
 
     PARTS = ("step", "prepare_host", "to_device", "forward", "enqueue")
 
-    def __init__(self, torch, runner, *, enqueue_only: bool) -> None:
-        self.torch, self.runner = torch, runner
+    def __init__(self, torch, runner, *, enqueue_only: bool, profiler=None) -> None:
+        self.torch, self.runner, self.profiler = torch, runner, profiler
         self.spent = {name: 0.0 for name in self.PARTS}
         self.steps: list[tuple[int, int, float]] = []
+        self.forwards: list[tuple[bool, float]] = []
         runner.step = self._timed("step", runner.step)
         runner.prepare_host = self._timed("prepare_host", runner.prepare_host)
         runner.to_device = self._timed("to_device", runner.to_device)
@@ -51,8 +54,14 @@ class StepClock:
         def wrapper(*args, **kwargs):
             if sync_before:
                 torch.cuda.synchronize()
+            forward = name in ("forward", "enqueue")
+            profiled = forward and self.profiler is not None and bool(args[0].prefills)
+            if profiled:
+                self.profiler.enable()
             start = time.perf_counter()
             result = fn(*args, **kwargs)
+            if profiled:
+                self.profiler.disable()
             if sync_after:
                 torch.cuda.synchronize()
             sec = time.perf_counter() - start
@@ -61,6 +70,8 @@ class StepClock:
                 batch = args[0]
                 prefill = sum(c.end - c.start for c in batch.chunks if c.end - c.start > 1)
                 self.steps.append((batch.num_tokens, prefill, sec))
+            elif forward:
+                self.forwards.append((bool(args[0].prefills), sec))
             return result
         return wrapper
 
