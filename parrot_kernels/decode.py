@@ -15,6 +15,7 @@ import os
 
 import torch
 
+from .launch import launcher
 from .plan import (KernelTuning, Plan, paged_plan, shared_plan, triton_next_pow2,
                    workspace_numel)
 from .reference import (reference_merge_attention_states, reference_paged_decode_attention,
@@ -79,7 +80,7 @@ def _launch(plan: Plan, tuning: KernelTuning, q, k_cache, v_cache, tables, lens,
     n_row_programs = batch * kvh * plan.row_splits
 
     def partials(grid: int, n_tp: int, tiles: bool, rows: bool, num_warps: int) -> None:
-        jit._decode_partial_kernel[(grid,)](
+        launcher(jit._decode_partial_kernel)((grid,),
             q, k_cache, v_cache, tables, lens, indptr, ptables, plens, ws_out, ws_lse, out,
             scale * LOG2E, batch, groups, n_tp, max(plan.n_tiles, 1), plan.prefix_split_len,
             plan.row_split_len, plan.prefix_splits if plan.n_tiles else 0,
@@ -99,7 +100,7 @@ def _launch(plan: Plan, tuning: KernelTuning, q, k_cache, v_cache, tables, lens,
         partials(n_tile_programs + n_row_programs, n_tile_programs, n_tile_programs > 0, True,
                  tuning.num_warps)
     if slots:
-        jit._merge_splits_kernel[(batch * hq,)](
+        launcher(jit._merge_splits_kernel)((batch * hq,),
             ws_out, ws_lse, out, batch, slots, out.stride(0), out.stride(1),
             HQ=hq, HEAD_DIM=d, BLOCK_S=triton_next_pow2(slots), num_warps=1)
     return out
@@ -192,7 +193,7 @@ def merge_attention_states(out_a, lse_a, out_b, lse_b, *, out: torch.Tensor | No
     out = torch.empty_like(out_a) if out is None else out
     lse = torch.empty_like(lse_a) if lse is None else lse
     if n * h:
-        jit._merge_two_kernel[(n * h,)](
+        launcher(jit._merge_two_kernel)((n * h,),
             out_a, lse_a, out_b, lse_b, out, lse, h, out_a.stride(0), out_a.stride(1),
             out_b.stride(0), out_b.stride(1), out.stride(0), out.stride(1),
             HEAD_DIM=d, BLOCK_D=triton_next_pow2(d), num_warps=1)

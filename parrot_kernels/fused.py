@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .launch import launcher
 from .decode import _use_triton, triton_next_pow2
 
 SILU_BLOCK = 1024
@@ -70,7 +71,7 @@ def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tens
     hidden = x.shape[1]
     if x.shape[0]:
         d = x if delta is None else delta
-        jit._add_rms_norm_kernel[(x.shape[0],)](
+        launcher(jit._add_rms_norm_kernel)((x.shape[0],),
             x, d, weight, out, eps, x.stride(0), d.stride(0), out.stride(0),
             HIDDEN=hidden, BLOCK=triton_next_pow2(hidden), HAS_DELTA=delta is not None,
             num_warps=8 if hidden >= 4096 else 4)
@@ -99,7 +100,7 @@ def rope_kv_write(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     heads = num_heads + 2 * num_kv_heads
     if t:
         head_block = min(ROPE_HEAD_BLOCK, triton_next_pow2(heads))
-        jit._rope_kv_write_kernel[(t, -(-heads // head_block))](
+        launcher(jit._rope_kv_write_kernel)((t, -(-heads // head_block)),
             qkv, cos, sin, positions, slots, k_cache, v_cache, qkv.stride(0), cos.stride(0),
             num_kv_heads * d, d, HQ=num_heads, HKV=num_kv_heads, HALF=d // 2,
             HEAD_BLOCK=head_block, num_warps=4)
@@ -117,7 +118,7 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     out = torch.empty(t, inter, dtype=gate_up.dtype, device=gate_up.device)
     if t:
         block = min(SILU_BLOCK, triton_next_pow2(inter))
-        jit._silu_mul_kernel[(t, -(-inter // block))](
+        launcher(jit._silu_mul_kernel)((t, -(-inter // block)),
             gate_up, out, gate_up.stride(0), out.stride(0), INTER=inter, BLOCK=block,
             num_warps=4)
     return out

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .launch import launcher
 from .decode import _use_triton
 
 MAX_GEMV_ROWS = 64
@@ -124,7 +125,7 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | 
     if isinstance(tuning, DotTuning):
         if tuning.block_n < 16 or tuning.block_k < 16:
             raise ValueError(f"small_batch_linear: {tuning} needs block_n, block_k >= 16")
-        jit._skinny_dot_kernel[grid](
+        launcher(jit._skinny_dot_kernel)(grid,
             x, w, y, t, n, k, x.stride(0), w.stride(0), y.stride(0), ROWS_PAD=dot_rows(t),
             BLOCK_N=tuning.block_n, BLOCK_K=tuning.block_k, EVEN_N=n % tuning.block_n == 0,
             EVEN_K=k % tuning.block_k == 0, IEEE=x.dtype == torch.float32,
@@ -133,7 +134,7 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | 
     if t > MAX_ELEMENTWISE_ROWS:
         raise ValueError(f"small_batch_linear: {t} rows, at most {MAX_ELEMENTWISE_ROWS} with "
                          f"{type(tuning).__name__} (DotTuning runs up to {MAX_GEMV_ROWS})")
-    jit._gemv_kernel[grid](
+    launcher(jit._gemv_kernel)(grid,
         x, w, y, n, k, x.stride(0), w.stride(0), y.stride(0), ROWS=t,
         BLOCK_N=tuning.block_n, BLOCK_K=tuning.block_k, EVEN_K=k % tuning.block_k == 0,
         num_warps=tuning.num_warps, num_stages=tuning.num_stages)

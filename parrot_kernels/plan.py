@@ -112,6 +112,8 @@ def _splits(max_len: int, chunk: int, block_n: int) -> tuple[int, int]:
     return max(1, _cdiv(max_len, length)), length
 
 
+# Every layer of a step asks for the same plan: kept by its (hashable) arguments.
+@functools.lru_cache(maxsize=4096)
 def make_plan(batch: int, groups: int, kvh: int, gqa: int, max_prefix: int, max_rows: int,
           cascade: bool, row_has_prefix: bool, tuning: KernelTuning, device: torch.device
           ) -> Plan:

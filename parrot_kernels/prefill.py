@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .launch import launcher
 from .decode import LOG2E, _check, _use_triton
 from .plan import _num_sms
 from .reference import reference_paged_prefill_attention
@@ -186,7 +187,7 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         ws_lse, ws_out = ws[:ws.numel() // (d + 1)], ws[ws.numel() // (d + 1):]
     else:
         ws_out = ws_lse = out          # unused
-    jit._paged_prefill_kernel[(plan.num_tiles, hq, splits)](
+    launcher(jit._paged_prefill_kernel)((plan.num_tiles, hq, splits),
         q, k_cache, v_cache, out, plan.tile_chunk, plan.tile_m, plan.chunk_rows, plan.chunk_pos,
         plan.chunk_lens, plan.block_tables, scale * LOG2E, ws_out, ws_lse, split_len,
         plan.num_tiles,
@@ -196,7 +197,7 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         BLOCK_M=t.block_m, BLOCK_N=t.block_n, SPLIT=splits > 1, num_warps=t.num_warps,
         num_stages=t.num_stages)
     if splits > 1:
-        jit._merge_prefill_splits_kernel[(plan.num_tiles, hq)](
+        launcher(jit._merge_prefill_splits_kernel)((plan.num_tiles, hq),
             ws_out, ws_lse, out, plan.tile_chunk, plan.tile_m, plan.chunk_rows,
             plan.chunk_lens, splits, plan.num_tiles, out.stride(0), out.stride(1),
             HEAD_DIM=d, BLOCK_M=t.block_m, num_warps=4)

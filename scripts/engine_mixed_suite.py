@@ -19,7 +19,8 @@ suffixes) with 64-token Fills forked from the same prefix joining. Each mixed st
 rows are counted: a Fill that found every seat taken would run alone, not mixed. Then the
 same Fills with no decodes running: a decode step plus that is what not mixing would cost.
 Last, a pass of each under cProfile: the host functions the mixed steps' enqueue spends the
-most in.
+most in; and one with each mixed step's forward under torch.profiler: the GPU's own time in
+it, by kernel (against the synchronised forward: what the GPU waited for).
 """
 
 from __future__ import annotations
@@ -168,6 +169,60 @@ async def _host_profile(torch, engine, vocab: int, case: Case, log) -> list[str]
     return lines
 
 
+class DeviceProfile:
+    """Each mixed step's forward alone under torch.profiler (started and stopped around it, so
+    the pass is slow and not timed): the kernels' device time per mixed step, by name."""
+
+    def __init__(self, torch, runner) -> None:
+        self.torch, self.runner, self.steps = torch, runner, 0
+        self.kernel_us: dict[str, float] = {}
+        forward = runner._forward
+
+        def profiled(host):
+            if not host.prefills:
+                return forward(host)
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+            torch.cuda.synchronize()
+            prof.start()
+            result = forward(host)
+            torch.cuda.synchronize()
+            prof.stop()
+            self.steps += 1
+            for event in prof.key_averages():
+                us = getattr(event, "device_time_total", None)
+                if us is None:
+                    us = getattr(event, "cuda_time_total", 0.0)
+                if us and not event.key.startswith(("cuda", "Memcpy", "Memset")):
+                    self.kernel_us[event.key] = self.kernel_us.get(event.key, 0.0) + us
+            return result
+
+        runner._forward = profiled
+
+    def remove(self) -> None:
+        del self.runner._forward
+
+    def lines(self, label: str, top: int = 12) -> list[str]:
+        per_step = {k: v / max(1, self.steps) for k, v in self.kernel_us.items()}
+        total = sum(per_step.values())
+        out = [f"#### Device time: {label}, {self.steps} mixed steps' forwards, kernels "
+               f"{total / 1e3:.2f} ms a step", "", "| kernel | ms a step |", "|---|---|"]
+        ranked = sorted(per_step.items(), key=lambda kv: -kv[1])
+        out += [f"| `{name[:90]}` | {us / 1e3:.3f} |" for name, us in ranked[:top]]
+        rest = sum(us for _, us in ranked[top:])
+        return out + [f"| the other {max(0, len(ranked) - top)} | {rest / 1e3:.3f} |", ""]
+
+
+async def _device_profile(torch, engine, vocab: int, case: Case, log) -> list[str]:
+    profile = DeviceProfile(torch, engine._runner)
+    try:
+        await _pass(torch, engine, vocab, case, None)
+    finally:
+        profile.remove()
+    lines = profile.lines(case.label)
+    log("\n".join(lines))
+    return lines
+
+
 async def run_mixed(torch, bundle, log) -> list[str]:
     vocab = bundle.shape.vocab_size
     engine, start_s = make_engine(bundle, "mixed", num_blocks=3000, max_num_seqs=64,
@@ -177,6 +232,8 @@ async def run_mixed(torch, bundle, log) -> list[str]:
         rows = [await _case(torch, engine, vocab, case, log) for case in CASES]
         profiles = [line for case in CASES
                     for line in await _host_profile(torch, engine, vocab, case, log)]
+        profiles += [line for case in CASES
+                     for line in await _device_profile(torch, engine, vocab, case, log)]
         stats = await engine.stats()
     finally:
         await engine.close()
@@ -187,9 +244,13 @@ async def run_mixed(torch, bundle, log) -> list[str]:
                  "mixed step ms (median)", "mixed forward ms, synchronised (median)",
                  "mixed forward enqueue ms (median)",
                  "the same Fill alone, step ms (median)", "a joining Fill's wall ms"], rows)
+    from parrot_kernels.launch import DIRECT_LAUNCH, launch_counts
+    direct, jit = launch_counts()
     out += [f"steps: {stats.num_steps}, of them {stats.num_graph_steps} decode graphs and "
             f"{stats.num_piecewise_steps} piecewise; captures while serving: "
-            f"{stats.graph_captures_at_runtime}", "", *profiles]
+            f"{stats.graph_captures_at_runtime}; Triton launches direct {direct:,}, through "
+            f"the JIT {jit:,} (direct launch {'on' if DIRECT_LAUNCH else 'off'})", "",
+            *profiles]
     log("\n".join(out))
     return out
 

@@ -15,10 +15,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -78,9 +77,21 @@ class AttentionMetadata:
     # PrefillPlan), when the model runs it; None: SDPA per chunk (prefill_torch).
     prefill_plan: Any = None
 
+    @property
+    def decode_rows(self) -> int:
+        """Rows the decode attention computes: num_decode, or more where the runner padded
+        the decode metadata to its graph bucket."""
+        lens = (self.shared_prefix.suffix_lens if self.shared_prefix is not None
+                else self.decode_seq_lens)
+        return self.num_decode if lens is None else int(lens.shape[0])
 
-DecodeFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionMetadata, float],
-                    torch.Tensor]
+
+class DecodeFn(Protocol):
+    """q [B, Hq, D] -> [B, Hq, D], written into `out` ([B, Hq, D]) when given."""
+
+    def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                 meta: AttentionMetadata, scale: float, *, out: torch.Tensor | None = None
+                 ) -> torch.Tensor: ...
 
 
 def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -91,7 +102,8 @@ def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: t
 
 
 def decode_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                 meta: AttentionMetadata, scale: float) -> torch.Tensor:
+                 meta: AttentionMetadata, scale: float, *, out: torch.Tensor | None = None
+                 ) -> torch.Tensor:
     """q [B, Hq, D] -> [B, Hq, D]; each row attends its own seq_len tokens."""
     assert meta.decode_block_tables is not None and meta.decode_seq_lens is not None
     tables, lens = meta.decode_block_tables.long(), meta.decode_seq_lens
@@ -105,9 +117,9 @@ def decode_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     valid = torch.arange(length, device=q.device)[None, :] < lens[:, None]   # [B, L]
     group = num_heads // num_kv_heads
     qg = q.view(batch, num_kv_heads, group, head_dim)                        # [B, Hkv, G, D]
-    out = F.scaled_dot_product_attention(qg, k, v, attn_mask=valid[:, None, None, :],
-                                         scale=scale)
-    return out.reshape(batch, num_heads, head_dim)
+    result = F.scaled_dot_product_attention(qg, k, v, attn_mask=valid[:, None, None, :],
+                                            scale=scale).reshape(batch, num_heads, head_dim)
+    return result if out is None else out.copy_(result)
 
 
 def prefill_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
@@ -188,25 +200,32 @@ def make_decode_fn(kernels: ModuleType | None) -> DecodeFn:
         return decode_torch
 
     def decode_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                      meta: AttentionMetadata, scale: float) -> torch.Tensor:
+                      meta: AttentionMetadata, scale: float, *, out: torch.Tensor | None = None
+                      ) -> torch.Tensor:
         # q may be a strided view of the fused projection: the kernels take its strides.
         # The metadata may cover more rows than q (the runner pads an eager step to its
-        # graph bucket): zero query rows fill the difference, their outputs are dropped.
+        # graph bucket): zero query rows fill the difference, their outputs are dropped
+        # (a caller passing q and `out` of meta.decode_rows rows saves the two copies).
         sp = meta.shared_prefix
         rows = q.shape[0]
         lens = sp.suffix_lens if sp is not None else meta.decode_seq_lens
         assert lens is not None, "a decode step without lengths"
         padded = lens.shape[0]
+        into = out
         if padded > rows:
             q = torch.cat([q, q.new_zeros(padded - rows, *q.shape[1:])])
+            into = None
         if sp is not None and hasattr(kernels, "shared_prefix_decode_attention"):
-            out = kernels.shared_prefix_decode_attention(
+            result = kernels.shared_prefix_decode_attention(
                 q, k_cache, v_cache, sp.group_indptr, sp.prefix_block_tables, sp.prefix_lens,
-                sp.suffix_block_tables, sp.suffix_lens, scale)
+                sp.suffix_block_tables, sp.suffix_lens, scale, out=into)
         else:
-            out = kernels.paged_decode_attention(q, k_cache, v_cache, meta.decode_block_tables,
-                                                 meta.decode_seq_lens, scale)
-        out = out[0] if isinstance(out, tuple) else out
-        return out[:rows]
+            result = kernels.paged_decode_attention(q, k_cache, v_cache,
+                                                    meta.decode_block_tables,
+                                                    meta.decode_seq_lens, scale, out=into)
+        result = result[0] if isinstance(result, tuple) else result
+        if out is not None and into is None:
+            return out.copy_(result[:rows])
+        return result[:rows]
 
     return decode_triton

@@ -247,10 +247,18 @@ class LlamaModel:
         if meta.prefills and meta.prefill_plan is not None and self.prefill_kernels is not None:
             if out is None:
                 out = q.new_empty(q.shape)     # contiguous; q may be a view of the fused QKV
+            padded = meta.decode_rows
+            if nd and padded <= q.shape[0]:
+                # The decode attention over the padded rows straight into `out` (no padded
+                # copy of q, no copy of the result): its padding rows are prefill rows, read
+                # as queries of the one-token padding suffix, and the prefill kernel, after
+                # it on the same stream, overwrites their outputs.
+                self._decode(q[:padded], k_cache, v_cache, meta, self.scale,
+                             out=out[:padded])
+            elif nd:
+                self._decode(q[:nd], k_cache, v_cache, meta, self.scale, out=out[:nd])
             self.prefill_kernels.paged_prefill_attention(q, k_cache, v_cache,
                                                          meta.prefill_plan, self.scale, out=out)
-            if nd:
-                out[:nd] = self._decode(q[:nd], k_cache, v_cache, meta, self.scale)
             return out
         if not meta.prefills:
             result = self._decode(q, k_cache, v_cache, meta, self.scale)

@@ -61,14 +61,15 @@ async def test_eager_steps_launch_only_the_shapes_the_warm_up_compiles(make_engi
 
     launched = []
 
-    def shared(q, k_cache, v_cache, indptr, ptables, plens, stables, slens, scale):
+    def shared(q, k_cache, v_cache, indptr, ptables, plens, stables, slens, scale, out=None):
         launched.append((q.shape[0], indptr.shape[0] - 1, ptables.shape[1], stables.shape[1]))
         return parrot_kernels.shared_prefix_decode_attention(
-            q, k_cache, v_cache, indptr, ptables, plens, stables, slens, scale)
+            q, k_cache, v_cache, indptr, ptables, plens, stables, slens, scale, out=out)
 
-    def paged(q, k_cache, v_cache, tables, lens, scale):
+    def paged(q, k_cache, v_cache, tables, lens, scale, out=None):
         launched.append((q.shape[0], 0, 0, tables.shape[1]))
-        return parrot_kernels.paged_decode_attention(q, k_cache, v_cache, tables, lens, scale)
+        return parrot_kernels.paged_decode_attention(q, k_cache, v_cache, tables, lens, scale,
+                                                     out=out)
 
     bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
                                              num_blocks=64))

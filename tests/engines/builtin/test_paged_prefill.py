@@ -81,3 +81,52 @@ def test_auto_is_the_paged_kernel_on_cuda():
 
     assert kernels_of("auto") is not None and kernels_of("paged") is not None
     assert kernels_of("sdpa") is None
+
+
+def _kernel_decode_bundle(paged: bool):
+    """The tiny model on the kernels' decode path (interpreter on the CPU), its prefill on the
+    paged kernel or on SDPA per chunk."""
+    from parrot.engines.builtin.attention import make_decode_fn
+    bundle = load_bundle(CONFIG)
+    bundle.model._decode = make_decode_fn(parrot_kernels)
+    bundle.uses_kernels = True
+    if paged:
+        bundle.model.use_paged_prefill(parrot_kernels)
+    return bundle
+
+
+async def run_fill_joining_decodes(engine) -> list[tuple[int, ...]]:
+    """Three generations running (decode rows padded to a bucket of four), then an 11-token
+    Fill forked from a cached prompt (its rows see more keys than the padding's one) and its
+    generation joining them."""
+    params = SamplingParams(max_tokens=12, ignore_eos=True)
+    await engine.fill(FillRequest("sys", token_ids=tuple(range(80, 95))))
+    for i in range(3):
+        await engine.fill(FillRequest(f"r{i}", token_ids=tuple(range(20 + i, 29 + 3 * i))))
+    running = [asyncio.create_task(engine.generate_all(GenerateRequest(f"r{i}", sampling=params)))
+               for i in range(3)]
+    await asyncio.sleep(0.05)
+    await engine.fill(FillRequest("late", "sys", token_ids=tuple(range(60, 71))))
+    late = await engine.generate_all(GenerateRequest("late", sampling=params))
+    return [r.token_ids for r in await asyncio.gather(*running)] + [late.token_ids]
+
+
+async def test_a_mixed_step_writes_its_padded_decode_rows_straight_into_the_output(
+        make_engine):
+    """The paged path runs the decode attention over the padded rows into the step's output
+    and lets the prefill kernel overwrite the padding: the tokens of the SDPA path, which
+    pads a copy of the decode queries."""
+    paged, sdpa = _kernel_decode_bundle(True), _kernel_decode_bundle(False)
+    mixed = []
+    original = paged.model.attention
+
+    def spy(q, k, v, k_cache, v_cache, meta, *, out=None):
+        if meta.num_decode and meta.prefills:
+            mixed.append((meta.num_decode, meta.decode_rows, q.shape[0]))
+        return original(q, k, v, k_cache, v_cache, meta, out=out)
+
+    paged.model.attention = spy
+    common = dict(block_size=4, max_batch_tokens=256)
+    expected = await run_fill_joining_decodes(make_engine(sdpa, **common))
+    assert await run_fill_joining_decodes(make_engine(paged, **common)) == expected
+    assert any(nd < padded <= rows for nd, padded, rows in mixed), mixed

@@ -1,0 +1,145 @@
+"""Launching a compiled Triton kernel again without the JIT's per-call work.
+
+`fn[grid](*args, **kw)` costs ~40 us of host time on an H200 machine (triton 3.6: the binder,
+a specialisation of every argument, the cache key, the launcher), against ~15 us for the
+launcher alone. A mixed step's attention runs eagerly between its piecewise graphs, four
+such launches a layer: 128 of them for LLaMA-7B, ~5 ms of a step whose device time is less
+(docs/results/engine_mixed_h200.md). The same launches repeat layer after layer and step
+after step with the same integers (shapes, strides, the plan) and only other tensors.
+
+`LaunchCache(fn)(grid, *args, **kw)` launches as `fn[grid](*args, **kw)` does; the compiled
+kernel it gets back is kept under a key that determines Triton's specialisation: every
+non-tensor argument by type and value (exact values: finer than Triton's "== 1" and
+"divisible by 16"), every tensor by dtype and 16-byte alignment of its address (what Triton
+specialises a pointer on), and the keyword arguments (constexprs, warps, stages). A later
+call with an equal key calls the kept kernel's launcher directly with the new tensors, as
+the JIT would after finding it in its own cache. Where the JIT gives no compiled kernel back
+(the interpreter: `TRITON_INTERPRET=1`), or with `PARROT_KERNELS_DIRECT_LAUNCH=0` in the
+environment (an A/B of the launch path; a Triton whose launcher takes other arguments), every
+call takes the JIT's path.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+DIRECT_LAUNCH = os.environ.get("PARROT_KERNELS_DIRECT_LAUNCH", "1") != "0"
+
+# Distinct specialisations kept per kernel before the oldest half is dropped: a serving
+# engine meets a few hundred (decode buckets x plans, prefill tiles), a bound keeps a
+# long-running process from growing on shapes it never meets again.
+MAX_ENTRIES = 4096
+
+
+@dataclass(frozen=True)
+class _Kept:
+    kernel: Any                 # triton CompiledKernel
+    tail: tuple[Any, ...]       # the parameters after the positional ones, in order
+
+
+def _arg_key(arg: object) -> object:
+    if isinstance(arg, torch.Tensor):   # the device too: a compiled kernel is loaded per GPU
+        return (arg.dtype, arg.get_device(), arg.data_ptr() % 16 == 0)
+    return (type(arg), arg)
+
+
+class LaunchCache:
+    """A Triton JIT function's launches, specialisations kept by exact argument key."""
+
+    def __init__(self, fn: Any, *, max_entries: int = MAX_ENTRIES,
+                 runtime: Callable[[], Runtime] | None = None,
+                 direct: bool | None = None) -> None:
+        self.fn = fn
+        self.direct = DIRECT_LAUNCH if direct is None else direct
+        self._runtime = runtime or triton_runtime
+        self.max_entries = max_entries
+        self._kept: dict[tuple[object, ...], _Kept] = {}
+        self.num_direct = 0       # launches that skipped the JIT
+        self.num_jit = 0          # launches through it
+        params = inspect.signature(getattr(fn, "fn", fn)).parameters
+        self._names = list(params)
+        self._defaults = {n: p.default for n, p in params.items()
+                          if p.default is not inspect.Parameter.empty}
+
+    def __call__(self, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> None:
+        key = (tuple(_arg_key(a) for a in args), tuple((k, type(v), v)
+                                                     for k, v in kwargs.items()))
+        kept = self._kept.get(key)
+        if kept is None:
+            self.num_jit += 1
+            kernel = self.fn[grid](*args, **kwargs)
+            if self.direct and _launchable(kernel):
+                self._keep(key, kernel, args, kwargs)
+            return
+        self.num_direct += 1
+        _launch(kept, grid, args, self._runtime())
+
+    def _keep(self, key: tuple[object, ...], kernel: Any, args: tuple[Any, ...],
+              kwargs: dict[str, Any]) -> None:
+        if len(self._kept) >= self.max_entries:
+            for old in list(self._kept)[:self.max_entries // 2]:
+                del self._kept[old]
+        tail = tuple(kwargs[n] if n in kwargs else self._defaults[n]
+                     for n in self._names[len(args):])
+        self._kept[key] = _Kept(kernel, tail)
+
+
+_caches: dict[int, LaunchCache] = {}
+
+
+def launcher(fn: Any) -> LaunchCache:
+    """The one LaunchCache of a JIT function (kernels are module-level: they live as long)."""
+    cache = _caches.get(id(fn))
+    if cache is None:
+        cache = _caches[id(fn)] = LaunchCache(fn)
+    return cache
+
+
+def launch_counts() -> tuple[int, int]:
+    """(direct launches, launches through the JIT) of every kernel in this process."""
+    return (sum(c.num_direct for c in _caches.values()),
+            sum(c.num_jit for c in _caches.values()))
+
+
+def _launchable(kernel: object) -> bool:
+    return all(hasattr(kernel, a) for a in ("run", "function", "packed_metadata",
+                                             "launch_metadata"))
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where a direct launch goes: the current stream, and the launch hooks (profilers)."""
+
+    stream: Callable[[], Any]
+    hooks: Callable[[], tuple[Any, Any]]
+
+
+@functools.cache
+def triton_runtime() -> Runtime:
+    """Triton's own: the stream and hooks its JIT launches with (imported on first use)."""
+    from triton import knobs
+    from triton.runtime import driver
+
+    return Runtime(
+        stream=lambda: driver.active.get_current_stream(driver.active.get_current_device()),
+        hooks=lambda: (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook))
+
+
+def _launch(kept: _Kept, grid: tuple[int, ...], args: tuple[Any, ...], runtime: Runtime
+            ) -> None:
+    """What the JIT does with a kernel found in its cache: the launcher, on the current
+    stream, with every parameter in order (the launcher skips the constexprs)."""
+    kernel, full = kept.kernel, args + kept.tail
+    stream = runtime.stream()
+    enter, leave = runtime.hooks()
+    meta = kernel.launch_metadata(grid, stream, *full) if enter is not None else None
+    g1 = grid[1] if len(grid) > 1 else 1
+    g2 = grid[2] if len(grid) > 2 else 1
+    kernel.run(grid[0], g1, g2, stream, kernel.function, kernel.packed_metadata, meta, enter,
+               leave, *full)
