@@ -20,10 +20,12 @@ call takes the JIT's path.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,23 +73,123 @@ class LaunchCache:
         key = (tuple(_arg_key(a) for a in args), tuple((k, type(v), v)
                                                      for k, v in kwargs.items()))
         kept = self._kept.get(key)
+        rec = getattr(_active, "recording", None)
         if kept is None:
             self.num_jit += 1
             kernel = self.fn[grid](*args, **kwargs)
             if self.direct and _launchable(kernel):
-                self._keep(key, kernel, args, kwargs)
+                kept = self._keep(key, kernel, args, kwargs)
+            if rec is not None:
+                rec._add(kept, grid, args, self._runtime)
             return
         self.num_direct += 1
         _launch(kept, grid, args, self._runtime())
+        if rec is not None:
+            rec._add(kept, grid, args, self._runtime)
 
     def _keep(self, key: tuple[object, ...], kernel: Any, args: tuple[Any, ...],
-              kwargs: dict[str, Any]) -> None:
+              kwargs: dict[str, Any]) -> _Kept:
         if len(self._kept) >= self.max_entries:
             for old in list(self._kept)[:self.max_entries // 2]:
                 del self._kept[old]
         tail = tuple(kwargs[n] if n in kwargs else self._defaults[n]
                      for n in self._names[len(args):])
-        self._kept[key] = _Kept(kernel, tail)
+        kept = self._kept[key] = _Kept(kernel, tail)
+        return kept
+
+
+_active = threading.local()
+_replayed = [0]       # launches made by replays, process-wide (launch_counts)
+
+
+def _same_layout(old: torch.Tensor, new: torch.Tensor) -> bool:
+    """Whether `new` may stand in for `old` in a launch: every integer a wrapper derives from a
+    tensor (shape, strides) and everything Triton specialises it on are equal."""
+    return (new.shape == old.shape and new.stride() == old.stride() and new.dtype == old.dtype
+            and new.device == old.device and new.data_ptr() % 16 == old.data_ptr() % 16)
+
+
+class Recording:
+    """The launches some kernel wrapper calls made (`recording()`), to make again with some of
+    their tensors swapped: a step's attention recorded at its first layer and replayed at
+    every other with that layer's caches, query and output, without the wrappers' Python
+    (argument checks, plans, the launch key) or the JIT's.
+
+    `replay(old, new)` swaps each tensor argument that *is* one of `old` for the `new` one at
+    the same index. It declines (returns False, launching nothing) when a launch went
+    through the interpreter or was not kept, when a new tensor's layout differs from the old
+    one's, or when a launch took a view of an old tensor's memory that is not itself one of
+    `old` (a view made inside the wrapper: its replacement cannot be known). A tensor a
+    wrapper allocated (a workspace) is reused by every replay: the launches run in stream
+    order, each layer's after the last. The wrapper must compute nothing else from the old
+    tensors' values (the kernels' wrappers read only shapes, strides and host metadata)."""
+
+    def __init__(self) -> None:
+        self._launches: list[tuple[_Kept, tuple[int, ...], tuple[Any, ...],
+                                   Callable[[], Runtime]]] = []
+        self._complete = True
+        self._old: tuple[torch.Tensor, ...] | None = None
+        self._swaps: list[list[tuple[int, int]]] = []
+        self.num_replays = 0
+
+    def _add(self, kept: _Kept | None, grid: tuple[int, ...], args: tuple[Any, ...],
+             runtime: Callable[[], Runtime]) -> None:
+        if kept is None:
+            self._complete = False
+        else:
+            self._launches.append((kept, grid, args, runtime))
+
+    @property
+    def num_launches(self) -> int:
+        return len(self._launches)
+
+    def _plan(self, old: tuple[torch.Tensor, ...]) -> bool:
+        storages = {t.untyped_storage().data_ptr() for t in old}
+        self._swaps = []
+        for _, _, args, _ in self._launches:
+            swaps = []
+            for i, arg in enumerate(args):
+                which = next((j for j, t in enumerate(old) if arg is t), None)
+                if which is not None:
+                    swaps.append((i, which))
+                elif (isinstance(arg, torch.Tensor)
+                      and arg.untyped_storage().data_ptr() in storages):
+                    return False
+            self._swaps.append(swaps)
+        self._old = old
+        return True
+
+    def replay(self, old: tuple[torch.Tensor, ...], new: tuple[torch.Tensor, ...]) -> bool:
+        if not self._complete or not self._launches or len(old) != len(new):
+            return False
+        if self._old is None or any(a is not b for a, b in zip(self._old, old)):
+            if not self._plan(old):
+                self._complete = False
+                return False
+        if not all(_same_layout(o, n) for o, n in zip(old, new)):
+            return False
+        for (kept, grid, args, runtime), swaps in zip(self._launches, self._swaps):
+            if swaps:
+                changed = list(args)
+                for i, which in swaps:
+                    changed[i] = new[which]
+                args = tuple(changed)
+            _launch(kept, grid, args, runtime())
+        self.num_replays += 1
+        _replayed[0] += len(self._launches)
+        return True
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[Recording]:
+    """Record the launches made through any LaunchCache on this thread while inside."""
+    rec = Recording()
+    outer = getattr(_active, "recording", None)
+    _active.recording = rec
+    try:
+        yield rec
+    finally:
+        _active.recording = outer
 
 
 _caches: dict[int, LaunchCache] = {}
@@ -101,9 +203,10 @@ def launcher(fn: Any) -> LaunchCache:
     return cache
 
 
-def launch_counts() -> tuple[int, int]:
-    """(direct launches, launches through the JIT) of every kernel in this process."""
-    return (sum(c.num_direct for c in _caches.values()),
+def launch_counts() -> tuple[int, int, int]:
+    """(direct launches, launches replayed from a Recording, launches through the JIT) of
+    every kernel in this process."""
+    return (sum(c.num_direct for c in _caches.values()), _replayed[0],
             sum(c.num_jit for c in _caches.values()))
 
 

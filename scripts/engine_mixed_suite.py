@@ -179,7 +179,7 @@ class DeviceProfile:
         forward = runner._forward
 
         def profiled(host):
-            if not host.prefills:
+            if not (host.prefills and host.decode_lens):   # mixed steps only, not the set-up
                 return forward(host)
             prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
             torch.cuda.synchronize()
@@ -245,12 +245,12 @@ async def run_mixed(torch, bundle, log) -> list[str]:
                  "mixed forward enqueue ms (median)",
                  "the same Fill alone, step ms (median)", "a joining Fill's wall ms"], rows)
     from parrot_kernels.launch import DIRECT_LAUNCH, launch_counts
-    direct, jit = launch_counts()
+    direct, replayed, jit = launch_counts()
     out += [f"steps: {stats.num_steps}, of them {stats.num_graph_steps} decode graphs and "
             f"{stats.num_piecewise_steps} piecewise; captures while serving: "
-            f"{stats.graph_captures_at_runtime}; Triton launches direct {direct:,}, through "
-            f"the JIT {jit:,} (direct launch {'on' if DIRECT_LAUNCH else 'off'})", "",
-            *profiles]
+            f"{stats.graph_captures_at_runtime}; Triton launches direct {direct:,}, replayed "
+            f"{replayed:,}, through the JIT {jit:,} (direct launch "
+            f"{'on' if DIRECT_LAUNCH else 'off'})", "", *profiles]
     log("\n".join(out))
     return out
 

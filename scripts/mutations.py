@@ -626,4 +626,54 @@ MUTATIONS: tuple[Mutation, ...] = (
         "",
         ("tests/core/test_overload.py::"
          "test_a_batch_that_would_open_a_session_is_held_to_the_same_limits",)),
+    Mutation(
+        "launch_key_without_alignment", "parrot_kernels/launch.py",
+        "        return (arg.dtype, arg.get_device(), arg.data_ptr() % 16 == 0)\n",
+        "        return (arg.dtype, arg.get_device())\n",
+        ("tests/kernels/test_kernels_launch.py::"
+         "test_a_key_that_may_specialise_differently_goes_through_the_jit",)),
+    Mutation(
+        "replay_without_the_layout_check", "parrot_kernels/launch.py",
+        "        if not all(_same_layout(o, n) for o, n in zip(old, new)):\n",
+        "        if False:\n",
+        ("tests/kernels/test_kernels_launch.py::"
+         "test_a_replay_with_another_layout_declines",)),
+    Mutation(
+        "replay_of_a_view_made_inside", "parrot_kernels/launch.py",
+        "                      and arg.untyped_storage().data_ptr() in storages):\n",
+        "                      and False):\n",
+        ("tests/kernels/test_kernels_launch.py::"
+         "test_a_view_made_inside_the_wrapper_is_not_replayed",)),
+    Mutation(
+        "attention_replayed_with_the_first_layers_tensors", "parrot/engines/builtin/model.py",
+        "            if replay is not None and replay[0].replay(replay[1], tensors):\n",
+        "            if replay is not None and replay[0].replay(replay[1], replay[1]):\n",
+        ("tests/engines/builtin/test_attention_replay.py::"
+         "test_the_first_layer_records_and_the_others_replay_with_their_caches",)),
+    Mutation(
+        "attention_recorded_beside_a_torch_decode", "parrot/engines/builtin/model.py",
+        "            replayable = (not nd or getattr(self._decode, \"replayable\", False)) \\\n",
+        "            replayable = True \\\n",
+        ("tests/engines/builtin/test_attention_replay.py::"
+         "test_a_decode_path_that_is_not_only_launches_is_never_replayed",)),
+    Mutation(
+        "mixed_step_prefill_before_its_padded_decode", "parrot/engines/builtin/model.py",
+        "                if nd:\n"
+        "                    self._decode(tensors[0], k_cache, v_cache, meta, self.scale,\n"
+        "                                 out=tensors[1])\n"
+        "                self.prefill_kernels.paged_prefill_attention(\n"
+        "                    q, k_cache, v_cache, meta.prefill_plan, self.scale, out=out)\n",
+        "                self.prefill_kernels.paged_prefill_attention(\n"
+        "                    q, k_cache, v_cache, meta.prefill_plan, self.scale, out=out)\n"
+        "                if nd:\n"
+        "                    self._decode(tensors[0], k_cache, v_cache, meta, self.scale,\n"
+        "                                 out=tensors[1])\n",
+        ("tests/engines/builtin/test_paged_prefill.py::"
+         "test_a_mixed_step_writes_its_padded_decode_rows_straight_into_the_output",)),
+    Mutation(
+        "packed_upload_unaligned", "parrot/engines/builtin/staging.py",
+        "    align = ALIGN_BYTES // 4\n",
+        "    align = 1\n",
+        ("tests/engines/builtin/test_staging.py::"
+         "test_upload_packed_gives_each_array_its_shape_and_values_on_16_byte_boundaries",)),
 )

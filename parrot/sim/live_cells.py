@@ -87,8 +87,10 @@ first part (..._gpts_rate_a/: app_centric and the affinity ablation; its second 
 off by the device budget before its reference finished, so ..._gpts_rate_b/ is not read and
 least-queue sharing keeps its earlier part), and the map-reduce output sweep's 75 and 100
 (..._mr/); last, that second part again, whole (..._gpts_rate_c/: the affinity ablation and
-least-queue sharing, with their reference). A ratio from a run on the earlier clock carries
-EARLIER_CLOCK_MARK.
+least-queue sharing, with their reference). Last, the map-reduce output sweep's 75 and 100 and
+multi_agent at 16 files after the engine started to relaunch its Triton kernels without the
+JIT's per-call work (live_paper_h200_direct_launch/). A ratio from a run on the earlier
+clock carries EARLIER_CLOCK_MARK.
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
@@ -142,7 +144,7 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_session_clock_mixed", "live_paper_h200_session_clock_gpts",
              "live_paper_h200_app_clock_gpts_full_a", "live_paper_h200_app_clock_gpts_full_b",
              "live_paper_h200_app_clock_gpts_rate_a", "live_paper_h200_app_clock_mr",
-             "live_paper_h200_app_clock_gpts_rate_c")
+             "live_paper_h200_app_clock_gpts_rate_c", "live_paper_h200_direct_launch")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:

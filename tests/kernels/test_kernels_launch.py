@@ -145,3 +145,119 @@ def test_direct_launches_can_be_turned_off():
     for _ in range(2):
         cache((1,), _tensor(), 1, 0.5, _tensor())
     assert len(jit.compiles) == 2 and not jit.direct
+
+
+def _recorded(jit, *tensors):
+    """A recording of two launches of a LaunchCache over `jit`: (a, 3, 0.5, b) and then
+    (b, 4, 0.5, workspace) with a tensor allocated in between, as a wrapper's would be."""
+    from parrot_kernels.launch import recording
+    cache = _cache(jit)
+    a, b = tensors
+    workspace = _tensor()
+    with recording() as rec:
+        cache((2,), a, 3, 0.5, b)
+        cache((5,), b, 4, 0.5, workspace)
+    return rec, workspace
+
+
+def test_a_recording_replays_its_launches_with_the_new_tensors():
+    jit = FakeJit()
+    old = (_tensor(), _tensor())
+    rec, workspace = _recorded(jit, *old)
+    assert rec.num_launches == 2 and len(jit.compiles) == 2 and not jit.direct
+    new = (_tensor(), _tensor())
+    assert rec.replay(old, new) and rec.num_replays == 1
+    (first, one), (second, two) = jit.direct
+    assert (first.key, second.key) == (1, 2)
+    assert one[:3] == (2, 1, 1) and one[9] is new[0] and one[12] is new[1]
+    assert two[:3] == (5, 1, 1) and two[9] is new[1] and two[12] is workspace
+
+
+@pytest.mark.parametrize("change", ["shape", "stride", "dtype", "alignment"])
+def test_a_replay_with_another_layout_declines(change):
+    jit = FakeJit()
+    old = (_tensor(), _tensor())
+    rec, _ = _recorded(jit, *old)
+    other = {"shape": torch.zeros(80, dtype=torch.float16)[8:],
+             "stride": torch.zeros(128, dtype=torch.float16)[::2],
+             "dtype": _tensor(dtype=torch.float32),
+             "alignment": torch.zeros(72, dtype=torch.float16)[9:]}[change]
+    assert not rec.replay(old, (other, _tensor()))
+    assert not jit.direct
+
+
+def test_a_view_made_inside_the_wrapper_is_not_replayed():
+    """A launch that took a view of an input the caller did not name cannot be swapped."""
+    from parrot_kernels.launch import recording
+    jit = FakeJit()
+    cache = _cache(jit)
+    a, b = torch.zeros(128, dtype=torch.float16), _tensor()
+    with recording() as rec:
+        cache((1,), a[64:], 3, 0.5, b)           # a view of `a` made by the "wrapper"
+    assert not rec.replay((a, b), (torch.zeros(128, dtype=torch.float16), _tensor()))
+    assert not jit.direct
+
+
+def test_a_recording_with_a_launch_the_jit_did_not_keep_declines():
+    from parrot_kernels.launch import recording
+    jit = FakeJit(compiled=False)               # the interpreter
+    cache = _cache(jit)
+    old = (_tensor(), _tensor())
+    with recording() as rec:
+        cache((1,), old[0], 3, 0.5, old[1])
+    assert not rec.replay(old, (_tensor(), _tensor())) and not jit.direct
+
+
+def test_launches_outside_a_recording_are_not_recorded():
+    from parrot_kernels.launch import recording
+    jit = FakeJit()
+    cache = _cache(jit)
+    x, y = _tensor(), _tensor()
+    cache((1,), x, 3, 0.5, y)
+    with recording() as rec:
+        pass
+    cache((1,), x, 3, 0.5, y)
+    assert rec.num_launches == 0
+
+
+@pytest.mark.gpu
+def test_a_steps_attention_recorded_at_one_layer_replays_at_another_on_cuda():
+    """A mixed step's decode and prefill attention recorded over one layer's caches, then
+    replayed over another layer's (the step's metadata is every layer's): the second
+    layer's own attention."""
+    from parrot_kernels import (paged_prefill_attention, plan_prefill,
+                                reference_paged_prefill_attention,
+                                reference_shared_prefix_decode_attention,
+                                shared_prefix_decode_attention)
+    from parrot_kernels.launch import recording
+
+    from .factories import make_shared_batch
+
+    b = make_shared_batch(group_sizes=[1, 7, 8], prefix_blocks=[3, 0, 64],
+                          suffix_lens=list(range(1, 17)), num_kv_heads=8, gqa=4,
+                          head_dim=128, block_size=16, dtype=torch.bfloat16, device="cuda",
+                          seed=1)
+    caches = [(b.k_cache, b.v_cache), (torch.randn_like(b.k_cache), torch.randn_like(b.v_cache))]
+    table = torch.arange(8, dtype=torch.int32, device="cuda")[None]
+    plan = plan_prefill([(16, 60, 40)], table)   # 60 rows after the 16 decode rows
+    q = torch.randn(76, 32, 128, device="cuda").bfloat16()
+    meta = b.shared_args()[3:]                   # the step's decode metadata and scale
+    rec = old = None
+    for k_cache, v_cache in caches:
+        out = torch.full_like(q, float("nan"))
+        tensors = (q[:16], out[:16], q, out, k_cache, v_cache)
+        if rec is None:
+            with recording() as rec:
+                # the very views named in `tensors` (a view made here would not be replayed)
+                shared_prefix_decode_attention(tensors[0], k_cache, v_cache, *meta,
+                                               out=tensors[1], strategy="cascade")
+                paged_prefill_attention(q, k_cache, v_cache, plan, 0.088, out=out)
+            old = tensors
+        else:
+            assert rec.replay(old, tensors)
+        decode = reference_shared_prefix_decode_attention(q[:16], k_cache, v_cache, *meta)
+        prefill = reference_paged_prefill_attention(q, k_cache, v_cache, plan.chunks, table,
+                                                    0.088)
+        assert rel_err(out[:16], decode) < 1.5e-2
+        assert rel_err(out[16:], prefill[16:]) < 1.5e-2
+    assert rec.num_launches >= 2

@@ -76,6 +76,9 @@ class AttentionMetadata:
     # The step's prefill chunks planned for the paged prefill kernel (parrot_kernels
     # PrefillPlan), when the model runs it; None: SDPA per chunk (prefill_torch).
     prefill_plan: Any = None
+    # The step's attention launches recorded at its first layer and the tensors they were
+    # recorded with (parrot_kernels.launch.Recording), replayed at every other layer
+    attention_replay: Any = None
 
     @property
     def decode_rows(self) -> int:
@@ -198,14 +201,27 @@ def make_decode_fn(kernels: ModuleType | None) -> DecodeFn:
     """The decode path: the Triton kernels when given, else decode_torch."""
     if kernels is None:
         return decode_torch
+    return TritonDecode(kernels)
 
-    def decode_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                      meta: AttentionMetadata, scale: float, *, out: torch.Tensor | None = None
-                      ) -> torch.Tensor:
+
+class TritonDecode:
+    """Decode attention on the kernels of `parrot_kernels`. Its work is only kernel launches
+    made through the kernels' LaunchCache, so a step's calls may be recorded and replayed
+    (`replayable`; the model's attention does so over a step's layers)."""
+
+    replayable = True
+
+    def __init__(self, kernels: ModuleType) -> None:
+        self.kernels = kernels
+
+    def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                 meta: AttentionMetadata, scale: float, *, out: torch.Tensor | None = None
+                 ) -> torch.Tensor:
         # q may be a strided view of the fused projection: the kernels take its strides.
         # The metadata may cover more rows than q (the runner pads an eager step to its
         # graph bucket): zero query rows fill the difference, their outputs are dropped
         # (a caller passing q and `out` of meta.decode_rows rows saves the two copies).
+        kernels = self.kernels
         sp = meta.shared_prefix
         rows = q.shape[0]
         lens = sp.suffix_lens if sp is not None else meta.decode_seq_lens
@@ -227,5 +243,3 @@ def make_decode_fn(kernels: ModuleType | None) -> DecodeFn:
         if out is not None and into is None:
             return out.copy_(result[:rows])
         return result[:rows]
-
-    return decode_triton

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from parrot.engines.builtin.attention import AttentionMetadata, PrefillChunk, SharedPrefixMeta
@@ -26,6 +27,7 @@ from parrot.engines.builtin.model import LlamaModel
 from parrot.engines.builtin.prefill_graphs import PrefillGraphs
 from parrot.engines.builtin.sampler import sample
 from parrot.engines.builtin.scheduler import Batch, ScheduledChunk
+from parrot.engines.builtin.staging import StaticInputs, upload_packed
 
 
 @dataclass
@@ -254,17 +256,26 @@ class ModelRunner:
             lens = lens + [1] * (bb - len(lens))
             if g is not None:
                 g = pad_groups(g, bb, min(next_pow2(len(g.prefix_lens)), bb), 0)
-        shared = None if g is None else SharedPrefixMeta(
-            group_indptr=self._tensor(g.indptr, torch.int32),
-            prefix_block_tables=self._padded(g.prefix_tables),
-            prefix_lens=self._tensor(g.prefix_lens, torch.int32),
-            suffix_block_tables=self._padded(g.suffix_tables),
-            suffix_lens=self._tensor(g.suffix_lens, torch.int32))
-        plan = None
+        # every int32 array of the step in one upload (staging.upload_packed)
+        arrays = [self._table(tables), np.asarray(lens, dtype=np.int32)] if has_decode else []
+        if g is not None:
+            arrays += [np.asarray(g.indptr, dtype=np.int32), self._table(g.prefix_tables),
+                       np.asarray(g.prefix_lens, dtype=np.int32),
+                       self._table(g.suffix_tables), np.asarray(g.suffix_lens, dtype=np.int32)]
         kernels = self.model.prefill_kernels
-        if kernels is not None and host.prefills:
+        paged = kernels is not None and bool(host.prefills)
+        if paged:
+            arrays.append(self._table([t for *_, t in host.prefills]))
+        views = upload_packed(arrays, self.device) if arrays else []
+        decode_tables, decode_lens = views[:2] if has_decode else (None, None)
+        shared = None if g is None else SharedPrefixMeta(
+            group_indptr=views[2], prefix_block_tables=views[3], prefix_lens=views[4],
+            suffix_block_tables=views[5], suffix_lens=views[6])
+        plan = None
+        if paged:
+            assert kernels is not None
             # one plan for every layer's launch; the chunks' tables are rows of its one copy
-            table = self._padded([t for *_, t in host.prefills])
+            table = views[-1]
             plan = kernels.plan_prefill([(start, end - start, pos)
                                          for start, end, pos, _ in host.prefills], table)
             prefills = [PrefillChunk(start, end, pos, table[c])
@@ -274,8 +285,7 @@ class ModelRunner:
                         for start, end, pos, table in host.prefills]
         return AttentionMetadata(
             slot_mapping=slot_mapping, num_decode=len(host.decode_lens),
-            decode_block_tables=self._padded(tables) if has_decode else None,
-            decode_seq_lens=self._tensor(lens, torch.int32) if has_decode else None,
+            decode_block_tables=decode_tables, decode_seq_lens=decode_lens,
             shared_prefix=shared, prefills=prefills, prefill_plan=plan)
 
     def _num_blocks(self, num_tokens: int) -> int:
@@ -289,9 +299,11 @@ class ModelRunner:
                 dtype: torch.dtype = torch.int64) -> torch.Tensor:
         return torch.tensor(values, dtype=dtype, device=self.device)
 
-    def _padded(self, tables: list[list[int]]) -> torch.Tensor:
+    def _table(self, tables: list[list[int]]) -> np.ndarray:
         """[rows, width] int32, padded with block 0 (masked out by the sequence lengths)."""
         width = max(1, max(len(t) for t in tables))
         if self.bucket_widths:
             width = width_bucket(width, self.max_blocks)
-        return self._tensor([t + [0] * (width - len(t)) for t in tables], torch.int32)
+        out = np.zeros((len(tables), width), dtype=np.int32)
+        StaticInputs.write_rows(out, tables)
+        return out

@@ -14,6 +14,7 @@ from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.sampling import SamplingParams
 
 parrot_kernels = pytest.importorskip("parrot_kernels")
+torch = pytest.importorskip("torch")
 CONFIG = BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu", num_blocks=64)
 
 
@@ -98,17 +99,27 @@ def _kernel_decode_bundle(paged: bool):
 async def run_fill_joining_decodes(engine) -> list[tuple[int, ...]]:
     """Three generations running (decode rows padded to a bucket of four), then an 11-token
     Fill forked from a cached prompt (its rows see more keys than the padding's one) and its
-    generation joining them."""
-    params = SamplingParams(max_tokens=12, ignore_eos=True)
+    generation joining them: the Fill is sent once every generation has its first token, so
+    it lands beside their remaining 23 decode steps on any machine."""
+    params = SamplingParams(max_tokens=24, ignore_eos=True)
     await engine.fill(FillRequest("sys", token_ids=tuple(range(80, 95))))
     for i in range(3):
         await engine.fill(FillRequest(f"r{i}", token_ids=tuple(range(20 + i, 29 + 3 * i))))
-    running = [asyncio.create_task(engine.generate_all(GenerateRequest(f"r{i}", sampling=params)))
-               for i in range(3)]
-    await asyncio.sleep(0.05)
+    started = [asyncio.Event() for _ in range(3)]
+
+    async def generate(i: int) -> tuple[int, ...]:
+        tokens: list[int] = []
+        async for chunk in engine.generate(GenerateRequest(f"r{i}", sampling=params)):
+            tokens.extend(chunk.token_ids)
+            started[i].set()
+        return tuple(tokens)
+
+    running = [asyncio.create_task(generate(i)) for i in range(3)]
+    for event in started:
+        await event.wait()
     await engine.fill(FillRequest("late", "sys", token_ids=tuple(range(60, 71))))
     late = await engine.generate_all(GenerateRequest("late", sampling=params))
-    return [r.token_ids for r in await asyncio.gather(*running)] + [late.token_ids]
+    return [*await asyncio.gather(*running), late.token_ids]
 
 
 async def test_a_mixed_step_writes_its_padded_decode_rows_straight_into_the_output(
@@ -130,3 +141,40 @@ async def test_a_mixed_step_writes_its_padded_decode_rows_straight_into_the_outp
     expected = await run_fill_joining_decodes(make_engine(sdpa, **common))
     assert await run_fill_joining_decodes(make_engine(paged, **common)) == expected
     assert any(nd < padded <= rows for nd, padded, rows in mixed), mixed
+
+
+class _WithoutRecording:
+    """parrot_kernels without `recording`: the model's attention runs its wrappers at every
+    layer instead of replaying the first layer's launches."""
+
+    def __getattr__(self, name):
+        if name == "recording":
+            raise AttributeError(name)
+        return getattr(parrot_kernels, name)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+async def test_replayed_attention_launches_give_the_wrappers_tokens_on_cuda(make_engine):
+    """On CUDA a step's attention is recorded at its first layer and replayed at the others
+    (the kernels are compiled, so kept): the tokens of running the wrappers at every layer."""
+    config = BuiltinEngineConfig(model="tiny", dtype="float16", device="cuda", num_blocks=64,
+                                 cuda_graphs=False, warmup=False, speed_probe="off")
+    replayed, plain = load_bundle(config), load_bundle(config)
+    for bundle in (replayed, plain):
+        bundle.model.use_paged_prefill(parrot_kernels)
+    plain.model.prefill_kernels = _WithoutRecording()
+    calls = []
+    original = replayed.model.attention
+
+    def spy(q, k, v, k_cache, v_cache, meta, *, out=None):
+        result = original(q, k, v, k_cache, v_cache, meta, out=out)
+        replay = meta.attention_replay
+        calls.append(replay is not None and replay[0].num_replays > 0)
+        return result
+
+    replayed.model.attention = spy
+    common = dict(block_size=4, max_batch_tokens=256, device="cuda", dtype="float16",
+                  cuda_graphs=False, warmup=False, speed_probe="off")
+    expected = await run_fill_joining_decodes(make_engine(plain, **common))
+    assert await run_fill_joining_decodes(make_engine(replayed, **common)) == expected
+    assert any(calls)

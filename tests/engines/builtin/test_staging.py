@@ -42,3 +42,17 @@ def test_uploads_alternate_between_two_host_mirrors():
     assert (first["positions"] == 7).all() and (inputs.views["positions"] == 7).all()
     inputs.upload()
     assert inputs.host is first and (inputs.views["positions"] == 9).all()
+
+
+def test_upload_packed_gives_each_array_its_shape_and_values_on_16_byte_boundaries():
+    import numpy as np
+
+    from parrot.engines.builtin.staging import upload_packed
+    arrays = [np.arange(6, dtype=np.int32).reshape(2, 3), np.array([7], dtype=np.int32),
+              np.zeros((0,), dtype=np.int32), np.arange(5, dtype=np.int32) + 10]
+    views = upload_packed(arrays, torch.device("cpu"))
+    assert [tuple(v.shape) for v in views] == [(2, 3), (1,), (0,), (5,)]
+    for view, array in zip(views, arrays):
+        assert view.dtype == torch.int32 and view.tolist() == array.tolist()
+    assert all(v.data_ptr() % 16 == 0 for v in views if v.numel())
+    assert len({v.untyped_storage().data_ptr() for v in views}) == 1   # one copy
