@@ -11,8 +11,8 @@ from .decode import (merge_attention_states, paged_decode_attention,
                      shared_prefix_decode_attention)
 from .fused import (add_rms_norm, reference_add_rms_norm, reference_rope_kv_write,
                     reference_silu_mul, rope_kv_write, silu_mul)
-from .launch import Recording, recording
 from .gemv import MAX_GEMV_ROWS, DotTuning, GemvTuning, kernel_wins, small_batch_linear
+from .launch import Recording, recording
 from .prefill import (PREFILL_TUNINGS, PrefillPlan, PrefillTuning, paged_prefill_attention,
                       plan_prefill, tuning_for)
 from .plan import (KernelTuning, choose_shared_prefix_strategy, paged_decode_workspace_numel,
