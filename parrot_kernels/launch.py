@@ -80,17 +80,15 @@ class LaunchCache:
         key = (tuple(_arg_key(a) for a in args), tuple((k, type(v), v)
                                                      for k, v in kwargs.items()))
         kept = self._kept.get(key)
-        rec = getattr(_active, "recording", None)
         if kept is None:
             self.num_jit += 1
             kernel = self.fn[grid](*args, **kwargs)
             if self.direct and _launchable(kernel):
                 kept = self._keep(key, kernel, args, kwargs)
-            if rec is not None:
-                rec._add(kept, grid, args, self._runtime)
-            return
-        self.num_direct += 1
-        _launch(kept, grid, args, self._runtime())
+        else:
+            self.num_direct += 1
+            _launch(kept, grid, args, self._runtime())
+        rec = getattr(_active, "recording", None)
         if rec is not None:
             rec._add(kept, grid, args, self._runtime)
 

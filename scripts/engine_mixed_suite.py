@@ -74,10 +74,10 @@ async def _shared_prefix(engine, vocab: int, case: Case) -> AsyncIterator[str | 
 
 
 async def _pass(torch, engine, vocab: int, case: Case, clock_mode: str | None,
-                profiler: cProfile.Profile | None = None
-                ) -> tuple[StepClock | None, list[float]]:
+                profiler=None) -> tuple[StepClock | None, list[float]]:
     """One pass of `case`: its StepClock with clock_mode ("synced" / "enqueue"; the
-    prefilling steps' forwards under `profiler` when given), and the joining Fills' walls."""
+    prefilling steps' forwards under `profiler` when given: cProfile or DeviceProfile), and
+    the joining Fills' walls."""
     from parrot.engines.protocol import FillRequest, GenerateRequest
     from parrot.sampling import SamplingParams
 
@@ -170,36 +170,30 @@ async def _host_profile(torch, engine, vocab: int, case: Case, log) -> list[str]
 
 
 class DeviceProfile:
-    """Each mixed step's forward alone under torch.profiler (started and stopped around it, so
-    the pass is slow and not timed): the kernels' device time per mixed step, by name."""
+    """A StepClock profiler (enable / disable around each prefilling forward) that runs the
+    forward alone under torch.profiler, synchronised on both sides (so its pass is slow and
+    not timed): the kernels' device time per mixed step, by name."""
 
-    def __init__(self, torch, runner) -> None:
-        self.torch, self.runner, self.steps = torch, runner, 0
+    def __init__(self, torch) -> None:
+        self.torch, self.steps, self._prof = torch, 0, None
         self.kernel_us: dict[str, float] = {}
-        forward = runner._forward
 
-        def profiled(host):
-            if not (host.prefills and host.decode_lens):   # mixed steps only, not the set-up
-                return forward(host)
-            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
-            torch.cuda.synchronize()
-            prof.start()
-            result = forward(host)
-            torch.cuda.synchronize()
-            prof.stop()
-            self.steps += 1
-            for event in prof.key_averages():
-                us = getattr(event, "device_time_total", None)
-                if us is None:
-                    us = getattr(event, "cuda_time_total", 0.0)
-                if us and not event.key.startswith(("cuda", "Memcpy", "Memset")):
-                    self.kernel_us[event.key] = self.kernel_us.get(event.key, 0.0) + us
-            return result
+    def enable(self) -> None:
+        torch = self.torch
+        self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+        torch.cuda.synchronize()
+        self._prof.start()
 
-        runner._forward = profiled
-
-    def remove(self) -> None:
-        del self.runner._forward
+    def disable(self) -> None:
+        self.torch.cuda.synchronize()
+        self._prof.stop()
+        self.steps += 1
+        for event in self._prof.key_averages():
+            us = getattr(event, "device_time_total", None)
+            if us is None:
+                us = getattr(event, "cuda_time_total", 0.0)
+            if us and not event.key.startswith(("cuda", "Memcpy", "Memset")):
+                self.kernel_us[event.key] = self.kernel_us.get(event.key, 0.0) + us
 
     def lines(self, label: str, top: int = 12) -> list[str]:
         per_step = {k: v / max(1, self.steps) for k, v in self.kernel_us.items()}
@@ -213,11 +207,10 @@ class DeviceProfile:
 
 
 async def _device_profile(torch, engine, vocab: int, case: Case, log) -> list[str]:
-    profile = DeviceProfile(torch, engine._runner)
-    try:
-        await _pass(torch, engine, vocab, case, None)
-    finally:
-        profile.remove()
+    """The mixed steps' kernels by device time: a pass whose StepClock (installed after the
+    set-up Fills, so only the joining Fills' steps prefill) profiles each on the GPU."""
+    profile = DeviceProfile(torch)
+    await _pass(torch, engine, vocab, case, "enqueue", profile)
     lines = profile.lines(case.label)
     log("\n".join(lines))
     return lines

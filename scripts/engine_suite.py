@@ -31,8 +31,8 @@ class StepClock:
     or the eager forward), synchronised before and after ("forward": the GPU's time plus
     launch time it does not hide) or before only (`enqueue_only`, "enqueue": the host's
     launch cost); each step's (tokens, prefill tokens, seconds) and each forward pass's
-    (prefills anything, seconds). With a `profiler` (cProfile) the forwards of steps that
-    prefill run under it."""
+    (prefills anything, seconds). With a `profiler` (anything with enable / disable: cProfile,
+    or the mixed suite's DeviceProfile) the forwards of steps that prefill run under it."""
 
     PARTS = ("step", "prepare_host", "to_device", "forward", "enqueue")
 
