@@ -646,28 +646,28 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_a_view_made_inside_the_wrapper_is_not_replayed",)),
     Mutation(
         "attention_replayed_with_the_first_layers_tensors", "parrot/engines/builtin/model.py",
-        "            if replay is not None and replay[0].replay(replay[1], tensors):\n",
-        "            if replay is not None and replay[0].replay(replay[1], replay[1]):\n",
+        "and replay[0].replay(replay[1], tensors):\n",
+        "and replay[0].replay(replay[1], replay[1]):\n",
         ("tests/engines/builtin/test_attention_replay.py::"
          "test_the_first_layer_records_and_the_others_replay_with_their_caches",)),
     Mutation(
         "attention_recorded_beside_a_torch_decode", "parrot/engines/builtin/model.py",
-        "            replayable = (not nd or getattr(self._decode, \"replayable\", False)) \\\n",
-        "            replayable = True \\\n",
+        "(not nd or getattr(self._decode, \"replayable\", False))",
+        "(not nd or True)",
         ("tests/engines/builtin/test_attention_replay.py::"
          "test_a_decode_path_that_is_not_only_launches_is_never_replayed",)),
     Mutation(
         "mixed_step_prefill_before_its_padded_decode", "parrot/engines/builtin/model.py",
         "                if nd:\n"
-        "                    self._decode(tensors[0], k_cache, v_cache, meta, self.scale,\n"
-        "                                 out=tensors[1])\n"
+        "                    self._decode(decode_q, k_cache, v_cache, meta, self.scale, "
+        "out=decode_out)\n"
         "                self.prefill_kernels.paged_prefill_attention(\n"
         "                    q, k_cache, v_cache, meta.prefill_plan, self.scale, out=out)\n",
         "                self.prefill_kernels.paged_prefill_attention(\n"
         "                    q, k_cache, v_cache, meta.prefill_plan, self.scale, out=out)\n"
         "                if nd:\n"
-        "                    self._decode(tensors[0], k_cache, v_cache, meta, self.scale,\n"
-        "                                 out=tensors[1])\n",
+        "                    self._decode(decode_q, k_cache, v_cache, meta, self.scale, "
+        "out=decode_out)\n",
         ("tests/engines/builtin/test_paged_prefill.py::"
          "test_a_mixed_step_writes_its_padded_decode_rows_straight_into_the_output",)),
     Mutation(

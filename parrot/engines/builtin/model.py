@@ -248,29 +248,26 @@ class LlamaModel:
             if out is None:
                 out = q.new_empty(q.shape)     # contiguous; q may be a view of the fused QKV
             padded = meta.decode_rows
-            if nd and padded > q.shape[0]:     # the decode rows' q padded by a copy
-                self._decode(q[:nd], k_cache, v_cache, meta, self.scale, out=out[:nd])
-                self.prefill_kernels.paged_prefill_attention(
-                    q, k_cache, v_cache, meta.prefill_plan, self.scale, out=out)
-                return out
-            # The decode attention over the padded rows straight into `out` (no padded copy
-            # of q, no copy of the result): its padding rows are prefill rows, read as queries
-            # of the one-token padding suffix, and the prefill kernel, after it on the same
-            # stream, overwrites their outputs.
+            # Rows fewer than the decode bucket: the decode pads a copy of q (not replayed).
+            # Else the decode attention runs over the padded rows straight into `out` (no
+            # padded copy of q, no copy of the result): its padding rows are prefill rows,
+            # read as queries of the one-token padding suffix, and the prefill kernel, after
+            # it on the same stream, overwrites their outputs.
+            copied = bool(nd) and padded > q.shape[0]
             tensors = (q[:padded], out[:padded], q, out, k_cache, v_cache)
             replay = meta.attention_replay
-            if replay is not None and replay[0].replay(replay[1], tensors):
+            if replay is not None and not copied and replay[0].replay(replay[1], tensors):
                 return out
             # Not replayed: the wrappers; the first layer's launches recorded for the others
             # (every layer's differ only in these tensors: parrot_kernels.launch.Recording)
-            replayable = (not nd or getattr(self._decode, "replayable", False)) \
+            replayable = not copied and (not nd or getattr(self._decode, "replayable", False)) \
                 and hasattr(self.prefill_kernels, "recording")
             record = (self.prefill_kernels.recording() if replay is None and replayable
                       else contextlib.nullcontext())
+            decode_q, decode_out = (q[:nd], out[:nd]) if copied else tensors[:2]
             with record as rec:
                 if nd:
-                    self._decode(tensors[0], k_cache, v_cache, meta, self.scale,
-                                 out=tensors[1])
+                    self._decode(decode_q, k_cache, v_cache, meta, self.scale, out=decode_out)
                 self.prefill_kernels.paged_prefill_attention(
                     q, k_cache, v_cache, meta.prefill_plan, self.scale, out=out)
             if rec is not None:
