@@ -30,6 +30,44 @@ def _tile(tile, tile_chunk_ptr, tile_m_ptr, chunk_row_ptr, chunk_len_ptr):
             tl.load(chunk_len_ptr + chunk))
 
 
+@triton.jit
+def _attend(q, acc, m_i, l_i, start, end, q_pos, k_ptr, v_ptr, table, kv_head, stride_kb,
+            stride_ks, stride_kh, scale_log2, offs_d, PAGE: tl.constexpr,
+            BLOCK_N: tl.constexpr, MASKED: tl.constexpr, SPLIT: tl.constexpr):
+    """One block of keys [start, start + BLOCK_N) folded into a tile's online softmax; MASKED:
+    the block may reach past `end` or past a row's position (else every key is in range and
+    visible to every row)."""
+    offs_n = start + tl.arange(0, BLOCK_N)
+    if MASKED:
+        mask_n = offs_n < end
+        page = tl.load(table + offs_n // PAGE, mask=mask_n, other=0).to(tl.int64)
+    else:
+        page = tl.load(table + offs_n // PAGE).to(tl.int64)
+    kv = (page[:, None] * stride_kb + (offs_n % PAGE)[:, None] * stride_ks
+          + kv_head * stride_kh + offs_d[None, :])
+    if MASKED:
+        k = tl.load(k_ptr + kv, mask=mask_n[:, None], other=0.0)
+        v = tl.load(v_ptr + kv, mask=mask_n[:, None], other=0.0)
+    else:
+        k = tl.load(k_ptr + kv)
+        v = tl.load(v_ptr + kv)
+    s = tl.dot(q, tl.trans(k)) * scale_log2                           # [BLOCK_M, BLOCK_N]
+    if MASKED:
+        visible = (offs_n[None, :] <= q_pos[:, None]) & mask_n[None, :]
+        s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    # unsplit: finite from the first block on (key 0 is visible to every row); a split's
+    # row may see none of its range's keys so far: its state stays empty, not NaN
+    m_use = m_new
+    if SPLIT:
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.math.exp2(m_i - m_use)
+    p = tl.math.exp2(s - m_use[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, m_new, l_i
+
+
 # The table's row stride is the step's padded table width (1, 2, 4, ... blocks): not a
 # specialisation, so the one variant the warm-up compiles serves every step.
 # The split arguments likewise (each step's split length and tile count differ).
@@ -66,28 +104,18 @@ def _paged_prefill_kernel(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     table = tables_ptr + chunk.to(tl.int64) * stride_tb
-    for start in range(lo, end, BLOCK_N):
-        offs_n = start + tl.arange(0, BLOCK_N)
-        mask_n = offs_n < end
-        page = tl.load(table + offs_n // PAGE, mask=mask_n, other=0).to(tl.int64)
-        kv = (page[:, None] * stride_kb + (offs_n % PAGE)[:, None] * stride_ks
-              + kv_head * stride_kh + offs_d[None, :])
-        k = tl.load(k_ptr + kv, mask=mask_n[:, None], other=0.0)
-        v = tl.load(v_ptr + kv, mask=mask_n[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k)) * scale_log2                       # [BLOCK_M, BLOCK_N]
-        visible = (offs_n[None, :] <= q_pos[:, None]) & mask_n[None, :]
-        s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        # unsplit: finite from the first block on (key 0 is visible to every row); a split's
-        # row may see none of its range's keys so far: its state stays empty, not NaN
-        m_use = m_new
-        if SPLIT:
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.math.exp2(m_i - m_use)
-        p = tl.math.exp2(s - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
+    # Keys up to the tile's first row's position are visible to every row of the tile: the
+    # whole blocks of them go without the causal and bounds masks (most of a long chunk's
+    # blocks); only the blocks at the diagonal, and past it, are masked.
+    full = lo + tl.maximum(tl.minimum(pos0 + m0 + 1, end) - lo, 0) // BLOCK_N * BLOCK_N
+    for start in range(lo, full, BLOCK_N):
+        acc, m_i, l_i = _attend(q, acc, m_i, l_i, start, end, q_pos, k_ptr, v_ptr, table,
+                                kv_head, stride_kb, stride_ks, stride_kh, scale_log2, offs_d,
+                                PAGE, BLOCK_N, False, SPLIT)
+    for start in range(full, end, BLOCK_N):
+        acc, m_i, l_i = _attend(q, acc, m_i, l_i, start, end, q_pos, k_ptr, v_ptr, table,
+                                kv_head, stride_kb, stride_ks, stride_kh, scale_log2, offs_d,
+                                PAGE, BLOCK_N, True, SPLIT)
     if SPLIT:
         partial, lse = _finish(m_i, l_i, acc)    # an empty range: zeros and -inf
         hq = tl.num_programs(1)

@@ -47,13 +47,16 @@ class PrefillTuning:
     kv_splits: int | None = None   # key ranges per tile; None: chosen per launch (key_splits)
 
 
-# Swept on an H200 (docs/results/paged_prefill_h200.md: 54 tiles over six step shapes of the
-# paper's workloads, with 32 and with 8 key/value heads): a 128-row tile is fastest where the
-# chunks are long (copilot's 100-row forks 657 vs 817 us, four fresh 2,048-token prompts 487 vs
-# 550 us), the 64-row one where they are short (gpts' 60-row forks 144 vs 210 us: a 128-row
-# tile would be half empty). The warm-up compiles both.
+# Swept on an H200 over ten step shapes of the paper's workloads (the kernel with its unmasked
+# blocks, docs/results/paged_prefill_h200_unmasked.md; the first sweep, 32 and 8 key/value
+# heads: paged_prefill_h200.md): where the chunks are long, a 128-row tile of 32-key steps
+# with 8 warps is the fastest on five of the seven long-chunk shapes (copilot's 100-row
+# forks 587 against 635 us for the 128 x 64 x 4 warps tile used before, four fresh 2,048-token
+# prompts 441 against 489, four fresh 1,000-token ones 148 against 171); the 64-row tile where
+# they are short (gpts' 60-row forks 117 us: a 128-row tile would be half empty). The warm-up
+# compiles both.
 SHORT_CHUNKS = PrefillTuning(block_m=64, block_n=64, num_warps=4, num_stages=2)
-LONG_CHUNKS = PrefillTuning(block_m=128, block_n=64, num_warps=4, num_stages=3)
+LONG_CHUNKS = PrefillTuning(block_m=128, block_n=32, num_warps=8, num_stages=2)
 PREFILL_TUNINGS = (SHORT_CHUNKS, LONG_CHUNKS)
 
 

@@ -40,6 +40,7 @@ STEPS = {
     "chain: 1 chunk x 1,024 continuing 3,000 tokens": (1, 1024, 3000, False),
     "fresh: 4 prompts x 2,048": (4, 2048, 0, False),
     "fresh: 16 prompts x 512": (16, 512, 0, False),
+    "map-reduce: 4 fresh prompts x 1,000": (4, 1000, 0, False),
     # few tiles over a long context: the kernel splits the keys into ranges (prefill.py)
     "multi_agent: 1 reviewer's 29 tokens over a 3,700-token history": (1, 29, 3700, True),
     "multi_agent: 1 reviser's 240 tokens over a 3,900-token history": (1, 240, 3900, True),

@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 import time
 
+from engine_mixed_suite import DeviceProfile
 from engine_suite import StepClock, ceilings, decode_run, make_engine, prompts_for, table
+
+MAP_FILLS, MAP_FILL_TOKENS, MAP_ROWS = 4, 1000, 16
 
 
 def _sdpa_times(torch, heads: int, dim: int, n: int = 2048) -> list[str]:
@@ -73,6 +76,121 @@ async def _ragged(engine, vocab: int, fixed_rate: float) -> list[str]:
                    f"{tokens / fill_s / fixed_rate:.0%}"]])
 
 
+class ForwardTimeline:
+    """A StepClock profiler (enable / disable around each prefilling forward) that records
+    the forward under torch.profiler with the host's side too, synchronised on both sides:
+    where the GPU sits idle inside the forward, and what the host was doing then."""
+
+    def __init__(self, torch) -> None:
+        self.torch, self.events = torch, []
+        self._prof = None
+
+    def enable(self) -> None:
+        acts = self.torch.profiler.ProfilerActivity
+        self._prof = self.torch.profiler.profile(activities=[acts.CPU, acts.CUDA])
+        self.torch.cuda.synchronize()
+        self._prof.start()
+
+    def disable(self) -> None:
+        self.torch.cuda.synchronize()
+        self._prof.stop()
+        self.events.append([(e.device_type.name, e.time_range.start, e.time_range.end, e.name)
+                            for e in self._prof.events()])
+
+    def lines(self, label: str, top: int = 6) -> list[str]:
+        out = []
+        for events in self.events[-1:]:
+            kernels = sorted((a, b) for kind, a, b, _ in events if kind == "CUDA")
+            host = [(a, b, name) for kind, a, b, name in events if kind == "CPU"]
+            if not kernels or not host:
+                continue
+            t0, t1 = min(a for a, _, _ in host), max(b for _, b, _ in host)
+            gaps, busy, cur = [], 0.0, t0
+            for a, b in kernels:
+                if a > cur:
+                    gaps.append((a - cur, cur, a))
+                busy += max(0.0, b - max(a, cur))
+                cur = max(cur, b)
+            head = kernels[0][0] - t0
+            idle = sum(g for g, _, _ in gaps)
+            out += [f"#### Where the GPU waits in one forward: {label}", "",
+                    f"forward {(t1 - t0) / 1e3:.2f} ms (profiled, host side recorded too); "
+                    f"kernels busy {busy / 1e3:.2f} ms; idle {idle / 1e3:.2f} ms in {len(gaps)} "
+                    f"gaps: {head / 1e3:.2f} ms before the first kernel, "
+                    f"{sum(g for g, _, _ in gaps if g > 50) / 1e3:.2f} ms in gaps over 50 us; "
+                    f"{(t1 - cur) / 1e3:.2f} ms after the last kernel", "",
+                    "| gap us | at ms | host ops inside the gap (shortest first) |",
+                    "|---|---|---|"]
+            for gap, a, b in sorted(gaps, reverse=True)[:top]:
+                inside = sorted((ob - oa, name) for oa, ob, name in host
+                                if min(ob, b) - max(oa, a) > 0.5 * min(gap, ob - oa))
+                names = ", ".join(f"{name} {sec:.0f}" for sec, name in inside[:4])
+                out.append(f"| {gap:.0f} | {(a - t0) / 1e3:.2f} | {names} |")
+            out.append("")
+        return out
+
+
+async def _map_step(torch, engine, vocab: int, rows: int, profiler) -> StepClock:
+    """One step of MAP_FILLS fresh MAP_FILL_TOKENS-token Fills sent together (a map phase's
+    step), beside `rows` running decodes over their own 1,024-token contexts (0: alone); the
+    StepClock (forward synchronised) is installed after the decodes' own Fills."""
+    from parrot.engines.protocol import FillRequest, GenerateRequest
+    from parrot.sampling import SamplingParams
+
+    await asyncio.gather(*(engine.fill(FillRequest(f"r{i}", token_ids=p))
+                           for i, p in enumerate(prompts_for(rows, 1024, 45, vocab))))
+    clock = StepClock(torch, engine._runner, enqueue_only=False, profiler=profiler)
+
+    async def fills() -> None:
+        await asyncio.sleep(0.3 if rows else 0.0)
+        await asyncio.gather(*(engine.fill(FillRequest(f"m{i}", token_ids=p)) for i, p in
+                               enumerate(prompts_for(MAP_FILLS, MAP_FILL_TOKENS, 46, vocab))))
+
+    params = SamplingParams(max_tokens=200, ignore_eos=True)
+    try:
+        await asyncio.gather(fills(), *(engine.generate_all(
+            GenerateRequest(f"r{i}", sampling=params)) for i in range(rows)))
+    finally:
+        clock.remove()
+        for name in [f"r{i}" for i in range(rows)] + [f"m{i}" for i in range(MAP_FILLS)]:
+            await engine.free_context(name)
+    return clock
+
+
+async def _map_steps(torch, engine, vocab: int, linear_params: int, flops: float,
+                     log) -> list[str]:
+    """What live map-reduce's map phase is made of: a step of four fresh ~1,000-token Fills,
+    alone and beside 16 running decodes (a mixed step), timed (forward synchronised) and then
+    under torch.profiler by kernel; against the step's matmul floor (its linear layers'
+    FLOPs at the measured bf16 matmul rate)."""
+    tokens = MAP_FILLS * MAP_FILL_TOKENS
+    floor_ms = 2 * linear_params * tokens / flops * 1e3
+    rows, out = [], []
+    for decodes in (0, MAP_ROWS):
+        await _map_step(torch, engine, vocab, decodes, None)                    # warm
+        clock = await _map_step(torch, engine, vocab, decodes, None)
+        profile = DeviceProfile(torch)
+        await _map_step(torch, engine, vocab, decodes, profile)
+        timeline = ForwardTimeline(torch)
+        await _map_step(torch, engine, vocab, decodes, timeline)
+        steps = [(prefill, sec) for _, prefill, sec in clock.steps if prefill]
+        forwards = [sec for prefills, sec in clock.forwards if prefills]
+        kernels = sum(profile.kernel_us.values()) / max(1, profile.steps) / 1e3
+        label = f"{MAP_FILLS} x {MAP_FILL_TOKENS} tokens " + (
+            f"beside {decodes} decodes" if decodes else "alone")
+        rows.append([label, str(len(steps)),
+                     ", ".join(f"{sec * 1e3:.1f} ({n})" for n, sec in steps) or "-",
+                     ", ".join(f"{sec * 1e3:.1f}" for sec in forwards) or "-",
+                     f"{kernels:.1f}", f"{floor_ms:.1f}"])
+        out += profile.lines(label, top=16) + timeline.lines(label)
+        log("\n".join(out[-40:]))
+    return table(f"A map phase's step ({tokens:,} prefill tokens; the matmul floor at the "
+                 f"measured {flops / 1e12:.0f} TFLOP/s)",
+                 ["step", "prefilling steps", "step ms (prefill tokens)",
+                  "forward ms (synchronised)", "kernels ms (profiled pass)", "matmul floor ms"],
+                 rows) + out
+
+
 async def run_prefill(torch, bundle, log) -> list[str]:
     bw, flops = ceilings(torch)
     shape = bundle.shape
@@ -98,6 +216,8 @@ async def run_prefill(torch, bundle, log) -> list[str]:
                        f"{total / fill_s / 1e12:.0f}", f"{total / fill_s / flops:.0%}",
                        f"{flops / 1e12:.0f}"]])
         log("\n".join(out[-5:]))
+        out += await _map_steps(torch, engine, vocab, linear, flops, log)
+        log("\n".join(out))
         out += await _ragged(engine, vocab, 64 * 2048 / fill_s)
         log("\n".join(out[-5:]))
         out += await _step_split(torch, engine, prompts, fill_s)

@@ -406,9 +406,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/kernels/test_kernels_prefill.py::test_keys_split_into_ranges_match_reference",)),
     Mutation(
         "prefill_split_empty_rows_nan", "parrot_kernels/_jit_prefill.py",
-        "            m_use = tl.where(m_new == float(\"-inf\"), 0.0, m_new)\n",
-        "            m_use = m_new\n",
+        "        m_use = tl.where(m_new == float(\"-inf\"), 0.0, m_new)\n",
+        "        m_use = m_new\n",
         ("tests/kernels/test_kernels_prefill.py::test_keys_split_into_ranges_match_reference",)),
+    Mutation(
+        "prefill_unmasked_past_the_first_row", "parrot_kernels/_jit_prefill.py",
+        "    full = lo + tl.maximum(tl.minimum(pos0 + m0 + 1, end) - lo, 0)",
+        "    full = lo + tl.maximum(tl.minimum(pos0 + m0 + 1 + BLOCK_N, end) - lo, 0)",
+        ("tests/kernels/test_kernels_prefill.py::test_prefill_matches_reference",)),
+    Mutation(
+        "prefill_diagonal_blocks_unmasked", "parrot_kernels/_jit_prefill.py",
+        "PAGE, BLOCK_N, True, SPLIT)", "PAGE, BLOCK_N, False, SPLIT)",
+        ("tests/kernels/test_kernels_prefill.py::test_prefill_matches_reference",)),
     Mutation(
         "decode_small_tiles_never", "parrot_kernels/plan.py",
         "    small = cascade and (batch - groups + 1) * gqa <= SMALL_TILE_M\n",

@@ -89,7 +89,11 @@ least-queue sharing keeps its earlier part), and the map-reduce output sweep's 7
 (..._mr/); last, that second part again, whole (..._gpts_rate_c/: the affinity ablation and
 least-queue sharing, with their reference). Last, the map-reduce output sweep's 75 and 100 and
 multi_agent at 16 files after the engine started to relaunch its Triton kernels without the
-JIT's per-call work (live_paper_h200_direct_launch/). A ratio from a run on the earlier
+JIT's per-call work (live_paper_h200_direct_launch/), and the scaled gpts rate search's
+app_centric with its reference after a step's attention started to be replayed over its
+layers (live_paper_h200_replay_gpts_rate/); last the map-reduce output sweep's 100 and
+multi_agent at 16 files after the paged prefill kernel's unmasked blocks and long-chunk tile
+(live_paper_h200_unmasked_prefill/). A ratio from a run on the earlier
 clock carries EARLIER_CLOCK_MARK.
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
@@ -144,7 +148,8 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_session_clock_mixed", "live_paper_h200_session_clock_gpts",
              "live_paper_h200_app_clock_gpts_full_a", "live_paper_h200_app_clock_gpts_full_b",
              "live_paper_h200_app_clock_gpts_rate_a", "live_paper_h200_app_clock_mr",
-             "live_paper_h200_app_clock_gpts_rate_c", "live_paper_h200_direct_launch")
+             "live_paper_h200_app_clock_gpts_rate_c", "live_paper_h200_direct_launch",
+             "live_paper_h200_replay_gpts_rate", "live_paper_h200_unmasked_prefill")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
