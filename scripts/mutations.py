@@ -419,6 +419,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         "PAGE, BLOCK_N, True, SPLIT)", "PAGE, BLOCK_N, False, SPLIT)",
         ("tests/kernels/test_kernels_prefill.py::test_prefill_matches_reference",)),
     Mutation(
+        "shared_prefix_one_block_short", "parrot/engines/builtin/cascade.py",
+        "    if a[:limit] == b[:limit]:\n        return limit\n",
+        "    if a[:limit] == b[:limit]:\n        return limit - 1\n",
+        ("tests/engines/builtin/test_cascade.py",)),
+    Mutation(
+        "shared_prefix_past_the_first_difference", "parrot/engines/builtin/cascade.py",
+        "        if a[:mid] == b[:mid]:\n", "        if a[:mid - 1] == b[:mid - 1]:\n",
+        ("tests/engines/builtin/test_cascade.py",)),
+    Mutation(
         "decode_small_tiles_never", "parrot_kernels/plan.py",
         "    small = cascade and (batch - groups + 1) * gqa <= SMALL_TILE_M\n",
         "    small = False\n",

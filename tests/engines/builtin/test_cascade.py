@@ -47,3 +47,19 @@ def test_pad_groups_rejects_buckets_that_do_not_hold_the_rows(batch, num_groups)
     groups = split_groups([[5, 6, 7], [5, 6, 8], [9]], [10, 11, 2], [2, 1], [2, 0], 4)
     with pytest.raises(ValueError, match="cannot pad"):
         pad_groups(groups, batch, num_groups, 0)
+
+
+def test_the_shared_prefix_ends_at_the_first_block_any_row_differs_in():
+    first = list(range(100, 140))
+    rows = [first + [1], first[:25] + [2] + first[26:] + [3], first[:31] + [4] + first[32:],
+            first + [5]]
+    lens = [4 * 41] * 4
+    plan = plan_shared_prefix(rows, lens, 4, min_tokens=8, min_group=2)
+    assert plan is not None and plan.group_sizes == [4] and plan.prefix_blocks == [25]
+    # the whole table when every row agrees up to its last token's block
+    same = plan_shared_prefix([first + [1], first + [2]], [4 * 40 + 1] * 2, 4, min_tokens=8,
+                              min_group=2)
+    assert same is not None and same.prefix_blocks == [40]
+    # a mismatch in the very first shared block after the bucket's key
+    none = plan_shared_prefix([[7, 1, 2], [7, 3, 2]], [12, 12], 4, min_tokens=4, min_group=2)
+    assert none is not None and none.prefix_blocks == [1]
