@@ -93,7 +93,8 @@ JIT's per-call work (live_paper_h200_direct_launch/), and the scaled gpts rate s
 app_centric with its reference after a step's attention started to be replayed over its
 layers (live_paper_h200_replay_gpts_rate/); last the map-reduce output sweep's 100 and
 multi_agent at 16 files after the paged prefill kernel's unmasked blocks and long-chunk tile
-(live_paper_h200_unmasked_prefill/). A ratio from a run on the earlier
+(live_paper_h200_unmasked_prefill/), then map-reduce at output 100 again after the engine's
+host work per step shrank (live_paper_h200_host_work/). A ratio from a run on the earlier
 clock carries EARLIER_CLOCK_MARK.
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
@@ -149,7 +150,8 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_app_clock_gpts_full_a", "live_paper_h200_app_clock_gpts_full_b",
              "live_paper_h200_app_clock_gpts_rate_a", "live_paper_h200_app_clock_mr",
              "live_paper_h200_app_clock_gpts_rate_c", "live_paper_h200_direct_launch",
-             "live_paper_h200_replay_gpts_rate", "live_paper_h200_unmasked_prefill")
+             "live_paper_h200_replay_gpts_rate", "live_paper_h200_unmasked_prefill",
+             "live_paper_h200_host_work")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
