@@ -61,8 +61,8 @@ def plan_shared_prefix(tables: list[list[int]], seq_lens: list[int], block_size:
 def _common_length(a: list[int], b: list[int], limit: int) -> int:
     """The longest k <= limit with a[:k] == b[:k]. Rows forked from one parent agree up to
     their shared blocks, so one slice comparison (in C) usually settles it; else a binary
-    search (a common prefix of length k implies one of every shorter length). Each step is
-    called once per decode step for every row, and tables run to hundreds of blocks."""
+    search (a common prefix of length k implies one of every shorter length). It runs once
+    per grouped row on every decode step with sharing, over tables of hundreds of blocks."""
     if a[:limit] == b[:limit]:
         return limit
     lo, hi = 0, limit - 1          # a[:lo] == b[:lo]; a[:hi + 1] != b[:hi + 1]
