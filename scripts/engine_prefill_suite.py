@@ -1,6 +1,8 @@
 """Prefill on the H200 (`bench_engine.py --suite-prefill`): the rate of 64 x 2,048-token Fills
-against the measured bf16 matmul rate, the rate of 64 Fills of random lengths, the device
-time per kernel of one Fill step, and the attention call prefill makes (torch SDPA, causal,
+against the measured bf16 matmul rate, a map phase's step (four fresh 1,000-token Fills,
+alone and beside 16 decodes: its kernels against the matmul floor, and where the GPU waits
+inside its forward), the rate of 64 Fills of random lengths, the device time per kernel of
+one Fill step, and the attention call prefill makes (torch SDPA, causal,
 [1, H, 2048, D]) timed with and without `enable_gqa` (a flag that some SDPA backends do not
 take: with it set, torch may fall back to a slower backend even when the query and key heads
 are equal)."""
