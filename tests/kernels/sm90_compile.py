@@ -82,18 +82,22 @@ def ci_cases(jit) -> dict:
 
 
 def prefill_cases(jit) -> dict:
-    """The paged prefill kernel's launches: both tiles (prefill.PREFILL_TUNINGS), whole and
-    with its keys split into ranges, and the merge of the ranges."""
-    def tile(block_m: int, split: bool) -> dict:
-        return dict(GQA=1, HEAD_DIM=128, PAGE=16, BLOCK_M=block_m, BLOCK_N=64, SPLIT=split)
-    return {
-        "prefill 64-row tile": (jit._paged_prefill_kernel, tile(64, False), 4, 2),
-        "prefill 128-row tile": (jit._paged_prefill_kernel, tile(128, False), 4, 3),
-        "prefill 64-row tile, key ranges": (jit._paged_prefill_kernel, tile(64, True), 4, 2),
-        "prefill 128-row tile, key ranges": (jit._paged_prefill_kernel, tile(128, True), 4, 3),
-        "prefill merge ranges": (jit._merge_prefill_splits_kernel,
-                                 dict(HEAD_DIM=128, BLOCK_M=128), 4),
-    }
+    """The paged prefill kernel's launches: both tiles (prefill.PREFILL_TUNINGS, as the engine
+    launches them), whole and with its keys split into ranges, and the merge of the ranges."""
+    from parrot_kernels.prefill import PREFILL_TUNINGS
+
+    cases = {}
+    for t in PREFILL_TUNINGS:
+        for split in (False, True):
+            name = (f"prefill {t.block_m}x{t.block_n} tile, {t.num_warps} warps"
+                    + (", key ranges" if split else ""))
+            cases[name] = (jit._paged_prefill_kernel,
+                           dict(GQA=1, HEAD_DIM=128, PAGE=16, BLOCK_M=t.block_m,
+                                BLOCK_N=t.block_n, SPLIT=split), t.num_warps, t.num_stages)
+    cases["prefill merge ranges"] = (jit._merge_prefill_splits_kernel,
+                                     dict(HEAD_DIM=128,
+                                          BLOCK_M=max(t.block_m for t in PREFILL_TUNINGS)), 4)
+    return cases
 
 
 def main() -> None:
