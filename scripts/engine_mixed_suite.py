@@ -174,21 +174,28 @@ class DeviceProfile:
     forward alone under torch.profiler, synchronised on both sides (so its pass is slow and
     not timed): the kernels' device time per mixed step, by name."""
 
+    HOST = False     # record the host's side too (a subclass's timeline)
+
     def __init__(self, torch) -> None:
         self.torch, self.steps, self._prof = torch, 0, None
         self.kernel_us: dict[str, float] = {}
 
     def enable(self) -> None:
-        torch = self.torch
-        self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
-        torch.cuda.synchronize()
+        acts = self.torch.profiler.ProfilerActivity
+        self._prof = self.torch.profiler.profile(
+            activities=[acts.CPU, acts.CUDA] if self.HOST else [acts.CUDA])
+        self.torch.cuda.synchronize()
         self._prof.start()
 
     def disable(self) -> None:
         self.torch.cuda.synchronize()
         self._prof.stop()
         self.steps += 1
-        for event in self._prof.key_averages():
+        self._collect(self._prof)
+
+    def _collect(self, prof) -> None:
+        """The forward's kernels' device time, by name, into kernel_us."""
+        for event in prof.key_averages():
             us = getattr(event, "device_time_total", None)
             if us is None:
                 us = getattr(event, "cuda_time_total", 0.0)

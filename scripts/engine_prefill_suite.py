@@ -78,28 +78,27 @@ async def _ragged(engine, vocab: int, fixed_rate: float) -> list[str]:
                    f"{tokens / fill_s / fixed_rate:.0%}"]])
 
 
-class ForwardTimeline:
-    """A StepClock profiler (enable / disable around each prefilling forward) that records
-    the forward under torch.profiler with the host's side too, synchronised on both sides:
+class ForwardTimeline(DeviceProfile):
+    """A DeviceProfile that records the host's side too: besides the kernels' device time,
     where the GPU sits idle inside the forward, and what the host was doing then."""
 
+    HOST = True
+
     def __init__(self, torch) -> None:
-        self.torch, self.events = torch, []
-        self._prof = None
+        super().__init__(torch)
+        self.events: list[list[tuple[str, float, float, str]]] = []
 
-    def enable(self) -> None:
-        acts = self.torch.profiler.ProfilerActivity
-        self._prof = self.torch.profiler.profile(activities=[acts.CPU, acts.CUDA])
-        self.torch.cuda.synchronize()
-        self._prof.start()
+    def _collect(self, prof) -> None:
+        # the kernels from the events themselves: with the host recorded, key_averages
+        # would count each kernel again under the host op that launched it
+        events = [(e.device_type.name, e.time_range.start, e.time_range.end, e.name)
+                  for e in prof.events()]
+        self.events.append(events)
+        for kind, start, end, name in events:
+            if kind == "CUDA" and not name.startswith(("cuda", "Memcpy", "Memset")):
+                self.kernel_us[name] = self.kernel_us.get(name, 0.0) + end - start
 
-    def disable(self) -> None:
-        self.torch.cuda.synchronize()
-        self._prof.stop()
-        self.events.append([(e.device_type.name, e.time_range.start, e.time_range.end, e.name)
-                            for e in self._prof.events()])
-
-    def lines(self, label: str, top: int = 6) -> list[str]:
+    def timeline_lines(self, label: str, top: int = 6) -> list[str]:
         out = []
         for events in self.events[-1:]:
             kernels = sorted((a, b) for kind, a, b, _ in events if kind == "CUDA")
@@ -163,7 +162,8 @@ async def _map_steps(torch, engine, vocab: int, linear_params: int, flops: float
                      log) -> list[str]:
     """What live map-reduce's map phase is made of: a step of four fresh ~1,000-token Fills,
     alone and beside 16 running decodes (a mixed step), timed (forward synchronised) and then
-    under torch.profiler by kernel; against the step's matmul floor (its linear layers'
+    under torch.profiler with the host's side (kernels by name, and where the GPU waits);
+    against the step's matmul floor (its linear layers'
     FLOPs at the measured bf16 matmul rate)."""
     tokens = MAP_FILLS * MAP_FILL_TOKENS
     floor_ms = 2 * linear_params * tokens / flops * 1e3
@@ -171,10 +171,8 @@ async def _map_steps(torch, engine, vocab: int, linear_params: int, flops: float
     for decodes in (0, MAP_ROWS):
         await _map_step(torch, engine, vocab, decodes, None)                    # warm
         clock = await _map_step(torch, engine, vocab, decodes, None)
-        profile = DeviceProfile(torch)
+        profile = ForwardTimeline(torch)
         await _map_step(torch, engine, vocab, decodes, profile)
-        timeline = ForwardTimeline(torch)
-        await _map_step(torch, engine, vocab, decodes, timeline)
         steps = [(prefill, sec) for _, prefill, sec in clock.steps if prefill]
         forwards = [sec for prefills, sec in clock.forwards if prefills]
         kernels = sum(profile.kernel_us.values()) / max(1, profile.steps) / 1e3
@@ -184,7 +182,7 @@ async def _map_steps(torch, engine, vocab: int, linear_params: int, flops: float
                      ", ".join(f"{sec * 1e3:.1f} ({n})" for n, sec in steps) or "-",
                      ", ".join(f"{sec * 1e3:.1f}" for sec in forwards) or "-",
                      f"{kernels:.1f}", f"{floor_ms:.1f}"])
-        out += profile.lines(label, top=16) + timeline.lines(label)
+        out += profile.lines(label, top=16) + profile.timeline_lines(label)
         log("\n".join(out[-40:]))
     return table(f"A map phase's step ({tokens:,} prefill tokens; the matmul floor at the "
                  f"measured {flops / 1e12:.0f} TFLOP/s)",

@@ -690,7 +690,7 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_a_mixed_step_writes_its_padded_decode_rows_straight_into_the_output",)),
     Mutation(
         "packed_upload_unaligned", "parrot/engines/builtin/staging.py",
-        "    align = ALIGN_BYTES // 4\n",
+        "    align = ALIGN_BYTES // itemsize\n",
         "    align = 1\n",
         ("tests/engines/builtin/test_staging.py::"
          "test_upload_packed_gives_each_array_its_shape_and_values_on_16_byte_boundaries",)),

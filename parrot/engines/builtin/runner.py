@@ -109,6 +109,7 @@ class ModelRunner:
             self.graphs.drop_ahead()
         if host is None:
             return sampled
+        index = self._sample_index(host)     # before any forward is queued
         out = rows = None
         if self.graphs is not None and not host.prefills:
             rows = DecodeRows(host.token_ids, host.positions, host.slots, host.decode_tables,
@@ -123,26 +124,18 @@ class ModelRunner:
                 for i, token in zip(host.sample_chunks, tokens):
                     sampled[i] = token
                 return sampled
-        index = None
         if out is None:
-            # the rows to sample, uploaded before the forward is queued: a blocking copy
-            # after it would wait for the whole forward before the LM head could be queued
-            index = (torch.tensor(host.sample_rows, device=self.device)
-                     if host.sample_rows else None)
             hidden = self._forward(host)
         if host.sample_rows:
             works = [batch.chunks[i].work for i in host.sample_chunks]
             params = [w.sampling for w in works]
             generators = [w.generator for w in works]
             if out is not None:   # a graph step: logits and argmax of every row are computed
-                index = (None if host.sample_rows == list(range(len(host.token_ids)))
-                         else torch.tensor(host.sample_rows, device=self.device))
                 pick = (lambda t: t) if index is None else (lambda t: t.index_select(0, index))
                 tokens = sample(pick(out.logits), params, generators, greedy=pick(out.greedy))
             else:
-                assert index is not None
-                logits = self.model.logits(hidden.index_select(0, index))          # [N, V]
-                tokens = sample(logits, params, generators)
+                picked = hidden if index is None else hidden.index_select(0, index)
+                tokens = sample(self.model.logits(picked), params, generators)     # [N, V]
             for i, token in zip(host.sample_chunks, tokens):
                 sampled[i] = token
         if self.device.type == "cuda":
@@ -150,6 +143,14 @@ class ModelRunner:
         if out is not None and rows is not None and self.launch_ahead and not self.hold_ahead:
             self._launch_ahead(batch, host, rows, sampled)
         return sampled
+
+    def _sample_index(self, host: HostInputs) -> torch.Tensor | None:
+        """The rows to sample on the device; None when none or every row samples. Made
+        before the step's forward is queued: this blocking copy made after it would wait for
+        the whole forward before the LM head could be queued."""
+        if not host.sample_rows or host.sample_rows == list(range(len(host.token_ids))):
+            return None
+        return torch.tensor(host.sample_rows, device=self.device)
 
     def _forward(self, host: HostInputs) -> torch.Tensor:
         """The hidden states of a step no decode graph took: through the prefill graphs where
@@ -238,9 +239,14 @@ class ModelRunner:
         return host
 
     def to_device(self, host: HostInputs) -> StepInputs:
-        meta = self.attention_meta(host, self._tensor(host.slots))
-        return StepInputs(self._tensor(host.token_ids), self._tensor(host.positions), meta,
-                          host.order, host.sample_rows, host.sample_chunks)
+        # the int64 inputs in one upload (numpy converts a list of Python ints ~4x faster
+        # than torch.tensor: to_device of four 1,000-token chunks 0.72 -> 0.22 ms on the
+        # 2-core development VM)
+        ids, positions, slots = upload_packed(
+            [np.asarray(values, dtype=np.int64)
+             for values in (host.token_ids, host.positions, host.slots)], self.device)
+        return StepInputs(ids, positions, self.attention_meta(host, slots), host.order,
+                          host.sample_rows, host.sample_chunks)
 
     def attention_meta(self, host: HostInputs, slot_mapping: torch.Tensor
                        ) -> AttentionMetadata:
@@ -301,10 +307,7 @@ class ModelRunner:
         return [table[p // bs] * bs + p % bs for p in range(c.start, c.end)]
 
     def _tensor(self, values: list[int]) -> torch.Tensor:
-        """int64 on the device. Through numpy: it converts a list of Python ints ~4x faster
-        than torch.tensor (to_device of a step of four 1,000-token chunks, its ids,
-        positions and slots: 0.72 -> 0.22 ms on the 2-core development VM)."""
-        return torch.from_numpy(np.asarray(values, dtype=np.int64)).to(self.device)
+        return torch.tensor(values, dtype=torch.int64, device=self.device)
 
     def _table(self, tables: list[list[int]]) -> np.ndarray:
         """[rows, width] int32, padded with block 0 (masked out by the sequence lengths)."""

@@ -1,5 +1,5 @@
 """The decode graphs' static inputs: one packed device tensor per dtype, filled from a host
-mirror in one copy each; and `upload_packed`, an eager step's int32 metadata in one copy.
+mirror in one copy each; and `upload_packed`, an eager step's inputs of one dtype in one copy.
 
 A captured graph reads fixed addresses, so every input of a decode step (token ids,
 positions, slots: int64; block tables, lengths, group indptr, prefix tables and lengths:
@@ -23,6 +23,19 @@ INT64_BUFFERS = ("input_ids", "positions", "slots")
 ALIGN_BYTES = 16
 
 
+def aligned_offsets(sizes: list[int], itemsize: int) -> tuple[list[int], int]:
+    """(offset of each of `sizes` elements, total elements) packed one after another, each
+    starting on an ALIGN_BYTES boundary, as a tensor of its own does: Triton specialises a
+    pointer argument on 16-byte alignment, so an unaligned view would make a kernel a
+    different compilation (the warm-up compiles one; the other would JIT while serving)."""
+    align = ALIGN_BYTES // itemsize
+    offsets, total = [], 0
+    for size in sizes:
+        offsets.append(total)
+        total += -(-size // align) * align
+    return offsets, total
+
+
 def _layout(max_batch: int, max_width: int) -> dict[str, tuple[int, ...]]:
     b, w = max_batch, max_width
     return {"tables": (b, w), "prefix_tables": (b, w), "seq_lens": (b,), "indptr": (b + 1,),
@@ -40,21 +53,13 @@ class StaticInputs:
         self._events = [torch.cuda.Event() if pin else None for _ in range(2)]
         self._current = 0
         for dtype, shapes in ((torch.int64, shapes64), (torch.int32, shapes32)):
-            # Every view starts on a 16-byte boundary, as a tensor of its own does: Triton
-            # specialises a pointer argument on 16-byte alignment, so an unaligned view would
-            # make the graph's kernels a different compilation from the eager step's (the
-            # warm-up compiles one; the other would JIT while serving).
-            align = ALIGN_BYTES // dtype.itemsize
-            offsets, total = {}, 0
-            for name, shape in shapes.items():
-                offsets[name] = total
-                total += -(-int(np.prod(shape)) // align) * align
+            sizes = [int(np.prod(shape)) for shape in shapes.values()]
+            offsets, total = aligned_offsets(sizes, dtype.itemsize)
             dev = torch.zeros(total, dtype=dtype, device=device)
             hosts = (torch.zeros(total, dtype=dtype, pin_memory=pin),
                      torch.zeros(total, dtype=dtype, pin_memory=pin))
             self._packed.append((dev, hosts))
-            for name, shape in shapes.items():
-                offset, n = offsets[name], int(np.prod(shape))
+            for (name, shape), offset, n in zip(shapes.items(), offsets, sizes):
                 self.views[name] = dev[offset:offset + n].view(shape)
                 for mirror, host in zip(self._mirrors, hosts):
                     mirror[name] = host.numpy()[offset:offset + n].reshape(shape)
@@ -84,22 +89,19 @@ class StaticInputs:
 
 
 def upload_packed(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
-    """int32 host arrays as device tensors of their shapes, views of one packed tensor made by
-    one copy, each view on a 16-byte boundary (as for the static inputs above).
+    """Host arrays of one dtype as device tensors of their shapes: views of one packed tensor
+    made by one copy, each on a 16-byte boundary (aligned_offsets).
 
-    An eager step's attention metadata (block tables, lengths, group pointers) is a handful
-    of small arrays; one `torch.tensor(list, device=...)` each is a list conversion and a
-    blocking copy apiece, with the GPU idle in between."""
-    align = ALIGN_BYTES // 4
-    sizes = [-(-a.size // align) * align for a in arrays]
-    flat = np.zeros(max(1, sum(sizes)), dtype=np.int32)
-    offset = 0
-    for a, size in zip(arrays, sizes):
+    An eager step's inputs (token ids, positions, slots; block tables, lengths, group
+    pointers) are a handful of arrays; one `torch.tensor(list, device=...)` each is a list
+    conversion and a blocking copy apiece, with the GPU idle in between."""
+    dtype = arrays[0].dtype
+    if any(a.dtype != dtype for a in arrays):
+        raise ValueError(f"upload_packed: one dtype per upload, got "
+                         f"{sorted({str(a.dtype) for a in arrays})}")
+    offsets, total = aligned_offsets([a.size for a in arrays], dtype.itemsize)
+    flat = np.zeros(max(1, total), dtype=dtype)
+    for a, offset in zip(arrays, offsets):
         flat[offset:offset + a.size] = a.reshape(-1)
-        offset += size
     packed = torch.from_numpy(flat).to(device, non_blocking=True)
-    views, offset = [], 0
-    for a, size in zip(arrays, sizes):
-        views.append(packed[offset:offset + a.size].view(a.shape))
-        offset += size
-    return views
+    return [packed[offset:offset + a.size].view(a.shape) for a, offset in zip(arrays, offsets)]

@@ -56,3 +56,16 @@ def test_upload_packed_gives_each_array_its_shape_and_values_on_16_byte_boundari
         assert view.dtype == torch.int32 and view.tolist() == array.tolist()
     assert all(v.data_ptr() % 16 == 0 for v in views if v.numel())
     assert len({v.untyped_storage().data_ptr() for v in views}) == 1   # one copy
+
+
+def test_upload_packed_takes_one_dtype_per_upload():
+    import numpy as np
+
+    from parrot.engines.builtin.staging import upload_packed
+    ids, slots = np.array([5, 6, 7], dtype=np.int64), np.array([2**40], dtype=np.int64)
+    views = upload_packed([ids, slots], torch.device("cpu"))
+    assert [v.dtype for v in views] == [torch.int64] * 2
+    assert views[0].tolist() == [5, 6, 7] and views[1].tolist() == [2**40]
+    assert views[1].data_ptr() - views[0].data_ptr() == 32      # 3 x 8 bytes, to 16
+    with pytest.raises(ValueError, match="one dtype"):
+        upload_packed([ids, np.zeros(2, dtype=np.int32)], torch.device("cpu"))
