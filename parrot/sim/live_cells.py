@@ -94,7 +94,9 @@ app_centric with its reference after a step's attention started to be replayed o
 layers (live_paper_h200_replay_gpts_rate/); last the map-reduce output sweep's 100 and
 multi_agent at 16 files after the paged prefill kernel's unmasked blocks and long-chunk tile
 (live_paper_h200_unmasked_prefill/), then map-reduce at output 100 again after the engine's
-host work per step shrank (live_paper_h200_host_work/). A ratio from a run on the earlier
+host work per step shrank (live_paper_h200_host_work/). Last, the one-engine set and the
+map-reduce sweep points again on one code version, the commit after that host work and its review
+(live_paper_h200_head_dec04/, 2026-12-04 ~12:10 UTC). A ratio from a run on the earlier
 clock carries EARLIER_CLOCK_MARK.
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
@@ -151,7 +153,7 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_app_clock_gpts_rate_a", "live_paper_h200_app_clock_mr",
              "live_paper_h200_app_clock_gpts_rate_c", "live_paper_h200_direct_launch",
              "live_paper_h200_replay_gpts_rate", "live_paper_h200_unmasked_prefill",
-             "live_paper_h200_host_work")
+             "live_paper_h200_host_work", "live_paper_h200_head_dec04")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
