@@ -96,7 +96,9 @@ multi_agent at 16 files after the paged prefill kernel's unmasked blocks and lon
 (live_paper_h200_unmasked_prefill/), then map-reduce at output 100 again after the engine's
 host work per step shrank (live_paper_h200_host_work/). Last, the one-engine set and the
 map-reduce sweep points again on one code version, the commit after that host work and its review
-(live_paper_h200_head_dec04/, 2026-12-04 ~12:10 UTC). A ratio from a run on the earlier
+(live_paper_h200_head_dec04/, 2026-12-04 ~12:10 UTC), then multi_agent at 16 files,
+concurrent chains at 25 and the chain sweep points (..._sweeps/) and both mixed runs on two
+engines (..._mixed/) on the same engine and policies. A ratio from a run on the earlier
 clock carries EARLIER_CLOCK_MARK.
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
@@ -153,7 +155,8 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_app_clock_gpts_rate_a", "live_paper_h200_app_clock_mr",
              "live_paper_h200_app_clock_gpts_rate_c", "live_paper_h200_direct_launch",
              "live_paper_h200_replay_gpts_rate", "live_paper_h200_unmasked_prefill",
-             "live_paper_h200_host_work", "live_paper_h200_head_dec04")
+             "live_paper_h200_host_work", "live_paper_h200_head_dec04",
+             "live_paper_h200_head_dec04_sweeps", "live_paper_h200_head_dec04_mixed")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
@@ -281,8 +284,8 @@ LIVE_RATIOS: dict[str, tuple[LiveRatio, ...]] = {
                               "multi_agent_16/throughput_centric:baseline", optional=True)),
     "mixed_artifact": _mixed_ratios("mixed_artifact", "2 engines on 1 H200, latency capacity "
                                     "auto: ", optional=True),
-    "mixed": _mixed_ratios("mixed", "2 engines on 1 H200, latency capacity auto (21,504 on "
-                           "the engines' measured profiles): "),
+    "mixed": _mixed_ratios("mixed", "2 engines on 1 H200, latency capacity auto (on the "
+                           "engines' measured profiles; the value in the run's log): "),
 }
 
 
