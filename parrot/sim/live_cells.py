@@ -96,7 +96,7 @@ multi_agent at 16 files after the paged prefill kernel's unmasked blocks and lon
 (live_paper_h200_unmasked_prefill/), then map-reduce at output 100 again after the engine's
 host work per step shrank (live_paper_h200_host_work/). Last, the one-engine set and the
 map-reduce sweep points again on one code version, the commit after that host work and its review
-(live_paper_h200_head_dec04/, 2026-12-04 ~12:10 UTC), then multi_agent at 16 files,
+(live_paper_h200_head_dec04/, 2026-12-04 ~12:05 UTC), then multi_agent at 16 files,
 concurrent chains at 25 and the chain sweep points (..._sweeps/) and both mixed runs on two
 engines (..._mixed/) on the same engine and policies. A ratio from a run on the earlier
 clock carries EARLIER_CLOCK_MARK.
