@@ -1,4 +1,4 @@
-"""The wire API of the manager (DESIGN.md) as one route table.
+"""The wire API of the manager (docs/HTTP_API.md) as one route table.
 
 A route takes the request body as parsed JSON, authenticates the session it names, parses it
 once into its request type of `parrot.wire_types` (the frontend builds the same types) and

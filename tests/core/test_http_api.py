@@ -1,4 +1,4 @@
-"""The manager's HTTP API against DESIGN.md, with a raw aiohttp client (no frontend)."""
+"""The manager's HTTP API against docs/HTTP_API.md, with a raw aiohttp client (no frontend)."""
 
 from __future__ import annotations
 
