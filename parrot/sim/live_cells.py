@@ -98,7 +98,8 @@ host work per step shrank (live_paper_h200_host_work/). Last, the one-engine set
 map-reduce sweep points again on one code version, the commit after that host work and its review
 (live_paper_h200_head_dec04/, 2026-12-04 ~12:05 UTC), then multi_agent at 16 files,
 concurrent chains at 25 and the chain sweep points (..._sweeps/) and both mixed runs on two
-engines (..._mixed/) on the same engine and policies. A ratio from a run on the earlier
+engines (..._mixed/) and gpts at its fixed rate (..._gpts/) on the same engine and policies.
+A ratio from a run on the earlier
 clock carries EARLIER_CLOCK_MARK.
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
@@ -156,7 +157,8 @@ LIVE_DIRS = ("live_paper_h200", "live_paper_h200_two_engines",
              "live_paper_h200_app_clock_gpts_rate_c", "live_paper_h200_direct_launch",
              "live_paper_h200_replay_gpts_rate", "live_paper_h200_unmasked_prefill",
              "live_paper_h200_host_work", "live_paper_h200_head_dec04",
-             "live_paper_h200_head_dec04_sweeps", "live_paper_h200_head_dec04_mixed")
+             "live_paper_h200_head_dec04_sweeps", "live_paper_h200_head_dec04_mixed",
+             "live_paper_h200_head_dec04_gpts")
 
 
 def _mean(*path: str) -> Callable[[dict[str, Any]], float | None]:
