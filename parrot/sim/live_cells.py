@@ -99,8 +99,7 @@ map-reduce sweep points again on one code version, the commit after that host wo
 (live_paper_h200_head_dec04/, 2026-12-04 ~12:05 UTC), then multi_agent at 16 files,
 concurrent chains at 25 and the chain sweep points (..._sweeps/) and both mixed runs on two
 engines (..._mixed/) and gpts at its fixed rate (..._gpts/) on the same engine and policies.
-A ratio from a run on the earlier
-clock carries EARLIER_CLOCK_MARK.
+A ratio from a run on the earlier clock carries EARLIER_CLOCK_MARK.
 
 Each paper experiment maps to the live runs that measure the same ratio (the live shapes are
 smaller, see docs/RESULTS.md); a ratio is the baseline's figure over ours (E2E, or latency per
