@@ -268,7 +268,8 @@ LIVE_RATIOS: dict[str, tuple[LiveRatio, ...]] = {
         LiveRatio("sharing, least-queue placement vs no sharing", "gpts_rate_full",
                   "least_queue:parrot", metric="sustainable_rate", optional=True),
         LiveRatio("2 engines on 1 H200, one rate above the baseline's knee, latency capacity "
-                  "calibrated (auto: 20,480 / 21,504 on the engines' measured profiles): "
+                  "calibrated (auto, on the engines' measured profiles; the values in the "
+                  "run's log): "
                   "latency per token, app_centric vs no sharing", "gpts",
                   _PARROT, metric="normalized"),
         LiveRatio("affinity off vs no sharing", "gpts",
