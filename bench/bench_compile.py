@@ -15,8 +15,8 @@ Each is timed as a CUDA graph of 32 calls (one per layer, each on its own buffer
 decode step) replayed after warm-up, so launch overhead is what a captured step pays. Prints
 a table and the per-step total (32 layers x 2 norms + RoPE + SiLU).
 
-    python3 scripts/bench_compile.py [--rows 1,32,64] [--out docs/results/compile_h200.md]
-    python3 scripts/bench_compile.py --device cpu --smoke   # tiny shapes, wall clock, no graphs
+    python3 bench/bench_compile.py [--rows 1,32,64] [--out docs/results/compile_h200.md]
+    python3 bench/bench_compile.py --device cpu --smoke   # tiny shapes, wall clock, no graphs
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def main() -> int:
         "# The decode layer's elementwise ops: Triton fused kernels vs torch.compile", "",
         f"* date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}",
         f"* device: {device}, torch {torch.__version__}, {str(dtype).removeprefix('torch.')}",
-        f"* command: `python3 scripts/bench_compile.py --rows {args.rows}"
+        f"* command: `python3 bench/bench_compile.py --rows {args.rows}"
         f"{' --device ' + args.device if not on_cuda else ''}{' --smoke' if args.smoke else ''}`",
         "", *lines, "", "Per decode step (32 layers: two norms, RoPE + KV write, SiLU * up):",
         "", *step, ""])

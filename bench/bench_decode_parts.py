@@ -12,7 +12,7 @@ GEMMs) plus the KV read (B x L x 0.5 MB, the attention); everything else is < 5%
   tokens, tables padded to the engine's power-of-two width bucket), timed as one CUDA graph
   of the 32 launches, for each ``KernelTuning`` variant.
 
-    python3 scripts/bench_decode_parts.py [--out docs/results/decode_parts_h200.md]
+    python3 bench/bench_decode_parts.py [--out docs/results/decode_parts_h200.md]
 """
 
 from __future__ import annotations

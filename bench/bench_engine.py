@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Decode speed of the builtin engine vs HF transformers `generate`, in one process.
 
-  python3 scripts/bench_engine.py --out bench_cpu.md                  # SmolLM2 fp32, CPU, B=1,16
-  python3 scripts/bench_engine.py --device cuda --out $OUT/engine.md  # LLaMA-7B shape, bf16,
+  python3 bench/bench_engine.py --out bench_cpu.md                  # SmolLM2 fp32, CPU, B=1,16
+  python3 bench/bench_engine.py --device cuda --out $OUT/engine.md  # LLaMA-7B shape, bf16,
                                                                        # random weights, B=1,32
-  python3 scripts/bench_engine.py --device cuda --suite --out $OUT/suite.md   # the H200 suite:
+  python3 bench/bench_engine.py --device cuda --suite --out $OUT/suite.md   # the H200 suite:
       ceilings, start-up + first request, TPOT vs floor (fused / unfused / HF), step breakdown,
       throughput, prefill rate, shared prefix on/off (engine_suite.py; --suite-quick: TPOT
       with decode launch-ahead off/on only; --suite-fill: a short Fill's cost and where it

@@ -9,7 +9,7 @@ reached over HTTP with their secrets (as parrot-serve runs them).
      for S seconds, then SIGCONT. Reports time to detect the freeze, time to re-admit it,
      failed calls, re-dispatches, and the slowest `get`.
 
-    python scripts/bench_engine_faults.py [--calls 8000] [--tokens 32] [--freeze-s 20]
+    python bench/bench_engine_faults.py [--calls 8000] [--tokens 32] [--freeze-s 20]
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from parrot.core.config import EngineSpec, ManagerConfig  # noqa: E402
-from parrot.core.engine_health import http_engine_settings  # noqa: E402
-from parrot.core.manager import Manager  # noqa: E402
-from parrot.core.requests import SubmitRequest  # noqa: E402
+from parrot.serve_config import EngineSpec, ManagerConfig  # noqa: E402
+from parrot.manager.engine_health import http_engine_settings  # noqa: E402
+from parrot.manager.manager import Manager  # noqa: E402
+from parrot.manager.requests import SubmitRequest  # noqa: E402
 from parrot.engines.launcher import LaunchSpec, launch_engines, stop_engines  # noqa: E402
 from parrot.errors import ParrotError  # noqa: E402
 from parrot.policies.least_queue import LeastQueuePolicy  # noqa: E402
@@ -139,7 +139,7 @@ def _table(title: str, row: dict) -> str:
 async def main(args: argparse.Namespace) -> None:
     out = [f"Machine: {platform.node()} ({os.cpu_count()} CPUs), "
            f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}; command: "
-           f"`python scripts/bench_engine_faults.py --calls {args.calls} --tokens {args.tokens} "
+           f"`python bench/bench_engine_faults.py --calls {args.calls} --tokens {args.tokens} "
            f"--freeze-s {args.freeze_s} --clients {args.clients}`", ""]
     out.append(_table("A. burst over 2 simulated engine processes",
                       await burst(args.calls, args.tokens)))

@@ -6,7 +6,7 @@ the paged cache), `attention_backend=triton` (parrot_kernels: paged + shared-pre
 eagerly, and the Triton path with the decode steps in CUDA graphs. Reports time per output
 step and how many greedy tokens agree (torch vs kernels, and kernels graphs vs eager).
 
-    python3 scripts/bench_engine_prefix.py [--model llama-7b] [--prefix 4000] [--batch 32]
+    python3 bench/bench_engine_prefix.py [--model llama-7b] [--prefix 4000] [--batch 32]
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def main() -> int:
     lines = [f"### bench_engine_prefix — {time.strftime('%Y-%m-%d')} — "
              f"{torch.cuda.get_device_name() if args.device == 'cuda' else 'cpu'} — "
              f"torch {torch.__version__}", "",
-             f"`python3 scripts/bench_engine_prefix.py --model {args.model} --prefix "
+             f"`python3 bench/bench_engine_prefix.py --model {args.model} --prefix "
              f"{args.prefix} --suffix {args.suffix} --new-tokens {args.new_tokens}` "
              "(bf16, random weights, greedy)", "",
              "| batch | torch attention ms/step | kernels ms/step | kernels + graphs ms/step | "

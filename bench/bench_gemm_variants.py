@@ -12,7 +12,7 @@ weights (nothing from the L2):
 * ``tunable``: TunableOp (``torch.cuda.tunable``) after tuning each shape, when this build has
   it for CUDA; its choice is printed.
 
-    python3 scripts/bench_gemm_variants.py [--rows 8,16,32,64] [--out FILE]
+    python3 bench/bench_gemm_variants.py [--rows 8,16,32,64] [--out FILE]
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def main() -> int:
         f"* date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}",
         f"* GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}",
         f"* ceiling: device-to-device copy {copy_bw / 1e12:.2f} TB/s; floor = weight bytes / it",
-        f"* command: `python3 scripts/bench_gemm_variants.py --rows {args.rows}`", "",
+        f"* command: `python3 bench/bench_gemm_variants.py --rows {args.rows}`", "",
         *lines, "", "Per step (32 layers + LM head):", "", *step, "",
         "TunableOp's choices:", "", "```", chosen.strip(), "```", ""])
     record(text, args.out)

@@ -9,8 +9,8 @@ copies totalling >= 1 GB so nothing is served from the 50 MB L2 (as in a real de
 where 13 GB of weights stream through), and every timing replays a CUDA graph of the calls
 (no launch overhead in either column).
 
-    python3 scripts/bench_gemv.py [--out docs/results/gemv_h200.md]
-    python3 scripts/bench_gemv.py --kernel dot --rows 8,2,4,16 [--out FILE]
+    python3 bench/bench_gemv.py [--out docs/results/gemv_h200.md]
+    python3 bench/bench_gemv.py --kernel dot --rows 8,2,4,16 [--out FILE]
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def main() -> int:
         f"# small-batch linear kernel ({args.kernel}) vs cuBLAS (bf16)", "",
         f"* date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}",
         f"* GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}",
-        f"* command: `python3 scripts/bench_gemv.py --kernel {args.kernel} --rows {rows}`", "",
+        f"* command: `python3 bench/bench_gemv.py --kernel {args.kernel} --rows {rows}`", "",
         *lines, ""])
     record(text, args.out)
     return 0

@@ -1,6 +1,6 @@
 """Benchmark the decode-attention kernels on one GPU (written for an H200), one command:
 
-    python3 scripts/bench_kernels.py --out bench.md [--quick] [--sweep]
+    python3 bench/bench_kernels.py --out bench.md [--quick] [--sweep]
 
 For each shape (B requests sharing one prefix of P tokens, each with its own S-token suffix;
 MHA 32x128 and GQA 32/8 heads, bf16, block size 16) it times, as medians of CUDA-event

@@ -12,7 +12,7 @@ bookkeeping), not the model's.
      only the last one (values flow inside the service).
   D. as C, with the chain sent in one `submit_batch` message, as the frontend does.
 
-    python scripts/bench_manager.py [--trials 30] [--calls 3000] [--out docs/bench_manager.md]
+    python bench/bench_manager.py [--trials 30] [--calls 3000] [--out docs/bench_manager.md]
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from parrot.core.config import EngineSpec, ManagerConfig  # noqa: E402
-from parrot.core.manager import Manager  # noqa: E402
-from parrot.core.requests import SubmitRequest  # noqa: E402
+from parrot.serve_config import EngineSpec, ManagerConfig  # noqa: E402
+from parrot.manager.manager import Manager  # noqa: E402
+from parrot.manager.requests import SubmitRequest  # noqa: E402
 from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig  # noqa: E402
 from parrot.policies.registry import default_registry  # noqa: E402
-from parrot.sim.metrics import percentile  # noqa: E402
+from parrot.sim.summary import percentile  # noqa: E402
 from parrot.types import Criterion  # noqa: E402
 from serve_subprocess import start_parrot_serve, zero_latency_engines  # noqa: E402
 
@@ -76,7 +76,7 @@ async def decision_latency(policy_name: str, trials: int) -> dict[str, float]:
         await asyncio.sleep(0)
         assert manager.scheduler.num_ready == QUEUED
         started = time.perf_counter()
-        placed = manager.scheduler.step()
+        placed = manager.step()
         elapsed = time.perf_counter() - started
         assert placed == QUEUED, placed
         per_round.append(elapsed)
@@ -172,7 +172,7 @@ async def main() -> None:
         f"({os.cpu_count()} cores, {platform.processor() or platform.machine()}, "
         f"Python {platform.python_version()})",
         "",
-        f"`python scripts/bench_manager.py --trials {args.trials} --calls {args.calls} "
+        f"`python bench/bench_manager.py --trials {args.trials} --calls {args.calls} "
         f"--concurrency {args.concurrency}`; {NUM_ENGINES} zero-latency simulated engines "
         f"in the server process; decision latency with {QUEUED} queued calls.",
         "",

@@ -1,9 +1,9 @@
 """The OpenAI front door as a client sees it: the official `openai` client against a real
 parrot-serve process. Prints a table (and --out writes it as JSON).
 
-    python scripts/bench_openai.py --engine sim      # front-door overhead (zero-latency engine)
-    python scripts/bench_openai.py --engine smollm2  # streaming: first token vs whole answer
-    python scripts/bench_openai.py --stream-cost     # manager throughput, aget vs astream
+    python bench/bench_openai.py --engine sim      # front-door overhead (zero-latency engine)
+    python bench/bench_openai.py --engine smollm2  # streaming: first token vs whole answer
+    python bench/bench_openai.py --stream-cost     # manager throughput, aget vs astream
 
 sim: sequential non-streaming completions (max_tokens 16) and chat completions; the latency is
 the manager's per-request cost (HTTP, private session, one-call DAG, policy round, engine
@@ -82,8 +82,8 @@ async def _stream_cost(readers: str, rounds: int = 3) -> float:
     import asyncio
 
     import parrot
-    from parrot.core.config import ServeConfig
-    from parrot.core.server import ParrotServer
+    from parrot.serve_config import ServeConfig
+    from parrot.server.service import ParrotServer
 
     gen = parrot.semantic_function(prompt="Write about {{input:x}}: {{output:y}}",
                                    max_tokens=64, ignore_eos=True)

@@ -9,8 +9,8 @@ gather of each chunk's context included); the kernel side plans the step once (a
 runner does, outside the per-layer time) and launches once. Both eager, timed with CUDA
 events over `--reps` calls after a warm-up; outputs checked against each other.
 
-    python3 scripts/bench_paged_prefill.py [--reps 20] [--out docs/results/paged_prefill_h200.md]
-    TRITON_INTERPRET=1 python scripts/bench_paged_prefill.py --smoke   # the script on a CPU
+    python3 bench/bench_paged_prefill.py [--reps 20] [--out docs/results/paged_prefill_h200.md]
+    TRITON_INTERPRET=1 python bench/bench_paged_prefill.py --smoke   # the script on a CPU
 """
 
 from __future__ import annotations

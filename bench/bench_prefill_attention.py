@@ -12,7 +12,7 @@ shape and a second call (each synchronised, wall clock), and names the kernels o
   cached context; for a fresh chunk it is the same function), and over 512 cached tokens;
 * the same two inside the builtin engine's ``prefill_sdpa_backends`` (what the engine runs).
 
-    python3 scripts/bench_prefill_attention.py [--shapes 24] [--out docs/results/...md]
+    python3 bench/bench_prefill_attention.py [--shapes 24] [--out docs/results/...md]
 """
 
 from __future__ import annotations

@@ -8,11 +8,11 @@
 # before timing. Writes $OUT/results.json and $OUT/table.txt and prints the table; ~12 minutes
 # wall for everything, ~6-7 for `--only gpts,mixed`.
 #
-#   OUT=/tmp/live scripts/live_paper.sh [--only KEY1,KEY2] [--tokenizer DIR]
-#   PARROT_LIVE_SMOKE=1 OUT=/tmp/smoke scripts/live_paper.sh   # tiny model on the CPU
+#   OUT=/tmp/live bench/live_paper.sh [--only KEY1,KEY2] [--tokenizer DIR]
+#   PARROT_LIVE_SMOKE=1 OUT=/tmp/smoke bench/live_paper.sh   # tiny model on the CPU
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python}"
 OUT="${OUT:-live_out}"
 mkdir -p "$OUT"
-exec "$PYTHON" scripts/live_paper.py --out "$OUT" "$@"
+exec "$PYTHON" bench/paper/live.py --out "$OUT" "$@"

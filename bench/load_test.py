@@ -15,7 +15,7 @@ timings (ready → dispatched: the scheduler; dispatched → finished: the engin
 zero-latency engines), end-to-end latency, and the manager process's RSS before, at the peak,
 and after the sessions are deleted.
 
-    python scripts/load_test.py [--sessions 1000] [--burst-sessions 100] [--burst-calls 100]
+    python bench/load_test.py [--sessions 1000] [--burst-sessions 100] [--burst-calls 100]
                                 [--engines 2] [--out docs/LOAD_TEST.md]
 """
 
@@ -37,7 +37,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from parrot.sim.metrics import percentile  # noqa: E402
+from parrot.sim.summary import percentile  # noqa: E402
 from serve_subprocess import start_parrot_serve, zero_latency_engines  # noqa: E402
 
 DOC = "The quarterly report says revenue grew in every region while costs stayed flat. " * 3
@@ -269,7 +269,7 @@ def main() -> None:
         with open(args.out, "a") as out:
             out.write(f"\n### {stamp} — {platform.node()}, {os.cpu_count()} CPUs, "
                       f"Python {platform.python_version()}\n\n"
-                      f"`python scripts/load_test.py {' '.join(sys.argv[1:])}`\n\n"
+                      f"`python bench/load_test.py {' '.join(sys.argv[1:])}`\n\n"
                       f"{header}\n" + "\n".join(format_row(r) for r in results) + "\n")
 
 

@@ -1,7 +1,7 @@
 """Where a map-reduce application's time goes, per policy, in simulation.
 
-    python scripts/map_reduce_breakdown.py                      # 4 engines, 4 apps, as the issue
-    python scripts/map_reduce_breakdown.py --engines 32 --delay-ms 0:0
+    python bench/map_reduce_breakdown.py                      # 4 engines, 4 apps, as the issue
+    python bench/map_reduce_breakdown.py --engines 32 --delay-ms 0:0
 
 Runs `map_reduce` (applications one after another) under each variant and splits every
 application's end-to-end time into phases, from the session's call records:

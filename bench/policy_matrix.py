@@ -1,8 +1,8 @@
 """The policy matrix: every built-in workload x {1, 2, 4, 8} simulated engines x {app_centric,
 least_queue:baseline, latency_centric:baseline, throughput_centric:baseline}.
 
-    python scripts/policy_matrix.py --out docs/results/matrix            # the whole matrix
-    python scripts/policy_matrix.py --workloads map_reduce --engines 4   # one cell
+    python bench/policy_matrix.py --out docs/results/matrix            # the whole matrix
+    python bench/policy_matrix.py --workloads map_reduce --engines 4   # one cell
 
 Prints a markdown table of app_centric's speedup over the best baseline per cell and writes
 OUT/matrix.md, OUT/matrix.json and OUT/matrix.png (a heat-map). Deterministic for a seed; cells
@@ -22,7 +22,7 @@ from repo_imports import import_parrot  # noqa: E402
 
 import_parrot()
 
-from parrot.sim.matrix import ENGINE_COUNTS, MatrixSpec, run_matrix, write_outputs  # noqa: E402
+from bench.matrix import ENGINE_COUNTS, MatrixSpec, run_matrix, write_outputs  # noqa: E402
 from parrot.sim.workloads.registry import WORKLOADS  # noqa: E402
 
 

@@ -1,8 +1,8 @@
 """Record a latency profile of the builtin engine for the simulated engine (one command).
 
-    python scripts/record_profile.py --model llama-13b --device cuda \\
+    python bench/record_profile.py --model llama-13b --device cuda \\
         --out configs/profiles/h200_llama13b.yaml
-    python scripts/record_profile.py --model smollm2 --device cpu --quick \\
+    python bench/record_profile.py --model smollm2 --device cpu --quick \\
         --out /tmp/smollm2_cpu.yaml
 
 Measures, through the engine protocol (so scheduler and batching overheads are included):
@@ -105,7 +105,7 @@ async def record(args: argparse.Namespace) -> dict[str, Any]:
         await engine.close()
     return {
         "description": f"{info.model} on {hardware(args.device)}, recorded by "
-                       f"scripts/record_profile.py{' --quick' if args.quick else ''}",
+                       f"bench/record_profile.py{' --quick' if args.quick else ''}",
         "hardware": hardware(args.device),
         "source": f"record_profile {datetime.date.today().isoformat()} device={args.device} "
                   f"dtype={args.dtype} context_len={plan.context_len} "

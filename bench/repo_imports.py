@@ -1,6 +1,6 @@
 """Import the repo's packages from a checkout that is not pip-installed (the GPU machine).
 
-Every script in scripts/ that may run there calls `import_parrot()` before importing parrot
+Every script in bench/ that may run there calls `import_parrot()` before importing parrot
 or parrot_kernels.
 """
 

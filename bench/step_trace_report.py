@@ -1,9 +1,9 @@
 """Sum up a builtin engine's step trace (engine param `step_trace`): per run, where the
 engine's time went by kind of step, against a simulated engine's profile.
 
-    python scripts/step_trace_report.py TRACE.jsonl [--profile h200_llama7b_recorded]
+    python bench/step_trace_report.py TRACE.jsonl [--profile h200_llama7b_recorded]
         [--gap-s 2] [--segment -1] [--gaps 10] [--slowest 10]
-    python scripts/step_trace_report.py TRACE.jsonl --results RESULTS.json --run KEY/VARIANT
+    python bench/step_trace_report.py TRACE.jsonl --results RESULTS.json --run KEY/VARIANT
 
 A trace holds every step the engine ran (warm-up and several runs); it is cut into segments
 wherever the engine sat idle for more than --gap-s, and each segment (or only --segment N,

@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from parrot.chat import ChatTemplate
-from parrot.core.config import EngineSpec, ServeConfig
-from parrot.core.server import ParrotServer
+from parrot.serve_config import EngineSpec, ServeConfig
+from parrot.server.service import ParrotServer
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
 

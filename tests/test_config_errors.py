@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from parrot.core.config import ConfigError as CoreConfigError
-from parrot.core.config import EngineSpec, ManagerConfig, ServeConfig
+from parrot.serve_config import ConfigError as CoreConfigError
+from parrot.serve_config import EngineSpec, ManagerConfig, ServeConfig
 from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
 from parrot.engines.client import HttpEngineSettings
 from parrot.engines.factory import create_engine

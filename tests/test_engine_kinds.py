@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from parrot.cli.engine import SERVED_KINDS, build_parser
-from parrot.core.config import ConfigError, EngineSpec, ServeConfig
+from parrot.serve_config import ConfigError, EngineSpec, ServeConfig
 from parrot.engines.factory import create_engine
 from parrot.engines.launcher import EngineProcess, LaunchSpec
 from parrot.errors import EngineConfigError
@@ -48,8 +48,8 @@ def test_the_engine_layer_accepts_the_same_kinds():
     assert command[command.index("--kind") + 1] == "simulated"
 
 
-def test_engines_do_not_import_core():
+def test_engines_do_not_import_the_manager_server_or_policies():
     code = ("import sys, parrot.engines.factory, parrot.engines.launcher, parrot.cli.engine; "
-            "bad = sorted(m for m in sys.modules if m.startswith(('parrot.core', "
+            "bad = sorted(m for m in sys.modules if m.startswith(('parrot.manager', 'parrot.server', "
             "'parrot.policies'))); assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -8,8 +8,8 @@ import parrot
 from examples.chain_summary import chain_summary, document_chunks
 from examples.map_reduce_summary import map_reduce_summary
 from examples.multi_output import run as multi_output
-from parrot.core.config import ServeConfig
-from parrot.core.server import ParrotServer
+from parrot.serve_config import ServeConfig
+from parrot.server.service import ParrotServer
 
 
 @pytest.fixture

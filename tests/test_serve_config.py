@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from parrot.core.config import ConfigError, ServeConfig
+from parrot.serve_config import ConfigError, ServeConfig
 from parrot.policies.registry import default_registry
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,8 +19,8 @@ from parrot.errors import InvalidRequestError, NotFoundError, UnauthorizedError
 from parrot.sampling import SamplingParams
 from parrot.transforms import parse_transforms
 from parrot.types import Criterion
-from tests.core.fakes import manager_with_recording_engine
-from tests.core.front_door import bearer, call, config, new_session, running
+from tests.manager.fakes import manager_with_recording_engine
+from tests.server.front_door import bearer, call, config, new_session, running
 
 OUTPUT = wt.PlaceholderSpec("y", "output", sampling=wt.SamplingOverride.of({"max_tokens": 3}),
                             transforms=parse_transforms(["strip", {"type": "regex",

@@ -1,10 +1,9 @@
-"""Every experiment of the paper as one `parrot-bench` command, run together:
-
-    parrot-bench --paper --out docs/results/paper [--page docs/RESULTS.md] [--jobs 2]
+"""Every experiment of the paper as one `parrot-bench` command, run together
+(`python -m bench.paper.reproduce`, bench/reproduce_paper.sh).
 
 Each experiment is a comparison (or a sweep of comparisons, or a rate search) whose ratios are
 measured in one run against their baseline. The runs go to OUT/<key>/ (results.json or
-sweep.json / rates.json, tables, plots); `paper_report` turns them into OUT/table.md and
+sweep.json / rates.json, tables, plots); `bench.paper.report` turns them into OUT/table.md and
 OUT/paper.json, and splices the table into the results page between its markers.
 """
 
@@ -25,7 +24,7 @@ PARROT = "app_centric:parrot"
 VLLM = "least_queue:baseline"                 # request-level: client renders, one call at a time
 # HuggingFace-style serving: request-level as VLLM, plus no continuous batching (one sequence
 # in the engine at a time) and HF transformers' decode cost: 19.9 ms per token at batch 1,
-# LLaMA-7B shape, bf16, measured with scripts/bench_engine.py on the H200 (docs anchors).
+# LLaMA-7B shape, bf16, measured with bench/bench_engine.py on the H200 (docs anchors).
 HF = "least_queue:baseline+engine.decode_base_ms=19.9+engine.max_num_seqs=1"
 SHARED = "least_queue:parrot"                 # prefix sharing + shared-prefix decode kernel
 STATIC = "least_queue:parrot+engine.shared_prefix_decode=false"   # KV shared, read per sequence
@@ -76,14 +75,14 @@ class Experiment:
 
 
 def calibration_args(profile: str, with_latency_centric: bool = True) -> tuple[str, ...]:
-    """`--paper-calibrate`: the latency caps calibrated to `profile` (matrix.py) instead of
+    """`--calibrate`: the latency caps calibrated to `profile` (matrix.py) instead of
     the paper's A100 figures on every profile, both by the paper's rule: app_centric's latency
     capacity (the paper's 6,144 tokens on its A100) and, where the run has that baseline, the
     latency-centric baseline's cap (the paper's 4,096). The throughput capacity needs no
     flag: by default every engine already keeps the paper's share of its own KV cache
     (app_centric's and the throughput-centric baseline's alike). Neither side keeps a cap
     made for other hardware."""
-    from parrot.sim.matrix import latency_capacity_for, latency_centric_capacity_for
+    from bench.matrix import latency_capacity_for, latency_centric_capacity_for
 
     args: tuple[str, ...] = ("--latency-capacity", str(latency_capacity_for(profile)))
     if with_latency_centric:
@@ -219,7 +218,7 @@ def run_paper(out: Path, *, quiet: bool = False, plots: bool = True, jobs: int =
     """Run every experiment (rate searches first, `jobs` at a time), then write the table in
     the order of `experiments`. `calibrate`: calibration_args on every run (the live column,
     measured with the paper's caps, is then left out)."""
-    from parrot.sim.paper_report import splice_page, write_report
+    from bench.paper.report import splice_page, write_report
 
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()

@@ -1,9 +1,9 @@
-"""Run the paper's experiments live on one GPU (see parrot/sim/live_paper.py); print a table.
+"""Run the paper's experiments live on one GPU (see bench/paper/live_runs.py); print a table.
 
-    python scripts/live_paper.py --out $OUT [--config configs/live_h200_llama7b.yaml]
-    python scripts/live_paper.py --out $OUT --only gpts,mixed --tokenizer $PWD/.tok
-    python scripts/live_paper.py --out $OUT --only gpts_rate ...  # the live gpts rate search
-    python scripts/live_paper.py --out /tmp/smoke --smoke     # tiny random model on the CPU
+    python bench/paper/live.py --out $OUT [--config configs/live_h200_llama7b.yaml]
+    python bench/paper/live.py --out $OUT --only gpts,mixed --tokenizer $PWD/.tok
+    python bench/paper/live.py --out $OUT --only gpts_rate ...  # the live gpts rate search
+    python bench/paper/live.py --out /tmp/smoke --smoke     # tiny random model on the CPU
 
 Experiments on one engine use --config; those on two engines (gpts, mixed) use
 --two-engine-config. Only the configs the selected experiments need are read.
@@ -18,14 +18,14 @@ import os
 import sys
 from pathlib import Path
 
-from repo_imports import import_parrot  # noqa: E402
+# The repository root on sys.path: `bench.paper` and, on a machine where Parrot is not
+# installed (the GPU machine), `parrot` itself import from the checkout.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import_parrot()
-
-from parrot.core.config import ServeConfig  # noqa: E402
-from parrot.sim.live_experiments import (LiveExperimentError, select_experiments,  # noqa: E402
+from parrot.serve_config import ServeConfig  # noqa: E402
+from bench.paper.live_experiments import (LiveExperimentError, select_experiments,  # noqa: E402
                                          with_policy_params, with_rate_search, with_variants)
-from parrot.sim.live_paper import (ServeSetup, capacity_arg, run,  # noqa: E402
+from bench.paper.live_runs import (ServeSetup, capacity_arg, run,  # noqa: E402
                                    with_engine_capacity, with_engine_params)
 
 # The CPU smoke test: the same runs, tiny sizes, a 2-layer random model with SmolLM2's

@@ -36,7 +36,7 @@ class RateSearchSpec:
     target_s_per_token: float = 0.04
     window_s: float = 15.0
     start: float = 2.0
-    max_rate: float = 256.0     # the simulated search's cap (parrot-bench --paper)
+    max_rate: float = 256.0     # the simulated search's cap (bench.paper.reproduce)
     refinements: int = 2
 
     def __post_init__(self) -> None:

@@ -1,4 +1,4 @@
-"""What the live paper runs record and print (parrot/sim/live_paper.py): each engine's
+"""What the live paper runs record and print (bench/paper/live_runs.py): each engine's
 counters around a run (EngineStats' optional fields) and their log line, results.json and the
 table of every run."""
 

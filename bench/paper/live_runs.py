@@ -1,9 +1,9 @@
 """The paper's experiments live: engine processes (builtin, LLaMA-7B shape on one H200) shared
 by every run, a fresh manager per (experiment, variant), a warm-up pass first.
 
-    scripts/live_paper.sh                          # on the GPU machine, results under $OUT
-    scripts/live_paper.sh --only gpts,mixed        # some experiments only
-    PARROT_LIVE_SMOKE=1 scripts/live_paper.sh      # tiny random model on the CPU, minutes
+    bench/live_paper.sh                          # on the GPU machine, results under $OUT
+    bench/live_paper.sh --only gpts,mixed        # some experiments only
+    PARROT_LIVE_SMOKE=1 bench/live_paper.sh      # tiny random model on the CPU, minutes
 
 An experiment names how many engines it needs (`LiveExperiment.engines`): one engine runs on
 the one-engine config, two (gpts, mixed) on the two-engine config (two processes; on one H200
@@ -25,15 +25,15 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Sequence
 
-from parrot.core.config import EngineSpec, ServeConfig
+from parrot.serve_config import EngineSpec, ServeConfig
 from parrot.engines.launcher import LaunchSpec
 from parrot.engines.launcher import launch_engines, stop_engines
 from parrot.speed_profile import calibrated_latency_capacity
 from parrot.sim.compare import Settings, Variant, VariantRun, parse_variants, results_json
 from parrot.sim.live import as_remote, run_live_async
-from parrot.sim.live_report import (counter_delta, counters_text, engine_counters, engine_tpot_s,
+from bench.paper.live_report import (counter_delta, counters_text, engine_counters, engine_tpot_s,
                                     save_results)
-from parrot.sim.live_experiments import (LIVE_EXPERIMENTS, SMOKE_RATE_SEARCH,  # noqa: F401
+from bench.paper.live_experiments import (LIVE_EXPERIMENTS, SMOKE_RATE_SEARCH,  # noqa: F401
                                          STATIC_SHARING, LiveExperiment, LiveExperimentError,
                                          RateSearchSpec)
 from parrot.sim.sweep import RateSearch, meets_target
@@ -122,9 +122,8 @@ def setups_by_engines(setups: Sequence[ServeSetup],
 
 # Poisson arrivals (gpts) warm for this many seconds at the run's own rate (the fixed-rate
 # gpts run's own 20 s of arrivals): a shared-prefix graph bucket is met only at the batch
-# sizes and group counts that the stream builds up. Measured live (two engines on one H200,
-# 2026-12-03): warmed with 8 requests, a timed gpts run captured 4-6 graphs per engine
-# (150-310 ms of 20 s); warmed with 8 s of arrivals, 0-3 (up to 114 ms).
+# sizes and group counts that the stream builds up, so a shorter warm-up leaves graphs to
+# capture while timing (the captures per run are in its engine counters; docs/ENGINE.md).
 WARMUP_ARRIVALS_S = 20.0
 
 
@@ -274,7 +273,7 @@ async def _run_experiment(served: ServeConfig, config_path: str, e: LiveExperime
         began = time.time()
         run = await _run(served, e, variant, spec, delay_s)
         # the run's wall-clock span: its steps in an engine's step trace
-        # (scripts/step_trace_report.py --results ... --run KEY/LABEL)
+        # (bench/step_trace_report.py --results ... --run KEY/LABEL)
         windows[variant.label] = [round(began, 3), round(time.time(), 3)]
         after = await engine_counters(engines)
         # What each engine did during this run: graphs it had to capture (each stalled it; a

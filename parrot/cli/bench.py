@@ -13,22 +13,18 @@ HTTP in real time. Writes DIR/results.json and PNG plots; prints a table.
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import sys
-import time
 from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
 from parrot.errors import InvalidRequestError
 from parrot.sim.cluster import ClusterSpec
-from parrot.sim.compare import (CompareError, Settings, Variant, VariantRun, parse_variants,
-                                results_json, run_variant)
-from parrot.sim.workloads.base import AppRecord
+from parrot.sim.compare import (CompareError, Settings, Variant, parse_variants)
 from parrot.sim.workloads.registry import WORKLOADS
 from parrot.sim.workloads.spec import CHAT_ARRIVALS, WorkloadSpec
 from parrot.validation import key_value
+from parrot.cli.bench_run import Progress, format_table, run_comparison  # noqa: F401
 
 # --option dest -> WorkloadSpec field; unset options take the workload's default, then the spec's.
 SPEC_OPTIONS = {"apps": "num_apps", "doc_tokens": "doc_tokens", "chunk_tokens": "chunk_tokens",
@@ -99,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="simulated engine parameter over the profile, every variant "
                    "(repeatable); one variant's: --compare POLICY+engine.KEY=VALUE")
     c.add_argument("--config", help="live mode: parrot-serve YAML (default policies.yaml)")
-    m = p.add_argument_group("sweeps and the paper's table")
+    m = p.add_argument_group("sweeps and rate searches")
     m.add_argument("--sweep", metavar="FIELD=V1,V2,...", help="run the comparison once per "
                    "value of a workload field, e.g. output_tokens=25,50,75,100")
     m.add_argument("--sustainable-rate", type=float, metavar="S_PER_TOKEN",
@@ -111,17 +107,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--sustainable-rate: the search stops here (reported as >=)")
     m.add_argument("--no-point-plots", action="store_true",
                    help="--sweep: only the sweep's own plot, none per value")
-    m.add_argument("--paper", action="store_true", help="run every experiment of the paper "
-                   "(simulated) and write the results table, JSON and plots under --out")
-    m.add_argument("--jobs", type=int, default=2, help="--paper: runs in parallel processes")
-    m.add_argument("--paper-profile", default="h200_llama7b",
-                   help="--paper: the latency profile of every run (default h200_llama7b)")
-    m.add_argument("--paper-calibrate", action="store_true",
-                   help="--paper: the caps (app_centric's latency and throughput capacities, "
-                        "the latency- and throughput-centric baselines' caps) calibrated to "
-                        "the profile instead of the paper's A100 figures (docs/RESULTS.md)")
-    m.add_argument("--page", type=Path, help="--paper: splice the table into this markdown "
-                   "page between its paper-table markers (e.g. docs/RESULTS.md)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
@@ -234,92 +219,11 @@ def parse_settings(parser: argparse.ArgumentParser,
     return settings, variants, reference
 
 
-class Progress:
-    """A one-line text progress bar on stderr; it animates (redraws with \\r) only on a
-    terminal, elsewhere (a log file, CI) it writes one line per finished variant."""
-
-    def __init__(self, num_variants: int, num_apps: int, quiet: bool,
-                 animate: bool | None = None) -> None:
-        self.num_variants, self.num_apps, self.quiet = num_variants, num_apps, quiet
-        self.animate = sys.stderr.isatty() if animate is None else animate
-        self.index, self.label, self.done, self.chats = 0, "", 0, 0
-        self.started = time.perf_counter()
-
-    def begin(self, index: int, label: str) -> None:
-        self.index, self.label, self.done, self.chats = index, label, 0, 0
-        self.started = time.perf_counter()
-        self._draw()
-
-    def app(self, record: AppRecord) -> None:
-        if record.is_main:
-            self.done += 1
-        else:
-            self.chats += 1
-        if record.is_main or self.chats % 25 == 0:
-            self._draw()
-
-    def end(self, status: str) -> None:
-        self._draw(f" {status} in {time.perf_counter() - self.started:.1f}s\n")
-
-    def _draw(self, tail: str = "") -> None:
-        if self.quiet or not (self.animate or tail):
-            return
-        width = 24
-        filled = int(width * self.done / max(self.num_apps, 1))
-        chats = f" +{self.chats} chats" if self.chats else ""
-        sys.stderr.write(f"{chr(13) if self.animate else ''}"
-                         f"[{self.index}/{self.num_variants}] {self.label:<32} "
-                         f"[{'#' * filled}{'.' * (width - filled)}] "
-                         f"{self.done}/{self.num_apps} apps{chats}{tail}")
-        sys.stderr.flush()
-
-
-def _fmt(value: Any, digits: int = 2) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
-
-
-def format_table(results: dict[str, Any]) -> str:
-    head = ("variant", "status", "apps", "mean s", "p50 s", "p99 s", "s/out-tok",
-            "tok/s", "prefix hit", "speedup")
-    rows = [head]
-    for label, v in results["variants"].items():
-        lat = v["e2e_latency_s"]
-        norm = (v.get("normalized_latency_s_per_token") or {}).get("mean")
-        rate = (v.get("throughput") or {}).get("output_tokens_per_s")
-        hit = v.get("prefix_hit_rate")
-        rows.append((label, v["status"], _fmt(v.get("num_apps")), _fmt(lat["mean"]),
-                     _fmt(lat["p50"]), _fmt(lat["p99"]), _fmt(norm, 4), _fmt(rate, 1),
-                     "-" if hit is None else f"{hit:.0%}",
-                     _fmt(results["speedup_vs_reference"][label]) + "x"
-                     if results["speedup_vs_reference"][label] else "-"))
-        bg = v.get("background")
-        if bg:
-            bl = bg["e2e_latency_s"]
-            bn = bg["normalized_latency_s_per_token"]["mean"]
-            rows.append(("  background chat", "", _fmt(bg["num_apps"]), _fmt(bl["mean"]),
-                         _fmt(bl["p50"]), _fmt(bl["p99"]), _fmt(bn, 4), "", "", ""))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
-                       for i, (cell, w) in enumerate(zip(row, widths))) for row in rows]
-    lines.insert(1, "-" * len(lines[0]))
-    title = (f"{results['workload']} ({results['mode']}, seed {results['seed']}); "
-             f"speedup = mean E2E of {results['reference']} / mean E2E")
-    return "\n".join([title, *lines])
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.paper:
-        from parrot.sim.paper import run_paper
-
-        return run_paper(args.out, quiet=args.quiet, plots=not args.no_plots, jobs=args.jobs,
-                         page=args.page, profile=args.paper_profile,
-                         calibrate=args.paper_calibrate)
     if args.workload is None:
-        parser.error("--workload is required (or --paper)")
+        parser.error("--workload is required")
     settings, variants, reference = parse_settings(parser, args)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -338,43 +242,6 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(results))
     print(f"\nwrote {args.out / 'results.json'}")
     return 0 if ok else 1
-
-
-def run_comparison(settings: Settings, variants: Sequence[Variant], reference: Variant,
-                   out: Path, *, quiet: bool, plots: bool) -> tuple[dict[str, Any], bool]:
-    """Run every variant, write out/results.json, out/table.txt and the plots."""
-    out.mkdir(parents=True, exist_ok=True)
-    num_main = WORKLOADS[settings.workload].num_main_apps(settings.workload_spec)
-    progress = Progress(len(variants), num_main, quiet)
-    runs: list[VariantRun] = []
-    for i, variant in enumerate(variants, 1):
-        progress.begin(i, variant.label)
-        run = run_variant(settings, variant, on_app=progress.app)
-        progress.end(run.status)
-        runs.append(run)
-    results = results_json(settings, runs, reference)
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (out / "table.txt").write_text(format_table(results) + "\n")
-    if plots:
-        _plots(settings, runs, out)
-    return results, all(r.status == "ok" for r in runs)
-
-
-def _plots(settings: Settings, runs: list[VariantRun], out: Path) -> None:
-    from parrot.sim.plots import PlotsUnavailableError, latency_cdf, require_matplotlib, timeline
-
-    try:
-        require_matplotlib()
-    except PlotsUnavailableError as exc:  # the JSON and table are written already
-        print(str(exc), file=sys.stderr)
-        return
-    ok = [r for r in runs if r.result is not None]
-    title = f"{settings.workload} ({'live' if settings.live else 'sim'})"
-    latency_cdf([(r.variant.label, r.records) for r in ok], out / "latency_cdf.png", title)
-    for r in ok:
-        name = r.variant.label.replace(":", "_").replace(".", "_").replace("/", "_")
-        engines = [e["name"] for e in r.result.engines if "name" in e]  # type: ignore[union-attr]
-        timeline(r.variant.label, r.records, out / f"timeline_{name}.png", title, engines)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import sys
 from typing import Any
 from collections.abc import Sequence
 
+from parrot.cli.bench_run import format_table, run_comparison
 from parrot.sim.compare import Settings, Variant, results_json, run_variant
 from parrot.sim.sweep import Sweep, sustainable_rate, sweep_summary, sweep_table
 from parrot.sim.workloads.spec import WorkloadConfigError
@@ -17,7 +18,6 @@ from parrot.sim.workloads.spec import WorkloadConfigError
 
 def run_sweep(parser: argparse.ArgumentParser, args: argparse.Namespace, settings: Settings,
               variants: Sequence[Variant], reference: Variant) -> int:
-    from parrot.cli.bench import format_table, run_comparison
 
     try:
         sweep = Sweep.parse(args.sweep)

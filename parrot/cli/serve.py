@@ -13,8 +13,8 @@ from pathlib import Path
 
 import parrot
 from parrot.cli.logs import configure_logging
-from parrot.core.config import ServeConfig
-from parrot.core.server import ParrotServer
+from parrot.serve_config import ServeConfig
+from parrot.server.service import ParrotServer
 from parrot.errors import ParrotError
 from parrot.policies.registry import default_registry
 

@@ -4,7 +4,7 @@ The manager ranks engines and calibrates `latency_capacity: auto` with a `SpeedP
 (parrot/speed_profile.py): a cost per prefilled token and the time of one decode iteration as a
 function of the batch's context tokens. A simulated engine knows its own; a real engine measures
 it here, once at start-up (the builtin engine's `speed_probe` setting), and reports it in
-`EngineInfo.speed_profile`. `scripts/record_profile.py` records the simulator's profiles with the
+`EngineInfo.speed_profile`. `bench/record_profile.py` records the simulator's profiles with the
 same measurements.
 
 * **prefill**: Fill contexts of a few lengths (each once untimed: a length's first Fill pays

@@ -23,6 +23,7 @@ from typing import Any
 from collections.abc import Callable, Mapping
 
 from parrot.errors import InvalidRequestError
+from parrot.frontend.active import current_session
 from parrot.sampling import SamplingParams
 from parrot.template import Template, parse_template
 from parrot.transforms import Transform, parse_transforms
@@ -98,8 +99,6 @@ class SemanticFunction:
         return dataclasses.replace(self, sampling=self.sampling.merged(sampling))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from parrot.frontend.session import current_session
-
         outputs = current_session().call_function(self, self.bind(args, kwargs))
         return outputs[0] if len(outputs) == 1 else outputs
 

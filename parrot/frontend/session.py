@@ -27,6 +27,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from parrot.errors import InvalidRequestError
+from parrot.frontend.active import activate, deactivate
 from parrot.frontend.function import SemanticFunction
 from parrot.frontend.transport import (Delay, HttpTransport, InProcessTransport,
                                        SessionCredentials, Transport)
@@ -39,7 +40,7 @@ from parrot.wire_types import (BatchCall, BatchRef, BatchReply, CreateVariableRe
                                VariableId, WireMessage)
 
 if TYPE_CHECKING:
-    from parrot.core.manager import Manager
+    from parrot.manager.manager import Manager
 
 R = TypeVar("R", bound=WireMessage)
 
@@ -51,16 +52,6 @@ class _PendingCall:
     fn: SemanticFunction
     inputs: dict[str, Any]
     outputs: tuple[SemanticVariable, ...]
-
-
-_current: contextvars.ContextVar[Session] = contextvars.ContextVar("parrot_session")
-
-
-def current_session() -> Session:
-    try:
-        return _current.get()
-    except LookupError:
-        raise RuntimeError("semantic functions must be called inside a parrot.Session") from None
 
 
 class Session:
@@ -98,7 +89,7 @@ class Session:
         self._loop = asyncio.get_running_loop()
         if not self.defer_open:
             await self._ensure_open()
-        self._token = _current.set(self)
+        self._token = activate(self)
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
@@ -109,7 +100,7 @@ class Session:
         self._loop, self._owns_loop = asyncio.new_event_loop(), True
         if not self.defer_open:
             self.run(self._ensure_open())
-        self._token = _current.set(self)
+        self._token = activate(self)
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -122,7 +113,7 @@ class Session:
 
     def _reset_current(self) -> None:
         if self._token is not None:
-            _current.reset(self._token)
+            deactivate(self._token)
             self._token = None
 
     async def _open(self) -> None:

@@ -26,7 +26,7 @@ from parrot.errors import (InvalidRequestError, ManagerUnavailableError, TooMany
 from parrot.wire_types import ErrorReply, Json, JsonObject, TextChunk, WireMessage
 
 if TYPE_CHECKING:
-    from parrot.core.manager import Manager
+    from parrot.manager.manager import Manager
 
 Delay = Callable[[], float]
 R = TypeVar("R", bound=WireMessage)
@@ -162,7 +162,7 @@ class InProcessTransport(Transport):
 
     def __init__(self, manager: Manager, delay: Delay | None = None) -> None:
         super().__init__(delay)
-        from parrot.core.wire import WireAPI  # the manager side of this transport
+        from parrot.server.wire_routes import WireAPI  # the manager side of this transport
 
         self._api = WireAPI(manager)
 
@@ -177,7 +177,7 @@ class InProcessTransport(Transport):
 
     async def _stream(self, path: str, query: dict[str, str],
                       token: str | None) -> AsyncIterator[Json]:
-        from parrot.core.sse import variable_events  # the manager side, as the HTTP route
+        from parrot.server.sse import variable_events  # the manager side, as the HTTP route
 
         async for event in variable_events(self._api.manager, path, query, token):
             yield json.loads(json.dumps(event))

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 import weakref
 
-from parrot.core.nodes import Call
-from parrot.core.sessions import Session
+from parrot.manager.nodes import Call
+from parrot.manager.sessions import Session
 from parrot.errors import TooManyRequestsError
 
 

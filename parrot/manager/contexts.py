@@ -23,7 +23,7 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from parrot.core.prefix import PrefixPiece
+from parrot.manager.prefix import PrefixPiece
 from parrot.engines.protocol import LATENCY_PRIORITY, Engine, FillRequest, FillResult
 from parrot.errors import EngineError
 

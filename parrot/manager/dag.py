@@ -11,7 +11,7 @@ from typing import Any
 
 import networkx as nx
 
-from parrot.core.nodes import Call, Variable
+from parrot.manager.nodes import Call, Variable
 from parrot.errors import ConflictError
 from parrot.types import Criterion, strongest
 

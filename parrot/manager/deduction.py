@@ -1,6 +1,6 @@
 """Objective deduction: from the criteria of the variables a client `get`s, backwards over the DAG.
 
-Rules (the paper, section 5.1), each pinned by a test in tests/core/test_deduction.py:
+Rules (the paper, section 5.1), each pinned by a test in tests/manager/test_deduction.py:
 
 * **Demand.** A call's *demand* is what its outputs are needed for: the strongest of the `get`
   seeds on its outputs and its consumers' demands (LATENCY over THROUGHPUT). A call nobody
@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from parrot.core.graph import SessionGraph
-from parrot.core.nodes import Call
+from parrot.manager.dag import SessionGraph
+from parrot.manager.nodes import Call
 from parrot.types import Criterion, strongest
 
 __all__ = ["deduce", "strongest"]

@@ -25,8 +25,8 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from parrot.core.config import EngineSpec, ManagerConfig
-from parrot.core.engine_pool import EnginePool, EngineState
+from parrot.serve_config import EngineSpec, ManagerConfig
+from parrot.manager.engine_pool import EnginePool, EngineState
 from parrot.engines.client import HttpEngine, HttpEngineSettings
 from parrot.engines.protocol import Engine
 from parrot.errors import ConflictError, EngineUnavailableError, InvalidRequestError, ParrotError

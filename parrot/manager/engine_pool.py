@@ -9,9 +9,9 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from parrot.core.config import EngineSpec, auto_throughput_capacity
-from parrot.core.contexts import EngineContexts
-from parrot.core.nodes import Call
+from parrot.serve_config import EngineSpec, auto_throughput_capacity
+from parrot.manager.contexts import EngineContexts
+from parrot.manager.nodes import Call
 from parrot.engines.latency_model import EngineConfigError, load_profile
 from parrot.engines.protocol import (LATENCY_PRIORITY, THROUGHPUT_PRIORITY, Engine,
                                      EngineInfo)

@@ -21,8 +21,8 @@ import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from parrot.core.config import EngineSpec
-from parrot.core.manager import Manager
+from parrot.serve_config import EngineSpec
+from parrot.manager.manager import Manager
 from parrot.engines.client import HttpEngine, HttpEngineSettings
 from parrot.engines.launcher import EngineProcess, LaunchedEngine
 

@@ -17,9 +17,9 @@ from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from typing import cast
 
-from parrot.core.engine_pool import EngineState
-from parrot.core.nodes import Call, OutputBinding
-from parrot.core.prefix import PrefixPiece
+from parrot.manager.engine_pool import EngineState
+from parrot.manager.nodes import Call, OutputBinding
+from parrot.manager.prefix import PrefixPiece
 from parrot.engines.protocol import Engine, FillRequest, GenerateChunk, GenerateRequest
 from parrot.errors import OutOfKVCacheError, ParrotError, UnknownContextError
 from parrot.template import Placeholder, Text

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from parrot.core.nodes import Call, loop_time
+from parrot.manager.nodes import Call, loop_time
 from parrot.types import CallState
 
 _P, _R, _X, _D, _F = (CallState.PENDING, CallState.READY, CallState.RUNNING, CallState.DONE,

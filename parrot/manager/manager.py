@@ -17,19 +17,19 @@ import secrets
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from parrot.core.config import EngineSpec, ManagerConfig
-from parrot.core.deduction import deduce
-from parrot.core.engine_health import EngineHealth
-from parrot.core.engine_pool import EnginePool, EngineState
-from parrot.core.executor import run_call, shareable_hashes
-from parrot.core.lifecycle import transition
-from parrot.core.nodes import Call, InputBinding, OutputBinding, Variable
-from parrot.core.prefill_ahead import plan_ahead, prefill_ahead
-from parrot.core.prefix import PrefixIndex, estimate_prompt
-from parrot.core.requests import SubmitRequest
-from parrot.core.scheduler import Scheduler
-from parrot.core.sessions import IdleExpiry, Session, SessionStore
-from parrot.core.submission import check_submit
+from parrot.serve_config import EngineSpec, ManagerConfig
+from parrot.manager.deduction import deduce
+from parrot.manager.engine_health import EngineHealth
+from parrot.manager.engine_pool import EnginePool, EngineState
+from parrot.manager.executor import run_call, shareable_hashes
+from parrot.manager.lifecycle import transition
+from parrot.manager.nodes import Call, InputBinding, OutputBinding, Variable
+from parrot.manager.prefill_ahead import plan_ahead, prefill_ahead
+from parrot.manager.prefix import PrefixIndex, estimate_prompt
+from parrot.manager.requests import SubmitRequest
+from parrot.manager.scheduler import Scheduler
+from parrot.manager.sessions import IdleExpiry, Session, SessionStore
+from parrot.manager.submission import check_submit
 from parrot.engines.protocol import Engine
 from parrot.errors import (CallFailedError, ConflictError, EngineUnavailableError,
                            GetTimeoutError, InvalidRequestError, NotFoundError, ParrotError)
@@ -48,8 +48,7 @@ class Manager:
                                   self.delete_session)
         self.engines = EnginePool()
         self.prefix_index = PrefixIndex()
-        self.scheduler = Scheduler(policy, self.engines, self._dispatch, self._deduce_dirty,
-                                   self._fail_calls)
+        self.scheduler = Scheduler(policy, self.engines)
         self._dirty: set[Session] = set()
         self._arrivals = itertools.count()
         self._scheduler_task: asyncio.Task[None] | None = None
@@ -64,8 +63,33 @@ class Manager:
 
     async def start(self) -> None:
         if self._scheduler_task is None:
-            self._scheduler_task = asyncio.create_task(self.scheduler.run_forever(),
+            self._scheduler_task = asyncio.create_task(self._schedule_forever(),
                                                        name="parrot-scheduler")
+
+    # --- the scheduling step ------------------------------------------------------------------
+
+    def step(self) -> int:
+        """One scheduling round: deduce the objectives that changed → the policy places the
+        ready calls (views in, checked placements out) → dispatch each onto its engine.
+        Returns how many calls were dispatched."""
+        if not self.scheduler.has_work:
+            return 0
+        self._deduce_dirty()
+        decision = self.scheduler.decide()
+        for d in decision.dispatches:
+            self._dispatch(d.call, d.engine, d.criterion)
+        if decision.error is not None:
+            self._fail_calls(decision.failed, decision.error)
+        return len(decision.dispatches)
+
+    async def _schedule_forever(self) -> None:
+        while True:
+            await self.scheduler.wait()
+            try:
+                self.step()
+            except Exception:  # noqa: BLE001 - a deduction or dispatch bug must not stop
+                # scheduling forever (a policy's own failures are handled by the scheduler).
+                log.exception("scheduling round failed")
 
     async def close(self) -> None:
         for session in self.sessions:

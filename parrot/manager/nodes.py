@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from parrot.core.prefix import PrefixPiece
-from parrot.core.streams import TextStream
+from parrot.manager.prefix import PrefixPiece
+from parrot.manager.streams import TextStream
 from parrot.errors import ParrotError
 from parrot.sampling import SamplingParams
 from parrot.template import Template
@@ -111,7 +111,7 @@ class Call:
     consumers: list[Call] = field(default_factory=list, repr=False, compare=False)
     error: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
-    # Kept by parrot.core.lifecycle.transition (the only writer of `state`): when the call last
+    # Kept by parrot.manager.lifecycle.transition (the only writer of `state`): when the call last
     # entered each state, and the seconds it has spent in each state it has left.
     state_entered: dict[CallState, float] = field(
         default_factory=lambda: {CallState.PENDING: loop_time()})

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from parrot.core.engine_pool import EnginePool
-from parrot.core.nodes import Call
+from parrot.manager.engine_pool import EnginePool
+from parrot.manager.nodes import Call
 from parrot.errors import NotFoundError
 from parrot.policies.base import Placement
 from parrot.types import Criterion

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import logging
 
-from parrot.core.engine_pool import EngineState
-from parrot.core.executor import plan_prefix_contexts
-from parrot.core.nodes import Call
-from parrot.core.prefix import PrefixPiece, prefix_pieces
-from parrot.core.sessions import Session
+from parrot.manager.engine_pool import EngineState
+from parrot.manager.executor import plan_prefix_contexts
+from parrot.manager.nodes import Call
+from parrot.manager.prefix import PrefixPiece, prefix_pieces
+from parrot.manager.sessions import Session
 from parrot.errors import ParrotError
 from parrot.transforms import TransformError, apply_transforms
 from parrot.types import estimate_num_tokens
@@ -48,11 +48,8 @@ def plan_ahead(session: Session, call: Call, engine: EngineState,
     () when none is worth it: too short, or the engine has other prefill queued. Engines
     prefill first come, first served, so a prefix filled ahead then only takes the prefill
     budget of calls already waiting, whose work is as urgent, and costs its own call a
-    request more: measured, 25 concurrent chains (the engine prefilling all the time) ran
-    at 0.99x the request-level baseline with every chunk filled ahead on the A100-derived
-    profile and 1.02x with this rule; on the H200 profile 1.09x and 1.15x (docs/RESULTS.md).
-    A producer alone on its engine still gets its consumer's prefix filled during its
-    decode, as before."""
+    request more (concurrent chains on a busy engine measure it: docs/RESULTS.md). A producer
+    alone on its engine still gets its consumer's prefix filled during its decode."""
     pieces = known_prefix(session, call)
     if not pieces or estimate_num_tokens("".join(p.text for p in pieces)) \
             < MIN_PREFILL_AHEAD_TOKENS:

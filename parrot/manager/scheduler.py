@@ -1,15 +1,16 @@
-"""The scheduling round: ready calls → policy.schedule() → dispatch onto engines.
+"""The ready queue and one scheduling decision: ready calls → views → policy.schedule() →
+placements checked. `Manager.step()` carries the decision out; the scheduler calls nothing back.
 
 Event-driven: anything that can change a decision (a call becomes ready, a call finishes, an
-engine joins or recovers, a `get` changes criteria) calls `wake()`; the loop then runs one
-`step()` for everything that happened meanwhile. No polling.
+engine joins or recovers, a `get` changes criteria) calls `wake()`; the manager's loop then
+runs one step for everything that happened meanwhile (`wait()`). No polling.
 
 A policy is code the manager does not trust: its placements are checked (placement_check.py)
 before anything changes, so a bad round leaves every call queued. A round whose policy raises
 or returns an invalid placement is a *policy failure*; the round is retried after
 `POLICY_RETRY_DELAY_S`, and after `MAX_POLICY_FAILURES` failures in a row the calls offered in
-the last one fail with `SchedulingFailedError` (their `get`s answer at once, not at their
-timeout). Any good round resets the count.
+the last one are handed back as failed with a `SchedulingFailedError` (their `get`s answer at
+once, not at their timeout). Any good round resets the count.
 """
 
 from __future__ import annotations
@@ -18,21 +19,37 @@ import asyncio
 import logging
 import time
 from collections import Counter, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable
 
-from parrot.core.engine_pool import EnginePool, EngineState, prefix_num_tokens
-from parrot.core.nodes import Call
-from parrot.core.placement_check import InvalidPlacementError, check_placements
+from parrot.manager.engine_pool import EnginePool, EngineState, prefix_num_tokens
+from parrot.manager.nodes import Call
+from parrot.manager.placement_check import InvalidPlacementError, check_placements
 from parrot.errors import SchedulingFailedError
 from parrot.policies.base import CallView, Policy
 from parrot.types import CallState, Criterion
 
 log = logging.getLogger(__name__)
 
-# (call, engine, the criterion the policy placed it under; None: the call's own)
-Dispatch = Callable[[Call, EngineState, Criterion | None], None]
-FailCalls = Callable[[list[Call], SchedulingFailedError], None]
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """A checked placement: `call` goes to `engine` under `criterion` (None: its own)."""
+
+    call: Call
+    engine: EngineState
+    criterion: Criterion | None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One round's outcome: the calls to dispatch now, and the calls a policy that kept
+    failing was offered (they leave the queue and fail with `error`)."""
+
+    dispatches: list[Dispatch] = field(default_factory=list)
+    failed: list[Call] = field(default_factory=list)
+    error: SchedulingFailedError | None = None
 
 # Policy failures in a row (rounds that raised or placed invalidly) after which the calls the
 # policy was offered fail. A few, so a transient fault (an engine view changing under a buggy
@@ -44,13 +61,9 @@ POLICY_RETRY_DELAY_S = 0.2
 
 
 class Scheduler:
-    def __init__(self, policy: Policy, pool: EnginePool, dispatch: Dispatch,
-                 before_round: Callable[[], None], fail_calls: FailCalls) -> None:
+    def __init__(self, policy: Policy, pool: EnginePool) -> None:
         self.policy = policy
         self._pool = pool
-        self._dispatch = dispatch
-        self._before_round = before_round
-        self._fail_calls = fail_calls
         self.num_policy_failures = 0  # consecutive; reset by any good round
         self._ready: dict[str, Call] = {}
         self._sizes: dict[str, _Sizes] = {}  # per ready call, computed once when it is queued
@@ -80,42 +93,40 @@ class Scheduler:
     def wake(self) -> None:
         self._wakeup.set()
 
-    async def run_forever(self) -> None:
-        while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            try:
-                self.step()
-            except Exception:  # noqa: BLE001 - a deduction or dispatch bug must not stop
-                # scheduling forever (a policy's own failures are handled inside step()).
-                log.exception("scheduling round failed")
+    async def wait(self) -> None:
+        """Until something woke the scheduler since the last wait."""
+        await self._wakeup.wait()
+        self._wakeup.clear()
 
-    def step(self) -> int:
-        """One scheduling round; returns how many calls were placed."""
-        if not self._ready or not len(self._pool):
-            return 0
+    @property
+    def has_work(self) -> bool:
+        return bool(self._ready) and len(self._pool) > 0
+
+    def decide(self) -> Decision:
+        """Ask the policy where the ready calls go and check its answer; the placed calls
+        leave the queue. Nothing is dispatched here."""
         started = time.perf_counter()
-        self._before_round()
         calls = ready_order(self._ready.values())
         views = self._call_views(calls)
         try:
             placements = self.policy.schedule(calls=views, engines=self._pool.views())
             checked = check_placements(placements, self._ready, self._pool)
         except Exception as exc:  # noqa: BLE001 - a policy bug fails its calls, not the manager
-            self._policy_failed(calls, exc)
-            return 0
+            return self._policy_failed(calls, exc)
         self.num_policy_failures = 0
+        dispatches = []
         for placement in checked:
             call = self._ready.pop(placement.call_id)
             self._sizes.pop(placement.call_id)
-            self._dispatch(call, self._pool.get(placement.engine_id), placement.criterion)
+            dispatches.append(Dispatch(call, self._pool.get(placement.engine_id),
+                                       placement.criterion))
         seconds = time.perf_counter() - started
         self.round_stats.append((seconds, len(checked)))
         for observe in self.round_observers:
             observe(seconds, len(checked))
-        return len(checked)
+        return Decision(dispatches)
 
-    def _policy_failed(self, calls: list[Call], exc: Exception) -> None:
+    def _policy_failed(self, calls: list[Call], exc: Exception) -> Decision:
         self.num_policy_failures += 1
         what = str(exc) if isinstance(exc, InvalidPlacementError) else f"raised {exc!r}"
         log.error("policy %s failed (%d in a row): %s; its %d ready calls stay queued",
@@ -123,11 +134,11 @@ class Scheduler:
                   exc_info=not isinstance(exc, InvalidPlacementError))
         if self.num_policy_failures < MAX_POLICY_FAILURES:
             asyncio.get_running_loop().call_later(POLICY_RETRY_DELAY_S, self.wake)
-            return
+            return Decision()
         self.num_policy_failures = 0
         for call in calls:
             self.discard(call)
-        self._fail_calls(calls, SchedulingFailedError(
+        return Decision(failed=calls, error=SchedulingFailedError(
             f"policy {self.policy.name!r} failed {MAX_POLICY_FAILURES} scheduling rounds in a "
             f"row (last: {what})"))
 

@@ -9,8 +9,8 @@ import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from parrot.core.graph import SessionGraph
-from parrot.core.nodes import Call, Variable
+from parrot.manager.dag import SessionGraph
+from parrot.manager.nodes import Call, Variable
 from parrot.errors import NotFoundError, ParrotError, UnauthorizedError
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ class Session:
     needs_deduction: bool = False
     last_active: float = 0.0      # loop time of the last authenticated request
     num_waiters: int = 0          # `get`s waiting on this session's variables
-    tenant: str = "default"       # who opened it (parrot/core/tenants.py)
+    tenant: str = "default"       # who opened it (parrot/server/tenants.py)
     prefix_salt: str = ""         # mixed into its prefix hashes: "" shares across tenants
     expiry_timer: asyncio.TimerHandle | None = None  # the idle check; cancelled on delete
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from collections.abc import AsyncIterator
 
 if TYPE_CHECKING:
-    from parrot.core.nodes import Variable
+    from parrot.manager.nodes import Variable
 
 
 class TextStream:

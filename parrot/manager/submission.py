@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parrot.core.nodes import Variable
-from parrot.core.requests import PlaceholderSpec, SubmitRequest
-from parrot.core.sessions import Session
+from parrot.manager.nodes import Variable
+from parrot.manager.requests import PlaceholderSpec, SubmitRequest
+from parrot.manager.sessions import Session
 from parrot.errors import ConflictError, InvalidRequestError
 from parrot.template import Template, parse_template
 

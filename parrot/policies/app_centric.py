@@ -47,7 +47,7 @@ from collections.abc import Hashable, Sequence, Set
 
 from parrot.policies.base import CallView, EngineView, Placement, Policy, PolicyParams
 from parrot.errors import PolicyConfigError
-from parrot.policies.placement import Demand, Slot, spread_finish_ms
+from parrot.policies.slots import Demand, Slot, spread_finish_ms
 from parrot.types import Criterion
 from parrot.validation import Checks
 

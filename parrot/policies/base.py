@@ -150,6 +150,6 @@ class Policy(ABC):
         `calls` come in the manager's priority order: the order in which they were submitted
         (first come, first served per application). A call left out stays queued. Placements
         must name call ids from `calls` and healthy engine ids from `engines`: the manager
-        rejects a round with any other (see core/placement_check.py).
+        rejects a round with any other (see manager/placement_check.py).
         """
 

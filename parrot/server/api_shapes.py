@@ -1,6 +1,6 @@
 """Typed shapes of the OpenAI-compatible routes' replies and errors, for /openapi.json (their
 requests are the parser classes of openai_requests.py). The wire API's own requests and replies
-are `parrot.wire_types`, shared with the frontend; tests/core/test_openapi.py validates live
+are `parrot.wire_types`, shared with the frontend; tests/manager/test_openapi.py validates live
 replies of every route against the generated schemas, so a shape that drifts fails there."""
 
 from __future__ import annotations

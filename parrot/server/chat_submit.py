@@ -11,10 +11,10 @@ import dataclasses
 from collections.abc import Iterable
 
 from parrot.chat import ChatTemplate, chat_prompt
-from parrot.core.engine_pool import EngineState
-from parrot.core.manager import Manager
-from parrot.core.nodes import Call
-from parrot.core.sessions import Session
+from parrot.manager.engine_pool import EngineState
+from parrot.manager.manager import Manager
+from parrot.manager.nodes import Call
+from parrot.manager.sessions import Session
 from parrot.wire_types import SubmitRequest
 
 

@@ -6,12 +6,12 @@
 
 from __future__ import annotations
 
-from parrot.core.http_api import AppSetup
-from parrot.core.metrics import Metrics
-from parrot.core.openai_api import OpenAIRoutes
-from parrot.core.openapi import OpenAPIRoute
-from parrot.core.sse import VariableStreamRoute
-from parrot.core.wire import WireAPI
+from parrot.server.http_api import AppSetup
+from parrot.server.metrics import Metrics
+from parrot.server.openai_api import OpenAIRoutes
+from parrot.server.openapi import OpenAPIRoute
+from parrot.server.sse import VariableStreamRoute
+from parrot.server.wire_routes import WireAPI
 
 
 def front_door(api: WireAPI) -> list[AppSetup]:

@@ -27,8 +27,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from parrot.core.json_body import parse_json_body
-from parrot.core.wire import WireAPI
+from parrot.server.json_body import parse_json_body
+from parrot.server.wire_routes import WireAPI
 from parrot.errors import (ParrotError, PayloadTooLargeError,
                            RequestTimeoutError, TooManyRequestsError)
 from parrot.wire_types import ErrorDetail, ErrorReply, Health, JsonObject
@@ -107,7 +107,7 @@ AppSetup = Callable[[web.Application], None]
 def create_app(api: WireAPI, setup: Sequence[AppSetup] = (),
                routes: Iterable[web.AbstractRouteDef] = ()) -> web.Application:
     """`setup` callbacks add their own routes and middlewares (the OpenAI front door, /metrics,
-    /openapi.json: parrot/core/front_door.py) and `routes` plain routes, all before the wire
+    /openapi.json: parrot/server/front_door.py) and `routes` plain routes, all before the wire
     API's catch-all route. The JSON-error middleware is the innermost, so the others (the
     metrics of /metrics) see every error as the response it became."""
     config = api.manager.config

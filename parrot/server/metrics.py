@@ -48,10 +48,10 @@ from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from parrot.core.engine_pool import EngineState
-from parrot.core.manager import Manager
-from parrot.core.nodes import Call
-from parrot.core.tenants import AccessControl
+from parrot.manager.engine_pool import EngineState
+from parrot.manager.manager import Manager
+from parrot.manager.nodes import Call
+from parrot.server.tenants import AccessControl
 from parrot.engines.protocol import EngineStats
 from parrot.errors import ParrotError
 from parrot.types import CallState, Criterion
@@ -268,7 +268,7 @@ class Metrics:
 
     async def serve(self, request: web.Request) -> web.Response:
         if self._access is not None:
-            from parrot.core.http_api import bearer_token
+            from parrot.server.http_api import bearer_token
 
             self._access.require_admin(bearer_token(request), "/metrics")
         await self.state.refresh_engine_stats()

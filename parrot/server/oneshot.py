@@ -13,13 +13,13 @@ import asyncio
 from dataclasses import dataclass, replace
 from collections.abc import AsyncIterator, Sequence
 
-from parrot.core.admission import Admission
-from parrot.core.manager import Manager
-from parrot.core.nodes import Call, Variable
-from parrot.core.requests import PlaceholderSpec, SubmitRequest
-from parrot.core.sessions import Session
-from parrot.core.streams import follow_as_get
-from parrot.core.tenants import TenantGrant
+from parrot.manager.admission import Admission
+from parrot.manager.manager import Manager
+from parrot.manager.nodes import Call, Variable
+from parrot.manager.requests import PlaceholderSpec, SubmitRequest
+from parrot.manager.sessions import Session
+from parrot.manager.streams import follow_as_get
+from parrot.server.tenants import TenantGrant
 from parrot.errors import ParrotError
 from parrot.sampling import SamplingParams
 from parrot.types import Criterion, estimate_num_tokens

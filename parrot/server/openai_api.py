@@ -21,17 +21,17 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from parrot.core.admission import Admission
-from parrot.core.chat_submit import chat_template_of
-from parrot.core.engine_pool import EngineState
-from parrot.core.http_api import bearer_token, error_headers, read_json
-from parrot.core.manager import Manager
-from parrot.core.oneshot import OneShot
-from parrot.core.openai_requests import (ChatCompletionRequest, CompletionRequest,
+from parrot.manager.admission import Admission
+from parrot.server.chat_submit import chat_template_of
+from parrot.manager.engine_pool import EngineState
+from parrot.server.http_api import bearer_token, error_headers, read_json
+from parrot.manager.manager import Manager
+from parrot.server.oneshot import OneShot
+from parrot.server.openai_requests import (ChatCompletionRequest, CompletionRequest,
                                          ParrotOptions)
-from parrot.core.sse import finish, is_disconnect, open_stream, send
-from parrot.core.sessions import Session
-from parrot.core.tenants import TenantGrant
+from parrot.server.sse import finish, is_disconnect, open_stream, send
+from parrot.manager.sessions import Session
+from parrot.server.tenants import TenantGrant
 from parrot.errors import (EngineUnavailableError, InvalidRequestError, NotFoundError,
                            ParrotError)
 from parrot.sampling import SamplingParams

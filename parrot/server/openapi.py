@@ -3,7 +3,7 @@
 The wire API's bodies and replies are the classes of `parrot.wire_types` (the same ones the
 frontend builds and the manager parses); the OpenAI routes' bodies are the parser classes of
 `openai_requests` and their replies the shapes of `api_shapes`. The route list is
-`OPERATIONS`; tests/core/test_openapi.py checks it against the live routes (every route
+`OPERATIONS`; tests/manager/test_openapi.py checks it against the live routes (every route
 documented, nothing documented that does not exist) and validates live replies.
 """
 
@@ -16,9 +16,9 @@ from aiohttp import web
 
 import parrot
 from parrot import wire_types as wt
-from parrot.core import api_shapes as shapes
-from parrot.core.openai_requests import ChatCompletionBody, CompletionBody
-from parrot.core.schema import SchemaBuilder
+from parrot.server import api_shapes as shapes
+from parrot.server.openai_requests import ChatCompletionBody, CompletionBody
+from parrot.server.schema import SchemaBuilder
 
 
 @dataclass(frozen=True)

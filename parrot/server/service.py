@@ -21,14 +21,14 @@ import secrets
 
 from aiohttp import web
 
-from parrot.core.config import EngineSpec, ServeConfig
-from parrot.core.engine_health import http_engine_settings
-from parrot.core.engine_supervisor import EngineSupervisor, RestartPolicy
-from parrot.core.front_door import front_door
-from parrot.core.http_api import JsonAppRunner, create_app
-from parrot.core.manager import Manager
-from parrot.core.tenants import AccessControl
-from parrot.core.wire import WireAPI
+from parrot.serve_config import EngineSpec, ServeConfig
+from parrot.manager.engine_health import http_engine_settings
+from parrot.manager.engine_supervisor import EngineSupervisor, RestartPolicy
+from parrot.server.front_door import front_door
+from parrot.server.http_api import JsonAppRunner, create_app
+from parrot.manager.manager import Manager
+from parrot.server.tenants import AccessControl
+from parrot.server.wire_routes import WireAPI
 from parrot.engines.client import HttpEngine
 from parrot.engines.factory import create_engine
 from parrot.engines.launcher import LaunchedEngine, LaunchSpec, launch_engines, stop_engines

@@ -20,8 +20,8 @@ from collections.abc import AsyncGenerator, Mapping
 
 from aiohttp import web
 
-from parrot.core.manager import Manager
-from parrot.core.streams import follow_as_get
+from parrot.manager.manager import Manager
+from parrot.manager.streams import follow_as_get
 from parrot.errors import InvalidRequestError, NotFoundError, ParrotError
 from parrot.types import Criterion
 
@@ -85,7 +85,7 @@ class VariableStreamRoute:
         app.router.add_get("/v1/variables/{vid}/stream", self.stream)
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
-        from parrot.core.http_api import bearer_token
+        from parrot.server.http_api import bearer_token
 
         events = variable_events(self.manager, request.path, request.query,
                                  bearer_token(request))

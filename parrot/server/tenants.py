@@ -13,7 +13,7 @@ from __future__ import annotations
 import hmac
 from dataclasses import dataclass
 
-from parrot.core.config import TenantSpec
+from parrot.serve_config import TenantSpec
 from parrot.errors import UnauthorizedError
 
 OPEN_TENANT = "default"

@@ -19,14 +19,14 @@ import re
 import sys
 from collections.abc import Awaitable, Callable
 
-from parrot.core.admission import Admission
-from parrot.core.chat_submit import mark_streamed, render_chat
-from parrot.core.config import EngineSpec
-from parrot.core.manager import Manager
-from parrot.core.nodes import Call
-from parrot.core.requests import opens_session, resolve_refs, session_id_of
-from parrot.core.sessions import Session
-from parrot.core.tenants import AccessControl, TenantGrant
+from parrot.manager.admission import Admission
+from parrot.server.chat_submit import mark_streamed, render_chat
+from parrot.serve_config import EngineSpec
+from parrot.manager.manager import Manager
+from parrot.manager.nodes import Call
+from parrot.manager.requests import opens_session, resolve_refs, session_id_of
+from parrot.manager.sessions import Session
+from parrot.server.tenants import AccessControl, TenantGrant
 from parrot.errors import (MethodNotAllowedError, NotFoundError, ParrotError,
                            ShuttingDownError, TooManyRequestsError)
 from parrot.types import Criterion

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Awaitable, Callable, Mapping
 
-from parrot.core.config import EngineSpec, ManagerConfig
-from parrot.core.manager import Manager
+from parrot.serve_config import EngineSpec, ManagerConfig
+from parrot.manager.manager import Manager
 from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig
 from parrot.errors import ConfigError
 from parrot.frontend.session import MODES, Session

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from parrot.frontend.session import MODES
 from parrot.sim.clock import VirtualClockDeadlockError
 from parrot.sim.cluster import ClusterSpec, RunResult, run_simulation
-from parrot.sim.metrics import distribution, per_app_speedups, summarize
+from parrot.sim.summary import distribution, per_app_speedups, summarize
 from parrot.sim.workloads.registry import WORKLOADS
 from parrot.sim.workloads.base import APP_CLOCK, AppRecord
 from parrot.sim.workloads.spec import WorkloadSpec
@@ -135,7 +135,7 @@ def run_variant(settings: Settings, variant: Variant,
     params = settings.params_for(variant)
     try:
         if settings.live:
-            from parrot.core.config import ServeConfig
+            from parrot.serve_config import ServeConfig
             from parrot.sim.live import run_live, with_engine_params
 
             config = ServeConfig.load(settings.serve_config or "policies.yaml")

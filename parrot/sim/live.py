@@ -9,8 +9,8 @@ import time
 from typing import Any
 from collections.abc import Mapping
 
-from parrot.core.config import PolicySpec, ServeConfig
-from parrot.core.server import ParrotServer
+from parrot.serve_config import PolicySpec, ServeConfig
+from parrot.server.service import ParrotServer
 from parrot.frontend.session import Session
 from parrot.frontend.transport import HttpTransport
 from parrot.wire_types import EngineList

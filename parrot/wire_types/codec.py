@@ -7,7 +7,7 @@ and wrong types with an `InvalidRequestError` that names the field by its path
 (`submit.placeholders[1].in_out`). Value rules live in each class's `__post_init__`, so a
 message built in Python is checked exactly as one parsed from JSON.
 
-The same hints generate the OpenAPI schemas (`parrot/core/schema.py`), so the document, the
+The same hints generate the OpenAPI schemas (`parrot/server/schema.py`), so the document, the
 client and the server cannot disagree on a field. Types whose JSON form is not their fields
 (`SamplingParams`, `Transform`, `Criterion`) name it in `FOREIGN`.
 """

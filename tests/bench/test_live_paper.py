@@ -9,13 +9,13 @@ import json
 
 import pytest
 
-from parrot.core.config import EngineSpec, ServeConfig
+from parrot.serve_config import EngineSpec, ServeConfig
 from parrot.engines.protocol import OPTIONAL_STATS
-from parrot.sim.live_experiments import (EXTRA_EXPERIMENTS, LIVE_EXPERIMENTS,
+from bench.paper.live_experiments import (EXTRA_EXPERIMENTS, LIVE_EXPERIMENTS,
                                          LiveExperiment, LiveExperimentError,
                                          select_experiments, with_policy_params,
                                          with_rate_search, with_variants)
-from parrot.sim.live_paper import ServeSetup, run_live_paper, warmup_spec
+from bench.paper.live_runs import ServeSetup, run_live_paper, warmup_spec
 from parrot.sim.workloads.gpts import system_prompt_lengths
 from parrot.sim.workloads.spec import WorkloadSpec
 
@@ -140,7 +140,7 @@ async def test_a_spent_budget_skips_the_remaining_experiments(tmp_path):
 
 
 async def test_a_rate_search_finds_each_variants_rate_on_live_engines(tmp_path):
-    from parrot.sim.live_experiments import RateSearchSpec
+    from bench.paper.live_experiments import RateSearchSpec
 
     search = LiveExperiment(
         "gpts_rate", "gpts", "least_queue,least_queue:baseline", "least_queue:baseline",
@@ -179,8 +179,8 @@ async def test_a_rate_search_stops_at_the_budget_and_keeps_the_finished_variants
                                                                                  monkeypatch):
     from types import SimpleNamespace
 
-    from parrot.sim import live_paper
-    from parrot.sim.live_experiments import RateSearchSpec
+    from bench.paper import live_runs as live_paper
+    from bench.paper.live_experiments import RateSearchSpec
 
     search = LiveExperiment(
         "gpts_rate", "gpts", "least_queue,least_queue:baseline,app_centric",
@@ -335,7 +335,7 @@ async def test_results_are_saved_after_each_experiment(tmp_path):
 
 
 def test_capacity_overrides_set_every_engine_and_say_so():
-    from parrot.sim.live_paper import with_engine_capacity
+    from bench.paper.live_runs import with_engine_capacity
 
     setup = with_engine_capacity(TWO, "latency_capacity", 20480)
     assert [e.latency_capacity for e in setup.config.engines] == [20480, 20480]
@@ -356,7 +356,7 @@ def test_capacity_overrides_set_every_engine_and_say_so():
 
 
 def test_engine_params_set_every_engine_and_say_so():
-    from parrot.sim.live_paper import with_engine_params
+    from bench.paper.live_runs import with_engine_params
 
     setup = with_engine_params(TWO, ["prefill_attention=paged", "max_num_seqs=32"])
     for engine, before in zip(setup.config.engines, TWO.config.engines):
@@ -374,7 +374,7 @@ async def test_the_warm_up_generates_full_outputs_in_parrot_mode_only(tmp_path, 
     """Shared-prefix graph buckets are met only as outputs grow, so the Parrot-mode warm-up
     runs the experiment's output lengths; the baseline's (paged buckets, captured at
     start-up) stays short. One app either way."""
-    from parrot.sim import live_paper
+    from bench.paper import live_runs as live_paper
 
     seen: list[tuple[str, int, int]] = []
     real_run = live_paper._run
@@ -396,7 +396,7 @@ async def test_the_warm_up_generates_full_outputs_in_parrot_mode_only(tmp_path, 
 def test_every_parrot_variant_warms_and_one_request_level_variant():
     """Shared-prefix buckets depend on each policy's placement; request-level runs meet only
     the buckets captured at start-up."""
-    from parrot.sim.live_paper import warmup_variants
+    from bench.paper.live_runs import warmup_variants
 
     gpts = {e.key: e for e in LIVE_EXPERIMENTS}["gpts"]
     assert [v.label for v in warmup_variants(gpts.compare)] == [
@@ -408,7 +408,7 @@ def test_every_parrot_variant_warms_and_one_request_level_variant():
 
 
 def test_the_engines_tpot_is_the_mean_over_every_engines_generates():
-    from parrot.sim.live_report import engine_tpot_s
+    from bench.paper.live_report import engine_tpot_s
 
     window = {"a": {"tpot_generates": 3, "tpot_us_sum": 30_000},
               "b": {"tpot_generates": 1, "tpot_us_sum": 50_000}}
@@ -422,7 +422,7 @@ async def test_results_record_each_engines_reported_profile_and_its_capacity():
     from types import SimpleNamespace
 
     from parrot.engines.protocol import EngineInfo
-    from parrot.sim.live_paper import engine_profiles
+    from bench.paper.live_runs import engine_profiles
     from parrot.speed_profile import SpeedProfile
 
     class Reporting:

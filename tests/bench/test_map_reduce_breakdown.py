@@ -1,4 +1,4 @@
-"""scripts/map_reduce_breakdown.py: the phases of a map-reduce application and engine busy time."""
+"""bench/map_reduce_breakdown.py: the phases of a map-reduce application and engine busy time."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from parrot.sim.workloads.base import AppRecord, CallRecord
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "map_reduce_breakdown.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "map_reduce_breakdown.py"
 
 
 @pytest.fixture(scope="module")

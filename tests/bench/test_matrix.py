@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from parrot.core.config import auto_throughput_capacity
+from parrot.serve_config import auto_throughput_capacity
 from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig
-from parrot.sim.matrix import (Cell, MatrixSpec, cell_workload_spec, geometric_mean,
+from bench.matrix import (Cell, MatrixSpec, cell_workload_spec, geometric_mean,
                                latency_capacity_for, latency_centric_capacity_for, markdown_table,
                                run_cell, write_outputs)
 from parrot.sim.workloads.registry import WORKLOADS
@@ -63,7 +63,7 @@ async def test_throughput_capacity_keeps_the_paper_profiles_share_of_the_kv_cach
 def test_cells_run_the_latency_centric_baseline_with_its_calibrated_cap(monkeypatch):
     """The matrix calibrates both sides' latency caps to the profile: app_centric's latency
     capacity and the latency-centric baseline's token cap (never an A100 cap on one side)."""
-    import parrot.sim.matrix as matrix
+    import bench.matrix as matrix
 
     seen = []
     real = matrix.run_variant

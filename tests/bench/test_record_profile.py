@@ -1,4 +1,4 @@
-"""scripts/record_profile.py: it loads, and measures as the engines' speed probe does."""
+"""bench/record_profile.py: it loads, and measures as the engines' speed probe does."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[2] / "bench"
 
 
 @pytest.fixture(scope="module")

@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from parrot.core.config import EngineSpec, ManagerConfig
-from parrot.core.engine_health import http_engine_settings
-from parrot.core.manager import Manager
+from parrot.serve_config import EngineSpec, ManagerConfig
+from parrot.manager.engine_health import http_engine_settings
+from parrot.manager.manager import Manager
 from parrot.engines.launcher import LaunchedEngine, LaunchSpec, launch_engines, stop_engines
 from parrot.errors import CallFailedError, EngineUnavailableError, ParrotError
 from parrot.policies.least_queue import LeastQueuePolicy
 from parrot.types import CallState, Criterion
-from tests.core.conftest import out, submit
+from tests.manager.conftest import out, submit
 
 pytestmark = pytest.mark.slow
 
@@ -243,8 +243,8 @@ async def test_an_engine_joining_by_url_proves_its_secret_and_reregisters_after_
 ) -> None:
     import aiohttp
 
-    from parrot.core.config import ServeConfig
-    from parrot.core.server import ParrotServer
+    from parrot.serve_config import ServeConfig
+    from parrot.server.service import ParrotServer
 
     server = ParrotServer(ServeConfig(manager=ManagerConfig(
         admin_token="admin-token-of-the-test", **HEARTBEAT)))
@@ -287,8 +287,8 @@ async def test_parrot_serve_restarts_a_launched_engine_that_dies() -> None:
     """A launched engine killed with SIGKILL is marked down at once (the exit is proof),
     started again under its name (new port, new secret) and takes calls; a crash loop stops
     after engine_restart_max restarts in the window, leaving the engine down."""
-    from parrot.core.config import ServeConfig
-    from parrot.core.server import ParrotServer
+    from parrot.serve_config import ServeConfig
+    from parrot.server.service import ParrotServer
 
     server = ParrotServer(ServeConfig(
         manager=ManagerConfig(engine_restart_max=2, engine_restart_window_s=600,
@@ -325,8 +325,8 @@ async def test_parrot_serve_restarts_a_launched_engine_that_dies() -> None:
 
 
 async def test_no_restart_when_turned_off_or_when_the_server_stops() -> None:
-    from parrot.core.config import ServeConfig
-    from parrot.core.server import ParrotServer
+    from parrot.serve_config import ServeConfig
+    from parrot.server.service import ParrotServer
 
     server = ParrotServer(ServeConfig(
         manager=ManagerConfig(engine_restart_max=0, **HEARTBEAT),

@@ -14,7 +14,7 @@ from parrot.engines.client import EngineTimeoutError, HttpEngine, HttpEngineSett
 from parrot.engines.protocol import (THROUGHPUT_PRIORITY, Engine, EngineInfo, EngineStats,
                                      FillRequest, FillResult, GenerateChunk, GenerateRequest)
 from parrot.engines.server import create_app
-from tests.core.fakes import RecordingEngine
+from tests.manager.fakes import RecordingEngine
 from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig
 from parrot.errors import (ContextExistsError, EngineUnavailableError, InvalidRequestError,
                            OutOfKVCacheError, PromptTooLongError, UnauthorizedError,

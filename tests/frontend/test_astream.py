@@ -7,8 +7,8 @@ import pytest
 
 import parrot
 from parrot.chat import ChatTemplate
-from parrot.core.config import ServeConfig
-from parrot.core.server import ParrotServer
+from parrot.serve_config import ServeConfig
+from parrot.server.service import ParrotServer
 from parrot.errors import CallFailedError, InvalidRequestError
 from parrot.types import CallState
 from parrot.wire_types import SubmitReply, SubmitRequest

@@ -8,7 +8,7 @@ import pytest
 import parrot
 from parrot.errors import (CallFailedError, InvalidRequestError, NotFoundError,
                            TemplateSyntaxError, TooManyRequestsError)
-from tests.core.fakes import manager_with_recording_engine
+from tests.manager.fakes import manager_with_recording_engine
 
 
 @parrot.semantic_function(max_tokens=8)
@@ -152,8 +152,8 @@ async def test_rejected_call_in_a_batch_fails_only_its_outputs(manager):
 def test_sync_session_over_http(tmp_path):
     import asyncio
 
-    from parrot.core.config import ServeConfig
-    from parrot.core.server import ParrotServer
+    from parrot.serve_config import ServeConfig
+    from parrot.server.service import ParrotServer
 
     loop = asyncio.new_event_loop()
     server = ParrotServer(ServeConfig.from_mapping({"engines": [

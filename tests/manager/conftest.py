@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import pytest
 
-from parrot.core.config import EngineSpec
-from parrot.core.manager import Manager
-from parrot.core.requests import SubmitRequest
+from parrot.serve_config import EngineSpec
+from parrot.manager.manager import Manager
+from parrot.manager.requests import SubmitRequest
 from parrot.policies.least_queue import LeastQueuePolicy
-from tests.core.fakes import RecordingEngine
+from tests.manager.fakes import RecordingEngine
 
 
 @pytest.fixture

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from parrot.core.deduction import deduce
-from parrot.core.graph import SessionGraph
-from parrot.core.nodes import Call, InputBinding, OutputBinding, Variable
+from parrot.manager.deduction import deduce
+from parrot.manager.dag import SessionGraph
+from parrot.manager.nodes import Call, InputBinding, OutputBinding, Variable
 from parrot.sampling import SamplingParams
 from parrot.template import parse_template
 from parrot.types import Criterion

@@ -14,7 +14,7 @@ from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillReques
 from parrot.errors import ContextExistsError, EngineUnavailableError, UnknownContextError
 
 if TYPE_CHECKING:
-    from parrot.core.manager import Manager
+    from parrot.manager.manager import Manager
 
 
 @dataclass
@@ -91,8 +91,8 @@ class RecordingEngine(Engine):
 @contextlib.asynccontextmanager
 async def manager_with_recording_engine() -> AsyncIterator[Manager]:
     """A started least-queue Manager with one RecordingEngine "e0", closed on exit."""
-    from parrot.core.config import EngineSpec
-    from parrot.core.manager import Manager
+    from parrot.serve_config import EngineSpec
+    from parrot.manager.manager import Manager
     from parrot.policies.least_queue import LeastQueuePolicy
 
     manager = Manager(LeastQueuePolicy())

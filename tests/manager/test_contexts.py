@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
-from parrot.core.contexts import EngineContexts
-from parrot.core.prefix import PrefixPiece
+from parrot.manager.contexts import EngineContexts
+from parrot.manager.prefix import PrefixPiece
 from parrot.errors import EngineUnavailableError
-from tests.core.fakes import RecordingEngine
+from tests.manager.fakes import RecordingEngine
 
 TEXT = "x" * 64  # 16 tokens: one block of its own plus the partial block a fork copies (32)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from parrot.core.contexts import EngineContexts
-from parrot.core.prefix import PrefixPiece
-from tests.core.fakes import RecordingEngine
+from parrot.manager.contexts import EngineContexts
+from parrot.manager.prefix import PrefixPiece
+from tests.manager.fakes import RecordingEngine
 
 SYSTEM = PrefixPiece("system prompt " * 20, "h-system")
 DOC = PrefixPiece("a document " * 20, "h-system-doc")

@@ -8,7 +8,7 @@ import pytest
 
 from parrot.errors import ConflictError
 from parrot.types import Criterion
-from tests.core.dags import Dag
+from tests.manager.dags import Dag
 
 L, T = Criterion.LATENCY, Criterion.THROUGHPUT
 
@@ -60,7 +60,7 @@ def test_no_cycle_when_the_output_feeds_a_separate_branch():
 
 
 def test_cycle_check_is_one_bounded_search_not_outputs_times_inputs_paths():
-    """Issue 9: 100 inputs × 100 outputs over a 200-call chain stalled the loop for seconds
+    """A reproduction: 100 inputs × 100 outputs over a 200-call chain stalled the loop for seconds
     (a path search per pair). Here 200 × 200 over 400-call chains, the worst case for pair
     searches: every output reaches a long branch that never meets the inputs."""
     dag = Dag()

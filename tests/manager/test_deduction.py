@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from parrot.types import CallState, Criterion
-from tests.core.dags import Dag
+from tests.manager.dags import Dag
 
 L, T = Criterion.LATENCY, Criterion.THROUGHPUT
 
@@ -109,7 +109,7 @@ def test_late_producer_raises_consumer_rank():
     assert consumer.topo_rank == 2
 
 
-# ---- one test per rule of the paper that the first version got wrong (issue 8) ---------------
+# ---- one test per rule of the paper that the first version got wrong ---------------
 
 def map_reduce(dag: Dag, num_maps: int) -> None:
     for i in range(num_maps):
@@ -219,7 +219,7 @@ def test_dissolving_one_group_cascades_into_another():
     assert set(dag.groups().values()) == {None}
 
 
-# ---- cost (issue 9): deduction must not stall the loop -------------------------------------
+# ---- cost: deduction must not stall the loop -------------------------------------
 
 def test_two_long_chains_feeding_one_call_deduce_in_linear_time():
     """Two 400-call chains whose every output feeds one call: the first version searched paths

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from parrot.core.config import EngineSpec
-from parrot.core.engine_pool import speed_profile
+from parrot.serve_config import EngineSpec
+from parrot.manager.engine_pool import speed_profile
 from parrot.engines.protocol import EngineInfo, FillRequest, FillResult
 from parrot.speed_profile import DEFAULT_PROFILE, SpeedProfile, calibrated_latency_capacity
 from parrot.types import Criterion
-from tests.core.conftest import out, submit
-from tests.core.fakes import RecordingEngine
+from tests.manager.conftest import out, submit
+from tests.manager.fakes import RecordingEngine
 
 SYSTEM = ("You are a helpful assistant that answers questions about parrots briefly, "
           "kindly and with care. " * 4)
@@ -62,7 +62,7 @@ async def test_the_view_gives_the_kv_free_of_running_calls_and_contexts_filled_a
     rounding each) and the contexts filled ahead for waiting calls — what a waiting latency
     call may take without making another fill its prefix again
     (placement.Slot.has_room_backlogged). A stale idle context counts as free."""
-    from parrot.core.prefix import PrefixPiece
+    from parrot.manager.prefix import PrefixPiece
     state = manager.engines.get("e0")
     capacity = state.kv_capacity_tokens
     assert capacity > 0 and state.view().kv_free_tokens == capacity
@@ -83,7 +83,7 @@ async def test_the_view_gives_the_kv_free_of_running_calls_and_contexts_filled_a
 async def test_a_context_a_running_call_forks_is_not_counted_again_for_overflow(manager, engine):
     """The executor evicts cached contexts by kv_overflow_tokens: the context a running call
     forks from is in the call's own load, so only idle contexts count beside the calls."""
-    from parrot.core.prefix import PrefixPiece
+    from parrot.manager.prefix import PrefixPiece
     state = manager.engines.get("e0")
     held = await state.contexts.acquire((PrefixPiece("x" * 400, "p"),))   # a call forks it
     idle = await state.contexts.acquire((PrefixPiece("y" * 400, "q"),))

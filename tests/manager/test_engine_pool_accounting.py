@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from parrot.core.config import ConfigError, EngineSpec, auto_throughput_capacity
-from parrot.core.engine_pool import EnginePool, EngineState
-from parrot.core.nodes import Call
+from parrot.serve_config import ConfigError, EngineSpec, auto_throughput_capacity
+from parrot.manager.engine_pool import EnginePool, EngineState
+from parrot.manager.nodes import Call
 from parrot.engines.protocol import EngineInfo
 from parrot.template import parse_template
 from parrot.types import Criterion
-from tests.core.conftest import out, submit
-from tests.core.fakes import RecordingEngine
+from tests.manager.conftest import out, submit
+from tests.manager.fakes import RecordingEngine
 
 
 def make_engine_state() -> EngineState:

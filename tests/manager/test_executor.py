@@ -1,12 +1,12 @@
-"""The executor against a simulated engine on the virtual clock: issue 9's context wedge."""
+"""The executor against a simulated engine on the virtual clock: the context wedge."""
 
 from __future__ import annotations
 
 import asyncio
 
-from parrot.core.config import EngineSpec
-from parrot.core.manager import Manager
-from parrot.core.requests import SubmitRequest
+from parrot.serve_config import EngineSpec
+from parrot.manager.manager import Manager
+from parrot.manager.requests import SubmitRequest
 from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig
 from parrot.policies.least_queue import LeastQueuePolicy
 from parrot.sim.clock import run_virtual
@@ -24,7 +24,7 @@ def tiny_boundaries_request(session_id: str) -> SubmitRequest:
 
 
 def test_thousands_of_one_character_boundaries_submitted_twice_do_not_wedge_the_engine():
-    """Issue 9: every boundary of the second submission became a cached context (3,499 of them,
+    """A reproduction: every boundary of the second submission became a cached context (3,499 of them,
     0 free blocks) and the call waited forever; deleting the session did not recover it."""
     async def main() -> None:
         manager = Manager(LeastQueuePolicy())
@@ -56,7 +56,7 @@ def test_thousands_of_one_character_boundaries_submitted_twice_do_not_wedge_the_
 
 async def test_a_recurring_prompt_of_tiny_boundaries_costs_a_few_engine_round_trips(manager,
                                                                                     engine):
-    """Issue 9: 1,300 one-character boundaries submitted twice took 86 s on SmolLM2, one Fill
+    """A reproduction: 1,300 one-character boundaries submitted twice took 86 s on SmolLM2, one Fill
     round trip (and model step) per boundary. Now a context spans at least 64 tokens."""
     session = manager.create_session()
     for _ in range(2):

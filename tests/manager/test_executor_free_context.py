@@ -7,11 +7,11 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from parrot.core.config import EngineSpec
+from parrot.serve_config import EngineSpec
 from parrot.errors import EngineUnavailableError, UnknownContextError
 from parrot.types import CallState, Criterion
-from tests.core.conftest import out, submit
-from tests.core.fakes import RecordingEngine
+from tests.manager.conftest import out, submit
+from tests.manager.fakes import RecordingEngine
 
 
 @dataclass
@@ -37,10 +37,10 @@ async def run_one(manager, free_error: Exception):
 async def test_an_engine_error_on_free_is_logged_with_the_context_and_the_call_succeeds(
         manager, caplog):
     session, call = await run_one(manager, EngineUnavailableError("connection reset"))
-    with caplog.at_level(logging.WARNING, logger="parrot.core.executor"):
+    with caplog.at_level(logging.WARNING, logger="parrot.manager.executor"):
         value = await manager.get(session, out(call, "y"), Criterion.LATENCY, timeout=10)
     assert value.startswith("gen(") and call.state is CallState.DONE
-    [record] = [r for r in caplog.records if r.name == "parrot.core.executor"]
+    [record] = [r for r in caplog.records if r.name == "parrot.manager.executor"]
     assert record.levelno == logging.WARNING
     assert f"c-{call.call_id}-0" in record.getMessage()
     assert "EngineUnavailableError: connection reset" in record.getMessage()
@@ -48,16 +48,16 @@ async def test_an_engine_error_on_free_is_logged_with_the_context_and_the_call_s
 
 async def test_a_context_already_gone_is_only_a_debug_note(manager, caplog):
     session, call = await run_one(manager, UnknownContextError("c-x"))
-    with caplog.at_level(logging.DEBUG, logger="parrot.core.executor"):
+    with caplog.at_level(logging.DEBUG, logger="parrot.manager.executor"):
         await manager.get(session, out(call, "y"), Criterion.LATENCY, timeout=10)
     assert call.state is CallState.DONE
-    records = [r for r in caplog.records if r.name == "parrot.core.executor"]
+    records = [r for r in caplog.records if r.name == "parrot.manager.executor"]
     assert [r.levelno for r in records] == [logging.DEBUG]
 
 
 async def test_a_bug_in_free_is_not_swallowed(manager, caplog):
     session, call = await run_one(manager, TypeError("free_context() got an int"))
-    with caplog.at_level(logging.ERROR, logger="parrot.core.manager"):
+    with caplog.at_level(logging.ERROR, logger="parrot.manager.manager"):
         # The output was published before the free: its consumers keep it...
         assert (await manager.get(session, out(call, "y"), Criterion.LATENCY,
                                   timeout=10)).startswith("gen(")

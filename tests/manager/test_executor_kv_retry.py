@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from parrot.core.config import EngineSpec
+from parrot.serve_config import EngineSpec
 from parrot.errors import CallFailedError, OutOfKVCacheError
 from parrot.types import CallState, Criterion
-from tests.core.conftest import out, submit
-from tests.core.fakes import RecordingEngine
+from tests.manager.conftest import out, submit
+from tests.manager.fakes import RecordingEngine
 
 SYSTEM = "You are a careful assistant. " * 12  # > 64 tokens: cached as a prefix context
 

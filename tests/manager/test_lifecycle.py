@@ -6,11 +6,11 @@ import itertools
 
 import pytest
 
-from parrot.core.lifecycle import LEGAL_MOVES, IllegalTransitionError, is_legal, transition
-from parrot.core.nodes import Call
+from parrot.manager.lifecycle import LEGAL_MOVES, IllegalTransitionError, is_legal, transition
+from parrot.manager.nodes import Call
 from parrot.template import parse_template
 from parrot.types import CallState, Criterion
-from tests.core.conftest import out, submit
+from tests.manager.conftest import out, submit
 
 P, R, X, D, F = (CallState.PENDING, CallState.READY, CallState.RUNNING, CallState.DONE,
                  CallState.FAILED)

@@ -6,9 +6,9 @@ import pytest
 
 from parrot.errors import CallFailedError, ConflictError, GetTimeoutError, NotFoundError
 from parrot.types import CallState, Criterion
-from parrot.core.config import EngineSpec
-from tests.core.conftest import out, submit
-from tests.core.fakes import RecordingEngine
+from parrot.serve_config import EngineSpec
+from tests.manager.conftest import out, submit
+from tests.manager.fakes import RecordingEngine
 
 
 async def test_chain_values_flow_inside_the_service(manager, engine):
@@ -123,7 +123,7 @@ async def test_task_group_forms_once_its_consumer_is_asked_for(manager, engine):
             for i in range(3)]
     reduce_ = submit(manager, session, "Reduce {{input:a}} {{input:b}} {{input:c}} {{output:r}}",
                      a=out(maps[0], "p"), b=out(maps[1], "p"), c=out(maps[2], "p"))
-    manager.scheduler.step()  # the first round, before the client's `get` arrives
+    manager.step()  # the first round, before the client's `get` arrives
     # Nothing demanded yet: no objective and no group (the policy's default applies).
     assert {m.task_group for m in maps} == {None}
     assert {m.criterion for m in maps} | {reduce_.criterion} == {None}
@@ -168,8 +168,8 @@ async def test_a_transient_failure_on_a_live_engine_does_not_mark_it_down(manage
 
 
 def _short_grace_manager():
-    from parrot.core.config import ManagerConfig
-    from parrot.core.manager import Manager
+    from parrot.serve_config import ManagerConfig
+    from parrot.manager.manager import Manager
     from parrot.policies.least_queue import LeastQueuePolicy
 
     return Manager(LeastQueuePolicy(), ManagerConfig(no_engine_grace_s=0.3,
@@ -260,8 +260,8 @@ async def test_the_same_name_readmits_a_down_engine_with_its_new_client(manager,
 
 
 async def test_idle_sessions_expire_but_busy_ones_stay(engine):
-    from parrot.core.config import ManagerConfig
-    from parrot.core.manager import Manager
+    from parrot.serve_config import ManagerConfig
+    from parrot.manager.manager import Manager
     from parrot.errors import NotFoundError
     from parrot.policies.least_queue import LeastQueuePolicy
 

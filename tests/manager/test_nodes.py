@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from parrot.core.lifecycle import transition
-from parrot.core.nodes import Call, Variable
+from parrot.manager.lifecycle import transition
+from parrot.manager.nodes import Call, Variable
 from parrot.errors import CallFailedError
 from parrot.template import parse_template
 from parrot.types import CallState

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from parrot.types import CallState, Criterion
-from tests.core.conftest import out, submit
+from tests.manager.conftest import out, submit
 
 CHUNK = "A long chunk of a document about parrots. " * 30  # ~1,300 characters
 
@@ -83,7 +83,7 @@ async def test_no_prefix_is_filled_ahead_while_the_engine_has_other_prefill_queu
     """Filled ahead, a prefix takes the prefill budget of calls already waiting on an engine
     that prefills first come, first served: only a producer whose own prompt is the engine's
     only queued prefill gets its consumer's prefix filled during its decode."""
-    from parrot.core.prefill_ahead import plan_ahead
+    from parrot.manager.prefill_ahead import plan_ahead
     session, first, second = chain_of_two(manager)
     other = submit(manager, manager.create_session(), "Other: {{input:q}} {{output:a}}", q=CHUNK)
     state = manager.engines.get("e0")    # no await below: the scheduler places nothing

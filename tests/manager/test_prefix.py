@@ -1,6 +1,6 @@
-from parrot.core.executor import (CACHED, MIN_CONTEXT_TOKENS, plan_prefix_contexts,
+from parrot.manager.executor import (CACHED, MIN_CONTEXT_TOKENS, plan_prefix_contexts,
                                   shareable_hashes)
-from parrot.core.prefix import PrefixIndex, estimate_prompt, prefix_pieces
+from parrot.manager.prefix import PrefixIndex, estimate_prompt, prefix_pieces
 from parrot.template import parse_template
 from parrot.types import estimate_num_tokens
 
@@ -42,7 +42,7 @@ def test_a_short_piece_after_a_context_is_merged_forward_even_when_shared():
 
 
 def test_thousands_of_tiny_boundaries_make_few_contexts():
-    """Issue 9: a prompt with 5,000 one-character inputs made a context at every boundary once
+    """A reproduction: a prompt with 5,000 one-character inputs made a context at every boundary once
     it recurred (thousands of contexts, a wedged engine)."""
     n = 5_000
     template = parse_template("".join(f"{{{{input:x{i}}}}}" for i in range(n)) + "{{output:o}}")

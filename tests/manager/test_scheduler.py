@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
-from parrot.core.config import EngineSpec
-from parrot.core.manager import Manager
-from parrot.core.scheduler import ready_order
+from parrot.serve_config import EngineSpec
+from parrot.manager.manager import Manager
+from parrot.manager.scheduler import ready_order
 from parrot.engines.protocol import LATENCY_PRIORITY, THROUGHPUT_PRIORITY
 from parrot.policies.base import CallView, EngineView, Placement, Policy
 from parrot.policies.latency_centric import LatencyCentricParams, LatencyCentricPolicy
 from parrot.types import Criterion
-from tests.core.conftest import out, submit
-from tests.core.fakes import RecordingEngine
+from tests.manager.conftest import out, submit
+from tests.manager.fakes import RecordingEngine
 
 # Long enough (>= 64 tokens) to be a cacheable prefix boundary.
 SYSTEM = "You are a helpful assistant that answers questions about parrots briefly. " * 5
@@ -44,7 +44,7 @@ async def test_ready_calls_are_offered_first_come_first_served():
         manager.scheduler.discard(call)
     for call in reversed(calls):
         manager.scheduler.enqueue(call)
-    manager.scheduler.step()
+    manager.step()
     assert [v.call_id for v in policy.rounds[-1]] == [c.call_id for c in calls]
     assert ready_order(reversed(calls)) == calls
 
@@ -78,7 +78,7 @@ async def test_views_carry_output_tokens_prefix_tokens_and_queued_sharing():
     b = submit(manager, session, SYSTEM + "{{input:q}} {{output:a}}", q="two")
     solo = submit(manager, session, "Other text entirely, long enough to be a prefix: "
                   "{{input:q}} {{output:a}}", q="three")
-    manager.scheduler.step()
+    manager.step()
     views = {v.call_id: v for v in policy.rounds[-1]}
     system_hash = a.prefix_hashes[0]
     assert views[a.call_id].shared_prefix == system_hash == views[b.call_id].shared_prefix
@@ -102,7 +102,7 @@ async def test_criteria_given_at_submit_are_deduced_before_the_first_round():
                     s={"in_out": "output", "criteria": "latency"})
     chat = submit(manager, session, "Chat {{input:q}} {{output:a}}", q="hi",
                   a={"in_out": "output", "criteria": "throughput"})
-    manager.scheduler.step()
+    manager.step()
     # No get has arrived: the maps are a task group (THROUGHPUT) feeding a latency-critical
     # reduce already, and the other call has the criterion its submit named.
     views = {v.call_id: v for v in policy.rounds[-1]}

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from parrot.core.config import EngineSpec
-from parrot.core.manager import Manager
+from parrot.serve_config import EngineSpec
+from parrot.manager.manager import Manager
 from parrot.policies.base import CallView, EngineView, Placement
 from parrot.policies.least_queue import LeastQueuePolicy
 from parrot.types import Criterion
-from tests.core.conftest import out, submit
-from tests.core.fakes import RecordingEngine
+from tests.manager.conftest import out, submit
+from tests.manager.fakes import RecordingEngine
 
 
 class OneAtATimePolicy(LeastQueuePolicy):

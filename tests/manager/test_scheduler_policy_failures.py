@@ -9,14 +9,14 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from parrot.core.config import EngineSpec
-from parrot.core.manager import Manager
-from parrot.core.scheduler import MAX_POLICY_FAILURES, POLICY_RETRY_DELAY_S
+from parrot.serve_config import EngineSpec
+from parrot.manager.manager import Manager
+from parrot.manager.scheduler import MAX_POLICY_FAILURES, POLICY_RETRY_DELAY_S
 from parrot.errors import CallFailedError, SchedulingFailedError, error_from_wire
 from parrot.policies.base import CallView, EngineView, Placement, Policy
 from parrot.types import CallState, Criterion
-from tests.core.conftest import out, submit
-from tests.core.fakes import RecordingEngine
+from tests.manager.conftest import out, submit
+from tests.manager.fakes import RecordingEngine
 
 Decide = Callable[[Sequence[CallView], Sequence[EngineView]], list[Placement]]
 
@@ -75,7 +75,7 @@ async def test_an_invalid_placement_changes_nothing(bad):
     calls = [submit(manager, session, "Q {{input:q}} {{output:a}}", q=f"q{i}")
              for i in range(2)]
     try:
-        assert manager.scheduler.step() == 0
+        assert manager.step() == 0
         # Even the valid first placement was not carried out: every call is still queued.
         assert manager.scheduler.num_ready == 2
         assert [c.state for c in calls] == [CallState.READY, CallState.READY]
@@ -136,11 +136,11 @@ async def test_a_policy_that_recovers_resets_the_count():
     try:
         counts = []
         for _ in range(2 * MAX_POLICY_FAILURES - 1):
-            assert manager.scheduler.step() == 0
+            assert manager.step() == 0
             counts.append(manager.scheduler.num_policy_failures)
         assert counts == [*range(1, MAX_POLICY_FAILURES), 0, *range(1, MAX_POLICY_FAILURES)]
         assert call.state is CallState.READY
-        assert manager.scheduler.step() == 1
+        assert manager.step() == 1
         await manager.start()
         await manager.get(session, out(call, "a"), Criterion.LATENCY, timeout=30)
         assert call.state is CallState.DONE and call.engine_id == "e0"
@@ -158,7 +158,7 @@ async def test_the_placement_criterion_is_what_the_engine_counts():
     call = submit(manager, session, "Q {{input:q}} {{output:a}}", q="x")
     try:
         assert call.criterion is None  # nothing asked for it yet: no deduced criterion
-        assert manager.scheduler.step() == 1
+        assert manager.step() == 1
         view = manager.engines.get("slow").view()
         assert (view.num_throughput_calls, view.num_latency_calls) == (1, 0)
     finally:

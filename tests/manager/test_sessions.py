@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from parrot.core.nodes import Variable
-from parrot.core.sessions import IdleExpiry, Session, SessionStore
+from parrot.manager.nodes import Variable
+from parrot.manager.sessions import IdleExpiry, Session, SessionStore
 from parrot.errors import NotFoundError, ShuttingDownError, UnauthorizedError
 
 TTL = 0.2

@@ -6,11 +6,11 @@ import time
 
 import pytest
 
-from parrot.core.requests import SubmitRequest
-from parrot.core.submission import check_submit
+from parrot.manager.requests import SubmitRequest
+from parrot.manager.submission import check_submit
 from parrot.errors import ConflictError, InvalidRequestError, TemplateSyntaxError
 from parrot.template import MAX_OUTPUTS, MAX_PLACEHOLDERS
-from tests.core.conftest import out, submit
+from tests.manager.conftest import out, submit
 
 
 def request(session, prompt: str, placeholders: list[dict]) -> SubmitRequest:
@@ -48,7 +48,7 @@ async def test_too_many_placeholders_or_outputs_is_a_400(manager, engine):
 
 
 async def test_many_inputs_and_outputs_over_a_long_chain_check_quickly(manager, engine):
-    """Issue 9's reproduction through the submit path: a call with 100 inputs from a 200-call
+    """A reproduction through the submit path: a call with 100 inputs from a 200-call
     chain and 100 outputs bound to variables that feed another 200-call chain."""
     engine.delay = 3600.0  # keep everything pending: only the checks run
     session = manager.create_session()

@@ -1,4 +1,4 @@
-"""The mutations scripts/mutation_check.py applies: each a one-line change to the code and the
+"""The mutations tests/mutations/check.py applies: each a one-line change to the code and the
 tests that must catch it. Add one here with every behaviour a test pins down."""
 
 from __future__ import annotations
@@ -51,12 +51,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "plan = kernels.plan_prefill([(start, end - start, 0)",
         ("tests/engines/builtin/test_paged_prefill.py",)),
     Mutation(
-        "long_prompts_raise_the_latency_limit", "parrot/policies/placement.py",
+        "long_prompts_raise_the_latency_limit", "parrot/policies/slots.py",
         "        if size <= self._suits_up_to:\n",
         "        if True:\n",
         ("tests/policies/test_app_centric.py",)),
     Mutation(
-        "small_latency_call_keeps_the_capacity", "parrot/policies/placement.py",
+        "small_latency_call_keeps_the_capacity", "parrot/policies/slots.py",
         "        size = smaller_known(self.latency_floor, own)\n",
         "        size = smaller_known(0, own)\n",
         ("tests/policies/test_app_centric.py", "tests/policies/test_policy_invariants.py")),
@@ -79,21 +79,21 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if True:\n",
         ("tests/engines/builtin/test_lookahead.py",)),
     Mutation(
-        "no_affinity_counts_prefix_load", "parrot/policies/placement.py",
+        "no_affinity_counts_prefix_load", "parrot/policies/slots.py",
         "                    if is_brought or self.counts_prefix(prefix):\n",
         "                    if affinity and (is_brought or self.counts_prefix(prefix)):\n",
         ("tests/policies/test_app_centric.py::"
          "test_without_affinity_a_set_sharing_a_prefix_fits_as_the_engine_counts_it",)),
     Mutation(
-        "live_warmup_full_outputs", "parrot/sim/live_paper.py",
+        "live_warmup_full_outputs", "bench/paper/live_runs.py",
         'full_outputs=variant.mode == "parrot",', "full_outputs=False,",
-        ("tests/sim/test_live_paper.py::"
+        ("tests/bench/test_live_paper.py::"
          "test_the_warm_up_generates_full_outputs_in_parrot_mode_only",)),
     Mutation(
-        "live_warmup_one_variant_per_mode", "parrot/sim/live_paper.py",
+        "live_warmup_one_variant_per_mode", "bench/paper/live_runs.py",
         '    return [v for v in variants if v.mode == "parrot" or v in baseline]\n',
         '    return list({v.mode: v for v in variants}.values())\n',
-        ("tests/sim/test_live_paper.py::"
+        ("tests/bench/test_live_paper.py::"
          "test_every_parrot_variant_warms_and_one_request_level_variant",)),
     Mutation(
         "warmup_every_prefill_tile", "parrot/engines/builtin/warmup.py",
@@ -106,82 +106,82 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    if device.type != \"cuda\":\n", "    if True:\n",
         ("tests/engines/builtin/test_prefill_attention.py",)),
     Mutation(
-        "scheduler_fifo", "parrot/core/scheduler.py",
+        "scheduler_fifo", "parrot/manager/scheduler.py",
         "    return sorted(calls, key=lambda c: c.arrival_seq)",
         "    return sorted(calls, key=lambda c: c.arrival_seq, reverse=True)",
-        ("tests/core/test_scheduler_order.py",)),
+        ("tests/manager/test_scheduler_order.py",)),
     Mutation(
-        "contexts_lru_touch_on_hit", "parrot/core/contexts.py",
+        "contexts_lru_touch_on_hit", "parrot/manager/contexts.py",
         "            if (ctx := self._by_hash.get(piece.prefix_hash)) is not None:\n"
         "                self._by_hash.move_to_end(piece.prefix_hash)\n",
         "            if (ctx := self._by_hash.get(piece.prefix_hash)) is not None:\n",
-        ("tests/core/test_contexts_lru.py",)),
+        ("tests/manager/test_contexts_lru.py",)),
     Mutation(
-        "executor_evict_and_retry", "parrot/core/executor.py",
+        "executor_evict_and_retry", "parrot/manager/executor.py",
         "        if await engine.contexts.evict_all() == 0:\n            raise\n",
         "        raise\n",
-        ("tests/core/test_executor_kv_retry.py",)),
+        ("tests/manager/test_executor_kv_retry.py",)),
     Mutation(
-        "engine_pool_tokens_never_decremented", "parrot/core/engine_pool.py",
+        "engine_pool_tokens_never_decremented", "parrot/manager/engine_pool.py",
         "        self.num_tokens_in_use -= placed.num_tokens\n",
         "        self.num_tokens_in_use -= 0\n",
-        ("tests/core/test_engine_pool_accounting.py",)),
+        ("tests/manager/test_engine_pool_accounting.py",)),
     Mutation(
-        "builtin_lru_victim", "parrot/engines/builtin/scheduler.py",
+        "builtin_lru_victim", "parrot/engines/builtin/batch_scheduler.py",
         "victim = min(owning or idle, key=lambda c: c.last_used)",
         "victim = max(owning or idle, key=lambda c: c.last_used)",
-        ("tests/engines/builtin/test_scheduler_order.py::"
+        ("tests/engines/builtin/test_batch_scheduler_order.py::"
          "test_kv_pressure_evicts_the_least_recently_used_idle_context",)),
     Mutation(
-        "builtin_prefill_before_decode", "parrot/engines/builtin/scheduler.py",
+        "builtin_prefill_before_decode", "parrot/engines/builtin/batch_scheduler.py",
         "for work in decodes + prefills:",
         "for work in prefills + decodes:",
-        ("tests/engines/builtin/test_scheduler_order.py::"
+        ("tests/engines/builtin/test_batch_scheduler_order.py::"
          "test_a_decode_step_goes_before_an_older_prefill_that_would_eat_the_budget",)),
     Mutation(
-        "manager_no_failure_propagation", "parrot/core/manager.py",
+        "manager_no_failure_propagation", "parrot/manager/manager.py",
         "                    if consumer.state in (CallState.PENDING, CallState.READY):\n"
         "                        pending.append((consumer,",
         "                    if False:\n"
         "                        pending.append((consumer,",
-        ("tests/core/test_manager.py::test_failure_propagates_downstream",)),
+        ("tests/manager/test_manager.py::test_failure_propagates_downstream",)),
     Mutation(
-        "executor_free_swallows_everything", "parrot/core/executor.py",
+        "executor_free_swallows_everything", "parrot/manager/executor.py",
         "    except UnknownContextError:\n",
         "    except Exception:\n",
-        ("tests/core/test_executor_free_context.py",)),
+        ("tests/manager/test_executor_free_context.py",)),
     Mutation(
-        "contexts_evict_most_recent", "parrot/core/contexts.py",
+        "contexts_evict_most_recent", "parrot/manager/contexts.py",
         "        for ctx in self._by_hash.values():\n            if freed >= num_tokens:",
         "        for ctx in reversed(self._by_hash.values()):\n            if freed >= num_tokens:",
-        ("tests/core/test_contexts_lru.py",)),
+        ("tests/manager/test_contexts_lru.py",)),
     Mutation(
-        "lifecycle_done_not_final", "parrot/core/lifecycle.py",
+        "lifecycle_done_not_final", "parrot/manager/lifecycle.py",
         "    _D: frozenset(),", "    _D: frozenset({_R}),",
-        ("tests/core/test_lifecycle.py",)),
+        ("tests/manager/test_lifecycle.py",)),
     Mutation(
-        "scheduler_skip_placement_validation", "parrot/core/scheduler.py",
+        "scheduler_skip_placement_validation", "parrot/manager/scheduler.py",
         "checked = check_placements(placements, self._ready, self._pool)",
         "checked = list(placements)",
-        ("tests/core/test_scheduler_policy_failures.py::"
+        ("tests/manager/test_scheduler_policy_failures.py::"
          "test_an_invalid_placement_changes_nothing",)),
     Mutation(
-        "scheduler_policy_failures_never_fail_calls", "parrot/core/scheduler.py",
+        "scheduler_policy_failures_never_fail_calls", "parrot/manager/scheduler.py",
         "        if self.num_policy_failures < MAX_POLICY_FAILURES:\n",
         "        if True:\n",
-        ("tests/core/test_scheduler_policy_failures.py::"
+        ("tests/manager/test_scheduler_policy_failures.py::"
          "test_a_policy_that_keeps_raising_fails_its_calls_at_once",)),
     Mutation(
-        "scheduler_failure_count_not_reset", "parrot/core/scheduler.py",
-        "        self.num_policy_failures = 0\n        for placement in checked:",
-        "        for placement in checked:",
-        ("tests/core/test_scheduler_policy_failures.py::"
+        "scheduler_failure_count_not_reset", "parrot/manager/scheduler.py",
+        "        self.num_policy_failures = 0\n        dispatches = []\n",
+        "        dispatches = []\n",
+        ("tests/manager/test_scheduler_policy_failures.py::"
          "test_a_policy_that_recovers_resets_the_count",)),
     Mutation(
-        "placement_criterion_ignored", "parrot/core/manager.py",
+        "placement_criterion_ignored", "parrot/manager/manager.py",
         "        engine.add_call(call, criterion)\n",
         "        engine.add_call(call)\n",
-        ("tests/core/test_scheduler_policy_failures.py::"
+        ("tests/manager/test_scheduler_policy_failures.py::"
          "test_the_placement_criterion_is_what_the_engine_counts",)),
     Mutation(
         "builtin_loop_spins_on_scheduler_error", "parrot/engines/builtin/engine.py",
@@ -196,36 +196,36 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/engines/builtin/test_engine_scheduling_faults.py::"
          "test_engine_server_healthz_is_503_while_scheduling_fails",)),
     Mutation(
-        "sessions_expire_while_waited_on", "parrot/core/sessions.py",
+        "sessions_expire_while_waited_on", "parrot/manager/sessions.py",
         "if session.tasks or session.num_waiters or idle < self._ttl_s:",
         "if idle < self._ttl_s:",
-        ("tests/core/test_sessions.py::"
+        ("tests/manager/test_sessions.py::"
          "test_a_session_with_a_waiting_get_or_a_running_call_is_kept",)),
     Mutation(
-        "latency_backlog_behind_chains", "parrot/policies/placement.py",
+        "latency_backlog_behind_chains", "parrot/policies/slots.py",
         "            return True   # it would wait for a whole chain, or delay its own, "
         "not a turn\n",
         "            pass\n",
         ("tests/policies/test_app_centric.py::"
          "test_a_call_behind_running_chains_joins_rather_than_wait_for_a_chain_to_end",)),
     Mutation(
-        "waiting_consumer_alone", "parrot/core/nodes.py",
+        "waiting_consumer_alone", "parrot/manager/nodes.py",
         "<= sum(b.var_id in outputs for b in c.inputs.values())",
         "<= len(c.inputs)",
-        ("tests/core/test_manager.py::"
+        ("tests/manager/test_manager.py::"
          "test_a_call_has_a_waiting_consumer_only_where_its_outputs_alone_hold_it_back",)),
     Mutation(
-        "prefill_ahead_into_idle_prefill_only", "parrot/core/prefill_ahead.py",
+        "prefill_ahead_into_idle_prefill_only", "parrot/manager/prefill_ahead.py",
         "    if _uncached_tokens(pieces, engine) > 0 and not engine.prefills_only("
         "producer.call_id):",
         "    if False:",
-        ("tests/core/test_prefill_ahead.py::"
+        ("tests/manager/test_prefill_ahead.py::"
          "test_no_prefix_is_filled_ahead_while_the_engine_has_other_prefill_queued",)),
     Mutation(
-        "whole_prompt_prefix_is_prefilled", "parrot/core/executor.py",
+        "whole_prompt_prefix_is_prefilled", "parrot/manager/executor.py",
         "                    engine.note_prefilled(call.call_id)\n",
         "                    pass\n",
-        ("tests/core/test_prefill_ahead.py::"
+        ("tests/manager/test_prefill_ahead.py::"
          "test_a_call_whose_whole_prompt_is_a_cached_prefix_has_no_prefill_queued",)),
     Mutation(
         "bench_failed_apps_are_an_error", "parrot/sim/compare.py",
@@ -234,10 +234,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/sim/test_cluster_sim.py::"
          "test_a_run_with_failed_applications_is_an_error_with_no_speedup",)),
     Mutation(
-        "rate_search_checkpoint", "parrot/sim/live_paper.py",
+        "rate_search_checkpoint", "bench/paper/live_runs.py",
         "            checkpoint(result)\n",
         "            pass\n",
-        ("tests/sim/test_live_paper.py::"
+        ("tests/bench/test_live_paper.py::"
          "test_a_rate_search_finds_each_variants_rate_on_live_engines",)),
     Mutation(
         "latency_backlog_admitted", "parrot/policies/app_centric.py",
@@ -246,39 +246,39 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/policies/test_app_centric.py::"
          "test_waiting_latency_calls_join_while_the_mean_completion_drops",)),
     Mutation(
-        "latency_backlog_isolated", "parrot/policies/placement.py",
+        "latency_backlog_isolated", "parrot/policies/slots.py",
         "        if running <= 0 or waiting <= 0 or self.serves(Criterion.THROUGHPUT):\n",
         "        if running <= 0 or waiting <= 0:\n",
         ("tests/policies/test_app_centric.py::"
          "test_a_backlog_never_joins_throughput_work_nor_passes_the_throughput_capacity",)),
     Mutation(
-        "latency_backlog_free_kv", "parrot/policies/placement.py",
+        "latency_backlog_free_kv", "parrot/policies/slots.py",
         "        if after > self.view.throughput_capacity or demand.load > self.kv_free():\n",
         "        if after > self.view.throughput_capacity:\n",
         ("tests/policies/test_app_centric.py::"
          "test_a_backlog_takes_only_free_kv_never_evicting_cached_contexts",)),
     Mutation(
-        "kv_overflow_counts_held_contexts_once", "parrot/core/engine_pool.py",
+        "kv_overflow_counts_held_contexts_once", "parrot/manager/engine_pool.py",
         "        return self._running_kv_tokens() + self.contexts.num_idle_tokens - self.kv_"
         "capacity_tokens\n",
         "        return self._running_kv_tokens() + self.contexts.num_cached_tokens - self.kv_"
         "capacity_tokens\n",
-        ("tests/core/test_engine_pool.py::"
+        ("tests/manager/test_engine_pool.py::"
          "test_a_context_a_running_call_forks_is_not_counted_again_for_overflow",)),
     Mutation(
-        "kv_free_keeps_room_of_contexts_filled_ahead", "parrot/core/engine_pool.py",
+        "kv_free_keeps_room_of_contexts_filled_ahead", "parrot/manager/engine_pool.py",
         "                            - self.contexts.num_ahead_tokens\n",
         "                            - 0\n",
-        ("tests/core/test_engine_pool.py::"
+        ("tests/manager/test_engine_pool.py::"
          "test_the_view_gives_the_kv_free_of_running_calls_and_contexts_filled_ahead",)),
     Mutation(
-        "prefill_ahead_reserves_its_context", "parrot/core/prefill_ahead.py",
+        "prefill_ahead_reserves_its_context", "parrot/manager/prefill_ahead.py",
         "    engine.contexts.release_ahead(chain)\n",
         "    engine.contexts.release(chain)\n",
-        ("tests/core/test_prefill_ahead.py::"
+        ("tests/manager/test_prefill_ahead.py::"
          "test_a_prefix_filled_ahead_is_reserved_until_its_call_forks_it",)),
     Mutation(
-        "latency_backlog_mean_estimate", "parrot/policies/placement.py",
+        "latency_backlog_mean_estimate", "parrot/policies/slots.py",
         "        return ((total / (running + 1) + 1) * profile.decode_ms(after)\n",
         "        return ((total / (running + 1)) * profile.decode_ms(after)\n",
         ("tests/policies/test_app_centric.py::"
@@ -314,36 +314,36 @@ MUTATIONS: tuple[Mutation, ...] = (
          "tests/engines/builtin/test_engine.py::"
          "test_stats_count_each_finished_generates_time_per_output_token")),
     Mutation(
-        "auto_throughput_capacity_share", "parrot/core/config.py",
+        "auto_throughput_capacity_share", "parrot/serve_config.py",
         "    share = kv_capacity_tokens * PAPER_THROUGHPUT_TOKENS // PAPER_KV_TOKENS"
         " // 1024 * 1024\n",
         "    share = FALLBACK_THROUGHPUT_CAPACITY\n",
-        ("tests/core/test_engine_pool_accounting.py",)),
+        ("tests/manager/test_engine_pool_accounting.py",)),
     Mutation(
         "throughput_centric_per_engine_cap", "parrot/policies/capped.py",
         "        return engine.throughput_capacity if cap is None else cap\n",
         "        return 32768 if cap is None else cap\n",
         ("tests/policies/test_baselines.py",)),
     Mutation(
-        "rate_search_stops_at_budget", "parrot/sim/live_paper.py",
+        "rate_search_stops_at_budget", "bench/paper/live_runs.py",
         "            if time.perf_counter() > deadline:\n                break\n",
         "            pass\n",
-        ("tests/sim/test_live_paper.py::"
+        ("tests/bench/test_live_paper.py::"
          "test_a_rate_search_stops_at_the_budget_and_keeps_the_finished_variants",)),
     Mutation(
-        "rate_search_parts_keep_own_ratio", "parrot/sim/live_cells.py",
-        "            merged[key] = _merge_rate_search(merged.get(key), experiment)\n",
-        "            merged[key] = experiment\n",
-        ("tests/sim/test_live_cells.py::"
+        "rate_search_parts_keep_own_ratio", "bench/paper/live_results.py",
+        "        merged = merge_rate_search(earlier, experiment)\n",
+        "        merged = experiment\n",
+        ("tests/bench/test_live_cells.py::"
          "test_a_rate_search_run_in_parts_keeps_each_variants_own_ratio",)),
     Mutation(
-        "placement_bound_without_reuse", "parrot/policies/placement.py",
+        "placement_bound_without_reuse", "parrot/policies/slots.py",
         "            load += call.num_tokens - call.max_reusable_tokens\n",
         "            load += call.num_tokens\n",
-        ("tests/policies/test_placement.py::"
+        ("tests/policies/test_slots.py::"
          "test_the_bound_never_refuses_room_the_demand_has",)),
     Mutation(
-        "chain_step_joins_chains", "parrot/policies/placement.py",
+        "chain_step_joins_chains", "parrot/policies/slots.py",
         "                and (call.arrival_seq > self.chained_latency_seq"
         " or call.has_waiting_consumer)):\n",
         "                and call.arrival_seq > self.chained_latency_seq):\n",
@@ -379,22 +379,22 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/engines/test_simulated.py::"
          "test_on_a_real_clock_a_late_timer_is_made_up_but_not_a_stall",)),
     Mutation(
-        "prefill_work_needs_a_seat", "parrot/engines/builtin/scheduler.py",
+        "prefill_work_needs_a_seat", "parrot/engines/builtin/batch_scheduler.py",
         "        return could_join and decoding < self.max_num_seqs\n",
         "        return could_join\n",
-        ("tests/engines/builtin/test_scheduler_order.py::"
+        ("tests/engines/builtin/test_batch_scheduler_order.py::"
          "test_no_prefill_work_while_the_decodes_take_every_seat",)),
     Mutation(
-        "prefix_context_at_every_recurring_boundary", "parrot/core/executor.py",
+        "prefix_context_at_every_recurring_boundary", "parrot/manager/executor.py",
         "        branch[i] = counts[i] >= 2 and counts[i] > most\n",
         "        branch[i] = counts[i] >= 2\n",
-        ("tests/core/test_prefix.py::test_only_branch_points_of_the_sharing_get_contexts",
-         "tests/core/test_executor.py::"
+        ("tests/manager/test_prefix.py::test_only_branch_points_of_the_sharing_get_contexts",
+         "tests/manager/test_executor.py::"
          "test_a_recurring_prompt_of_tiny_boundaries_costs_a_few_engine_round_trips")),
     Mutation(
-        "prefix_context_not_at_the_last_shared_input", "parrot/core/executor.py",
+        "prefix_context_not_at_the_last_shared_input", "parrot/manager/executor.py",
         "            branch[i - 1] = True\n", "            pass\n",
-        ("tests/core/test_prefix.py::test_only_branch_points_of_the_sharing_get_contexts",)),
+        ("tests/manager/test_prefix.py::test_only_branch_points_of_the_sharing_get_contexts",)),
     Mutation(
         "step_trace_saved_tokens", "parrot/engines/builtin/step_trace.py",
         "            saved += (groups.indptr[g + 1] - groups.indptr[g] - 1) * prefix\n",
@@ -459,24 +459,24 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/test_speed_profile.py::"
          "test_the_paper_rule_gives_the_papers_capacity_on_its_own_hardware",)),
     Mutation(
-        "reported_profile_ignored", "parrot/core/engine_pool.py",
+        "reported_profile_ignored", "parrot/manager/engine_pool.py",
         "    if info.speed_profile is not None:\n",
         "    if False:\n",
-        ("tests/core/test_engine_pool.py::"
+        ("tests/manager/test_engine_pool.py::"
          "test_auto_latency_capacity_follows_the_profile_the_engine_reports",)),
     Mutation(
-        "configured_profile_loses", "parrot/core/engine_pool.py",
+        "configured_profile_loses", "parrot/manager/engine_pool.py",
         "    if configured is not None:\n        return configured, \"configured\"\n",
         "    if configured is not None and info.speed_profile is None:\n"
         "        return configured, \"configured\"\n",
-        ("tests/core/test_engine_pool.py::"
+        ("tests/manager/test_engine_pool.py::"
          "test_a_configured_profile_or_number_wins_and_no_profile_keeps_the_papers",)),
     Mutation(
-        "returning_engine_keeps_old_profile", "parrot/core/engine_pool.py",
+        "returning_engine_keeps_old_profile", "parrot/manager/engine_pool.py",
         "        self.contexts = EngineContexts(engine, spec.name, info.block_size)\n"
         "        self._apply_spec()\n",
         "        self.contexts = EngineContexts(engine, spec.name, info.block_size)\n",
-        ("tests/core/test_engine_pool.py::test_a_returning_engine_is_costed_with_its_new_profile",)),
+        ("tests/manager/test_engine_pool.py::test_a_returning_engine_is_costed_with_its_new_profile",)),
     Mutation(
         "probe_profile_may_fall", "parrot/engines/speed_probe.py",
         "            slowest = max(slowest, ms)\n",
@@ -520,25 +520,25 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/sim/test_workloads.py::"
          "test_mixed_jobs_follow_a_trace_and_chats_a_fixed_interval",)),
     Mutation(
-        "warmup_replays_the_job_trace", "parrot/sim/live_paper.py",
+        "warmup_replays_the_job_trace", "bench/paper/live_runs.py",
         "                                job_offsets=(0.0,) if spec.job_offsets else (),\n",
         "",
-        ("tests/sim/test_live_paper.py::test_warmup_keeps_the_shapes_and_cuts_the_time",)),
+        ("tests/bench/test_live_paper.py::test_warmup_keeps_the_shapes_and_cuts_the_time",)),
     Mutation(
         "simulated_engine_ignores_priority", "parrot/engines/simulated.py",
         "    return req.priority\n", "    return 0\n",
         ("tests/engines/test_simulated.py::"
          "test_a_latency_critical_fill_is_prefilled_before_older_throughput_fills",)),
     Mutation(
-        "builtin_scheduler_ignores_priority", "parrot/engines/builtin/scheduler.py",
+        "builtin_scheduler_ignores_priority", "parrot/engines/builtin/batch_scheduler.py",
         "    return work.priority\n", "    return 0\n",
-        ("tests/engines/builtin/test_scheduler_order.py::"
+        ("tests/engines/builtin/test_batch_scheduler_order.py::"
          "test_a_latency_critical_fill_prefills_before_older_throughput_fills",)),
     Mutation(
-        "placement_criterion_not_sent_as_priority", "parrot/core/engine_pool.py",
+        "placement_criterion_not_sent_as_priority", "parrot/manager/engine_pool.py",
         "        return THROUGHPUT_PRIORITY if throughput else LATENCY_PRIORITY\n",
         "        return LATENCY_PRIORITY\n",
-        ("tests/core/test_scheduler.py::"
+        ("tests/manager/test_scheduler.py::"
          "test_the_engine_priority_of_a_call_is_its_placements_criterion",)),
     Mutation(
         "priority_not_on_the_wire", "parrot/engines/protocol.py",
@@ -546,10 +546,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                   text=data.get(\"text\"))",
         ("tests/engines/test_server_client.py::test_the_priority_of_a_request_crosses_the_wire",)),
     Mutation(
-        "submit_criteria_not_seeded", "parrot/core/manager.py",
+        "submit_criteria_not_seeded", "parrot/manager/manager.py",
         "                self._seed_criterion(session, var, out_spec.criteria)\n",
         "                pass\n",
-        ("tests/core/test_scheduler.py::"
+        ("tests/manager/test_scheduler.py::"
          "test_criteria_given_at_submit_are_deduced_before_the_first_round",)),
     Mutation(
         "frontend_keeps_the_get_to_itself", "parrot/frontend/variable.py",
@@ -557,12 +557,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "",
         ("tests/frontend/test_session.py::test_a_get_begun_before_the_submission_travels_with_it",)),
     Mutation(
-        "queued_prefill_not_costed", "parrot/policies/placement.py",
+        "queued_prefill_not_costed", "parrot/policies/slots.py",
         "                   pending_prefill=view.queued_prefill_tokens,\n", "",
         ("tests/policies/test_app_centric.py::"
          "test_prompt_tokens_queued_on_an_engine_delay_a_call_placed_there",)),
     Mutation(
-        "latency_limit_counts_throughput_load", "parrot/policies/placement.py",
+        "latency_limit_counts_throughput_load", "parrot/policies/slots.py",
         "            return self.latency_limit(own) + self.throughput_load\n",
         "            return self.latency_limit(own)\n",
         ("tests/policies/test_app_centric.py::"
@@ -583,10 +583,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/policies/test_app_centric.py::"
          "test_isolation_holds_while_confining_throughput_work_costs_little",)),
     Mutation(
-        "latency_capacity_defaults_to_the_a100s", "parrot/core/config.py",
+        "latency_capacity_defaults_to_the_a100s", "parrot/serve_config.py",
         "    latency_capacity: int | None = None\n",
         "    latency_capacity: int | None = 6144\n",
-        ("tests/core/test_engine_pool.py::"
+        ("tests/manager/test_engine_pool.py::"
          "test_an_engine_given_no_capacity_is_calibrated_to_its_profile",)),
     Mutation(
         "simulated_engine_reports_no_profile", "parrot/engines/simulated.py",
@@ -594,7 +594,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                          c.num_blocks)\n",
         ("tests/engines/test_simulated.py::"
          "test_info_reports_the_latency_model_as_the_engines_speed_profile",
-         "tests/core/test_engine_pool.py::"
+         "tests/manager/test_engine_pool.py::"
          "test_a_simulated_engine_given_no_profile_is_costed_as_its_model_runs")),
     Mutation(
         "app_clock_counts_the_session_open", "parrot/sim/workloads/base.py",
@@ -603,22 +603,22 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/sim/test_workloads.py::"
          "test_an_applications_clock_starts_once_its_session_is_open",)),
     Mutation(
-        "earlier_clock_unmarked", "parrot/sim/live_cells.py",
+        "earlier_clock_unmarked", "bench/paper/live_cells.py",
         "        if value != \"n/a\" and _earlier_clock(live, r, ref_exp):\n",
         "        if False:\n",
-        ("tests/sim/test_live_cells.py::"
+        ("tests/bench/test_live_cells.py::"
          "test_a_run_on_the_earlier_app_clock_is_marked_on_the_ratios_it_enters",)),
     Mutation(
-        "search_part_clock_ignored", "parrot/sim/live_cells.py",
+        "search_part_clock_ignored", "bench/paper/live_cells.py",
         "    if PART_CLOCK in searched and searched.get(\"reference_rate\"):\n",
         "    if False:\n",
-        ("tests/sim/test_live_cells.py::"
+        ("tests/bench/test_live_cells.py::"
          "test_a_rate_search_part_on_the_earlier_clock_stays_marked_after_a_later_part",)),
     Mutation(
-        "rate_search_max_rate_ignored", "parrot/sim/live_experiments.py",
+        "rate_search_max_rate_ignored", "bench/paper/live_experiments.py",
         " " * 33 + "(\"max_rate\", max_rate), (\"refinements\", refinements))\n",
         " " * 33 + "(\"refinements\", refinements))\n",
-        ("tests/sim/test_live_paper.py::"
+        ("tests/bench/test_live_paper.py::"
          "test_a_shorter_rate_search_changes_only_what_is_given",)),
     Mutation(
         "deferred_open_sent_eagerly", "parrot/frontend/session.py",
@@ -626,23 +626,23 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            if False:\n",
         ("tests/frontend/test_session.py::test_a_deferred_open_travels_with_the_first_batch",)),
     Mutation(
-        "batch_open_before_its_body_parses", "parrot/core/wire.py",
+        "batch_open_before_its_body_parses", "parrot/server/wire_routes.py",
         "            grant = self.admit_session(token)  # who asks, before what they ask is read\n",
         "            grant = self.admit_session(token)  # who asks, before what they ask is read\n"
         "            self._open_session(grant)\n",
-        ("tests/core/test_security.py::"
+        ("tests/server/test_security.py::"
          "test_a_batch_that_opens_its_session_is_let_in_as_a_session_open_is",)),
     Mutation(
-        "batch_open_without_the_tenant_key", "parrot/core/wire.py",
+        "batch_open_without_the_tenant_key", "parrot/server/wire_routes.py",
         "            grant = self.admit_session(token)  # who asks, before what they ask is read\n",
         "            grant = TenantGrant(\"b\", \"\")\n",
-        ("tests/core/test_security.py::"
+        ("tests/server/test_security.py::"
          "test_a_batch_that_opens_its_session_is_let_in_as_a_session_open_is",)),
     Mutation(
-        "batch_open_skips_the_call_limits", "parrot/core/wire.py",
+        "batch_open_skips_the_call_limits", "parrot/server/wire_routes.py",
         "            self.admission.check(None, len(batch.calls))\n",
         "",
-        ("tests/core/test_overload.py::"
+        ("tests/server/test_overload.py::"
          "test_a_batch_that_would_open_a_session_is_held_to_the_same_limits",)),
     Mutation(
         "launch_key_without_alignment", "parrot_kernels/launch.py",

@@ -1,6 +1,6 @@
 """Do the tests catch what they claim? Apply one-line mutations one at a time and expect failure.
 
-Each mutation (scripts/mutations.py, the catalogue) is (file, exact old snippet, new snippet,
+Each mutation (tests/mutations/catalogue.py, the catalogue) is (file, exact old snippet, new snippet,
 the test node ids that must catch it). This script runs them: it copies the repository's files
 (tracked and untracked-but-not-ignored) to a temporary folder once, checks that the named
 tests pass there unmutated, then for each mutation: replaces the snippet (it must occur exactly
@@ -9,9 +9,9 @@ a wall-clock limit, records whether they failed, and restores the file. It print
 exits non-zero if any mutation survived, any snippet no longer matches (re-anchor it after a
 refactor), or a baseline run failed.
 
-    python scripts/mutation_check.py                 # all mutations
-    python scripts/mutation_check.py --only builtin_lru_victim scheduler_fifo
-    python scripts/mutation_check.py --list
+    python tests/mutations/check.py                 # all mutations
+    python tests/mutations/check.py --only builtin_lru_victim scheduler_fifo
+    python tests/mutations/check.py --list
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mutations import MUTATIONS, Mutation  # scripts/ is on sys.path: the catalogue beside it
+from catalogue import MUTATIONS, Mutation  # this folder is on sys.path: the catalogue beside it
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)

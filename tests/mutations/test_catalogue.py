@@ -1,4 +1,4 @@
-"""The mutation catalogue (scripts/mutations.py) stays anchored: a refactor that changes a
+"""The mutation catalogue (tests/mutations/catalogue.py) stays anchored: a refactor that changes a
 mutated line or renames a catching test leaves a mutation that checks nothing, and the
 mutation run (minutes, not part of CI) would be the first to say so."""
 
@@ -8,14 +8,14 @@ import importlib.util
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _catalogue():
-    spec = importlib.util.spec_from_file_location("mutations", ROOT / "scripts/mutations.py")
+    spec = importlib.util.spec_from_file_location("catalogue", ROOT / "tests/mutations/catalogue.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("mutations", module)   # its dataclasses look their module up
+    sys.modules.setdefault("catalogue", module)   # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module.MUTATIONS
 

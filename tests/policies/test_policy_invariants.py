@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from parrot.policies import builtin_policies
 from parrot.policies.app_centric import AppCentricParams, AppCentricPolicy, can_isolate
-from parrot.policies.placement import Slot
+from parrot.policies.slots import Slot
 from parrot.types import Criterion
 from policy_factories import make_call, make_engine
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parrot.policies.placement import Demand, Slot
+from parrot.policies.slots import Demand, Slot
 from policy_factories import LAT, THR, make_call, make_engine
 
 PREFIXES = ("p1", "p2", "p3")

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-from parrot.core.config import ServeConfig
-from parrot.core.server import ParrotServer
+from parrot.serve_config import ServeConfig
+from parrot.server.service import ParrotServer
 
 SIM_ENGINE = {"name": "sim-0", "kind": "simulated", "in_process": True,
               "params": {"zero_latency": True}}

@@ -1,6 +1,6 @@
 """Bad input at the front door: every one is a JSON 4xx (never a 500), and the service goes on.
 
-Each case is a reproduction from issue 9 that answered 500, text/plain or the wrong status.
+Each case is a reproduction of a request that answered 500, text/plain or the wrong status.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.core.front_door import (bearer, call, config, new_session, one_call, raw_exchange,
+from tests.server.front_door import (bearer, call, config, new_session, one_call, raw_exchange,
                                    running, split_response)
 
 

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parrot.core.server import ParrotServer
-from tests.core.front_door import config, raw_exchange, split_response
+from parrot.server.service import ParrotServer
+from tests.server.front_door import config, raw_exchange, split_response
 
 # Hypothesis draws EXAMPLES batches of BATCH requests (its draws cost ~0.5 ms each here, too slow
 # for 10,000 fully drawn requests on 2 cores); each drawn request is sent as is and as

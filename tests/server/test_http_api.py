@@ -7,8 +7,8 @@ import contextlib
 import aiohttp
 import pytest
 
-from parrot.core.config import ServeConfig
-from parrot.core.server import ParrotServer
+from parrot.serve_config import ServeConfig
+from parrot.server.service import ParrotServer
 
 CONFIG = {
     "manager": {"max_body_bytes": 64 * 1024},

@@ -8,8 +8,8 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from parrot.core.config import ServeConfig
-from parrot.core.server import ParrotServer
+from parrot.serve_config import ServeConfig
+from parrot.server.service import ParrotServer
 from parrot.engines.launcher import relay_line
 
 SIM = {"kind": "simulated", "in_process": True, "params": {"zero_latency": True}}
@@ -137,7 +137,7 @@ def test_engine_work_counters_are_exported_in_seconds_and_tokens():
 
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from parrot.core.metrics import ManagerCollector
+    from parrot.server.metrics import ManagerCollector
     from parrot.engines.protocol import EngineStats
 
     collector = ManagerCollector(SimpleNamespace(engines=[]))

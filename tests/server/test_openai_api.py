@@ -48,7 +48,7 @@ def test_completion_with_n_seed_and_usage(client):
     assert all(len(c.text) == 20 and c.finish_reason == "length" for c in reply.choices)
     assert len({c.text for c in reply.choices}) == 3
     # (the simulated engine's filler depends on the context id too, so a seed does not repeat
-    # across requests there; tests/core/test_openai_smollm2.py checks that on a real model)
+    # across requests there; tests/server/test_openai_smollm2.py checks that on a real model)
     assert reply.usage.completion_tokens == 15
     assert reply.usage.prompt_tokens == 5  # 19 characters at 4 per simulated token
     assert reply.usage.total_tokens == 20

@@ -10,13 +10,13 @@ import aiohttp
 import jsonschema
 import pytest
 
-from parrot.core.config import ServeConfig
-from parrot.core.metrics import _template
+from parrot.serve_config import ServeConfig
+from parrot.server.metrics import _template
 import parrot.wire_types as wt
-from parrot.core.openapi import OPERATIONS, build_document
-from parrot.core.schema import SchemaBuilder
-from parrot.core.server import ParrotServer
-from parrot.core.wire import WireAPI
+from parrot.server.openapi import OPERATIONS, build_document
+from parrot.server.schema import SchemaBuilder
+from parrot.server.service import ParrotServer
+from parrot.server.wire_routes import WireAPI
 
 CONFIG = {"policy": {"name": "least_queue"}, "manager": {"admin_token": "admin-secret-of-16-chars"},
           "engines": [{"name": "sim-0", "kind": "simulated", "in_process": True,

@@ -8,7 +8,7 @@ import gc
 import json
 import weakref
 
-from tests.core.front_door import (SLOW_ENGINE, call, config, new_session, one_call,
+from tests.server.front_door import (SLOW_ENGINE, call, config, new_session, one_call,
                                    raw_exchange, running, split_response)
 
 LONG = {"max_tokens": 2000}   # ~44 s on the simulated engine's default latency

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import parrot
-from parrot.core.prefix import prefix_pieces
+from parrot.manager.prefix import prefix_pieces
 from parrot.template import parse_template
-from tests.core.front_door import bearer, call, config, new_session, one_call, running
+from tests.server.front_door import bearer, call, config, new_session, one_call, running
 
 KEY_A, KEY_B, KEY_C = "tenant-a-key-0123456789", "tenant-b-key-0123456789", "tenant-c-key-012345678"
 TENANTS = [{"name": "a", "api_key": KEY_A}, {"name": "b", "api_key": KEY_B},
@@ -150,14 +150,14 @@ async def test_frontend_opens_sessions_with_a_tenant_key():
 async def test_openai_routes_need_a_tenant_key_and_salt_prefixes_by_tenant():
     """With tenants configured, the OpenAI routes are a front door like POST /v1/sessions: no
     key, no completion; a key puts the private session in its tenant (salted prefixes)."""
-    from parrot.core.config import EngineSpec, TenantSpec
-    from parrot.core.openai_api import OpenAIRoutes
-    from parrot.core.tenants import AccessControl
-    from parrot.core.wire import WireAPI
+    from parrot.serve_config import EngineSpec, TenantSpec
+    from parrot.server.openai_api import OpenAIRoutes
+    from parrot.server.tenants import AccessControl
+    from parrot.server.wire_routes import WireAPI
     from aiohttp.test_utils import TestClient, TestServer
-    from parrot.core.http_api import create_app
-    from parrot.core.manager import Manager
-    from parrot.core.config import ManagerConfig
+    from parrot.server.http_api import create_app
+    from parrot.manager.manager import Manager
+    from parrot.serve_config import ManagerConfig
     from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig
     from parrot.policies.registry import default_registry
 

@@ -9,7 +9,7 @@ import pytest
 from parrot.sim.cluster import ClusterConfigError, ClusterSpec, run_simulation
 from parrot.sim.compare import (CompareError, Settings, Variant, parse_variants, results_json,
                                 run_variant)
-from parrot.sim.metrics import percentile
+from parrot.sim.summary import percentile
 from parrot.sim.network import NetworkDelay
 from parrot.sim.workloads.apps import chain_summary, documents, map_reduce
 from parrot.sim.workloads.spec import WorkloadConfigError, WorkloadSpec

@@ -3,7 +3,7 @@ dispatch time (failed upstream, or still queued when the application failed)."""
 
 from __future__ import annotations
 
-from parrot.sim.metrics import summarize
+from parrot.sim.summary import summarize
 from parrot.sim.workloads.base import AppRecord, CallRecord
 
 

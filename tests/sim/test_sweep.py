@@ -7,8 +7,8 @@ import json
 import pytest
 
 from parrot.cli.bench import main
-from parrot.sim.paper import EXPERIMENTS, Experiment, Ratio
-from parrot.sim.paper_report import BEGIN, END, ratio_values, splice_page, write_report
+from bench.paper.experiments import EXPERIMENTS, Experiment, Ratio
+from bench.paper.report import BEGIN, END, ratio_values, splice_page, write_report
 from parrot.sim.sweep import RateSearch, Sweep, meets_target, sustainable_rate
 from parrot.sim.workloads.spec import WorkloadConfigError, WorkloadSpec
 
@@ -115,7 +115,7 @@ def test_every_paper_experiment_names_registered_variants():
 
 
 def test_run_paper_writes_the_table_and_splices_the_page(tmp_path):
-    from parrot.sim.paper import run_paper
+    from bench.paper.experiments import run_paper
 
     tiny = ("--doc-tokens", "1024", "--chunk-tokens", "512", "--output-tokens", "4")
     experiments = (
@@ -159,11 +159,11 @@ def test_rate_search_doubles_then_bisects_and_checks_what_it_is_told():
 
 
 def test_the_calibrated_paper_table_runs_both_caps_calibrated(tmp_path):
-    """--paper-calibrate: app_centric's latency capacity and the latency-centric baseline's
+    """bench.paper.reproduce --calibrate: app_centric's latency capacity and the latency-centric baseline's
     cap calibrated to the profile on every run, said in each command (the throughput
     capacity is the profile's share of KV by default); the live column (measured with the
     paper's caps) is left out."""
-    from parrot.sim.paper import calibration_args, run_paper
+    from bench.paper.experiments import calibration_args, run_paper
 
     assert calibration_args("h200_llama7b") == (
         "--latency-capacity", "20480", "--policy-param", "latency_centric.token_capacity=13312")

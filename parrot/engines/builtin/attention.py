@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 # The SDPA backends prefill may use on CUDA: all but cuDNN. torch 2.11 sends causal attention
 # (is_causal, and the lower-right bias over a fresh chunk) to cuDNN on an H200, which builds an
 # execution plan for every new sequence length: 65 ms on a shape's first call against 0.2 ms
-# for flash (`scripts/bench_prefill_attention.py`, docs/results/prefill_attention_h200.md).
+# for flash (`bench/bench_prefill_attention.py`, docs/results/prefill_attention_h200.md).
 # A serving engine meets a new chunk length on almost every request (64 Fills of 700-1,400
 # tokens ran at 40% of the fixed-length prefill rate), a fixed-length benchmark never does.
 PREFILL_SDPA_BACKENDS = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,

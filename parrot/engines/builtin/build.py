@@ -29,7 +29,7 @@ from parrot.engines.builtin.loader import (LoadedModel, load_model, resolve_devi
 from parrot.engines.builtin.model import LlamaModel
 from parrot.engines.builtin.prefill_graphs import PrefillGraphs
 from parrot.engines.builtin.runner import ModelRunner
-from parrot.engines.builtin.scheduler import BatchScheduler
+from parrot.engines.builtin.batch_scheduler import BatchScheduler
 from parrot.engines.builtin.shapes import ModelShape
 from parrot.engines.builtin.step_trace import StepTrace
 from parrot.engines.builtin.startup_probe import StartupProbe

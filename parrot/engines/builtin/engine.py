@@ -39,7 +39,7 @@ from parrot.engines.builtin.context import Context, Work, WorkKind
 from parrot.engines.builtin.host_pauses import PauseMonitor, pause_monitor
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.sampler import make_generator
-from parrot.engines.builtin.scheduler import Batch, BatchScheduler
+from parrot.engines.builtin.batch_scheduler import Batch, BatchScheduler
 from parrot.engines.builtin.step_accounting import StepCounters, StepRun, StepWatch
 from parrot.engines.builtin.startup_probe import StartupProbe
 from parrot.engines.builtin.step_trace import StepRecord, StepTrace

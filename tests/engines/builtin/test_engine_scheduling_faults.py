@@ -11,17 +11,17 @@ import pytest
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 
-from parrot.core.config import EngineSpec, ManagerConfig
-from parrot.core.manager import Manager
+from parrot.serve_config import EngineSpec, ManagerConfig
+from parrot.manager.manager import Manager
 from parrot.engines.builtin.engine import RETRY_MAX_S, RETRY_MIN_S
-from parrot.engines.builtin.scheduler import Batch, BatchScheduler
+from parrot.engines.builtin.batch_scheduler import Batch, BatchScheduler
 from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.engines.server import create_app
 from parrot.errors import EngineUnavailableError
 from parrot.policies.base import CallView, EngineView, Placement, Policy
 from parrot.sampling import SamplingParams
 from parrot.types import Criterion
-from tests.core.conftest import out, submit
+from tests.manager.conftest import out, submit
 
 # A spinning loop never yields: this test would hang, and the timeout makes that a failure.
 pytestmark = pytest.mark.timeout(20)

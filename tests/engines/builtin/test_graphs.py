@@ -1,6 +1,6 @@
 """CUDA-graph decode: buckets, static-buffer filling and padding, and the graph path end to end
 on the CPU with `capture=False` (same buffers, padding and kernel plans; no capture). The
-capture itself needs a GPU (scripts/bench_engine*.py compare graphs and eager there)."""
+capture itself needs a GPU (bench/bench_engine*.py compare graphs and eager there)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Prefill graphs (prefill_graphs.py): token buckets, padding of the fixed inputs, and the
 piecewise step (layers between eager attention calls) against the eager forward pass, on the
 CPU with `capture=False` (the same pieces and buffers, no capture; the fused ops run under
-the Triton interpreter). The capture itself needs a GPU (scripts/bench_engine.py
+the Triton interpreter). The capture itself needs a GPU (bench/bench_engine.py
 --suite-fill measures it there)."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 
 from parrot.engines.builtin.cascade import GroupedRows
 from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
-from parrot.engines.builtin.scheduler import Batch, ScheduledChunk
+from parrot.engines.builtin.batch_scheduler import Batch, ScheduledChunk
 from parrot.engines.builtin.step_trace import read_trace, step_shape
 from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.sampling import SamplingParams
