@@ -1,6 +1,7 @@
-"""The paper's results table from the runs of `parrot.sim.paper`: OUT/table.md (markdown),
-OUT/paper.json (every ratio with its numbers), and the table spliced into the results page
-between `<!-- paper-table:begin -->` and `<!-- paper-table:end -->`."""
+"""The paper's results table from the runs of `bench.paper.experiments`: OUT/table.md (markdown,
+its plot links relative to OUT), OUT/paper.json (every ratio with its numbers), and the table
+spliced into the results page between `<!-- paper-table:begin -->` and
+`<!-- paper-table:end -->` (its plot links relative to docs/, where the page is)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
-from parrot.sim.live_cells import live_cell, load_live_dirs
+from bench.paper import live_results
+from bench.paper.live_cells import live_cell
 from parrot.sim.sweep import point_figures
 
 BEGIN, END = "<!-- paper-table:begin -->", "<!-- paper-table:end -->"
@@ -67,9 +69,18 @@ def _cell(kind: str, data: Any, rows: list[dict[str, Any]]) -> str:
     return f"{field} " + " · ".join(f"{r['at']}: {x(r['value'])}" for r in rows)
 
 
+PLOTS = {"sweep": "sweep.png", "rates": "rates.png", "results": "latency_cdf.png"}
+
+
 def _plot(run_dir: Path, kind: str) -> str | None:
-    name = {"sweep": "sweep.png", "rates": "rates.png", "results": "latency_cdf.png"}[kind]
+    name = PLOTS[kind]
     return name if (run_dir / name).is_file() else None
+
+
+def cited_plot(run_dir: Path) -> str | None:
+    """The plot the table links for one experiment's run (None: no run or no plot)."""
+    loaded = _load(run_dir)
+    return _plot(run_dir, loaded[0]) if loaded else None
 
 
 def write_report(out: Path, experiments: Sequence[Any], seconds: dict[str, float],
@@ -77,18 +88,19 @@ def write_report(out: Path, experiments: Sequence[Any], seconds: dict[str, float
     """calibrate: the runs had their caps calibrated (paper.experiment_calibration),
     which the commands say; the live column is then left out (the live runs used the
     paper's caps)."""
-    from parrot.sim.paper import PROFILE, experiment_calibration
+    from bench.paper.experiments import PROFILE, experiment_calibration
 
     def extra(e: Any) -> tuple[str, ...]:
         return experiment_calibration(e, profile or PROFILE) if calibrate else ()
 
     lines = ["| experiment | paper | ours, simulated (one run per ratio) | ours, live | "
              "plot | command |", "|---|---|---|---|---|---|"]
+    own_lines = list(lines)
     summary: dict[str, Any] = {"wall_s": wall_s, "experiments": {}}
     command = (lambda e: e.command(extra=extra(e))) if profile is None else (  # noqa: E731
         lambda e: e.command(str(out), profile, extra(e)))
-    # The live column: the committed live results beside the simulated ones (docs/results/).
-    live = load_live_dirs(out.parent) if not calibrate else None
+    # The live column: the published live results beside the simulated ones (docs/results/).
+    live = live_results.load(out.parent / "live") if not calibrate else None
     for e in experiments:
         run_dir = out / e.key
         loaded = _load(run_dir)
@@ -103,16 +115,18 @@ def write_report(out: Path, experiments: Sequence[Any], seconds: dict[str, float
                            "metric": ratio.metric, "values": rows})
             cells.append(f"{ratio.name}: {_cell(kind, data, rows)}")
         plot = _plot(run_dir, loaded[0]) if loaded else None
-        rel = os.path.relpath(run_dir, "docs")  # links are relative to the page in docs/
-        plot_cell = f"[{plot}]({rel}/{plot})" if plot else "-"
-        lines.append(f"| {e.title} | {e.paper} | {'<br>'.join(cells)} | "
-                     f"{live_cell(live, e.key) if not calibrate else 'see the main table'} | "
-                     f"{plot_cell} | `{command(e)}` |")
+        # The page (docs/RESULTS.md) links from docs/; OUT/table.md from its own folder.
+        plot_cells = [f"[{plot}]({base}/{plot})" if plot else "-"
+                      for base in (os.path.relpath(run_dir, "docs"), e.key)]
+        head = (f"| {e.title} | {e.paper} | {'<br>'.join(cells)} | "
+                f"{live_cell(live, e.key) if not calibrate else 'see the main table'} | ")
+        lines.append(f"{head}{plot_cells[0]} | `{command(e)}` |")
+        own_lines.append(f"{head}{plot_cells[1]} | `{command(e)}` |")
         summary["experiments"][e.key] = {"title": e.title, "paper": e.paper,
                                          "command": command(e), "ratios": record,
                                          "seconds": seconds.get(e.key)}
     table = "\n".join(lines) + "\n"
-    (out / "table.md").write_text(table)
+    (out / "table.md").write_text("\n".join(own_lines) + "\n")
     (out / "paper.json").write_text(json.dumps(summary, indent=2) + "\n")
     return table
 
@@ -130,7 +144,7 @@ def refresh_page(out: Path, page: Path, profile: str | None = None) -> str:
     """Rewrite OUT/table.md and OUT/paper.json from the runs already under `out` (no run),
     with the live column from the committed live results, and splice the table into `page`:
     after a live run is committed, the page shows it without regenerating the simulation."""
-    from parrot.sim.paper import EXPERIMENTS, PROFILE
+    from bench.paper.experiments import EXPERIMENTS, PROFILE
 
     run = json.loads((out / "run.json").read_text())
     seconds = {k: v["seconds"] for k, v in run["runs"].items()}

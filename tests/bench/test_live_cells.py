@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 
-from parrot.sim.live_cells import (EARLIER_CLOCK_MARK, LIVE_DIRS, live_cell, load_live,
-                                   load_live_dirs)
+import pytest
+
+from bench.paper.live_cells import EARLIER_CLOCK_MARK, live_cell
+from bench.paper.live_results import load, load_run, publish
 from parrot.sim.workloads.base import APP_CLOCK
-from parrot.sim.paper import EXPERIMENTS
-from parrot.sim.paper_report import BEGIN, END, refresh_page, write_report
+from bench.paper.experiments import EXPERIMENTS
+from bench.paper.report import BEGIN, END, refresh_page, write_report
 
 
 def _run(mean: float, per_token: float | None = None, chat: float | None = None) -> dict:
@@ -57,13 +59,13 @@ def test_a_sweeps_points_run_live_one_at_a_time_fill_its_row():
 
 
 def test_no_results_or_a_smoke_run_leave_the_column_pending(tmp_path):
-    assert live_cell(load_live(tmp_path / "missing.json"), "map_reduce_apps") == "pending"
+    assert live_cell(load_run(tmp_path / "missing.json"), "map_reduce_apps") == "pending"
     smoke = tmp_path / "results.json"
     smoke.write_text(json.dumps({"smoke": True, "experiments": LIVE}))
-    assert load_live(smoke) is None
+    assert load_run(smoke) is None
     real = tmp_path / "real.json"
     real.write_text(json.dumps({"smoke": False, "experiments": LIVE}))
-    assert load_live(real) == LIVE
+    assert load_run(real) == LIVE
 
 
 TWO_ENGINES = {
@@ -111,18 +113,26 @@ def test_a_live_rate_search_adds_the_papers_rate_ratios_higher_is_better():
         live_cell(searched, "gpts_rate").split("<br>")[2]
 
 
-def _write(folder, experiments, smoke=False):
+def _write(results, run_id, experiments, smoke=False):
+    """A live run's folder (as bench/paper/live.py writes it), published into results/live."""
+    folder = results.parent / "runs" / results.name / run_id
     folder.mkdir(parents=True)
     (folder / "results.json").write_text(json.dumps({"smoke": smoke,
                                                       "experiments": experiments}))
+    (folder / "log.txt").write_text(f"Machine: test\nCommand: live.py {run_id}\n\nbody\n")
+    publish(folder, results / "live", run_id)
+
+
+def load_live_dirs(results):
+    return load(results / "live")
 
 
 def test_both_live_folders_fill_the_table(tmp_path):
     results = tmp_path / "results"
     assert load_live_dirs(results) is None
-    _write(results / LIVE_DIRS[1], TWO_ENGINES)
+    _write(results, "run1", TWO_ENGINES)
     assert set(load_live_dirs(results)) == {"gpts", "mixed"}
-    _write(results / LIVE_DIRS[0], LIVE)
+    _write(results, "run0", LIVE)
     merged = load_live_dirs(results)
     assert set(merged) == set(LIVE) | set(TWO_ENGINES)
     out = results / "paper"
@@ -147,7 +157,7 @@ def test_refresh_page_rewrites_the_table_from_committed_runs(tmp_path):
     page.write_text(f"top\n{BEGIN}\nold\n{END}\nend\n")
     refresh_page(out, page)
     assert "| pending |" in page.read_text() and "old" not in page.read_text()
-    _write(results / LIVE_DIRS[1], TWO_ENGINES)
+    _write(results, "run1", TWO_ENGINES)
     table = refresh_page(out, page)
     assert "chat normalized latency vs latency-centric: 1.50×" in page.read_text()
     assert table in page.read_text() and page.read_text().endswith(f"{END}\nend\n")
@@ -188,8 +198,8 @@ def test_a_rate_search_run_in_parts_keeps_each_variants_own_ratio(tmp_path):
     second = _search("least_queue:baseline", {"least_queue:parrot": 54.0,
                                               "least_queue:baseline": 9.0})
     second["variants"]["app_centric:parrot"] = {"skipped": "time budget"}
-    _write(results / LIVE_DIRS[0], {"gpts_rate": first})
-    _write(results / LIVE_DIRS[1], {"gpts_rate": second})
+    _write(results, "run0", {"gpts_rate": first})
+    _write(results, "run1", {"gpts_rate": second})
     merged = load_live_dirs(results)
     assert merged is not None
     variants = merged["gpts_rate"]["variants"]
@@ -199,16 +209,16 @@ def test_a_rate_search_run_in_parts_keeps_each_variants_own_ratio(tmp_path):
     assert cell[0].endswith("app_centric vs no sharing: 8.00× (80.0 vs 10.00 req/s)")
     assert cell[1] == "sharing, least-queue placement vs no sharing: 6.00× (54.0 vs 9.00 req/s)"
     # any other experiment: the later folder's run replaces the earlier one's whole
-    _write(results / LIVE_DIRS[2], {"map_reduce": LIVE["map_reduce"]})
-    _write(results / LIVE_DIRS[3], {"map_reduce": {"app_clock": APP_CLOCK,
+    _write(results, "run2", {"map_reduce": LIVE["map_reduce"]})
+    _write(results, "run3", {"map_reduce": {"app_clock": APP_CLOCK,
                                                    "reference": "latency_centric:baseline",
                                                    "variants": {}}})
     assert load_live_dirs(results)["map_reduce"]["variants"] == {}
 
 
 def test_every_live_ratio_names_a_runnable_experiment_and_a_paper_row():
-    from parrot.sim.live_cells import LIVE_RATIOS
-    from parrot.sim.live_experiments import EXTRA_EXPERIMENTS, LIVE_EXPERIMENTS
+    from bench.paper.live_cells import LIVE_RATIOS
+    from bench.paper.live_experiments import EXTRA_EXPERIMENTS, LIVE_EXPERIMENTS
     runnable = {e.key for e in (*LIVE_EXPERIMENTS, *EXTRA_EXPERIMENTS)}
     named = {e.key for e in EXTRA_EXPERIMENTS}
     rows = {e.key for e in EXPERIMENTS}
@@ -253,8 +263,8 @@ def test_a_rate_search_part_on_the_earlier_clock_stays_marked_after_a_later_part
                                              "least_queue:baseline": 10.0})
     for order, parts in (("earlier first", (earlier, later)), ("later first", (later, earlier))):
         results = tmp_path / order
-        for folder, part in zip(LIVE_DIRS, parts):
-            _write(results / folder, {"gpts_rate": part})
+        for run_id, part in zip(("run0", "run1"), parts):
+            _write(results, run_id, {"gpts_rate": part})
         merged = load_live_dirs(results)
         assert merged is not None
         assert cell_of(merged, "gpts_rate", "2 engines on 1 H200, sustainable rate").endswith(
@@ -262,3 +272,64 @@ def test_a_rate_search_part_on_the_earlier_clock_stays_marked_after_a_later_part
         assert cell_of(merged, "gpts_rate", "sharing, least-queue") == (
             "sharing, least-queue placement vs no sharing: 6.00× (54.0 vs 9.00 req/s)"
             f"{EARLIER_CLOCK_MARK}"), order
+
+
+def test_publishing_records_which_run_backs_each_experiment(tmp_path):
+    results = tmp_path / "results"
+    _write(results, "first", {"map_reduce": LIVE["map_reduce"],
+                              "gpts_rate": _search("least_queue:baseline",
+                                                   {"app_centric:parrot": 80.0,
+                                                    "least_queue:baseline": 10.0})})
+    _write(results, "second", {"map_reduce": LIVE["map_reduce"],
+                               "gpts_rate": _search("least_queue:baseline",
+                                                    {"least_queue:parrot": 54.0,
+                                                     "least_queue:baseline": 9.0})})
+    manifest = json.loads((results / "live" / "manifest.json").read_text())
+    assert manifest["experiments"] == {"map_reduce": {"run": "second", "parts": ["second"]},
+                                       "gpts_rate": {"run": "second",
+                                                     "parts": ["first", "second"]}}
+    assert manifest["runs"] == {"first": ["Machine: test", "Command: live.py first"],
+                                "second": ["Machine: test", "Command: live.py second"]}
+    # a run no cell cites any more leaves the manifest
+    _write(results, "third", {"gpts_rate": {**LIVE["map_reduce"]}})
+    manifest = json.loads((results / "live" / "manifest.json").read_text())
+    assert set(manifest["runs"]) == {"second", "third"}
+    assert sorted(p.name for p in (results / "live").iterdir()) == [
+        "gpts_rate", "manifest.json", "map_reduce"]
+    # a smoke run publishes nothing
+    folder = tmp_path / "smoke"
+    folder.mkdir()
+    (folder / "results.json").write_text(json.dumps({"smoke": True, "experiments": LIVE}))
+    with pytest.raises(ValueError, match="smoke"):
+        publish(folder, results / "live", "smoke")
+
+
+def test_a_published_experiment_keeps_summaries_and_counts_app_records(tmp_path):
+    results = tmp_path / "results"
+    run = {"app_clock": APP_CLOCK, "reference": "least_queue:baseline",
+           "variants": {"app_centric:parrot": {
+               **_run(2.0), "apps": [{"e2e": 1.0}, {"e2e": 3.0}],
+               "background": {"apps": [{"e2e": 5.0}], "normalized_latency_s_per_token":
+                              {"mean": 0.5}}}}}
+    _write(results, "run0", {"chain_summary": run})
+    published = load(results / "live")["chain_summary"]["variants"]["app_centric:parrot"]
+    assert "apps" not in published and published["num_app_records"] == 2
+    assert published["background"] == {"normalized_latency_s_per_token": {"mean": 0.5},
+                                        "num_app_records": 1}
+    assert published["e2e_latency_s"] == _run(2.0)["e2e_latency_s"]
+
+
+def test_the_tables_plot_links_resolve_from_where_each_table_is(tmp_path, monkeypatch):
+    """OUT/table.md links its plots from OUT; the table for the page links them from docs/."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "docs" / "results" / "paper"
+    run = out / "mixed"
+    run.mkdir(parents=True)
+    (run / "results.json").write_text(json.dumps({"variants": {}}))
+    (run / "latency_cdf.png").write_bytes(b"png")
+    page_table = write_report(out, EXPERIMENTS, {}, 1.0)
+    own_table = (out / "table.md").read_text()
+    for table, base in ((page_table, tmp_path / "docs"), (own_table, out)):
+        links = [line.split("](")[1].split(")")[0] for line in table.splitlines()
+                 if "latency_cdf.png](" in line]
+        assert links and all((base / link).is_file() for link in links), (links, base)
