@@ -5,7 +5,7 @@ At these batch sizes a decode step is a weight read: the floor is bytes(W) / mem
 bandwidth. Two kernels: ``GemvTuning`` tiles the elementwise one (1-4 rows, the engine runs it
 at one row), ``DotTuning`` the tensor-core one (2-64 rows); the tuning given picks the kernel,
 and without one T = 1 takes the elementwise kernel, more rows the tensor-core one.
-``scripts/bench_gemv.py`` measures both against cuBLAS (``F.linear``) on the model's shapes
+``bench/bench_gemv.py`` measures both against cuBLAS (``F.linear``) on the model's shapes
 and reports which reads the weights faster. On CPU tensors without ``TRITON_INTERPRET=1`` it
 is ``F.linear``.
 """
@@ -37,7 +37,7 @@ class GemvTuning:
     num_stages: int = 1
 
 
-# Best tiles at one row on an H200 (bf16), from `scripts/bench_gemv.py`
+# Best tiles at one row on an H200 (bf16), from `bench/bench_gemv.py`
 # (docs/results/gemv_h200.md): (N, K) -> tile. At one row each beats cuBLAS by 5-17%; at two
 # or more rows cuBLAS wins on all shapes but one, so the engine uses this kernel at T = 1 only.
 # Shapes not listed take the default tile (the best single tile over the five shapes).
@@ -61,7 +61,7 @@ class DotTuning:
     num_stages: int = 4
 
 
-# The tensor-core kernel's best tiles on an H200 (bf16), from `scripts/bench_gemv.py --kernel
+# The tensor-core kernel's best tiles on an H200 (bf16), from `bench/bench_gemv.py --kernel
 # dot` (docs/results/gemv_dot_h200.md): (N, K, padded rows) -> tile. At 2-16 rows it beats
 # cuBLAS on every LLaMA-7B shape (0.89-0.95x the time); at 17-64 rows only on the shapes listed
 # (o_proj and down at 64 rows, down at 32, are cuBLAS's: `kernel_wins`).

@@ -50,6 +50,7 @@ def test_the_engine_layer_accepts_the_same_kinds():
 
 def test_engines_do_not_import_the_manager_server_or_policies():
     code = ("import sys, parrot.engines.factory, parrot.engines.launcher, parrot.cli.engine; "
-            "bad = sorted(m for m in sys.modules if m.startswith(('parrot.manager', 'parrot.server', "
+            "bad = sorted(m for m in sys.modules if m.startswith(("
+            "'parrot.manager', 'parrot.server', "
             "'parrot.policies'))); assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -135,7 +135,8 @@ def test_the_checker_sees_a_planted_upward_import(tmp_path):
     source = tmp_path / "parrot" / "manager" / "planted.py"
     source.parent.mkdir(parents=True)
     source.write_text("from typing import TYPE_CHECKING\nfrom parrot.server import service\n"
-                      "from . import dag\nif TYPE_CHECKING:\n    from parrot.manager import nodes\n")
+                      "from . import dag\n"
+                      "if TYPE_CHECKING:\n    from parrot.manager import nodes\n")
     known = {"parrot.server.service": source, "parrot.server": source,
              "parrot.manager.dag": source, "parrot.manager": source,
              "parrot.manager.nodes": source}

@@ -1,10 +1,10 @@
 """The wire API's requests and replies: one vocabulary for the frontend and the manager.
 
 The frontend builds these and parses the manager's replies into them; the manager
-(`parrot/server/wire_routes.py`) parses each request once and answers with one of them; `/openapi.json`
-is generated from the same classes. The JSON form of each is its fields (`codec.py`); value
-rules are in `__post_init__`, so a bad message fails where it is built, on either side of the
-wire. Field names and shapes are those of docs/HTTP_API.md.
+(`parrot/server/wire_routes.py`) parses each request once and answers with one of them;
+`/openapi.json` is generated from the same classes. The JSON form of each is its fields
+(`codec.py`); value rules are in `__post_init__`, so a bad message fails where it is built, on
+either side of the wire. Field names and shapes are those of docs/HTTP_API.md.
 
 * `calls.py`: submit (placeholders, per-output sampling, chat, stream), submit_batch with refs.
 * `service.py`: errors, sessions, health, variables, get, engines, stats, the session graph.

@@ -581,7 +581,8 @@ async def users_sharing_a_system_prompt(env, spec):  # a workload: (Env, Workloa
 
 @pytest.mark.parametrize("variant", ["least_queue:baseline", "app_centric:parrot"])
 def test_no_deadlock_under_overload_on_a_cluster(variant: str) -> None:
-    """A reproduction: `least_queue:baseline` on one engine with concurrent users sharing a 3,500-token
+    """A reproduction: `least_queue:baseline` on one engine with concurrent users sharing a
+    3,500-token
     system prompt waited forever (each get timed out after 604,800 simulated seconds): 24
     prompts of ~3,560 tokens do not fit the a100 profile's 3,500 blocks at once."""
     from parrot.sim.cluster import ClusterSpec, run_simulation

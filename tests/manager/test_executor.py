@@ -24,7 +24,8 @@ def tiny_boundaries_request(session_id: str) -> SubmitRequest:
 
 
 def test_thousands_of_one_character_boundaries_submitted_twice_do_not_wedge_the_engine():
-    """A reproduction: every boundary of the second submission became a cached context (3,499 of them,
+    """A reproduction: every boundary of the second submission became a cached context
+    (3,499 of them,
     0 free blocks) and the call waited forever; deleting the session did not recover it."""
     async def main() -> None:
         manager = Manager(LeastQueuePolicy())

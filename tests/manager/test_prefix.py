@@ -42,7 +42,8 @@ def test_a_short_piece_after_a_context_is_merged_forward_even_when_shared():
 
 
 def test_thousands_of_tiny_boundaries_make_few_contexts():
-    """A reproduction: a prompt with 5,000 one-character inputs made a context at every boundary once
+    """A reproduction: a prompt with 5,000 one-character inputs made a context at every
+    boundary once
     it recurred (thousands of contexts, a wedged engine)."""
     n = 5_000
     template = parse_template("".join(f"{{{{input:x{i}}}}}" for i in range(n)) + "{{output:o}}")

@@ -1,6 +1,6 @@
 """Do the tests catch what they claim? Apply one-line mutations one at a time and expect failure.
 
-Each mutation (tests/mutations/catalogue.py, the catalogue) is (file, exact old snippet, new snippet,
+Each mutation (tests/mutations/catalogue.py) is (file, exact old snippet, new snippet,
 the test node ids that must catch it). This script runs them: it copies the repository's files
 (tracked and untracked-but-not-ignored) to a temporary folder once, checks that the named
 tests pass there unmutated, then for each mutation: replaces the snippet (it must occur exactly

@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _catalogue():
-    spec = importlib.util.spec_from_file_location("catalogue", ROOT / "tests/mutations/catalogue.py")
+    spec = importlib.util.spec_from_file_location("catalogue",
+                                                  ROOT / "tests/mutations/catalogue.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("catalogue", module)   # its dataclasses look their module up

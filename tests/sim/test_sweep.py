@@ -159,7 +159,8 @@ def test_rate_search_doubles_then_bisects_and_checks_what_it_is_told():
 
 
 def test_the_calibrated_paper_table_runs_both_caps_calibrated(tmp_path):
-    """bench.paper.reproduce --calibrate: app_centric's latency capacity and the latency-centric baseline's
+    """bench.paper.reproduce --calibrate: app_centric's latency capacity and the
+    latency-centric baseline's
     cap calibrated to the profile on every run, said in each command (the throughput
     capacity is the profile's share of KV by default); the live column (measured with the
     paper's caps) is left out."""
