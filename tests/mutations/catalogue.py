@@ -10,9 +10,12 @@ from dataclasses import dataclass
 class Mutation:
     name: str
     path: str                 # relative to the repository root
-    old: str                  # exact snippet; must occur exactly once in the file
+    old: str                  # exact snippet
     new: str
     tests: tuple[str, ...]    # pytest node ids that must fail with the mutation applied
+    # the definition the snippet lives in ("Class.method", "function" or "<module>"); `old`
+    # must occur exactly once there (tests/mutations/anchors.py)
+    where: str = "<module>"
 
 
 MUTATIONS: tuple[Mutation, ...] = (
@@ -20,243 +23,287 @@ MUTATIONS: tuple[Mutation, ...] = (
         "small_batch_gemv_rows", "parrot/engines/builtin/model.py",
         "        wins = gemv.kernel_wins(n, k, rows) if measured is None else measured\n",
         "        wins = rows == 1 if measured is None else measured\n",
-        ("tests/engines/builtin/test_small_batch_gemv.py",)),
+        ("tests/engines/builtin/test_small_batch_gemv.py",),
+        where="LlamaModel._linear"),
     Mutation(
         "small_batch_gemv_prefill", "parrot/engines/builtin/model.py",
         "        wins = gemv.kernel_wins(n, k, rows) if measured is None else measured\n",
         "        wins = rows <= 64 if measured is None else measured\n",
-        ("tests/engines/builtin/test_small_batch_gemv.py",)),
+        ("tests/engines/builtin/test_small_batch_gemv.py",),
+        where="LlamaModel._linear"),
     Mutation(
         "linear_choice_followed", "parrot/engines/builtin/model.py",
         "        wins = gemv.kernel_wins(n, k, rows) if measured is None else measured\n",
         "        wins = gemv.kernel_wins(n, k, rows)\n",
-        ("tests/engines/builtin/test_linear_choice.py",)),
+        ("tests/engines/builtin/test_linear_choice.py",),
+        where="LlamaModel._linear"),
     Mutation(
         "linear_choice_faster_side", "parrot/engines/builtin/linear_choice.py",
         "            if small < library:\n", "            if small > library:\n",
-        ("tests/engines/builtin/test_linear_choice.py",)),
+        ("tests/engines/builtin/test_linear_choice.py",),
+        where="measure_linear_choice"),
     Mutation(
         "device_lock_taken", "parrot/engines/builtin/device_lock.py",
         "        fcntl.flock(handle, fcntl.LOCK_EX)\n", "",
         ("tests/engines/builtin/test_device_lock.py",
-         "tests/engines/builtin/test_linear_choice.py")),
+         "tests/engines/builtin/test_linear_choice.py"),
+        where="exclusive_device"),
     Mutation(
         "linear_choice_locks_its_gpu", "parrot/engines/builtin/build.py",
         "with exclusive_device(device_key(model.device)) as waited:",
         'with exclusive_device("elsewhere") as waited:',
-        ("tests/engines/builtin/test_linear_choice.py",)),
+        ("tests/engines/builtin/test_linear_choice.py",),
+        where="choose_linear_layers"),
     Mutation(
         "paged_prefill_positions", "parrot/engines/builtin/runner.py",
         "plan = kernels.plan_prefill([(start, end - start, pos)",
         "plan = kernels.plan_prefill([(start, end - start, 0)",
-        ("tests/engines/builtin/test_paged_prefill.py",)),
+        ("tests/engines/builtin/test_paged_prefill.py",),
+        where="ModelRunner.attention_meta"),
     Mutation(
         "long_prompts_raise_the_latency_limit", "parrot/policies/slots.py",
         "        if size <= self._suits_up_to:\n",
         "        if True:\n",
-        ("tests/policies/test_app_centric.py",)),
+        ("tests/policies/test_app_centric.py",),
+        where="Slot.latency_limit"),
     Mutation(
         "small_latency_call_keeps_the_capacity", "parrot/policies/slots.py",
         "        size = smaller_known(self.latency_floor, own)\n",
         "        size = smaller_known(0, own)\n",
-        ("tests/policies/test_app_centric.py", "tests/policies/test_policy_invariants.py")),
+        ("tests/policies/test_app_centric.py", "tests/policies/test_policy_invariants.py"),
+        where="Slot.latency_limit"),
     Mutation(
         "staging_two_mirrors", "parrot/engines/builtin/staging.py",
         "        self._current ^= 1\n", "",
-        ("tests/engines/builtin/test_staging.py",)),
+        ("tests/engines/builtin/test_staging.py",),
+        where="StaticInputs.upload"),
     Mutation(
         "lookahead_finished_rows_leave", "parrot/engines/builtin/graphs.py",
         "    index, j = [], 0\n", "    return None\n    index, j = [], 0\n",
-        ("tests/engines/builtin/test_lookahead.py",)),
+        ("tests/engines/builtin/test_lookahead.py",),
+        where="predicted_rows_index"),
     Mutation(
         "lookahead_group_crosses_block", "parrot/engines/builtin/lookahead.py",
         "    if any(crossing) and owned is None:\n",
         "    if any(crossing) and (owned is None or rows.groups is not None):\n",
-        ("tests/engines/builtin/test_lookahead.py",)),
+        ("tests/engines/builtin/test_lookahead.py",),
+        where="next_rows"),
     Mutation(
         "lookahead_fed", "parrot/engines/builtin/runner.py",
         "        if host.sample_rows != list(range(len(rows.token_ids))):\n",
         "        if True:\n",
-        ("tests/engines/builtin/test_lookahead.py",)),
+        ("tests/engines/builtin/test_lookahead.py",),
+        where="ModelRunner._fed_prediction"),
     Mutation(
         "no_affinity_counts_prefix_load", "parrot/policies/slots.py",
         "                    if is_brought or self.counts_prefix(prefix):\n",
         "                    if affinity and (is_brought or self.counts_prefix(prefix)):\n",
         ("tests/policies/test_app_centric.py::"
-         "test_without_affinity_a_set_sharing_a_prefix_fits_as_the_engine_counts_it",)),
+         "test_without_affinity_a_set_sharing_a_prefix_fits_as_the_engine_counts_it",),
+        where="Slot.demand"),
     Mutation(
         "live_warmup_full_outputs", "bench/paper/live_runs.py",
         'full_outputs=variant.mode == "parrot",', "full_outputs=False,",
         ("tests/bench/test_live_paper.py::"
-         "test_the_warm_up_generates_full_outputs_in_parrot_mode_only",)),
+         "test_the_warm_up_generates_full_outputs_in_parrot_mode_only",),
+        where="run_live_paper"),
     Mutation(
         "live_warmup_one_variant_per_mode", "bench/paper/live_runs.py",
         '    return [v for v in variants if v.mode == "parrot" or v in baseline]\n',
         '    return list({v.mode: v for v in variants}.values())\n',
         ("tests/bench/test_live_paper.py::"
-         "test_every_parrot_variant_warms_and_one_request_level_variant",)),
+         "test_every_parrot_variant_warms_and_one_request_level_variant",),
+        where="warmup_variants"),
     Mutation(
         "warmup_every_prefill_tile", "parrot/engines/builtin/warmup.py",
         '    tunings = getattr(kernels, "PREFILL_TUNINGS", (None,))\n',
         "    tunings = (None,)\n",
         ("tests/engines/builtin/test_startup.py::"
-         "test_warm_up_compiles_the_paged_prefill_kernel_when_the_model_runs_it",)),
+         "test_warm_up_compiles_the_paged_prefill_kernel_when_the_model_runs_it",),
+        where="prefill"),
     Mutation(
         "prefill_without_cudnn", "parrot/engines/builtin/attention.py",
         "    if device.type != \"cuda\":\n", "    if True:\n",
-        ("tests/engines/builtin/test_prefill_attention.py",)),
+        ("tests/engines/builtin/test_prefill_attention.py",),
+        where="prefill_sdpa_backends"),
     Mutation(
         "scheduler_fifo", "parrot/manager/scheduler.py",
         "    return sorted(calls, key=lambda c: c.arrival_seq)",
         "    return sorted(calls, key=lambda c: c.arrival_seq, reverse=True)",
-        ("tests/manager/test_scheduler_order.py",)),
+        ("tests/manager/test_scheduler_order.py",),
+        where="ready_order"),
     Mutation(
         "contexts_lru_touch_on_hit", "parrot/manager/contexts.py",
         "            if (ctx := self._by_hash.get(piece.prefix_hash)) is not None:\n"
         "                self._by_hash.move_to_end(piece.prefix_hash)\n",
         "            if (ctx := self._by_hash.get(piece.prefix_hash)) is not None:\n",
-        ("tests/manager/test_contexts_lru.py",)),
+        ("tests/manager/test_contexts_lru.py",),
+        where="EngineContexts.acquire"),
     Mutation(
         "executor_evict_and_retry", "parrot/manager/executor.py",
         "        if await engine.contexts.evict_all() == 0:\n            raise\n",
         "        raise\n",
-        ("tests/manager/test_executor_kv_retry.py",)),
+        ("tests/manager/test_executor_kv_retry.py",),
+        where="run_call"),
     Mutation(
         "engine_pool_tokens_never_decremented", "parrot/manager/engine_pool.py",
         "        self.num_tokens_in_use -= placed.num_tokens\n",
         "        self.num_tokens_in_use -= 0\n",
-        ("tests/manager/test_engine_pool_accounting.py",)),
+        ("tests/manager/test_engine_pool_accounting.py",),
+        where="EngineState.remove_call"),
     Mutation(
         "builtin_lru_victim", "parrot/engines/builtin/batch_scheduler.py",
         "victim = min(owning or idle, key=lambda c: c.last_used)",
         "victim = max(owning or idle, key=lambda c: c.last_used)",
         ("tests/engines/builtin/test_batch_scheduler_order.py::"
-         "test_kv_pressure_evicts_the_least_recently_used_idle_context",)),
+         "test_kv_pressure_evicts_the_least_recently_used_idle_context",),
+        where="BatchScheduler._evict_one"),
     Mutation(
         "builtin_prefill_before_decode", "parrot/engines/builtin/batch_scheduler.py",
         "for work in decodes + prefills:",
         "for work in prefills + decodes:",
         ("tests/engines/builtin/test_batch_scheduler_order.py::"
-         "test_a_decode_step_goes_before_an_older_prefill_that_would_eat_the_budget",)),
+         "test_a_decode_step_goes_before_an_older_prefill_that_would_eat_the_budget",),
+        where="BatchScheduler._pick_chunks"),
     Mutation(
         "manager_no_failure_propagation", "parrot/manager/manager.py",
         "                    if consumer.state in (CallState.PENDING, CallState.READY):\n"
         "                        pending.append((consumer,",
         "                    if False:\n"
         "                        pending.append((consumer,",
-        ("tests/manager/test_manager.py::test_failure_propagates_downstream",)),
+        ("tests/manager/test_manager.py::test_failure_propagates_downstream",),
+        where="Manager._fail_call"),
     Mutation(
         "executor_free_swallows_everything", "parrot/manager/executor.py",
         "    except UnknownContextError:\n",
         "    except Exception:\n",
-        ("tests/manager/test_executor_free_context.py",)),
+        ("tests/manager/test_executor_free_context.py",),
+        where="_free_private_context"),
     Mutation(
         "contexts_evict_most_recent", "parrot/manager/contexts.py",
         "        for ctx in self._by_hash.values():\n            if freed >= num_tokens:",
         "        for ctx in reversed(self._by_hash.values()):\n            if freed >= num_tokens:",
-        ("tests/manager/test_contexts_lru.py",)),
+        ("tests/manager/test_contexts_lru.py",),
+        where="EngineContexts.evict"),
     Mutation(
         "lifecycle_done_not_final", "parrot/manager/lifecycle.py",
         "    _D: frozenset(),", "    _D: frozenset({_R}),",
-        ("tests/manager/test_lifecycle.py",)),
+        ("tests/manager/test_lifecycle.py",),
+        where="<module>"),
     Mutation(
         "scheduler_skip_placement_validation", "parrot/manager/scheduler.py",
         "checked = check_placements(placements, self._ready, self._pool)",
         "checked = list(placements)",
         ("tests/manager/test_scheduler_policy_failures.py::"
-         "test_an_invalid_placement_changes_nothing",)),
+         "test_an_invalid_placement_changes_nothing",),
+        where="Scheduler.decide"),
     Mutation(
         "scheduler_policy_failures_never_fail_calls", "parrot/manager/scheduler.py",
         "        if self.num_policy_failures < MAX_POLICY_FAILURES:\n",
         "        if True:\n",
         ("tests/manager/test_scheduler_policy_failures.py::"
-         "test_a_policy_that_keeps_raising_fails_its_calls_at_once",)),
+         "test_a_policy_that_keeps_raising_fails_its_calls_at_once",),
+        where="Scheduler._policy_failed"),
     Mutation(
         "scheduler_failure_count_not_reset", "parrot/manager/scheduler.py",
         "        self.num_policy_failures = 0\n        dispatches = []\n",
         "        dispatches = []\n",
         ("tests/manager/test_scheduler_policy_failures.py::"
-         "test_a_policy_that_recovers_resets_the_count",)),
+         "test_a_policy_that_recovers_resets_the_count",),
+        where="Scheduler.decide"),
     Mutation(
         "placement_criterion_ignored", "parrot/manager/manager.py",
         "        engine.add_call(call, criterion)\n",
         "        engine.add_call(call)\n",
         ("tests/manager/test_scheduler_policy_failures.py::"
-         "test_the_placement_criterion_is_what_the_engine_counts",)),
+         "test_the_placement_criterion_is_what_the_engine_counts",),
+        where="Manager._dispatch"),
     Mutation(
         "builtin_loop_spins_on_scheduler_error", "parrot/engines/builtin/engine.py",
         "                await self._back_off(retry_s)\n",
         "",
         ("tests/engines/builtin/test_engine_scheduling_faults.py::"
-         "test_a_raising_scheduler_fails_requests_backs_off_and_recovers",)),
+         "test_a_raising_scheduler_fails_requests_backs_off_and_recovers",),
+        where="BuiltinEngine._run"),
     Mutation(
         "builtin_healthy_while_scheduling_fails", "parrot/engines/builtin/engine.py",
         "return not self._closing and self._unhealthy is None \\\n",
         "return not self._closing \\\n",
         ("tests/engines/builtin/test_engine_scheduling_faults.py::"
-         "test_engine_server_healthz_is_503_while_scheduling_fails",)),
+         "test_engine_server_healthz_is_503_while_scheduling_fails",),
+        where="BuiltinEngine.healthz"),
     Mutation(
         "sessions_expire_while_waited_on", "parrot/manager/sessions.py",
         "if session.tasks or session.num_waiters or idle < self._ttl_s:",
         "if idle < self._ttl_s:",
         ("tests/manager/test_sessions.py::"
-         "test_a_session_with_a_waiting_get_or_a_running_call_is_kept",)),
+         "test_a_session_with_a_waiting_get_or_a_running_call_is_kept",),
+        where="IdleExpiry._check"),
     Mutation(
         "latency_backlog_behind_chains", "parrot/policies/slots.py",
         "            return True   # it would wait for a whole chain, or delay its own, "
         "not a turn\n",
         "            pass\n",
         ("tests/policies/test_app_centric.py::"
-         "test_a_call_behind_running_chains_joins_rather_than_wait_for_a_chain_to_end",)),
+         "test_a_call_behind_running_chains_joins_rather_than_wait_for_a_chain_to_end",),
+        where="Slot.has_room_backlogged"),
     Mutation(
         "waiting_consumer_alone", "parrot/manager/nodes.py",
         "<= sum(b.var_id in outputs for b in c.inputs.values())",
         "<= len(c.inputs)",
         ("tests/manager/test_manager.py::"
-         "test_a_call_has_a_waiting_consumer_only_where_its_outputs_alone_hold_it_back",)),
+         "test_a_call_has_a_waiting_consumer_only_where_its_outputs_alone_hold_it_back",),
+        where="Call.has_waiting_consumer"),
     Mutation(
         "prefill_ahead_into_idle_prefill_only", "parrot/manager/prefill_ahead.py",
         "    if _uncached_tokens(pieces, engine) > 0 and not engine.prefills_only("
         "producer.call_id):",
         "    if False:",
         ("tests/manager/test_prefill_ahead.py::"
-         "test_no_prefix_is_filled_ahead_while_the_engine_has_other_prefill_queued",)),
+         "test_no_prefix_is_filled_ahead_while_the_engine_has_other_prefill_queued",),
+        where="plan_ahead"),
     Mutation(
         "whole_prompt_prefix_is_prefilled", "parrot/manager/executor.py",
         "                    engine.note_prefilled(call.call_id)\n",
         "                    pass\n",
         ("tests/manager/test_prefill_ahead.py::"
-         "test_a_call_whose_whole_prompt_is_a_cached_prefix_has_no_prefill_queued",)),
+         "test_a_call_whose_whole_prompt_is_a_cached_prefix_has_no_prefill_queued",),
+        where="_run_once"),
     Mutation(
         "bench_failed_apps_are_an_error", "parrot/sim/compare.py",
         "        if not failed:\n",
         "        if True:\n",
         ("tests/sim/test_cluster_sim.py::"
-         "test_a_run_with_failed_applications_is_an_error_with_no_speedup",)),
+         "test_a_run_with_failed_applications_is_an_error_with_no_speedup",),
+        where="VariantRun.of"),
     Mutation(
         "rate_search_checkpoint", "bench/paper/live_runs.py",
         "            checkpoint(result)\n",
         "            pass\n",
         ("tests/bench/test_live_paper.py::"
-         "test_a_rate_search_finds_each_variants_rate_on_live_engines",)),
+         "test_a_rate_search_finds_each_variants_rate_on_live_engines",),
+        where="_run_rate_search"),
     Mutation(
         "latency_backlog_admitted", "parrot/policies/app_centric.py",
         "        if criterion is Criterion.LATENCY and self.params.admit_latency_backlog:\n",
         "        if False:\n",
         ("tests/policies/test_app_centric.py::"
-         "test_waiting_latency_calls_join_while_the_mean_completion_drops",)),
+         "test_waiting_latency_calls_join_while_the_mean_completion_drops",),
+        where="AppCentricPolicy._place_unit"),
     Mutation(
         "latency_backlog_isolated", "parrot/policies/slots.py",
         "        if running <= 0 or waiting <= 0 or self.serves(Criterion.THROUGHPUT):\n",
         "        if running <= 0 or waiting <= 0:\n",
         ("tests/policies/test_app_centric.py::"
-         "test_a_backlog_never_joins_throughput_work_nor_passes_the_throughput_capacity",)),
+         "test_a_backlog_never_joins_throughput_work_nor_passes_the_throughput_capacity",),
+        where="Slot.has_room_backlogged"),
     Mutation(
         "latency_backlog_free_kv", "parrot/policies/slots.py",
         "        if after > self.view.throughput_capacity or demand.load > self.kv_free():\n",
         "        if after > self.view.throughput_capacity:\n",
         ("tests/policies/test_app_centric.py::"
-         "test_a_backlog_takes_only_free_kv_never_evicting_cached_contexts",)),
+         "test_a_backlog_takes_only_free_kv_never_evicting_cached_contexts",),
+        where="Slot.has_room_backlogged"),
     Mutation(
         "kv_overflow_counts_held_contexts_once", "parrot/manager/engine_pool.py",
         "        return self._running_kv_tokens() + self.contexts.num_idle_tokens - self.kv_"
@@ -264,230 +311,270 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        return self._running_kv_tokens() + self.contexts.num_cached_tokens - self.kv_"
         "capacity_tokens\n",
         ("tests/manager/test_engine_pool.py::"
-         "test_a_context_a_running_call_forks_is_not_counted_again_for_overflow",)),
+         "test_a_context_a_running_call_forks_is_not_counted_again_for_overflow",),
+        where="EngineState.kv_overflow_tokens"),
     Mutation(
         "kv_free_keeps_room_of_contexts_filled_ahead", "parrot/manager/engine_pool.py",
         "                            - self.contexts.num_ahead_tokens\n",
         "                            - 0\n",
         ("tests/manager/test_engine_pool.py::"
-         "test_the_view_gives_the_kv_free_of_running_calls_and_contexts_filled_ahead",)),
+         "test_the_view_gives_the_kv_free_of_running_calls_and_contexts_filled_ahead",),
+        where="EngineState.view"),
     Mutation(
         "prefill_ahead_reserves_its_context", "parrot/manager/prefill_ahead.py",
         "    engine.contexts.release_ahead(chain)\n",
         "    engine.contexts.release(chain)\n",
         ("tests/manager/test_prefill_ahead.py::"
-         "test_a_prefix_filled_ahead_is_reserved_until_its_call_forks_it",)),
+         "test_a_prefix_filled_ahead_is_reserved_until_its_call_forks_it",),
+        where="prefill_ahead"),
     Mutation(
         "latency_backlog_mean_estimate", "parrot/policies/slots.py",
         "        return ((total / (running + 1) + 1) * profile.decode_ms(after)\n",
         "        return ((total / (running + 1)) * profile.decode_ms(after)\n",
         ("tests/policies/test_app_centric.py::"
-         "test_waiting_latency_calls_join_while_the_mean_completion_drops",)),
+         "test_waiting_latency_calls_join_while_the_mean_completion_drops",),
+        where="Slot.has_room_backlogged"),
     Mutation(
         "graphs_wider_bucket", "parrot/engines/builtin/graphs.py",
         "WIDER_BUCKET_FACTOR = 2\n", "WIDER_BUCKET_FACTOR = 1\n",
         ("tests/engines/builtin/test_graphs.py::"
-         "test_a_shared_prefix_step_replays_a_captured_wider_bucket",)),
+         "test_a_shared_prefix_step_replays_a_captured_wider_bucket",),
+        where="<module>"),
     Mutation(
         "graphs_stopgap_never", "parrot/engines/builtin/graphs.py",
         "        return self._cached_wider(key, stopgap=True) or key\n", "        return key\n",
         ("tests/engines/builtin/test_graphs.py::"
-         "test_a_shared_prefix_step_with_no_near_bucket_replays_a_stopgap_then_its_own",)),
+         "test_a_shared_prefix_step_with_no_near_bucket_replays_a_stopgap_then_its_own",),
+        where="DecodeGraphs._bucket"),
     Mutation(
         "pauses_counted_since_process_start", "parrot/engines/builtin/engine.py",
         "        self._pauses_at_start = self._pauses.totals()\n",
         "        self._pauses_at_start = self._pauses.totals() - self._pauses.totals()\n",
         ("tests/engines/builtin/test_host_pauses.py::"
-         "test_an_engine_counts_only_what_happens_after_it_is_built",)),
+         "test_an_engine_counts_only_what_happens_after_it_is_built",),
+        where="BuiltinEngine.__init__"),
     Mutation(
         "pauses_compile_hook_not_chained", "parrot/engines/builtin/host_pauses.py",
         "            ours(**kwargs)\n", "",
         ("tests/engines/builtin/test_host_pauses.py::"
          "test_compile_hooks_count_and_keep_the_previous_hooks_answer",
          "tests/engines/builtin/test_host_pauses.py::"
-         "test_a_compile_inside_a_step_is_counted_traced_and_named")),
+         "test_a_compile_inside_a_step_is_counted_traced_and_named"),
+        where="PauseMonitor._chain.hook"),
     Mutation(
         "tpot_counts_unfinished_generates", "parrot/engines/tpot.py",
         "        if not (chunk.is_finished and self._after_first > 0):\n",
         "        if not self._after_first > 0:\n",
         ("tests/engines/test_tpot.py::test_one_token_or_an_unfinished_generate_adds_nothing",
          "tests/engines/builtin/test_engine.py::"
-         "test_stats_count_each_finished_generates_time_per_output_token")),
+         "test_stats_count_each_finished_generates_time_per_output_token"),
+        where="TpotTimer.observe"),
     Mutation(
         "auto_throughput_capacity_share", "parrot/serve_config.py",
         "    share = kv_capacity_tokens * PAPER_THROUGHPUT_TOKENS // PAPER_KV_TOKENS"
         " // 1024 * 1024\n",
         "    share = FALLBACK_THROUGHPUT_CAPACITY\n",
-        ("tests/manager/test_engine_pool_accounting.py",)),
+        ("tests/manager/test_engine_pool_accounting.py",),
+        where="auto_throughput_capacity"),
     Mutation(
         "throughput_centric_per_engine_cap", "parrot/policies/capped.py",
         "        return engine.throughput_capacity if cap is None else cap\n",
         "        return 32768 if cap is None else cap\n",
-        ("tests/policies/test_baselines.py",)),
+        ("tests/policies/test_baselines.py",),
+        where="CappedPolicy.token_capacity"),
     Mutation(
         "rate_search_stops_at_budget", "bench/paper/live_runs.py",
         "            if time.perf_counter() > deadline:\n                break\n",
         "            pass\n",
         ("tests/bench/test_live_paper.py::"
-         "test_a_rate_search_stops_at_the_budget_and_keeps_the_finished_variants",)),
+         "test_a_rate_search_stops_at_the_budget_and_keeps_the_finished_variants",),
+        where="_run_rate_search"),
     Mutation(
         "rate_search_parts_keep_own_ratio", "bench/paper/live_results.py",
-        "        merged = merge_rate_search(earlier, experiment)\n",
-        "        merged = experiment\n",
+        "        merged = slim(merge_rate_search(earlier, experiment))\n",
+        "        merged = slim(experiment)\n",
         ("tests/bench/test_live_cells.py::"
-         "test_a_rate_search_run_in_parts_keeps_each_variants_own_ratio",)),
+         "test_a_rate_search_run_in_parts_keeps_each_variants_own_ratio",),
+        where="publish"),
     Mutation(
         "placement_bound_without_reuse", "parrot/policies/slots.py",
         "            load += call.num_tokens - call.max_reusable_tokens\n",
         "            load += call.num_tokens\n",
         ("tests/policies/test_slots.py::"
-         "test_the_bound_never_refuses_room_the_demand_has",)),
+         "test_the_bound_never_refuses_room_the_demand_has",),
+        where="Slot.may_have_room"),
     Mutation(
         "chain_step_joins_chains", "parrot/policies/slots.py",
         "                and (call.arrival_seq > self.chained_latency_seq"
         " or call.has_waiting_consumer)):\n",
         "                and call.arrival_seq > self.chained_latency_seq):\n",
         ("tests/policies/test_app_centric.py::"
-         "test_a_chain_step_joins_running_chains_whatever_its_submission",)),
+         "test_a_chain_step_joins_running_chains_whatever_its_submission",),
+        where="Slot.has_room_backlogged"),
     Mutation(
         "prefill_graphs_repad_slots", "parrot/engines/builtin/prefill_graphs.py",
         '        h["slots"][:n], h["slots"][n:tokens] = slots, self.scratch_slot\n',
         '        h["slots"][:n] = slots\n',
-        ("tests/engines/builtin/test_prefill_graphs.py",)),
+        ("tests/engines/builtin/test_prefill_graphs.py",),
+        where="PrefillGraphs.fill"),
     Mutation(
         "prefill_graphs_attention_between_pieces", "parrot/engines/builtin/prefill_graphs.py",
         "                self.model.attention(q, k, v, k_cache, v_cache, meta, out=attn)\n",
         "                pass\n",
         ("tests/engines/builtin/test_prefill_graphs.py::"
-         "test_piecewise_prefill_matches_the_eager_forward",)),
+         "test_piecewise_prefill_matches_the_eager_forward",),
+        where="PrefillGraphs.run"),
     Mutation(
         "prefill_waits_for_launched_step", "parrot/engines/builtin/engine.py",
         "                batch = self._scheduler.schedule(decode_only=self._runner.has_ahead)\n",
         "                batch = self._scheduler.schedule()\n",
         ("tests/engines/builtin/test_lookahead.py::"
-         "test_prefill_arriving_during_a_launched_step_waits_one_step",)),
+         "test_prefill_arriving_during_a_launched_step_waits_one_step",),
+        where="BuiltinEngine._run"),
     Mutation(
         "no_launch_ahead_while_prefill_waits", "parrot/engines/builtin/engine.py",
         "                self._runner.hold_ahead = self._scheduler.has_prefill_work\n",
         "                self._runner.hold_ahead = False\n",
         ("tests/engines/builtin/test_lookahead.py::"
-         "test_prefill_arriving_during_a_launched_step_waits_one_step",)),
+         "test_prefill_arriving_during_a_launched_step_waits_one_step",),
+        where="BuiltinEngine._run"),
     Mutation(
         "simulated_engine_makes_up_late_timers", "parrot/engines/simulated.py",
         "        if now - LATE_TIMER_S <= self._step_end < now:\n",
         "        if False:\n",
         ("tests/engines/test_simulated.py::"
-         "test_on_a_real_clock_a_late_timer_is_made_up_but_not_a_stall",)),
+         "test_on_a_real_clock_a_late_timer_is_made_up_but_not_a_stall",),
+        where="SimulatedEngine._pace"),
     Mutation(
         "prefill_work_needs_a_seat", "parrot/engines/builtin/batch_scheduler.py",
         "        return could_join and decoding < self.max_num_seqs\n",
         "        return could_join\n",
         ("tests/engines/builtin/test_batch_scheduler_order.py::"
-         "test_no_prefill_work_while_the_decodes_take_every_seat",)),
+         "test_no_prefill_work_while_the_decodes_take_every_seat",),
+        where="BatchScheduler.has_prefill_work"),
     Mutation(
         "prefix_context_at_every_recurring_boundary", "parrot/manager/executor.py",
         "        branch[i] = counts[i] >= 2 and counts[i] > most\n",
         "        branch[i] = counts[i] >= 2\n",
         ("tests/manager/test_prefix.py::test_only_branch_points_of_the_sharing_get_contexts",
          "tests/manager/test_executor.py::"
-         "test_a_recurring_prompt_of_tiny_boundaries_costs_a_few_engine_round_trips")),
+         "test_a_recurring_prompt_of_tiny_boundaries_costs_a_few_engine_round_trips"),
+        where="plan_prefix_contexts"),
     Mutation(
         "prefix_context_not_at_the_last_shared_input", "parrot/manager/executor.py",
         "            branch[i - 1] = True\n", "            pass\n",
-        ("tests/manager/test_prefix.py::test_only_branch_points_of_the_sharing_get_contexts",)),
+        ("tests/manager/test_prefix.py::test_only_branch_points_of_the_sharing_get_contexts",),
+        where="plan_prefix_contexts"),
     Mutation(
         "step_trace_saved_tokens", "parrot/engines/builtin/step_trace.py",
         "            saved += (groups.indptr[g + 1] - groups.indptr[g] - 1) * prefix\n",
         "            saved += (groups.indptr[g + 1] - groups.indptr[g]) * prefix\n",
-        ("tests/engines/builtin/test_step_trace.py",)),
+        ("tests/engines/builtin/test_step_trace.py",),
+        where="step_shape"),
     Mutation(
         "prefill_split_reads_from_the_start", "parrot_kernels/_jit_prefill.py",
         "        lo = tl.program_id(2) * split_len\n", "        lo = 0 * split_len\n",
-        ("tests/kernels/test_kernels_prefill.py::test_keys_split_into_ranges_match_reference",)),
+        ("tests/kernels/test_kernels_prefill.py::test_keys_split_into_ranges_match_reference",),
+        where="_paged_prefill_kernel"),
     Mutation(
         "prefill_split_empty_rows_nan", "parrot_kernels/_jit_prefill.py",
         "        m_use = tl.where(m_new == float(\"-inf\"), 0.0, m_new)\n",
         "        m_use = m_new\n",
-        ("tests/kernels/test_kernels_prefill.py::test_keys_split_into_ranges_match_reference",)),
+        ("tests/kernels/test_kernels_prefill.py::test_keys_split_into_ranges_match_reference",),
+        where="_attend"),
     Mutation(
         "prefill_unmasked_past_the_first_row", "parrot_kernels/_jit_prefill.py",
         "    full = lo + tl.maximum(tl.minimum(pos0 + m0 + 1, end) - lo, 0)",
         "    full = lo + tl.maximum(tl.minimum(pos0 + m0 + 1 + BLOCK_N, end) - lo, 0)",
-        ("tests/kernels/test_kernels_prefill.py::test_prefill_matches_reference",)),
+        ("tests/kernels/test_kernels_prefill.py::test_prefill_matches_reference",),
+        where="_paged_prefill_kernel"),
     Mutation(
         "prefill_diagonal_blocks_unmasked", "parrot_kernels/_jit_prefill.py",
         "PAGE, BLOCK_N, True, SPLIT)", "PAGE, BLOCK_N, False, SPLIT)",
-        ("tests/kernels/test_kernels_prefill.py::test_prefill_matches_reference",)),
+        ("tests/kernels/test_kernels_prefill.py::test_prefill_matches_reference",),
+        where="_paged_prefill_kernel"),
     Mutation(
         "shared_prefix_one_block_short", "parrot/engines/builtin/cascade.py",
         "    if a[:limit] == b[:limit]:\n        return limit\n",
         "    if a[:limit] == b[:limit]:\n        return limit - 1\n",
-        ("tests/engines/builtin/test_cascade.py",)),
+        ("tests/engines/builtin/test_cascade.py",),
+        where="_common_length"),
     Mutation(
         "shared_prefix_past_the_first_difference", "parrot/engines/builtin/cascade.py",
         "        if a[:mid] == b[:mid]:\n", "        if a[:mid - 1] == b[:mid - 1]:\n",
-        ("tests/engines/builtin/test_cascade.py",)),
+        ("tests/engines/builtin/test_cascade.py",),
+        where="_common_length"),
     Mutation(
         "decode_small_tiles_never", "parrot_kernels/plan.py",
         "    small = cascade and (batch - groups + 1) * gqa <= SMALL_TILE_M\n",
         "    small = False\n",
         ("tests/kernels/test_kernels_plan.py::"
-         "test_a_group_whose_rows_fit_the_smallest_tile_gets_it",)),
+         "test_a_group_whose_rows_fit_the_smallest_tile_gets_it",),
+        where="make_plan"),
     Mutation(
         "prefill_split_never", "parrot_kernels/prefill.py",
         "    elif programs > num_sms or programs == 0:\n",
         "    elif True:\n",
         ("tests/kernels/test_kernels_prefill.py::"
-         "test_keys_are_split_only_when_few_tiles_read_a_long_context",)),
+         "test_keys_are_split_only_when_few_tiles_read_a_long_context",),
+        where="key_splits"),
     Mutation(
         "warmup_no_split_prefill", "parrot/engines/builtin/warmup.py",
         "    variants = [v for t in tunings for v in ((t,) if t is None else "
         "(t, replace(t, kv_splits=2)))]",
         "    variants = list(tunings)",
         ("tests/engines/builtin/test_startup.py::"
-         "test_warm_up_compiles_the_paged_prefill_kernel_when_the_model_runs_it",)),
+         "test_warm_up_compiles_the_paged_prefill_kernel_when_the_model_runs_it",),
+        where="prefill"),
     Mutation(
         "trace_gaps_longest_first", "parrot/engines/builtin/trace_summary.py",
         "    waits = sorted(steps[1:], key=lambda r: -r.idle_ms)[:n]\n",
         "    waits = sorted(steps[1:], key=lambda r: r.idle_ms)[:n]\n",
         ("tests/engines/builtin/test_trace_summary.py::"
-         "test_largest_gaps_are_the_longest_waits_inside_a_segment",)),
+         "test_largest_gaps_are_the_longest_waits_inside_a_segment",),
+        where="largest_gaps"),
     Mutation(
         "auto_latency_capacity_rule", "parrot/speed_profile.py",
         "    return profile.tokens_at_slowdown(PAPER_LATENCY_STEP_RATIO)\n",
         "    return profile.tokens_at_slowdown(2.0)\n",
         ("tests/test_speed_profile.py::"
-         "test_the_paper_rule_gives_the_papers_capacity_on_its_own_hardware",)),
+         "test_the_paper_rule_gives_the_papers_capacity_on_its_own_hardware",),
+        where="calibrated_latency_capacity"),
     Mutation(
         "reported_profile_ignored", "parrot/manager/engine_pool.py",
         "    if info.speed_profile is not None:\n",
         "    if False:\n",
         ("tests/manager/test_engine_pool.py::"
-         "test_auto_latency_capacity_follows_the_profile_the_engine_reports",)),
+         "test_auto_latency_capacity_follows_the_profile_the_engine_reports",),
+        where="engine_profile"),
     Mutation(
         "configured_profile_loses", "parrot/manager/engine_pool.py",
         "    if configured is not None:\n        return configured, \"configured\"\n",
         "    if configured is not None and info.speed_profile is None:\n"
         "        return configured, \"configured\"\n",
         ("tests/manager/test_engine_pool.py::"
-         "test_a_configured_profile_or_number_wins_and_no_profile_keeps_the_papers",)),
+         "test_a_configured_profile_or_number_wins_and_no_profile_keeps_the_papers",),
+        where="engine_profile"),
     Mutation(
         "returning_engine_keeps_old_profile", "parrot/manager/engine_pool.py",
         "        self.contexts = EngineContexts(engine, spec.name, info.block_size)\n"
         "        self._apply_spec()\n",
         "        self.contexts = EngineContexts(engine, spec.name, info.block_size)\n",
-        ("tests/manager/test_engine_pool.py::test_a_returning_engine_is_costed_with_its_new_profile",)),
+        ("tests/manager/test_engine_pool.py::test_a_returning_engine_is_costed_with_its_new_profile",),
+        where="EngineState.reconnect"),
     Mutation(
         "probe_profile_may_fall", "parrot/engines/speed_probe.py",
         "            slowest = max(slowest, ms)\n",
         "            slowest = ms\n",
-        ("tests/engines/test_speed_probe.py::test_the_profile_never_gets_faster_with_more_tokens",)),
+        ("tests/engines/test_speed_probe.py::test_the_profile_never_gets_faster_with_more_tokens",),
+        where="ProbeResult.profile"),
     Mutation(
         "probe_no_empty_batch_point", "parrot/engines/speed_probe.py",
         "        if x0 > 0:\n",
         "        if False:\n",
         ("tests/engines/test_speed_probe.py::test_the_probe_recovers_a_simulated_engines_profile",
-         "tests/engines/test_speed_probe.py::test_the_profile_never_gets_faster_with_more_tokens")),
+         "tests/engines/test_speed_probe.py::test_the_profile_never_gets_faster_with_more_tokens"),
+        where="ProbeResult.profile"),
     Mutation(
         "probe_contexts_kept", "parrot/engines/speed_probe.py",
         "        await asyncio.gather(*(engine.free_context(cid) for cid in ids),\n"
@@ -495,78 +582,92 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        pass\n",
         ("tests/engines/test_speed_probe.py::test_the_probe_recovers_a_simulated_engines_profile",
          "tests/engines/builtin/test_startup_probe.py::"
-         "test_a_probed_engine_reports_its_profile_and_leaves_nothing_behind")),
+         "test_a_probed_engine_reports_its_profile_and_leaves_nothing_behind"),
+        where="measure_decode"),
     Mutation(
         "probe_plan_overfills_the_cache", "parrot/engines/speed_probe.py",
         "kv_tokens // largest - growth - info.block_size,",
         "kv_tokens // largest,",
-        ("tests/engines/test_speed_probe.py::test_a_plan_fits_the_engine",)),
+        ("tests/engines/test_speed_probe.py::test_a_plan_fits_the_engine",),
+        where="ProbePlan.for_engine"),
     Mutation(
         "startup_probe_skipped", "parrot/engines/builtin/engine.py",
         "            if self._speed_probe is not None:\n",
         "            if False:\n",
         ("tests/engines/builtin/test_startup_probe.py::"
-         "test_a_probed_engine_reports_its_profile_and_leaves_nothing_behind",)),
+         "test_a_probed_engine_reports_its_profile_and_leaves_nothing_behind",),
+        where="BuiltinEngine.start"),
     Mutation(
         "mixed_job_trace_ignored", "parrot/sim/workloads/apps.py",
         "    offsets = list(spec.job_offsets) or poisson_offsets(\n",
         "    offsets = poisson_offsets(\n",
         ("tests/sim/test_workloads.py::"
-         "test_mixed_jobs_follow_a_trace_and_chats_a_fixed_interval",)),
+         "test_mixed_jobs_follow_a_trace_and_chats_a_fixed_interval",),
+        where="mixed"),
     Mutation(
         "uniform_chats_poisson", "parrot/sim/workloads/apps.py",
         "        if spec.chat_arrivals == \"uniform\":\n",
         "        if False:\n",
         ("tests/sim/test_workloads.py::"
-         "test_mixed_jobs_follow_a_trace_and_chats_a_fixed_interval",)),
+         "test_mixed_jobs_follow_a_trace_and_chats_a_fixed_interval",),
+        where="BackgroundChat.__init__"),
     Mutation(
         "warmup_replays_the_job_trace", "bench/paper/live_runs.py",
         "                                job_offsets=(0.0,) if spec.job_offsets else (),\n",
         "",
-        ("tests/bench/test_live_paper.py::test_warmup_keeps_the_shapes_and_cuts_the_time",)),
+        ("tests/bench/test_live_paper.py::test_warmup_keeps_the_shapes_and_cuts_the_time",),
+        where="warmup_spec"),
     Mutation(
         "simulated_engine_ignores_priority", "parrot/engines/simulated.py",
         "    return req.priority\n", "    return 0\n",
         ("tests/engines/test_simulated.py::"
-         "test_a_latency_critical_fill_is_prefilled_before_older_throughput_fills",)),
+         "test_a_latency_critical_fill_is_prefilled_before_older_throughput_fills",),
+        where="_by_priority"),
     Mutation(
         "builtin_scheduler_ignores_priority", "parrot/engines/builtin/batch_scheduler.py",
         "    return work.priority\n", "    return 0\n",
         ("tests/engines/builtin/test_batch_scheduler_order.py::"
-         "test_a_latency_critical_fill_prefills_before_older_throughput_fills",)),
+         "test_a_latency_critical_fill_prefills_before_older_throughput_fills",),
+        where="_by_priority"),
     Mutation(
         "placement_criterion_not_sent_as_priority", "parrot/manager/engine_pool.py",
         "        return THROUGHPUT_PRIORITY if throughput else LATENCY_PRIORITY\n",
         "        return LATENCY_PRIORITY\n",
         ("tests/manager/test_scheduler.py::"
-         "test_the_engine_priority_of_a_call_is_its_placements_criterion",)),
+         "test_the_engine_priority_of_a_call_is_its_placements_criterion",),
+        where="EngineState.request_priority"),
     Mutation(
         "priority_not_on_the_wire", "parrot/engines/protocol.py",
         "                   text=data.get(\"text\"), priority=data.get(\"priority\", 0))",
         "                   text=data.get(\"text\"))",
-        ("tests/engines/test_server_client.py::test_the_priority_of_a_request_crosses_the_wire",)),
+        ("tests/engines/test_server_client.py::test_the_priority_of_a_request_crosses_the_wire",),
+        where="FillRequest.from_json"),
     Mutation(
         "submit_criteria_not_seeded", "parrot/manager/manager.py",
         "                self._seed_criterion(session, var, out_spec.criteria)\n",
         "                pass\n",
         ("tests/manager/test_scheduler.py::"
-         "test_criteria_given_at_submit_are_deduced_before_the_first_round",)),
+         "test_criteria_given_at_submit_are_deduced_before_the_first_round",),
+        where="Manager.submit"),
     Mutation(
         "frontend_keeps_the_get_to_itself", "parrot/frontend/variable.py",
         "        self.get_criterion = strongest((self.get_criterion, criterion))\n",
         "",
-        ("tests/frontend/test_session.py::test_a_get_begun_before_the_submission_travels_with_it",)),
+        ("tests/frontend/test_session.py::test_a_get_begun_before_the_submission_travels_with_it",),
+        where="SemanticVariable._want"),
     Mutation(
         "queued_prefill_not_costed", "parrot/policies/slots.py",
         "                   pending_prefill=view.queued_prefill_tokens,\n", "",
         ("tests/policies/test_app_centric.py::"
-         "test_prompt_tokens_queued_on_an_engine_delay_a_call_placed_there",)),
+         "test_prompt_tokens_queued_on_an_engine_delay_a_call_placed_there",),
+        where="Slot.of"),
     Mutation(
         "latency_limit_counts_throughput_load", "parrot/policies/slots.py",
         "            return self.latency_limit(own) + self.throughput_load\n",
         "            return self.latency_limit(own)\n",
         ("tests/policies/test_app_centric.py::"
-         "test_throughput_work_joins_latency_engines_when_latency_free_engines_are_full",)),
+         "test_throughput_work_joins_latency_engines_when_latency_free_engines_are_full",),
+        where="Slot.capacity"),
     Mutation(
         "isolation_whatever_it_costs", "parrot/policies/app_centric.py",
         "    if not throughput or len(latency_free) == len(slots):\n",
@@ -574,20 +675,23 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/policies/test_app_centric.py::"
          "test_isolation_holds_while_confining_throughput_work_costs_little",
          "tests/policies/test_app_centric.py::"
-         "test_engine_serving_latency_calls_is_held_to_latency_capacity")),
+         "test_engine_serving_latency_calls_is_held_to_latency_capacity"),
+        where="can_isolate"),
     Mutation(
         "calm_engines_preferred_in_a_round_that_does_not_isolate",
         "parrot/policies/app_centric.py",
         "        return (self.params.isolate_criteria and slot.isolates\n",
         "        return (self.params.isolate_criteria\n",
         ("tests/policies/test_app_centric.py::"
-         "test_isolation_holds_while_confining_throughput_work_costs_little",)),
+         "test_isolation_holds_while_confining_throughput_work_costs_little",),
+        where="AppCentricPolicy._conflicts"),
     Mutation(
         "latency_capacity_defaults_to_the_a100s", "parrot/serve_config.py",
         "    latency_capacity: int | None = None\n",
         "    latency_capacity: int | None = 6144\n",
         ("tests/manager/test_engine_pool.py::"
-         "test_an_engine_given_no_capacity_is_calibrated_to_its_profile",)),
+         "test_an_engine_given_no_capacity_is_calibrated_to_its_profile",),
+        where="EngineSpec"),
     Mutation(
         "simulated_engine_reports_no_profile", "parrot/engines/simulated.py",
         "                          c.num_blocks, speed_profile=c.latency.speed_profile())\n",
@@ -595,85 +699,99 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/engines/test_simulated.py::"
          "test_info_reports_the_latency_model_as_the_engines_speed_profile",
          "tests/manager/test_engine_pool.py::"
-         "test_a_simulated_engine_given_no_profile_is_costed_as_its_model_runs")),
+         "test_a_simulated_engine_given_no_profile_is_costed_as_its_model_runs"),
+        where="SimulatedEngine.info"),
     Mutation(
         "app_clock_counts_the_session_open", "parrot/sim/workloads/base.py",
         "        started = env.now()\n",
         "        started = opening\n",
         ("tests/sim/test_workloads.py::"
-         "test_an_applications_clock_starts_once_its_session_is_open",)),
+         "test_an_applications_clock_starts_once_its_session_is_open",),
+        where="app_session"),
     Mutation(
         "earlier_clock_unmarked", "bench/paper/live_cells.py",
         "        if value != \"n/a\" and _earlier_clock(live, r, ref_exp):\n",
         "        if False:\n",
         ("tests/bench/test_live_cells.py::"
-         "test_a_run_on_the_earlier_app_clock_is_marked_on_the_ratios_it_enters",)),
+         "test_a_run_on_the_earlier_app_clock_is_marked_on_the_ratios_it_enters",),
+        where="live_cell"),
     Mutation(
         "search_part_clock_ignored", "bench/paper/live_cells.py",
         "    if PART_CLOCK in searched and searched.get(\"reference_rate\"):\n",
         "    if False:\n",
         ("tests/bench/test_live_cells.py::"
-         "test_a_rate_search_part_on_the_earlier_clock_stays_marked_after_a_later_part",)),
+         "test_a_rate_search_part_on_the_earlier_clock_stays_marked_after_a_later_part",),
+        where="_earlier_clock"),
     Mutation(
         "rate_search_max_rate_ignored", "bench/paper/live_experiments.py",
         " " * 33 + "(\"max_rate\", max_rate), (\"refinements\", refinements))\n",
         " " * 33 + "(\"refinements\", refinements))\n",
         ("tests/bench/test_live_paper.py::"
-         "test_a_shorter_rate_search_changes_only_what_is_given",)),
+         "test_a_shorter_rate_search_changes_only_what_is_given",),
+        where="with_rate_search"),
     Mutation(
         "deferred_open_sent_eagerly", "parrot/frontend/session.py",
         "            if self.credentials is None and self._opening is None:\n",
         "            if False:\n",
-        ("tests/frontend/test_session.py::test_a_deferred_open_travels_with_the_first_batch",)),
+        ("tests/frontend/test_session.py::test_a_deferred_open_travels_with_the_first_batch",),
+        where="Session._flush"),
     Mutation(
         "batch_open_before_its_body_parses", "parrot/server/wire_routes.py",
         "            grant = self.admit_session(token)  # who asks, before what they ask is read\n",
         "            grant = self.admit_session(token)  # who asks, before what they ask is read\n"
         "            self._open_session(grant)\n",
         ("tests/server/test_security.py::"
-         "test_a_batch_that_opens_its_session_is_let_in_as_a_session_open_is",)),
+         "test_a_batch_that_opens_its_session_is_let_in_as_a_session_open_is",),
+        where="WireAPI.submit_batch"),
     Mutation(
         "batch_open_without_the_tenant_key", "parrot/server/wire_routes.py",
         "            grant = self.admit_session(token)  # who asks, before what they ask is read\n",
         "            grant = TenantGrant(\"b\", \"\")\n",
         ("tests/server/test_security.py::"
-         "test_a_batch_that_opens_its_session_is_let_in_as_a_session_open_is",)),
+         "test_a_batch_that_opens_its_session_is_let_in_as_a_session_open_is",),
+        where="WireAPI.submit_batch"),
     Mutation(
         "batch_open_skips_the_call_limits", "parrot/server/wire_routes.py",
         "            self.admission.check(None, len(batch.calls))\n",
         "",
         ("tests/server/test_overload.py::"
-         "test_a_batch_that_would_open_a_session_is_held_to_the_same_limits",)),
+         "test_a_batch_that_would_open_a_session_is_held_to_the_same_limits",),
+        where="WireAPI.submit_batch"),
     Mutation(
         "launch_key_without_alignment", "parrot_kernels/launch.py",
         "        return (arg.dtype, arg.get_device(), arg.data_ptr() % 16 == 0)\n",
         "        return (arg.dtype, arg.get_device())\n",
         ("tests/kernels/test_kernels_launch.py::"
-         "test_a_key_that_may_specialise_differently_goes_through_the_jit",)),
+         "test_a_key_that_may_specialise_differently_goes_through_the_jit",),
+        where="_arg_key"),
     Mutation(
         "replay_without_the_layout_check", "parrot_kernels/launch.py",
         "        if not all(_same_layout(o, n) for o, n in zip(old, new)):\n",
         "        if False:\n",
         ("tests/kernels/test_kernels_launch.py::"
-         "test_a_replay_with_another_layout_declines",)),
+         "test_a_replay_with_another_layout_declines",),
+        where="Recording.replay"),
     Mutation(
         "replay_of_a_view_made_inside", "parrot_kernels/launch.py",
         "                      and arg.untyped_storage().data_ptr() in storages):\n",
         "                      and False):\n",
         ("tests/kernels/test_kernels_launch.py::"
-         "test_a_view_made_inside_the_wrapper_is_not_replayed",)),
+         "test_a_view_made_inside_the_wrapper_is_not_replayed",),
+        where="Recording._plan"),
     Mutation(
         "attention_replayed_with_the_first_layers_tensors", "parrot/engines/builtin/model.py",
         "and replay[0].replay(replay[1], tensors):\n",
         "and replay[0].replay(replay[1], replay[1]):\n",
         ("tests/engines/builtin/test_attention_replay.py::"
-         "test_the_first_layer_records_and_the_others_replay_with_their_caches",)),
+         "test_the_first_layer_records_and_the_others_replay_with_their_caches",),
+        where="LlamaModel.attention"),
     Mutation(
         "attention_recorded_beside_a_torch_decode", "parrot/engines/builtin/model.py",
         "(not nd or getattr(self._decode, \"replayable\", False))",
         "(not nd or True)",
         ("tests/engines/builtin/test_attention_replay.py::"
-         "test_a_decode_path_that_is_not_only_launches_is_never_replayed",)),
+         "test_a_decode_path_that_is_not_only_launches_is_never_replayed",),
+        where="LlamaModel.attention"),
     Mutation(
         "mixed_step_prefill_before_its_padded_decode", "parrot/engines/builtin/model.py",
         "                if nd:\n"
@@ -687,11 +805,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                    self._decode(decode_q, k_cache, v_cache, meta, self.scale, "
         "out=decode_out)\n",
         ("tests/engines/builtin/test_paged_prefill.py::"
-         "test_a_mixed_step_writes_its_padded_decode_rows_straight_into_the_output",)),
+         "test_a_mixed_step_writes_its_padded_decode_rows_straight_into_the_output",),
+        where="LlamaModel.attention"),
     Mutation(
         "packed_upload_unaligned", "parrot/engines/builtin/staging.py",
         "    align = ALIGN_BYTES // itemsize\n",
         "    align = 1\n",
         ("tests/engines/builtin/test_staging.py::"
-         "test_upload_packed_gives_each_array_its_shape_and_values_on_16_byte_boundaries",)),
+         "test_upload_packed_gives_each_array_its_shape_and_values_on_16_byte_boundaries",),
+        where="aligned_offsets"),
 )

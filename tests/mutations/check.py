@@ -1,13 +1,13 @@
 """Do the tests catch what they claim? Apply one-line mutations one at a time and expect failure.
 
-Each mutation (tests/mutations/catalogue.py) is (file, exact old snippet, new snippet,
-the test node ids that must catch it). This script runs them: it copies the repository's files
-(tracked and untracked-but-not-ignored) to a temporary folder once, checks that the named
-tests pass there unmutated, then for each mutation: replaces the snippet (it must occur exactly
-once), runs the named tests with `-x`, a per-test timeout and
-a wall-clock limit, records whether they failed, and restores the file. It prints a table and
-exits non-zero if any mutation survived, any snippet no longer matches (re-anchor it after a
-refactor), or a baseline run failed.
+Each mutation (tests/mutations/catalogue.py) is (file, the function it lives in, exact old
+snippet, new snippet, the test node ids that must catch it). This script runs them: it copies
+the repository's files (tracked and untracked-but-not-ignored) to a temporary folder once,
+checks that the named tests pass there unmutated, then for each mutation: replaces the snippet
+(it must occur exactly once in its function: anchors.py), runs the named tests with `-x`, a
+per-test timeout and a wall-clock limit, records whether they failed, and restores the file. It
+prints a table and exits non-zero if any mutation survived, any snippet no longer matches (re-
+anchor it after a refactor), or a baseline run failed.
 
     python tests/mutations/check.py                 # all mutations
     python tests/mutations/check.py --only builtin_lru_victim scheduler_fifo
@@ -26,7 +26,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from catalogue import MUTATIONS, Mutation  # this folder is on sys.path: the catalogue beside it
+from anchors import AnchorError, apply  # this folder is on sys.path: both modules beside it
+from catalogue import MUTATIONS, Mutation
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -82,10 +83,11 @@ def run_tests(root: Path, tests: tuple[str, ...], per_test_s: int,
 def check(mutation: Mutation, root: Path, per_test_s: int, limit_s: int) -> Outcome:
     path = root / mutation.path
     original = path.read_text()
-    count = original.count(mutation.old)
-    if count != 1:
-        return Outcome(mutation, "NOT FOUND", 0.0, f"old snippet occurs {count} times")
-    path.write_text(original.replace(mutation.old, mutation.new))
+    try:
+        mutated = apply(original, mutation.where, mutation.old, mutation.new)
+    except AnchorError as exc:
+        return Outcome(mutation, "NOT FOUND", 0.0, str(exc))
+    path.write_text(mutated)
     try:
         passed, seconds, last = run_tests(root, mutation.tests, per_test_s, limit_s)
     finally:
