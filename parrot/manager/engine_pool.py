@@ -12,7 +12,8 @@ from typing import Any
 from parrot.serve_config import EngineSpec, auto_throughput_capacity
 from parrot.manager.contexts import EngineContexts
 from parrot.manager.nodes import Call
-from parrot.engines.latency_model import EngineConfigError, load_profile
+from parrot.engines.latency_model import load_profile
+from parrot.errors import EngineConfigError
 from parrot.engines.protocol import (LATENCY_PRIORITY, THROUGHPUT_PRIORITY, Engine,
                                      EngineInfo)
 from parrot.errors import ConflictError, NotFoundError

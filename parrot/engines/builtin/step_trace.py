@@ -21,6 +21,7 @@ import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO
+from collections.abc import Callable
 
 from parrot.engines.builtin.cascade import GroupedRows
 from parrot.engines.builtin.batch_scheduler import Batch
@@ -101,7 +102,7 @@ class StepTrace:
         if failed is not None:
             log.warning("step trace %s: closing failed: %s", self.path, failed)
 
-    def _guard(self, fn, *args) -> None:  # noqa: ANN001
+    def _guard(self, fn: Callable[..., object], *args: object) -> None:
         try:
             fn(*args)
         except OSError as exc:
