@@ -164,7 +164,7 @@ def warmup_variants(compare: str) -> list[Variant]:
 RUN_TIMEOUT_S = 240.0  # one variant of one experiment; a stuck run must not eat the budget
 
 
-async def _run(config: ServeConfig, experiment: LiveExperiment, variant: Variant,
+async def run_variant(config: ServeConfig, experiment: LiveExperiment, variant: Variant,
                spec: WorkloadSpec, delay_s: tuple[float, float],
                timeout_s: float = RUN_TIMEOUT_S) -> VariantRun:
     params = {**experiment.policy_params.get(variant.policy, {}), **variant.policy_params}
@@ -223,7 +223,7 @@ async def run_live_paper(setups: Sequence[ServeSetup], out: Path, *, smoke: bool
                                        full_outputs=variant.mode == "parrot",
                                        arrivals_s=0 if e.rate_search is not None
                                        else WARMUP_ARRIVALS_S)
-                    await _run(served, e, variant, spec, delay_s)
+                    await run_variant(served, e, variant, spec, delay_s)
             for e in group:
                 if time.perf_counter() - started > budget_s:
                     log(f"{e.key}: skipped, the time budget ({budget_s:.0f}s) is spent")
@@ -271,7 +271,7 @@ async def _run_experiment(served: ServeConfig, config_path: str, e: LiveExperime
     for variant in variants:
         before = await engine_counters(engines)
         began = time.time()
-        run = await _run(served, e, variant, spec, delay_s)
+        run = await run_variant(served, e, variant, spec, delay_s)
         # the run's wall-clock span: its steps in an engine's step trace
         # (bench/step_trace_report.py --results ... --run KEY/LABEL)
         windows[variant.label] = [round(began, 3), round(time.time(), 3)]
@@ -327,7 +327,7 @@ async def _run_rate_search(served: ServeConfig, config_path: str, e: LiveExperim
                 1, math.ceil(rate * search_spec.window_s)))
             # a rate far past the knee would drain for minutes: it has failed long before
             before = await engine_counters(engines)
-            run = await _run(served, e, variant, at, delay_s,
+            run = await run_variant(served, e, variant, at, delay_s,
                              min(RUN_TIMEOUT_S, 4 * search_spec.window_s + 60))
             counters_at[rate] = counter_delta(before, await engine_counters(engines))
             settings = Settings(e.workload, live=True, seed=spec.seed, workload_spec=at,

@@ -74,7 +74,7 @@ class Manager:
         Returns how many calls were dispatched."""
         if not self.scheduler.has_work:
             return 0
-        self._deduce_dirty()
+        self.deduce_changed()
         decision = self.scheduler.decide()
         for d in decision.dispatches:
             self._dispatch(d.call, d.engine, d.criterion)
@@ -379,7 +379,7 @@ class Manager:
         self._dirty.add(session)
         self.scheduler.wake()
 
-    def _deduce_dirty(self) -> None:
+    def deduce_changed(self) -> None:
         while self._dirty:
             self._deduce(self._dirty.pop())
 

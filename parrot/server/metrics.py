@@ -135,9 +135,9 @@ class ManagerCollector(Collector):
             lookups.add_metric([e.engine_id, "miss"], misses)
             hit_ratio.add_metric(name, hits / (hits + misses) if hits + misses else 0.0)
         yield from (running, in_use, cached, capacity, usage, healthy, lookups, hit_ratio)
-        yield from self._reported()
+        yield from self.reported()
 
-    def _reported(self) -> Iterable[Metric]:
+    def reported(self) -> Iterable[Metric]:
         """The engines' own view: KV blocks in use by their allocator, requests queued inside."""
         blocks_used = GaugeMetricFamily("parrot_engine_reported_kv_blocks_used", "KV blocks in "
                                         "use, as the engine reports", labels=["engine"])

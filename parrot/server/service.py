@@ -59,6 +59,16 @@ class ParrotServer:
         self._runner: JsonAppRunner | None = None
         self.url: str | None = None
 
+    @property
+    def app(self) -> web.Application | None:
+        """The HTTP application, once started."""
+        return self._runner.app if self._runner is not None else None
+
+    @property
+    def launched(self) -> tuple[LaunchedEngine, ...]:
+        """The engine processes this server started (in the config's order)."""
+        return tuple(self._launched)
+
     async def start(self, host: str | None = None, port: int | None = None) -> str:
         await self.manager.start()
         try:

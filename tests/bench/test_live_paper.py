@@ -377,13 +377,13 @@ async def test_the_warm_up_generates_full_outputs_in_parrot_mode_only(tmp_path, 
     from bench.paper import live_runs as live_paper
 
     seen: list[tuple[str, int, int]] = []
-    real_run = live_paper._run
+    real_run = live_paper.run_variant
 
     async def spy(config, experiment, variant, spec, delay_s, **kwargs):
         seen.append((variant.mode, spec.output_tokens, spec.num_apps))
         return await real_run(config, experiment, variant, spec, delay_s, **kwargs)
 
-    monkeypatch.setattr(live_paper, "_run", spy)
+    monkeypatch.setattr(live_paper, "run_variant", spy)
     chain = LiveExperiment("chain", "chain_summary", "app_centric,least_queue:baseline",
                            "least_queue:baseline", {**TINY, "output_tokens": 12,
                                                     "num_apps": 2}, TINY)

@@ -297,14 +297,14 @@ async def test_parrot_serve_restarts_a_launched_engine_that_dies() -> None:
     await server.start(port=0)
     manager = server.manager
     try:
-        first = server._launched[0]
+        first = server.launched[0]
         session = manager.create_session()
         call = submit(manager, session, "A {{input:x}} {{output:y}}", x="1")
         assert await manager.get(session, out(call, "y"), Criterion.LATENCY, timeout=10)
 
         os.kill(first.process.pid, signal.SIGKILL)
         await _until(lambda: server.supervisor.restarts.get("e0") == 1)
-        second = server._launched[0]
+        second = server.launched[0]
         assert second.process.pid != first.process.pid and second.url != first.url
         state = manager.engines.get("e0")
         assert state.is_healthy and state.engine is second.engine
@@ -313,15 +313,15 @@ async def test_parrot_serve_restarts_a_launched_engine_that_dies() -> None:
 
         os.kill(second.process.pid, signal.SIGKILL)                  # restart 2 of 2
         await _until(lambda: server.supervisor.restarts.get("e0") == 2)
-        third = server._launched[0]
+        third = server.launched[0]
         os.kill(third.process.pid, signal.SIGKILL)                   # one too many
         await _until(lambda: not manager.engines.get("e0").is_healthy, timeout_s=5)
         await asyncio.sleep(0.5)
-        assert server.supervisor.restarts["e0"] == 2 and server._launched[0] is third
+        assert server.supervisor.restarts["e0"] == 2 and server.launched[0] is third
         assert not manager.engines.get("e0").is_healthy
     finally:
         await server.stop()
-    assert server._launched == []
+    assert server.launched == ()
 
 
 async def test_no_restart_when_turned_off_or_when_the_server_stops() -> None:
@@ -333,10 +333,10 @@ async def test_no_restart_when_turned_off_or_when_the_server_stops() -> None:
         engines=(EngineSpec(name="e0", kind="simulated", params=SIM),)))
     await server.start(port=0)
     try:
-        first = server._launched[0]
+        first = server.launched[0]
         os.kill(first.process.pid, signal.SIGKILL)
         await _until(lambda: not server.manager.engines.get("e0").is_healthy, timeout_s=5)
         await asyncio.sleep(0.3)
-        assert server._launched[0] is first                          # not restarted
+        assert server.launched[0] is first                          # not restarted
     finally:
         await server.stop()

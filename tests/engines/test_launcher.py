@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 from pathlib import Path
 
@@ -49,7 +50,7 @@ async def test_stop_kills_after_the_grace_period() -> None:
     await process.start()
     assert process.pid is not None
     # make the engine ignore SIGTERM: stop() has to fall back to SIGKILL
-    process._proc.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
+    os.kill(process.pid, signal.SIGSTOP)
     assert await process.stop() == -signal.SIGKILL
 
 

@@ -45,7 +45,7 @@ class RecordingEngine(Engine):
     async def healthz(self) -> bool:
         return self.alive
 
-    def _open(self, context_id: str, parent: str | None) -> str:
+    def open_context(self, context_id: str, parent: str | None) -> str:
         if self.fail_next or not self.alive:
             self.fail_next = max(self.fail_next - 1, 0)
             raise EngineUnavailableError("injected failure")
@@ -60,7 +60,7 @@ class RecordingEngine(Engine):
 
     async def fill(self, request: FillRequest) -> FillResult:
         await asyncio.sleep(self.delay)
-        self._open(request.context_id, request.parent_context_id)
+        self.open_context(request.context_id, request.parent_context_id)
         self.log.append(("fill", request.context_id, request.parent_context_id))
         self.priorities[request.context_id] = request.priority
         self.contexts[request.context_id] += request.text or ""
@@ -69,7 +69,7 @@ class RecordingEngine(Engine):
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         await asyncio.sleep(self.delay)
-        text = self._open(request.context_id, request.parent_context_id)
+        text = self.open_context(request.context_id, request.parent_context_id)
         self.log.append(("generate", request.context_id, request.parent_context_id))
         self.priorities[request.context_id] = request.priority
         answer = next((v for k, v in self.outputs.items() if text.endswith(k)), None)

@@ -23,10 +23,10 @@ class SmallEngine(RecordingEngine):
 
     max_contexts: int = 1
 
-    def _open(self, context_id: str, parent: str | None) -> str:
+    def open_context(self, context_id: str, parent: str | None) -> str:
         if context_id not in self.contexts and len(self.contexts) >= self.max_contexts:
             raise OutOfKVCacheError(f"no room for {context_id}")
-        return super()._open(context_id, parent)
+        return super().open_context(context_id, parent)
 
 
 async def test_out_of_kv_evicts_the_cached_prefixes_and_retries(manager):

@@ -129,7 +129,7 @@ async def test_task_group_forms_once_its_consumer_is_asked_for(manager, engine):
     assert {m.criterion for m in maps} | {reduce_.criterion} == {None}
     getting = asyncio.ensure_future(manager.get(session, out(reduce_, "r"), Criterion.LATENCY))
     await asyncio.sleep(0)
-    manager._deduce_dirty()
+    manager.deduce_changed()
     assert reduce_.criterion is Criterion.LATENCY
     assert {m.task_group for m in maps} == {f"tg-{reduce_.call_id}"}
     assert {m.criterion for m in maps} == {Criterion.THROUGHPUT}

@@ -208,7 +208,7 @@ async def serve_engine(engine):
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     try:
-        yield site._server.sockets[0].getsockname()[1]
+        yield runner.addresses[0][1]
     finally:
         await runner.cleanup()
 

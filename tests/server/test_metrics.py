@@ -150,7 +150,7 @@ def test_engine_work_counters_are_exported_in_seconds_and_tokens():
         tpot_us_sum=96_000)}
     class Reported:
         def collect(self):
-            return collector._reported()
+            return collector.reported()
 
     registry = CollectorRegistry()
     registry.register(Reported())

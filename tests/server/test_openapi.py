@@ -33,7 +33,8 @@ async def server():
 
 def live_routes(server: ParrotServer) -> set[tuple[str, str]]:
     routes = {(m, _template(p)) for m, p in WireAPI(server.manager).route_table}
-    app = server._runner.app  # type: ignore[union-attr]
+    app = server.app
+    assert app is not None
     for route in app.router.routes():
         canonical = route.resource.canonical if route.resource is not None else ""
         if route.method in ("HEAD", "*") or "{tail}" in canonical:
