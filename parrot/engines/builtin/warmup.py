@@ -24,6 +24,8 @@ import torch
 from parrot.engines.builtin.attention import AttentionMetadata, PrefillChunk, SharedPrefixMeta
 from parrot.engines.builtin.graphs import WIDER_BUCKET_FACTOR, DecodeGraphs, GraphKey
 from parrot.engines.builtin.prefill_graphs import PrefillGraphs
+from parrot.engines.builtin.sizing import batch_buckets
+from parrot.engines.builtin.startup_clock import StartupClock
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +37,6 @@ def width_buckets(max_width: int) -> list[int]:
         widths.append(w)
         w *= 2
     return widths + [max_width]
-
-
-def batch_buckets(max_batch: int) -> list[int]:
-    return width_buckets(max_batch)
 
 
 def paged_keys(max_batch: int, max_width: int) -> list[GraphKey]:
@@ -114,10 +112,13 @@ class WarmupReport:
 
 def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int,
             max_decode_rows: int | None = None,
-            prefill_graphs: PrefillGraphs | None = None) -> WarmupReport:
+            prefill_graphs: PrefillGraphs | None = None,
+            clock: StartupClock | None = None) -> WarmupReport:
     """max_decode_rows: the most decode rows a step can have (the scheduler's max_num_seqs;
     None: the graphs' largest bucket). Eager steps pad their rows to the same buckets
-    (runner.py), so their attention shapes are compiled here too, also past the graphs'."""
+    (runner.py), so their attention shapes are compiled here too, also past the graphs'.
+    clock: the engine's start-up clock (its phases logged with progress); None: timed only."""
+    clock = clock or StartupClock("warm-up", quiet=True)
     started = time.perf_counter()
     stopgaps = (stopgap_keys(graphs.max_batch, graphs.max_width, min_prefix_blocks)
                 if shared_prefix else [])
@@ -125,19 +126,28 @@ def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
     max_rows = max(graphs.max_batch, max_decode_rows or 0)
     failed = 0
     with torch.inference_mode():
-        for key in keys:
-            graphs.fill_padding(key)
-            failed += graphs.capture(key) is None
+        with clock.phase("capture", "capturing decode graphs", len(keys)) as progress:
+            for key in keys:
+                graphs.fill_padding(key)
+                failed += graphs.capture(key) is None
+                progress.step()
         captured = time.perf_counter()
         eager_only = [k for k in paged_keys(max_rows, graphs.max_width) if k[0] > graphs.max_batch]
         shared = (shared_keys(max_rows, graphs.max_width, min_prefix_blocks)
                   if shared_prefix else [])
-        for key in eager_only + shared:
-            compile_attention(graphs, key)
+        with clock.phase("compile", "compiling decode attention shapes",
+                         len(eager_only) + len(shared)) as progress:
+            for key in eager_only + shared:
+                compile_attention(graphs, key)
+                progress.step()
         compiled = time.perf_counter()
-        prefill(graphs)
+        with clock.phase("prefill", "running one prefill per prefill-kernel tile"):
+            prefill(graphs)
         prefilled = time.perf_counter()
-        prefill_failed = 0 if prefill_graphs is None else prefill_graphs.capture_all()
+        prefill_failed = 0
+        if prefill_graphs is not None:
+            with clock.phase("prefill graphs", "capturing prefill graphs"):
+                prefill_failed = prefill_graphs.capture_all()
         if graphs.model.device.type == "cuda":
             torch.cuda.synchronize(graphs.model.device)
     prefill_buckets = 0 if prefill_graphs is None else prefill_graphs.num_captured

@@ -15,8 +15,12 @@ from parrot.engines.builtin.build import load_bundle
 from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
 from parrot.engines.builtin.graphs import DecodeGraphs
 from parrot.engines.builtin.kv_cache import KVCache
+from parrot.engines.builtin.sizing import ServingSize
 from parrot.engines.builtin.warmup import (covering_widths, paged_keys, shared_keys,
                                             stopgap_keys, warm_up, width_buckets)
+
+SIZE = ServingSize(num_blocks=8, block_size=4, max_num_seqs=64, graph_max_batch=64,
+                   kv_source="num_blocks", seqs_source="config")
 
 
 def test_backend_choice():
@@ -56,7 +60,7 @@ def test_startup_line_names_the_small_batch_kernels():
     bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
                                              num_blocks=8))
     bundle.model.use_fused(parrot_kernels, small_batch_gemv=True)
-    line = startup_summary("e", bundle, 8, 4, None, None, None)
+    line = startup_summary("e", bundle, SIZE, None, None, None)
     assert "fused layer ops" in line and "linear layers small-batch kernels to 16 rows" in line
 
 
