@@ -26,8 +26,9 @@ decode-only step is captured once per bucket and replayed:
   (an eager warm-up first, so Triton compiles outside the capture) — except a shared-prefix
   step for which a captured bucket at most `WIDER_BUCKET_FACTOR` times wider exists: it
   replays that one; failing that, for its first `STOPGAP_STEPS` steps, a captured bucket of
-  any larger batch and group count (the warm-up captures a few at the largest batch,
-  warmup.py `stopgap_keys`), so a shape that lasts a step or two never stalls the engine.
+  any larger batch and group count (the warm-up captures a few at the largest batch up to
+  64 rows, warmup.py `stopgap_keys`), so a shape that lasts a step or two never stalls the
+  engine.
 
 `capture=False` runs the same buffers and padding without capturing (the CPU tests).
 """

@@ -6,8 +6,9 @@ rows, largest first so the smaller ones reuse the shared pool's memory; the shar
 attention runs once for every bucket a step can map to (batch, group count, prefix width,
 suffix width), which compiles each Triton specialisation those buckets use (their graphs are
 then captured on first use, a ~10-40 ms cost instead of seconds of JIT), and a few
-shared-prefix buckets at the largest batch are captured as stopgaps (`stopgap_keys`: a step
-whose own bucket is not captured replays one of them instead of stalling, graphs.py); one eager
+shared-prefix buckets at the largest batch up to 64 rows are captured as stopgaps
+(`stopgap_keys`: a step whose own bucket is not captured replays one of them instead of
+stalling, graphs.py); one eager
 prefill chunk initialises the prefill path (SDPA, the GEMM heuristics); and every token
 bucket of the prefill graphs (prefill_graphs.py) is captured, largest first. Padding rows
 write their K/V only into the KV cache's scratch block, so the cache is untouched.
@@ -60,6 +61,13 @@ def shared_keys(max_batch: int, max_width: int, min_prefix_blocks: int) -> list[
 # Group-count buckets of the stopgaps: one shared prefix (a system prompt, a team's history)
 # and up to 8 in one batch (several apps on one engine); a step of more groups captures its own.
 STOPGAP_GROUPS = (1, 8)
+# The stopgaps' batch: the largest bucket up to 64 rows. A stopgap pads a step's rows to its
+# batch, and the ski rental of graphs.py STOPGAP_STEPS was set by a 16-row step on a 64-row
+# stopgap (5.4 against 4.05 ms on an H200). At 256 rows the GEMMs are compute-bound (~180 FLOP
+# per weight byte there), so a small step replayed at 256 rows would cost more per step than
+# the capture it saves; and 30 captures of 256-row graphs would lengthen every start-up. A
+# shared-prefix step of more than 64 rows without its own bucket captures it (~40 ms, once).
+STOPGAP_MAX_BATCH = 64
 
 
 def covering_widths(widths: list[int], factor: int) -> list[int]:
@@ -73,9 +81,11 @@ def covering_widths(widths: list[int], factor: int) -> list[int]:
 
 
 def stopgap_keys(max_batch: int, max_width: int, min_prefix_blocks: int) -> list[GraphKey]:
-    """Shared-prefix buckets at the largest batch that every shared-prefix bucket of up to 8
-    groups fits as a stopgap (graphs.py `STOPGAP_STEPS`): group counts 1 and 8, and prefix and
-    suffix widths covering every width within WIDER_BUCKET_FACTOR."""
+    """Shared-prefix buckets at the largest batch up to STOPGAP_MAX_BATCH that every
+    shared-prefix bucket of up to 8 groups and as many rows fits as a stopgap (graphs.py
+    `STOPGAP_STEPS`): group counts 1 and 8, and prefix and suffix widths covering every width
+    within WIDER_BUCKET_FACTOR."""
+    max_batch = min(max_batch, STOPGAP_MAX_BATCH)
     if max_batch < 2:
         return []
     prefixes = covering_widths(prefix_widths(max_width, min_prefix_blocks), WIDER_BUCKET_FACTOR)

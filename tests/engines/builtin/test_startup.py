@@ -95,6 +95,9 @@ def test_stopgaps_cover_every_shared_bucket_of_up_to_8_groups():
             assert any(g <= k[1] and p <= k[2] <= 2 * p and s <= k[3] <= 2 * s
                        for k in keys), (b, g, p, s)
     assert stopgap_keys(1, 256, 16) == []
+    # graphs to 256 rows: the stopgaps stay at 64 (a small step padded to 256 rows costs more
+    # than the capture it saves); larger shared steps capture their own bucket
+    assert stopgap_keys(256, 256, 16) == stopgap_keys(100, 256, 16) == keys
     assert {k[1] for k in stopgap_keys(4, 8, 2)} == {1}             # 8 groups need 8 rows
 
 
