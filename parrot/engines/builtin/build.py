@@ -36,7 +36,8 @@ from parrot.engines.builtin.step_budget import StepBudget
 from parrot.engines.builtin.step_trace import StepTrace
 from parrot.engines.builtin.startup_clock import StartupClock
 from parrot.engines.builtin.startup_probe import StartupProbe
-from parrot.engines.builtin.warmup import WarmupReport, warm_up, width_buckets
+from parrot.engines.builtin.warmup import (DEFER_CAPTURE_ABOVE_ROWS, WarmupReport, warm_up,
+                                           width_buckets)
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +166,9 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
                              min_prefix_blocks=-(-config.shared_prefix_min_tokens
                                                  // config.block_size),
                              max_decode_rows=max_num_seqs, prefill_graphs=prefill_graphs,
-                             clock=clock)
+                             clock=clock,
+                             defer_above=DEFER_CAPTURE_ABOVE_ROWS if config.lazy_graphs
+                             else None)
     warmup_pauses = pauses.totals() - before_warmup
     log.info("%s; %d Triton compilations in %.1f s; %s", startup_summary(
         name, bundle, size, graphs, prefill_graphs, report),

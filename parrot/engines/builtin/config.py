@@ -52,6 +52,9 @@ class BuiltinEngineConfig:
     attention_backend: "auto" is the Triton kernels on CUDA (an error when they do not import:
       never a silent slow path) and torch on the CPU.
     fused_ops / warmup: CUDA with the kernels only (see model.py, warmup.py).
+    lazy_graphs: the warm-up captures the decode graphs of up to 64 rows and compiles the
+      larger ones' kernels; their graphs are captured while the engine is idle after start-up
+      (or by the first step that needs one), off the critical path to healthy.
     prefill_attention: "sdpa" runs torch SDPA per prefill chunk over a gathered copy of its
       context; "paged" runs every chunk of a step in one Triton launch per layer, reading the
       context in the paged cache (parrot_kernels.paged_prefill_attention; needs the kernels:
@@ -98,6 +101,7 @@ class BuiltinEngineConfig:
     fused_ops: bool = True            # norm/RoPE+KV write/SwiGLU as fused kernels (CUDA + kernels)
     prefill_attention: str = "auto"   # paged: one Triton launch per layer; sdpa: torch per chunk
     warmup: bool = True               # capture every graph bucket and compile at start (CUDA)
+    lazy_graphs: bool = True          # decode graphs past 64 rows: captured when idle after start
     tokenizer: str | None = None      # for random shapes: "smollm2" or a tokenizer folder
     seed: int = 0                     # random weights; sampling without a per-request seed
     num_threads: int | None = None    # torch CPU threads (None: torch's default)
@@ -139,7 +143,7 @@ class BuiltinEngineConfig:
         check.one_of("prefill_attention", self.prefill_attention, PREFILL_ATTENTION)
         check.number("shared_prefix_min_group", self.shared_prefix_min_group, minimum=2,
                      integer=True)
-        for key in ("cuda_graphs", "fused_ops", "warmup"):
+        for key in ("cuda_graphs", "fused_ops", "warmup", "lazy_graphs"):
             check.boolean(key, getattr(self, key))
         if self.cuda_graph_max_batch != "auto":
             check.number("cuda_graph_max_batch", self.cuda_graph_max_batch, minimum=1,

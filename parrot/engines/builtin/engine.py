@@ -343,6 +343,12 @@ class BuiltinEngine(Engine):
                 log.warning("engine %s schedules again: healthy", self._name)
                 self._unhealthy = None
             if batch is None:
+                if self._runner.has_deferred_captures:
+                    # Idle: capture one graph the warm-up deferred (warmup.py
+                    # DEFER_CAPTURE_ABOVE_ROWS), then look for work again, so a request
+                    # that arrives waits for at most one capture.
+                    await asyncio.to_thread(self._runner.capture_deferred)
+                    continue
                 if self._trace is not None:
                     self._trace.flush()   # never inside a busy stretch
                 await self._wake.wait()

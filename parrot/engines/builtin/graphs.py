@@ -35,6 +35,8 @@ decode-only step is captured once per bucket and replayed:
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -46,6 +48,8 @@ from parrot.engines.builtin.graph_capture import GraphBuckets, capture_graph
 from parrot.engines.builtin.kv_cache import KVCache
 from parrot.engines.builtin.model import LlamaModel
 from parrot.engines.builtin.staging import StaticInputs
+
+log = logging.getLogger(__name__)
 
 # (batch bucket, group bucket (0: paged), prefix table width (0: paged), table width)
 GraphKey = tuple[int, int, int, int]
@@ -188,6 +192,10 @@ class DecodeGraphs(GraphBuckets[GraphKey, _Graph]):
         self._stopgap_steps: dict[GraphKey, int] = {}     # steps each own bucket replayed one
         self.num_stopgap_replays = 0    # of the wider replays, those on a stopgap
         self._ahead: tuple[DecodeRows, StepOutput] | None = None   # launched, not yet used
+        # buckets the warm-up left to capture while the engine is idle (`capture_deferred`):
+        # batches too rare to delay the start-up for; a step that needs one first captures it
+        self.deferred: list[GraphKey] = []
+        self.idle_captures = 0
         self.inputs = StaticInputs(max_batch, max_width, model.device)
         views = self.inputs.views
         self.input_ids, self.positions, self.slots = (views["input_ids"], views["positions"],
@@ -329,6 +337,28 @@ class DecodeGraphs(GraphBuckets[GraphKey, _Graph]):
     def drop_ahead(self) -> None:
         self.num_ahead_misses += self._ahead is not None
         self._ahead = None
+
+    def capture_deferred(self) -> bool:
+        """Capture the next deferred bucket not captured yet (over padding rows, as the warm-up
+        does); whether any is left. Only while no step runs: a step launched ahead is dropped
+        first (nothing runs, so nothing would use it) and the GPU synchronised, so the static
+        buffers and their host mirrors are free."""
+        while self.deferred and self.deferred[0] in self._graphs:
+            self.deferred.pop(0)        # a step captured it first
+        if not self.deferred:
+            return False
+        key = self.deferred.pop(0)
+        self.drop_ahead()
+        if self.model.device.type == "cuda":
+            torch.cuda.synchronize(self.model.device)
+        started = time.perf_counter()
+        with torch.inference_mode():
+            self.fill_padding(key)
+            captured = self.capture(key) is not None
+        self.idle_captures += captured
+        log.info("%s bucket %s captured while idle in %.1f ms (%d left)", self.kind, key,
+                 1000 * (time.perf_counter() - started), len(self.deferred))
+        return bool(self.deferred)
 
     def capture(self, key: GraphKey) -> _Graph | None:
         graph = super().capture(key)

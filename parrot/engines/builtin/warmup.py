@@ -94,6 +94,21 @@ def stopgap_keys(max_batch: int, max_width: int, min_prefix_blocks: int) -> list
             for p in prefixes for s in suffixes]
 
 
+# Decode graphs of more rows than this are captured after start-up (`lazy_graphs`): only large
+# loads reach them, each capture at 128-256 rows takes longer than a small one, and the
+# engine is usually idle for a while after it turns healthy (the manager registering it,
+# clients connecting), which is when they are captured.
+DEFER_CAPTURE_ABOVE_ROWS = 64
+
+
+def deferred_keys(max_batch: int, max_width: int, above: int | None) -> list[GraphKey]:
+    """The paged buckets of more than `above` rows, in the order they are captured later:
+    fewer rows first (a load reaches 128 rows before 256), then narrower tables."""
+    if above is None:
+        return []
+    return sorted(k for k in paged_keys(max_batch, max_width) if k[0] > above)
+
+
 @dataclass(frozen=True)
 class WarmupReport:
     seconds: float
@@ -106,11 +121,13 @@ class WarmupReport:
     prefill_failed: int = 0
     prefill_seconds: float = 0.0
     stopgaps: int = 0           # of the decode graphs, shared-prefix stopgaps
+    deferred: int = 0           # paged buckets left to capture while idle
 
     def describe(self) -> str:
         text = (f"warm-up {self.seconds:.1f} s: {self.graphs} decode graphs captured"
                 f"{f' ({self.stopgaps} shared-prefix stopgaps)' if self.stopgaps else ''}"
-                f"{f' ({self.failed} failed, eager)' if self.failed else ''} "
+                f"{f' ({self.failed} failed, eager)' if self.failed else ''}"
+                f"{f', {self.deferred} deferred to idle time' if self.deferred else ''} "
                 f"({self.graph_seconds:.1f} s), {self.shared_shapes} shared-prefix attention "
                 f"shapes compiled ({self.shared_seconds:.1f} s)")
         if self.prefill_buckets or self.prefill_failed:
@@ -123,16 +140,23 @@ class WarmupReport:
 def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int,
             max_decode_rows: int | None = None,
             prefill_graphs: PrefillGraphs | None = None,
-            clock: StartupClock | None = None) -> WarmupReport:
+            clock: StartupClock | None = None,
+            defer_above: int | None = None) -> WarmupReport:
     """max_decode_rows: the most decode rows a step can have (the scheduler's max_num_seqs;
     None: the graphs' largest bucket). Eager steps pad their rows to the same buckets
     (runner.py), so their attention shapes are compiled here too, also past the graphs'.
-    clock: the engine's start-up clock (its phases logged with progress); None: timed only."""
+    clock: the engine's start-up clock (its phases logged with progress); None: timed only.
+    defer_above: paged buckets of more rows are left to `graphs.deferred` (captured while the
+    engine is idle, or by the first step that needs one; `deferred_keys`); their attention is
+    compiled here, so such a capture compiles nothing. None: every bucket now."""
     clock = clock or StartupClock("warm-up", quiet=True)
     started = time.perf_counter()
     stopgaps = (stopgap_keys(graphs.max_batch, graphs.max_width, min_prefix_blocks)
                 if shared_prefix else [])
-    keys = sorted(paged_keys(graphs.max_batch, graphs.max_width), reverse=True) + stopgaps
+    deferred = deferred_keys(graphs.max_batch, graphs.max_width, defer_above)
+    keys = sorted(set(paged_keys(graphs.max_batch, graphs.max_width)) - set(deferred),
+                  reverse=True) + stopgaps
+    graphs.deferred = list(deferred)
     max_rows = max(graphs.max_batch, max_decode_rows or 0)
     failed = 0
     with torch.inference_mode():
@@ -142,7 +166,8 @@ def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
                 failed += graphs.capture(key) is None
                 progress.step()
         captured = time.perf_counter()
-        eager_only = [k for k in paged_keys(max_rows, graphs.max_width) if k[0] > graphs.max_batch]
+        eager_only = deferred + [k for k in paged_keys(max_rows, graphs.max_width)
+                                 if k[0] > graphs.max_batch]
         shared = (shared_keys(max_rows, graphs.max_width, min_prefix_blocks)
                   if shared_prefix else [])
         with clock.phase("compile", "compiling decode attention shapes",
@@ -164,7 +189,7 @@ def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
     report = WarmupReport(time.perf_counter() - started, len(keys) - failed, failed,
                           len(eager_only) + len(shared), captured - started,
                           compiled - captured, prefill_buckets, prefill_failed,
-                          time.perf_counter() - prefilled, len(stopgaps))
+                          time.perf_counter() - prefilled, len(stopgaps), len(deferred))
     log.info("%s", report.describe())
     return report
 

@@ -323,3 +323,13 @@ def test_a_bucket_past_64_rows_replays_the_eager_step(kernel_bundle):
         torch.tensor(rows.token_ids), torch.tensor(rows.positions), kv.layers, meta))
     torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
     assert out.greedy.tolist() == expected.argmax(-1).tolist()
+
+
+def test_a_deferred_bucket_a_step_captured_is_not_captured_again(kernel_bundle):
+    graphs = make_graphs(kernel_bundle, 40, 8, 16)
+    graphs.deferred = [(4, 0, 0, 4), (8, 0, 0, 4)]
+    assert graphs.run(paged_rows(3)) is not None          # its bucket (4, 0, 0, 4), on the spot
+    assert graphs.runtime_captures == 1
+    assert graphs.capture_deferred() is False             # skips it, captures (8, 0, 0, 4)
+    assert graphs.idle_captures == 1 and graphs.deferred == []
+    assert set(graphs._graphs) == {(4, 0, 0, 4), (8, 0, 0, 4)}
