@@ -4,6 +4,9 @@
   python3 bench/bench_engine.py --out bench_cpu.md                  # SmolLM2 fp32, CPU, B=1,16
   python3 bench/bench_engine.py --device cuda --out $OUT/engine.md  # LLaMA-7B shape, bf16,
                                                                        # random weights, B=1,32
+  python3 bench/bench_engine.py --device cuda --floor --batches 128,256 --contexts 512,2048
+      # large-batch decode against its byte floor (weights + the KV a step reads, at the copy
+      # rate measured in the same run); a cell whose KV does not fit the cache says so
   python3 bench/bench_engine.py --device cuda --suite --out $OUT/suite.md   # the H200 suite:
       ceilings, start-up + first request, TPOT vs floor (fused / unfused / HF), step breakdown,
       throughput, prefill rate, shared prefix on/off (engine_suite.py; --suite-quick: TPOT
@@ -35,6 +38,7 @@ import argparse
 import dataclasses
 import asyncio
 import datetime
+import gc
 import platform
 import shlex
 import sys
@@ -79,6 +83,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="suites: the engine's prefill attention (auto: the engine's default, "
                         "paged on CUDA; paged: the Triton kernel over the paged cache, one "
                         "launch per layer; sdpa: torch per chunk)")
+    p.add_argument("--floor", action="store_true",
+                   help="decode TPOT at every --batches x --contexts against its byte floor "
+                        "(weights + the KV a step reads, over the copy rate measured in the "
+                        "same run); CPU or CUDA, engine only")
+    p.add_argument("--contexts", default="512,2048",
+                   help="--floor: prompt tokens of every sequence (comma list)")
     p.add_argument("--prefix", type=int, default=3800, help="--suite: shared prefix tokens")
     p.add_argument("--suffix", type=int, default=200, help="--suite: suffix tokens")
     args = p.parse_args(argv)
@@ -87,7 +97,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.suite = (args.suite or args.suite_quick or args.suite_prefix or args.suite_prefill
                   or args.suite_fill or args.suite_mixed)
     default_batches = "1,32,64" if args.suite else ("1,32" if cuda else "1,16")
+    if args.floor and args.batches is None:
+        default_batches = "1,32,64,128,256"
     args.batches = [int(b) for b in (args.batches or default_batches).split(",")]
+    args.contexts = [int(c) for c in args.contexts.split(",")]
     args.prompt_len = args.prompt_len or (512 if cuda else 64)
     args.new_tokens = args.new_tokens or (64 if cuda else 32)
     return args
@@ -233,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     transformers.logging.set_verbosity_error()
     if args.suite:
         return suite(args, torch)
+    if args.floor:
+        return floor_mode(args, torch)
     rows = []
     modes = [False, True] if args.device == "cuda" else [False]   # CUDA graphs off / on
     header = ("| model | dtype | batch | prompt | new | engine eager TPOT ms | "
@@ -300,6 +315,144 @@ def main(argv: list[str] | None = None) -> int:
             f"* command: `{command}`",
             f"* best of {args.repeats} alternating runs; greedy, EOS ignored; engine modes: "
             f"{'CUDA graphs off and on' if len(modes) == 2 else 'eager'}", "",
+            header, "|" + "---|" * header.count(" | ") + "---|", *rows, ""])
+        record(text, args.out)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def copy_rate(torch, device: str) -> float:
+    """Bytes a device-to-device copy moves per second (read + write), the median of 10: the
+    rate a decode step's weight and KV reads are held against."""
+    numel = 2**29 if device == "cuda" else 2**26      # 1 GiB bf16 on the GPU, 256 MiB fp32
+    src = torch.randn(numel, device=device, dtype=torch.bfloat16 if device == "cuda"
+                      else torch.float32)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    times = []
+    for _ in range(10):
+        sync(torch, device)
+        t = time.perf_counter()
+        dst.copy_(src)
+        sync(torch, device)
+        times.append(time.perf_counter() - t)
+    moved = 2 * src.numel() * src.element_size()
+    del src, dst
+    return moved / sorted(times)[len(times) // 2]
+
+
+def decode_floor_s(weight_bytes: int, kv_token_bytes: int, batch: int, context: int,
+                   new: int, rate: float) -> float:
+    """A decode step's byte floor: every weight once, and each row's KV at its mean length
+    over the run (context + new / 2 tokens), at `rate` bytes/s."""
+    return (weight_bytes + batch * (context + new / 2) * kv_token_bytes) / rate
+
+
+async def floor_cell(engine, torch, device: str, prompts: list[list[int]], new: int
+                     ) -> tuple[float, int]:
+    """(decode seconds per step of `new` greedy tokens for every prompt, graph replays), after
+    the Fills and a 4-token warm-up on throwaway forks; every context freed after."""
+    from parrot.engines.protocol import FillRequest, GenerateRequest
+    from parrot.sampling import SamplingParams
+
+    await asyncio.gather(*(engine.fill(FillRequest(f"c{i}", token_ids=tuple(p)))
+                           for i, p in enumerate(prompts)))
+    warm = SamplingParams(max_tokens=4, ignore_eos=True)
+    await asyncio.gather(*(engine.generate_all(GenerateRequest(
+        f"w{i}", parent_context_id=f"c{i}", sampling=warm)) for i in range(len(prompts))))
+    for i in range(len(prompts)):
+        await engine.free_context(f"w{i}")
+    graphs = engine._runner.graphs
+    replays = 0 if graphs is None else graphs.num_replays
+    sync(torch, device)
+    t = time.perf_counter()
+    params = SamplingParams(max_tokens=new, ignore_eos=True)
+    results = await asyncio.gather(*(engine.generate_all(GenerateRequest(
+        f"c{i}", sampling=params)) for i in range(len(prompts))))
+    sync(torch, device)
+    seconds = time.perf_counter() - t
+    assert all(len(r.token_ids) == new for r in results)
+    for i in range(len(prompts)):
+        await engine.free_context(f"c{i}")
+    return seconds / new, (0 if graphs is None else graphs.num_replays) - replays
+
+
+async def floor_cells(torch, config, bundle, name: str, batches: list[int],
+                      contexts: list[int], new: int, rate: float, rows: list[str]) -> None:
+    """Every batch x context cell of `--floor` on one engine, on one event loop (the engine's
+    task lives on it): a markdown row each, appended to `rows`."""
+    from engine_suite import kv_token_bytes, weight_bytes
+
+    from parrot.engines.builtin.build import build_engine
+
+    wbytes, kvb = weight_bytes(bundle), kv_token_bytes(bundle)
+    device, bs = config.device, config.block_size
+    engine = build_engine("floor", config, bundle)
+    total_blocks = engine._scheduler.blocks.allocator.num_blocks_total
+    try:
+        for context in contexts:
+            for batch in batches:
+                kv_gb = batch * (context + new / 2) * kvb / 1e9
+                floor = decode_floor_s(wbytes, kvb, batch, context, new, rate)
+                if batch * (-(-(context + new + 1) // bs) + 1) > total_blocks:
+                    cols = (f"{floor * 1e3:.2f} | does not fit in {total_blocks * bs} KV "
+                            "tokens | - | - | -")
+                else:
+                    gen = torch.Generator().manual_seed(batch * 7919 + context)
+                    prompts = torch.randint(100, min(bundle.shape.vocab_size, 30000),
+                                            (batch, context), generator=gen).tolist()
+                    tpot, replays = await floor_cell(engine, torch, device, prompts, new)
+                    cols = (f"{floor * 1e3:.2f} | {tpot * 1e3:.2f} | {tpot / floor:.2f}x | "
+                            f"{batch / tpot:.0f} | {replays}")
+                row = f"| {name} | {batch} | {context}+{new} | {kv_gb:.2f} | {cols} |"
+                print(row, flush=True)
+                rows.append(row)
+    finally:
+        await engine.close()
+
+
+def floor_mode(args: argparse.Namespace, torch) -> int:
+    """`--floor`: one engine per model, sized for the largest batch (max_num_seqs and the
+    graphs to it; the KV cache auto-sized on CUDA, just large enough on the CPU), TPOT at every
+    batch x context against its byte floor."""
+    import logging
+
+    from parrot.engines.builtin.config import BuiltinEngineConfig
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    device, new, bs = args.device, args.new_tokens, 16
+    batches, contexts = sorted(args.batches), sorted(args.contexts)
+    header = ("| model | batch | context | KV GB read a step | floor ms | TPOT ms | TPOT / floor "
+              "| tokens/s | graph steps |")
+    rows: list[str] = []
+    rate = copy_rate(torch, device)
+    print(f"copy rate {rate / 1e9:.1f} GB/s (read + write)", flush=True)
+    print(header, flush=True)
+    for name in args.models:
+        bundle, hf = load(torch, name, device, max(contexts) + new + 64)
+        del hf          # its weights are the bundle's; its unfused copies go before sizing
+        gc.collect()
+        if device == "cuda":
+            torch.cuda.empty_cache()    # the auto-sized KV cache takes what is free now
+        per_seq = -(-(max(contexts) + new + 1) // bs) + 1     # + the warm-up fork's own block
+        sizing = {} if device == "cuda" else {"num_blocks": max(batches) * per_seq + 8}
+        config = BuiltinEngineConfig(model=bundle.name, device=device, block_size=bs,
+                                     max_num_seqs=max(batches), max_batch_tokens=8192,
+                                     max_context_len=max(contexts) + new + 64,
+                                     speed_probe="off", **sizing)
+        asyncio.run(floor_cells(torch, config, bundle, name, batches, contexts, new, rate,
+                                rows))
+        del bundle
+    if args.out is not None:
+        command = "python3 " + " ".join(shlex.quote(a) for a in [sys.argv[0], *sys.argv[1:]])
+        text = "\n".join([
+            f"# builtin engine decode against its byte floor ({device})", "",
+            f"* date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}",
+            f"* machine: {machine(torch, device)}",
+            f"* command: `{command}`",
+            f"* copy rate {rate / 1e9:.1f} GB/s (read + write, measured in this run); floor = "
+            f"(weights + batch x (context + new / 2) x KV bytes a token) / copy rate; greedy, "
+            f"EOS ignored, {new} new tokens after a 4-token warm-up", "",
             header, "|" + "---|" * header.count(" | ") + "---|", *rows, ""])
         record(text, args.out)
         print(f"wrote {args.out}")

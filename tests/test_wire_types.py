@@ -27,7 +27,8 @@ OUTPUT = wt.PlaceholderSpec("y", "output", sampling=wt.SamplingOverride.of({"max
                                                                    "pattern": "A: (.*)"}], "t"))
 ENGINE = wt.EngineDescription("e0", "simulated", "sim", True, 6144, 32768, running_calls=1,
                               tokens_in_use=10, calls_done=2, cached_prefixes=0, prefix_hits=0,
-                              prefix_misses=1)
+                              prefix_misses=1, serving=wt.EngineServing(
+                                  256, 2048, 65536, (1, 2, 4), "2048 tokens per step"))
 SUBMIT_REPLY = wt.SubmitReply("r-1", (wt.PlaceholderBinding("x", "v-1"),
                                       wt.PlaceholderBinding("y", "v-2")))
 
@@ -77,8 +78,8 @@ def message_types() -> list[type[wt.WireMessage]]:
 
 def test_every_message_has_an_example():
     nested = {wt.ErrorDetail, wt.PlaceholderSpec, wt.PlaceholderBinding, wt.BatchRef,
-              wt.BatchCall, wt.ChatSpec, wt.SamplingOverride, wt.EngineDescription, wt.CallNode,
-              wt.VariableNode, wt.GraphLink}
+              wt.BatchCall, wt.ChatSpec, wt.SamplingOverride, wt.EngineDescription,
+              wt.EngineServing, wt.CallNode, wt.VariableNode, wt.GraphLink}
     assert set(message_types()) - nested == {type(m) for m in EXAMPLES}
 
 
@@ -98,7 +99,11 @@ def test_wire_form_is_the_documented_one():
     assert "values" not in SUBMIT_REPLY.to_wire()  # left out unless "wait" filled it
     assert ENGINE.public().to_wire() == {"name": "e0", "kind": "simulated", "model": "sim",
                                          "healthy": True, "latency_capacity": 6144,
-                                         "throughput_capacity": 32768}
+                                         "throughput_capacity": 32768, "serving": {
+                                             "max_num_seqs": 256, "max_batch_tokens": 2048,
+                                             "kv_cache_tokens": 65536,
+                                             "graph_batch_sizes": [1, 2, 4],
+                                             "step_token_budget": "2048 tokens per step"}}
     batch = EXAMPLES[7].to_wire()
     assert batch["calls"][1]["placeholders"][0]["ref"] == {"call": 0, "output": "a"}
 

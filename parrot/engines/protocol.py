@@ -233,6 +233,39 @@ class EngineStats:
 
 
 @dataclass(frozen=True)
+class ServingLimits:
+    """What an engine chose to serve with (the builtin engine sizes these from its device's
+    free memory and its model's shape: `max_num_seqs: auto` and friends), so an operator sees
+    it in `GET /v1/engines` without reading the engine's log."""
+
+    max_num_seqs: int           # sequences per step
+    max_batch_tokens: int       # tokens per step
+    kv_cache_tokens: int        # KV blocks x block size
+    # decode-graph batch buckets (empty: no CUDA graphs)
+    graph_batch_sizes: tuple[int, ...] = ()
+    # how much prefill joins a step's decodes (the builtin engine's step_budget.describe)
+    step_token_budget: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "graph_batch_sizes": list(self.graph_batch_sizes)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> ServingLimits | None:
+        """None for None; a value that is not a valid mapping raises InvalidRequestError."""
+        if data is None:
+            return None
+        try:
+            return cls(max_num_seqs=int(data["max_num_seqs"]),
+                       max_batch_tokens=int(data["max_batch_tokens"]),
+                       kv_cache_tokens=int(data["kv_cache_tokens"]),
+                       graph_batch_sizes=tuple(int(b) for b in data.get("graph_batch_sizes",
+                                                                        ())),
+                       step_token_budget=str(data.get("step_token_budget", "")))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InvalidRequestError(f"serving: {data!r} is not valid ({exc!r})") from None
+
+
+@dataclass(frozen=True)
 class EngineInfo:
     """Static facts about an engine, fetched once when it registers."""
 
@@ -248,9 +281,11 @@ class EngineInfo:
     # not say (a `profile` in its params, or the manager's default, is used then). The
     # manager costs placements with it and calibrates `latency_capacity: auto` from it.
     speed_profile: SpeedProfile | None = None
+    serving: ServingLimits | None = None      # what it serves with; None: it does not say
 
     def to_json(self) -> dict[str, Any]:
         data = dict(self.__dict__)
+        data["serving"] = None if self.serving is None else self.serving.to_json()
         data["chat_template"] = None if self.chat_template is None else self.chat_template.to_json()
         data["speed_profile"] = (None if self.speed_profile is None
                                  else self.speed_profile.to_latency_profile())
@@ -263,7 +298,8 @@ class EngineInfo:
                    block_size=int(data["block_size"]),
                    num_blocks_total=int(data["num_blocks_total"]),
                    chat_template=ChatTemplate.from_json(data.get("chat_template")),
-                   speed_profile=_speed_profile(data.get("speed_profile")))
+                   speed_profile=_speed_profile(data.get("speed_profile")),
+                   serving=ServingLimits.from_json(data.get("serving")))
 
 
 def _speed_profile(data: Any) -> SpeedProfile | None:

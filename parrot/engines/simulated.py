@@ -41,7 +41,7 @@ from collections.abc import AsyncIterator
 # the configuration lives with the latency model; re-exported here as part of this module's API
 from parrot.engines.latency_model import LatencyModel, SimulatedEngineConfig, load_profile
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
-                                     GenerateChunk, GenerateRequest)
+                                     GenerateChunk, GenerateRequest, ServingLimits)
 from parrot.engines.tpot import TpotMeter
 from parrot.engines.sim_blocks import KVSpace, SimContext, count_tokens, detokenize, filler_token
 from parrot.errors import (ContextExistsError, EngineConfigError, EngineError,
@@ -132,7 +132,13 @@ class SimulatedEngine(Engine):
     async def info(self) -> EngineInfo:
         c = self.config
         return EngineInfo(self.name, "simulated", c.model, c.max_context_len, c.block_size,
-                          c.num_blocks, speed_profile=c.latency.speed_profile())
+                          c.num_blocks, speed_profile=c.latency.speed_profile(),
+                          serving=ServingLimits(
+                              max_num_seqs=c.max_num_seqs,
+                              max_batch_tokens=c.max_num_batched_tokens,
+                              kv_cache_tokens=c.num_blocks * c.block_size,
+                              step_token_budget=f"{c.max_num_batched_tokens} tokens per step "
+                                                "(decodes first)"))
 
     async def fill(self, request: FillRequest) -> FillResult:
         n = (len(request.token_ids) if request.token_ids is not None

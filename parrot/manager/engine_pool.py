@@ -315,7 +315,8 @@ class EngineState:
                 "prefix_hits": self.contexts.num_hits, "prefix_misses": self.contexts.num_misses,
                 "latency_capacity": self.latency_capacity,
                 "throughput_capacity": self.throughput_capacity,
-                "profile_source": self.profile_source}
+                "profile_source": self.profile_source,
+                "serving": None if self.info.serving is None else self.info.serving.to_json()}
 
 
 class EnginePool:

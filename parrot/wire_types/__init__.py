@@ -16,18 +16,18 @@ from parrot.wire_types.calls import (MAX_BATCH_CALLS, MAX_PLACEHOLDERS, BatchCal
                                      SubmitReply, SubmitRequest)
 from parrot.wire_types.codec import MAX_VALUE_CHARS, Json, JsonObject, WireMessage
 from parrot.wire_types.service import (CallNode, CreateVariableRequest, EngineDescription,
-                                       EngineList, ErrorDetail, ErrorReply, GetRequest, Graph,
-                                       GraphLink, Health, Registered, RegisterEngineRequest,
-                                       SessionCreated, SessionDeleted, SessionStats,
-                                       SetVariableRequest, Stats, TextChunk, Value, VariableId,
-                                       VariableNode)
+                                       EngineList, EngineServing, ErrorDetail, ErrorReply,
+                                       GetRequest, Graph, GraphLink, Health, Registered,
+                                       RegisterEngineRequest, SessionCreated, SessionDeleted,
+                                       SessionStats, SetVariableRequest, Stats, TextChunk, Value,
+                                       VariableId, VariableNode)
 
 __all__ = [
     "MAX_BATCH_CALLS", "MAX_PLACEHOLDERS", "MAX_VALUE_CHARS", "BatchCall", "BatchRef",
     "BatchReply", "CallNode", "ChatSpec", "CreateVariableRequest", "EngineDescription",
-    "EngineList", "ErrorDetail", "ErrorReply", "GetRequest", "Graph", "GraphLink", "Health",
-    "Json", "JsonObject", "PlaceholderBinding", "PlaceholderSpec", "Registered",
-    "RegisterEngineRequest", "RejectedCall", "SamplingOverride", "SessionCreated",
+    "EngineList", "EngineServing", "ErrorDetail", "ErrorReply", "GetRequest", "Graph",
+    "GraphLink", "Health", "Json", "JsonObject", "PlaceholderBinding", "PlaceholderSpec",
+    "Registered", "RegisterEngineRequest", "RejectedCall", "SamplingOverride", "SessionCreated",
     "SessionDeleted", "SessionStats", "SetVariableRequest", "Stats", "SubmitBatchRequest",
     "SubmitReply", "SubmitRequest", "TextChunk", "Value", "VariableId", "VariableNode",
     "WireMessage",

@@ -70,6 +70,18 @@ class SessionStats(WireMessage):
 # --- engines and stats -------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class EngineServing(WireMessage):
+    """What an engine serves with, as it reports it (`EngineInfo.serving`): for the builtin
+    engine, sized from its device's free memory and model shape unless configured."""
+
+    max_num_seqs: int
+    max_batch_tokens: int
+    kv_cache_tokens: int
+    graph_batch_sizes: tuple[int, ...] = ()
+    step_token_budget: str = ""
+
+
+@dataclass(frozen=True)
 class EngineDescription(WireMessage):
     """An engine as the manager sees it. Load and prefix-cache counters are the admin's only
     (a tenant watching another's cache hits could confirm a guess of its prompt): `public()`
@@ -90,11 +102,12 @@ class EngineDescription(WireMessage):
     # Where the speed profile the manager costs it with came from: "configured" (its params),
     # "measured" (reported by the engine), "default" (the paper's A100 figures).
     profile_source: str | None = None
+    serving: EngineServing | None = None    # None: the engine does not say
 
     def public(self) -> EngineDescription:
         return EngineDescription(self.name, self.kind, self.model, self.healthy,
                                  self.latency_capacity, self.throughput_capacity,
-                                 profile_source=self.profile_source)
+                                 profile_source=self.profile_source, serving=self.serving)
 
 
 @dataclass(frozen=True)

@@ -240,6 +240,28 @@ async def test_auto_latency_capacity_follows_the_profile_the_engine_reports(mana
     assert state.throughput_capacity >= 20480
 
 
+async def test_what_an_engine_serves_with_is_described_as_it_reports_it(manager):
+    """`/v1/engines` shows the limits a builtin engine chose (`max_num_seqs: auto`...)."""
+    from parrot.engines.protocol import ServingLimits
+    from parrot.wire_types import EngineDescription
+
+    limits = ServingLimits(max_num_seqs=256, max_batch_tokens=2048, kv_cache_tokens=208064,
+                           graph_batch_sizes=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+                           step_token_budget="step token budget: auto, ITL target 50 ms")
+
+    class SizedEngine(RecordingEngine):
+        async def info(self) -> EngineInfo:
+            return dataclasses.replace(await super().info(), serving=limits)
+
+    await manager.add_engine(EngineSpec(name="sized", in_process=True), SizedEngine())
+    described = manager.engines.get("sized").describe()
+    assert described["serving"] == {**limits.to_json(), "graph_batch_sizes": [
+        1, 2, 4, 8, 16, 32, 64, 128, 256]}
+    wire = EngineDescription.from_wire(described, "engine", strict=False)
+    assert wire.public().serving == wire.serving and wire.serving is not None
+    assert (wire.serving.max_num_seqs, wire.serving.graph_batch_sizes[-1]) == (256, 256)
+
+
 async def test_an_engine_given_no_capacity_is_calibrated_to_its_profile(manager):
     # auto is the default: an engine that says nothing is not held to the A100's 6,144
     await manager.add_engine(EngineSpec(name="plain", in_process=True), ProfiledEngine(H200_LIKE))

@@ -160,8 +160,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="BatchScheduler._evict_one"),
     Mutation(
         "builtin_prefill_before_decode", "parrot/engines/builtin/batch_scheduler.py",
-        "for work in decodes + prefills:",
-        "for work in prefills + decodes:",
+        "        seats = self._take([w for w in started if w.is_decoding], self.max_batch_tokens,\n",
+        "        seats = self._take([w for w in started if not w.is_decoding], self.max_batch_tokens,\n",
         ("tests/engines/builtin/test_batch_scheduler_order.py::"
          "test_a_decode_step_goes_before_an_older_prefill_that_would_eat_the_budget",),
         where="BatchScheduler._pick_chunks"),
@@ -694,8 +694,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="EngineSpec"),
     Mutation(
         "simulated_engine_reports_no_profile", "parrot/engines/simulated.py",
-        "                          c.num_blocks, speed_profile=c.latency.speed_profile())\n",
-        "                          c.num_blocks)\n",
+        "                          c.num_blocks, speed_profile=c.latency.speed_profile(),\n",
+        "                          c.num_blocks,\n",
         ("tests/engines/test_simulated.py::"
          "test_info_reports_the_latency_model_as_the_engines_speed_profile",
          "tests/manager/test_engine_pool.py::"

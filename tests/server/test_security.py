@@ -43,7 +43,7 @@ async def test_engine_counters_are_the_admins_only():
             _, public, _ = await call(http, "GET", "/v1/engines", headers=headers)
             assert set(public["engines"][0]) == {"name", "kind", "model", "healthy",
                                                  "latency_capacity", "throughput_capacity",
-                                                 "profile_source"}
+                                                 "profile_source", "serving"}
         _, full, _ = await call(http, "GET", "/v1/engines", headers=bearer(server.admin_token))
         assert {"prefix_hits", "prefix_misses", "cached_prefixes"} <= set(full["engines"][0])
         status, reply, _ = await call(http, "GET", "/v1/stats", headers=auth)

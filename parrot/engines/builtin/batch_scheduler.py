@@ -5,7 +5,9 @@ Order of an iteration (`schedule`):
 2. start waiting work whose parent is idle (fork the parent's blocks, append the fill's tokens);
 3. decodes first (one token per Generate that is caught up), then prefill chunks (Fills, and
    Generates whose context must be (re)computed), each by priority (the protocol's: lower
-   first), then oldest first, within max_batch_tokens and max_num_seqs;
+   first), then oldest first, within max_batch_tokens and max_num_seqs; the prefill chunks
+   beside decodes also within the step budget (step_budget.py: chunked prefill, so a long
+   prompt is split over several steps instead of stalling the running streams);
 4. KV blocks: a chunk that does not fit evicts idle contexts (least recently used first), then
    preempts the newest running work of the lowest priority not in this batch (its KV is
    recomputed later); if nothing can be freed the chunk waits. Work that can never be
@@ -26,6 +28,7 @@ from parrot.engines.builtin.block_manager import BlockManager
 from parrot.engines.builtin.context import Context, Work
 from parrot.engines.builtin.detokenizer import TextStream
 from parrot.engines.builtin.outputs import process_token
+from parrot.engines.builtin.step_budget import StepBudget
 from parrot.engines.protocol import FillResult
 from parrot.errors import (InvalidRequestError, OutOfKVCacheError, PromptTooLongError,
                            UnknownContextError)
@@ -58,12 +61,16 @@ def _by_priority(work: Work) -> int:
 class BatchScheduler:
     def __init__(self, blocks: BlockManager, *, max_batch_tokens: int, max_num_seqs: int,
                  max_context_len: int, eos_token_ids: tuple[int, ...],
-                 reserve_next_block: bool = False) -> None:
+                 reserve_next_block: bool = False, step_budget: StepBudget | None = None
+                 ) -> None:
         self.blocks = blocks
         # With decode launch-ahead (lookahead.py): a decode chunk also gets the block of the
         # context's next position when one is free, so the predicted step can cross into it.
         self.reserve_next_block = reserve_next_block
         self.max_batch_tokens = max_batch_tokens
+        # How much prefill joins the decodes of a step (step_budget.py); the engine prices it
+        # with its speed profile once measured (`step_budget.with_profile`).
+        self.step_budget = step_budget or StepBudget(max_batch_tokens)
         self.max_num_seqs = max_num_seqs
         self.max_context_len = max_context_len
         self.eos_token_ids = frozenset(eos_token_ids)
@@ -209,13 +216,25 @@ class BatchScheduler:
             work.stream = TextStream(work.tokenizer, ctx.token_ids, work.sampling.stop)
 
     def _pick_chunks(self, *, decodes_only: bool = False) -> list[ScheduledChunk]:
-        budget, seats = self.max_batch_tokens, self.max_num_seqs
+        """Decodes first (one token each, within max_batch_tokens and max_num_seqs), then
+        prefill chunks within what the step budget leaves beside those decodes."""
         chunks: list[ScheduledChunk] = []
         protected: set[int] = set()
         started = [w for w in self.works if w.is_started]
-        decodes = [w for w in started if w.is_decoding]
-        prefills = [] if decodes_only else [w for w in started if not w.is_decoding]
-        for work in decodes + prefills:
+        seats = self._take([w for w in started if w.is_decoding], self.max_batch_tokens,
+                           self.max_num_seqs, chunks, protected)
+        if not decodes_only:
+            budget = min(self.max_batch_tokens - len(chunks),
+                         self.step_budget.prefill_tokens(len(chunks), sum(c.end for c in chunks)))
+            self._take([w for w in started if not w.is_decoding], budget, seats, chunks,
+                       protected)
+        return chunks
+
+    def _take(self, works: list[Work], budget: int, seats: int, chunks: list[ScheduledChunk],
+              protected: set[int]) -> int:
+        """Append each work's next chunk to `chunks` while `budget` tokens and `seats` last
+        (a chunk the budget cuts short continues in a later step); the seats left."""
+        for work in works:
             if budget == 0 or seats == 0:
                 break
             ctx = work.context
@@ -236,7 +255,7 @@ class BatchScheduler:
             ctx.last_used = self._iteration
             budget -= end - start
             seats -= 1
-        return chunks
+        return seats
 
     def _fit(self, ctx: Context, start: int, end: int, protected: set[int]) -> int:
         """Grow ctx's blocks to cover [0, end), evicting if needed; returns the end that fits."""

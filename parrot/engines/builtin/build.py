@@ -20,7 +20,7 @@ from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfi
 from parrot.engines.builtin.device_lock import device_key, exclusive_device
 from parrot.engines.builtin.engine import BuiltinEngine
 from parrot.engines.builtin.graphs import DecodeGraphs
-from parrot.engines.builtin.kv_cache import KVCache, num_blocks_for
+from parrot.engines.builtin.kv_cache import KVCache, available_bytes
 from parrot.engines.builtin.linear_choice import (LinearChoice, Timer, cuda_graph_timer,
                                                   measure_linear_choice)
 from parrot.engines.builtin.host_pauses import pause_monitor
@@ -31,9 +31,13 @@ from parrot.engines.builtin.prefill_graphs import PrefillGraphs
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.batch_scheduler import BatchScheduler
 from parrot.engines.builtin.shapes import ModelShape
+from parrot.engines.builtin.sizing import ServingSize, batch_buckets, size_serving
+from parrot.engines.builtin.step_budget import StepBudget
 from parrot.engines.builtin.step_trace import StepTrace
+from parrot.engines.builtin.startup_clock import StartupClock
 from parrot.engines.builtin.startup_probe import StartupProbe
-from parrot.engines.builtin.warmup import WarmupReport, batch_buckets, warm_up, width_buckets
+from parrot.engines.builtin.warmup import (DEFER_CAPTURE_ABOVE_ROWS, WarmupReport, warm_up,
+                                           width_buckets)
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +54,12 @@ class ModelBundle:
     uses_kernels: bool
 
 
-def load_bundle(config: BuiltinEngineConfig, loaded: LoadedModel | None = None) -> ModelBundle:
+def load_bundle(config: BuiltinEngineConfig, loaded: LoadedModel | None = None,
+                clock: StartupClock | None = None) -> ModelBundle:
     """Load the model (or take `loaded`, whose state dict is consumed: q/k/v and gate/up are
-    replaced by fused copies) and pick the attention path."""
+    replaced by fused copies) and pick the attention path. `clock`: the engine's start-up
+    clock (the load and convert phases logged and timed)."""
+    clock = clock or StartupClock("load", quiet=True)
     device = resolve_device(config.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise BuiltinConfigError("builtin engine.device", f"{config.device!r} is not valid here",
@@ -72,10 +79,12 @@ def load_bundle(config: BuiltinEngineConfig, loaded: LoadedModel | None = None) 
     if config.num_threads is not None:
         torch.set_num_threads(config.num_threads)
     if loaded is None:
-        loaded = load_model(config, device, resolve_dtype(config.dtype, device))
-    model = LlamaModel(loaded.shape, loaded.state_dict, make_decode_fn(kernels),
-                       max_positions=loaded.shape.max_position_embeddings)
-    model.use_fused(kernels if config.fused_ops else None)
+        with clock.phase("load", f"loading {config.model!r} onto {device}"):
+            loaded = load_model(config, device, resolve_dtype(config.dtype, device))
+    with clock.phase("convert", "converting the weights (fused q/k/v and gate/up)"):
+        model = LlamaModel(loaded.shape, loaded.state_dict, make_decode_fn(kernels),
+                           max_positions=loaded.shape.max_position_embeddings)
+        model.use_fused(kernels if config.fused_ops else None)
     # auto: the kernel wherever the Triton path runs on CUDA (without it — the torch
     # backend, an older parrot_kernels — SDPA); asked for by name, its absence is an error.
     choice = config.prefill_attention
@@ -92,14 +101,18 @@ def load_bundle(config: BuiltinEngineConfig, loaded: LoadedModel | None = None) 
 
 def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | None = None,
                  *, runner_type: type[ModelRunner] = ModelRunner,
-                 scheduler_type: type[BatchScheduler] = BatchScheduler) -> BuiltinEngine:
+                 scheduler_type: type[BatchScheduler] = BatchScheduler,
+                 clock: StartupClock | None = None) -> BuiltinEngine:
     """Blocking when it loads the model (bundle None). `runner_type` / `scheduler_type`: a
-    subclass to build instead (tests inject faults through them)."""
+    subclass to build instead (tests inject faults through them). `clock`: the start-up's
+    phases (startup_clock.py; by default a clock started here)."""
+    clock = clock or StartupClock(name)
     if bundle is None:
-        bundle = load_bundle(config)
+        bundle = load_bundle(config, clock=clock)
     model = bundle.model
-    num_blocks = num_blocks_for(config, bundle.shape, model.dtype, model.device)
-    capacity = num_blocks * config.block_size
+    size = serving_size(config, bundle)
+    num_blocks, max_num_seqs = size.num_blocks, size.max_num_seqs
+    capacity = size.kv_tokens
     limit = min(config.max_context_len or bundle.shape.max_position_embeddings,
                 bundle.shape.max_position_embeddings)
     max_context_len = min(limit, capacity)
@@ -108,13 +121,14 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
     # Graphs replay the Triton kernels' fixed launch plans; the torch decode path would gather
     # whole padded tables, so it stays eager (as does everything on the CPU).
     use_graphs = config.cuda_graphs and model.device.type == "cuda" and bundle.uses_kernels
-    kv_cache = KVCache(bundle.shape, num_blocks, config.block_size, model.dtype, model.device,
-                       scratch_block=use_graphs)
+    with clock.phase("kv cache", f"allocating {size.describe()}"):
+        kv_cache = KVCache(bundle.shape, num_blocks, config.block_size, model.dtype,
+                           model.device, scratch_block=use_graphs)
     max_blocks = -(-max_context_len // config.block_size)
     graphs = prefill_graphs = None
     if use_graphs:
         graphs = DecodeGraphs(model, kv_cache, max_width=max_blocks,
-                              max_batch=min(config.cuda_graph_max_batch, config.max_num_seqs))
+                              max_batch=size.graph_max_batch)
         piecewise_tokens = min(config.prefill_graph_max_tokens, config.max_batch_tokens)
         if model.fused and piecewise_tokens > 0:
             prefill_graphs = PrefillGraphs(model, kv_cache, max_tokens=piecewise_tokens)
@@ -122,15 +136,19 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
                          shared_prefix_min_tokens=config.shared_prefix_min_tokens,
                          shared_prefix_min_group=config.shared_prefix_min_group,
                          max_blocks=max_blocks, graphs=graphs,
-                         max_decode_rows=config.max_num_seqs,
+                         max_decode_rows=max_num_seqs,
                          eos_token_ids=frozenset(bundle.eos_token_ids),
                          max_context_len=max_context_len, prefill_graphs=prefill_graphs)
+    budget = StepBudget(config.max_batch_tokens,
+                        step_tokens=(config.step_token_budget
+                                     if isinstance(config.step_token_budget, int) else None),
+                        itl_target_ms=config.itl_target_ms)
     scheduler = scheduler_type(BlockManager(num_blocks, config.block_size),
                                max_batch_tokens=config.max_batch_tokens,
-                               max_num_seqs=config.max_num_seqs,
+                               max_num_seqs=max_num_seqs,
                                max_context_len=max_context_len,
                                eos_token_ids=bundle.eos_token_ids,
-                               reserve_next_block=graphs is not None)
+                               reserve_next_block=graphs is not None, step_budget=budget)
     report = None
     # counts the Triton compilations and garbage collections of this process from here on:
     # the warm-up's (the start-up line) and, after it, the serving's (the engine's stats)
@@ -138,7 +156,8 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
     before_warmup = pauses.totals()
     if graphs is not None and config.warmup:
         # Before any graph is captured: the captured steps bake in this choice.
-        choose_linear_layers(model, batch_buckets(graphs.max_batch))
+        with clock.phase("linear choice", "timing the small-batch linear kernels"):
+            choose_linear_layers(model, batch_buckets(graphs.max_batch))
         # Under the GPU's lock too, so that another engine starting on this GPU never times
         # its layers while this one captures and compiles (and compiles after this one, from
         # the kernels it left in Triton's cache).
@@ -146,19 +165,40 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
             report = warm_up(graphs, shared_prefix=bundle.uses_kernels,
                              min_prefix_blocks=-(-config.shared_prefix_min_tokens
                                                  // config.block_size),
-                             max_decode_rows=config.max_num_seqs, prefill_graphs=prefill_graphs)
+                             max_decode_rows=max_num_seqs, prefill_graphs=prefill_graphs,
+                             clock=clock,
+                             defer_above=DEFER_CAPTURE_ABOVE_ROWS if config.lazy_graphs
+                             else None)
     warmup_pauses = pauses.totals() - before_warmup
-    log.info("%s; %d Triton compilations in %.1f s", startup_summary(
-        name, bundle, num_blocks, config.block_size, graphs, prefill_graphs, report),
-        warmup_pauses.jit_compiles, warmup_pauses.jit_s)
+    log.info("%s; %d Triton compilations in %.1f s; %s", startup_summary(
+        name, bundle, size, graphs, prefill_graphs, report),
+        warmup_pauses.jit_compiles, warmup_pauses.jit_s, budget.describe())
     trace_path = config.step_trace_path(name)
     probe_mode = config.speed_probe_mode(model.device.type)
+    if probe_mode is None:      # else the engine logs it after its probe, at its first start
+        log.info("%s", clock.summary())
     return BuiltinEngine(name, bundle.name, runner, scheduler, bundle.tokenizer,
                          bundle.shape.vocab_size, config.seed,
                          trace=None if trace_path is None else StepTrace(trace_path),
                          pauses=pauses,
                          speed_probe=None if probe_mode is None else StartupProbe(
-                             probe_mode, config.max_num_seqs, device_key(model.device)))
+                             probe_mode, max_num_seqs, device_key(model.device)),
+                         startup_clock=clock)
+
+
+def serving_size(config: BuiltinEngineConfig, bundle: ModelBundle) -> ServingSize:
+    """The KV cache, max_num_seqs and graph limit this engine serves with (sizing.py), from
+    the memory left now that the weights are loaded. Raises BuiltinConfigError when the cache
+    would get no block."""
+    model = bundle.model
+    needs_free = config.num_blocks is None and config.kv_cache_tokens is None and (
+        config.kv_cache_fraction is not None or model.device.type == "cuda")
+    try:
+        return size_serving(config, bundle.shape, dtype_bytes=model.embed.element_size(),
+                            on_cuda=model.device.type == "cuda",
+                            free_bytes=available_bytes(model.device) if needs_free else None)
+    except ValueError as exc:
+        raise BuiltinConfigError("builtin engine.kv_cache_fraction", str(exc)) from None
 
 
 def choose_linear_layers(model: LlamaModel, buckets: list[int],
@@ -185,7 +225,7 @@ def choose_linear_layers(model: LlamaModel, buckets: list[int],
     return choice
 
 
-def startup_summary(name: str, bundle: ModelBundle, num_blocks: int, block_size: int,
+def startup_summary(name: str, bundle: ModelBundle, size: ServingSize,
                     graphs: DecodeGraphs | None, prefill_graphs: PrefillGraphs | None,
                     report: WarmupReport | None) -> str:
     """The one start-up line saying which paths this engine runs (never a silent slow one)."""
@@ -210,5 +250,5 @@ def startup_summary(name: str, bundle: ModelBundle, num_blocks: int, block_size:
             f"attention {'triton' if bundle.uses_kernels else 'torch'}, "
             f"{'fused' if model.fused else 'unfused'} layer ops, "
             f"linear layers {linear_text}, {graph_text}, "
-            f"{num_blocks} KV blocks of {block_size}; "
+            f"{size.describe()}; "
             + (report.describe() if report is not None else "no warm-up"))

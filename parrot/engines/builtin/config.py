@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Mapping
 
+from parrot.engines.builtin.step_budget import DEFAULT_ITL_TARGET_MS
 from parrot.errors import EngineConfigError
 from parrot.validation import Checks
 
@@ -51,6 +52,9 @@ class BuiltinEngineConfig:
     attention_backend: "auto" is the Triton kernels on CUDA (an error when they do not import:
       never a silent slow path) and torch on the CPU.
     fused_ops / warmup: CUDA with the kernels only (see model.py, warmup.py).
+    lazy_graphs: the warm-up captures the decode graphs of up to 64 rows and compiles the
+      larger ones' kernels; their graphs are captured while the engine is idle after start-up
+      (or by the first step that needs one), off the critical path to healthy.
     prefill_attention: "sdpa" runs torch SDPA per prefill chunk over a gathered copy of its
       context; "paged" runs every chunk of a step in one Triton launch per layer, reading the
       context in the paged cache (parrot_kernels.paged_prefill_attention; needs the kernels:
@@ -62,6 +66,13 @@ class BuiltinEngineConfig:
       its info, where the manager costs placements with it and calibrates `latency_capacity:
       auto`. "full" (~2-5 s on an H200 with LLaMA-7B), "quick" (small batches: a CPU engine,
       seconds), "off"; "auto" (the default) is "full" on CUDA and "off" on the CPU.
+    max_num_seqs / cuda_graph_max_batch: "auto" (the defaults) sizes them from the KV cache
+      (sizing.py: as many sequences as the cache holds at SEQ_CONTEXT_TOKENS each, a power of
+      two from 64 to 256; graphs up to max_num_seqs rows); a number fixes them.
+    step_token_budget / itl_target_ms: how much prefill a step with decode rows carries
+      (step_budget.py: chunked prefill). "auto" prices a step with the engine's measured speed
+      profile and keeps it under itl_target_ms (without a profile: max_batch_tokens); a number
+      caps decodes + prefill of such a step at that many tokens.
     step_trace: a JSON-lines file the engine appends one line to per model step (its timing,
       shape and path: step_trace.py; `{engine}` in the path becomes the engine's name, so one
       setting serves every engine of a config); null: no trace.
@@ -75,17 +86,22 @@ class BuiltinEngineConfig:
     kv_cache_tokens: int | None = None
     kv_cache_fraction: float | None = None
     max_batch_tokens: int = 2048      # tokens per iteration (decodes count one each)
-    max_num_seqs: int = 64            # sequences per iteration
+    max_num_seqs: int | str = "auto"  # sequences per iteration; auto: sized from the KV cache
+    # tokens of a step that has decode rows (decodes + prefill chunks); auto: from the speed
+    # profile against itl_target_ms (step_budget.py)
+    step_token_budget: int | str = "auto"
+    itl_target_ms: float = DEFAULT_ITL_TARGET_MS
     max_context_len: int | None = None
     attention_backend: str = "auto"   # auto: triton kernels on CUDA when importable, else torch
     shared_prefix_min_tokens: int = 256  # decode groups sharing at least this many tokens
     shared_prefix_min_group: int = 2     # ... and this many sequences use the shared-prefix kernel
     cuda_graphs: bool = True          # decode steps in CUDA graphs (CUDA + Triton kernels only)
-    cuda_graph_max_batch: int = 64    # largest graph batch bucket; bigger decode steps run eager
+    cuda_graph_max_batch: int | str = "auto"  # largest graph batch bucket; auto: max_num_seqs
     prefill_graph_max_tokens: int = 512  # other steps of up to this many rows: piecewise graphs
     fused_ops: bool = True            # norm/RoPE+KV write/SwiGLU as fused kernels (CUDA + kernels)
     prefill_attention: str = "auto"   # paged: one Triton launch per layer; sdpa: torch per chunk
     warmup: bool = True               # capture every graph bucket and compile at start (CUDA)
+    lazy_graphs: bool = True          # decode graphs past 64 rows: captured when idle after start
     tokenizer: str | None = None      # for random shapes: "smollm2" or a tokenizer folder
     seed: int = 0                     # random weights; sampling without a per-request seed
     num_threads: int | None = None    # torch CPU threads (None: torch's default)
@@ -112,8 +128,14 @@ class BuiltinEngineConfig:
                      integer=True, optional=True)
         if self.kv_cache_fraction is not None:
             check.fraction("kv_cache_fraction", self.kv_cache_fraction, maximum=0.95)
-        for key in ("max_batch_tokens", "max_num_seqs", "shared_prefix_min_tokens"):
+        for key in ("max_batch_tokens", "shared_prefix_min_tokens"):
             check.positive_int(key, getattr(self, key))
+        for key in ("max_num_seqs", "step_token_budget"):
+            value = getattr(self, key)
+            if value != "auto":
+                check.require(isinstance(value, int) and not isinstance(value, bool)
+                              and value >= 1, key, value, "'auto' or an integer >= 1")
+        check.positive("itl_target_ms", self.itl_target_ms)
         check.number("max_context_len", self.max_context_len, minimum=2, integer=True,
                      optional=True)
         check.one_of("attention_backend", self.attention_backend, ATTENTION_BACKENDS)
@@ -121,10 +143,11 @@ class BuiltinEngineConfig:
         check.one_of("prefill_attention", self.prefill_attention, PREFILL_ATTENTION)
         check.number("shared_prefix_min_group", self.shared_prefix_min_group, minimum=2,
                      integer=True)
-        for key in ("cuda_graphs", "fused_ops", "warmup"):
+        for key in ("cuda_graphs", "fused_ops", "warmup", "lazy_graphs"):
             check.boolean(key, getattr(self, key))
-        check.number("cuda_graph_max_batch", self.cuda_graph_max_batch, minimum=1, maximum=1024,
-                     integer=True)
+        if self.cuda_graph_max_batch != "auto":
+            check.number("cuda_graph_max_batch", self.cuda_graph_max_batch, minimum=1,
+                         maximum=1024, integer=True)
         check.number("prefill_graph_max_tokens", self.prefill_graph_max_tokens, minimum=0,
                      maximum=8192, integer=True)
         check.require(self.tokenizer is None or (isinstance(self.tokenizer, str)

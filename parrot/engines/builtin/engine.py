@@ -40,11 +40,13 @@ from parrot.engines.builtin.host_pauses import PauseMonitor, pause_monitor
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.sampler import make_generator
 from parrot.engines.builtin.batch_scheduler import Batch, BatchScheduler
+from parrot.engines.builtin.sizing import batch_buckets
 from parrot.engines.builtin.step_accounting import StepCounters, StepRun, StepWatch
+from parrot.engines.builtin.startup_clock import StartupClock
 from parrot.engines.builtin.startup_probe import StartupProbe
 from parrot.engines.builtin.step_trace import StepRecord, StepTrace
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
-                                     GenerateChunk, GenerateRequest)
+                                     GenerateChunk, GenerateRequest, ServingLimits)
 from parrot.engines.tpot import TpotMeter
 from parrot.errors import (ContextExistsError, EngineError, EngineUnavailableError,
                            InvalidRequestError, PromptTooLongError, UnknownContextError)
@@ -64,7 +66,8 @@ class BuiltinEngine(Engine):
     def __init__(self, name: str, model_name: str, runner: ModelRunner, scheduler: BatchScheduler,
                  tokenizer: Any | None, vocab_size: int, seed: int,
                  trace: StepTrace | None = None, pauses: PauseMonitor | None = None,
-                 speed_probe: StartupProbe | None = None) -> None:
+                 speed_probe: StartupProbe | None = None,
+                 startup_clock: StartupClock | None = None) -> None:
         self._name, self._model_name = name, model_name
         self._trace = trace             # one line per step (step_trace.py), when configured
         # compilations and collections from here on are the serving's (build.py makes the
@@ -86,6 +89,7 @@ class BuiltinEngine(Engine):
         self._unhealthy: str | None = None  # why, while the batch scheduler keeps raising
         # measured once by the first start() (startup_probe.py); reported in info()
         self._speed_probe = speed_probe
+        self._startup_clock = startup_clock   # the probe is start-up's last phase
         self._speed_profile: SpeedProfile | None = None
         bos = getattr(tokenizer, "bos_token_id", None)
         self._bos: int | None = (bos if tokenizer is not None and bos is not None
@@ -100,7 +104,19 @@ class BuiltinEngine(Engine):
             self._task = asyncio.create_task(self._run(), name=f"builtin-engine-{self._name}")
             if self._speed_probe is not None:
                 # Its Fills call start() again, which returns at once: the task exists.
-                self._speed_profile = await self._speed_probe.run(self, self._name)
+                clock = self._startup_clock or StartupClock(self._name, quiet=True)
+                with clock.phase("probe", "measuring the speed profile"):
+                    self._speed_profile = await self._speed_probe.run(self, self._name)
+                log.info("%s", clock.summary())
+                self.use_speed_profile(self._speed_profile)
+
+    def use_speed_profile(self, profile: SpeedProfile | None) -> None:
+        """Price the step budget with `profile` (step_budget.py: under `step_token_budget:
+        auto` the prefill beside decodes is what keeps a step under the ITL target; without a
+        profile, max_batch_tokens) and log the rule. `start` calls it with the profile its
+        probe measured; a test or a benchmark may set another."""
+        self._scheduler.step_budget = self._scheduler.step_budget.with_profile(profile)
+        log.info("engine %s: %s", self._name, self._scheduler.step_budget.describe())
 
     async def close(self) -> None:
         self._closing = True
@@ -122,7 +138,16 @@ class BuiltinEngine(Engine):
                           block_size=blocks.block_size,
                           num_blocks_total=blocks.allocator.num_blocks_total,
                           chat_template=ChatTemplate.from_tokenizer(self._tokenizer),
-                          speed_profile=self._speed_profile)
+                          speed_profile=self._speed_profile, serving=self.serving_limits())
+
+    def serving_limits(self) -> ServingLimits:
+        """What this engine serves with (sizing.py chose what the config left `auto`)."""
+        s, graphs = self._scheduler, self._runner.graphs
+        return ServingLimits(
+            max_num_seqs=s.max_num_seqs, max_batch_tokens=s.max_batch_tokens,
+            kv_cache_tokens=s.blocks.allocator.num_blocks_total * s.blocks.block_size,
+            graph_batch_sizes=() if graphs is None else tuple(batch_buckets(graphs.max_batch)),
+            step_token_budget=s.step_budget.describe())
 
     async def stats(self) -> EngineStats:
         s = self._scheduler
@@ -318,6 +343,12 @@ class BuiltinEngine(Engine):
                 log.warning("engine %s schedules again: healthy", self._name)
                 self._unhealthy = None
             if batch is None:
+                if self._runner.has_deferred_captures:
+                    # Idle: capture one graph the warm-up deferred (warmup.py
+                    # DEFER_CAPTURE_ABOVE_ROWS), then look for work again, so a request
+                    # that arrives waits for at most one capture.
+                    await asyncio.to_thread(self._runner.capture_deferred)
+                    continue
                 if self._trace is not None:
                     self._trace.flush()   # never inside a busy stretch
                 await self._wake.wait()

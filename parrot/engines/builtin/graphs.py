@@ -26,14 +26,17 @@ decode-only step is captured once per bucket and replayed:
   (an eager warm-up first, so Triton compiles outside the capture) — except a shared-prefix
   step for which a captured bucket at most `WIDER_BUCKET_FACTOR` times wider exists: it
   replays that one; failing that, for its first `STOPGAP_STEPS` steps, a captured bucket of
-  any larger batch and group count (the warm-up captures a few at the largest batch,
-  warmup.py `stopgap_keys`), so a shape that lasts a step or two never stalls the engine.
+  any larger batch and group count (the warm-up captures a few at the largest batch up to
+  64 rows, warmup.py `stopgap_keys`), so a shape that lasts a step or two never stalls the
+  engine.
 
 `capture=False` runs the same buffers and padding without capturing (the CPU tests).
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -45,6 +48,8 @@ from parrot.engines.builtin.graph_capture import GraphBuckets, capture_graph
 from parrot.engines.builtin.kv_cache import KVCache
 from parrot.engines.builtin.model import LlamaModel
 from parrot.engines.builtin.staging import StaticInputs
+
+log = logging.getLogger(__name__)
 
 # (batch bucket, group bucket (0: paged), prefix table width (0: paged), table width)
 GraphKey = tuple[int, int, int, int]
@@ -187,6 +192,10 @@ class DecodeGraphs(GraphBuckets[GraphKey, _Graph]):
         self._stopgap_steps: dict[GraphKey, int] = {}     # steps each own bucket replayed one
         self.num_stopgap_replays = 0    # of the wider replays, those on a stopgap
         self._ahead: tuple[DecodeRows, StepOutput] | None = None   # launched, not yet used
+        # buckets the warm-up left to capture while the engine is idle (`capture_deferred`):
+        # batches too rare to delay the start-up for; a step that needs one first captures it
+        self.deferred: list[GraphKey] = []
+        self.idle_captures = 0
         self.inputs = StaticInputs(max_batch, max_width, model.device)
         views = self.inputs.views
         self.input_ids, self.positions, self.slots = (views["input_ids"], views["positions"],
@@ -328,6 +337,28 @@ class DecodeGraphs(GraphBuckets[GraphKey, _Graph]):
     def drop_ahead(self) -> None:
         self.num_ahead_misses += self._ahead is not None
         self._ahead = None
+
+    def capture_deferred(self) -> bool:
+        """Capture the next deferred bucket not captured yet (over padding rows, as the warm-up
+        does); whether any is left. Only while no step runs: a step launched ahead is dropped
+        first (nothing runs, so nothing would use it) and the GPU synchronised, so the static
+        buffers and their host mirrors are free."""
+        while self.deferred and self.deferred[0] in self._graphs:
+            self.deferred.pop(0)        # a step captured it first
+        if not self.deferred:
+            return False
+        key = self.deferred.pop(0)
+        self.drop_ahead()
+        if self.model.device.type == "cuda":
+            torch.cuda.synchronize(self.model.device)
+        started = time.perf_counter()
+        with torch.inference_mode():
+            self.fill_padding(key)
+            captured = self.capture(key) is not None
+        self.idle_captures += captured
+        log.info("%s bucket %s captured while idle in %.1f ms (%d left)", self.kind, key,
+                 1000 * (time.perf_counter() - started), len(self.deferred))
+        return bool(self.deferred)
 
     def capture(self, key: GraphKey) -> _Graph | None:
         graph = super().capture(key)

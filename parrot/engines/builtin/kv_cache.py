@@ -1,4 +1,5 @@
-"""The KV cache tensors: sizing from the config, allocation, and block copies for forks.
+"""The KV cache tensors: the memory they may take, allocation, and block copies for forks
+(how many blocks: sizing.py).
 
 One tensor [num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]; layer i's K and V
 caches are views of it with the kernels' layout [num_blocks, block_size, num_kv_heads, head_dim].
@@ -10,14 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from parrot.engines.builtin.config import BuiltinEngineConfig
 from parrot.engines.builtin.shapes import ModelShape
 
-DEFAULT_CPU_KV_TOKENS = 16384
-DEFAULT_CUDA_KV_FRACTION = 0.8
 
-
-def _available_bytes(device: torch.device) -> int:
+def available_bytes(device: torch.device) -> int:
+    """Memory a KV cache may take: free GPU memory on CUDA, MemAvailable on the CPU (read after
+    the weights are loaded; sizing.py takes a fraction of it)."""
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
         return int(free)
@@ -26,29 +25,6 @@ def _available_bytes(device: torch.device) -> int:
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError("cannot read MemAvailable from /proc/meminfo")
-
-
-def num_blocks_for(config: BuiltinEngineConfig, shape: ModelShape, dtype: torch.dtype,
-                   device: torch.device) -> int:
-    """Blocks the cache gets (call after the weights are loaded when sizing by fraction)."""
-    if config.num_blocks is not None:
-        return config.num_blocks
-    tokens = config.kv_cache_tokens
-    fraction = config.kv_cache_fraction
-    if tokens is None and fraction is None:
-        if device.type == "cuda":
-            fraction = DEFAULT_CUDA_KV_FRACTION
-        else:
-            tokens = DEFAULT_CPU_KV_TOKENS
-    if tokens is None:
-        assert fraction is not None
-        per_token = shape.kv_bytes_per_token(torch.empty((), dtype=dtype).element_size())
-        tokens = int(_available_bytes(device) * fraction) // per_token
-    blocks = tokens // config.block_size
-    if blocks < 1:
-        raise ValueError(f"the KV cache gets {tokens} tokens, less than one block of "
-                         f"{config.block_size}; raise kv_cache_fraction or set num_blocks")
-    return blocks
 
 
 class KVCache:

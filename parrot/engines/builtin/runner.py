@@ -11,6 +11,7 @@ Batch (snapshots taken on the loop) and the sampling state of the works in it.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,8 @@ from parrot.engines.builtin.prefill_graphs import PrefillGraphs
 from parrot.engines.builtin.sampler import sample
 from parrot.engines.builtin.batch_scheduler import Batch, ScheduledChunk
 from parrot.engines.builtin.staging import StaticInputs, upload_packed
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -94,6 +97,23 @@ class ModelRunner:
     def has_ahead(self) -> bool:
         """A decode step launched ahead is in flight: the next step should be that one."""
         return self.graphs is not None and self.graphs.has_ahead
+
+    @property
+    def has_deferred_captures(self) -> bool:
+        """Decode-graph buckets the warm-up left for idle time (graphs.py `deferred`)."""
+        return self.graphs is not None and bool(self.graphs.deferred)
+
+    def capture_deferred(self) -> None:
+        """Capture one deferred bucket (the engine calls it, in its worker thread, only when
+        no step is scheduled). A failure is logged and ends the deferred captures: those
+        buckets are captured by the first step that needs them, as before."""
+        assert self.graphs is not None
+        try:
+            self.graphs.capture_deferred()
+        except Exception:  # noqa: BLE001 - an optimisation never stops the engine
+            log.exception("capturing a deferred decode graph failed; the rest are captured "
+                          "on first use")
+            self.graphs.deferred.clear()
 
     @torch.inference_mode()
     def step(self, batch: Batch) -> list[int | None]:

@@ -6,8 +6,9 @@ rows, largest first so the smaller ones reuse the shared pool's memory; the shar
 attention runs once for every bucket a step can map to (batch, group count, prefix width,
 suffix width), which compiles each Triton specialisation those buckets use (their graphs are
 then captured on first use, a ~10-40 ms cost instead of seconds of JIT), and a few
-shared-prefix buckets at the largest batch are captured as stopgaps (`stopgap_keys`: a step
-whose own bucket is not captured replays one of them instead of stalling, graphs.py); one eager
+shared-prefix buckets at the largest batch up to 64 rows are captured as stopgaps
+(`stopgap_keys`: a step whose own bucket is not captured replays one of them instead of
+stalling, graphs.py); one eager
 prefill chunk initialises the prefill path (SDPA, the GEMM heuristics); and every token
 bucket of the prefill graphs (prefill_graphs.py) is captured, largest first. Padding rows
 write their K/V only into the KV cache's scratch block, so the cache is untouched.
@@ -24,6 +25,8 @@ import torch
 from parrot.engines.builtin.attention import AttentionMetadata, PrefillChunk, SharedPrefixMeta
 from parrot.engines.builtin.graphs import WIDER_BUCKET_FACTOR, DecodeGraphs, GraphKey
 from parrot.engines.builtin.prefill_graphs import PrefillGraphs
+from parrot.engines.builtin.sizing import batch_buckets
+from parrot.engines.builtin.startup_clock import StartupClock
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +38,6 @@ def width_buckets(max_width: int) -> list[int]:
         widths.append(w)
         w *= 2
     return widths + [max_width]
-
-
-def batch_buckets(max_batch: int) -> list[int]:
-    return width_buckets(max_batch)
 
 
 def paged_keys(max_batch: int, max_width: int) -> list[GraphKey]:
@@ -62,6 +61,13 @@ def shared_keys(max_batch: int, max_width: int, min_prefix_blocks: int) -> list[
 # Group-count buckets of the stopgaps: one shared prefix (a system prompt, a team's history)
 # and up to 8 in one batch (several apps on one engine); a step of more groups captures its own.
 STOPGAP_GROUPS = (1, 8)
+# The stopgaps' batch: the largest bucket up to 64 rows. A stopgap pads a step's rows to its
+# batch, and the ski rental of graphs.py STOPGAP_STEPS was set by a 16-row step on a 64-row
+# stopgap (5.4 against 4.05 ms on an H200). At 256 rows the GEMMs are compute-bound (~180 FLOP
+# per weight byte there), so a small step replayed at 256 rows would cost more per step than
+# the capture it saves; and 30 captures of 256-row graphs would lengthen every start-up. A
+# shared-prefix step of more than 64 rows without its own bucket captures it (~40 ms, once).
+STOPGAP_MAX_BATCH = 64
 
 
 def covering_widths(widths: list[int], factor: int) -> list[int]:
@@ -75,15 +81,32 @@ def covering_widths(widths: list[int], factor: int) -> list[int]:
 
 
 def stopgap_keys(max_batch: int, max_width: int, min_prefix_blocks: int) -> list[GraphKey]:
-    """Shared-prefix buckets at the largest batch that every shared-prefix bucket of up to 8
-    groups fits as a stopgap (graphs.py `STOPGAP_STEPS`): group counts 1 and 8, and prefix and
-    suffix widths covering every width within WIDER_BUCKET_FACTOR."""
+    """Shared-prefix buckets at the largest batch up to STOPGAP_MAX_BATCH that every
+    shared-prefix bucket of up to 8 groups and as many rows fits as a stopgap (graphs.py
+    `STOPGAP_STEPS`): group counts 1 and 8, and prefix and suffix widths covering every width
+    within WIDER_BUCKET_FACTOR."""
+    max_batch = min(max_batch, STOPGAP_MAX_BATCH)
     if max_batch < 2:
         return []
     prefixes = covering_widths(prefix_widths(max_width, min_prefix_blocks), WIDER_BUCKET_FACTOR)
     suffixes = covering_widths(width_buckets(max_width), WIDER_BUCKET_FACTOR)
     return [(max_batch, g, p, s) for g in STOPGAP_GROUPS if g <= max_batch
             for p in prefixes for s in suffixes]
+
+
+# Decode graphs of more rows than this are captured after start-up (`lazy_graphs`): only large
+# loads reach them, each capture at 128-256 rows takes longer than a small one, and the
+# engine is usually idle for a while after it turns healthy (the manager registering it,
+# clients connecting), which is when they are captured.
+DEFER_CAPTURE_ABOVE_ROWS = 64
+
+
+def deferred_keys(max_batch: int, max_width: int, above: int | None) -> list[GraphKey]:
+    """The paged buckets of more than `above` rows, in the order they are captured later:
+    fewer rows first (a load reaches 128 rows before 256), then narrower tables."""
+    if above is None:
+        return []
+    return sorted(k for k in paged_keys(max_batch, max_width) if k[0] > above)
 
 
 @dataclass(frozen=True)
@@ -98,11 +121,13 @@ class WarmupReport:
     prefill_failed: int = 0
     prefill_seconds: float = 0.0
     stopgaps: int = 0           # of the decode graphs, shared-prefix stopgaps
+    deferred: int = 0           # paged buckets left to capture while idle
 
     def describe(self) -> str:
         text = (f"warm-up {self.seconds:.1f} s: {self.graphs} decode graphs captured"
                 f"{f' ({self.stopgaps} shared-prefix stopgaps)' if self.stopgaps else ''}"
-                f"{f' ({self.failed} failed, eager)' if self.failed else ''} "
+                f"{f' ({self.failed} failed, eager)' if self.failed else ''}"
+                f"{f', {self.deferred} deferred to idle time' if self.deferred else ''} "
                 f"({self.graph_seconds:.1f} s), {self.shared_shapes} shared-prefix attention "
                 f"shapes compiled ({self.shared_seconds:.1f} s)")
         if self.prefill_buckets or self.prefill_failed:
@@ -114,37 +139,57 @@ class WarmupReport:
 
 def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int,
             max_decode_rows: int | None = None,
-            prefill_graphs: PrefillGraphs | None = None) -> WarmupReport:
+            prefill_graphs: PrefillGraphs | None = None,
+            clock: StartupClock | None = None,
+            defer_above: int | None = None) -> WarmupReport:
     """max_decode_rows: the most decode rows a step can have (the scheduler's max_num_seqs;
     None: the graphs' largest bucket). Eager steps pad their rows to the same buckets
-    (runner.py), so their attention shapes are compiled here too, also past the graphs'."""
+    (runner.py), so their attention shapes are compiled here too, also past the graphs'.
+    clock: the engine's start-up clock (its phases logged with progress); None: timed only.
+    defer_above: paged buckets of more rows are left to `graphs.deferred` (captured while the
+    engine is idle, or by the first step that needs one; `deferred_keys`); their attention is
+    compiled here, so such a capture compiles nothing. None: every bucket now."""
+    clock = clock or StartupClock("warm-up", quiet=True)
     started = time.perf_counter()
     stopgaps = (stopgap_keys(graphs.max_batch, graphs.max_width, min_prefix_blocks)
                 if shared_prefix else [])
-    keys = sorted(paged_keys(graphs.max_batch, graphs.max_width), reverse=True) + stopgaps
+    deferred = deferred_keys(graphs.max_batch, graphs.max_width, defer_above)
+    keys = sorted(set(paged_keys(graphs.max_batch, graphs.max_width)) - set(deferred),
+                  reverse=True) + stopgaps
+    graphs.deferred = list(deferred)
     max_rows = max(graphs.max_batch, max_decode_rows or 0)
     failed = 0
     with torch.inference_mode():
-        for key in keys:
-            graphs.fill_padding(key)
-            failed += graphs.capture(key) is None
+        with clock.phase("capture", "capturing decode graphs", len(keys)) as progress:
+            for key in keys:
+                graphs.fill_padding(key)
+                failed += graphs.capture(key) is None
+                progress.step()
         captured = time.perf_counter()
-        eager_only = [k for k in paged_keys(max_rows, graphs.max_width) if k[0] > graphs.max_batch]
+        eager_only = deferred + [k for k in paged_keys(max_rows, graphs.max_width)
+                                 if k[0] > graphs.max_batch]
         shared = (shared_keys(max_rows, graphs.max_width, min_prefix_blocks)
                   if shared_prefix else [])
-        for key in eager_only + shared:
-            compile_attention(graphs, key)
+        with clock.phase("compile", "compiling decode attention shapes",
+                         len(eager_only) + len(shared)) as progress:
+            for key in eager_only + shared:
+                compile_attention(graphs, key)
+                progress.step()
         compiled = time.perf_counter()
-        prefill(graphs)
+        with clock.phase("prefill", "running one prefill per prefill-kernel tile"):
+            prefill(graphs)
         prefilled = time.perf_counter()
-        prefill_failed = 0 if prefill_graphs is None else prefill_graphs.capture_all()
+        prefill_failed = 0
+        if prefill_graphs is not None:
+            with clock.phase("prefill graphs", "capturing prefill graphs"):
+                prefill_failed = prefill_graphs.capture_all()
         if graphs.model.device.type == "cuda":
             torch.cuda.synchronize(graphs.model.device)
     prefill_buckets = 0 if prefill_graphs is None else prefill_graphs.num_captured
     report = WarmupReport(time.perf_counter() - started, len(keys) - failed, failed,
                           len(eager_only) + len(shared), captured - started,
                           compiled - captured, prefill_buckets, prefill_failed,
-                          time.perf_counter() - prefilled, len(stopgaps))
+                          time.perf_counter() - prefilled, len(stopgaps), len(deferred))
     log.info("%s", report.describe())
     return report
 

@@ -291,3 +291,45 @@ def test_a_shared_prefix_step_with_no_near_bucket_replays_a_stopgap_then_its_own
     other = graphs_with(kernel_bundle, None, 16, ((16, 1, 2, 1), (16, 8, 8, 1), (16, 8, 2, 4)))
     other.run(rows)
     assert other.runtime_captures == 1 and other.num_stopgap_replays == 0
+
+
+def test_a_bucket_past_64_rows_replays_the_eager_step(kernel_bundle):
+    """Graph buckets reach 256 rows (max_num_seqs auto on a large GPU): 65 decode rows pad to
+    the 128-row bucket and give the eager kernel-path step's logits and greedy tokens (the
+    256-row bucket is the same code with more rows; the interpreter runs it in minutes)."""
+    from parrot.engines.builtin.attention import AttentionMetadata
+    from parrot.engines.builtin.sizing import batch_buckets
+
+    assert batch_buckets(256)[-2:] == [128, 256] and batch_bucket(130, 256) == 256
+    n = 65
+    graphs = make_graphs(kernel_bundle, n + 8, 256, 2)
+    kv = graphs.kv
+    torch.manual_seed(1)
+    kv.data.normal_()
+    before = kv.data.clone()
+    tables = [[r] for r in range(n)]                        # one block each, 1-4 tokens
+    lens = [1 + r % BS for r in range(n)]
+    rows = DecodeRows([100 + r for r in range(n)], [x - 1 for x in lens],
+                      [r * BS + x - 1 for r, x in enumerate(lens)], tables, lens, None)
+    out = graphs.run(rows)
+    assert out is not None and graphs.num_replays == 1 and list(graphs._graphs) == [
+        (128, 0, 0, 1)]
+    logits = out.logits.clone()
+    kv.data.copy_(before)
+    meta = AttentionMetadata(torch.tensor(rows.slots), n,
+                             torch.tensor(tables, dtype=torch.int32),
+                             torch.tensor(lens, dtype=torch.int32), None, [])
+    expected = kernel_bundle.model.logits(kernel_bundle.model.forward(
+        torch.tensor(rows.token_ids), torch.tensor(rows.positions), kv.layers, meta))
+    torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
+    assert out.greedy.tolist() == expected.argmax(-1).tolist()
+
+
+def test_a_deferred_bucket_a_step_captured_is_not_captured_again(kernel_bundle):
+    graphs = make_graphs(kernel_bundle, 40, 8, 16)
+    graphs.deferred = [(4, 0, 0, 4), (8, 0, 0, 4)]
+    assert graphs.run(paged_rows(3)) is not None          # its bucket (4, 0, 0, 4), on the spot
+    assert graphs.runtime_captures == 1
+    assert graphs.capture_deferred() is False             # skips it, captures (8, 0, 0, 4)
+    assert graphs.idle_captures == 1 and graphs.deferred == []
+    assert set(graphs._graphs) == {(4, 0, 0, 4), (8, 0, 0, 4)}

@@ -11,8 +11,12 @@ import torch
 
 from parrot.engines.builtin.build import choose_linear_layers, load_bundle
 from parrot.engines.builtin.config import BuiltinEngineConfig
+from parrot.engines.builtin.sizing import ServingSize
 from parrot.engines.builtin.linear_choice import (LinearChoice, cuda_graph_timer,
                                                   measure_linear_choice)
+
+SIZE = ServingSize(num_blocks=8, block_size=4, max_num_seqs=64, graph_max_batch=64,
+                   kv_source="num_blocks", seqs_source="config")
 
 parrot_kernels = pytest.importorskip("parrot_kernels")
 
@@ -103,7 +107,7 @@ def test_start_up_measures_every_projection_and_survives_a_failing_timer(caplog)
     from parrot.engines.builtin.build import startup_summary
     assert (f"linear layers small-batch kernels faster on {len(choice.kernel)} of "
             f"{len(choice.measured)} (shape, rows) pairs measured on this GPU"
-            in startup_summary("e", bundle, 16, 4, None, None, None))
+            in startup_summary("e", bundle, SIZE, None, None, None))
 
     def broken(calls):
         raise RuntimeError("no GPU here")

@@ -3,6 +3,7 @@ runs, and the warm-up captures every paged bucket without touching the KV cache.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 
@@ -15,8 +16,12 @@ from parrot.engines.builtin.build import load_bundle
 from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
 from parrot.engines.builtin.graphs import DecodeGraphs
 from parrot.engines.builtin.kv_cache import KVCache
+from parrot.engines.builtin.sizing import ServingSize
 from parrot.engines.builtin.warmup import (covering_widths, paged_keys, shared_keys,
                                             stopgap_keys, warm_up, width_buckets)
+
+SIZE = ServingSize(num_blocks=8, block_size=4, max_num_seqs=64, graph_max_batch=64,
+                   kv_source="num_blocks", seqs_source="config")
 
 
 def test_backend_choice():
@@ -56,7 +61,7 @@ def test_startup_line_names_the_small_batch_kernels():
     bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
                                              num_blocks=8))
     bundle.model.use_fused(parrot_kernels, small_batch_gemv=True)
-    line = startup_summary("e", bundle, 8, 4, None, None, None)
+    line = startup_summary("e", bundle, SIZE, None, None, None)
     assert "fused layer ops" in line and "linear layers small-batch kernels to 16 rows" in line
 
 
@@ -91,6 +96,9 @@ def test_stopgaps_cover_every_shared_bucket_of_up_to_8_groups():
             assert any(g <= k[1] and p <= k[2] <= 2 * p and s <= k[3] <= 2 * s
                        for k in keys), (b, g, p, s)
     assert stopgap_keys(1, 256, 16) == []
+    # graphs to 256 rows: the stopgaps stay at 64 (a small step padded to 256 rows costs more
+    # than the capture it saves); larger shared steps capture their own bucket
+    assert stopgap_keys(256, 256, 16) == stopgap_keys(100, 256, 16) == keys
     assert {k[1] for k in stopgap_keys(4, 8, 2)} == {1}             # 8 groups need 8 rows
 
 
@@ -167,3 +175,36 @@ def test_warm_up_compiles_the_paged_prefill_kernel_when_the_model_runs_it():
         for v in (t, dataclasses.replace(t, kv_splits=2))]
     from parrot_kernels.prefill import key_splits
     assert [key_splits(p, 4, 132)[0] for p in launched[::len(bundle.model.layers)]] == [1, 2] * 2
+
+
+async def test_lazy_graphs_defer_the_large_buckets_to_idle_time(make_engine):
+    """Graphs past `defer_above` rows are not captured by the warm-up (their attention is
+    compiled); the engine captures them while idle, one at a time, fewer rows first."""
+    from parrot.engines.builtin.warmup import deferred_keys
+
+    kernels = pytest.importorskip("parrot_kernels")
+    bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
+                                             num_blocks=16))
+    bundle.model._decode = make_decode_fn(kernels)
+    bundle.uses_kernels = True
+    assert deferred_keys(4, 2, None) == []
+    late = deferred_keys(8, 2, 2)
+    assert late == [(4, 0, 0, 1), (4, 0, 0, 2), (8, 0, 0, 1), (8, 0, 0, 2)]
+    engine = make_engine(bundle, num_blocks=16, block_size=4)
+    runner = engine._runner
+    kv = KVCache(bundle.shape, 16, 4, torch.float32, torch.device("cpu"), scratch_block=True)
+    runner.graphs = graphs = DecodeGraphs(bundle.model, kv, max_batch=8, max_width=2,
+                                          capture=False)
+    runner.kv = kv
+    report = warm_up(graphs, shared_prefix=False, min_prefix_blocks=2, defer_above=2)
+    assert set(graphs._graphs) == set(paged_keys(8, 2)) - set(late)
+    assert graphs.deferred == late and report.deferred == 4
+    assert report.shared_shapes == 4           # the deferred buckets' attention, compiled
+    assert "4 deferred to idle time" in report.describe()
+    await engine.start()                       # idle: the loop captures them one by one
+    for _ in range(200):
+        if not graphs.deferred:
+            break
+        await asyncio.sleep(0.01)
+    assert set(graphs._graphs) == set(paged_keys(8, 2)) and graphs.idle_captures == 4
+    assert runner.has_deferred_captures is False
