@@ -10,12 +10,14 @@ clock (live mode) a timer wakes late (measured on the 2-core VM: 0.75 ms per 4.5
 one ended on paper, not from when its timer fired: the lateness never adds up.
 
 Tokens: the simulated tokenizer counts ceil(len(text) / 4) tokens for a text (the manager
-estimates the same way). A Generate produces exactly `max_tokens` tokens (stop strings are not
+estimates the same way). A Generate produces `max_tokens` tokens (stop strings are not
 honoured) of deterministic filler: 4-character word-like pieces chosen by a hash of
-(context_id, seed, position in the context).
+(context_id, seed, position in the context) — fewer where the model stops on its own: without
+`ignore_eos`, after the N tokens an `[[eos@N]]` marker in the context's text asks for
+(sim_eos.py; the last filled into the context, or into the one it forked, used once).
 
 Memory: a request reserves every block it will need when it is admitted (fill: its tokens;
-generate: max_tokens), so admitted requests never stall. Requests are admitted, and prefilled,
+generate: the tokens it will produce), so admitted requests never stall. Requests are admitted, and prefilled,
 by priority (the protocol's, lower first), then first come, first served; one that does not
 fit waits while requests run (they always finish). When none
 runs, nothing else would ever return blocks, so the KV of idle contexts is evicted, least
@@ -44,6 +46,7 @@ from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillReques
                                      GenerateChunk, GenerateRequest)
 from parrot.engines.tpot import TpotMeter
 from parrot.engines.sim_blocks import KVSpace, SimContext, count_tokens, detokenize, filler_token
+from parrot.engines.sim_eos import find_eos
 from parrot.errors import (ContextExistsError, EngineConfigError, EngineError,
                            EngineUnavailableError, InvalidRequestError, OutOfKVCacheError,
                            PromptTooLongError, UnknownContextError)
@@ -71,7 +74,7 @@ class _Request:
     kind: _Kind
     context_id: str
     parent_id: str | None
-    num_tokens: int  # fill: tokens to prefill; generate: max_tokens
+    num_tokens: int  # fill: tokens to prefill; generate: tokens to produce
     seed: int | None = None
     priority: int = 0  # lower first, for admission and prefill (the protocol's priority)
     num_done: int = 0
@@ -115,6 +118,8 @@ class SimulatedEngine(Engine):
         self._step_s = 0.0
         self._step_end = 0.0     # loop time at which the last iteration ends on paper
         self._tpot = TpotMeter()  # time per output token as Generates are handed over
+        # context id -> where its next Generate stops on its own (an [[eos@N]] marker filled)
+        self._eos_at: dict[str, int] = {}
 
     # ---- Engine protocol -------------------------------------------------------------------
 
@@ -139,6 +144,12 @@ class SimulatedEngine(Engine):
              else count_tokens(request.text or ""))
         req = self._submit(_Request(_Kind.FILL, request.context_id, request.parent_context_id, n,
                                     priority=request.priority))
+        stop = find_eos(request.text) if request.text else None
+        parent = request.parent_context_id
+        if stop is None and parent is not None and parent in self._eos_at:
+            stop = self._eos_at[parent]     # a fork inherits its parent's pending stop
+        if stop is not None:
+            self._eos_at[request.context_id] = stop
         try:
             await req.event.wait()
         except asyncio.CancelledError:
@@ -150,8 +161,14 @@ class SimulatedEngine(Engine):
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         sampling = request.sampling
+        stop = self._eos_at.pop(request.context_id, None)
+        if stop is None and request.parent_context_id is not None:
+            stop = self._eos_at.get(request.parent_context_id)
+        num_tokens = (sampling.max_tokens if sampling.ignore_eos or stop is None
+                      else min(sampling.max_tokens, stop))
+        finish_reason = "length" if num_tokens == sampling.max_tokens else "stop"
         req = self._submit(_Request(_Kind.GENERATE, request.context_id,
-                                    request.parent_context_id, sampling.max_tokens, sampling.seed,
+                                    request.parent_context_id, num_tokens, sampling.seed,
                                     priority=request.priority))
         timer = self._tpot.timer()
         try:
@@ -162,7 +179,8 @@ class SimulatedEngine(Engine):
                     raise req.error
                 token_ids, req.new_token_ids = req.new_token_ids, []
                 if req.is_finished:
-                    chunk = GenerateChunk(detokenize(token_ids), tuple(token_ids), "length")
+                    chunk = GenerateChunk(detokenize(token_ids), tuple(token_ids),
+                                          finish_reason)
                     timer.observe(chunk)
                     yield chunk
                     return
@@ -180,6 +198,7 @@ class SimulatedEngine(Engine):
             raise UnknownContextError(f"unknown context {context_id!r}")
         for req in pending:
             self._abort(req, UnknownContextError(f"context {context_id!r} was freed while in use"))
+        self._eos_at.pop(context_id, None)
         self._kv.free(context_id)
         self._wake()
 
