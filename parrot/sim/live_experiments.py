@@ -83,7 +83,8 @@ class LiveExperiment:
                                       "allowed: integer >= 1")
 
     def workload_spec(self, smoke: bool) -> WorkloadSpec:
-        return WorkloadSpec(**{**WORKLOADS[self.workload].spec_defaults,
+        # the paper's setting: exact output lengths (as the simulated paper experiments)
+        return WorkloadSpec(**{"output_lengths": "exact", **WORKLOADS[self.workload].spec_defaults,
                                **(self.smoke_spec if smoke else self.spec)})
 
 
