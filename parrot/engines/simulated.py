@@ -47,6 +47,7 @@ from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillReques
 from parrot.engines.tpot import TpotMeter
 from parrot.engines.sim_blocks import KVSpace, SimContext, count_tokens, detokenize, filler_token
 from parrot.engines.sim_eos import find_eos
+from parrot.engines.sim_prefix_cache import PrefixCache
 from parrot.errors import (ContextExistsError, EngineConfigError, EngineError,
                            EngineUnavailableError, InvalidRequestError, OutOfKVCacheError,
                            PromptTooLongError, UnknownContextError)
@@ -120,6 +121,12 @@ class SimulatedEngine(Engine):
         self._tpot = TpotMeter()  # time per output token as Generates are handed over
         # context id -> where its next Generate stops on its own (an [[eos@N]] marker filled)
         self._eos_at: dict[str, int] = {}
+        # With prefix caching: finished contexts cached by content, and every live context's
+        # text (what a cached block holds); ids of the contexts the engine makes itself.
+        self._cache = PrefixCache(self.config.block_size) if self.config.prefix_caching \
+            else None
+        self._texts: dict[str, str] = {}
+        self._own_ids = 0
 
     # ---- Engine protocol -------------------------------------------------------------------
 
@@ -142,8 +149,16 @@ class SimulatedEngine(Engine):
     async def fill(self, request: FillRequest) -> FillResult:
         n = (len(request.token_ids) if request.token_ids is not None
              else count_tokens(request.text or ""))
-        req = self._submit(_Request(_Kind.FILL, request.context_id, request.parent_context_id, n,
-                                    priority=request.priority))
+        parent_id, cached = request.parent_context_id, 0
+        if (self._cache is not None and request.text and parent_id is None
+                and request.context_id not in self._contexts):
+            parent_id, cached = self._cached_prefix(request.text, n)
+        try:
+            req = self._submit(_Request(_Kind.FILL, request.context_id, parent_id, n - cached,
+                                        priority=request.priority))
+        except BaseException:
+            self._drop_cached_prefix(parent_id, request.parent_context_id)
+            raise
         stop = find_eos(request.text) if request.text else None
         parent = request.parent_context_id
         if stop is None and parent is not None and parent in self._eos_at:
@@ -155,9 +170,49 @@ class SimulatedEngine(Engine):
         except asyncio.CancelledError:
             self._abort(req)
             raise
+        finally:
+            self._drop_cached_prefix(parent_id, request.parent_context_id)
         if req.error is not None:
             raise req.error
+        if self._cache is not None:
+            base = (request.context_id if request.context_id in self._texts
+                    else request.parent_context_id or request.context_id)
+            text = self._texts[request.context_id] = (self._texts.get(base, "")
+                                                      + (request.text or ""))
+            self._cache.index(request.context_id, text, req.final_len)
         return FillResult(request.context_id, n, req.final_len)
+
+    def _cached_prefix(self, text: str, num_tokens: int) -> tuple[str | None, int]:
+        """(a context holding the cached leading blocks of `text` to fork, their tokens), or
+        (None, 0). At least the last prompt token is prefilled, as a real engine does."""
+        assert self._cache is not None
+        found = self._cache.match(text)
+        if found is None:
+            return None, 0
+        holder_id, num_blocks = found
+        holder = self._contexts.get(holder_id)
+        if holder is None or not holder.is_resident:   # its KV was evicted meanwhile
+            self._uncache(holder_id)
+            return None, 0
+        bs = self.config.block_size
+        num_blocks = min(num_blocks, (num_tokens - 1) // bs, holder.length // bs)
+        if num_blocks <= 0:
+            return None, 0
+        self._own_ids += 1
+        prefix_id = f"apc-prefix-{self._own_ids}"
+        self._kv.fork_blocks(prefix_id, holder, num_blocks)
+        self._cache.num_hit_tokens += num_blocks * bs
+        return prefix_id, num_blocks * bs
+
+    def _drop_cached_prefix(self, parent_id: str | None, asked: str | None) -> None:
+        """Free the cached-prefix context a fill forked (its blocks stay with the fork)."""
+        if parent_id is not None and parent_id != asked:
+            self._kv.free(parent_id)
+
+    def _uncache(self, cached_id: str) -> None:
+        assert self._cache is not None
+        self._cache.forget(cached_id)
+        self._kv.free(cached_id)
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         sampling = request.sampling
@@ -171,6 +226,7 @@ class SimulatedEngine(Engine):
                                     request.parent_context_id, num_tokens, sampling.seed,
                                     priority=request.priority))
         timer = self._tpot.timer()
+        generated: list[str] = []
         try:
             while True:
                 await req.event.wait()
@@ -181,11 +237,18 @@ class SimulatedEngine(Engine):
                 if req.is_finished:
                     chunk = GenerateChunk(detokenize(token_ids), tuple(token_ids),
                                           finish_reason)
+                    if self._cache is not None:
+                        base = (request.context_id if request.context_id in self._texts
+                                else request.parent_context_id or request.context_id)
+                        text = self._texts[request.context_id] = (
+                            self._texts.get(base, "") + "".join(generated) + chunk.text)
+                        self._cache.index(request.context_id, text, req.final_len)
                     timer.observe(chunk)
                     yield chunk
                     return
                 if token_ids:
                     chunk = GenerateChunk(detokenize(token_ids), tuple(token_ids))
+                    generated.append(chunk.text)
                     timer.observe(chunk)
                     yield chunk
         finally:
@@ -199,7 +262,19 @@ class SimulatedEngine(Engine):
         for req in pending:
             self._abort(req, UnknownContextError(f"context {context_id!r} was freed while in use"))
         self._eos_at.pop(context_id, None)
-        self._kv.free(context_id)
+        text = self._texts.pop(context_id, None)
+        ctx = self._contexts.get(context_id)
+        if (self._cache is not None and text and ctx is not None and ctx.is_resident
+                and not pending and ctx.length >= self.config.block_size):
+            # Kept by content, its blocks reused by later fills, until a request needs them.
+            self._own_ids += 1
+            cached_id = f"apc-{self._own_ids}"
+            self._kv.rename(context_id, cached_id)
+            self._cache.keep(context_id, cached_id)
+        else:
+            if self._cache is not None:
+                self._cache.forget(context_id)
+            self._kv.free(context_id)
         self._wake()
 
     async def stats(self) -> EngineStats:
@@ -325,8 +400,19 @@ class SimulatedEngine(Engine):
                 self._abort(req, exc)
                 continue
             # With nothing running, nothing else would ever return blocks: evict idle KV.
-            reservation = self._kv.reserve(req.context_id, parent, req.num_tokens,
-                                           may_evict=not self._running)
+            reservation = None
+            if self._cache is not None:
+                # Cached contexts never hold a request back: dropped, least recently used
+                # first, before anything else is evicted.
+                reservation = self._kv.reserve(req.context_id, parent, req.num_tokens,
+                                               may_evict=False)
+                while reservation is None and (oldest := self._cache.oldest()) is not None:
+                    self._uncache(oldest)
+                    reservation = self._kv.reserve(req.context_id, parent, req.num_tokens,
+                                                   may_evict=False)
+            if reservation is None:
+                reservation = self._kv.reserve(req.context_id, parent, req.num_tokens,
+                                               may_evict=not self._running)
             if reservation is None and self._running:
                 return  # they hold every block they need: wait for them to finish
             if reservation is None:  # cannot happen after _check_fits; never wait forever

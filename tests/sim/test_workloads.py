@@ -246,3 +246,21 @@ def test_the_engine_generates_the_hidden_lengths_and_the_service_sees_only_the_c
         assert generated == 6 * 20
     else:
         assert generated != 6 * 20 and all(r.output_tokens <= 80 for r in result.records)
+
+
+def test_the_prefix_caching_baseline_reuses_the_shared_system_prompt():
+    """copilot, request-level (`least_queue:baseline`): every request renders the same
+    600-token system prompt. With the engine's automatic prefix caching
+    (`+engine.prefix_caching=true`) the first request prefills it and the others fork its
+    cached blocks: far fewer prompt tokens prefilled, and every request is faster."""
+    spec = dict(num_clients=4, system_prompt_tokens=600, output_lengths="exact")
+    plain = run("copilot", mode="baseline", policy="least_queue", **spec)
+    cached = run("copilot", mode="baseline", policy="least_queue",
+                 engine_params={"prefix_caching": True}, **spec)
+    prefilled = [sum(e["prefill_tokens"] for e in r.engines) for r in (plain, cached)]
+    assert prefilled[1] < prefilled[0] - 3 * 500
+    assert parse_variant("least_queue:baseline+engine.prefix_caching=true").engine_params == {
+        "prefix_caching": True}
+    mean = [sum(r.latency_s for r in run_.records) / len(run_.records)
+            for run_ in (plain, cached)]
+    assert mean[1] < mean[0]
