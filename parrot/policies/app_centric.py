@@ -82,10 +82,12 @@ class AppCentricParams(PolicyParams):
     # (placement.Slot.has_room_backlogged): a limit held while latency calls queue only
     # trades their wait for a faster step.
     admit_latency_backlog: bool = True
-    # Latency calls join an engine up to its own limit (its free KV; placement.Slot.own_limit)
-    # instead of keeping to the latency capacity among themselves: without a per-token target
-    # holding a latency call back protects no promise, it only adds the manager's queue to
-    # its latency. false: the paper's rule (the paper experiments run with it).
+    # On an engine with no throughput work, in a round where none is ready (or throughput
+    # work is isolated from latency engines), latency calls join up to the engine's own limit
+    # (its free KV; placement.Slot.own_limit) instead of keeping to the latency capacity
+    # among themselves: there, holding one back protects nothing, it only adds the
+    # manager's queue to its latency. false: the paper's rule everywhere (the paper
+    # experiments run with it).
     work_conserving: bool = True
     # Per-token latency target, ms per decode step at speed 1 (None: none). While an engine
     # carries latency work, no call joins it past the load whose step (by the engine's speed
@@ -126,14 +128,20 @@ class AppCentricPolicy(Policy):
     def schedule(self, *, calls: Sequence[CallView],
                  engines: Sequence[EngineView]) -> list[Placement]:
         slots = [Slot.of(e, i, self.params.latency_step_slack,
-                         tpot_target_ms=self.params.tpot_target_ms,
-                         work_conserving=self.params.work_conserving)
+                         tpot_target_ms=self.params.tpot_target_ms)
                  for i, e in enumerate(engines) if e.is_healthy]
         if not slots:
             return []
         isolates = self._can_isolate(calls, slots)
+        # Holding a latency call back protects other work only where throughput work shares
+        # its engine or may join it this round: with throughput calls ready, only an engine
+        # already serving latency calls in a round that isolates (the throughput work goes to
+        # the latency-free engines) places latency calls up to its own limit (Slot.capacity).
+        throughput_ready = any(self._criterion(c) is Criterion.THROUGHPUT for c in calls)
         for slot in slots:
             slot.isolates = isolates
+            slot.work_conserving = self.params.work_conserving and (
+                not throughput_ready or (isolates and slot.serves(Criterion.LATENCY)))
         saturated = self._saturation(calls, slots)
         placed: list[tuple[CallView, Slot]] = []
         reserved: set[int] = set()

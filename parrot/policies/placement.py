@@ -62,9 +62,10 @@ class Slot:
     # every token on the engine while it carries latency work (see `capacity`). None: no
     # target, the latency capacity applies as the paper's isolation rule.
     target_tokens: int | None = None
-    # Latency calls are not held to the latency capacity among themselves: they join up to
-    # the engine's own limit (`own_limit`). Without a target, holding one latency call back
-    # for the others only moves its latency into the manager's queue.
+    # While it serves no throughput work, latency calls are not held to the latency capacity
+    # among themselves: they join up to the engine's own limit (`own_limit`). Holding one
+    # back for other latency calls only moves its latency into the manager's queue. The
+    # policy sets it per round (AppCentricParams.work_conserving).
     work_conserving: bool = False
     # Memo of `latency_limit`: the largest call size the capacity already suits (computed
     # on first use), and the limits of larger sizes.
@@ -73,7 +74,7 @@ class Slot:
 
     @classmethod
     def of(cls, view: EngineView, index: int, latency_step_slack: float = 0.0, *,
-           tpot_target_ms: float | None = None, work_conserving: bool = False) -> Slot:
+           tpot_target_ms: float | None = None) -> Slot:
         target = (None if tpot_target_ms is None
                   else view.profile.max_batch_tokens(tpot_target_ms * view.speed))
         return cls(view=view, index=index, load=view.num_tokens_in_use,
@@ -85,7 +86,7 @@ class Slot:
                    latency_floor=view.latency_floor_tokens,
                    latency_step_slack=latency_step_slack,
                    chained_latency_seq=view.chained_latency_seq,
-                   target_tokens=target, work_conserving=work_conserving)
+                   target_tokens=target)
 
     def holds_task_group(self, task_group: str) -> bool:
         return task_group in self.placed_task_groups or task_group in self.view.task_groups
@@ -118,10 +119,10 @@ class Slot:
             return min(limit, self.own_limit() if criterion is Criterion.LATENCY
                        else self.view.throughput_capacity)
         if criterion is Criterion.LATENCY:
-            if self.work_conserving:
-                # Without a target there is no latency promise to protect: a latency call
-                # held back only waits in the manager while the engine has room, which adds
-                # its whole wait to its latency (plain chat: every call LATENCY).
+            if self.work_conserving and not self.serves(Criterion.THROUGHPUT):
+                # Only latency work here and none waiting to join: a latency call held back
+                # protects nobody, it only waits in the manager while the engine has room,
+                # which adds its whole wait to its latency (plain chat: every call LATENCY).
                 return self.own_limit()
             # Latency calls keep to the limit among themselves: throughput work already here
             # slows them, which the finish-time estimate prices, but counting it against

@@ -137,3 +137,42 @@ def test_the_target_from_yaml():
                                                        "work_conserving": False})
     assert policy.params.tpot_target_ms == 40.0
     assert policy.params.work_conserving is False
+
+
+# --- where holding back still protects something -------------------------------------------
+
+def test_latency_calls_keep_to_the_latency_capacity_beside_throughput_work():
+    """An engine running a throughput call: latency calls keep to the latency capacity among
+    themselves (the paper's rule: 4,096 tokens beside what the throughput call holds), as
+    they would with work_conserving off."""
+    engine = make_engine("e0", tokens=3000, lat=0, thr=1, lat_cap=4096, kv_free=50000,
+                         profile=STEEP)
+    assert schedule(chats(10), [engine]) == {f"c{i}": "e0" for i in range(4)}
+
+
+def test_latency_calls_keep_to_the_latency_capacity_while_throughput_work_waits_for_them():
+    """One idle engine, a throughput call ready in the same round: the engine may take that
+    work, so the latency calls keep to the latency capacity as under the paper's rule (the
+    round isolates, so the throughput call is then held to it too)."""
+    engine = make_engine("e0", lat_cap=4096, thr_cap=32768, kv_free=50000, profile=STEEP)
+    calls = chats(10) + [make_call("t", criterion=THR, tokens=3000, output=100, seq=10)]
+    paper = schedule(calls, [engine], work_conserving=False)
+    assert schedule(calls, [engine]) == paper == {f"c{i}": "e0" for i in range(4)}
+    # without the throughput call, all ten go
+    assert schedule(calls[:10], [engine]) == {f"c{i}": "e0" for i in range(10)}
+
+
+def test_a_work_conserving_slot_limits_latency_calls_by_the_engines_own_limit_alone():
+    """What the policy sets per round (Slot.work_conserving): on an engine serving only
+    latency calls, a latency call may reach the engine's free KV; on one that also serves
+    throughput work, the latency capacity plus what that work holds."""
+    from parrot.policies.placement import Slot
+
+    latency_only = Slot.of(make_engine("a", tokens=3000, lat=3, lat_cap=4096,
+                                       kv_free=50000, latency_floor=1000), 0)
+    latency_only.work_conserving = True
+    assert latency_only.capacity(LAT) == 53000
+    mixed = Slot.of(make_engine("b", tokens=5000, lat=2, thr=1, thr_tokens=2000,
+                                lat_cap=4096, kv_free=50000, latency_floor=1000), 1)
+    mixed.work_conserving = True
+    assert mixed.capacity(LAT) == 4096 + 2000
