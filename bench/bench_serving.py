@@ -133,7 +133,7 @@ async def send(session: aiohttp.ClientSession, url: str, model: str, headers: di
                 else:
                     outcome.itl_s.append(now - last)
                 last = now
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, aiohttp.ClientError) as exc:
         outcome.error = f"{type(exc).__name__}: {exc}"
         return outcome
     outcome.e2e_s = time.perf_counter() - started

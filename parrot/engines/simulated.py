@@ -17,9 +17,9 @@ honoured) of deterministic filler: 4-character word-like pieces chosen by a hash
 (sim_eos.py; the last filled into the context, or into the one it forked, used once).
 
 Memory: a request reserves every block it will need when it is admitted (fill: its tokens;
-generate: the tokens it will produce), so admitted requests never stall. Requests are admitted, and prefilled,
-by priority (the protocol's, lower first), then first come, first served; one that does not
-fit waits while requests run (they always finish). When none
+generate: the tokens it will produce), so admitted requests never stall. Requests are
+admitted, and prefilled, by priority (the protocol's, lower first), then first come, first
+served; one that does not fit waits while requests run (they always finish). When none
 runs, nothing else would ever return blocks, so the KV of idle contexts is evicted, least
 recently used first: preemption by recompute, as the builtin engine does. Such a context keeps
 its tokens, and the next request that uses it (or forks it) first prefills them again. So an
@@ -28,7 +28,8 @@ exactly as without eviction. A request that could never fit (more blocks than th
 fails with OutOfKVCacheError. A fork shares the parent's full blocks (reference counted) and
 copies its partial last block; the inherited tokens are not prefilled again. With
 `shared_prefix_decode` a decode batch reads a shared prefix once (the shared-prefix kernel);
-otherwise once per sequence.
+otherwise once per sequence. With `prefix_caching` (sim_prefix_cache.py) a context filled
+from scratch forks the cached leading blocks of its text, as vLLM's APC does.
 """
 
 from __future__ import annotations
