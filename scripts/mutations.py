@@ -241,10 +241,53 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_a_rate_search_finds_each_variants_rate_on_live_engines",)),
     Mutation(
         "latency_backlog_admitted", "parrot/policies/app_centric.py",
-        "        if criterion is Criterion.LATENCY and self.params.admit_latency_backlog:\n",
-        "        if False:\n",
+        "        if (criterion is Criterion.LATENCY and self.params.admit_latency_backlog\n",
+        "        if (False\n",
         ("tests/policies/test_app_centric.py::"
          "test_waiting_latency_calls_join_while_the_mean_completion_drops",)),
+    Mutation(
+        "latency_calls_work_conserving", "parrot/policies/placement.py",
+        "            if self.work_conserving and not self.serves(Criterion.THROUGHPUT):\n",
+        "            if False:\n",
+        ("tests/policies/test_work_conserving.py::"
+         "test_a_lone_latency_call_joins_an_engine_with_room_in_the_same_round",
+         "tests/policies/test_work_conserving.py::"
+         "test_latency_only_chat_traffic_is_dispatched_while_the_engine_has_room")),
+    Mutation(
+        "latency_work_conserving_beside_throughput", "parrot/policies/placement.py",
+        "            if self.work_conserving and not self.serves(Criterion.THROUGHPUT):\n",
+        "            if self.work_conserving:\n",
+        ("tests/policies/test_work_conserving.py::"
+         "test_a_work_conserving_slot_limits_latency_calls_by_the_engines_own_limit_alone",)),
+    Mutation(
+        "tpot_target_bounds_every_token", "parrot/policies/placement.py",
+        "        if self.target_tokens is not None and (criterion is Criterion.LATENCY\n",
+        "        if False and (criterion is Criterion.LATENCY\n",
+        ("tests/policies/test_work_conserving.py::"
+         "test_the_target_holds_back_throughput_work_that_would_push_a_latency_engine_past_it",)),
+    Mutation(
+        "output_length_censored_at_cap", "parrot/core/output_lengths.py",
+        "        length = math.inf if num_tokens >= max_tokens else float(num_tokens)\n",
+        "        length = float(num_tokens)\n",
+        ("tests/core/test_output_lengths.py::"
+         "test_outputs_that_ran_to_their_cap_keep_the_estimate_at_the_cap",)),
+    Mutation(
+        "sim_engine_stops_at_eos_marker", "parrot/engines/simulated.py",
+        "        num_tokens = (sampling.max_tokens if sampling.ignore_eos or stop is None\n",
+        "        num_tokens = (sampling.max_tokens if True\n",
+        ("tests/engines/test_sim_eos.py::"
+         "test_a_generate_stops_at_the_marker_under_a_loose_cap",)),
+    Mutation(
+        "sim_prefix_cache_forks_cached_blocks", "parrot/engines/simulated.py",
+        "            parent_id, cached = self._cached_prefix(request.text, n)\n",
+        "            pass\n",
+        ("tests/engines/test_sim_prefix_cache.py::"
+         "test_a_second_request_reuses_the_cached_system_prompt",)),
+    Mutation(
+        "batch_waits_a_turn_for_gets", "parrot/frontend/session.py",
+        "        await asyncio.sleep(0)\n", "",
+        ("tests/frontend/test_session.py::"
+         "test_asyncio_gather_of_gets_right_after_the_calls_travels_with_them",)),
     Mutation(
         "latency_backlog_isolated", "parrot/policies/placement.py",
         "        if running <= 0 or waiting <= 0 or self.serves(Criterion.THROUGHPUT):\n",
