@@ -38,6 +38,12 @@ faster step; behind running chains (each running latency call's application has 
 call waiting) a later application's call joins regardless, since it would wait for a whole
 chain to end. An idle engine takes one call whatever its size, so no call starves; a call that
 fits nowhere stays queued.
+
+Where no throughput work is on or for an engine (`work_conserving`, the default), latency
+calls are not held to the latency capacity among themselves: they fill it to its own limit
+(its free KV), since holding one back there protects nobody. A per-token latency target
+(`tpot_target_ms`) instead bounds every token on an engine carrying latency work, by the
+engine's speed profile (placement.Slot.capacity).
 """
 
 from __future__ import annotations
