@@ -94,7 +94,9 @@ def cell_workload_spec(workload: str, num_engines: int, seed: int) -> WorkloadSp
     workload intends instead of a backlog that outgrows it (four map-reduce jobs submitted
     together do not fit one engine's KV cache). Larger clusters keep the designed load."""
     registered = WORKLOADS[workload]
-    values: dict[str, Any] = {**registered.spec_defaults, "seed": seed}
+    # exact output lengths: the setting the matrix's published cells were measured in
+    values: dict[str, Any] = {"output_lengths": "exact", **registered.spec_defaults,
+                              "seed": seed}
     scale = min(1.0, num_engines / registered.num_engines)
     if scale < 1.0:
         base = WorkloadSpec(**values)
@@ -140,7 +142,10 @@ def run_cell(spec: MatrixSpec, workload: str, num_engines: int) -> Cell:
                         cluster=ClusterSpec(num_engines=num_engines, profile=profile,
                                             latency_capacity=latency_capacity_for(profile)),
                         workload_spec=cell_workload_spec(workload, num_engines, spec.seed),
-                        policy_params={"latency_centric": {
+                        # app_centric as the published cells were measured: the
+                        # paper's latency rule (its default is work-conserving)
+                        policy_params={"app_centric": {"work_conserving": False},
+                                       "latency_centric": {
                             "token_capacity": latency_centric_capacity_for(profile)}})
     means: dict[str, float | None] = {}
     chats: dict[str, float | None] = {}

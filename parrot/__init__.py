@@ -9,11 +9,12 @@
 
 __version__ = "0.1.0"
 
-from parrot.frontend import (SemanticFunction, SemanticVariable, Session, semantic_function)
+from parrot.frontend import (SemanticFunction, SemanticVariable, Session, gather,
+                             semantic_function)
 from parrot.types import Criterion
 
 LATENCY = Criterion.LATENCY
 THROUGHPUT = Criterion.THROUGHPUT
 
 __all__ = ["__version__", "semantic_function", "SemanticFunction", "SemanticVariable", "Session",
-           "Criterion", "LATENCY", "THROUGHPUT"]
+           "Criterion", "LATENCY", "THROUGHPUT", "gather"]

@@ -68,8 +68,10 @@ class LiveExperiment:
     rate_search: RateSearchSpec | None = None
     # Per policy name, parameters every variant of that policy runs with (under its own
     # `+policy.` ones), as parrot-bench's --policy-param: a baseline's cap calibrated to the
-    # hardware without renaming the variant (the reference keeps its label).
-    policy_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # hardware without renaming the variant (the reference keeps its label). By default
+    # app_centric runs in the paper's setting (latency calls keep to the latency capacity).
+    policy_params: Mapping[str, Mapping[str, Any]] = field(
+        default_factory=lambda: {"app_centric": {"work_conserving": False}})
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOADS:
@@ -81,7 +83,8 @@ class LiveExperiment:
                                       "allowed: integer >= 1")
 
     def workload_spec(self, smoke: bool) -> WorkloadSpec:
-        return WorkloadSpec(**{**WORKLOADS[self.workload].spec_defaults,
+        # the paper's setting: exact output lengths (as the simulated paper experiments)
+        return WorkloadSpec(**{"output_lengths": "exact", **WORKLOADS[self.workload].spec_defaults,
                                **(self.smoke_spec if smoke else self.spec)})
 
 
@@ -278,7 +281,9 @@ def with_policy_params(experiments: tuple[LiveExperiment, ...],
         params.setdefault(policy, {})[name] = pair[1]
     if not params:
         return experiments
-    return tuple(dataclasses.replace(e, policy_params=params) for e in experiments)
+    return tuple(dataclasses.replace(e, policy_params={
+        policy: {**e.policy_params.get(policy, {}), **params.get(policy, {})}
+        for policy in {*e.policy_params, *params}}) for e in experiments)
 
 
 def with_rate_search(experiments: tuple[LiveExperiment, ...], *,

@@ -22,7 +22,7 @@ from parrot.errors import InvalidRequestError
 from parrot.sim.cluster import ClusterSpec
 from parrot.sim.compare import (CompareError, Settings, Variant, parse_variants)
 from parrot.sim.workloads.registry import WORKLOADS
-from parrot.sim.workloads.spec import CHAT_ARRIVALS, WorkloadSpec
+from parrot.sim.workloads.spec import CHAT_ARRIVALS, OUTPUT_LENGTHS, WorkloadSpec
 from parrot.validation import key_value
 from parrot.cli.bench_run import Progress, format_table, run_comparison  # noqa: F401
 
@@ -33,7 +33,8 @@ SPEC_OPTIONS = {"apps": "num_apps", "doc_tokens": "doc_tokens", "chunk_tokens": 
                 "request_rate": "request_rate", "requests": "num_requests",
                 "system_prompt_tokens": "system_prompt_tokens", "prompt_scale": "prompt_scale",
                 "rounds": "rounds", "chat_arrivals": "chat_arrivals",
-                "job_offsets": "job_offsets"}
+                "job_offsets": "job_offsets", "output_lengths": "output_lengths",
+                "max_tokens_factor": "max_tokens_factor"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--chunk-tokens", type=int, help="tokens per chunk (1024)")
     w.add_argument("--output-tokens", type=int, help="tokens per LLM call (50; copilot and "
                    "gpts 100, multi_agent 200)")
+    w.add_argument("--output-lengths", choices=OUTPUT_LENGTHS,
+                   help="sampled (default): each call's real length is drawn and hidden from "
+                   "the service under a loose max_tokens cap; exact: max_tokens is the length "
+                   "(ignore_eos; the paper experiments' setting)")
+    w.add_argument("--max-tokens-factor", type=float,
+                   help="sampled lengths: max_tokens = this x the mean length (4.0)")
     w.add_argument("--chat-rate", type=float, help="background chat requests/s "
                    "(default 1.0 for chain_summary_bg and mixed, else 0)")
     w.add_argument("--chat-prompt-tokens", default="128:1024", metavar="LOW:HIGH")

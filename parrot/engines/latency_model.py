@@ -142,6 +142,10 @@ class SimulatedEngineConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
     shared_prefix_decode: bool = True
+    # Automatic prefix caching (vLLM's APC, SGLang's radix cache): a context filled from
+    # scratch forks the longest run of leading full blocks a finished context left cached
+    # (sim_prefix_cache.py). Off: what a request-level engine without it does.
+    prefix_caching: bool = False
     latency: LatencyModel = field(default_factory=LatencyModel)
     profile: str | None = None  # where the latency defaults came from, for information
 
@@ -151,6 +155,7 @@ class SimulatedEngineConfig:
             _CHECK.positive_int(key, getattr(self, key))
         _CHECK.text("model", self.model)
         _CHECK.boolean("shared_prefix_decode", self.shared_prefix_decode)
+        _CHECK.boolean("prefix_caching", self.prefix_caching)
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any] | None) -> SimulatedEngineConfig:

@@ -104,6 +104,24 @@ class KVSpace:
                 used.last_used = self._num_reserved
         return Reservation(ctx, created, base_len if recompute else 0)
 
+    def fork_blocks(self, context_id: str, source: SimContext, num_blocks: int) -> SimContext:
+        """A new context holding the first `num_blocks` (full) blocks of `source`, shared: a
+        cached prefix to fork (the simulated engine's prefix caching)."""
+        assert source.is_resident and num_blocks <= source.length // self.block_size
+        blocks = source.blocks[:num_blocks]
+        self.pool.share(blocks)
+        self._num_reserved += 1
+        source.last_used = self._num_reserved
+        ctx = self.contexts[context_id] = SimContext(context_id, num_blocks * self.block_size,
+                                                     list(blocks), last_used=self._num_reserved)
+        return ctx
+
+    def rename(self, context_id: str, new_id: str) -> SimContext:
+        ctx = self.contexts.pop(context_id)
+        ctx.context_id = new_id
+        self.contexts[new_id] = ctx
+        return ctx
+
     def cut_back(self, ctx: SimContext, length: int, *, is_computed: bool) -> None:
         """An aborted request leaves `ctx` at `length` tokens; its unused blocks go back, all
         of them when the KV was still being recomputed (it is evicted then)."""

@@ -10,14 +10,16 @@ clock (live mode) a timer wakes late (measured on the 2-core VM: 0.75 ms per 4.5
 one ended on paper, not from when its timer fired: the lateness never adds up.
 
 Tokens: the simulated tokenizer counts ceil(len(text) / 4) tokens for a text (the manager
-estimates the same way). A Generate produces exactly `max_tokens` tokens (stop strings are not
+estimates the same way). A Generate produces `max_tokens` tokens (stop strings are not
 honoured) of deterministic filler: 4-character word-like pieces chosen by a hash of
-(context_id, seed, position in the context).
+(context_id, seed, position in the context) — fewer where the model stops on its own: without
+`ignore_eos`, after the N tokens an `[[eos@N]]` marker in the context's text asks for
+(sim_eos.py; the last filled into the context, or into the one it forked, used once).
 
 Memory: a request reserves every block it will need when it is admitted (fill: its tokens;
-generate: max_tokens), so admitted requests never stall. Requests are admitted, and prefilled,
-by priority (the protocol's, lower first), then first come, first served; one that does not
-fit waits while requests run (they always finish). When none
+generate: the tokens it will produce), so admitted requests never stall. Requests are
+admitted, and prefilled, by priority (the protocol's, lower first), then first come, first
+served; one that does not fit waits while requests run (they always finish). When none
 runs, nothing else would ever return blocks, so the KV of idle contexts is evicted, least
 recently used first: preemption by recompute, as the builtin engine does. Such a context keeps
 its tokens, and the next request that uses it (or forks it) first prefills them again. So an
@@ -26,7 +28,8 @@ exactly as without eviction. A request that could never fit (more blocks than th
 fails with OutOfKVCacheError. A fork shares the parent's full blocks (reference counted) and
 copies its partial last block; the inherited tokens are not prefilled again. With
 `shared_prefix_decode` a decode batch reads a shared prefix once (the shared-prefix kernel);
-otherwise once per sequence.
+otherwise once per sequence. With `prefix_caching` (sim_prefix_cache.py) a context filled
+from scratch forks the cached leading blocks of its text, as vLLM's APC does.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillReques
                                      GenerateChunk, GenerateRequest, ServingLimits)
 from parrot.engines.tpot import TpotMeter
 from parrot.engines.sim_blocks import KVSpace, SimContext, count_tokens, detokenize, filler_token
+from parrot.engines.sim_eos import find_eos
+from parrot.engines.sim_prefix_cache import PrefixCache
 from parrot.errors import (ContextExistsError, EngineConfigError, EngineError,
                            EngineUnavailableError, InvalidRequestError, OutOfKVCacheError,
                            PromptTooLongError, UnknownContextError)
@@ -71,7 +76,7 @@ class _Request:
     kind: _Kind
     context_id: str
     parent_id: str | None
-    num_tokens: int  # fill: tokens to prefill; generate: max_tokens
+    num_tokens: int  # fill: tokens to prefill; generate: tokens to produce
     seed: int | None = None
     priority: int = 0  # lower first, for admission and prefill (the protocol's priority)
     num_done: int = 0
@@ -115,6 +120,14 @@ class SimulatedEngine(Engine):
         self._step_s = 0.0
         self._step_end = 0.0     # loop time at which the last iteration ends on paper
         self._tpot = TpotMeter()  # time per output token as Generates are handed over
+        # context id -> where its next Generate stops on its own (an [[eos@N]] marker filled)
+        self._eos_at: dict[str, int] = {}
+        # With prefix caching: finished contexts cached by content, and every live context's
+        # text (what a cached block holds); ids of the contexts the engine makes itself.
+        self._cache = PrefixCache(self.config.block_size) if self.config.prefix_caching \
+            else None
+        self._texts: dict[str, str] = {}
+        self._own_ids = 0
 
     # ---- Engine protocol -------------------------------------------------------------------
 
@@ -143,23 +156,84 @@ class SimulatedEngine(Engine):
     async def fill(self, request: FillRequest) -> FillResult:
         n = (len(request.token_ids) if request.token_ids is not None
              else count_tokens(request.text or ""))
-        req = self._submit(_Request(_Kind.FILL, request.context_id, request.parent_context_id, n,
-                                    priority=request.priority))
+        parent_id, cached = request.parent_context_id, 0
+        if (self._cache is not None and request.text and parent_id is None
+                and request.context_id not in self._contexts):
+            parent_id, cached = self._cached_prefix(request.text, n)
+        try:
+            req = self._submit(_Request(_Kind.FILL, request.context_id, parent_id, n - cached,
+                                        priority=request.priority))
+        except BaseException:
+            self._drop_cached_prefix(parent_id, request.parent_context_id)
+            raise
+        stop = find_eos(request.text) if request.text else None
+        parent = request.parent_context_id
+        if stop is None and parent is not None and parent in self._eos_at:
+            stop = self._eos_at[parent]     # a fork inherits its parent's pending stop
+        if stop is not None:
+            self._eos_at[request.context_id] = stop
         try:
             await req.event.wait()
         except asyncio.CancelledError:
             self._abort(req)
             raise
+        finally:
+            self._drop_cached_prefix(parent_id, request.parent_context_id)
         if req.error is not None:
             raise req.error
+        if self._cache is not None:
+            base = (request.context_id if request.context_id in self._texts
+                    else request.parent_context_id or request.context_id)
+            text = self._texts[request.context_id] = (self._texts.get(base, "")
+                                                      + (request.text or ""))
+            self._cache.index(request.context_id, text, req.final_len)
         return FillResult(request.context_id, n, req.final_len)
+
+    def _cached_prefix(self, text: str, num_tokens: int) -> tuple[str | None, int]:
+        """(a context holding the cached leading blocks of `text` to fork, their tokens), or
+        (None, 0). At least the last prompt token is prefilled, as a real engine does."""
+        assert self._cache is not None
+        found = self._cache.match(text)
+        if found is None:
+            return None, 0
+        holder_id, num_blocks = found
+        holder = self._contexts.get(holder_id)
+        if holder is None or not holder.is_resident:   # its KV was evicted meanwhile
+            self._uncache(holder_id)
+            return None, 0
+        bs = self.config.block_size
+        num_blocks = min(num_blocks, (num_tokens - 1) // bs, holder.length // bs)
+        if num_blocks <= 0:
+            return None, 0
+        self._own_ids += 1
+        prefix_id = f"apc-prefix-{self._own_ids}"
+        self._kv.fork_blocks(prefix_id, holder, num_blocks)
+        self._cache.num_hit_tokens += num_blocks * bs
+        return prefix_id, num_blocks * bs
+
+    def _drop_cached_prefix(self, parent_id: str | None, asked: str | None) -> None:
+        """Free the cached-prefix context a fill forked (its blocks stay with the fork)."""
+        if parent_id is not None and parent_id != asked:
+            self._kv.free(parent_id)
+
+    def _uncache(self, cached_id: str) -> None:
+        assert self._cache is not None
+        self._cache.forget(cached_id)
+        self._kv.free(cached_id)
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         sampling = request.sampling
+        stop = self._eos_at.pop(request.context_id, None)
+        if stop is None and request.parent_context_id is not None:
+            stop = self._eos_at.get(request.parent_context_id)
+        num_tokens = (sampling.max_tokens if sampling.ignore_eos or stop is None
+                      else min(sampling.max_tokens, stop))
+        finish_reason = "length" if num_tokens == sampling.max_tokens else "stop"
         req = self._submit(_Request(_Kind.GENERATE, request.context_id,
-                                    request.parent_context_id, sampling.max_tokens, sampling.seed,
+                                    request.parent_context_id, num_tokens, sampling.seed,
                                     priority=request.priority))
         timer = self._tpot.timer()
+        generated: list[str] = []
         try:
             while True:
                 await req.event.wait()
@@ -168,12 +242,20 @@ class SimulatedEngine(Engine):
                     raise req.error
                 token_ids, req.new_token_ids = req.new_token_ids, []
                 if req.is_finished:
-                    chunk = GenerateChunk(detokenize(token_ids), tuple(token_ids), "length")
+                    chunk = GenerateChunk(detokenize(token_ids), tuple(token_ids),
+                                          finish_reason)
+                    if self._cache is not None:
+                        base = (request.context_id if request.context_id in self._texts
+                                else request.parent_context_id or request.context_id)
+                        text = self._texts[request.context_id] = (
+                            self._texts.get(base, "") + "".join(generated) + chunk.text)
+                        self._cache.index(request.context_id, text, req.final_len)
                     timer.observe(chunk)
                     yield chunk
                     return
                 if token_ids:
                     chunk = GenerateChunk(detokenize(token_ids), tuple(token_ids))
+                    generated.append(chunk.text)
                     timer.observe(chunk)
                     yield chunk
         finally:
@@ -186,7 +268,20 @@ class SimulatedEngine(Engine):
             raise UnknownContextError(f"unknown context {context_id!r}")
         for req in pending:
             self._abort(req, UnknownContextError(f"context {context_id!r} was freed while in use"))
-        self._kv.free(context_id)
+        self._eos_at.pop(context_id, None)
+        text = self._texts.pop(context_id, None)
+        ctx = self._contexts.get(context_id)
+        if (self._cache is not None and text and ctx is not None and ctx.is_resident
+                and not pending and ctx.length >= self.config.block_size):
+            # Kept by content, its blocks reused by later fills, until a request needs them.
+            self._own_ids += 1
+            cached_id = f"apc-{self._own_ids}"
+            self._kv.rename(context_id, cached_id)
+            self._cache.keep(context_id, cached_id)
+        else:
+            if self._cache is not None:
+                self._cache.forget(context_id)
+            self._kv.free(context_id)
         self._wake()
 
     async def stats(self) -> EngineStats:
@@ -312,8 +407,19 @@ class SimulatedEngine(Engine):
                 self._abort(req, exc)
                 continue
             # With nothing running, nothing else would ever return blocks: evict idle KV.
-            reservation = self._kv.reserve(req.context_id, parent, req.num_tokens,
-                                           may_evict=not self._running)
+            reservation = None
+            if self._cache is not None:
+                # Cached contexts never hold a request back: dropped, least recently used
+                # first, before anything else is evicted.
+                reservation = self._kv.reserve(req.context_id, parent, req.num_tokens,
+                                               may_evict=False)
+                while reservation is None and (oldest := self._cache.oldest()) is not None:
+                    self._uncache(oldest)
+                    reservation = self._kv.reserve(req.context_id, parent, req.num_tokens,
+                                                   may_evict=False)
+            if reservation is None:
+                reservation = self._kv.reserve(req.context_id, parent, req.num_tokens,
+                                               may_evict=not self._running)
             if reservation is None and self._running:
                 return  # they hold every block they need: wait for them to finish
             if reservation is None:  # cannot happen after _check_fits; never wait forever

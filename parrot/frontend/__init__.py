@@ -3,7 +3,7 @@
 from parrot.frontend.function import SemanticFunction, semantic_function
 from parrot.frontend.session import Session
 from parrot.frontend.transport import HttpTransport, InProcessTransport, Transport
-from parrot.frontend.variable import SemanticVariable
+from parrot.frontend.variable import SemanticVariable, gather
 
-__all__ = ["SemanticFunction", "semantic_function", "Session", "SemanticVariable",
+__all__ = ["SemanticFunction", "semantic_function", "Session", "SemanticVariable", "gather",
            "Transport", "HttpTransport", "InProcessTransport"]

@@ -99,7 +99,17 @@ class SemanticFunction:
         return dataclasses.replace(self, sampling=self.sampling.merged(sampling))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Submit a call; returns its output variable(s) at once. `criteria=` (LATENCY or
+        THROUGHPUT, unless the prompt has an input of that name) declares how its outputs
+        will be fetched: it travels with the submission, so the service places the call
+        under it (as a get begun before the call was sent does)."""
+        criteria = None
+        if "criteria" in kwargs and "criteria" not in self.template.input_names:
+            criteria = kwargs.pop("criteria")
         outputs = current_session().call_function(self, self.bind(args, kwargs))
+        if criteria is not None:
+            for var in outputs:
+                var.declare(criteria)
         return outputs[0] if len(outputs) == 1 else outputs
 
 

@@ -207,6 +207,11 @@ class Session:
     async def _flush(self, previous: asyncio.Future[Any] | None) -> None:
         if previous is not None:  # keep the service's view in program order
             await asyncio.gather(previous, return_exceptions=True)
+        # One turn of the loop before the batch leaves: gets the program started as tasks
+        # right after its calls (`asyncio.gather(*(v.aget(THROUGHPUT) for v in outs))`) run
+        # their first step first, so their criteria travel with the submission and reach the
+        # scheduler before the calls are placed, not a round trip later.
+        await asyncio.sleep(0)
         batch, self._batch = self._batch, []
         produced = {id(var): (index, var.name) for index, pending in enumerate(batch)
                     for var in pending.outputs}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING
 
 from parrot.types import Criterion, strongest
@@ -11,6 +11,20 @@ from parrot.wire_types import ErrorReply, GetRequest, SetVariableRequest, Value,
 
 if TYPE_CHECKING:
     from parrot.frontend.session import Session
+
+
+def gather(*variables: SemanticVariable | Iterable[SemanticVariable],
+           criteria: Criterion | str = Criterion.LATENCY) -> asyncio.Future[list[str]]:
+    """The values of `variables` (handles, or iterables of them), fetched concurrently under
+    `criteria`. The criteria are declared at once, before this returns: calls still waiting
+    to be submitted carry them, so the service places them under `criteria` (await the
+    result inside the session's loop)."""
+    handles: list[SemanticVariable] = []
+    for item in variables:
+        handles.extend([item] if isinstance(item, SemanticVariable) else item)
+    for var in handles:
+        var.declare(criteria)
+    return asyncio.gather(*(var.aget(criteria) for var in handles))
 
 
 class SemanticVariable:
@@ -62,6 +76,11 @@ class SemanticVariable:
 
     def _known(self, value: str) -> None:
         self._value = value
+
+    def declare(self, perf: Criterion | str) -> Criterion:
+        """Declare how this value will be fetched before fetching it: sent with the call's
+        submission when that has not left yet (`fn(..., criteria=)`, `parrot.gather`)."""
+        return self._want(perf)
 
     def _want(self, perf: Criterion | str) -> Criterion:
         """Parse a get's criterion and remember it for a submission not sent yet (the

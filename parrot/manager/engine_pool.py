@@ -210,7 +210,7 @@ class EngineState:
         cumulative = prefix_num_tokens(call)
         prefixes = tuple((h, n - prev) for h, n, prev in
                          zip(call.prefix_hashes, cumulative, (0, *cumulative)))
-        output = sum(b.sampling.max_tokens for b in call.outputs.values())
+        output = call.output_tokens_estimate
         cached = next((n for h, n in zip(reversed(call.prefix_hashes), reversed(cumulative))
                        if h in self.contexts.prefix_hashes), 0)
         # Remember what was counted: re-deduction may change the call's criterion later.

@@ -24,6 +24,7 @@ from parrot.manager.engine_pool import EnginePool, EngineState
 from parrot.manager.executor import run_call, shareable_hashes
 from parrot.manager.lifecycle import transition
 from parrot.manager.nodes import Call, InputBinding, OutputBinding, Variable
+from parrot.manager.output_lengths import OutputLengthEstimator
 from parrot.manager.prefill_ahead import plan_ahead, prefill_ahead
 from parrot.manager.prefix import PrefixIndex, estimate_prompt
 from parrot.manager.requests import SubmitRequest
@@ -48,6 +49,8 @@ class Manager:
                                   self.delete_session)
         self.engines = EnginePool()
         self.prefix_index = PrefixIndex()
+        # Output lengths learnt per function: calls are costed with them, not max_tokens.
+        self.output_lengths = OutputLengthEstimator()
         self.scheduler = Scheduler(policy, self.engines)
         self._dirty: set[Session] = set()
         self._arrivals = itertools.count()
@@ -252,8 +255,10 @@ class Manager:
         # Only boundaries far enough in to be worth a context are advertised to the policy:
         # affinity to a prefix no engine would cache only piles unrelated calls together.
         call.prefix_hashes = shareable_hashes(call.prefix_pieces)
-        call.num_tokens = prompt.num_tokens + sum(
-            b.sampling.max_tokens for b in call.outputs.values())
+        call.num_output_estimate = sum(
+            self.output_lengths.estimate(call.output_length_key(name), b.sampling.max_tokens)
+            for name, b in call.outputs.items())
+        call.num_tokens = prompt.num_tokens + call.num_output_estimate
         transition(call, CallState.READY)
         self.prefix_index.add(call.prefix_hashes)
         self.scheduler.enqueue(call)
@@ -287,6 +292,8 @@ class Manager:
                 # the window before its `finally` runs (measured live: a phase of 8 reviewers
                 # placed 6 against the previous phase's stale load, the other 2 a phase later).
                 engine.remove_call(call)
+            self.output_lengths.observe(call_.output_length_key(binding.name),
+                                        binding.stream.num_tokens, binding.sampling.max_tokens)
             # The generated tokens, unless a transform changed the text.
             num_tokens = None if binding.transforms else binding.stream.num_tokens
             self._publish_value(session, session.variables[binding.var_id], value, num_tokens)

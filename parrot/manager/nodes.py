@@ -103,6 +103,9 @@ class Call:
     prefix_hashes: tuple[str, ...] = ()
     rendered_inputs: dict[str, str] = field(default_factory=dict)  # after input transforms
     num_tokens: int = 0                       # estimate for capacity accounting
+    # Estimated output tokens, all outputs (core/output_lengths.py; set when it is ready):
+    # what it is costed and counted with. None: not estimated, its max_tokens.
+    num_output_estimate: int | None = None
     num_prompt_tokens: int | None = None      # the engine's count before the first output
     attempts: int = 0
     prefill_ahead_decided: bool = False  # at its first producer's dispatch (filled or not)
@@ -131,6 +134,18 @@ class Call:
         return any(c.state is CallState.PENDING and 0 < c.num_missing_inputs
                    <= sum(b.var_id in outputs for b in c.inputs.values())
                    for c in self.consumers)
+
+    @property
+    def output_tokens_estimate(self) -> int:
+        """The output tokens it is costed and counted with: the online estimate, or the
+        outputs' max_tokens when it has none."""
+        if self.num_output_estimate is not None:
+            return self.num_output_estimate
+        return sum(b.sampling.max_tokens for b in self.outputs.values())
+
+    def output_length_key(self, name: str) -> tuple[str, str]:
+        """Which function output's lengths estimate its output `name`: the template's."""
+        return (self.template.source, name)
 
     def input_token_counts(self, variables: Mapping[str, Variable]) -> dict[str, int]:
         """The real token counts of the inputs a generation produced and that reach the

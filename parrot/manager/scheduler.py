@@ -183,5 +183,4 @@ class _Sizes:
 
     @classmethod
     def of(cls, call: Call) -> _Sizes:
-        output = sum(b.sampling.max_tokens for b in call.outputs.values())
-        return cls(min(output, call.num_tokens), prefix_num_tokens(call))
+        return cls(min(call.output_tokens_estimate, call.num_tokens), prefix_num_tokens(call))

@@ -38,6 +38,12 @@ faster step; behind running chains (each running latency call's application has 
 call waiting) a later application's call joins regardless, since it would wait for a whole
 chain to end. An idle engine takes one call whatever its size, so no call starves; a call that
 fits nowhere stays queued.
+
+Where no throughput work is on or for an engine (`work_conserving`, the default), latency
+calls are not held to the latency capacity among themselves: they fill it to its own limit
+(its free KV), since holding one back there protects nobody. A per-token latency target
+(`tpot_target_ms`) instead bounds every token on an engine carrying latency work, by the
+engine's speed profile (placement.Slot.capacity).
 """
 
 from __future__ import annotations
@@ -82,6 +88,18 @@ class AppCentricParams(PolicyParams):
     # (placement.Slot.has_room_backlogged): a limit held while latency calls queue only
     # trades their wait for a faster step.
     admit_latency_backlog: bool = True
+    # On an engine with no throughput work, in a round where none is ready (or throughput
+    # work is isolated from latency engines), latency calls join up to the engine's own limit
+    # (its free KV; placement.Slot.own_limit) instead of keeping to the latency capacity
+    # among themselves: there, holding one back protects nothing, it only adds the
+    # manager's queue to its latency. false: the paper's rule everywhere (the paper
+    # experiments run with it).
+    work_conserving: bool = True
+    # Per-token latency target, ms per decode step at speed 1 (None: none). While an engine
+    # carries latency work, no call joins it past the load whose step (by the engine's speed
+    # profile) takes longer: a bound on all its tokens, latency and throughput alike, which
+    # the latency backlog never passes (docs/POLICIES.md says what it guarantees).
+    tpot_target_ms: float | None = None
     # Ablation switches (the paper's "affinity scheduling off" experiment).
     prefix_affinity: bool = True
     colocate_task_groups: bool = True
@@ -95,8 +113,11 @@ class AppCentricParams(PolicyParams):
         check.number("colocation_slack", self.colocation_slack, minimum=0.0, maximum=10.0)
         check.number("isolation_slack", self.isolation_slack, minimum=0.0, maximum=10.0)
         check.number("latency_step_slack", self.latency_step_slack, minimum=0.0, maximum=10.0)
+        if self.tpot_target_ms is not None:
+            check.positive("tpot_target_ms", self.tpot_target_ms)
+            object.__setattr__(self, "tpot_target_ms", float(self.tpot_target_ms))
         for key in ("isolate_criteria", "prefix_affinity", "colocate_task_groups",
-                    "admit_latency_backlog"):
+                    "admit_latency_backlog", "work_conserving"):
             check.boolean(key, getattr(self, key))
 
 
@@ -112,13 +133,21 @@ class AppCentricPolicy(Policy):
 
     def schedule(self, *, calls: Sequence[CallView],
                  engines: Sequence[EngineView]) -> list[Placement]:
-        slots = [Slot.of(e, i, self.params.latency_step_slack)
+        slots = [Slot.of(e, i, self.params.latency_step_slack,
+                         tpot_target_ms=self.params.tpot_target_ms)
                  for i, e in enumerate(engines) if e.is_healthy]
         if not slots:
             return []
         isolates = self._can_isolate(calls, slots)
+        # Holding a latency call back protects other work only where throughput work shares
+        # its engine or may join it this round: with throughput calls ready, only an engine
+        # already serving latency calls in a round that isolates (the throughput work goes to
+        # the latency-free engines) places latency calls up to its own limit (Slot.capacity).
+        throughput_ready = any(self._criterion(c) is Criterion.THROUGHPUT for c in calls)
         for slot in slots:
             slot.isolates = isolates
+            slot.work_conserving = self.params.work_conserving and (
+                not throughput_ready or (isolates and slot.serves(Criterion.LATENCY)))
         saturated = self._saturation(calls, slots)
         placed: list[tuple[CallView, Slot]] = []
         reserved: set[int] = set()
@@ -186,7 +215,9 @@ class AppCentricPolicy(Policy):
                 slot.add_call(call, criterion, demand)
                 placed.append((call, slot))
         done = {call.call_id for call, _ in placed}
-        if criterion is Criterion.LATENCY and self.params.admit_latency_backlog:
+        # A per-token target is a promise the backlog would break: it never passes one.
+        if (criterion is Criterion.LATENCY and self.params.admit_latency_backlog
+                and self.params.tpot_target_ms is None):
             admitted = self._admit_backlog(unit, done, slots, waiting - len(placed))
             placed.extend(admitted)
             done.update(call.call_id for call, _ in admitted)

@@ -28,7 +28,7 @@ class CallView:
     task_group: str | None               # id of the group of parallel calls it belongs to
     task_group_size: int                 # number of calls in that group (1 when none)
     prefix_hashes: tuple[str, ...]       # cumulative prompt hashes at each variable boundary
-    num_tokens: int                      # estimate: prompt tokens + max output tokens
+    num_tokens: int                      # estimate: prompt + output (core/output_lengths.py)
     topo_rank: int                       # depth in its session's DAG (0 = no producer upstream)
     arrival_seq: int                     # submission order (the manager's FCFS priority)
     # Of num_tokens, how many are output (decode steps); the rest is prompt to prefill.

@@ -57,13 +57,26 @@ class Slot:
     latency_step_slack: float = 0.0
     # EngineView.chained_latency_seq, kept up to date with this round's latency placements.
     chained_latency_seq: int | None = None
+    # With a per-token latency target (AppCentricParams.tpot_target_ms): the most batch
+    # tokens whose decode step meets it on this engine's profile at its speed; it bounds
+    # every token on the engine while it carries latency work (see `capacity`). None: no
+    # target, the latency capacity applies as the paper's isolation rule.
+    target_tokens: int | None = None
+    # While it serves no throughput work, latency calls are not held to the latency capacity
+    # among themselves: they join up to the engine's own limit (`own_limit`). Holding one
+    # back for other latency calls only moves its latency into the manager's queue. The
+    # policy sets it per round (AppCentricParams.work_conserving).
+    work_conserving: bool = False
     # Memo of `latency_limit`: the largest call size the capacity already suits (computed
     # on first use), and the limits of larger sizes.
     _suits_up_to: int | None = field(default=None, repr=False)
     _limits: dict[int, int] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of(cls, view: EngineView, index: int, latency_step_slack: float = 0.0) -> Slot:
+    def of(cls, view: EngineView, index: int, latency_step_slack: float = 0.0, *,
+           tpot_target_ms: float | None = None) -> Slot:
+        target = (None if tpot_target_ms is None
+                  else view.profile.max_batch_tokens(tpot_target_ms * view.speed))
         return cls(view=view, index=index, load=view.num_tokens_in_use,
                    num_calls=view.num_running_calls,
                    pending_prefill=view.queued_prefill_tokens,
@@ -72,7 +85,8 @@ class Slot:
                                      Criterion.THROUGHPUT: view.num_throughput_calls},
                    latency_floor=view.latency_floor_tokens,
                    latency_step_slack=latency_step_slack,
-                   chained_latency_seq=view.chained_latency_seq)
+                   chained_latency_seq=view.chained_latency_seq,
+                   target_tokens=target)
 
     def holds_task_group(self, task_group: str) -> bool:
         return task_group in self.placed_task_groups or task_group in self.view.task_groups
@@ -95,7 +109,21 @@ class Slot:
     def capacity(self, criterion: Criterion, own: int = 0) -> int:
         """The load this engine may reach with work of `criterion` joining (`own`: the
         smallest whole footprint of the latency calls joining, 0 when unknown)."""
+        if self.target_tokens is not None and (criterion is Criterion.LATENCY
+                                               or self.serves(Criterion.LATENCY)):
+            # A per-token target is a bound on the whole batch: a decode step carries every
+            # sequence on the engine, so while latency work runs here no call of either
+            # criterion may take the step past the target (a latency call whose own prompt
+            # alone is slower keeps the long-prompt rule of `latency_limit`).
+            limit = self.latency_limit(own)
+            return min(limit, self.own_limit() if criterion is Criterion.LATENCY
+                       else self.view.throughput_capacity)
         if criterion is Criterion.LATENCY:
+            if self.work_conserving and not self.serves(Criterion.THROUGHPUT):
+                # Only latency work here and none waiting to join: a latency call held back
+                # protects nobody, it only waits in the manager while the engine has room,
+                # which adds its whole wait to its latency (plain chat: every call LATENCY).
+                return self.own_limit()
             # Latency calls keep to the limit among themselves: throughput work already here
             # slows them, which the finish-time estimate prices, but counting it against
             # the limit would queue them in the manager behind work that was let past it
@@ -108,15 +136,25 @@ class Slot:
             return self.latency_limit()
         return self.view.throughput_capacity
 
+    def own_limit(self) -> int:
+        """The engine's own limit: its KV cache less what contexts filled ahead for waiting
+        calls hold (idle contexts count as free, evicted least recently used first), or its
+        throughput capacity when it reports no KV size."""
+        if self.view.kv_free_tokens is None:
+            return self.view.throughput_capacity
+        return self.view.num_tokens_in_use + self.view.kv_free_tokens
+
     def latency_limit(self, own: int = 0) -> int:
-        """The latency capacity — or more, where the smallest latency call here (or joining,
+        """The latency capacity (the target's tokens, `target_tokens`, when there is a
+        per-token target) — or more, where the smallest latency call here (or joining,
         `own`) is so large that the capacity would hold it to a step far faster than it can
         have even alone: then the load at which a step takes (1 + latency_step_slack) × that
         call's step alone (at most the throughput capacity). A call whose own prompt exceeds
         the capacity (a long system prompt, forked by many requests) would otherwise run one
         at a time, however little each fork adds; a small latency call on the engine keeps
         the capacity as it is."""
-        capacity = self.view.latency_capacity
+        capacity = (self.view.latency_capacity if self.target_tokens is None
+                    else self.target_tokens)
         size = smaller_known(self.latency_floor, own)
         # latency calls run here whose sizes the view does not give: keep the capacity
         floor_unknown = self.view.num_latency_calls > 0 and self.view.latency_floor_tokens <= 0

@@ -85,8 +85,9 @@ async def test_policy_params_reach_every_variant_of_their_policy(tmp_path):
     assert chain["variants"]["least_queue:baseline"]["status"] == "ok"
     assert chain["variants"]["app_centric:parrot"]["status"] == "error"
     assert "default_criterion" in chain["variants"]["app_centric:parrot"]["error"]
+    # on top of the paper's setting every live experiment keeps (work_conserving off)
     assert chain["settings"]["policy_params"] == {
-        "app_centric": {"default_criterion": "sometimes"}}
+        "app_centric": {"work_conserving": False, "default_criterion": "sometimes"}}
     # the engines are the serve config's (each variant lists them), not a simulated cluster
     assert chain["settings"]["cluster"] is None and chain["settings"]["serve_config"]
     assert with_policy_params((base,), []) == (base,)

@@ -226,3 +226,77 @@ async def test_a_get_begun_before_the_submission_travels_with_it(manager):
                 for batch in batches for call in batch.calls]
     # the get of `both` began before the batch was sent; nobody had asked for the others yet
     assert criteria == [[None], [None], [parrot.THROUGHPUT], [None]]
+
+
+# --- criteria at call time -------------------------------------------------------------------
+
+async def _recorded_criteria(manager, program):
+    """The criteria each output carried in its submission, per call, and the criterion each
+    call was placed under, after `program(session)` ran."""
+    placed = []
+    policy = manager.scheduler.policy
+    schedule = policy.schedule
+
+    def recording_schedule(*, calls, engines):
+        placed.extend((c.call_id, c.criterion) for c in calls)
+        return schedule(calls=calls, engines=engines)
+
+    policy.schedule = recording_schedule
+    async with parrot.Session(manager=manager) as session:
+        sent = []
+        request = session.transport.request
+
+        async def recording(method, path, reply, body=None, *args, **kwargs):
+            sent.append(body)
+            return await request(method, path, reply, body, *args, **kwargs)
+
+        session.transport.request = recording
+        await program(session)
+    batches = [b for b in sent if type(b).__name__ == "SubmitBatchRequest"]
+    criteria = [[p.criteria for p in call.placeholders if p.is_output]
+                for batch in batches for call in batch.calls]
+    return criteria, [criterion for _, criterion in placed]
+
+
+async def test_criteria_given_at_call_time_reach_the_scheduler_before_placement(manager):
+    async def program(session):
+        maps = [summarize(f"part {i}", criteria=parrot.THROUGHPUT) for i in range(3)]
+        chat = summarize("hello", criteria="latency")
+        assert (await chat.aget()).startswith("gen(")
+        await asyncio.gather(*(m.aget(parrot.THROUGHPUT) for m in maps))
+
+    criteria, placed = await _recorded_criteria(manager, program)
+    assert criteria == [[parrot.THROUGHPUT]] * 3 + [[parrot.LATENCY]]
+    assert placed == [parrot.THROUGHPUT] * 3 + [parrot.LATENCY]
+
+
+async def test_asyncio_gather_of_gets_right_after_the_calls_travels_with_them(manager):
+    async def program(session):
+        outs = [summarize(f"part {i}") for i in range(3)]
+        values = await asyncio.gather(*(v.aget(parrot.THROUGHPUT) for v in outs))
+        assert all(v.startswith("gen(") for v in values)
+
+    criteria, placed = await _recorded_criteria(manager, program)
+    assert criteria == [[parrot.THROUGHPUT]] * 3
+    assert placed == [parrot.THROUGHPUT] * 3
+
+
+async def test_parrot_gather_declares_its_criteria_before_it_is_awaited(manager):
+    async def program(session):
+        outs = [summarize(f"part {i}") for i in range(2)]
+        pending = parrot.gather(outs, criteria=parrot.THROUGHPUT)   # declared here
+        await asyncio.sleep(0.01)                                  # the batch leaves
+        assert all(v.startswith("gen(") for v in await pending)
+
+    criteria, placed = await _recorded_criteria(manager, program)
+    assert criteria == [[parrot.THROUGHPUT]] * 2
+    assert placed == [parrot.THROUGHPUT] * 2
+
+
+async def test_an_input_named_criteria_stays_an_input(manager):
+    judge = parrot.semantic_function(prompt="Judge by {{input:criteria}}: {{output:verdict}}",
+                                     max_tokens=4)
+    async with parrot.Session(manager=manager):
+        verdict = judge(criteria="brevity")
+        assert (await verdict.aget()).startswith("gen(")
+        assert verdict.get_criterion is parrot.LATENCY

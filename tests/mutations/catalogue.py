@@ -160,8 +160,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="BatchScheduler._evict_one"),
     Mutation(
         "builtin_prefill_before_decode", "parrot/engines/builtin/batch_scheduler.py",
-        "        seats = self._take([w for w in started if w.is_decoding], self.max_batch_tokens,\n",
-        "        seats = self._take([w for w in started if not w.is_decoding], self.max_batch_tokens,\n",
+        "seats = self._take([w for w in started if w.is_decoding], self.max_batch_tokens,",
+        "seats = self._take([w for w in started if not w.is_decoding], self.max_batch_tokens,",
         ("tests/engines/builtin/test_batch_scheduler_order.py::"
          "test_a_decode_step_goes_before_an_older_prefill_that_would_eat_the_budget",),
         where="BatchScheduler._pick_chunks"),
@@ -285,11 +285,61 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="_run_rate_search"),
     Mutation(
         "latency_backlog_admitted", "parrot/policies/app_centric.py",
-        "        if criterion is Criterion.LATENCY and self.params.admit_latency_backlog:\n",
-        "        if False:\n",
+        "        if (criterion is Criterion.LATENCY and self.params.admit_latency_backlog\n",
+        "        if (False\n",
         ("tests/policies/test_app_centric.py::"
          "test_waiting_latency_calls_join_while_the_mean_completion_drops",),
         where="AppCentricPolicy._place_unit"),
+    Mutation(
+        "latency_calls_work_conserving", "parrot/policies/slots.py",
+        "            if self.work_conserving and not self.serves(Criterion.THROUGHPUT):\n",
+        "            if False:\n",
+        ("tests/policies/test_work_conserving.py::"
+         "test_a_lone_latency_call_joins_an_engine_with_room_in_the_same_round",
+         "tests/policies/test_work_conserving.py::"
+         "test_latency_only_chat_traffic_is_dispatched_while_the_engine_has_room"),
+        where="Slot.capacity"),
+    Mutation(
+        "latency_work_conserving_beside_throughput", "parrot/policies/slots.py",
+        "            if self.work_conserving and not self.serves(Criterion.THROUGHPUT):\n",
+        "            if self.work_conserving:\n",
+        ("tests/policies/test_work_conserving.py::"
+         "test_a_work_conserving_slot_limits_latency_calls_by_the_engines_own_limit_alone",),
+        where="Slot.capacity"),
+    Mutation(
+        "tpot_target_bounds_every_token", "parrot/policies/slots.py",
+        "        if self.target_tokens is not None and (criterion is Criterion.LATENCY\n",
+        "        if False and (criterion is Criterion.LATENCY\n",
+        ("tests/policies/test_work_conserving.py::"
+         "test_the_target_holds_back_throughput_work_that_would_push_a_latency_engine_past_it",),
+        where="Slot.capacity"),
+    Mutation(
+        "output_length_censored_at_cap", "parrot/manager/output_lengths.py",
+        "        length = math.inf if num_tokens >= max_tokens else float(num_tokens)\n",
+        "        length = float(num_tokens)\n",
+        ("tests/manager/test_output_lengths.py::"
+         "test_outputs_that_ran_to_their_cap_keep_the_estimate_at_the_cap",),
+        where="OutputLengthEstimator.observe"),
+    Mutation(
+        "sim_engine_stops_at_eos_marker", "parrot/engines/simulated.py",
+        "        num_tokens = (sampling.max_tokens if sampling.ignore_eos or stop is None\n",
+        "        num_tokens = (sampling.max_tokens if True\n",
+        ("tests/engines/test_sim_eos.py::"
+         "test_a_generate_stops_at_the_marker_under_a_loose_cap",),
+        where="SimulatedEngine.generate"),
+    Mutation(
+        "sim_prefix_cache_forks_cached_blocks", "parrot/engines/simulated.py",
+        "            parent_id, cached = self._cached_prefix(request.text, n)\n",
+        "            pass\n",
+        ("tests/engines/test_sim_prefix_cache.py::"
+         "test_a_second_request_reuses_the_cached_system_prompt",),
+        where="SimulatedEngine.fill"),
+    Mutation(
+        "batch_waits_a_turn_for_gets", "parrot/frontend/session.py",
+        "        await asyncio.sleep(0)\n", "",
+        ("tests/frontend/test_session.py::"
+         "test_asyncio_gather_of_gets_right_after_the_calls_travels_with_them",),
+        where="Session._flush"),
     Mutation(
         "latency_backlog_isolated", "parrot/policies/slots.py",
         "        if running <= 0 or waiting <= 0 or self.serves(Criterion.THROUGHPUT):\n",

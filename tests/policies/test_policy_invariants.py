@@ -87,7 +87,8 @@ def loaded_engines(engines, calls, placements):
 def test_app_centric_respects_capacities(cluster):
     engines, calls = cluster
     # the limits as they are (a latency backlog may pass them: the next test)
-    policy = AppCentricPolicy(AppCentricParams(admit_latency_backlog=False))
+    policy = AppCentricPolicy(AppCentricParams(admit_latency_backlog=False,
+                                               work_conserving=False))
     placements = policy.schedule(calls=calls, engines=engines)
     # Whether the round isolates is can_isolate's (its rule has tests of its own); given it:
     slots = [Slot.of(e, i) for i, e in enumerate(engines) if e.is_healthy]
@@ -122,7 +123,8 @@ def test_a_latency_backlog_passes_latency_limits_only_within_memory_and_isolatio
     """Latency calls past the limits the capped test above checks are a backlog admission:
     never on an engine that served throughput calls, never past the throughput capacity."""
     engines, calls = cluster
-    placements = AppCentricPolicy().schedule(calls=calls, engines=engines)
+    placements = AppCentricPolicy(AppCentricParams(work_conserving=False)).schedule(
+        calls=calls, engines=engines)
     for engine, mine, _load in loaded_engines(engines, calls, placements):
         latency_calls = [c for c in mine if c.criterion is not Criterion.THROUGHPUT]
         limit = latency_limit(engine, latency_calls)
@@ -131,3 +133,28 @@ def test_a_latency_backlog_passes_latency_limits_only_within_memory_and_isolatio
         if latency_calls and latency_load > limit:
             assert engine.num_throughput_calls == 0, (engine, mine)
             assert latency_load <= engine.throughput_capacity, (engine, mine)
+
+
+@settings(max_examples=100, deadline=None)
+@given(clusters(), st.sampled_from([30.0, 40.0, 60.0]))
+def test_a_per_token_target_bounds_every_token_of_an_engine_carrying_latency_work(cluster,
+                                                                                 target):
+    """With `tpot_target_ms` (and no long-prompt raise), an engine that carries latency work
+    after the round (running or placed) ends it at most at the load whose step meets the
+    target, unless it was already past it (then nothing joins) or idle (one call of any
+    size)."""
+    engines, calls = cluster
+    policy = AppCentricPolicy(AppCentricParams(tpot_target_ms=target, latency_step_slack=0.0))
+    placements = policy.schedule(calls=calls, engines=engines)
+    for engine, mine, load in loaded_engines(engines, calls, placements):
+        carries_latency = engine.num_latency_calls > 0 or any(
+            c.criterion is not Criterion.THROUGHPUT for c in mine)
+        if not carries_latency:
+            continue
+        limit = engine.profile.max_batch_tokens(target * engine.speed)
+        if engine.num_running_calls == 0:
+            # the idle engine's one call of any size: the rest keep to the target with it
+            load -= max(c.num_tokens for c in mine)
+            assert load <= max(limit, 0) or len(mine) == 1, (engine, mine)
+        else:
+            assert load <= limit, (engine, mine)

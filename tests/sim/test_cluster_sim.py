@@ -14,7 +14,8 @@ from parrot.sim.network import NetworkDelay
 from parrot.sim.workloads.apps import chain_summary, documents, map_reduce
 from parrot.sim.workloads.spec import WorkloadConfigError, WorkloadSpec
 
-TINY = WorkloadSpec(doc_tokens=2048, chunk_tokens=512, output_tokens=10)
+# exact lengths: the tests below count every output at its declared 10 tokens
+TINY = WorkloadSpec(doc_tokens=2048, chunk_tokens=512, output_tokens=10, output_lengths="exact")
 TINY_BG = WorkloadSpec(doc_tokens=2048, chunk_tokens=512, output_tokens=10, chat_rate=2.0,
                        chat_prompt_tokens=(32, 128), chat_output_tokens=(8, 32), seed=3)
 

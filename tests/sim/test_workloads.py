@@ -213,3 +213,54 @@ def test_an_applications_clock_starts_once_its_session_is_open(mode):
     assert app.session_open_s == pytest.approx(0.2)
     assert app.arrived == pytest.approx(0.0)
     assert app.latency_s == pytest.approx(0.4)
+
+
+# --- output lengths: sampled and hidden by default, exact as the paper's setting -------------
+
+def test_sampled_lengths_are_seeded_per_call_under_a_loose_cap():
+    from parrot.sim.workloads.base import output_length
+
+    spec = WorkloadSpec(seed=3)
+    draws = [output_length(spec, 100, f"app|{i}") for i in range(2000)]
+    assert draws[7] == output_length(spec, 100, "app|7")        # the same in every variant
+    assert {d.sampling["max_tokens"] for d in draws} == {400}    # 4 x the mean
+    assert all(d.sampling["ignore_eos"] is False for d in draws)
+    assert all(1 <= d.num_tokens <= 400 and d.marker == f" [[eos@{d.num_tokens}]]"
+               for d in draws)
+    assert 95 <= sum(d.num_tokens for d in draws) / len(draws) <= 105
+    assert len({d.num_tokens for d in draws}) > 100
+    exact = output_length(WorkloadSpec(output_lengths="exact"), 100, "app|7")
+    assert (exact.sampling, exact.num_tokens, exact.marker) == (
+        {"max_tokens": 100, "ignore_eos": True}, 100, "")
+
+
+@pytest.mark.parametrize("lengths", ["sampled", "exact"])
+def test_the_engine_generates_the_hidden_lengths_and_the_service_sees_only_the_cap(lengths):
+    """gpts with 6 requests: the engines decode exactly the tokens the workload drew (its
+    records' output_tokens), which differ from max_tokens when sampled."""
+    result = run("gpts", num_requests=6, request_rate=4.0, prompt_scale=0.1,
+                 output_tokens=20, output_lengths=lengths)
+    generated = sum(r.output_tokens for r in result.records)
+    assert sum(e["decode_tokens"] for e in result.engines) == generated
+    if lengths == "exact":
+        assert generated == 6 * 20
+    else:
+        assert generated != 6 * 20 and all(r.output_tokens <= 80 for r in result.records)
+
+
+def test_the_prefix_caching_baseline_reuses_the_shared_system_prompt():
+    """copilot, request-level (`least_queue:baseline`): every request renders the same
+    600-token system prompt. With the engine's automatic prefix caching
+    (`+engine.prefix_caching=true`) the first request prefills it and the others fork its
+    cached blocks: far fewer prompt tokens prefilled, and every request is faster."""
+    spec = dict(num_clients=4, system_prompt_tokens=600, output_lengths="exact")
+    plain = run("copilot", mode="baseline", policy="least_queue", **spec)
+    cached = run("copilot", mode="baseline", policy="least_queue",
+                 engine_params={"prefix_caching": True}, **spec)
+    prefilled = [sum(e["prefill_tokens"] for e in r.engines) for r in (plain, cached)]
+    assert prefilled[1] < prefilled[0] - 3 * 500
+    assert parse_variant("least_queue:baseline+engine.prefix_caching=true").engine_params == {
+        "prefix_caching": True}
+    mean = [sum(r.latency_s for r in run_.records) / len(run_.records)
+            for run_ in (plain, cached)]
+    assert mean[1] < mean[0]

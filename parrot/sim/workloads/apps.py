@@ -13,8 +13,10 @@ import random
 from collections.abc import Awaitable, Callable
 
 import parrot
+from parrot.engines.sim_eos import eos_marker
 from parrot.sim.workloads.arrivals import Arrivals, poisson_offsets, uniform_offsets
-from parrot.sim.workloads.base import AppRecord, Env, app_session, get_latency, sampling
+from parrot.sim.workloads.base import (AppRecord, Env, app_session, get_latency, output_length,
+                                       sampling)
 from parrot.sim.workloads.documents import CHARS_PER_TOKEN, chunk_document, stdlib_document
 from parrot.sim.workloads.spec import WorkloadSpec
 
@@ -73,12 +75,12 @@ async def chain_summary(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
 
 async def _apps_in_sequence(env: Env, spec: WorkloadSpec, prefix: str,
                             one_app) -> list[AppRecord]:
-    """Run `one_app(env, app_id, chunks, output_tokens)` per document, one after another, with
+    """Run `one_app(env, app_id, chunks, spec)` per document, one after another, with
     Poisson background chat alongside when `spec.chat_rate` > 0."""
     docs = await asyncio.to_thread(documents, spec)  # tokenising is blocking work
 
     async def apps() -> list[AppRecord]:
-        return [await one_app(env, f"{prefix}-{i}", chunks, spec.output_tokens)
+        return [await one_app(env, f"{prefix}-{i}", chunks, spec)
                 for i, chunks in enumerate(docs)]
 
     return await _with_background_chat(env, spec, apps)
@@ -108,20 +110,24 @@ async def concurrent_chains(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
     paper's 10–25 concurrent clients)."""
     docs = await asyncio.to_thread(documents, spec, spec.num_clients)
     return list(await asyncio.gather(*(
-        _one_chain(env, f"chain-{i}", chunks, spec.output_tokens)
+        _one_chain(env, f"chain-{i}", chunks, spec)
         for i, chunks in enumerate(docs))))
 
 
-async def _one_chain(env: Env, app_id: str, chunks: list[str], output_tokens: int) -> AppRecord:
+async def _one_chain(env: Env, app_id: str, chunks: list[str],
+                     spec: WorkloadSpec) -> AppRecord:
+    # each step's length rides on its own chunk (sampled lengths; nothing with exact ones)
+    lengths = [output_length(spec, spec.output_tokens, f"{app_id}|{i}")
+               for i in range(len(chunks))]
     first = parrot.semantic_function(prompt=FIRST_SUMMARY, name="first_summary",
-                                     **sampling(output_tokens))
+                                     **lengths[0].sampling)
     refine = parrot.semantic_function(prompt=REFINE_SUMMARY, name="refine_summary",
-                                      **sampling(output_tokens))
+                                      **lengths[0].sampling)
     async with app_session(env, app_id, "chain_summary", is_main=True,
-                           output_tokens=output_tokens * len(chunks)) as record:
-        summary = first(chunk=chunks[0])
-        for chunk in chunks[1:]:
-            summary = refine(previous=summary, chunk=chunk)
+                           output_tokens=sum(n.num_tokens for n in lengths)) as record:
+        summary = first(chunk=chunks[0] + lengths[0].marker)
+        for chunk, length in zip(chunks[1:], lengths[1:]):
+            summary = refine(previous=summary, chunk=chunk + length.marker)
         await get_latency(summary)
         record.finished = env.now()
     return record
@@ -147,23 +153,29 @@ async def mixed(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
     docs = await asyncio.to_thread(documents, spec, len(offsets))
 
     async def job(i: int) -> AppRecord:
-        return await _one_map_reduce(env, f"mapreduce-{i}", docs[i], spec.output_tokens)
+        return await _one_map_reduce(env, f"mapreduce-{i}", docs[i], spec)
 
     return await _with_background_chat(env, spec, Arrivals(offsets, job, "mapreduce").run)
 
 
 async def _one_map_reduce(env: Env, app_id: str, chunks: list[str],
-                          output_tokens: int) -> AppRecord:
+                          spec: WorkloadSpec) -> AppRecord:
+    output_tokens = spec.output_tokens
+    # A map's length rides on its chunk; the reduce has no input of its own to carry one,
+    # so its length stays exact.
+    lengths = [output_length(spec, output_tokens, f"{app_id}|{i}")
+               for i in range(len(chunks))]
     mapper = parrot.semantic_function(prompt=MAP_SUMMARY, name="map_summary",
-                                      **sampling(output_tokens))
+                                      **lengths[0].sampling)
     parts_text = "\n".join(f"- {{{{input:part{i}}}}}" for i in range(len(chunks)))
     reducer = parrot.semantic_function(
         prompt=("Combine these partial summaries of one document into a short overall "
                 f"summary.\n{parts_text}\nOverall summary: {{{{output:summary}}}}"),
         name="reduce_summary", **sampling(output_tokens))
     async with app_session(env, app_id, "map_reduce", is_main=True,
-                           output_tokens=output_tokens * (len(chunks) + 1)) as record:
-        parts = [mapper(chunk=chunk) for chunk in chunks]
+                           output_tokens=sum(n.num_tokens for n in lengths) + output_tokens
+                           ) as record:
+        parts = [mapper(chunk=chunk + length.marker) for chunk, length in zip(chunks, lengths)]
         final = reducer(**{f"part{i}": part for i, part in enumerate(parts)})
         await get_latency(final)
         record.finished = env.now()
@@ -177,6 +189,7 @@ class BackgroundChat:
 
     def __init__(self, env: Env, spec: WorkloadSpec) -> None:
         self._env = env
+        self._spec = spec
         rng = random.Random(f"chat|{spec.seed}")
         text = stdlib_document()
         if spec.chat_arrivals == "uniform":
@@ -204,7 +217,16 @@ class BackgroundChat:
 
     async def _chat(self, index: int) -> AppRecord:
         message, output_tokens = self._chats[index]
-        chat = parrot.semantic_function(prompt=CHAT, name="chat", **sampling(output_tokens))
+        spec = self._spec
+        if spec.output_lengths == "exact":
+            chat = parrot.semantic_function(prompt=CHAT, name="chat", **sampling(output_tokens))
+        else:
+            # The drawn length is the real one; every chat declares the same loose cap.
+            low, high = spec.chat_output_tokens
+            cap = max(output_tokens, round(spec.max_tokens_factor * (low + high) / 2))
+            chat = parrot.semantic_function(prompt=CHAT, name="chat", max_tokens=cap,
+                                            ignore_eos=False)
+            message += " " + eos_marker(output_tokens)
         async with app_session(self._env, f"chat-{index}", "chat", is_main=False,
                                output_tokens=output_tokens) as record:
             await get_latency(chat(message=message))

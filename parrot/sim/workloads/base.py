@@ -15,14 +15,18 @@ name this clock (`APP_CLOCK`): runs before 2026-12-03 timed from before the open
 
 from __future__ import annotations
 
+import math
+import random
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from collections.abc import AsyncIterator
 
 import parrot
+from parrot.engines.sim_eos import eos_marker
 from parrot.frontend.session import Session
 from parrot.sim.network import NetworkDelay
+from parrot.sim.workloads.spec import WorkloadSpec
 from parrot.wire_types import CallNode, Graph
 
 
@@ -93,6 +97,37 @@ class Env(Protocol):
 def sampling(max_tokens: int) -> dict[str, Any]:
     """Fixed-length outputs, so every mode and engine generates the same number of tokens."""
     return {"max_tokens": max_tokens, "ignore_eos": True}
+
+
+@dataclass(frozen=True)
+class OutputLength:
+    """One call's output: the sampling its function declares, the length it really has, and
+    the text to append to one of the call's own inputs so that the simulated model stops
+    there (empty for exact lengths)."""
+
+    sampling: dict[str, Any]
+    num_tokens: int
+    marker: str = ""
+
+
+# Spread of a sampled length around its mean (lognormal sigma): most chat and summary answers
+# fall within 0.4-2.5x their mean, a few run longer.
+LENGTH_SIGMA = 0.5
+
+
+def output_length(spec: WorkloadSpec, mean: int, key: str) -> OutputLength:
+    """The output of the call `key` (unique in the workload, the same in every variant) of
+    nominal length `mean`, by `spec.output_lengths`: exact (max_tokens = mean, ignore_eos) or
+    sampled (a seeded lognormal draw of mean `mean`, clipped to [1, max_tokens], under
+    max_tokens = max_tokens_factor x mean, stopped by an [[eos@N]] marker)."""
+    if spec.output_lengths == "exact":
+        return OutputLength(sampling(mean), mean)
+    cap = max(1, round(spec.max_tokens_factor * mean))
+    rng = random.Random(f"length|{spec.seed}|{key}")
+    mu = math.log(mean) - LENGTH_SIGMA ** 2 / 2     # so that the mean is `mean`
+    tokens = min(cap, max(1, round(rng.lognormvariate(mu, LENGTH_SIGMA))))
+    return OutputLength({"max_tokens": cap, "ignore_eos": False}, tokens,
+                        " " + eos_marker(tokens))
 
 
 @asynccontextmanager

@@ -5,7 +5,7 @@ are spread uniformly over the four and arrive as a Poisson process (`spec.reques
 second, `spec.num_requests` of them, at times drawn before the run). `spec.prompt_scale`
 scales the system prompts (and nothing else) so the longest fits a model's context window;
 the results page says when it is not 1. Queries follow copilot's length distribution; answers
-have a fixed length (`spec.output_tokens`).
+are `spec.output_tokens` long on average (or exactly: `spec.output_lengths`).
 
 Serving it well needs prefix sharing (each app's system prompt filled once per engine, read
 once per decode batch) and prefix affinity (an app's requests on the engine that holds its
@@ -18,7 +18,7 @@ import random
 
 import parrot
 from parrot.sim.workloads.arrivals import Arrivals, poisson_offsets
-from parrot.sim.workloads.base import AppRecord, Env, app_session, get_latency, sampling
+from parrot.sim.workloads.base import AppRecord, Env, app_session, get_latency, output_length
 from parrot.sim.workloads.copilot import assistant_template, query_lengths, system_prompt
 from parrot.sim.workloads.spec import WorkloadSpec
 from parrot.sim.workloads.text import text_window
@@ -40,11 +40,12 @@ async def gpts(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
                for i, n in enumerate(query_lengths(rng, len(offsets)))]
 
     async def request(i: int) -> AppRecord:
+        length = output_length(spec, spec.output_tokens, f"gpts|{i}")
         answer = parrot.semantic_function(prompt=templates[apps[i]], name=f"gpt{apps[i]}",
-                                          **sampling(spec.output_tokens))
+                                          **length.sampling)
         async with app_session(env, f"gpt{apps[i]}-req-{i}", "gpts", is_main=True,
-                               output_tokens=spec.output_tokens) as record:
-            await get_latency(answer(query=queries[i]))
+                               output_tokens=length.num_tokens) as record:
+            await get_latency(answer(query=queries[i] + length.marker))
             record.finished = env.now()
         return record
 

@@ -18,6 +18,10 @@ class WorkloadConfigError(ConfigError):
 
 _CHECK = Checks("", WorkloadConfigError)
 CHAT_ARRIVALS = ("poisson", "uniform")
+# "sampled": each call's real output length is drawn (seeded, per call) and hidden from the
+# service, under a loose max_tokens cap; "exact": max_tokens is the real length, generated with
+# ignore_eos (the oracle setting the paper experiments were measured in).
+OUTPUT_LENGTHS = ("sampled", "exact")
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,12 @@ class WorkloadSpec:
     system_prompt_tokens: int = 6000    # copilot's shared system prompt
     prompt_scale: float = 1.0           # gpts: system prompt lengths x this (fit a window)
     rounds: int = 3                     # multi_agent: review/revise rounds
+    # How long outputs are (OUTPUT_LENGTHS). Sampled: a call of nominal length m (output_tokens,
+    # or a chat's drawn length) produces a lognormal length of mean m (sigma 0.5, at least 1)
+    # and its function declares max_tokens = max_tokens_factor x m; the simulated engine stops
+    # at the drawn length (parrot/engines/sim_eos.py), which no scheduler sees.
+    output_lengths: str = "sampled"
+    max_tokens_factor: float = 4.0
 
     def __post_init__(self) -> None:
         for key in ("doc_tokens", "chunk_tokens", "output_tokens", "num_apps", "num_clients",
@@ -59,6 +69,8 @@ class WorkloadSpec:
         _CHECK.positive("request_rate", self.request_rate)
         _CHECK.positive("prompt_scale", self.prompt_scale)
         _CHECK.one_of("chat_arrivals", self.chat_arrivals, CHAT_ARRIVALS)
+        _CHECK.one_of("output_lengths", self.output_lengths, OUTPUT_LENGTHS)
+        _CHECK.number("max_tokens_factor", self.max_tokens_factor, minimum=1.0, maximum=100.0)
         offsets = self.job_offsets
         _CHECK.require(isinstance(offsets, (tuple, list))
                        and all(is_number(x) and x >= 0 for x in offsets)

@@ -1,0 +1,287 @@
+"""A serving benchmark in the style of vLLM's benchmark_serving.py, against the OpenAI route of
+a running parrot-serve (`POST /v1/completions`, streamed).
+
+    python bench/bench_serving.py --url http://127.0.0.1:9000 --num-prompts 400 \\
+        --max-concurrency 64,256 --request-rate inf --out results.json
+
+Traffic: synthetic chat requests, prompt and output lengths drawn (seeded) from lognormal
+distributions shaped like public chat traces (ShareGPT-like: prompts of a few hundred
+tokens with a long tail, answers of ~200 tokens with a long tail), both clipped. Each request
+is sent either at a Poisson rate (`--request-rate`, a list: a sweep; `inf`: all at once) or
+with at most `--max-concurrency` in flight (a list: a sweep), or both.
+
+Lengths (`--lengths`): `exact` (default, any engine) sends max_tokens = the drawn length with
+`ignore_eos`, as vLLM's random dataset does; `hidden` sends a loose cap (`--cap-factor` x the
+mean) and writes the drawn length into the prompt as the simulated engine's end-of-sequence
+marker (parrot/engines/sim_eos.py), so the service cannot see it (simulated engines only).
+
+Per run: completed and failed requests, duration, request and output-token throughput, TTFT,
+ITL (time between streamed chunks), TPOT ((E2E - TTFT) / (output tokens - 1)) and E2E at
+p50/p90/p99, and goodput (requests per second meeting `--slo-ttft-ms` and `--slo-tpot-ms`).
+Prints one table and writes JSON (`--out`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+# Lognormal shapes of chat traffic (tokens): median ~ exp(mu).
+PROMPT_MU, PROMPT_SIGMA, PROMPT_RANGE = math.log(250), 0.8, (16, 2048)
+OUTPUT_MU, OUTPUT_SIGMA, OUTPUT_RANGE = math.log(160), 0.7, (8, 1024)
+CHARS_PER_TOKEN = 4     # the simulated tokenizer's; real tokenizers differ a little
+_WORDS = ("the", "parrot", "sky", "river", "system", "answer", "quiet", "data", "music",
+          "garden", "window", "engine", "story", "light", "north", "paper", "number")
+
+
+@dataclass(frozen=True)
+class Request:
+    prompt: str
+    prompt_tokens: int
+    output_tokens: int          # the drawn length
+    max_tokens: int
+    ignore_eos: bool
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    ttft_s: float = math.nan
+    e2e_s: float = math.nan
+    output_tokens: int = 0
+    itl_s: list[float] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def tpot_s(self) -> float:
+        if self.output_tokens <= 1:
+            return math.nan
+        return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    request_rate: float          # requests/s (inf: all at once)
+    max_concurrency: int | None  # None: unbounded
+
+
+def _clipped_lognormal(rng: random.Random, mu: float, sigma: float,
+                       bounds: tuple[int, int]) -> int:
+    return min(bounds[1], max(bounds[0], round(rng.lognormvariate(mu, sigma))))
+
+
+def synthetic_chat(num: int, seed: int, lengths: str, cap_factor: float) -> list[Request]:
+    """`num` chat requests with seeded prompt and output lengths."""
+    rng = random.Random(f"bench_serving|{seed}")
+    mean_output = math.exp(OUTPUT_MU + OUTPUT_SIGMA ** 2 / 2)
+    requests = []
+    for i in range(num):
+        prompt_tokens = _clipped_lognormal(rng, PROMPT_MU, PROMPT_SIGMA, PROMPT_RANGE)
+        output_tokens = _clipped_lognormal(rng, OUTPUT_MU, OUTPUT_SIGMA, OUTPUT_RANGE)
+        words = " ".join(rng.choice(_WORDS) for _ in range(prompt_tokens))
+        # a unique head, so no two prompts share a cached prefix by accident
+        text = f"Request {i}: {words}"[:prompt_tokens * CHARS_PER_TOKEN]
+        if lengths == "hidden":
+            cap = max(output_tokens, round(cap_factor * mean_output))
+            requests.append(Request(f"{text} [[eos@{output_tokens}]]", prompt_tokens,
+                                    output_tokens, cap, False))
+        else:
+            requests.append(Request(text, prompt_tokens, output_tokens, output_tokens, True))
+    return requests
+
+
+async def send(session: aiohttp.ClientSession, url: str, model: str, headers: dict[str, str],
+               request: Request) -> Outcome:
+    """One streamed completion; times its first chunk, the gaps between chunks and the end."""
+    body = {"model": model, "prompt": request.prompt, "max_tokens": request.max_tokens,
+            "ignore_eos": request.ignore_eos, "temperature": 0.0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    started = time.perf_counter()
+    outcome = Outcome(ok=False)
+    last = started
+    try:
+        async with session.post(f"{url}/v1/completions", json=body, headers=headers) as reply:
+            if reply.status != 200:
+                outcome.error = f"HTTP {reply.status}: {(await reply.text())[:200]}"
+                return outcome
+            async for raw in reply.content:
+                line = raw.decode().strip()
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                if chunk.get("usage"):
+                    outcome.output_tokens = int(chunk["usage"]["completion_tokens"])
+                if not any(c.get("text") for c in chunk.get("choices", ())):
+                    continue
+                now = time.perf_counter()
+                if math.isnan(outcome.ttft_s):
+                    outcome.ttft_s = now - started
+                else:
+                    outcome.itl_s.append(now - last)
+                last = now
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        outcome.error = f"{type(exc).__name__}: {exc}"
+        return outcome
+    outcome.e2e_s = time.perf_counter() - started
+    outcome.ok = not math.isnan(outcome.ttft_s)
+    return outcome
+
+
+async def run_one(url: str, model: str, headers: dict[str, str], requests: Sequence[Request],
+                  spec: RunSpec, seed: int) -> tuple[list[Outcome], float]:
+    """Every request of `requests` at `spec`'s rate and concurrency; (outcomes, seconds)."""
+    rng = random.Random(f"arrivals|{seed}")
+    limit = asyncio.Semaphore(spec.max_concurrency or len(requests) or 1)
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=600)
+    connector = aiohttp.TCPConnector(limit=0)
+
+    async def limited(client: aiohttp.ClientSession, request: Request) -> Outcome:
+        async with limit:
+            return await send(client, url, model, headers, request)
+
+    started = time.perf_counter()
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as client:
+        tasks = []
+        for request in requests:
+            tasks.append(asyncio.ensure_future(limited(client, request)))
+            if math.isfinite(spec.request_rate):
+                await asyncio.sleep(rng.expovariate(spec.request_rate))
+        outcomes = list(await asyncio.gather(*tasks))
+    return outcomes, time.perf_counter() - started
+
+
+def percentiles(values: Sequence[float], unit: float = 1000.0) -> dict[str, float]:
+    """p50/p90/p99 (nearest rank) in ms (`unit` per second); NaN when empty."""
+    ordered = sorted(v for v in values if not math.isnan(v))
+    out = {}
+    for p in (50, 90, 99):
+        out[f"p{p}"] = (ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)] * unit
+                        if ordered else math.nan)
+    return out
+
+
+def summarize(outcomes: Sequence[Outcome], seconds: float, spec: RunSpec,
+              slo_ttft_ms: float, slo_tpot_ms: float) -> dict[str, Any]:
+    done = [o for o in outcomes if o.ok]
+    good = [o for o in done if o.ttft_s * 1000 <= slo_ttft_ms
+            and (math.isnan(o.tpot_s) or o.tpot_s * 1000 <= slo_tpot_ms)]
+    tokens = sum(o.output_tokens for o in done)
+    return {"request_rate": spec.request_rate, "max_concurrency": spec.max_concurrency,
+            "completed": len(done), "failed": len(outcomes) - len(done),
+            "errors": sorted({o.error for o in outcomes if o.error})[:5],
+            "duration_s": seconds, "request_throughput": len(done) / seconds,
+            "output_tokens": tokens, "output_throughput": tokens / seconds,
+            "ttft_ms": percentiles([o.ttft_s for o in done]),
+            "itl_ms": percentiles([g for o in done for g in o.itl_s]),
+            "tpot_ms": percentiles([o.tpot_s for o in done]),
+            "e2e_ms": percentiles([o.e2e_s for o in done]),
+            "slo": {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms},
+            "goodput": len(good) / seconds}
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    head = (f"{'rate':>6} {'conc':>5} {'done':>5} {'req/s':>7} {'tok/s':>8} "
+            f"{'TTFT p50/p90/p99 ms':>22} {'ITL p50/p99 ms':>15} {'TPOT p50/p99 ms':>16} "
+            f"{'E2E p50/p99 s':>14} {'goodput':>8}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        t, i, p, e = r["ttft_ms"], r["itl_ms"], r["tpot_ms"], r["e2e_ms"]
+        lines.append(
+            f"{r['request_rate']:>6} {str(r['max_concurrency'] or '-'):>5} {r['completed']:>5} "
+            f"{r['request_throughput']:>7.2f} {r['output_throughput']:>8.1f} "
+            f"{t['p50']:>7.0f}/{t['p90']:.0f}/{t['p99']:.0f}".rjust(23)
+            + f"{i['p50']:>8.1f}/{i['p99']:.1f}".rjust(16)
+            + f"{p['p50']:>8.1f}/{p['p99']:.1f}".rjust(17)
+            + f"{e['p50'] / 1000:>7.2f}/{e['p99'] / 1000:.2f}".rjust(15)
+            + f"{r['goodput']:>9.2f}")
+    return "\n".join(lines)
+
+
+async def model_of(url: str, headers: dict[str, str]) -> str:
+    async with aiohttp.ClientSession() as client:
+        async with client.get(f"{url}/v1/models", headers=headers) as reply:
+            reply.raise_for_status()
+            data = await reply.json()
+    return str(data["data"][0]["id"])
+
+
+def _strict(value: Any) -> Any:
+    """`value` as strict JSON: NaN -> null, infinities -> "inf"."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else "inf"
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return value
+
+
+def _floats(text: str) -> list[float]:
+    return [math.inf if x.strip() == "inf" else float(x) for x in text.split(",")]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--url", required=True, help="parrot-serve's base URL")
+    p.add_argument("--api-key", help="a tenant's API key (when the server has tenants)")
+    p.add_argument("--model", help="model name (default: the first of /v1/models)")
+    p.add_argument("--num-prompts", type=int, default=200)
+    p.add_argument("--request-rate", default="inf",
+                   help="Poisson requests/s, comma-separated for a sweep; inf: all at once")
+    p.add_argument("--max-concurrency", default="",
+                   help="at most this many in flight, comma-separated for a sweep")
+    p.add_argument("--lengths", choices=("exact", "hidden"), default="exact")
+    p.add_argument("--cap-factor", type=float, default=4.0,
+                   help="hidden lengths: max_tokens = this x the mean output length")
+    p.add_argument("--slo-ttft-ms", type=float, default=1000.0)
+    p.add_argument("--slo-tpot-ms", type=float, default=100.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--label", default="", help="a name for this run in the JSON")
+    p.add_argument("--out", type=Path, help="write the results as JSON here")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    url = args.url.rstrip("/")
+    model = args.model or asyncio.run(model_of(url, headers))
+    if args.num_prompts < 1:
+        raise SystemExit("--num-prompts must be >= 1")
+    requests = synthetic_chat(args.num_prompts, args.seed, args.lengths, args.cap_factor)
+    concurrencies: list[int | None] = (
+        [int(x) for x in args.max_concurrency.split(",")] if args.max_concurrency else [None])
+    specs = [RunSpec(rate, conc) for rate in _floats(args.request_rate)
+             for conc in concurrencies]
+    rows = []
+    for spec in specs:
+        outcomes, seconds = asyncio.run(run_one(url, model, headers, requests, spec, args.seed))
+        rows.append(summarize(outcomes, seconds, spec, args.slo_ttft_ms, args.slo_tpot_ms))
+    print(table(rows))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(_strict({
+            "label": args.label, "url": url, "model": model, "lengths": args.lengths,
+            "num_prompts": args.num_prompts, "seed": args.seed,
+            "mean_prompt_tokens": sum(r.prompt_tokens for r in requests) / len(requests),
+            "mean_output_tokens": sum(r.output_tokens for r in requests) / len(requests),
+            "runs": rows}), indent=2) + "\n")
+    return 0 if all(r["failed"] == 0 for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""bench/bench_serving.py against a real parrot-serve on a simulated engine: a handful of
+streamed completions, every number of its JSON accounted for."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.serve_process import ROOT, parrot_serve
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_serving",
+                                                  ROOT / "bench" / "bench_serving.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_serving"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+CONFIG = {"manager": {"host": "127.0.0.1", "port": 0},
+          "policy": {"name": "app_centric"},
+          "engines": [{"name": "sim-0", "kind": "simulated", "in_process": True,
+                       "params": {"decode_base_ms": 2.0, "decode_per_token_ms": 0.0,
+                                  "prefill_per_token_ms": 0.01}}]}
+
+
+def test_synthetic_chat_lengths_are_seeded_and_hidden_lengths_travel_in_the_prompt():
+    bench = load_bench()
+    exact = bench.synthetic_chat(50, 3, "exact", 4.0)
+    assert exact == bench.synthetic_chat(50, 3, "exact", 4.0)
+    assert all(r.max_tokens == r.output_tokens and r.ignore_eos for r in exact)
+    hidden = bench.synthetic_chat(50, 3, "hidden", 4.0)
+    assert [r.output_tokens for r in hidden] == [r.output_tokens for r in exact]
+    assert all(not r.ignore_eos and r.max_tokens >= r.output_tokens
+               and r.prompt.endswith(f"[[eos@{r.output_tokens}]]") for r in hidden)
+    assert len({r.max_tokens for r in hidden if r.output_tokens < 800}) == 1   # one loose cap
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("lengths", ["exact", "hidden"])
+def test_bench_serving_against_a_simulated_parrot_serve(tmp_path: Path, lengths: str):
+    bench = load_bench()
+    out = tmp_path / "serving.json"
+    with parrot_serve(CONFIG, tmp_path) as (url, _proc):
+        code = bench.main(["--url", url, "--num-prompts", "6", "--request-rate", "inf,40",
+                           "--max-concurrency", "3", "--lengths", lengths, "--seed", "1",
+                           "--out", str(out)])
+    assert code == 0
+    result = json.loads(out.read_text())
+    drawn = sum(r.output_tokens for r in bench.synthetic_chat(6, 1, lengths, 4.0))
+    assert [(r["request_rate"], r["max_concurrency"]) for r in result["runs"]] == [
+        ("inf", 3), (40.0, 3)]
+    for run in result["runs"]:
+        assert run["completed"] == 6 and run["failed"] == 0
+        # the engine stopped at every drawn length, with or without seeing it as max_tokens
+        assert run["output_tokens"] == drawn
+        assert 0 < run["ttft_ms"]["p50"] <= run["ttft_ms"]["p99"] <= run["e2e_ms"]["p99"]
+        assert 0 < run["tpot_ms"]["p50"] and 0 < run["itl_ms"]["p50"]
+        assert run["output_throughput"] == pytest.approx(drawn / run["duration_s"])
+        assert 0 <= run["goodput"] <= run["request_throughput"]
