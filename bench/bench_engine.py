@@ -161,7 +161,7 @@ async def engine_run(torch, bundle, device: str, prompts: list[list[int]], new: 
     config = BuiltinEngineConfig(model=bundle.name, device=device, block_size=block_size,
                                  num_blocks=len(prompts) * per_seq + 8,
                                  max_num_seqs=max(64, len(prompts)), max_batch_tokens=4096,
-                                 cuda_graphs=graphs)
+                                 cuda_graphs=graphs, lazy_graphs=False)  # none while timing
     engine = build_engine("bench", config, bundle)
     try:
         t0 = time.perf_counter()
@@ -439,7 +439,7 @@ def floor_mode(args: argparse.Namespace, torch) -> int:
         config = BuiltinEngineConfig(model=bundle.name, device=device, block_size=bs,
                                      max_num_seqs=max(batches), max_batch_tokens=8192,
                                      max_context_len=max(contexts) + new + 64,
-                                     speed_probe="off", **sizing)
+                                     speed_probe="off", lazy_graphs=False, **sizing)
         asyncio.run(floor_cells(torch, config, bundle, name, batches, contexts, new, rate,
                                 rows))
         del bundle

@@ -33,7 +33,8 @@ async def run(torch, bundle, device: str, backend: str, prefix: list[int], batch
     config = BuiltinEngineConfig(model=bundle.name, device=device, block_size=16,
                                  num_blocks=len(prefix) // 16 + 2 + 2 * batch * per_seq + 16,
                                  max_num_seqs=batch, max_batch_tokens=8192,
-                                 attention_backend=backend, cuda_graphs=graphs)
+                                 attention_backend=backend, cuda_graphs=graphs,
+                                 lazy_graphs=False)   # no capture inside the timing
     engine = build_engine(f"prefix-{backend}", config, bundle)
     try:
         await engine.fill(FillRequest("system", token_ids=tuple(prefix)))

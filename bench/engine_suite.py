@@ -125,6 +125,9 @@ def make_engine(bundle, name: str, **params):
     from parrot.engines.builtin.build import build_engine
     from parrot.engines.builtin.config import BuiltinEngineConfig
 
+    # every graph captured before build_engine returns: a graph captured while the engine
+    # idles between a warm-up and a timed run (lazy_graphs) could land inside the timing
+    params.setdefault("lazy_graphs", False)
     config = BuiltinEngineConfig(model=bundle.name, device="cuda", **params)
     started = time.perf_counter()
     engine = build_engine(name, config, bundle)

@@ -90,6 +90,7 @@ class BuiltinEngine(Engine):
         # measured once by the first start() (startup_probe.py); reported in info()
         self._speed_probe = speed_probe
         self._startup_clock = startup_clock   # the probe is start-up's last phase
+        self._probing = False           # no idle-time graph capture inside the probe's timing
         self._speed_profile: SpeedProfile | None = None
         bos = getattr(tokenizer, "bos_token_id", None)
         self._bos: int | None = (bos if tokenizer is not None and bos is not None
@@ -105,8 +106,13 @@ class BuiltinEngine(Engine):
             if self._speed_probe is not None:
                 # Its Fills call start() again, which returns at once: the task exists.
                 clock = self._startup_clock or StartupClock(self._name, quiet=True)
-                with clock.phase("probe", "measuring the speed profile"):
-                    self._speed_profile = await self._speed_probe.run(self, self._name)
+                self._probing = True
+                try:
+                    with clock.phase("probe", "measuring the speed profile"):
+                        self._speed_profile = await self._speed_probe.run(self, self._name)
+                finally:
+                    self._probing = False
+                    self._wake.set()    # the deferred captures may start
                 log.info("%s", clock.summary())
                 self.use_speed_profile(self._speed_profile)
 
@@ -343,7 +349,7 @@ class BuiltinEngine(Engine):
                 log.warning("engine %s schedules again: healthy", self._name)
                 self._unhealthy = None
             if batch is None:
-                if self._runner.has_deferred_captures:
+                if self._runner.has_deferred_captures and not self._probing:
                     # Idle: capture one graph the warm-up deferred (warmup.py
                     # DEFER_CAPTURE_ABOVE_ROWS), then look for work again, so a request
                     # that arrives waits for at most one capture.

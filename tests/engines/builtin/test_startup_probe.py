@@ -3,6 +3,7 @@ context or block left behind, and a failure that never stops the engine."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -57,3 +58,38 @@ async def test_a_failed_probe_leaves_the_engine_serving_without_a_profile(tiny_b
     assert (await engine.info()).speed_profile is None
     assert await engine.healthz()
     await engine.fill(FillRequest("c", token_ids=(5, 6, 7)))
+
+
+async def test_deferred_graph_captures_wait_for_the_probe_and_then_run_while_idle(
+        tiny_bundle, make_engine, caplog):
+    """A capture while idle between the probe's requests would land inside its timing: the
+    engine starts them once the probe is done (and the step budget is priced by then)."""
+    from parrot.engines.builtin.runner import ModelRunner
+
+    events: list[str] = []
+
+    class DeferringRunner(ModelRunner):
+        """Reports three deferred graph captures (graphs.py `deferred`) and records them."""
+
+        pending = 3
+
+        @property
+        def has_deferred_captures(self) -> bool:
+            return self.pending > 0
+
+        def capture_deferred(self) -> None:
+            self.pending -= 1
+            events.append("capture")
+
+    engine = make_engine(tiny_bundle, speed_probe="quick", runner_type=DeferringRunner)
+    with caplog.at_level(logging.INFO):
+        await engine.start()                 # returns after the probe
+        events.append("probe done")
+        for _ in range(200):
+            if len(events) == 4:
+                break
+            await asyncio.sleep(0.01)
+    assert events == ["probe done", "capture", "capture", "capture"]
+    assert "step token budget: auto, ITL target 50 ms" in caplog.text
+    assert (await engine.info()).serving.step_token_budget.startswith(
+        "step token budget: auto, ITL target 50 ms")
