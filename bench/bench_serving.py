@@ -15,6 +15,13 @@ Lengths (`--lengths`): `exact` (default, any engine) sends max_tokens = the draw
 mean) and writes the drawn length into the prompt as the simulated engine's end-of-sequence
 marker (parrot/engines/sim_eos.py), so the service cannot see it (simulated engines only).
 
+With `--serve CONFIG --policies A,B` it starts parrot-serve from CONFIG once per policy
+(`--engine-param KEY=VALUE` over every engine's params), warms it with a few untimed requests,
+runs every spec against it and stops it: policies side by side on the same engines and load.
+
+    python bench/bench_serving.py --serve configs/serving_h200_llama7b.yaml \
+        --policies least_queue,app_centric --max-concurrency 64,256 --num-prompts 400
+
 Per run: completed and failed requests, duration, request and output-token throughput, TTFT,
 ITL (time between streamed chunks), TPOT ((E2E - TTFT) / (output tokens - 1)) and E2E at
 p50/p90/p99, and goodput (requests per second meeting `--slo-ttft-ms` and `--slo-tpot-ms`).
@@ -36,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 
 # Lognormal shapes of chat traffic (tokens): median ~ exp(mu).
 PROMPT_MU, PROMPT_SIGMA, PROMPT_RANGE = math.log(250), 0.8, (16, 2048)
@@ -194,13 +202,14 @@ def summarize(outcomes: Sequence[Outcome], seconds: float, spec: RunSpec,
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
-    head = (f"{'rate':>6} {'conc':>5} {'done':>5} {'req/s':>7} {'tok/s':>8} "
+    head = (f"{'policy':>12} {'rate':>6} {'conc':>5} {'done':>5} {'req/s':>7} {'tok/s':>8} "
             f"{'TTFT p50/p90/p99 ms':>22} {'ITL p50/p99 ms':>15} {'TPOT p50/p99 ms':>16} "
             f"{'E2E p50/p99 s':>14} {'goodput':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
         t, i, p, e = r["ttft_ms"], r["itl_ms"], r["tpot_ms"], r["e2e_ms"]
         lines.append(
+            f"{r.get('policy', ''):>12} "
             f"{r['request_rate']:>6} {str(r['max_concurrency'] or '-'):>5} {r['completed']:>5} "
             f"{r['request_throughput']:>7.2f} {r['output_throughput']:>8.1f} "
             f"{t['p50']:>7.0f}/{t['p90']:.0f}/{t['p99']:.0f}".rjust(23)
@@ -236,7 +245,15 @@ def _floats(text: str) -> list[float]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--url", required=True, help="parrot-serve's base URL")
+    p.add_argument("--url", help="a running parrot-serve's base URL (or --serve)")
+    p.add_argument("--serve", type=Path, metavar="CONFIG",
+                   help="start parrot-serve from this YAML, once per --policies")
+    p.add_argument("--policies", default="",
+                   help="--serve: comma-separated policy names (default: the config's)")
+    p.add_argument("--engine-param", action="append", default=[], metavar="KEY=VALUE",
+                   help="--serve: set on every engine's params (YAML value), repeatable")
+    p.add_argument("--warmup", type=int, default=16,
+                   help="--serve: untimed requests first (graphs, kernels), 0 for none")
     p.add_argument("--api-key", help="a tenant's API key (when the server has tenants)")
     p.add_argument("--model", help="model name (default: the first of /v1/models)")
     p.add_argument("--num-prompts", type=int, default=200)
@@ -255,11 +272,61 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+async def run_specs(url: str, headers: dict[str, str], model: str | None,
+                    requests: Sequence[Request], specs: Sequence[RunSpec],
+                    args: argparse.Namespace, policy: str) -> list[dict[str, Any]]:
+    model = model or await model_of(url, headers)
+    rows = []
+    for spec in specs:
+        outcomes, seconds = await run_one(url, model, headers, requests, spec, args.seed)
+        row = summarize(outcomes, seconds, spec, args.slo_ttft_ms, args.slo_tpot_ms)
+        rows.append({"policy": policy, **row})
+        print(f"[{policy or 'server'}] " + table([row]).splitlines()[-1], file=sys.stderr)
+    return rows
+
+
+def serve_config(path: Path, policy: str | None, engine_params: Sequence[str]
+                 ) -> dict[str, Any]:
+    """The YAML at `path` with its policy replaced and `KEY=VALUE` set on every engine."""
+    config = yaml.safe_load(path.read_text())
+    if policy:
+        config["policy"] = {**(config.get("policy") or {}), "name": policy}
+    for item in engine_params:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--engine-param: {item!r} is not KEY=VALUE")
+        for engine in config.get("engines", []):
+            engine.setdefault("params", {})[key] = yaml.safe_load(value)
+    config.setdefault("manager", {}).update({"host": "127.0.0.1", "port": 0})
+    return config
+
+
+async def serve_and_run(args: argparse.Namespace, requests: Sequence[Request],
+                        specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
+    """Each policy on a parrot-serve of its own, started from args.serve and warmed first."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from serve_subprocess import start_parrot_serve
+
+    rows: list[dict[str, Any]] = []
+    for policy in [p for p in args.policies.split(",") if p] or [""]:
+        config = serve_config(args.serve, policy, args.engine_param)
+        proc, url, _ = await start_parrot_serve(config, timeout_s=900.0)
+        try:
+            model = args.model or await model_of(url, {})
+            if args.warmup:
+                warm = synthetic_chat(args.warmup, args.seed + 1, args.lengths, args.cap_factor)
+                await run_one(url, model, {}, warm, RunSpec(math.inf, None), args.seed)
+            rows += await run_specs(url, {}, model, requests, specs, args, policy)
+        finally:
+            proc.terminate()
+            await asyncio.wait_for(proc.wait(), 60)
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    url = args.url.rstrip("/")
-    model = args.model or asyncio.run(model_of(url, headers))
+    if (args.url is None) == (args.serve is None):
+        raise SystemExit("give exactly one of --url and --serve")
     if args.num_prompts < 1:
         raise SystemExit("--num-prompts must be >= 1")
     requests = synthetic_chat(args.num_prompts, args.seed, args.lengths, args.cap_factor)
@@ -267,21 +334,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         [int(x) for x in args.max_concurrency.split(",")] if args.max_concurrency else [None])
     specs = [RunSpec(rate, conc) for rate in _floats(args.request_rate)
              for conc in concurrencies]
-    rows = []
-    for spec in specs:
-        outcomes, seconds = asyncio.run(run_one(url, model, headers, requests, spec, args.seed))
-        rows.append(summarize(outcomes, seconds, spec, args.slo_ttft_ms, args.slo_tpot_ms))
+    if args.serve is not None:
+        rows = asyncio.run(serve_and_run(args, requests, specs))
+        url = f"parrot-serve --config {args.serve}"
+    else:
+        headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+        url = args.url.rstrip("/")
+        rows = asyncio.run(run_specs(url, headers, args.model, requests, specs, args, ""))
     print(table(rows))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(_strict({
-            "label": args.label, "url": url, "model": model, "lengths": args.lengths,
+            "label": args.label, "url": url, "lengths": args.lengths,
             "num_prompts": args.num_prompts, "seed": args.seed,
             "mean_prompt_tokens": sum(r.prompt_tokens for r in requests) / len(requests),
             "mean_output_tokens": sum(r.output_tokens for r in requests) / len(requests),
             "runs": rows}), indent=2) + "\n")
     return 0 if all(r["failed"] == 0 for r in rows) else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -63,3 +63,28 @@ def test_bench_serving_against_a_simulated_parrot_serve(tmp_path: Path, lengths:
         assert 0 < run["tpot_ms"]["p50"] and 0 < run["itl_ms"]["p50"]
         assert run["output_throughput"] == pytest.approx(drawn / run["duration_s"])
         assert 0 <= run["goodput"] <= run["request_throughput"]
+
+
+@pytest.mark.timeout(240)
+def test_serve_mode_runs_each_policy_on_a_parrot_serve_of_its_own(tmp_path: Path):
+    import yaml
+
+    bench = load_bench()
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml.safe_dump({**CONFIG, "engines": [
+        {**CONFIG["engines"][0], "in_process": False}]}))
+    out = tmp_path / "serving.json"
+    code = bench.main(["--serve", str(config), "--policies", "least_queue,app_centric",
+                       "--engine-param", "decode_base_ms=1.0", "--num-prompts", "4",
+                       "--max-concurrency", "2", "--warmup", "2", "--out", str(out)])
+    assert code == 0
+    runs = json.loads(out.read_text())["runs"]
+    assert [(r["policy"], r["completed"], r["failed"]) for r in runs] == [
+        ("least_queue", 4, 0), ("app_centric", 4, 0)]
+    merged = bench.serve_config(config, "least_queue", ["decode_base_ms=1.0", "tag=x"])
+    assert merged["policy"]["name"] == "least_queue"
+    assert merged["engines"][0]["params"]["decode_base_ms"] == 1.0
+    assert merged["engines"][0]["params"]["tag"] == "x"
+    assert merged["manager"]["port"] == 0
+    with pytest.raises(SystemExit, match="exactly one of --url and --serve"):
+        bench.main(["--num-prompts", "1"])
