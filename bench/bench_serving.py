@@ -239,6 +239,15 @@ def _strict(value: Any) -> Any:
     return value
 
 
+def _spec(text: str) -> RunSpec:
+    """RATE[@CONCURRENCY] -> a RunSpec (RATE: requests/s or inf)."""
+    rate, _, conc = text.partition("@")
+    try:
+        return RunSpec(float(rate), int(conc) if conc else None)
+    except ValueError:
+        raise SystemExit(f"--specs: {text!r} is not RATE[@CONCURRENCY]") from None
+
+
 def _floats(text: str) -> list[float]:
     return [math.inf if x.strip() == "inf" else float(x) for x in text.split(",")]
 
@@ -261,6 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Poisson requests/s, comma-separated for a sweep; inf: all at once")
     p.add_argument("--max-concurrency", default="",
                    help="at most this many in flight, comma-separated for a sweep")
+    p.add_argument("--specs", default="",
+                   help="runs as RATE[@CONCURRENCY], comma-separated (e.g. inf@64,inf@256,10,20),"
+                        " instead of every --request-rate x --max-concurrency")
     p.add_argument("--lengths", choices=("exact", "hidden"), default="exact")
     p.add_argument("--cap-factor", type=float, default=4.0,
                    help="hidden lengths: max_tokens = this x the mean output length")
@@ -332,8 +344,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     requests = synthetic_chat(args.num_prompts, args.seed, args.lengths, args.cap_factor)
     concurrencies: list[int | None] = (
         [int(x) for x in args.max_concurrency.split(",")] if args.max_concurrency else [None])
-    specs = [RunSpec(rate, conc) for rate in _floats(args.request_rate)
-             for conc in concurrencies]
+    specs = ([_spec(item) for item in args.specs.split(",") if item] if args.specs else
+             [RunSpec(rate, conc) for rate in _floats(args.request_rate)
+              for conc in concurrencies])
     if args.serve is not None:
         rows = asyncio.run(serve_and_run(args, requests, specs))
         url = f"parrot-serve --config {args.serve}"

@@ -76,11 +76,12 @@ def test_serve_mode_runs_each_policy_on_a_parrot_serve_of_its_own(tmp_path: Path
     out = tmp_path / "serving.json"
     code = bench.main(["--serve", str(config), "--policies", "least_queue,app_centric",
                        "--engine-param", "decode_base_ms=1.0", "--num-prompts", "4",
-                       "--max-concurrency", "2", "--warmup", "2", "--out", str(out)])
+                       "--specs", "inf@2,50", "--warmup", "2", "--out", str(out)])
     assert code == 0
     runs = json.loads(out.read_text())["runs"]
-    assert [(r["policy"], r["completed"], r["failed"]) for r in runs] == [
-        ("least_queue", 4, 0), ("app_centric", 4, 0)]
+    assert [(r["policy"], r["request_rate"], r["max_concurrency"], r["completed"], r["failed"])
+            for r in runs] == [("least_queue", "inf", 2, 4, 0), ("least_queue", 50.0, None, 4, 0),
+                               ("app_centric", "inf", 2, 4, 0), ("app_centric", 50.0, None, 4, 0)]
     merged = bench.serve_config(config, "least_queue", ["decode_base_ms=1.0", "tag=x"])
     assert merged["policy"]["name"] == "least_queue"
     assert merged["engines"][0]["params"]["decode_base_ms"] == 1.0
