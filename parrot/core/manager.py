@@ -34,6 +34,7 @@ from parrot.engines.protocol import Engine
 from parrot.errors import (CallFailedError, ConflictError, EngineUnavailableError,
                            GetTimeoutError, InvalidRequestError, NotFoundError, ParrotError)
 from parrot.policies.base import Policy
+from parrot.core.transform_budget import TenantTransformBuckets
 from parrot.transforms import TransformError, apply_transforms
 from parrot.types import CallState, Criterion, strongest
 
@@ -48,6 +49,7 @@ class Manager:
                                   self.delete_session)
         self.engines = EnginePool()
         self.prefix_index = PrefixIndex()
+        self.transform_buckets = TenantTransformBuckets()
         self.scheduler = Scheduler(policy, self.engines, self._dispatch, self._deduce_dirty,
                                    self._fail_calls)
         self._dirty: set[Session] = set()
@@ -216,9 +218,9 @@ class Manager:
             self._fail_call(session, call, CallFailedError(str(error)))
             return
         try:
-            call.rendered_inputs = {
-                name: apply_transforms(b.transforms, session.variables[b.var_id].value or "")
-                for name, b in call.inputs.items()}
+            call.rendered_inputs = self._transformed(session, call, {
+                name: (b.transforms, session.variables[b.var_id].value or "")
+                for name, b in call.inputs.items()})
         except TransformError as exc:
             self._fail_call(session, call, CallFailedError(f"input transform failed: {exc}"))
             return
@@ -233,6 +235,20 @@ class Manager:
         transition(call, CallState.READY)
         self.prefix_index.add(call.prefix_hashes)
         self.scheduler.enqueue(call)
+
+    def _transformed(self, session: Session, call: Call,
+                     values: dict[str, tuple[tuple[Any, ...], str]]) -> dict[str, str]:
+        """Each value through its transforms, all of them within one budget drawn from the
+        tenant's share of the loop (transform_budget.py); a value without transforms costs
+        nothing."""
+        if not any(transforms for transforms, _ in values.values()):
+            return {name: value for name, (_, value) in values.items()}
+        budget = self.transform_buckets.budget(session.tenant)
+        try:
+            return {name: apply_transforms(transforms, value, budget)
+                    for name, (transforms, value) in values.items()}
+        finally:
+            self.transform_buckets.spend(session.tenant, budget)
 
     def _dispatch(self, call: Call, engine: EngineState, criterion: Criterion | None) -> None:
         session = self._session_of(call)
@@ -255,7 +271,9 @@ class Manager:
     async def _run(self, session: Session, call: Call, engine: EngineState) -> None:
         published: list[str] = []
 
-        def publish(call_: Call, binding: OutputBinding, value: str) -> None:
+        def publish(call_: Call, binding: OutputBinding, text: str) -> None:
+            value = self._transformed(session, call, {binding.name: (binding.transforms,
+                                                                     text)})[binding.name]
             published.append(binding.name)
             if len(published) == len(call.outputs):
                 # Its work on the engine is done (what is left is freeing its context): the

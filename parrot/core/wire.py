@@ -29,6 +29,7 @@ from parrot.core.sessions import Session
 from parrot.core.tenants import AccessControl, TenantGrant
 from parrot.errors import (MethodNotAllowedError, NotFoundError, ParrotError,
                            ShuttingDownError, TooManyRequestsError)
+from parrot.transforms import regex_quota
 from parrot.types import Criterion
 from parrot.wire_types import (BatchReply, CreateVariableRequest, EngineDescription, EngineList,
                                ErrorReply, GetRequest, Graph, Health, PlaceholderBinding,
@@ -84,7 +85,8 @@ class WireAPI:
             if match is None:
                 continue
             if route_method == method:
-                return await route(match, body, token)
+                with regex_quota():  # the request's regex patterns, bounded together
+                    return await route(match, body, token)
             allowed.append(route_method)
         if allowed:
             raise MethodNotAllowedError(f"{method} is not allowed on {path}; use {allowed}")
