@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from parrot.core.graph import SessionGraph
-from parrot.core.nodes import Call, Variable
+from parrot.core.nodes import Call, PromptChars, Variable
 from parrot.errors import NotFoundError, ParrotError, UnauthorizedError
 
 log = logging.getLogger(__name__)
@@ -30,6 +30,7 @@ class Session:
     tenant: str = "default"       # who opened it (parrot/core/tenants.py)
     prefix_salt: str = ""         # mixed into its prefix hashes: "" shares across tenants
     expiry_timer: asyncio.TimerHandle | None = None  # the idle check; cancelled on delete
+    prompt_chars: PromptChars = field(default_factory=PromptChars)  # of unfinished calls
 
     def variable(self, var_id: str) -> Variable:
         """A variable of this session; other sessions' ids are indistinguishable from unknown."""
