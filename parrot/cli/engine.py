@@ -41,7 +41,8 @@ from aiohttp import web
 
 from parrot.cli.logs import configure_logging
 from parrot.engines.factory import create_engine
-from parrot.engines.server import DEFAULT_MAX_BODY_BYTES, create_app
+from parrot.cli.limits import raise_file_limit
+from parrot.engines.server import DEFAULT_MAX_BODY_BYTES, GuardedRunner, create_app
 from parrot.errors import ParrotError
 from parrot.types import EngineKind
 
@@ -97,7 +98,7 @@ def load_params(args: argparse.Namespace) -> dict[str, Any]:
 
 async def serve(args: argparse.Namespace, params: dict[str, Any], secret: str) -> None:
     engine = create_engine(args.kind, args.name, params)
-    runner = web.AppRunner(create_app(engine, secret=secret, max_body_bytes=args.max_body_bytes),
+    runner = GuardedRunner(create_app(engine, secret=secret, max_body_bytes=args.max_body_bytes),
                            handle_signals=False, access_log=None)
     await runner.setup()  # starts the engine
     tasks: list[asyncio.Task[Any]] = []
@@ -211,6 +212,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(2)
     if args.exit_with_parent:
         die_with_parent()
+    raise_file_limit(log)
     try:
         params = load_params(args)
     except (OSError, ValueError, yaml.YAMLError) as exc:
