@@ -184,8 +184,11 @@ class JsonAppRunner(web.AppRunner):
         # headers: 401, 413, ...) closes its connection at once. aiohttp's default reads and
         # discards the unread body for up to 10 s to keep the connection alive, which would
         # let an unauthenticated client make the manager read whatever it sends.
+        # handler_cancellation: a client that goes away cancels its request's handler, so what
+        # the request started is cancelled all the way down (an OpenAI completion's private
+        # session is deleted and its engine requests aborted; a waiting `get` stops waiting).
         super().__init__(app, access_log=None, keepalive_timeout=header_timeout_s,
-                         lingering_time=0)
+                         lingering_time=0, handler_cancellation=True)
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()

@@ -21,7 +21,7 @@ from collections.abc import AsyncGenerator, Mapping
 from aiohttp import web
 
 from parrot.core.manager import Manager
-from parrot.core.streams import follow_as_get
+from parrot.core.streams import check_waiting_limit, follow_as_get
 from parrot.errors import InvalidRequestError, NotFoundError, ParrotError
 from parrot.types import Criterion
 
@@ -68,6 +68,7 @@ async def variable_events(manager: Manager, path: str, query: Mapping[str, str],
     session = manager.authenticate(session_id, token)
     var = session.variable(match["vid"])
     criterion = Criterion.parse(query.get("criteria", "latency"))
+    check_waiting_limit(manager, session, var)  # a 429 before the stream opens
     try:
         async for piece in follow_as_get(manager, session, var, criterion):
             yield {"text": piece}
