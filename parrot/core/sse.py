@@ -22,7 +22,7 @@ from aiohttp import web
 
 from parrot.core.manager import Manager
 from parrot.core.streams import check_waiting_limit, follow_as_get
-from parrot.errors import InvalidRequestError, NotFoundError, ParrotError
+from parrot.errors import InvalidRequestError, NotFoundError, ParrotError, UnauthorizedError
 from parrot.types import Criterion
 
 DONE = b"data: [DONE]\n\n"
@@ -62,6 +62,8 @@ async def variable_events(manager: Manager, path: str, query: Mapping[str, str],
     match = _STREAM_PATH.fullmatch(path)
     if match is None:
         raise NotFoundError(f"no such stream: {path}")
+    if manager.sessions.by_token(token) is None:  # who asks, before what is asked
+        raise UnauthorizedError("missing or wrong bearer token (a session's token)")
     session_id = query.get("session_id")
     if not session_id:
         raise InvalidRequestError("stream: query parameter 'session_id' is required")
