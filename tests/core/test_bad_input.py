@@ -176,18 +176,18 @@ HUGE = "9" * 4000
 
 
 @pytest.mark.parametrize("path, body", [
-    ("/v1/get", '{"session_id": "SID", "semantic_var_id": "v-1", "timeout": %s}' % HUGE),
+    ("/v1/get", f'{{"session_id": "SID", "semantic_var_id": "v-1", "timeout": {HUGE}}}'),
     ("/v1/get", '{"session_id": "SID", "semantic_var_id": "v-1", "timeout": 1e999}'),
     ("/v1/submit", '{"session_id": "SID", "prompt": "{{output:y}}", '
-                   '"sampling": {"top_k": %s}}' % HUGE),
+                   f'"sampling": {{"top_k": {HUGE}}}}}'),
     ("/v1/submit", '{"session_id": "SID", "prompt": "{{output:y}}", '
-                   '"sampling": {"stop_token_ids": [%s]}}' % HUGE),
+                   f'"sampling": {{"stop_token_ids": [{HUGE}]}}}}'),
     ("/v1/submit", '{"session_id": "SID", "prompt": "{{output:y}}", '
                    '"sampling": {"seed": -%s}}' % ("9" * 21)),
-    ("/v1/completions", '{"model": "simulated", "prompt": "x", "top_k": %s}' % HUGE),
-    ("/v1/completions", '{"model": "simulated", "prompt": "x", "max_tokens": %s}' % HUGE),
+    ("/v1/completions", f'{{"model": "simulated", "prompt": "x", "top_k": {HUGE}}}'),
+    ("/v1/completions", f'{{"model": "simulated", "prompt": "x", "max_tokens": {HUGE}}}'),
     ("/v1/chat/completions", '{"model": "simulated", "messages": [{"role": "user", '
-                             '"content": "x"}], "n": %s}' % HUGE),
+                             f'"content": "x"}}], "n": {HUGE}}}'),
 ])
 async def test_huge_integers_are_400_everywhere(service, path, body):
     _, http = service

@@ -32,7 +32,7 @@ async def test_many_transforms_over_a_large_value_fail_the_call_within_its_budge
             {"session_id": sid, "value": "ab" * 1_500_000}).encode(), headers=auth)
         regexes = [{"type": "regex", "pattern": "(.*)"}] * 16  # each search: a few ms
         names = [f"x{i}" for i in range(48)]
-        body = {"session_id": sid, "prompt": "".join("{{input:%s}}" % n for n in names)
+        body = {"session_id": sid, "prompt": "".join(f"{{{{input:{n}}}}}" for n in names)
                 + "{{output:y}}",
                 "placeholders": [{"name": n, "in_out": "input",
                                   "semantic_var_id": var["semantic_var_id"],
