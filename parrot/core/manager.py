@@ -82,6 +82,12 @@ class Manager:
             await asyncio.gather(self._scheduler_task, return_exceptions=True)
             self._scheduler_task = None
 
+    def cancel_running_calls(self) -> None:
+        """Cancel every running call's task (stopping: their variables have failed)."""
+        for session in self.sessions:
+            for task in session.tasks.values():
+                task.cancel()
+
     async def add_engine(self, spec: EngineSpec, engine: Engine) -> EngineState:
         """Register a started engine (in-process, launched, or joining by URL); the same name
         again re-admits it (EngineHealth.admit)."""

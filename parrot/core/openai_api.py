@@ -178,6 +178,7 @@ class OpenAIRoutes:
 
     async def _serve(self, request: web.Request, run: OneShot, reply: _Reply, stream: bool,
                      include_usage: bool) -> web.StreamResponse:
+        await run.start()  # submits its calls in slices (deletes its session if it fails)
         if not run.owns_session:  # the outputs are the client's Semantic Variables
             reply.parrot = {"session_id": run.session.session_id,
                             "semantic_var_ids": [v.var_id for v in run.outputs]}

@@ -14,12 +14,13 @@ engines (`AccessControl`), how much unfinished work a session and the service ta
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import re
 import sys
 from collections.abc import Awaitable, Callable
 
-from parrot.core.admission import Admission
+from parrot.core.admission import CALLS_PER_SLICE, Admission
 from parrot.core.chat_submit import mark_streamed, render_chat
 from parrot.core.config import EngineSpec
 from parrot.core.manager import Manager
@@ -240,7 +241,12 @@ class WireAPI:
             self.admission.check(session, len(batch.calls))
         results: list[SubmitReply | ErrorReply] = []
         for index, call in enumerate(batch.calls):
+            if index and index % CALLS_PER_SLICE == 0:
+                await asyncio.sleep(0)  # a slice at a time (admission.CALLS_PER_SLICE)
             try:
+                if self.manager.sessions.find(session.session_id) is not session:
+                    raise NotFoundError(f"session {session.session_id} was deleted")
+                self.admit_new_work()
                 if isinstance(call, RejectedCall):
                     raise call.error
                 request = resolve_refs(call, index, results, session.session_id)

@@ -55,8 +55,12 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 FIRST_REQUEST_TIMEOUT_S = 5.0   # a new connection must present the secret within this
-MAX_UNAUTHENTICATED = 64        # connections waiting for their first request, at once
-MAX_CONNECTIONS = 4096          # all connections (the manager's pool is 512 by default)
+# Connections waiting for their first request, at once. Well above the manager's pool (512
+# by default): a burst opens the whole pool at once, and every one of those connections is
+# accepted before any of their first requests is read, so a small cap closed the manager's
+# own connections.
+MAX_UNAUTHENTICATED = 2048
+MAX_CONNECTIONS = 8192          # all connections
 BODY_TIMEOUT_S = 30.0           # a request's body, once its headers are in
 NDJSON = "application/x-ndjson"
 
