@@ -112,6 +112,9 @@ class TenantSpec:
     name: str
     api_key: str
     share_prefixes: bool = False
+    # Live sessions this tenant may hold (its OpenAI requests' private sessions included):
+    # null, only the service's max_sessions. One tenant could otherwise take all of them.
+    max_sessions: int | None = None
 
     def __post_init__(self) -> None:
         Checks("tenants[]").require(
@@ -123,6 +126,7 @@ class TenantSpec:
                       "api_key", "<hidden>",
                       "an ASCII string of at least 16 characters without spaces")
         check.boolean("share_prefixes", self.share_prefixes)
+        check.positive_int("max_sessions", self.max_sessions, optional=True)
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,7 @@ class OneShot:
         self._admission = admission
         self.session = manager.create_session() if session is None else session
         if session is None and grant is not None:  # the private session is its tenant's
-            self.session.tenant, self.session.prefix_salt = grant.tenant, grant.prefix_salt
+            manager.sessions.assign(self.session, grant.tenant, grant.prefix_salt)
         self._output = output if session is not None else "completion"
         self.calls: list[Call] = []
         try:

@@ -59,12 +59,14 @@ class SessionStore:
     def __init__(self) -> None:
         self._sessions: dict[str, Session] = {}
         self._by_token: dict[bytes, Session] = {}
+        self._per_tenant: dict[str, int] = {}   # live sessions of each tenant
 
     def create(self) -> Session:
         session = Session(session_id=f"s-{secrets.token_hex(8)}", token=secrets.token_urlsafe(24),
                           last_active=asyncio.get_running_loop().time())
         self._sessions[session.session_id] = session
         self._by_token[_token_key(session.token)] = session
+        self._count(session.tenant, +1)
         return session
 
     def by_token(self, token: str | None) -> Session | None:
@@ -95,7 +97,24 @@ class SessionStore:
     def pop(self, session_id: str) -> Session:
         session = self._sessions.pop(session_id)
         self._by_token.pop(_token_key(session.token), None)
+        self._count(session.tenant, -1)
         return session
+
+    def assign(self, session: Session, tenant: str, prefix_salt: str) -> None:
+        """Make `session` its tenant's (before any submit: its prefix hashes take the salt)."""
+        self._count(session.tenant, -1)
+        session.tenant, session.prefix_salt = tenant, prefix_salt
+        self._count(tenant, +1)
+
+    def num_of_tenant(self, tenant: str) -> int:
+        return self._per_tenant.get(tenant, 0)
+
+    def _count(self, tenant: str, delta: int) -> None:
+        left = self._per_tenant.get(tenant, 0) + delta
+        if left > 0:
+            self._per_tenant[tenant] = left
+        else:
+            self._per_tenant.pop(tenant, None)
 
     def fail_unfinished(self, error: ParrotError) -> int:
         """Fail every variable still without a value (shutdown): its `get`s answer `error`.

@@ -163,6 +163,11 @@ class WireAPI:
             raise TooManyRequestsError(f"the service has {len(self.manager.sessions)} sessions "
                                        "(the limit); delete idle ones or retry later",
                                        self.admission.retry_after_s)
+        held = self.manager.sessions.num_of_tenant(grant.tenant)
+        if grant.max_sessions is not None and held >= grant.max_sessions:
+            raise TooManyRequestsError(f"tenant {grant.tenant!r} has {held} sessions (its "
+                                       "max_sessions); delete idle ones or retry later",
+                                       self.admission.retry_after_s)
         return grant
 
     async def create_session(self, match: re.Match[str], body: RawBody,
@@ -174,7 +179,7 @@ class WireAPI:
     def _open_session(self, grant: TenantGrant) -> Session:
         session = self.manager.create_session()
         # Before any submit, so every prefix hash of the session carries its tenant's salt.
-        session.tenant, session.prefix_salt = grant.tenant, grant.prefix_salt
+        self.manager.sessions.assign(session, grant.tenant, grant.prefix_salt)
         return session
 
     async def delete_session(self, match: re.Match[str], body: RawBody,
