@@ -75,8 +75,7 @@ def create_app(engine: Engine, *, secret: str | None = None,
     on cleanup; otherwise the caller owns the engine's lifecycle. `secret=None` serves without
     authentication (in-process tests only; parrot-engine always sets one)."""
     middlewares: list[Middleware] = [_error_middleware]
-    if secret is not None:
-        middlewares.append(_auth_middleware(secret))
+    middlewares.append(_open_middleware if secret is None else _auth_middleware(secret))
     app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
     app[BODY_TIMEOUT_KEY] = body_timeout_s
     routes = _Routes(engine)
@@ -229,6 +228,14 @@ def _auth_middleware(secret: str) -> Middleware:
         return await handler(request)
 
     return check
+
+
+@web.middleware
+async def _open_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Without a secret there is nothing to present: every request authenticates its
+    connection (a `GuardedRunner` then only caps connections)."""
+    _mark_authenticated(request)
+    return await handler(request)
 
 
 BODY_TIMEOUT_KEY = web.AppKey("parrot_body_timeout_s", float)
