@@ -53,7 +53,7 @@ MAX_REGEX_EXPANSION = 4096
 # One request (a submit, a batch, an OpenAI body) compiles at most this many distinct patterns
 # and this much expansion in all, so a body full of patterns at the cap stays cheap too.
 MAX_REGEX_PATTERNS_PER_REQUEST = 256
-MAX_REGEX_EXPANSION_PER_REQUEST = 32_768
+MAX_REGEX_EXPANSION_PER_REQUEST = 16_384  # ~0.2 s of parsing and compiling at worst
 # What all the transforms of one call may cost together (`TransformBudget`): characters given
 # to transforms, and seconds of the manager's loop. Each regex search's deadline is the smaller
 # of REGEX_TIMEOUT_S and what is left, so 16 transforms x 48 inputs over a 3M-character value
