@@ -341,11 +341,15 @@ class _GuardedServer(web.Server):
 class GuardedRunner(web.AppRunner):
     """An AppRunner whose connections follow `guard` (parrot-engine serves with it). A request
     answered without reading its body closes its connection (lingering_time=0: aiohttp would
-    otherwise read and discard up to 10 s of an unauthenticated body)."""
+    otherwise read and discard up to 10 s of an unauthenticated body), and a request whose
+    client goes away is cancelled."""
 
     def __init__(self, app: web.Application, guard: ConnectionGuard | None = None,
                  **kwargs: Any) -> None:
-        super().__init__(app, lingering_time=0, **kwargs)
+        # handler_cancellation: a manager that drops a request (its call was cancelled: the
+        # session deleted, the client gone) cancels the handler, so a non-streamed Generate
+        # stops decoding at once instead of running to max_tokens for nobody.
+        super().__init__(app, lingering_time=0, handler_cancellation=True, **kwargs)
         self.guard = guard or ConnectionGuard()
 
     async def _make_server(self) -> web.Server:

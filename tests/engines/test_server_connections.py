@@ -147,3 +147,34 @@ async def test_a_body_that_does_not_arrive_is_a_408():
         writer.close()
     finally:
         await runner.cleanup()
+
+
+async def test_a_dropped_non_streamed_generate_stops_decoding():
+    """The manager cancels a call (its session deleted, its OpenAI client gone): the engine
+    must stop generating for it, also when the Generate was not streamed."""
+    engine = SimulatedEngine("sim", SimulatedEngineConfig.from_mapping(
+        {"decode_base_ms": 20.0, "decode_per_seq_ms": 0.0, "decode_per_token_ms": 0.0,
+         "prefill_per_token_ms": 0.0}))
+    runner = GuardedRunner(create_app(engine, secret=SECRET), ConnectionGuard(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    client = HttpEngine(f"http://127.0.0.1:{runner.addresses[0][1]}", secret=SECRET)
+    try:
+        from parrot.engines.protocol import FillRequest, GenerateRequest
+        from parrot.sampling import SamplingParams
+        await client.fill(FillRequest("c1", text="hello"))
+        generate = asyncio.create_task(client.generate_all(GenerateRequest(
+            "c1", sampling=SamplingParams(max_tokens=2000, ignore_eos=True))))
+        await asyncio.sleep(0.3)
+        assert (await engine.stats()).num_running == 1
+        generate.cancel()
+        await asyncio.gather(generate, return_exceptions=True)
+        for _ in range(50):
+            if (await engine.stats()).num_running == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert (await engine.stats()).num_running == 0
+    finally:
+        await client.close()
+        await runner.cleanup()
