@@ -128,6 +128,12 @@ class PayloadTooLargeError(ParrotError):
     status = 413
 
 
+class StreamResetError(ConflictError):
+    """A stream cannot go on truthfully: the call was re-run (its engine failed) and the new
+    attempt's text differs from what the stream already sent. The variable's value is sound;
+    `get` it."""
+
+
 class CallFailedError(ParrotError):
     """A variable cannot get a value because the call producing it (or one upstream) failed."""
 
@@ -190,7 +196,7 @@ _WIRE_TYPES: dict[str, type[ParrotError]] = {
         ConflictError, PayloadTooLargeError, CallFailedError, GetTimeoutError, EngineError,
         UnknownContextError, ContextExistsError, PromptTooLongError, OutOfKVCacheError,
         EngineUnavailableError, ManagerUnavailableError,
-        SchedulingFailedError,
+        SchedulingFailedError, StreamResetError,
     )
 }
 

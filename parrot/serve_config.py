@@ -69,6 +69,11 @@ class ManagerConfig:
     max_active_calls: int = 65_536            # unfinished calls, all sessions: beyond, 429
     max_active_calls_per_session: int = 4096  # unfinished calls of one session: beyond, 429
     max_waiting_gets_per_session: int = 1024  # concurrent blocked `get`s of one session
+    # A prompt's rendered size is known before it is rendered (its text plus each input's
+    # length times its occurrences): one call's is capped (400 at submit, or the call fails
+    # when its inputs arrive), and so is the sum over a session's unfinished calls (429).
+    max_prompt_chars: int = 8 * 1024 * 1024
+    max_session_prompt_chars: int = 64 * 1024 * 1024
     max_output_tokens: int | None = None      # max_tokens cap per output (besides the
                                               # largest engine window, always enforced)
     retry_after_s: float = 1.0                # the Retry-After of a 429
@@ -89,7 +94,8 @@ class ManagerConfig:
         check.number("engine_restart_max", self.engine_restart_max, minimum=0, integer=True)
         check.number("shutdown_grace_s", self.shutdown_grace_s, minimum=0)
         for key in ("engine_pool_size", "max_sessions", "max_active_calls",
-                    "max_active_calls_per_session", "max_waiting_gets_per_session"):
+                    "max_active_calls_per_session", "max_waiting_gets_per_session",
+                    "max_prompt_chars", "max_session_prompt_chars"):
             check.positive_int(key, getattr(self, key))
         check.positive_int("max_output_tokens", self.max_output_tokens, optional=True)
         check.require(self.admin_token is None or (isinstance(self.admin_token, str)
@@ -106,6 +112,9 @@ class TenantSpec:
     name: str
     api_key: str
     share_prefixes: bool = False
+    # Live sessions this tenant may hold (its OpenAI requests' private sessions included):
+    # null, only the service's max_sessions. One tenant could otherwise take all of them.
+    max_sessions: int | None = None
 
     def __post_init__(self) -> None:
         Checks("tenants[]").require(
@@ -117,6 +126,7 @@ class TenantSpec:
                       "api_key", "<hidden>",
                       "an ASCII string of at least 16 characters without spaces")
         check.boolean("share_prefixes", self.share_prefixes)
+        check.positive_int("max_sessions", self.max_sessions, optional=True)
 
 
 @dataclass(frozen=True)

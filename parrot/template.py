@@ -66,6 +66,25 @@ class Template:
         return tuple(seg.name for seg in self.segments
                      if isinstance(seg, Placeholder) and seg.is_output)
 
+    @cached_property
+    def input_occurrences(self) -> dict[str, int]:
+        """How often each input appears (its value is rendered that many times)."""
+        counts: dict[str, int] = {}
+        for seg in self.segments:
+            if isinstance(seg, Placeholder) and not seg.is_output:
+                counts[seg.name] = counts.get(seg.name, 0) + 1
+        return counts
+
+    @cached_property
+    def text_chars(self) -> int:
+        return sum(len(seg.text) for seg in self.segments if isinstance(seg, Text))
+
+    def rendered_chars(self, value_chars: Mapping[str, int]) -> int:
+        """The rendered prompt's length, known before rendering: the template's text plus each
+        input's length (0 where `value_chars` has none) times its occurrences."""
+        return self.text_chars + sum(count * value_chars.get(name, 0)
+                                     for name, count in self.input_occurrences.items())
+
     def render(self, values: Mapping[str, str]) -> str:
         """Fill every placeholder from `values` (the baseline client renders prompts itself)."""
         return "".join(seg.text if isinstance(seg, Text) else values[seg.name]

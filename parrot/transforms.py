@@ -11,19 +11,30 @@ Kinds:
   (`a.b.0.c`); the result is rendered as a string (JSON for objects/lists).
 * `regex` {pattern, group=1} — the group of the first match (whole match for group 0). Patterns
   run on the `regex` engine with a deadline (`REGEX_TIMEOUT_S`), so a catastrophic pattern
-  fails its call instead of stalling the manager's loop.
+  fails its call instead of stalling the manager's loop. A pattern is *parsed* before it is
+  compiled, and refused when its counted repeats multiply past `MAX_REGEX_EXPANSION` (the
+  `regex` compiler unrolls counted repeats: `(?:(?:a{1000}){1000}){1000}` asks for 10^9 nodes
+  and takes the process's memory), and one request's patterns together are bounded too
+  (`RegexQuota`).
 * `parse_list` — LangChain-style: a JSON list if the text holds one, else the lines of a
   bulleted/numbered list; rendered as a JSON list of strings.
 * `parse_json` — the first JSON object/list in the text (code fences allowed), re-serialized.
 
 Every failure of a transform on a value — however odd the value — is a `TransformError`: the
 call it belongs to fails cleanly and nothing else is affected. The JSON search is bounded (text
-size, characters scanned, nesting depth), so a hostile value costs linear time at most.
+size, characters scanned, nesting depth), so a hostile value costs linear time at most, and a
+`TransformBudget` bounds what all the transforms of one call may cost together (characters
+read and seconds spent), so many cheap steps cannot add up to a stalled loop.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import json
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +45,21 @@ from parrot.errors import InvalidRequestError
 MAX_TRANSFORMS = 16
 MAX_PATTERN_CHARS = 1024
 REGEX_TIMEOUT_S = 0.05          # one regex search; a backtracking blow-up fails, never stalls
+# The `regex` compiler unrolls counted repeats: what a pattern costs to compile grows with the
+# product of its nested counts (measured: 4,096 units compile in ~10 ms into ~2 MB; 10^6 take
+# 0.7 s and 260 MB; 10^12 exhaust the host). A pattern's expansion (its atoms, each times the
+# counts of the repeats around it) is computed on the parsed pattern, before any compile.
+MAX_REGEX_EXPANSION = 4096
+# One request (a submit, a batch, an OpenAI body) compiles at most this many distinct patterns
+# and this much expansion in all, so a body full of patterns at the cap stays cheap too.
+MAX_REGEX_PATTERNS_PER_REQUEST = 256
+MAX_REGEX_EXPANSION_PER_REQUEST = 16_384  # ~0.2 s of parsing and compiling at worst
+# What all the transforms of one call may cost together (`TransformBudget`): characters given
+# to transforms, and seconds of the manager's loop. Each regex search's deadline is the smaller
+# of REGEX_TIMEOUT_S and what is left, so 16 transforms x 48 inputs over a 3M-character value
+# fail after the call's budget instead of holding the loop for seconds.
+MAX_TRANSFORM_CHARS_PER_CALL = 16 * 1024 * 1024
+TRANSFORM_SECONDS_PER_CALL = 0.2
 MAX_JSON_CHARS = 1 << 20        # json_path / parse_json / parse_list look at most this much text
 JSON_SCAN_FACTOR = 2            # give up after scanning this many times the text in attempts
 MAX_JSON_ATTEMPTS = 64          # bracket positions tried before giving up
@@ -57,16 +83,18 @@ class Transform:
             return {"type": "regex", "pattern": self.pattern, "group": self.group}
         return self.kind
 
-    def apply(self, value: str) -> str:
+    def apply(self, value: str, budget: TransformBudget | None = None) -> str:
+        if budget is not None:
+            budget.charge(len(value), self.kind)
         try:
-            return self._apply(value)
+            return self._apply(value, budget)
         except TransformError:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure on user data is the call's error
             raise TransformError(f"{self.kind} failed on {_clip(value)}: "
                                  f"{type(exc).__name__}: {exc}") from None
 
-    def _apply(self, value: str) -> str:
+    def _apply(self, value: str, budget: TransformBudget | None) -> str:
         if self.kind == "strip":
             return value.strip()
         if self.kind == "json_path":
@@ -79,10 +107,11 @@ class Transform:
                                          f"{_clip(value)}") from None
             return obj if isinstance(obj, str) else json.dumps(obj)
         if self.kind == "regex":
+            timeout = REGEX_TIMEOUT_S if budget is None else budget.search_timeout()
             try:
-                match = regex.search(self.pattern, value, regex.DOTALL, timeout=REGEX_TIMEOUT_S)
+                match = _compiled(self.pattern).search(value, timeout=timeout)
             except TimeoutError:
-                raise TransformError(f"regex {self.pattern!r} took over {REGEX_TIMEOUT_S} s on "
+                raise TransformError(f"regex {self.pattern!r} took over {timeout:.3g} s on "
                                      f"{_clip(value)}") from None
             if match is None:
                 raise TransformError(f"regex {self.pattern!r} does not match {_clip(value)}")
@@ -133,10 +162,7 @@ def _parse_one(item: Any, where: str) -> Transform:
         if not isinstance(pattern, str) or len(pattern) > MAX_PATTERN_CHARS:
             raise InvalidRequestError(f"{where}: regex needs a 'pattern' string of at most "
                                       f"{MAX_PATTERN_CHARS} characters")
-        try:
-            compiled = regex.compile(pattern, regex.DOTALL)
-        except (regex.error, ValueError, OverflowError, RecursionError) as exc:
-            raise InvalidRequestError(f"{where}: invalid regex {pattern!r}: {exc}") from None
+        compiled = _check_and_compile(pattern, where)
         if (not isinstance(group, int) or isinstance(group, bool)
                 or not 0 <= group <= compiled.groups):
             raise InvalidRequestError(f"{where}: regex group {group!r} must be in "
@@ -145,10 +171,165 @@ def _parse_one(item: Any, where: str) -> Transform:
     return Transform(kind)
 
 
-def apply_transforms(transforms: tuple[Transform, ...], value: str) -> str:
+def apply_transforms(transforms: tuple[Transform, ...], value: str,
+                     budget: TransformBudget | None = None) -> str:
     for transform in transforms:
-        value = transform.apply(value)
+        value = transform.apply(value, budget)
     return value
+
+
+class TransformBudget:
+    """What the transforms of one call may still cost: characters read (each transform is
+    charged the length of its input) and seconds of the caller's loop (a regex search gets at
+    most what is left). `seconds` may be smaller than TRANSFORM_SECONDS_PER_CALL when the
+    caller shares a budget between many calls (the manager's per-tenant bucket)."""
+
+    def __init__(self, chars: int = MAX_TRANSFORM_CHARS_PER_CALL,
+                 seconds: float = TRANSFORM_SECONDS_PER_CALL) -> None:
+        self.chars_left = chars
+        self.seconds = seconds
+        self._started = time.perf_counter()
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self._started
+
+    def charge(self, chars: int, kind: str) -> None:
+        self.chars_left -= chars
+        if self.chars_left < 0:
+            raise TransformError(f"{kind}: the call's transforms read more than their budget "
+                                 f"of {MAX_TRANSFORM_CHARS_PER_CALL} characters in all")
+        if self.elapsed_s >= self.seconds:
+            raise TransformError(f"{kind}: the call's transforms took their whole budget of "
+                                 f"{self.seconds:.3g} s")
+
+    def search_timeout(self) -> float:
+        return max(min(REGEX_TIMEOUT_S, self.seconds - self.elapsed_s), 1e-4)
+
+
+# --- regex patterns: bounded before they are compiled -------------------------------------------
+
+class RegexQuota:
+    """The regex patterns one request may compile (distinct patterns, total expansion).
+    Active inside `regex_quota()`; outside one, each pattern is held to its own caps only."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.expansion = 0
+
+    def admit(self, pattern: str, expansion: int, where: str) -> None:
+        if pattern in self.seen:
+            return
+        if len(self.seen) >= MAX_REGEX_PATTERNS_PER_REQUEST:
+            raise InvalidRequestError(f"{where}: more than {MAX_REGEX_PATTERNS_PER_REQUEST} "
+                                      "distinct regex patterns in one request")
+        if self.expansion + expansion > MAX_REGEX_EXPANSION_PER_REQUEST:
+            raise InvalidRequestError(f"{where}: the request's regex patterns expand to more "
+                                      f"than {MAX_REGEX_EXPANSION_PER_REQUEST} units in all")
+        self.seen.add(pattern)
+        self.expansion += expansion
+
+
+_QUOTA: contextvars.ContextVar[RegexQuota | None] = contextvars.ContextVar("regex_quota",
+                                                                          default=None)
+
+
+@contextlib.contextmanager
+def regex_quota() -> Iterator[RegexQuota]:
+    """Hold the patterns parsed inside the block (one request's) to one `RegexQuota`."""
+    quota = RegexQuota()
+    token = _QUOTA.set(quota)
+    try:
+        yield quota
+    finally:
+        _QUOTA.reset(token)
+
+
+def _check_and_compile(pattern: str, where: str) -> Any:
+    try:
+        expansion = regex_expansion(pattern)
+    except (regex.error, ValueError, OverflowError, RecursionError) as exc:
+        raise InvalidRequestError(f"{where}: invalid regex {pattern!r}: {exc}") from None
+    if expansion > MAX_REGEX_EXPANSION:
+        raise InvalidRequestError(
+            f"{where}: regex {_clip(pattern)} expands to {_clip_int(expansion)} units (its "
+            f"counted repeats multiplied); at most {MAX_REGEX_EXPANSION} are allowed")
+    quota = _QUOTA.get()
+    if quota is not None:
+        quota.admit(pattern, expansion, where)
+    try:
+        return _compiled(pattern)
+    except (regex.error, ValueError, OverflowError, RecursionError) as exc:
+        raise InvalidRequestError(f"{where}: invalid regex {pattern!r}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(pattern: str) -> Any:
+    """A checked pattern, compiled. Our own small cache (not `regex`'s 500-entry one, which
+    would hold 500 patterns at the expansion cap: ~1 GB)."""
+    return regex.compile(pattern, regex.DOTALL, cache_pattern=False)
+
+
+def _clip_int(n: int) -> str:
+    return str(n) if n < 10**12 else f"~10^{len(str(n)) - 1}"
+
+
+def regex_expansion(pattern: str) -> int:
+    """How many units compiling `pattern` unrolls: every atom counts 1, times the count of each
+    repeat around it (`{m,n}` counts n, `{m,}` m + 1, `*`/`+`/`?` 1); alternatives add up. The
+    pattern is parsed by `regex`'s own parser (the same syntax, flags and verbose mode as the
+    compile), which is linear in the pattern and unrolls nothing. Should that internal API be
+    missing, a cruder bound is used: the pattern's length times every count in it."""
+    try:
+        from regex import _regex_core as core
+        parsed = _parse_regex(core, pattern)
+    except (ImportError, AttributeError, TypeError):  # pragma: no cover - internals moved
+        return _crude_expansion(pattern)
+    return _expansion_of(core, parsed)
+
+
+def _parse_regex(core: Any, pattern: str) -> Any:
+    flags = regex.DOTALL
+    while True:  # as regex.compile does: an inline global flag restarts the parse
+        source = core.Source(pattern)
+        info = core.Info(flags, source.char_type, {})
+        info.guess_encoding = regex.UNICODE
+        source.ignore_space = bool(info.flags & regex.VERBOSE)
+        try:
+            parsed = core._parse_pattern(source, info)
+        except core._UnscopedFlagSet:
+            flags = info.global_flags
+            continue
+        if not source.at_end():
+            raise regex.error("unbalanced parenthesis", pattern, source.pos)
+        return parsed
+
+
+def _expansion_of(core: Any, node: Any) -> int:
+    repeats = (core.GreedyRepeat, core.LazyRepeat, core.PossessiveRepeat)
+    if isinstance(node, repeats):
+        count = node.max_count if node.max_count is not None else node.min_count + 1
+        count = max(int(count), 1)
+        inner = _expansion_of(core, node.subpattern)
+        return inner * count
+    total, children = 0, False
+    for value in vars(node).values():
+        items = value if isinstance(value, (list, tuple)) else (value,)
+        for item in items:
+            if isinstance(item, core.RegexBase):
+                total += _expansion_of(core, item)
+                children = True
+    return total if children else 1
+
+
+_COUNT = regex.compile(r"\{(\d+)(?:,(\d*))?\}")
+
+
+def _crude_expansion(pattern: str) -> int:
+    product = max(len(pattern), 1)
+    for match in _COUNT.finditer(pattern):
+        product *= max(int(match.group(2) or match.group(1)) + 1, 1)
+    return product
 
 
 def _fenced(text: str) -> str | None:

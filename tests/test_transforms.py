@@ -104,3 +104,107 @@ def test_json_text_size_is_capped():
 def test_json_found_after_some_brackets_and_bullets_parse():
     assert run(["parse_json"], 'see [note] and [x here {"a": [1,2]}') == '{"a": [1, 2]}'
     assert json.loads(run(["parse_list"], "- one\n10) ten\n-nope\n3.x\n* ")) == ["one", "ten"]
+
+
+# --- regex patterns are bounded before they are compiled -------------------------------------
+
+_BOMB_CHILD = r"""
+import resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # a compile bomb dies here, not the host
+from parrot.errors import InvalidRequestError
+from parrot.transforms import parse_transforms
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+start = time.perf_counter()
+for pattern in sys.argv[1:]:
+    try:
+        parse_transforms([{"type": "regex", "pattern": pattern}], "p")
+    except InvalidRequestError as exc:
+        assert "expands to" in str(exc), exc
+    else:
+        raise SystemExit(f"accepted {pattern}")
+grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+print(f"{time.perf_counter() - start:.3f} {grown_mb:.1f}")
+"""
+
+
+def test_regex_compile_bombs_are_refused_before_compiling():
+    """The compile of these grows to tens of GB; they must be refused at once with the process
+    barely growing (in a child under a 1 GiB address-space limit, so a regression fails this
+    test instead of taking the host's memory)."""
+    import subprocess
+    import sys
+    bombs = ["(?:(?:(?:a{1000}){1000}){1000}){1000}", "(?:a{65535}){65535}",
+             "(?:a{1000}){1000}", "(?x) (?: a {100} ) {100}  # [ a comment hides nothing",
+             "((a){10}){1000}", "(?:(?:ab|cd){100}){100}"]
+    done = subprocess.run([sys.executable, "-c", _BOMB_CHILD, *bombs], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seconds, grown_mb = map(float, done.stdout.split())
+    assert seconds < 0.5 and grown_mb < 20, (seconds, grown_mb)
+
+
+@pytest.mark.parametrize("pattern, expansion", [
+    ("A: (.*)", 4), ("a{3,}", 4), ("(?:ab){10}", 20), ("(?:a|bc){5}", 15),
+    ("(?:(?:a{10}){10}){10}", 1000), ("(?=a{10})b", 11), (r"\d{1,3}(?:,\d{3})*", 7)])
+def test_regex_expansion_is_the_product_of_nested_counts(pattern, expansion):
+    from parrot.transforms import regex_expansion
+    assert regex_expansion(pattern) == expansion
+
+
+def test_ordinary_patterns_still_compile():
+    for pattern in [r"Answer: (\w+)", r"(?i)score:\s*(\d{1,3})", "(?x) a b c", r"[^\n]{0,200}",
+                    r"(\d+)-(?P<x>\w+)\1", "(?:foo){e<=1}"]:
+        assert parse_transforms([{"type": "regex", "pattern": pattern, "group": 0}], "p")
+
+
+def test_one_request_compiles_a_bounded_number_of_patterns():
+    from parrot.transforms import MAX_REGEX_PATTERNS_PER_REQUEST, regex_quota
+    with regex_quota():
+        for i in range(MAX_REGEX_PATTERNS_PER_REQUEST):
+            parse_transforms([{"type": "regex", "pattern": f"x{i}(.)"}], "p")
+        parse_transforms([{"type": "regex", "pattern": "x0(.)"}], "p")  # seen: free
+        with pytest.raises(InvalidRequestError, match="distinct regex patterns"):
+            parse_transforms([{"type": "regex", "pattern": "another(.)"}], "p")
+    with regex_quota():  # and in expansion: 5 patterns of 4,000 units are over 16,384
+        with pytest.raises(InvalidRequestError, match="expand to more than"):
+            for i in range(5):
+                parse_transforms([{"type": "regex", "pattern": f"x{i}(?:(a){{10}}){{400}}"}],
+                                 "p")
+    parse_transforms([{"type": "regex", "pattern": "another(.)"}], "p")  # outside: no quota
+
+
+# --- one call's transforms are bounded together ------------------------------------------------
+
+def test_a_calls_transforms_share_one_budget_of_characters_and_time():
+    from parrot.transforms import TransformBudget
+    value = "a" * 3_000_000 + "b"
+    transforms = parse_transforms([{"type": "regex", "pattern": "(a+)+c", "group": 0}] * 16,
+                                  "p")
+    budget = TransformBudget()
+    start = time.perf_counter()
+    with pytest.raises(TransformError):
+        for _ in range(48):  # 48 inputs, each with 16 transforms, through one budget
+            try:
+                apply_transforms(transforms, value, budget)
+            except TransformError as exc:
+                if "budget" in str(exc):
+                    raise
+    assert time.perf_counter() - start < 0.6
+    small = TransformBudget(chars=10)
+    with pytest.raises(TransformError, match="budget of"):
+        apply_transforms(parse_transforms(["strip", "strip"], "p"), "123456", small)
+
+
+def test_a_tenants_transforms_draw_on_its_share_of_the_loop():
+    from parrot.manager.transform_budget import TenantTransformBuckets
+    buckets = TenantTransformBuckets(burst_s=0.05, rate=0.0)
+    transforms = parse_transforms([{"type": "regex", "pattern": "(a|aa)+$"}], "p")
+    for _ in range(3):
+        budget = buckets.budget("greedy")
+        with pytest.raises(TransformError):
+            apply_transforms(transforms, "a" * 60 + "b", budget)
+        buckets.spend("greedy", budget)
+    assert buckets.budget("greedy").seconds == 0.0      # spent: its next call fails at once
+    with pytest.raises(TransformError, match="budget"):
+        apply_transforms(parse_transforms(["strip"], "p"), "x", buckets.budget("greedy"))
+    assert buckets.budget("other").seconds > 0           # other tenants keep theirs

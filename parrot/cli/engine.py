@@ -16,9 +16,11 @@ same secret as the manager's config (`kind: remote`, `params: {secret: ...}`), o
 manager in its registration `POST <manager>/v1/engines {name, url, secret}` (authorised with
 PARROT_ADMIN_TOKEN), retrying with backoff until the manager accepts it.
 
---exit-with-parent (what parrot-serve's launcher passes): the engine stops when its parent dies,
-even by SIGKILL: PR_SET_PDEATHSIG on Linux, and everywhere a watchdog on stdin (a pipe from the
-parent that only closes when the parent is gone).
+--exit-with-parent (what parrot-serve's launcher passes): the engine is gone within moments
+when its parent dies, even by SIGKILL and even when the engine is busy or stopped:
+PR_SET_PDEATHSIG with SIGKILL on Linux, and everywhere a watchdog on stdin (a pipe from the
+parent that only closes when the parent is gone) that stops the engine, at most
+PARENT_GONE_GRACE_S later.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import os
 import secrets
 import signal
 import sys
+import threading
 from typing import Any
 from collections.abc import Sequence
 
@@ -41,7 +44,8 @@ from aiohttp import web
 
 from parrot.cli.logs import configure_logging
 from parrot.engines.factory import create_engine
-from parrot.engines.server import DEFAULT_MAX_BODY_BYTES, create_app
+from parrot.cli.limits import raise_file_limit
+from parrot.engines.server import DEFAULT_MAX_BODY_BYTES, GuardedRunner, create_app
 from parrot.errors import ParrotError
 from parrot.types import EngineKind
 
@@ -52,6 +56,7 @@ SECRET_ENV = "PARROT_ENGINE_SECRET"
 ADMIN_TOKEN_ENV = "PARROT_ADMIN_TOKEN"
 PARENT_PID_ENV = "PARROT_PARENT_PID"  # set by the launcher for --exit-with-parent
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PARENT_GONE_GRACE_S = 1.0  # after the parent's stdin pipe closes, at most this long to stop
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,7 +102,7 @@ def load_params(args: argparse.Namespace) -> dict[str, Any]:
 
 async def serve(args: argparse.Namespace, params: dict[str, Any], secret: str) -> None:
     engine = create_engine(args.kind, args.name, params)
-    runner = web.AppRunner(create_app(engine, secret=secret, max_body_bytes=args.max_body_bytes),
+    runner = GuardedRunner(create_app(engine, secret=secret, max_body_bytes=args.max_body_bytes),
                            handle_signals=False, access_log=None)
     await runner.setup()  # starts the engine
     tasks: list[asyncio.Task[Any]] = []
@@ -164,15 +169,27 @@ async def _stop_on_stdin_eof(stop: asyncio.Event) -> None:
     while await reader.read(4096):
         pass
     log.warning("parent process gone (stdin closed): stopping")
+    # A graceful stop that a busy engine drags out is cut short: a timer thread, which needs
+    # nothing of the (maybe busy) event loop, ends the process after PARENT_GONE_GRACE_S.
+    timer = threading.Timer(PARENT_GONE_GRACE_S, os._exit, (1,))
+    timer.daemon = True
+    timer.start()
     stop.set()
 
 
 def die_with_parent() -> None:
-    """Linux: have the kernel send SIGTERM when the parent dies (also on its SIGKILL)."""
+    """Linux: have the kernel SIGKILL us when the parent dies (also on its SIGKILL).
+
+    SIGKILL, not SIGTERM: an engine must be gone within moments whatever it is doing, and a
+    graceful stop is what a busy engine delays (in-flight requests drain: a generating engine
+    lived 62 s after its manager) and what a stopped one (SIGSTOP, a debugger) never runs
+    (SIGTERM waits for SIGCONT; only SIGKILL ends a stopped process). An orphaned engine has
+    nobody to finish work for; the kernel frees its memory, GPU memory and ports.
+    """
     if not sys.platform.startswith("linux"):
         return  # the stdin watchdog covers other systems
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
         log.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
     # The parent may have died before the signal was armed: then we were re-parented already.
     # (Compared with the pid the launcher passed: parrot-serve may itself be pid 1.)
@@ -211,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(2)
     if args.exit_with_parent:
         die_with_parent()
+    raise_file_limit(log)
     try:
         params = load_params(args)
     except (OSError, ValueError, yaml.YAMLError) as exc:

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import signal
 import sys
 from pathlib import Path
 
 import parrot
+from parrot.cli.limits import raise_file_limit
 from parrot.cli.logs import configure_logging
 from parrot.serve_config import ServeConfig
 from parrot.server.service import ParrotServer
@@ -78,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not configure_logging("parrot-serve", args.log_level):
         return 2
+    raise_file_limit(logging.getLogger("parrot.serve"))  # every client is a file descriptor
     try:
         config = ServeConfig.load(resolve_config(args.config))
         # Validate the policy and its parameters now: a typo stops us before engines start.

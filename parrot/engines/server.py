@@ -19,6 +19,15 @@ nobody else on the network can fill, generate into or free an engine's contexts.
 A Generate whose max_tokens exceeds the engine's context window is refused up front (400): it
 could never finish as asked and would hold a batch slot until the window fills.
 
+Connections (`GuardedRunner`, what parrot-engine serves with): an engine's port may be
+reachable by anyone on the host, so an unauthenticated client must cost it O(1). A connection
+that has not presented the secret in a request within `first_request_timeout_s` of opening is
+closed; a request with a wrong secret is answered 401 and its connection closed (its body is
+never read); at most `max_unauthenticated` connections wait for their first request at once
+(a new one closes the oldest), and at most `max_connections` are open in all. Connections that
+presented the secret (the manager's pool) keep aiohttp's keep-alive. A body must arrive within
+`body_timeout_s` (408).
+
 Errors are `{"error": {"type", "message"}}` with the error's status (parrot.errors); malformed
 JSON is 400, a body over `max_body_bytes` 413, anything unexpected 500. The server never dies
 on bad input.
@@ -26,6 +35,8 @@ on bad input.
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import hmac
 import json
 import logging
@@ -34,14 +45,23 @@ from typing import Any, cast
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
+from aiohttp.web_protocol import RequestHandler
 
 from parrot.engines.protocol import Engine, FillRequest, GenerateChunk, GenerateRequest
 from parrot.errors import (InvalidRequestError, NotFoundError, ParrotError,
-                           PayloadTooLargeError, UnauthorizedError)
+                           PayloadTooLargeError, RequestTimeoutError, UnauthorizedError)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+FIRST_REQUEST_TIMEOUT_S = 5.0   # a new connection must present the secret within this
+# Connections waiting for their first request, at once. Well above the manager's pool (512
+# by default): a burst opens the whole pool at once, and every one of those connections is
+# accepted before any of their first requests is read, so a small cap closed the manager's
+# own connections.
+MAX_UNAUTHENTICATED = 2048
+MAX_CONNECTIONS = 8192          # all connections
+BODY_TIMEOUT_S = 30.0           # a request's body, once its headers are in
 NDJSON = "application/x-ndjson"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -49,14 +69,15 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def create_app(engine: Engine, *, secret: str | None = None,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-               manage_engine: bool = True) -> web.Application:
+               manage_engine: bool = True,
+               body_timeout_s: float = BODY_TIMEOUT_S) -> web.Application:
     """Build the app. With `manage_engine` the app starts the engine on startup and closes it
     on cleanup; otherwise the caller owns the engine's lifecycle. `secret=None` serves without
     authentication (in-process tests only; parrot-engine always sets one)."""
     middlewares: list[Middleware] = [_error_middleware]
-    if secret is not None:
-        middlewares.append(_auth_middleware(secret))
+    middlewares.append(_open_middleware if secret is None else _auth_middleware(secret))
     app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
+    app[BODY_TIMEOUT_KEY] = body_timeout_s
     routes = _Routes(engine)
     app.router.add_post("/v1/engine/fill", routes.fill)
     app.router.add_post("/v1/engine/generate", routes.generate)
@@ -173,10 +194,13 @@ def _parse(parser: Callable[[Any], Any], body: dict[str, Any]) -> Any:
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
+    timeout_s = request.app.get(BODY_TIMEOUT_KEY, BODY_TIMEOUT_S)
     try:
-        raw = await request.read()
+        raw = await asyncio.wait_for(request.read(), timeout_s)
     except web.HTTPRequestEntityTooLarge as exc:
         raise PayloadTooLargeError(f"request body too large: {exc.text}") from None
+    except TimeoutError:
+        raise RequestTimeoutError(f"request body not received within {timeout_s:g} s") from None
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -191,18 +215,148 @@ def _auth_middleware(secret: str) -> Middleware:
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path.startswith("/v1/engine/"):
-            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
-            if not hmac.compare_digest(given, expected):  # constant time: no timing oracle
-                raise UnauthorizedError("engine requests need the engine's secret "
-                                        "(Authorization: Bearer <secret>)")
+        given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+        if hmac.compare_digest(given, expected):  # constant time: no timing oracle
+            _mark_authenticated(request)
+        elif request.path.startswith("/v1/engine/"):
+            # Answered from the headers; the connection closes (GuardedRunner never lingers
+            # to read the unread body).
+            response = _error_response(UnauthorizedError(
+                "engine requests need the engine's secret (Authorization: Bearer <secret>)"))
+            response.force_close()
+            return response
         return await handler(request)
 
     return check
 
 
+@web.middleware
+async def _open_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Without a secret there is nothing to present: every request authenticates its
+    connection (a `GuardedRunner` then only caps connections)."""
+    _mark_authenticated(request)
+    return await handler(request)
+
+
+BODY_TIMEOUT_KEY = web.AppKey("parrot_body_timeout_s", float)
+
+
 def _error_response(exc: ParrotError) -> web.Response:
-    return web.json_response(exc.to_wire(), status=exc.status)
+    response = web.json_response(exc.to_wire(), status=exc.status)
+    if isinstance(exc, RequestTimeoutError):
+        response.force_close()  # the rest of the body may still trickle in
+    return response
+
+
+# --- connections ---------------------------------------------------------------------------------
+
+def _mark_authenticated(request: web.Request) -> None:
+    protocol = request.protocol
+    if isinstance(protocol, _GuardedHandler):
+        protocol.authenticate()
+
+
+class ConnectionGuard:
+    """The engine port's connection rules (module docstring): a deadline for the first
+    authenticated request, and caps on waiting and on all connections."""
+
+    def __init__(self, first_request_timeout_s: float = FIRST_REQUEST_TIMEOUT_S,
+                 max_unauthenticated: int = MAX_UNAUTHENTICATED,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
+        self.first_request_timeout_s = first_request_timeout_s
+        self.max_unauthenticated = max_unauthenticated
+        self.max_connections = max_connections
+        self.open = 0
+        self.closed_unauthenticated = 0   # closed for want of the secret (a counter for tests)
+        # Waiting for their first authenticated request, oldest first.
+        self.waiting: collections.OrderedDict[_GuardedHandler, None] = collections.OrderedDict()
+
+    def opened(self, handler: _GuardedHandler) -> bool:
+        """Admit a new connection (False: close it at once)."""
+        if self.open >= self.max_connections:
+            return False
+        self.open += 1
+        self.waiting[handler] = None
+        while len(self.waiting) > self.max_unauthenticated:
+            oldest, _ = self.waiting.popitem(last=False)
+            oldest.drop()
+        return True
+
+    def authenticated(self, handler: _GuardedHandler) -> None:
+        self.waiting.pop(handler, None)
+
+    def lost(self, handler: _GuardedHandler) -> None:
+        self.open -= 1
+        self.waiting.pop(handler, None)
+
+
+class _GuardedHandler(RequestHandler):
+    """aiohttp's connection handler, held to its server's `ConnectionGuard`."""
+
+    guard: ConnectionGuard
+    _admitted = False
+    _authenticated = False
+    _deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if not self.guard.opened(self):
+            transport.close()
+            return
+        self._admitted = True
+        self._deadline = asyncio.get_running_loop().call_later(
+            self.guard.first_request_timeout_s, self.drop)
+
+    def authenticate(self) -> None:
+        if not self._authenticated:
+            self._authenticated = True
+            if self._deadline is not None:
+                self._deadline.cancel()
+            self.guard.authenticated(self)
+
+    def drop(self) -> None:
+        """Close a connection that never presented the secret."""
+        if not self._authenticated and self.transport is not None:
+            self.guard.closed_unauthenticated += 1
+            self.force_close()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        if self._admitted:
+            self._admitted = False
+            self.guard.lost(self)
+        super().connection_lost(exc)
+
+
+class _GuardedServer(web.Server):
+    guard: ConnectionGuard
+
+    def __call__(self) -> RequestHandler:
+        handler = _GuardedHandler(self, loop=self._loop, **self._kwargs)
+        handler.guard = self.guard
+        return handler
+
+
+class GuardedRunner(web.AppRunner):
+    """An AppRunner whose connections follow `guard` (parrot-engine serves with it). A request
+    answered without reading its body closes its connection (lingering_time=0: aiohttp would
+    otherwise read and discard up to 10 s of an unauthenticated body), and a request whose
+    client goes away is cancelled."""
+
+    def __init__(self, app: web.Application, guard: ConnectionGuard | None = None,
+                 **kwargs: Any) -> None:
+        # handler_cancellation: a manager that drops a request (its call was cancelled: the
+        # session deleted, the client gone) cancels the handler, so a non-streamed Generate
+        # stops decoding at once instead of running to max_tokens for nobody.
+        super().__init__(app, lingering_time=0, handler_cancellation=True, **kwargs)
+        self.guard = guard or ConnectionGuard()
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = _GuardedServer
+        cast(_GuardedServer, server).guard = self.guard
+        return server
 
 
 @web.middleware

@@ -71,3 +71,9 @@ class Admission:
         if mine is None:
             mine = self._per_session[session] = _ActiveCalls(self._max_per_session)
         return mine
+
+
+# A request that submits many calls (a 4,096-call batch, 256 prompts x n=16) does so in slices
+# of this many, yielding the loop between them: one request must not hold every other
+# session (and the engines' heartbeats) for the seconds all its calls take to submit.
+CALLS_PER_SLICE = 64

@@ -23,7 +23,6 @@ from parrot.manager.prefix import PrefixPiece
 from parrot.engines.protocol import Engine, FillRequest, GenerateChunk, GenerateRequest
 from parrot.errors import OutOfKVCacheError, ParrotError, UnknownContextError
 from parrot.template import Placeholder, Text
-from parrot.transforms import apply_transforms
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +152,7 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
                     context_id=context_id, parent_context_id=None if created else parent,
                     sampling=binding.sampling, priority=priority))
                 created = True
-                publish(call, binding, apply_transforms(binding.transforms, text))
+                publish(call, binding, text)  # the sink applies the output's transforms
         # Text after the last output conditions nothing: it is never sent to the engine.
     finally:
         engine.contexts.release(chain)

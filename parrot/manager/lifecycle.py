@@ -72,6 +72,9 @@ def transition(call: Call, target: CallState, now: float | None = None) -> None:
         call.state_seconds[current] = call.state_seconds.get(current, 0.0) + (now - entered)
     call.state = target
     call.state_entered[target] = now
+    if target.is_finished and call.prompt_account is not None:
+        call.prompt_account.chars -= call.prompt_chars  # its session's total, as it ends
+        call.prompt_account = None
     event = _TIMING_OF_STATE.get(target)
     if event is not None:
         call.mark(event, now)

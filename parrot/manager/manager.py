@@ -33,8 +33,11 @@ from parrot.manager.sessions import IdleExpiry, Session, SessionStore
 from parrot.manager.submission import check_submit
 from parrot.engines.protocol import Engine
 from parrot.errors import (CallFailedError, ConflictError, EngineUnavailableError,
-                           GetTimeoutError, InvalidRequestError, NotFoundError, ParrotError)
+                           GetTimeoutError, InvalidRequestError, NotFoundError, ParrotError,
+                           PromptTooLongError, TooManyRequestsError)
 from parrot.policies.base import Policy
+from parrot.template import Template
+from parrot.manager.transform_budget import TenantTransformBuckets
 from parrot.transforms import TransformError, apply_transforms
 from parrot.types import CallState, Criterion, strongest
 
@@ -51,6 +54,7 @@ class Manager:
         self.prefix_index = PrefixIndex()
         # Output lengths learnt per function: calls are costed with them, not max_tokens.
         self.output_lengths = OutputLengthEstimator()
+        self.transform_buckets = TenantTransformBuckets()
         self.scheduler = Scheduler(policy, self.engines)
         self._dirty: set[Session] = set()
         self._arrivals = itertools.count()
@@ -104,6 +108,12 @@ class Manager:
             self._scheduler_task.cancel()
             await asyncio.gather(self._scheduler_task, return_exceptions=True)
             self._scheduler_task = None
+
+    def cancel_running_calls(self) -> None:
+        """Cancel every running call's task (stopping: their variables have failed)."""
+        for session in self.sessions:
+            for task in session.tasks.values():
+                task.cancel()
 
     async def add_engine(self, spec: EngineSpec, engine: Engine) -> EngineState:
         """Register a started engine (in-process, launched, or joining by URL); the same name
@@ -198,6 +208,11 @@ class Manager:
         template, specs = checked.template, checked.specs
         self.health.check_can_take({  # the engines' windows bound max_tokens up front
             name: request.output_sampling(name).max_tokens for name in template.output_names})
+        prompt_chars = self._check_prompt_chars(session, checked.template, {
+            name: len(value) for name in template.input_names
+            if not specs[name].transforms  # a transform may shorten it: counted when known
+            and (value := (specs[name].value if name not in checked.input_vars
+                           else checked.input_vars[name].value)) is not None})
         call_id = f"r-{secrets.token_hex(8)}"
         inputs: dict[str, InputBinding] = {}
         for name in template.input_names:
@@ -223,6 +238,8 @@ class Manager:
             if (out_spec := specs.get(name)) is not None and out_spec.criteria is not None:
                 self._seed_criterion(session, var, out_spec.criteria)
         session.calls[call_id] = call
+        call.prompt_account = session.prompt_chars
+        call.account_prompt(prompt_chars)
         call.mark("submitted", asyncio.get_running_loop().time())
         self._mark_dirty(session)
         failed = [session.variables[b.var_id] for b in inputs.values()
@@ -236,6 +253,26 @@ class Manager:
             self._make_ready(session, call)
         return call
 
+    def _check_prompt_chars(self, session: Session, template: Template,
+                            value_chars: dict[str, int]) -> int:
+        """The rendered size of a new call's prompt as far as its inputs are known, from the
+        lengths alone (nothing is rendered): over `max_prompt_chars` it is a 400, and over
+        what the session's unfinished calls may render together a 429. A 210 KB submit
+        naming a 100 KB value 9,999 times would otherwise render a 1 GB prompt."""
+        chars = template.rendered_chars(value_chars)
+        limit = self.config.max_prompt_chars
+        if chars > limit:
+            raise PromptTooLongError(f"the prompt renders to at least {chars} characters; at "
+                                     f"most {limit} are allowed (manager.max_prompt_chars)")
+        in_flight = session.prompt_chars.chars
+        if in_flight + chars > self.config.max_session_prompt_chars:
+            raise TooManyRequestsError(
+                f"this session's unfinished calls render {in_flight} prompt characters; with "
+                f"this call's {chars} that is over {self.config.max_session_prompt_chars} "
+                "(manager.max_session_prompt_chars); retry when calls finish",
+                self.config.retry_after_s)
+        return chars
+
     # --- the call lifecycle ------------------------------------------------------------------
 
     def _make_ready(self, session: Session, call: Call) -> None:
@@ -243,11 +280,20 @@ class Manager:
             self._fail_call(session, call, CallFailedError(str(error)))
             return
         try:
-            call.rendered_inputs = {
-                name: apply_transforms(b.transforms, session.variables[b.var_id].value or "")
-                for name, b in call.inputs.items()}
+            call.rendered_inputs = self._transformed(session, call, {
+                name: (b.transforms, session.variables[b.var_id].value or "")
+                for name, b in call.inputs.items()})
         except TransformError as exc:
             self._fail_call(session, call, CallFailedError(f"input transform failed: {exc}"))
+            return
+        chars = call.template.rendered_chars({name: len(value) for name, value
+                                              in call.rendered_inputs.items()})
+        call.account_prompt(chars)
+        if chars > self.config.max_prompt_chars:  # inputs that arrived after the submit
+            self._fail_call(session, call, CallFailedError(
+                f"PromptTooLongError: the prompt would render to {chars} characters; at most "
+                f"{self.config.max_prompt_chars} are allowed (manager.max_prompt_chars)"))
+            call.rendered_inputs = {}
             return
         prompt = estimate_prompt(call.template, call.rendered_inputs, session.prefix_salt,
                                  call.input_token_counts(session.variables))
@@ -262,6 +308,20 @@ class Manager:
         transition(call, CallState.READY)
         self.prefix_index.add(call.prefix_hashes)
         self.scheduler.enqueue(call)
+
+    def _transformed(self, session: Session, call: Call,
+                     values: dict[str, tuple[tuple[Any, ...], str]]) -> dict[str, str]:
+        """Each value through its transforms, all of them within one budget drawn from the
+        tenant's share of the loop (transform_budget.py); a value without transforms costs
+        nothing."""
+        if not any(transforms for transforms, _ in values.values()):
+            return {name: value for name, (_, value) in values.items()}
+        budget = self.transform_buckets.budget(session.tenant)
+        try:
+            return {name: apply_transforms(transforms, value, budget)
+                    for name, (transforms, value) in values.items()}
+        finally:
+            self.transform_buckets.spend(session.tenant, budget)
 
     def _dispatch(self, call: Call, engine: EngineState, criterion: Criterion | None) -> None:
         session = self._session_of(call)
@@ -284,7 +344,9 @@ class Manager:
     async def _run(self, session: Session, call: Call, engine: EngineState) -> None:
         published: list[str] = []
 
-        def publish(call_: Call, binding: OutputBinding, value: str) -> None:
+        def publish(call_: Call, binding: OutputBinding, text: str) -> None:
+            value = self._transformed(session, call, {binding.name: (binding.transforms,
+                                                                     text)})[binding.name]
             published.append(binding.name)
             if len(published) == len(call.outputs):
                 # Its work on the engine is done (what is left is freeing its context): the

@@ -82,6 +82,16 @@ class OutputBinding:
     stream: TextStream = field(default_factory=TextStream, compare=False, repr=False)
 
 
+class PromptChars:
+    """The rendered prompt characters of a session's unfinished calls (a running total: each
+    call adds its size when submitted, `lifecycle.transition` takes it off when it ends)."""
+
+    __slots__ = ("chars",)
+
+    def __init__(self) -> None:
+        self.chars = 0
+
+
 @dataclass(eq=False)
 class Call:
     """One LLM call: a template, its bound inputs/outputs and its runtime state."""
@@ -119,6 +129,16 @@ class Call:
     state_entered: dict[CallState, float] = field(
         default_factory=lambda: {CallState.PENDING: loop_time()})
     state_seconds: dict[CallState, float] = field(default_factory=dict)
+    # Its rendered prompt's characters (a lower bound until its inputs are known), counted in
+    # its session's `PromptChars` while it is unfinished.
+    prompt_chars: int = 0
+    prompt_account: PromptChars | None = field(default=None, repr=False, compare=False)
+
+    def account_prompt(self, chars: int) -> None:
+        """Set its prompt's size, keeping its session's total in step."""
+        if self.prompt_account is not None and not self.state.is_finished:
+            self.prompt_account.chars += chars - self.prompt_chars
+        self.prompt_chars = chars
 
     def mark(self, event: str, now: float) -> None:
         self.timings[event] = now

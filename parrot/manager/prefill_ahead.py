@@ -19,7 +19,6 @@ from parrot.manager.nodes import Call
 from parrot.manager.prefix import PrefixPiece, prefix_pieces
 from parrot.manager.sessions import Session
 from parrot.errors import ParrotError
-from parrot.transforms import TransformError, apply_transforms
 from parrot.types import estimate_num_tokens
 
 log = logging.getLogger(__name__)
@@ -33,11 +32,10 @@ def known_prefix(session: Session, call: Call) -> tuple[PrefixPiece, ...]:
     values: dict[str, str] = {}
     for name, binding in call.inputs.items():
         var = session.variables[binding.var_id]
-        if var.value is not None:
-            try:
-                values[name] = apply_transforms(binding.transforms, var.value)
-            except TransformError:
-                return ()
+        # An input with transforms ends the certain prefix: transforms cost loop time, which
+        # the call pays once, from its tenant's budget, when it becomes ready (manager.py).
+        if var.value is not None and not binding.transforms:
+            values[name] = var.value
     return prefix_pieces(call.template, values, session.prefix_salt,
                          call.input_token_counts(session.variables))
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from parrot.template import Placeholder, Template, Text
 from parrot.types import CHARS_PER_TOKEN
 
-HASH_BYTES = 12
+HASH_BYTES = 16
 
 
 MAX_REMEMBERED_PREFIXES = 1 << 16
@@ -81,9 +82,7 @@ def estimate_prompt(template: Template, values: Mapping[str, str], salt: str = "
     """
     counts = token_counts or {}
     total = TokenCount()
-    hasher = hashlib.blake2b(digest_size=HASH_BYTES)
-    if salt:
-        hasher.update(salt.encode("utf-8") + b"\x01")
+    hasher = prefix_hasher(salt)
     pieces: list[PrefixPiece] = []
     prefix_done = False
     for seg in template.segments:
@@ -100,13 +99,46 @@ def estimate_prompt(template: Template, values: Mapping[str, str], salt: str = "
             total.add(text)
         if prefix_done or not text:
             continue
-        hasher.update(text.encode("utf-8"))
-        # A separator after each piece keeps "ab"+"c" and "a"+"bc" apart: the boundaries are
-        # where contexts are forked, so they are part of the identity of a prefix.
-        hasher.update(b"\x00")
+        add_piece(hasher, text)
         pieces.append(PrefixPiece(text, hasher.copy().hexdigest(), isinstance(seg, Text),
                                   total.num_tokens))
     return PromptEstimate(tuple(pieces), total.num_tokens)
+
+
+def prefix_hasher(salt: str) -> Any:
+    """The running hash of a prompt's prefix, started with the tenant's `salt`.
+
+    The hashed bytes are an injective encoding of (salt, piece, piece, ...): the salt and every
+    piece go in as an 8-byte length and then their UTF-8 bytes. So no choice of values can make
+    two different piece sequences, or the same pieces under two different salts, hash alike
+    (short of a BLAKE2b collision): a separator byte would not do, since a value may contain
+    it (`'team-a\\x01' + doc` unsalted was tenant team-a's salted `doc`; the pieces `a | b`
+    were the single piece `a\\x00b`). The boundaries are part of a prefix's identity because
+    contexts are forked there. The salt is framed even when empty (tenants that share
+    prefixes), so an unsalted stream never starts like a salted one.
+    """
+    hasher = hashlib.blake2b(digest_size=HASH_BYTES)
+    _frame(hasher, salt.encode("utf-8"))
+    return hasher
+
+
+def add_piece(hasher: Any, text: str) -> None:
+    """One more piece (one boundary) of the prefix."""
+    _frame(hasher, text.encode("utf-8"))
+
+
+def _frame(hasher: Any, data: bytes) -> None:
+    hasher.update(len(data).to_bytes(8, "big"))
+    hasher.update(data)
+
+
+def prefix_hashes_of(pieces: Sequence[str], salt: str = "") -> tuple[str, ...]:
+    """The cumulative hash at the end of each piece (what `estimate_prompt` computes)."""
+    hasher, hashes = prefix_hasher(salt), []
+    for text in pieces:
+        add_piece(hasher, text)
+        hashes.append(hasher.copy().hexdigest())
+    return tuple(hashes)
 
 
 def prefix_pieces(template: Template, values: Mapping[str, str], salt: str = "",

@@ -6,8 +6,14 @@ No locks and no polling: every change sets the current `asyncio.Event` and repla
 reader waits on exactly one event per change.
 
 If the call is re-dispatched after an engine failure, the new attempt's text extends what
-readers already saw only where it agrees with it (greedy decoding repeats itself exactly); the
-variable's final value is always authoritative.
+readers already saw only where it agrees with it (greedy decoding repeats itself exactly). A
+reader never ends with text that is not the value: when the final value does not begin with
+what it was sent (a sampled re-run took another path), it ends with a `StreamResetError`
+instead of its last piece, and the client `get`s the value.
+
+A stream is a `get` too (`follow_as_get`): it counts against the session's
+`max_waiting_gets_per_session` (429 past it) and ends with the get's `GetTimeoutError` (408)
+when the value does not come in the get's time.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 from collections.abc import AsyncIterator
+
+from parrot.errors import StreamResetError, TooManyRequestsError
 
 if TYPE_CHECKING:
     from parrot.manager.nodes import Variable
@@ -52,12 +60,14 @@ class TextStream:
         await self._changed.wait()
 
 
-async def follow(var: Variable) -> AsyncIterator[str]:
+async def follow(var: Variable, stop: asyncio.Future[Any] | None = None) -> AsyncIterator[str]:
     """Yield the text of `var` as it is generated, then the rest of its final value.
 
     The pieces are the engine's text as it arrives. An output with transforms is not streamed
     (its value is not a prefix of the raw text), so its value comes as one piece, as does the
-    value of a variable the client sets. A failed variable raises its error.
+    value of a variable the client sets. A failed variable raises its error; a value that does
+    not begin with what was sent raises StreamResetError; `stop` failing (the pending get's
+    timeout) raises its error.
     """
     var.stream.wanted = True
     sent = ""
@@ -66,9 +76,17 @@ async def follow(var: Variable) -> AsyncIterator[str]:
             if var.error is not None:
                 raise var.error
             assert var.value is not None
-            if var.value.startswith(sent) and len(var.value) > len(sent):
+            if not var.value.startswith(sent):
+                raise StreamResetError(
+                    f"variable {var.var_id}: its call was re-run after an engine failure and "
+                    f"generated other text than the {len(sent)} characters streamed; its "
+                    "value is complete: get it")
+            if len(var.value) > len(sent):
                 yield var.value[len(sent):]
             return
+        if stop is not None and stop.done() and not stop.cancelled() \
+                and stop.exception() is not None:
+            raise stop.exception()  # type: ignore[misc]
         text = var.stream.text
         if len(text) > len(sent):
             piece, sent = text[len(sent):], text
@@ -80,11 +98,22 @@ async def follow(var: Variable) -> AsyncIterator[str]:
 async def follow_as_get(manager: Any, session: Any, var: Variable,
                         criterion: Any) -> AsyncIterator[str]:
     """`follow`, while a `get` of the variable at `criterion` is pending in the manager: a
-    streaming reader seeds the objective of the calls upstream exactly as a client's get does."""
+    streaming reader seeds the objective of the calls upstream exactly as a client's get does,
+    is held to the session's limit on waiting gets, and ends with the get's timeout."""
+    check_waiting_limit(manager, session, var)
     getter = asyncio.ensure_future(manager.get(session, var.var_id, criterion))
+    getter.add_done_callback(lambda _: var.stream.notify())  # wake the reader: it may be over
     try:
-        async for piece in follow(var):
+        async for piece in follow(var, getter):
             yield piece
     finally:
         getter.cancel()
         await asyncio.gather(getter, return_exceptions=True)
+
+
+def check_waiting_limit(manager: Any, session: Any, var: Variable) -> None:
+    """A new reader of an unfinished variable is one more waiting `get` of its session."""
+    limit = manager.config.max_waiting_gets_per_session
+    if not var.is_finished and session.num_waiters >= limit:
+        raise TooManyRequestsError(f"this session already has {session.num_waiters} `get`s and "
+                                   "streams waiting (the limit)", manager.config.retry_after_s)

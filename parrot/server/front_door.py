@@ -18,5 +18,6 @@ def front_door(api: WireAPI) -> list[AppSetup]:
     """Routes: /metrics (and the access log), the OpenAI API, variable streams,
     /openapi.json."""
     return [Metrics(api.manager, api.route_table, api.access).setup,
-            OpenAIRoutes(api.manager, api.admit_session, api.admission).setup,
+            OpenAIRoutes(api.manager, api.admit_session, api.admission,
+                         api.require_caller, api.admit_new_work).setup,
             VariableStreamRoute(api.manager).setup, OpenAPIRoute().setup]

@@ -101,6 +101,22 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return web.json_response(error_body(500, "internal server error"), status=500)
 
 
+def body_limit(max_body: int) -> Any:
+    """A middleware answering 413 at once to a request whose Content-Length is over the limit
+    (before any route, authentication or read: waiting for the body would hold the connection
+    until the body timeout)."""
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        length = request.content_length
+        if length is not None and length > max_body:
+            resp = error_response(PayloadTooLargeError(
+                f"request body of {length} bytes is over the limit of {max_body}"))
+            resp.force_close()
+            return resp
+        return await handler(request)
+    return check
+
+
 AppSetup = Callable[[web.Application], None]
 
 
@@ -114,8 +130,11 @@ def create_app(api: WireAPI, setup: Sequence[AppSetup] = (),
     max_body = config.max_body_bytes
 
     async def dispatch(request: web.Request) -> web.Response:
+        # Who asks, from the headers, before the body is read: a client without the right
+        # token costs no body read, no parse (401/404/405 here).
+        route = api.admit(request.method, request.path, bearer_token(request))
         body = await read_json(request, max_body, config.request_body_timeout_s)
-        reply = await api.handle(request.method, request.path, body, bearer_token(request))
+        reply = await route(body)
         status = 503 if isinstance(reply, Health) and reply.status != "ok" else 200
         return web.json_response(reply.to_wire(), status=status)  # the one serialisation
 
@@ -123,6 +142,7 @@ def create_app(api: WireAPI, setup: Sequence[AppSetup] = (),
     for add in setup:
         add(app)
     app.middlewares.append(json_errors)
+    app.middlewares.append(body_limit(max_body))
     app.router.add_routes(list(routes))  # before the catch-all, so they win
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app
@@ -160,7 +180,15 @@ class JsonAppRunner(web.AppRunner):
     opens and after each answer, and does not move while bytes trickle in)."""
 
     def __init__(self, app: web.Application, header_timeout_s: float) -> None:
-        super().__init__(app, access_log=None, keepalive_timeout=header_timeout_s)
+        # lingering_time=0: a request answered without its body being read (refused from its
+        # headers: 401, 413, ...) closes its connection at once. aiohttp's default reads and
+        # discards the unread body for up to 10 s to keep the connection alive, which would
+        # let an unauthenticated client make the manager read whatever it sends.
+        # handler_cancellation: a client that goes away cancels its request's handler, so what
+        # the request started is cancelled all the way down (an OpenAI completion's private
+        # session is deleted and its engine requests aborted; a waiting `get` stops waiting).
+        super().__init__(app, access_log=None, keepalive_timeout=header_timeout_s,
+                         lingering_time=0, handler_cancellation=True)
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()

@@ -23,8 +23,28 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+# No field of any request needs more digits than this (the widest is a 63-bit seed: 19), and
+# a longer literal is a 400 however it is used: Python would parse 4,300 digits and then fail
+# or overflow wherever the number went (a 4,000-digit `timeout` was a 500, a `top_k` a 200).
+MAX_INT_DIGITS = 20
+
+
 def _reject_constant(name: str) -> Any:
     raise InvalidRequestError(f"request body is not valid JSON: {name} is not a JSON number")
+
+
+def _bounded_int(literal: str) -> int:
+    if len(literal.lstrip("-")) > MAX_INT_DIGITS:
+        raise InvalidRequestError(f"request body has an integer of {len(literal)} characters; "
+                                  f"integers have at most {MAX_INT_DIGITS} digits")
+    return int(literal)
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if value in (float("inf"), float("-inf")):  # 1e999: not a number any field can take
+        raise InvalidRequestError(f"request body has a number out of range: {literal[:40]}")
+    return value
 
 
 def parse_json_body(raw: bytes) -> Any:
@@ -37,7 +57,8 @@ def parse_json_body(raw: bytes) -> Any:
         raise InvalidRequestError(f"request body is not UTF-8: {exc.reason} at byte "
                                   f"{exc.start}") from None
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=_reject_constant, parse_int=_bounded_int,
+                           parse_float=_finite_float)
     except RecursionError:
         raise InvalidRequestError("request body is nested too deeply") from None
     except ValueError as exc:  # JSONDecodeError, and int literals over the digit limit

@@ -13,14 +13,14 @@ import asyncio
 from dataclasses import dataclass, replace
 from collections.abc import AsyncIterator, Sequence
 
-from parrot.manager.admission import Admission
+from parrot.manager.admission import CALLS_PER_SLICE, Admission
 from parrot.manager.manager import Manager
 from parrot.manager.nodes import Call, Variable
 from parrot.manager.requests import PlaceholderSpec, SubmitRequest
 from parrot.manager.sessions import Session
 from parrot.manager.streams import follow_as_get
 from parrot.server.tenants import TenantGrant
-from parrot.errors import ParrotError
+from parrot.errors import NotFoundError, ParrotError
 from parrot.sampling import SamplingParams
 from parrot.types import Criterion, estimate_num_tokens
 
@@ -61,7 +61,8 @@ class OneShot:
                  session: Session | None = None, output: str = "completion",
                  inputs: Sequence[tuple[str, str]] = (), stream: bool = False,
                  grant: TenantGrant | None = None, admission: Admission | None = None) -> None:
-        """Submit `len(prompts) * n` calls; choice `i * n + j` is prompt i's j-th sample.
+        """`len(prompts) * n` calls, submitted by `start()`; choice `i * n + j` is prompt i's
+        j-th sample.
 
         Without `session` the calls run in a private session deleted by `close()`, and the
         prompt is a literal value. In a client's `session` the output variables stay (named
@@ -75,31 +76,49 @@ class OneShot:
         self._prompts = tuple(prompts)
         self._n = n
         self._owns_session = session is None
+        self._joined = session
+        self._sampling, self._inputs, self._stream = sampling, tuple(inputs), stream
+        self._admission = admission
         self.session = manager.create_session() if session is None else session
         if session is None and grant is not None:  # the private session is its tenant's
-            self.session.tenant, self.session.prefix_salt = grant.tenant, grant.prefix_salt
+            manager.sessions.assign(self.session, grant.tenant, grant.prefix_salt)
         self._output = output if session is not None else "completion"
         self.calls: list[Call] = []
         try:
             if admission is not None:
                 admission.check(self.session, len(self._prompts) * n)
-            for prompt in prompts:
-                if session is None:
+        except BaseException:
+            self.close()
+            raise
+
+    async def start(self) -> None:
+        """Submit the calls, `CALLS_PER_SLICE` at a time with the loop yielded in between (256
+        prompts x n=16 are 4,096 submits); a failure, or the client leaving meanwhile,
+        deletes the private session."""
+        try:
+            for prompt in self._prompts:
+                if self._joined is None:
                     template = PROMPT_TEMPLATE
                     bindings: tuple[PlaceholderSpec, ...] = (
                         PlaceholderSpec("prompt", "input", value=prompt),)
                 else:
-                    template = prompt + "{{output:" + output + "}}"
+                    template = prompt + "{{output:" + self._output + "}}"
                     bindings = tuple(PlaceholderSpec(name, "input", semantic_var_id=var_id)
-                                     for name, var_id in inputs)
-                for j in range(n):
-                    self.calls.append(manager.submit(self.session, SubmitRequest(
+                                     for name, var_id in self._inputs)
+                for j in range(self._n):
+                    if self.calls and len(self.calls) % CALLS_PER_SLICE == 0:
+                        await asyncio.sleep(0)
+                        if self._manager.sessions.find(self.session.session_id) \
+                                is not self.session:
+                            raise NotFoundError(f"session {self.session.session_id} was "
+                                                "deleted")
+                    self.calls.append(self._manager.submit(self.session, SubmitRequest(
                         self.session.session_id, template,
                         (*bindings, PlaceholderSpec(self._output, "output")),
-                        _nth_sample(sampling, j))))
-                    if admission is not None:
-                        admission.admitted(self.session, self.calls[-1])
-                    if stream:
+                        _nth_sample(self._sampling, j))))
+                    if self._admission is not None:
+                        self._admission.admitted(self.session, self.calls[-1])
+                    if self._stream:
                         self.outputs[-1].stream.wanted = True
         except BaseException:
             self.close()

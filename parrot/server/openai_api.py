@@ -62,8 +62,14 @@ Route = Callable[[web.Request], Awaitable[web.StreamResponse]]
 class OpenAIRoutes:
     def __init__(self, manager: Manager,
                  admit_session: Callable[[str | None], TenantGrant] | None = None,
-                 admission: Admission | None = None) -> None:
+                 admission: Admission | None = None,
+                 require_caller: Callable[[str | None], None] | None = None,
+                 admit_work: Callable[[], None] | None = None) -> None:
         self.manager = manager
+        self._admit_work = admit_work  # 503 while draining, also for calls in a client's session
+        # Where tenants are configured, a tenant's key or a session's token: checked from the
+        # headers before a body is read, on every route (/v1/models included).
+        self._require_caller = require_caller
         self._admission = admission  # the wire API's limits on unfinished calls
         # The wire API's checks before a new session: a tenant's API key where tenants are
         # configured (the request's bearer token), draining, the session limit.
@@ -82,6 +88,8 @@ class OpenAIRoutes:
     def _guard(self, route: Route) -> Route:
         async def handler(request: web.Request) -> web.StreamResponse:
             try:
+                if self._require_caller is not None:
+                    self._require_caller(bearer_token(request))
                 return await route(request)
             except ParrotError as exc:
                 return openai_error(exc)
@@ -148,7 +156,10 @@ class OpenAIRoutes:
         tenant's grant for a private session, or the client's own session when joining one
         (the API key is then the session's token)."""
         if options.session_id is not None:
-            return self.manager.authenticate(options.session_id, bearer_token(request))
+            session = self.manager.authenticate(options.session_id, bearer_token(request))
+            if self._admit_work is not None:
+                self._admit_work()
+            return session
         return None if self._admit_session is None else self._admit_session(
             bearer_token(request))
 
@@ -167,6 +178,7 @@ class OpenAIRoutes:
 
     async def _serve(self, request: web.Request, run: OneShot, reply: _Reply, stream: bool,
                      include_usage: bool) -> web.StreamResponse:
+        await run.start()  # submits its calls in slices (deletes its session if it fails)
         if not run.owns_session:  # the outputs are the client's Semantic Variables
             reply.parrot = {"session_id": run.session.session_id,
                             "semantic_var_ids": [v.var_id for v in run.outputs]}

@@ -149,6 +149,10 @@ class ParrotServer:
         """Stop now: unfinished variables fail with ShuttingDownError (their `get`s answer)."""
         self.api.is_draining = True
         self.manager.sessions.fail_unfinished(ShuttingDownError(reason))
+        # Their variables failed: the calls still running must not publish into them later
+        # (while the HTTP server and engines stop, a call would otherwise finish and set a
+        # failed variable a second time).
+        self.manager.cancel_running_calls()
         await asyncio.sleep(0)  # let the woken `get` handlers write their answers
         if self._runner is not None:
             await self._runner.cleanup()

@@ -21,8 +21,8 @@ from collections.abc import AsyncGenerator, Mapping
 from aiohttp import web
 
 from parrot.manager.manager import Manager
-from parrot.manager.streams import follow_as_get
-from parrot.errors import InvalidRequestError, NotFoundError, ParrotError
+from parrot.manager.streams import check_waiting_limit, follow_as_get
+from parrot.errors import InvalidRequestError, NotFoundError, ParrotError, UnauthorizedError
 from parrot.types import Criterion
 
 DONE = b"data: [DONE]\n\n"
@@ -62,12 +62,15 @@ async def variable_events(manager: Manager, path: str, query: Mapping[str, str],
     match = _STREAM_PATH.fullmatch(path)
     if match is None:
         raise NotFoundError(f"no such stream: {path}")
+    if manager.sessions.by_token(token) is None:  # who asks, before what is asked
+        raise UnauthorizedError("missing or wrong bearer token (a session's token)")
     session_id = query.get("session_id")
     if not session_id:
         raise InvalidRequestError("stream: query parameter 'session_id' is required")
     session = manager.authenticate(session_id, token)
     var = session.variable(match["vid"])
     criterion = Criterion.parse(query.get("criteria", "latency"))
+    check_waiting_limit(manager, session, var)  # a 429 before the stream opens
     try:
         async for piece in follow_as_get(manager, session, var, criterion):
             yield {"text": piece}

@@ -25,6 +25,7 @@ class TenantGrant:
 
     tenant: str
     prefix_salt: str
+    max_sessions: int | None = None   # the tenant's own session quota (TenantSpec)
 
 
 def _same(given: str | None, expected: str) -> bool:
@@ -59,4 +60,5 @@ class AccessControl:
             raise UnauthorizedError("opening a session needs a tenant API key "
                                     "(Authorization: Bearer <key>)")
         tenant = found[0]
-        return TenantGrant(tenant.name, "" if tenant.share_prefixes else tenant.name)
+        return TenantGrant(tenant.name, "" if tenant.share_prefixes else tenant.name,
+                           tenant.max_sessions)

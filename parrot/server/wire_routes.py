@@ -14,12 +14,13 @@ engines (`AccessControl`), how much unfinished work a session and the service ta
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import re
 import sys
 from collections.abc import Awaitable, Callable
 
-from parrot.manager.admission import Admission
+from parrot.manager.admission import CALLS_PER_SLICE, Admission
 from parrot.server.chat_submit import mark_streamed, render_chat
 from parrot.serve_config import EngineSpec
 from parrot.manager.manager import Manager
@@ -28,7 +29,8 @@ from parrot.manager.requests import opens_session, resolve_refs, session_id_of
 from parrot.manager.sessions import Session
 from parrot.server.tenants import AccessControl, TenantGrant
 from parrot.errors import (MethodNotAllowedError, NotFoundError, ParrotError,
-                           ShuttingDownError, TooManyRequestsError)
+                           ShuttingDownError, TooManyRequestsError, UnauthorizedError)
+from parrot.transforms import regex_quota
 from parrot.types import Criterion
 from parrot.wire_types import (BatchReply, CreateVariableRequest, EngineDescription, EngineList,
                                ErrorReply, GetRequest, Graph, Health, PlaceholderBinding,
@@ -42,6 +44,11 @@ from parrot.wire_types import (BatchReply, CreateVariableRequest, EngineDescript
 RawBody = object
 RegisterEngine = Callable[[EngineSpec], Awaitable[None]]
 Route = Callable[["re.Match[str]", RawBody, "str | None"], Awaitable[WireMessage]]
+Gate = Callable[["str | None"], None]
+
+
+def _anyone(token: str | None) -> None:
+    """Open routes (their answers say what the caller may see)."""
 
 
 class WireAPI:
@@ -54,41 +61,84 @@ class WireAPI:
         self.admission = Admission(config.max_active_calls, config.max_active_calls_per_session,
                                    config.retry_after_s)
         self.is_draining = False  # set on shutdown: no new sessions or calls
-        self._routes: list[tuple[str, re.Pattern[str], Route]] = [
-            ("GET", re.compile(r"/healthz"), self.healthz),
-            ("POST", re.compile(r"/v1/sessions"), self.create_session),
-            ("DELETE", re.compile(r"/v1/sessions/(?P<sid>[^/]+)"), self.delete_session),
-            ("GET", re.compile(r"/v1/sessions/(?P<sid>[^/]+)/graph"), self.graph),
-            ("GET", re.compile(r"/v1/sessions/(?P<sid>[^/]+)/stats"), self.session_stats),
-            ("POST", re.compile(r"/v1/submit"), self.submit),
-            ("POST", re.compile(r"/v1/submit_batch"), self.submit_batch),
-            ("POST", re.compile(r"/v1/variables"), self.create_variable),
-            ("POST", re.compile(r"/v1/variables/(?P<vid>[^/]+)"), self.set_variable),
-            ("POST", re.compile(r"/v1/get"), self.get),
-            ("GET", re.compile(r"/v1/engines"), self.list_engines),
-            ("POST", re.compile(r"/v1/engines"), self.register_engine),
-            ("GET", re.compile(r"/v1/stats"), self.stats),
+        # Each route with its gate: what the request's headers alone must show before its
+        # body is read or parsed (docs/SECURITY.md, "Authenticate before reading").
+        self._routes: list[tuple[str, re.Pattern[str], Route, Gate]] = [
+            ("GET", re.compile(r"/healthz"), self.healthz, _anyone),
+            ("POST", re.compile(r"/v1/sessions"), self.create_session, self._gate_open),
+            ("DELETE", re.compile(r"/v1/sessions/(?P<sid>[^/]+)"), self.delete_session,
+             self._gate_session),
+            ("GET", re.compile(r"/v1/sessions/(?P<sid>[^/]+)/graph"), self.graph,
+             self._gate_session),
+            ("GET", re.compile(r"/v1/sessions/(?P<sid>[^/]+)/stats"), self.session_stats,
+             self._gate_session),
+            ("POST", re.compile(r"/v1/submit"), self.submit, self._gate_session),
+            ("POST", re.compile(r"/v1/submit_batch"), self.submit_batch, self._gate_batch),
+            ("POST", re.compile(r"/v1/variables"), self.create_variable, self._gate_session),
+            ("POST", re.compile(r"/v1/variables/(?P<vid>[^/]+)"), self.set_variable,
+             self._gate_session),
+            ("POST", re.compile(r"/v1/get"), self.get, self._gate_session),
+            ("GET", re.compile(r"/v1/engines"), self.list_engines, _anyone),
+            ("POST", re.compile(r"/v1/engines"), self.register_engine, self._gate_admin),
+            ("GET", re.compile(r"/v1/stats"), self.stats, self._gate_admin),
         ]
 
     @property
     def route_table(self) -> list[tuple[str, str]]:
         """(method, path regex) of every route: for /openapi.json and the metrics' labels."""
-        return [(method, pattern.pattern) for method, pattern, _ in self._routes]
+        return [(method, pattern.pattern) for method, pattern, _, _ in self._routes]
 
     async def handle(self, method: str, path: str, body: RawBody,
                      token: str | None) -> WireMessage:
         """The typed reply of a route (the transport serialises it), or a ParrotError."""
+        return await self.admit(method, path, token)(body)
+
+    def admit(self, method: str, path: str,
+              token: str | None) -> Callable[[RawBody], Awaitable[WireMessage]]:
+        """The route of `method path`, once the request's headers pass its gate (401, 404,
+        405 and 503 are decided here, before the body is read); call it with the body."""
         allowed = []
-        for route_method, pattern, route in self._routes:
+        for route_method, pattern, route, gate in self._routes:
             match = pattern.fullmatch(path)
             if match is None:
                 continue
             if route_method == method:
-                return await route(match, body, token)
+                gate(token)
+
+                async def run(body: RawBody, route: Route = route,
+                              match: re.Match[str] = match) -> WireMessage:
+                    with regex_quota():  # the request's regex patterns, bounded together
+                        return await route(match, body, token)
+                return run
             allowed.append(route_method)
         if allowed:
             raise MethodNotAllowedError(f"{method} is not allowed on {path}; use {allowed}")
         raise NotFoundError(f"no such endpoint: {method} {path}")
+
+    # --- gates: the headers alone, before the body --------------------------------------------
+
+    def _gate_session(self, token: str | None) -> None:
+        """A session's token (which session the body or path names is checked with it)."""
+        if self.manager.sessions.by_token(token) is None:
+            raise UnauthorizedError("missing or wrong bearer token (a session's token)")
+
+    def _gate_open(self, token: str | None) -> None:
+        """Someone who may open a session: a tenant's key where tenants are configured."""
+        self.access.grant_session(token)
+
+    def _gate_batch(self, token: str | None) -> None:
+        """A batch runs in the session of its token, or opens one with a tenant's key."""
+        if self.manager.sessions.by_token(token) is None:
+            self._gate_open(token)
+
+    def _gate_admin(self, token: str | None) -> None:
+        self.access.require_admin(token, "this route")
+
+    def require_caller(self, token: str | None) -> None:
+        """The OpenAI routes' gate: where tenants are configured, a tenant's key or a
+        session's token (joining that session); anyone otherwise."""
+        if not self.access.is_open and self.manager.sessions.by_token(token) is None:
+            self.access.grant_session(token)
 
     def _session(self, body: RawBody, token: str | None) -> Session:
         return self.manager.authenticate(session_id_of(body), token)
@@ -98,7 +148,8 @@ class WireAPI:
         total = len(self.manager.engines)
         return Health("ok" if healthy == total else "degraded", total, healthy)
 
-    def _admit_new_work(self) -> None:
+    def admit_new_work(self) -> None:
+        """503 while draining: no new session, call, variable or value."""
         if self.is_draining:
             raise ShuttingDownError("the service is shutting down and admits no new work")
 
@@ -106,11 +157,16 @@ class WireAPI:
         """The checks before any new session (also the OpenAI routes' private ones): the service
         admits work, `token` is a tenant's API key where tenants are configured, and the
         session limit holds."""
-        self._admit_new_work()
+        self.admit_new_work()
         grant = self.access.grant_session(token)
         if len(self.manager.sessions) >= self.manager.config.max_sessions:
             raise TooManyRequestsError(f"the service has {len(self.manager.sessions)} sessions "
                                        "(the limit); delete idle ones or retry later",
+                                       self.admission.retry_after_s)
+        held = self.manager.sessions.num_of_tenant(grant.tenant)
+        if grant.max_sessions is not None and held >= grant.max_sessions:
+            raise TooManyRequestsError(f"tenant {grant.tenant!r} has {held} sessions (its "
+                                       "max_sessions); delete idle ones or retry later",
                                        self.admission.retry_after_s)
         return grant
 
@@ -123,7 +179,7 @@ class WireAPI:
     def _open_session(self, grant: TenantGrant) -> Session:
         session = self.manager.create_session()
         # Before any submit, so every prefix hash of the session carries its tenant's salt.
-        session.tenant, session.prefix_salt = grant.tenant, grant.prefix_salt
+        self.manager.sessions.assign(session, grant.tenant, grant.prefix_salt)
         return session
 
     async def delete_session(self, match: re.Match[str], body: RawBody,
@@ -143,7 +199,7 @@ class WireAPI:
         and carries them (`values`): a plain blocking completion, as request-level clients
         (the baseline) use it."""
         session = self._session(body, token)
-        self._admit_new_work()
+        self.admit_new_work()
         self.admission.check(session, 1)
         request = SubmitRequest.from_wire(body)
         call = self._submit(session, request)
@@ -186,11 +242,16 @@ class WireAPI:
         else:
             session = self._session(body, token)
             batch = SubmitBatchRequest.from_wire(body)
-            self._admit_new_work()
+            self.admit_new_work()
             self.admission.check(session, len(batch.calls))
         results: list[SubmitReply | ErrorReply] = []
         for index, call in enumerate(batch.calls):
+            if index and index % CALLS_PER_SLICE == 0:
+                await asyncio.sleep(0)  # a slice at a time (admission.CALLS_PER_SLICE)
             try:
+                if self.manager.sessions.find(session.session_id) is not session:
+                    raise NotFoundError(f"session {session.session_id} was deleted")
+                self.admit_new_work()
                 if isinstance(call, RejectedCall):
                     raise call.error
                 request = resolve_refs(call, index, results, session.session_id)
@@ -202,6 +263,7 @@ class WireAPI:
     async def create_variable(self, match: re.Match[str], body: RawBody,
                               token: str | None) -> VariableId:
         session = self._session(body, token)
+        self.admit_new_work()  # draining: no new variables, no new values
         request = CreateVariableRequest.from_wire(body)
         var = self.manager.create_variable(session, request.name, request.value)
         return VariableId(var.var_id)
@@ -209,6 +271,7 @@ class WireAPI:
     async def set_variable(self, match: re.Match[str], body: RawBody,
                            token: str | None) -> VariableId:
         session = self._session(body, token)
+        self.admit_new_work()
         request = SetVariableRequest.from_wire(body)
         self.manager.set_variable(session, match["vid"], request.value)
         return VariableId(match["vid"])

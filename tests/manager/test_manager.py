@@ -262,7 +262,7 @@ async def test_the_same_name_readmits_a_down_engine_with_its_new_client(manager,
 async def test_idle_sessions_expire_but_busy_ones_stay(engine):
     from parrot.serve_config import ManagerConfig
     from parrot.manager.manager import Manager
-    from parrot.errors import NotFoundError
+    from parrot.errors import UnauthorizedError
     from parrot.policies.least_queue import LeastQueuePolicy
 
     manager = Manager(LeastQueuePolicy(), ManagerConfig(session_idle_timeout_s=0.05))
@@ -274,13 +274,13 @@ async def test_idle_sessions_expire_but_busy_ones_stay(engine):
         var = manager.create_variable(busy, "later", None)
         waiter = asyncio.create_task(manager.get(busy, var.var_id, Criterion.LATENCY))
         await asyncio.sleep(0.2)
-        with pytest.raises(NotFoundError):
+        with pytest.raises(UnauthorizedError):  # its token is no session's any more
             manager.authenticate(idle.session_id, idle.token)
         assert manager.authenticate(busy.session_id, busy.token) is busy  # a get is waiting
         manager.set_variable(busy, var.var_id, "now")
         assert await waiter == "now"
         await asyncio.sleep(0.2)
-        with pytest.raises(NotFoundError):
+        with pytest.raises(UnauthorizedError):
             manager.authenticate(busy.session_id, busy.token)
     finally:
         await manager.close()

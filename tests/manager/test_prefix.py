@@ -1,6 +1,9 @@
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from parrot.manager.executor import (CACHED, MIN_CONTEXT_TOKENS, plan_prefix_contexts,
                                   shareable_hashes)
-from parrot.manager.prefix import PrefixIndex, estimate_prompt, prefix_pieces
+from parrot.manager.prefix import PrefixIndex, estimate_prompt, prefix_hashes_of, prefix_pieces
 from parrot.template import parse_template
 from parrot.types import estimate_num_tokens
 
@@ -160,3 +163,45 @@ def test_only_branch_points_of_the_sharing_get_contexts():
     counts[hashes[8]] = CACHED
     contexts, _ = plan_prefix_contexts(pieces, counts.__getitem__)
     assert [c.prefix_hash for c in contexts] == [hashes[8]]
+
+
+# --- the hash is an injective encoding of (salt, pieces) ---------------------------------------
+
+_TEXT = st.text(alphabet=st.sampled_from(["a", "b", "\x00", "\x01", "é", "\n"]), min_size=1,
+                max_size=6)
+_PROMPTS = st.tuples(st.sampled_from(["", "a", "team-a", "a\x00"]),
+                     st.lists(_TEXT, min_size=1, max_size=4))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_PROMPTS, _PROMPTS)
+def test_different_piece_sequences_never_hash_alike(one, other):
+    """Every boundary's hash names exactly its salt and the pieces before it: over a small
+    alphabet full of separator-like characters, two different (salt, pieces) never share one."""
+    (salt_a, pieces_a), (salt_b, pieces_b) = one, other
+    hashes_a = prefix_hashes_of(pieces_a, salt_a)
+    hashes_b = prefix_hashes_of(pieces_b, salt_b)
+    for i, h in enumerate(hashes_a):
+        for j, g in enumerate(hashes_b):
+            same = salt_a == salt_b and pieces_a[:i + 1] == pieces_b[:j + 1]
+            assert (h == g) == same
+
+
+def test_a_value_cannot_forge_another_tenants_salted_prefix():
+    """A sharing (unsalted) tenant sends `'team-a\\x01' + doc`, the old salted encoding of
+    tenant team-a's `doc`: it must not get team-a's hash."""
+    doc = "The confidential onboarding document. " * 10
+    template = parse_template("{{input:doc}} {{output:y}}")
+    salted = prefix_pieces(template, {"doc": doc}, salt="team-a")
+    for forged_value in ("team-a\x01" + doc, "team-a" + doc, "\x00" * 8 + "team-a" + doc):
+        forged = prefix_pieces(template, {"doc": forged_value}, salt="")
+        assert not {p.prefix_hash for p in forged} & {p.prefix_hash for p in salted}
+
+
+def test_two_pieces_never_hash_as_their_concatenation_with_a_separator():
+    template_two = parse_template("{{input:a}}{{input:b}}{{output:y}}")
+    template_one = parse_template("{{input:a}}{{output:y}}")
+    two = prefix_pieces(template_two, {"a": "left", "b": "right"}, salt="t")
+    for joined in ("left\x00right", "left\x00right\x00", "leftright"):
+        one = prefix_pieces(template_one, {"a": joined}, salt="t")
+        assert one[-1].prefix_hash != two[-1].prefix_hash

@@ -29,8 +29,13 @@ async def test_authenticate_rejects_a_missing_wrong_or_non_ascii_token(token):
     session = store.create()
     with pytest.raises(UnauthorizedError):
         store.authenticate(session.session_id, token)
-    with pytest.raises(UnauthorizedError):  # another session's token is just as wrong
+    # Another session's token naming this one: exactly what an unknown id gets.
+    with pytest.raises(NotFoundError) as other:
         store.authenticate(session.session_id, store.create().token)
+    with pytest.raises(NotFoundError) as unknown:
+        store.authenticate("s-0123456789abcdef", store.create().token)
+    assert str(other.value).replace(session.session_id, "ID") == \
+        str(unknown.value).replace("s-0123456789abcdef", "ID")
 
 
 async def test_authenticate_returns_the_session_and_marks_it_active():

@@ -25,7 +25,7 @@ async def _healthy(http) -> None:
 
 
 @pytest.mark.parametrize("raw, message", [
-    (b'{"session_id": "s", "n": ' + b"9" * 5000 + b"}", "not valid JSON"),
+    (b'{"session_id": "s", "n": ' + b"9" * 5000 + b"}", "at most 20 digits"),
     (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
     (b'{"session_id": "s", "x": NaN}', "NaN"),
     (b'{"session_id": "\xff\xfe"}', "not UTF-8"),
@@ -167,4 +167,47 @@ async def test_unknown_session_path_and_garbage_token(service):
     _, http = service
     status, reply, _ = await call(http, "GET", "/v1/sessions/%00%ff/graph",
                                   headers=bearer("x" * 40))
-    assert status == 404
+    assert status == 401  # the token is no session's: refused before the path is looked up
+
+
+# Digit limits on every integer field: a huge integer is a 400 wherever it is sent, decided
+# once when the body is parsed (json_body.MAX_INT_DIGITS), not field by field.
+HUGE = "9" * 4000
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/get", f'{{"session_id": "SID", "semantic_var_id": "v-1", "timeout": {HUGE}}}'),
+    ("/v1/get", '{"session_id": "SID", "semantic_var_id": "v-1", "timeout": 1e999}'),
+    ("/v1/submit", '{"session_id": "SID", "prompt": "{{output:y}}", '
+                   f'"sampling": {{"top_k": {HUGE}}}}}'),
+    ("/v1/submit", '{"session_id": "SID", "prompt": "{{output:y}}", '
+                   f'"sampling": {{"stop_token_ids": [{HUGE}]}}}}'),
+    ("/v1/submit", '{"session_id": "SID", "prompt": "{{output:y}}", '
+                   '"sampling": {"seed": -%s}}' % ("9" * 21)),
+    ("/v1/completions", f'{{"model": "simulated", "prompt": "x", "top_k": {HUGE}}}'),
+    ("/v1/completions", f'{{"model": "simulated", "prompt": "x", "max_tokens": {HUGE}}}'),
+    ("/v1/chat/completions", '{"model": "simulated", "messages": [{"role": "user", '
+                             f'"content": "x"}}], "n": {HUGE}}}'),
+])
+async def test_huge_integers_are_400_everywhere(service, path, body):
+    _, http = service
+    sid, auth = await new_session(http)
+    status, reply, _ = await call(http, "POST", path, headers=auth,
+                                  raw=body.replace("SID", sid).encode())
+    assert status == 400, reply
+    assert len(json.dumps(reply)) < 1000  # the number is not echoed back
+    await _healthy(http)
+
+
+@pytest.mark.parametrize("sampling, message", [
+    ({"stop_token_ids": list(range(65))}, "at most 64"),
+    ({"stop_token_ids": [2**31]}, "at most 64 integers in"),
+    ({"top_k": 1_000_001}, "top_k"),
+    ({"stop": ["s"] * 17}, "at most 16"),
+])
+async def test_every_list_and_integer_in_sampling_is_capped(service, sampling, message):
+    _, http = service
+    sid, auth = await new_session(http)
+    status, reply, _ = await call(http, "POST", "/v1/submit",
+                                  one_call(sid, sampling=sampling), auth)
+    assert status == 400 and message in reply["error"]["message"], reply

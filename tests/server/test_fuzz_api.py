@@ -124,6 +124,27 @@ def submit_body(var_ids: list[str]) -> st.SearchStrategy[dict[str, Any]]:
         "sampling": SAMPLING, "wait": st.one_of(st.booleans(), ODD), "extra": ODD})
 
 
+TOOL = st.fixed_dictionaries({"type": st.just("function"), "function": st.fixed_dictionaries(
+    {"name": NAMES, "parameters": st.dictionaries(st.text(max_size=8), JSON_VALUES,
+                                                   max_size=3)})})
+
+
+def openai_body(field_name: str, value: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.fixed_dictionaries({"model": st.sampled_from(["simulated", "nope"]),
+                                  field_name: value}, optional={
+        "max_tokens": st.one_of(st.integers(1, 8), ODD),
+        "n": st.one_of(st.integers(1, 4), st.integers(17, 100), ODD),
+        "stream": st.one_of(st.booleans(), ODD),
+        "stream_options": st.one_of(st.just({"include_usage": True}), ODD),
+        "tools": st.one_of(st.lists(TOOL, max_size=40), ODD),
+        "stop": st.one_of(st.lists(TEXT, max_size=20), ODD),
+        "top_k": st.one_of(st.integers(-1, 50), st.integers(10**6, 10**7), ODD),
+        "seed": ODD, "temperature": ODD,
+        "parrot": st.one_of(st.fixed_dictionaries({}, optional={
+            "criteria": st.sampled_from(["latency", "throughput", "x"]),
+            "session_id": st.one_of(NAMES, ODD)}), ODD)})
+
+
 def _quote(text: str) -> str:
     return urllib.parse.quote(text, safe="") or "x"
 
@@ -140,7 +161,11 @@ def requests(draw: st.DrawFn, h: Harness) -> dict[str, Any]:
         ("POST", "/v1/submit"), ("POST", "/v1/submit_batch"), ("POST", "/v1/variables"),
         ("POST", f"/v1/variables/{vid}"), ("POST", "/v1/get"), ("GET", "/v1/engines"),
         ("POST", "/v1/engines"), ("GET", "/v1/stats"), ("GET", "/healthz"),
-        ("GET", "/v1/nothing"), ("PATCH", "/v1/submit"), ("GET", "/v1/submit")]))
+        ("GET", "/v1/nothing"), ("PATCH", "/v1/submit"), ("GET", "/v1/submit"),
+        # The OpenAI routes (n, tools-sized bodies, streams) and a variable stream.
+        ("POST", "/v1/completions"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
+        ("GET", f"/v1/models/{draw(st.text(max_size=8).map(_quote))}"),
+        ("GET", f"/v1/variables/{vid}/stream?session_id={sid}")]))
     method, path = route
     if draw(st.integers(0, 19)) == 0:
         method = draw(st.sampled_from(["GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS"]))
@@ -154,6 +179,11 @@ def requests(draw: st.DrawFn, h: Harness) -> dict[str, Any]:
             "semantic_var_id": st.one_of(st.just(vid), ODD),
             "criteria": st.one_of(st.sampled_from(["latency", "throughput", "fast"]), ODD),
             "timeout": st.one_of(st.floats(0.001, 0.02), ODD)}),
+        "/v1/completions": openai_body("prompt", st.one_of(TEXT, st.lists(TEXT, max_size=3),
+                                                           ODD)),
+        "/v1/chat/completions": openai_body("messages", st.one_of(st.lists(
+            st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "tool", "x"]),
+                                   "content": st.one_of(TEXT, ODD)}), max_size=3), ODD)),
         "/v1/engines": st.fixed_dictionaries({}, optional={
             "name": st.one_of(NAMES, ODD), "url": st.one_of(TEXT, ODD),
             "latency_capacity": ODD}),
@@ -252,6 +282,9 @@ def _check(h: Harness, status: int, content_type: str, body: bytes, req: dict[st
     h.statuses[status] = h.statuses.get(status, 0) + 1
     assert status < 500, (status, body[:300], req)
     if req["method"] == "HEAD":
+        return
+    if status == 200 and content_type.startswith("text/event-stream"):  # a stream, ended
+        assert body.endswith(b"data: [DONE]\n\n"), (body[-300:], req)
         return
     assert content_type.startswith("application/json"), (status, content_type, body[:200], req)
     reply = json.loads(body)

@@ -110,7 +110,8 @@ async def test_auth_and_session_errors(http):
     other_sid, other_auth = await new_session(http)
     body = {"session_id": sid, "name": "x", "value": "1"}
     assert (await post(http, "/v1/variables", body))[0] == 401
-    assert (await post(http, "/v1/variables", body, other_auth))[0] == 401
+    # Another session's token naming this session: answered as an unknown session is.
+    assert (await post(http, "/v1/variables", body, other_auth))[0] == 404
     assert (await post(http, "/v1/variables", {**body, "session_id": "s-nope"}, auth))[0] == 404
     status, created = await post(http, "/v1/variables", body, auth)
     assert status == 200
@@ -166,7 +167,7 @@ async def test_delete_session_fails_waiters(http):
     async with http.delete(f"/v1/sessions/{sid}", headers=auth) as resp:
         assert resp.status == 200
     status, reply = await post(http, "/v1/variables", {"session_id": sid, "name": "x"}, auth)
-    assert status == 404
+    assert status == 401  # the deleted session's token is no session's token any more
 
 
 async def test_submit_batch_with_refs_and_a_rejected_call(http):

@@ -40,7 +40,7 @@ async def test_metrics_count_requests_calls_and_engines(server):
                                                       "max_tokens": 3, "n": 3}) as resp:
             assert resp.status == 200
         async with http.get("/v1/sessions/s-nope/graph") as resp:
-            assert resp.status == 404
+            assert resp.status == 401  # no session's token: refused from the headers
         async with http.get("/metrics") as resp:  # per-engine prefix hits: the admin's only
             assert resp.status == 401
         m = await scrape(http, server.admin_token)
@@ -49,7 +49,7 @@ async def test_metrics_count_requests_calls_and_engines(server):
     # wire routes are labelled by their template, never by the raw path
     assert m[("parrot_http_requests_total", (("method", "GET"),
                                              ("route", "/v1/sessions/{sid}/graph"),
-                                             ("status", "404")))] == 1
+                                             ("status", "401")))] == 1
     assert m[("parrot_calls_finished_total", (("state", "done"),))] == 3
     assert m[("parrot_call_e2e_seconds_count", ())] == 3
     assert m[("parrot_call_ttft_seconds_count", ())] == 3

@@ -63,7 +63,7 @@ async def test_session_counters_only_for_their_session():
         assert stats == {"session_id": sid, "tenant": "default", "calls": {"done": 1},
                          "variables": 2, "waiting_gets": 0}
         status, _, _ = await call(http, "GET", f"/v1/sessions/{sid}/stats", headers=other_auth)
-        assert status == 401
+        assert status == 404  # another session answers as an unknown one
 
 
 async def test_tenants_need_their_api_key_to_open_sessions():
@@ -196,3 +196,21 @@ async def test_openai_routes_need_a_tenant_key_and_salt_prefixes_by_tenant():
         assert [(s.tenant, s.prefix_salt) for s in seen] == [("team-a", "team-a")]
     finally:
         await manager.close()
+
+
+async def test_a_tenants_session_quota_keeps_it_from_taking_every_session():
+    tenants = [{"name": "a", "api_key": KEY_A, "max_sessions": 2}, {"name": "b", "api_key": KEY_B}]
+    async with running(config(tenants=tenants)) as (server, http):
+        first, first_auth = await new_session(http, KEY_A)
+        await new_session(http, KEY_A)
+        status, reply, resp = await call(http, "POST", "/v1/sessions", headers=bearer(KEY_A))
+        assert status == 429 and "max_sessions" in reply["error"]["message"]
+        assert resp.headers["Retry-After"]
+        async with http.post("/v1/completions", headers=bearer(KEY_A), json={
+                "model": "simulated", "prompt": "x", "max_tokens": 1}) as r:
+            assert r.status == 429  # its OpenAI requests' private sessions count too
+        await new_session(http, KEY_B)  # other tenants are not held to a's quota
+        async with http.delete(f"/v1/sessions/{first}", headers=first_auth) as r:
+            assert r.status == 200
+        await new_session(http, KEY_A)  # a deleted session frees its place
+        assert server.manager.sessions.num_of_tenant("a") == 2

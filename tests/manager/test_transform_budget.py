@@ -1,0 +1,49 @@
+"""User transforms cannot hold the manager's loop (docs/SECURITY.md): compile bombs are a 400
+before anything is compiled, and one call's transforms share one bounded budget."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from tests.server.front_door import call, config, new_session, running
+
+
+async def test_a_regex_compile_bomb_is_a_400_at_once():
+    async with running(config()) as (_, http):
+        sid, auth = await new_session(http)
+        for pattern in ("(?:a{1000}){1000}", "(?:(?:(?:a{1000}){1000}){1000}){1000}",
+                        "(?:a{65535}){65535}"):
+            body = {"session_id": sid, "prompt": "{{input:x}}{{output:y}}", "placeholders": [
+                {"name": "x", "in_out": "input", "value": "aaa",
+                 "transforms": [{"type": "regex", "pattern": pattern, "group": 0}]}]}
+            start = time.perf_counter()
+            status, reply, _ = await call(http, "POST", "/v1/submit", body, auth)
+            assert time.perf_counter() - start < 0.3
+            assert status == 400 and "expands to" in reply["error"]["message"], reply
+
+
+async def test_many_transforms_over_a_large_value_fail_the_call_within_its_budget():
+    """48 inputs x 16 regex transforms over a 3M-character value: each search alone is under
+    its deadline, but together they would hold the loop for seconds."""
+    async with running(config()) as (_, http):
+        sid, auth = await new_session(http)
+        _, var, _ = await call(http, "POST", "/v1/variables", raw=json.dumps(
+            {"session_id": sid, "value": "ab" * 1_500_000}).encode(), headers=auth)
+        regexes = [{"type": "regex", "pattern": "(.*)"}] * 16  # each search: a few ms
+        names = [f"x{i}" for i in range(48)]
+        body = {"session_id": sid, "prompt": "".join(f"{{{{input:{n}}}}}" for n in names)
+                + "{{output:y}}",
+                "placeholders": [{"name": n, "in_out": "input",
+                                  "semantic_var_id": var["semantic_var_id"],
+                                  "transforms": regexes} for n in names]}
+        start = time.perf_counter()
+        status, reply, _ = await call(http, "POST", "/v1/submit", body, auth)
+        assert status == 200, reply
+        out = reply["placeholders"][-1]["semantic_var_id"]
+        status, got, _ = await call(http, "POST", "/v1/get",
+                                    {"session_id": sid, "semantic_var_id": out}, auth)
+        assert time.perf_counter() - start < 1.0
+        assert status == 424 and "budget" in got["error"]["message"], got
+        status, _, _ = await call(http, "GET", "/healthz")
+        assert status == 200
