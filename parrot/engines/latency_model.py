@@ -142,6 +142,10 @@ class SimulatedEngineConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
     shared_prefix_decode: bool = True
+    # A Generate that does not set ignore_eos ends, as a model's turn does, after a length drawn
+    # from a geometric distribution of this mean (capped by max_tokens); None: every Generate
+    # runs to max_tokens (what the benchmark workloads ask for with ignore_eos anyway).
+    eos_mean_tokens: int | None = None
     latency: LatencyModel = field(default_factory=LatencyModel)
     profile: str | None = None  # where the latency defaults came from, for information
 
@@ -151,6 +155,8 @@ class SimulatedEngineConfig:
             _CHECK.positive_int(key, getattr(self, key))
         _CHECK.text("model", self.model)
         _CHECK.boolean("shared_prefix_decode", self.shared_prefix_decode)
+        if self.eos_mean_tokens is not None:
+            _CHECK.positive_int("eos_mean_tokens", self.eos_mean_tokens)
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any] | None) -> SimulatedEngineConfig:

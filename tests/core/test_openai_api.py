@@ -176,6 +176,34 @@ async def post(url: str, body: dict) -> tuple[int, dict]:
             return resp.status, await resp.json()
 
 
+async def test_a_chat_without_max_tokens_on_the_sim_config_ends_by_itself():
+    """configs/sim.yaml (what `parrot-serve --config sim` runs): a chat that sets no
+    max_tokens (LangChain's default) ends its turn like a model, not at the window."""
+    import yaml
+
+    from parrot.core.config import ServeConfig
+    from parrot.core.server import ParrotServer
+    from tests.serve_process import ROOT
+
+    data = yaml.safe_load((ROOT / "configs/sim.yaml").read_text())
+    for engine in data["engines"]:  # the same engines, on no clock (the test's time)
+        engine["in_process"] = True
+        engine["params"]["zero_latency"] = True
+        engine["params"]["profile"] = "a100_llama13b"  # the file's path is relative to it
+    server = ParrotServer(ServeConfig.from_mapping(data))
+    await server.start(port=0)
+    try:
+        async with openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="x") as client:
+            reply = await client.chat.completions.create(
+                model="llama-13b", messages=[{"role": "user", "content": "Tell me a story."}],
+                n=4)
+        assert {c.finish_reason for c in reply.choices} == {"stop"}
+        # mean 128 tokens per turn: far from the 8,192-token window
+        assert reply.usage.completion_tokens < 4 * 1024
+    finally:
+        await server.stop()
+
+
 async def test_sampling_defaults_are_openais_on_the_openai_routes_only():
     """OpenAI's defaults (temperature 1, top_p 1) when a request omits them: `n` choices are
     samples, not n copies of the greedy answer. The wire API keeps its own (greedy)."""
