@@ -98,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--engine-param", action="append", default=[], metavar="KEY=VALUE",
                    help="simulated engine parameter over the profile, every variant "
                    "(repeatable); one variant's: --compare POLICY+engine.KEY=VALUE")
-    c.add_argument("--config", help="live mode: parrot-serve YAML (default policies.yaml)")
+    c.add_argument("--config", help="live mode (required there): a parrot-serve YAML, or a "
+                   "shipped config's name (policies, sim)")
     m = p.add_argument_group("sweeps and the paper's table")
     m.add_argument("--sweep", metavar="FIELD=V1,V2,...", help="run the comparison once per "
                    "value of a workload field, e.g. output_tokens=25,50,75,100")
@@ -320,6 +321,16 @@ def main(argv: list[str] | None = None) -> int:
                          calibrate=args.paper_calibrate)
     if args.workload is None:
         parser.error("--workload is required (or --paper)")
+    if args.mode == "live" and args.config is None:
+        # Live mode runs real engines; which ones is the user's choice, never a guess.
+        print("parrot-bench: --mode live needs --config: the parrot-serve YAML whose engines "
+              "to run (e.g. --config policies.yaml, or --config sim for simulated engines)",
+              file=sys.stderr)
+        return 2
+    if args.config is not None:
+        from parrot.cli.serve import resolve_config
+
+        args.config = str(resolve_config(args.config))   # a shipped config's name works too
     settings, variants, reference = parse_settings(parser, args)
     try:
         args.out.mkdir(parents=True, exist_ok=True)

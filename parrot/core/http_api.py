@@ -159,8 +159,10 @@ class JsonAppRunner(web.AppRunner):
     timer is what closes a connection waiting for a request; it is armed when the connection
     opens and after each answer, and does not move while bytes trickle in)."""
 
-    def __init__(self, app: web.Application, header_timeout_s: float) -> None:
-        super().__init__(app, access_log=None, keepalive_timeout=header_timeout_s)
+    def __init__(self, app: web.Application, header_timeout_s: float, *,
+                 shutdown_timeout_s: float = 60.0) -> None:
+        super().__init__(app, access_log=None, keepalive_timeout=header_timeout_s,
+                         shutdown_timeout=shutdown_timeout_s)
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
