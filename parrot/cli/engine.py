@@ -117,16 +117,19 @@ async def serve(args: argparse.Namespace, params: dict[str, Any], secret: str) -
         log.info("engine %s (%s) serving at %s", args.name, args.kind, url)
         stopping = asyncio.create_task(stop.wait())
         tasks.append(stopping)
+        registering = None
         if args.register_url:
             admin_token = args.admin_token or os.environ.get(ADMIN_TOKEN_ENV)
-            tasks.append(asyncio.create_task(
-                register_until_accepted(args.register_url, args.name, url, secret, admin_token)))
-        # Stop on a signal, or when registration is refused for good (it raises then).
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        for task in done:
-            if task is not stopping and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
-        await stopping
+            registering = asyncio.create_task(
+                register_until_accepted(args.register_url, args.name, url, secret, admin_token))
+            tasks.append(registering)
+        # Stop on a signal, or when registration is refused for good (it raises then; once
+        # registered, the engine just serves on).
+        watched = {stopping} | ({registering} if registering is not None else set())
+        while not stopping.done():
+            done, watched = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            if registering in done:
+                registering.result()
         log.info("engine %s stopping", args.name)
     finally:
         for task in tasks:

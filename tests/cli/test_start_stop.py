@@ -148,3 +148,25 @@ def test_bench_live_without_config_is_one_line(tmp_path):
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1, done.stderr
     assert "--mode live needs --config" in done.stderr
+
+
+async def test_a_launched_engine_stops_at_once_on_sigterm():
+    """What parrot-serve's launcher starts (--exit-with-parent): SIGTERM ends it at once, not
+    after the launcher's 5-s grace and a SIGKILL."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "parrot.cli.engine", "--kind", "simulated", "--name", "e0",
+        "--params", '{"zero_latency": true}', "--exit-with-parent", "--log-level", "ERROR",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        env={**ENV, "PARROT_ENGINE_SECRET": "a-secret-for-the-test"})
+    try:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+        assert line.startswith("READY "), line
+        proc.send_signal(signal.SIGTERM)
+        started = asyncio.get_running_loop().time()
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+        assert asyncio.get_running_loop().time() - started < 2.0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
