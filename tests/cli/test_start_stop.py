@@ -110,7 +110,8 @@ async def test_an_engine_with_a_wrong_admin_token_stops_after_a_few_tries():
     from parrot.core.config import ServeConfig
     from parrot.core.server import ParrotServer
 
-    server = ParrotServer(ServeConfig.from_mapping({"manager": {"admin_token": "the-right-admin-token"}}))
+    server = ParrotServer(ServeConfig.from_mapping(
+        {"manager": {"admin_token": "the-right-admin-token"}}))
     url = await server.start(port=0)
     try:
         env = {k: v for k, v in ENV.items() if k != "PARROT_ENGINE_SECRET"}
