@@ -96,6 +96,8 @@ def load_params(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def serve(args: argparse.Namespace, params: dict[str, Any], secret: str) -> None:
+    # first thing: a builtin engine imports torch and loads its model for a while after it
+    log.info("engine %s (%s): starting", args.name, args.kind)
     engine = create_engine(args.kind, args.name, params)
     runner = web.AppRunner(create_app(engine, secret=secret, max_body_bytes=args.max_body_bytes),
                            handle_signals=False, access_log=None)

@@ -6,8 +6,10 @@ tests and benchmarks can run several engines over one loaded model.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +38,17 @@ from parrot.engines.builtin.startup_probe import StartupProbe
 from parrot.engines.builtin.warmup import WarmupReport, batch_buckets, warm_up, width_buckets
 
 log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def startup_phase(name: str, what: str) -> Iterator[None]:
+    """A start-up phase logged as it begins and with its time as it ends: a cold start
+    (loading, converting the weights once, compiling kernels, capturing graphs) takes
+    minutes, and each phase says what the engine is doing meanwhile."""
+    log.info("engine %s: %s ...", name, what)
+    started = time.perf_counter()
+    yield
+    log.info("engine %s: %s done in %.1f s", name, what, time.perf_counter() - started)
 
 
 @dataclass
@@ -96,7 +109,9 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
     """Blocking when it loads the model (bundle None). `runner_type` / `scheduler_type`: a
     subclass to build instead (tests inject faults through them)."""
     if bundle is None:
-        bundle = load_bundle(config)
+        with startup_phase(name, f"loading {config.model} (converting its weights the first "
+                                 "time)"):
+            bundle = load_bundle(config)
     model = bundle.model
     num_blocks = num_blocks_for(config, bundle.shape, model.dtype, model.device)
     capacity = num_blocks * config.block_size
@@ -142,7 +157,8 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
         # Under the GPU's lock too, so that another engine starting on this GPU never times
         # its layers while this one captures and compiles (and compiles after this one, from
         # the kernels it left in Triton's cache).
-        with exclusive_device(device_key(model.device)):
+        with exclusive_device(device_key(model.device)), \
+                startup_phase(name, "warm-up: compiling kernels, capturing CUDA graphs"):
             report = warm_up(graphs, shared_prefix=bundle.uses_kernels,
                              min_prefix_blocks=-(-config.shared_prefix_min_tokens
                                                  // config.block_size),

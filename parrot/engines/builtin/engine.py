@@ -100,7 +100,11 @@ class BuiltinEngine(Engine):
             self._task = asyncio.create_task(self._run(), name=f"builtin-engine-{self._name}")
             if self._speed_probe is not None:
                 # Its Fills call start() again, which returns at once: the task exists.
+                log.info("engine %s: measuring its speed profile ...", self._name)
+                started = time.perf_counter()
                 self._speed_profile = await self._speed_probe.run(self, self._name)
+                log.info("engine %s: speed profile measured in %.1f s", self._name,
+                         time.perf_counter() - started)
 
     async def close(self) -> None:
         self._closing = True
