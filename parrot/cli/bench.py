@@ -321,17 +321,17 @@ def main(argv: list[str] | None = None) -> int:
                          calibrate=args.paper_calibrate)
     if args.workload is None:
         parser.error("--workload is required (or --paper)")
+    if args.config is not None:
+        from parrot.cli.serve import resolve_config
+
+        args.config = str(resolve_config(args.config))   # a shipped config's name works too
+    settings, variants, reference = parse_settings(parser, args)
     if args.mode == "live" and args.config is None:
         # Live mode runs real engines; which ones is the user's choice, never a guess.
         print("parrot-bench: --mode live needs --config: the parrot-serve YAML whose engines "
               "to run (e.g. --config policies.yaml, or --config sim for simulated engines)",
               file=sys.stderr)
         return 2
-    if args.config is not None:
-        from parrot.cli.serve import resolve_config
-
-        args.config = str(resolve_config(args.config))   # a shipped config's name works too
-    settings, variants, reference = parse_settings(parser, args)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
