@@ -116,6 +116,8 @@ class EngineProcess:
         # engine logs each start-up phase with its time instead.
         env.setdefault("TQDM_DISABLE", "1")
         env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        # Said at once: a builtin engine's first line of its own comes after torch's import.
+        log.info("engine %s (%s): starting its process", self.spec.name, self.spec.kind)
         # stdin is a pipe we never write to: the engine's parent watchdog (EOF = we are gone).
         self._proc = await asyncio.create_subprocess_exec(
             *self.command(), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
