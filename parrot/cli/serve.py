@@ -135,7 +135,10 @@ async def serve(config: ServeConfig, host: str | None, port: int | None) -> None
                 print("parrot-serve: stopping now", flush=True)
         finally:
             counting.cancel()
-    except OSError as exc:  # the port was taken between the check and the bind
+    except OSError as exc:
+        if exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+            raise
+        # the port was taken between the check and the bind
         raise PortInUseError(_bind_problem(bind_host, bind_port, exc)) from None
     finally:
         await server.stop()
