@@ -731,7 +731,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "port_in_use_found_after_the_engines", "parrot/cli/serve.py",
         "    check_port_free(bind_host, bind_port)\n",
         "",
-        ("tests/cli/test_start_stop.py::test_a_port_in_use_is_one_line",)),
+        ("tests/cli/test_start_stop.py::"
+         "test_a_port_in_use_is_one_line_before_any_engine_starts",)),
     Mutation(
         "refused_engine_token_retried_forever", "parrot/cli/engine.py",
         "            if refused >= MAX_REFUSED_REGISTRATIONS:\n",
