@@ -1,6 +1,8 @@
 """Check the package as a user gets it: a wheel, installed into a fresh venv outside the source
-tree (no editable install), then `parrot --version`, `parrot-bench --workload map_reduce` and
-`parrot-serve --config sim` (GET /metrics parsed, one OpenAI completion) from another folder.
+tree (no editable install), then `parrot --version`, `parrot-bench` for every workload with its
+default arguments, `parrot-serve --config sim` (GET /metrics parsed, one OpenAI completion) and
+`parrot-serve` with no `--config` (the shipped policies.yaml: it starts, or, without the
+[engine] extra, says in one line which extra to install) from another folder.
 
     python scripts/check_install.py [--python /path/to/python3.11] [--keep]
 
@@ -63,6 +65,29 @@ def check_serve(bin_dir: Path, work: Path) -> None:
         proc.wait(60)
 
 
+def check_default_config(bin_dir: Path, work: Path) -> None:
+    """`parrot-serve` with no --config, from a folder without policies.yaml: the shipped one."""
+    has_torch = subprocess.run([str(bin_dir / "python"), "-c", "import torch"],
+                               capture_output=True).returncode == 0
+    proc = subprocess.Popen([str(bin_dir / "parrot-serve"), "--port", "0", "--log-level",
+                             "WARNING"], cwd=work, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        line = proc.stdout.readline()
+        if "ready at" in line:
+            print("ok  parrot-serve (no --config): the shipped policies.yaml, ready")
+            return
+        err = proc.stderr.read()
+        if has_torch or "parrot-serve[engine]" not in err or "Traceback" in err:
+            raise SystemExit(f"FAILED: parrot-serve (no --config)\n{line}{err[-2000:]}")
+        print("ok  parrot-serve (no --config): the shipped policies.yaml; without the engine "
+              "extra it names it: " + err.strip().splitlines()[-1][:120])
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", default=sys.executable,
@@ -83,12 +108,17 @@ def main() -> int:
         assert str(ROOT) not in where, f"imported the source tree: {where}"
         print(f"ok  installed (parrot at {where})")
         print("ok  " + run([str(bin_dir / "parrot"), "--version"], work).strip())
-        run([str(bin_dir / "parrot-bench"), "--workload", "map_reduce", "--out",
-             str(work / "out"), "--quiet"], work)
-        assert (work / "out" / "results.json").is_file()
-        print("ok  parrot-bench --workload map_reduce wrote results.json and "
-              f"{len(list((work / 'out').glob('*.png')))} plots")
+        workloads = run([str(bin_dir / "python"), "-c", "from parrot.sim.workloads.registry "
+                         "import WORKLOADS; print(' '.join(sorted(WORKLOADS)))"], work).split()
+        for workload in workloads:
+            out = work / "out" / workload
+            run([str(bin_dir / "parrot-bench"), "--workload", workload, "--out", str(out),
+                 "--quiet"], work)
+            assert (out / "results.json").is_file()
+            print(f"ok  parrot-bench --workload {workload} wrote results.json and "
+                  f"{len(list(out.glob('*.png')))} plots")
         check_serve(bin_dir, work)
+        check_default_config(bin_dir, work)
     finally:
         if args.keep:
             print(f"kept {work}")

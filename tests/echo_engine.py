@@ -10,6 +10,7 @@ from parrot.serve_config import EngineSpec, ServeConfig
 from parrot.server.service import ParrotServer
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
+from parrot.sampling import SamplingParams
 
 
 class EchoEngine(Engine):
@@ -20,6 +21,7 @@ class EchoEngine(Engine):
         self.delay = delay
         self.contexts: dict[str, str] = {}
         self.cancelled = 0
+        self.samplings: list[SamplingParams] = []   # every Generate's, in arrival order
 
     async def start(self) -> None: ...
     async def close(self) -> None: ...
@@ -35,6 +37,7 @@ class EchoEngine(Engine):
                           len(self.contexts[request.context_id]))
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        self.samplings.append(request.sampling)
         text = self.contexts.get(request.context_id) or self.contexts[request.parent_context_id]
         pieces = [text[i:i + 8] for i in range(0, len(text), 8)]
         try:

@@ -41,6 +41,16 @@ def test_installed_package_finds_its_profiles_outside_the_source_tree(tmp_path):
                            cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
     assert where.stdout.startswith(str(target))
     assert (target / "parrot/configs/profiles/a100_llama13b.yaml").is_file()
+    # policies.yaml ships (a copy, not the checkout's link): parrot-serve needs no --config
+    shipped = target / "parrot/configs/policies.yaml"
+    assert shipped.is_file() and not shipped.is_symlink()
+    assert shipped.read_text() == (ROOT / "policies.yaml").read_text()
+    default = subprocess.run(
+        [sys.executable, "-c", "from parrot.cli.serve import resolve_config; "
+         "from parrot.serve_config import ServeConfig; p = resolve_config(None); "
+         "print(p, ServeConfig.load(p).policy.name)"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    assert default.stdout.split() == [str(shipped), "app_centric"]
     out = tmp_path / "out"
     bench = subprocess.run([sys.executable, "-m", "parrot.cli.bench", "--workload", "map_reduce",
                             "--out", str(out), "--quiet", "--no-plots"],

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from collections.abc import Sequence
 from pathlib import Path
@@ -234,12 +234,18 @@ def run_paper(out: Path, *, quiet: bool = False, plots: bool = True, jobs: int =
     argvs = [e.argv(out, profile, experiment_calibration(e, profile) if calibrate else ())
              + ([] if plots else ["--no-plots"]) for e in ordered]
     codes: dict[str, tuple[int, float]] = {}
+    if not quiet:
+        print(f"[paper] {len(argvs)} experiments, {max(1, jobs)} at a time; each reported "
+              "as it finishes", file=sys.stderr, flush=True)
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for path, code, seconds in pool.map(_run_one, argvs):
+        # as they finish, not in submission order: a long rate search first would otherwise
+        # hold back every line behind it
+        for future in as_completed([pool.submit(_run_one, argv) for argv in argvs]):
+            path, code, seconds = future.result()
             codes[Path(path).name] = (code, seconds)
             if not quiet:
-                print(f"[paper] {Path(path).name}: exit {code} in {seconds:.0f}s",
-                      file=sys.stderr)
+                print(f"[paper] {len(codes)}/{len(argvs)} {Path(path).name}: exit {code} in "
+                      f"{seconds:.0f}s", file=sys.stderr, flush=True)
     wall = time.perf_counter() - started
     table = write_report(out, experiments, {k: s for k, (_, s) in codes.items()}, wall,
                          profile, calibrate)

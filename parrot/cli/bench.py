@@ -24,7 +24,8 @@ from parrot.sim.compare import (CompareError, Settings, Variant, parse_variants)
 from parrot.sim.workloads.registry import WORKLOADS
 from parrot.sim.workloads.spec import CHAT_ARRIVALS, OUTPUT_LENGTHS, WorkloadSpec
 from parrot.validation import key_value
-from parrot.cli.bench_run import Progress, format_table, run_comparison  # noqa: F401
+from parrot.cli.bench_run import (Progress, format_failures, format_table,  # noqa: F401
+                                  run_comparison)
 
 # --option dest -> WorkloadSpec field; unset options take the workload's default, then the spec's.
 SPEC_OPTIONS = {"apps": "num_apps", "doc_tokens": "doc_tokens", "chunk_tokens": "chunk_tokens",
@@ -101,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--engine-param", action="append", default=[], metavar="KEY=VALUE",
                    help="simulated engine parameter over the profile, every variant "
                    "(repeatable); one variant's: --compare POLICY+engine.KEY=VALUE")
-    c.add_argument("--config", help="live mode: parrot-serve YAML (default policies.yaml)")
+    c.add_argument("--config", help="live mode (required there): a parrot-serve YAML, or a "
+                   "shipped config's name (policies, sim)")
     m = p.add_argument_group("sweeps and rate searches")
     m.add_argument("--sweep", metavar="FIELD=V1,V2,...", help="run the comparison once per "
                    "value of a workload field, e.g. output_tokens=25,50,75,100")
@@ -231,7 +233,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.workload is None:
         parser.error("--workload is required")
+    if args.config is not None:
+        from parrot.cli.serve import resolve_config
+
+        args.config = str(resolve_config(args.config))   # a shipped config's name works too
     settings, variants, reference = parse_settings(parser, args)
+    if args.mode == "live" and args.config is None:
+        # Live mode runs real engines; which ones is the user's choice, never a guess.
+        print("parrot-bench: --mode live needs --config: the parrot-serve YAML whose engines "
+              "to run (e.g. --config policies.yaml, or --config sim for simulated engines)",
+              file=sys.stderr)
+        return 2
     try:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -247,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     results, ok = run_comparison(settings, variants, reference, args.out, quiet=args.quiet,
                                  plots=not args.no_plots)
     print(format_table(results))
+    failures = format_failures(results)
+    if failures:
+        print(failures)
     print(f"\nwrote {args.out / 'results.json'}")
     return 0 if ok else 1
 

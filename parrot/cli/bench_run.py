@@ -91,6 +91,14 @@ def format_table(results: dict[str, Any]) -> str:
     return "\n".join([title, *lines])
 
 
+def format_failures(results: dict[str, Any]) -> str:
+    """Why each variant that is not `ok` failed, one line each: a status alone ("error") says
+    nothing a user can act on."""
+    lines = [f"{label}: {v['status']}: {v.get('error', 'no detail')}"
+             for label, v in results["variants"].items() if v["status"] != "ok"]
+    return "\n".join(["", "failed variants:", *lines]) if lines else ""
+
+
 def run_comparison(settings: Settings, variants: Sequence[Variant], reference: Variant,
                    out: Path, *, quiet: bool, plots: bool) -> tuple[dict[str, Any], bool]:
     """Run every variant, write out/results.json, out/table.txt and the plots."""
@@ -121,9 +129,20 @@ def _plots(settings: Settings, runs: list[VariantRun], out: Path) -> None:
         return
     ok = [r for r in runs if r.result is not None]
     title = f"{settings.workload} ({'live' if settings.live else 'sim'})"
-    latency_cdf([(r.variant.label, r.records) for r in ok], out / "latency_cdf.png", title)
+    # A failed application has no latency: the legend says how many are missing from a curve,
+    # and a variant with none to draw is named in the title, so a failure is never silent.
+    curves = [(_failed_label(r), r.records) for r in ok]
+    missing = [f"{r.variant.label}: {r.status}" for r in runs
+               if r.result is None or all(rec.error for rec in r.records if rec.is_main)]
+    if missing:
+        title += "\nnot drawn (no finished application): " + "; ".join(missing)
+    latency_cdf(curves, out / "latency_cdf.png", title)
     for r in ok:
         name = r.variant.label.replace(":", "_").replace(".", "_").replace("/", "_")
         engines = [e["name"] for e in r.result.engines if "name" in e]  # type: ignore[union-attr]
         timeline(r.variant.label, r.records, out / f"timeline_{name}.png", title, engines)
 
+
+def _failed_label(run: VariantRun) -> str:
+    failed = sum(1 for r in run.records if r.error)
+    return f"{run.variant.label} ({failed} failed)" if failed else run.variant.label

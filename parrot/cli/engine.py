@@ -46,7 +46,7 @@ from parrot.cli.logs import configure_logging
 from parrot.engines.factory import create_engine
 from parrot.cli.limits import raise_file_limit
 from parrot.engines.server import DEFAULT_MAX_BODY_BYTES, GuardedRunner, create_app
-from parrot.errors import ParrotError
+from parrot.errors import ParrotError, UnauthorizedError
 from parrot.types import EngineKind
 
 log = logging.getLogger("parrot.engine")
@@ -120,11 +120,21 @@ async def serve(args: argparse.Namespace, params: dict[str, Any], secret: str) -
             tasks.append(asyncio.create_task(_stop_on_stdin_eof(stop)))
         print(f"READY {url}", flush=True)
         log.info("engine %s (%s) serving at %s", args.name, args.kind, url)
+        stopping = asyncio.create_task(stop.wait())
+        tasks.append(stopping)
+        registering = None
         if args.register_url:
             admin_token = args.admin_token or os.environ.get(ADMIN_TOKEN_ENV)
-            tasks.append(asyncio.create_task(
-                register_until_accepted(args.register_url, args.name, url, secret, admin_token)))
-        await stop.wait()
+            registering = asyncio.create_task(
+                register_until_accepted(args.register_url, args.name, url, secret, admin_token))
+            tasks.append(registering)
+        # Stop on a signal, or when registration is refused for good (it raises then; once
+        # registered, the engine just serves on).
+        watched = {stopping} | ({registering} if registering is not None else set())
+        while not stopping.done():
+            done, watched = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            if registering in done:
+                registering.result()
         log.info("engine %s stopping", args.name)
     finally:
         for task in tasks:
@@ -133,17 +143,35 @@ async def serve(args: argparse.Namespace, params: dict[str, Any], secret: str) -
         await runner.cleanup()  # closes the engine
 
 
+# A manager that answered 401 this many times in a row will not take the token: a wrong
+# token never becomes right (a restarted manager generates a new one, never the old).
+MAX_REFUSED_REGISTRATIONS = 3
+
+
+class RegistrationRefusedError(UnauthorizedError):
+    """The manager refused the engine's admin token: retrying cannot help."""
+
+
 async def register(manager_url: str, name: str, url: str, secret: str | None = None,
                    admin_token: str | None = None) -> bool:
-    """One registration attempt; False (logged) when the manager did not accept it."""
+    """One registration attempt; False (logged) when the manager did not accept it, or
+    RegistrationRefusedError when it refused the admin token (401/403)."""
     target = manager_url.rstrip("/") + "/v1/engines"
     headers = {"Authorization": f"Bearer {admin_token}"} if admin_token else {}
     body = {"name": name, "url": url} | ({"secret": secret} if secret else {})
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
             async with session.post(target, json=body, headers=headers) as resp:
+                if resp.status in (401, 403):
+                    raise RegistrationRefusedError(
+                        f"the manager at {manager_url} refused the admin token "
+                        f"({'none given' if not admin_token else 'wrong token'}; HTTP "
+                        f"{resp.status}): set {ADMIN_TOKEN_ENV} or --admin-token to the token "
+                        "parrot-serve printed (or manager.admin_token in its config)")
                 if resp.status >= 400:
                     raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:500]}")
+    except RegistrationRefusedError:
+        raise
     except Exception as exc:  # the engine serves anyway; the caller decides about retrying
         log.warning("could not register engine %s at %s: %s", name, target, exc)
         return False
@@ -154,9 +182,21 @@ async def register(manager_url: str, name: str, url: str, secret: str | None = N
 async def register_until_accepted(manager_url: str, name: str, url: str, secret: str,
                                   admin_token: str | None = None,
                                   max_delay_s: float = 10.0) -> None:
-    """The manager may start after the engine, or restart: keep trying, with backoff."""
-    delay = 0.5
-    while not await register(manager_url, name, url, secret, admin_token):
+    """The manager may start after the engine, or restart: keep trying, with backoff. A
+    refused admin token is retried MAX_REFUSED_REGISTRATIONS times in all (the manager may be
+    restarting), then RegistrationRefusedError ends the engine."""
+    delay, refused = 0.5, 0
+    while True:
+        try:
+            if await register(manager_url, name, url, secret, admin_token):
+                return
+            refused = 0
+        except RegistrationRefusedError as exc:
+            refused += 1
+            log.warning("engine %s: %s (attempt %d of %d)", name, exc, refused,
+                        MAX_REFUSED_REGISTRATIONS)
+            if refused >= MAX_REFUSED_REGISTRATIONS:
+                raise
         await asyncio.sleep(delay)
         delay = min(delay * 2, max_delay_s)
 
@@ -242,12 +282,28 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(serve(args, params, secret))
+    except RegistrationRefusedError as exc:
+        print(f"parrot-engine: {exc}; stopped after {MAX_REFUSED_REGISTRATIONS} refusals",
+              file=sys.stderr)
+        sys.exit(2)
     except ParrotError as exc:
         print(f"parrot-engine: {type(exc).__name__}: {exc}", file=sys.stderr)
         sys.exit(2)
     except OSError as exc:
         print(f"parrot-engine: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
         sys.exit(1)
+    _exit_now(0)
+
+
+def _exit_now(code: int) -> None:
+    """Exit without finalizing the interpreter. The engine has closed (its files, sockets
+    and trace flushed): what is left is garbage-collecting the model's object graph, which
+    took 3-4 s with SmolLM2 loaded on a 2-core VM, past the launcher's 5-s grace under load
+    (it then kills the engine, and a Ctrl-C waits that long)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """`parrot`: the umbrella command.
 
-    parrot --version
+    parrot --version | --help
     parrot serve ARGS...    (= parrot-serve ARGS...)
     parrot engine ARGS...   (= parrot-engine ARGS...)
     parrot bench ARGS...    (= parrot-bench ARGS...)
@@ -22,6 +22,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--version"]:
         print(f"parrot-serve {parrot.__version__}")
+        return 0
+    if args[:1] in (["--help"], ["-h"]):  # asked for: stdout and success, as argparse does
+        print(__doc__.strip())
         return 0
     if not args or args[0] not in COMMANDS:
         print(__doc__.strip(), file=sys.stderr if args else sys.stdout)

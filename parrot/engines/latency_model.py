@@ -146,6 +146,10 @@ class SimulatedEngineConfig:
     # scratch forks the longest run of leading full blocks a finished context left cached
     # (sim_prefix_cache.py). Off: what a request-level engine without it does.
     prefix_caching: bool = False
+    # A Generate that does not set ignore_eos ends, as a model's turn does, after a length drawn
+    # from a geometric distribution of this mean (capped by max_tokens); None: every Generate
+    # runs to max_tokens (what the benchmark workloads ask for with ignore_eos anyway).
+    eos_mean_tokens: int | None = None
     latency: LatencyModel = field(default_factory=LatencyModel)
     profile: str | None = None  # where the latency defaults came from, for information
 
@@ -156,6 +160,8 @@ class SimulatedEngineConfig:
         _CHECK.text("model", self.model)
         _CHECK.boolean("shared_prefix_decode", self.shared_prefix_decode)
         _CHECK.boolean("prefix_caching", self.prefix_caching)
+        if self.eos_mean_tokens is not None:
+            _CHECK.positive_int("eos_mean_tokens", self.eos_mean_tokens)
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any] | None) -> SimulatedEngineConfig:

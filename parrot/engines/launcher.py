@@ -111,6 +111,13 @@ class EngineProcess:
                                                           env.get("PYTHONPATH")]))
         env["PARROT_ENGINE_SECRET"] = self.secret
         env["PARROT_PARENT_PID"] = str(os.getpid())
+        # Progress bars (a first start's weight conversion, downloads) redraw one line with
+        # \r: relayed line by line they would arrive at the end as one long log line. The
+        # engine logs each start-up phase with its time instead.
+        env.setdefault("TQDM_DISABLE", "1")
+        env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        # Said at once: a builtin engine's first line of its own comes after torch's import.
+        log.info("engine %s (%s): starting its process", self.spec.name, self.spec.kind)
         # stdin is a pipe we never write to: the engine's parent watchdog (EOF = we are gone).
         self._proc = await asyncio.create_subprocess_exec(
             *self.command(), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,

@@ -8,8 +8,13 @@ vLLM, SGLang, llama.cpp's server, or another Parrot can serve Parrot's calls:
   cache) does the reuse that Fill/fork do in the builtin engine.
 * FreeContext forgets the text.
 
-Token counts are estimates (the server's tokenizer is not at hand): `FillResult` counts 4
-characters a token, and streamed chunks carry no token ids. Params:
+Token counts: the server's tokenizer is not at hand, so `FillResult` counts 4 characters a
+token. Generated tokens are counted as the server counts them: the stream asks for
+`stream_options.include_usage` and the last chunk makes the Generate's tally the server's
+`usage.completion_tokens`; a server that sends no usage is counted one token per text event
+(vLLM, SGLang and llama.cpp send one per decode step). The stream carries text, not ids, so a
+chunk's `token_ids` are placeholders (0), one per token counted: what the manager counts
+(usage, budgets) is right; the ids themselves mean nothing. Params:
 
     url               the server, with or without the trailing /v1 (required)
     model             the model to ask for (default: the first of GET /v1/models)
@@ -135,10 +140,13 @@ class OpenAIEngine(Engine):
         prompt = self._open(request.context_id, request.parent_context_id)
         self._contexts[request.context_id] = prompt
         body = {"model": await self._model_name(), "prompt": prompt, "stream": True,
+                "stream_options": {"include_usage": True},
                 **_sampling_body(request.sampling)}
         timer = self._tpot.timer()
         self._num_running += 1
-        finished = False
+        counted = 0                       # tokens reported in the chunks yielded so far
+        last: tuple[str, str] | None = None   # the finishing event's (text, reason), held
+        usage: int | None = None          # the server's completion_tokens
         try:
             async with self._client().post(self.config.base_url + "/completions", json=body,
                                            headers=self._headers()) as resp:
@@ -149,28 +157,34 @@ class OpenAIEngine(Engine):
                         if "error" in event:
                             raise EngineUnavailableError(f"{self.config.base_url}: "
                                                          f"{event['error']}")
+                        usage = _completion_tokens(event.get("usage"), usage)
                         for choice in event.get("choices") or ():
                             text = choice.get("text") or ""
                             reason = choice.get("finish_reason")
                             if request.context_id in self._contexts:
                                 self._contexts[request.context_id] += text
-                            if text or reason:
-                                finished = reason is not None
-                                chunk = GenerateChunk(text, (), _FINISH.get(reason, reason)
-                                                      if reason else None)
-                                # the stream carries text, not ids: an event of text is
-                                # counted as one token (vLLM, SGLang and llama.cpp servers
-                                # send one per decode step; a server that merges steps
-                                # reads as slower per token)
-                                timer.observe(chunk, tokens=1 if text else 0)
+                            if reason:   # held until the usage that follows it
+                                last = (text, _FINISH.get(reason, reason))
+                            elif text:
+                                # an event of text counts as one token (one per decode step
+                                # on vLLM, SGLang, llama.cpp; a server that merges steps reads
+                                # as slower per token until its usage corrects the count)
+                                chunk = GenerateChunk(text, (0,))
+                                counted += 1
+                                timer.observe(chunk, tokens=1)
                                 yield chunk
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise EngineUnavailableError(f"{self.config.base_url} unreachable: {exc!r}") from exc
         finally:
             self._num_running -= 1
-        if not finished:
+        if last is None:
             raise EngineUnavailableError(f"{self.config.base_url}: the stream ended before "
                                          "a finish_reason")
+        text, reason = last
+        tokens = max(usage - counted, 0) if usage is not None else int(bool(text))
+        chunk = GenerateChunk(text, (0,) * tokens, reason)
+        timer.observe(chunk, tokens=tokens)
+        yield chunk
 
     async def free_context(self, context_id: str) -> None:
         if self._contexts.pop(context_id, None) is None:
@@ -242,6 +256,15 @@ def _sampling_body(sampling: SamplingParams) -> dict[str, Any]:
     if sampling.stop_token_ids:
         body["stop_token_ids"] = list(sampling.stop_token_ids)
     return body
+
+
+def _completion_tokens(usage: Any, known: int | None) -> int | None:
+    """`usage.completion_tokens` of a stream event, or what was known before it."""
+    if isinstance(usage, Mapping):
+        tokens = usage.get("completion_tokens")
+        if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0:
+            return tokens
+    return known
 
 
 def _http_error(status: int, text: str) -> Exception:

@@ -14,7 +14,11 @@ estimates the same way). A Generate produces `max_tokens` tokens (stop strings a
 honoured) of deterministic filler: 4-character word-like pieces chosen by a hash of
 (context_id, seed, position in the context) — fewer where the model stops on its own: without
 `ignore_eos`, after the N tokens an `[[eos@N]]` marker in the context's text asks for
-(sim_eos.py; the last filled into the context, or into the one it forked, used once).
+(sim_eos.py; the last filled into the context, or into the one it forked, used once). With
+`eos_mean_tokens` set (configs/sim.yaml sets it), a Generate without `ignore_eos` may also end
+early with finish_reason "eos", as a model ends its turn: each token is the last with
+probability 1 / eos_mean_tokens (a hash of the same triple), a geometric length of that mean,
+so a chat without max_tokens ends by itself.
 
 Memory: a request reserves every block it will need when it is admitted (fill: its tokens;
 generate: the tokens it will produce), so admitted requests never stall. Requests are
@@ -37,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import enum
+import hashlib
 import logging
 from dataclasses import dataclass, field
 from collections.abc import AsyncIterator
@@ -78,6 +83,8 @@ class _Request:
     parent_id: str | None
     num_tokens: int  # fill: tokens to prefill; generate: tokens to produce
     seed: int | None = None
+    eos_mean_tokens: int | None = None  # generate: may end early ("eos"), see the docstring
+    finish_reason: str = "length"
     priority: int = 0  # lower first, for admission and prefill (the protocol's priority)
     num_done: int = 0
     num_recompute: int = 0  # evicted KV of its context to prefill again before its own work
@@ -98,6 +105,14 @@ class _Request:
     def held_context(self) -> SimContext:
         assert self.context is not None, "admission gives a running request its context"
         return self.context
+
+
+def _ends_turn(context_id: str, seed: int | None, position: int, mean_tokens: int) -> bool:
+    """Whether the token at `position` is the last of the turn: probability 1 / mean_tokens,
+    a hash of (context, seed, position), so a seeded request ends where it ended before."""
+    digest = hashlib.blake2b(f"eos|{context_id}|{seed}|{position}".encode(),
+                             digest_size=8).digest()
+    return int.from_bytes(digest, "little") % mean_tokens == 0
 
 
 def _by_priority(req: _Request) -> int:
@@ -231,7 +246,9 @@ class SimulatedEngine(Engine):
         finish_reason = "length" if num_tokens == sampling.max_tokens else "stop"
         req = self._submit(_Request(_Kind.GENERATE, request.context_id,
                                     request.parent_context_id, num_tokens, sampling.seed,
-                                    priority=request.priority))
+                                    priority=request.priority,
+                                    eos_mean_tokens=None if sampling.ignore_eos
+                                    else self.config.eos_mean_tokens))
         timer = self._tpot.timer()
         generated: list[str] = []
         try:
@@ -243,7 +260,8 @@ class SimulatedEngine(Engine):
                 token_ids, req.new_token_ids = req.new_token_ids, []
                 if req.is_finished:
                     chunk = GenerateChunk(detokenize(token_ids), tuple(token_ids),
-                                          finish_reason)
+                                          "eos" if req.finish_reason == "eos"
+                                          else finish_reason)
                     if self._cache is not None:
                         base = (request.context_id if request.context_id in self._texts
                                 else request.parent_context_id or request.context_id)
@@ -371,6 +389,12 @@ class SimulatedEngine(Engine):
             req.event.set()
             if req.num_done == req.num_tokens:
                 self._finish(req)
+            elif req.eos_mean_tokens is not None and _ends_turn(
+                    ctx.context_id, req.seed, ctx.length, req.eos_mean_tokens):
+                req.finish_reason = "eos"
+                self._finish(req)
+                # the blocks reserved for the tokens it will not generate go back
+                self._kv.cut_back(ctx, ctx.length, is_computed=True)
         for req, chunk in prefills:
             if req.is_finished or req.error is not None or req.context is None:
                 continue

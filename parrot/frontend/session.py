@@ -88,7 +88,11 @@ class Session:
     async def __aenter__(self) -> Session:
         self._loop = asyncio.get_running_loop()
         if not self.defer_open:
-            await self._ensure_open()
+            try:
+                await self._ensure_open()
+            except BaseException:   # no __aexit__ follows: close the connections here
+                await self.transport.close()
+                raise
         self._token = activate(self)
         return self
 
@@ -99,7 +103,12 @@ class Session:
     def __enter__(self) -> Session:
         self._loop, self._owns_loop = asyncio.new_event_loop(), True
         if not self.defer_open:
-            self.run(self._ensure_open())
+            try:
+                self.run(self._ensure_open())
+            except BaseException:   # no __exit__ follows: close the connections and loop
+                self.run(self.transport.close())
+                self._loop.close()
+                raise
         self._token = activate(self)
         return self
 

@@ -383,7 +383,11 @@ class Manager:
                 self._fail_call(session, call, CallFailedError(f"engine {engine.engine_id} "
                                                                f"failed: {exc}"))
         except (ParrotError, TransformError) as exc:
-            self._fail_call(session, call, CallFailedError(f"{type(exc).__name__}: {exc}"))
+            failure = CallFailedError(f"{type(exc).__name__}: {exc}")
+            # kept as the cause, so that a front door can answer in its own terms (the OpenAI
+            # routes answer a prompt over the window with a 400 context_length_exceeded)
+            failure.__cause__ = exc
+            self._fail_call(session, call, failure)
         except Exception as exc:  # noqa: BLE001 - one bad call must not take the manager down
             log.exception("call %s crashed", call.call_id)
             self._fail_call(session, call, CallFailedError(f"internal error: {exc!r}"))

@@ -179,7 +179,8 @@ class JsonAppRunner(web.AppRunner):
     timer is what closes a connection waiting for a request; it is armed when the connection
     opens and after each answer, and does not move while bytes trickle in)."""
 
-    def __init__(self, app: web.Application, header_timeout_s: float) -> None:
+    def __init__(self, app: web.Application, header_timeout_s: float, *,
+                 shutdown_timeout_s: float = 60.0) -> None:
         # lingering_time=0: a request answered without its body being read (refused from its
         # headers: 401, 413, ...) closes its connection at once. aiohttp's default reads and
         # discards the unread body for up to 10 s to keep the connection alive, which would
@@ -188,7 +189,8 @@ class JsonAppRunner(web.AppRunner):
         # the request started is cancelled all the way down (an OpenAI completion's private
         # session is deleted and its engine requests aborted; a waiting `get` stops waiting).
         super().__init__(app, access_log=None, keepalive_timeout=header_timeout_s,
-                         lingering_time=0, handler_cancellation=True)
+                         lingering_time=0, handler_cancellation=True,
+                         shutdown_timeout=shutdown_timeout_s)
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()

@@ -15,7 +15,7 @@ Every server has its own `CollectorRegistry` (no process-global state).
     parrot_engine_kv_capacity_tokens{engine}
     parrot_engine_kv_usage_ratio{engine}   (running + cached) / capacity
     parrot_engine_healthy{engine}
-    parrot_engine_reported_kv_blocks_used/_total{engine}, parrot_engine_reported_waiting/_running
+    parrot_engine_reported_kv_blocks_used/_capacity{engine}, parrot_engine_reported_waiting/_running
                                            what each engine reports about itself (asked at scrape)
     parrot_engine_steps_total, _graph_steps_total, _step_seconds_total, _loop_seconds_total,
     _prefill_tokens_total, _decode_tokens_total, _graph_captures_at_runtime_total,
@@ -141,8 +141,9 @@ class ManagerCollector(Collector):
         """The engines' own view: KV blocks in use by their allocator, requests queued inside."""
         blocks_used = GaugeMetricFamily("parrot_engine_reported_kv_blocks_used", "KV blocks in "
                                         "use, as the engine reports", labels=["engine"])
-        blocks_total = GaugeMetricFamily("parrot_engine_reported_kv_blocks_total", "KV blocks, "
-                                         "as the engine reports", labels=["engine"])
+        # Prometheus keeps `_total` for counters: a gauge of the engine's size is `_capacity`.
+        blocks_total = GaugeMetricFamily("parrot_engine_reported_kv_blocks_capacity", "KV "
+                                         "blocks, as the engine reports", labels=["engine"])
         waiting = GaugeMetricFamily("parrot_engine_reported_waiting", "requests queued inside "
                                     "the engine", labels=["engine"])
         running = GaugeMetricFamily("parrot_engine_reported_running", "sequences in the "

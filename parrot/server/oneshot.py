@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 
 from parrot.manager.admission import CALLS_PER_SLICE, Admission
 from parrot.manager.manager import Manager
@@ -140,7 +140,7 @@ class OneShot:
         return [Choice(i, value, self._finish_reason(var))
                 for i, (value, var) in enumerate(zip(values, self.outputs))]
 
-    async def deltas(self) -> AsyncIterator[Delta]:
+    async def deltas(self) -> AsyncGenerator[Delta, None]:
         """The choices' text as it is generated, interleaved as it arrives; each choice ends
         with a `Delta` carrying its finish_reason. A failed call raises its error."""
         queue: asyncio.Queue[Delta | BaseException] = asyncio.Queue()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 from collections.abc import Awaitable, Callable
 
@@ -26,14 +26,14 @@ from parrot.server.chat_submit import chat_template_of
 from parrot.manager.engine_pool import EngineState
 from parrot.server.http_api import bearer_token, error_headers, read_json
 from parrot.manager.manager import Manager
-from parrot.server.oneshot import OneShot
+from parrot.server.oneshot import Delta, OneShot
 from parrot.server.openai_requests import (ChatCompletionRequest, CompletionRequest,
-                                         ParrotOptions)
+                                         ContextLengthExceededError, ParrotOptions)
 from parrot.server.sse import finish, is_disconnect, open_stream, send
 from parrot.manager.sessions import Session
 from parrot.server.tenants import TenantGrant
-from parrot.errors import (EngineUnavailableError, InvalidRequestError, NotFoundError,
-                           ParrotError)
+from parrot.errors import (CallFailedError, EngineUnavailableError, InvalidRequestError,
+                           NotFoundError, ParrotError, PromptTooLongError)
 from parrot.sampling import SamplingParams
 from parrot.types import estimate_num_tokens
 
@@ -51,9 +51,43 @@ def openai_error(exc: ParrotError) -> web.Response:
 
 
 def openai_error_body(exc: ParrotError) -> dict[str, Any]:
+    """OpenAI's error shape; `code` is OpenAI's code where one applies (e.g.
+    `context_length_exceeded`), else Parrot's error class."""
     return {"error": {"message": str(exc),
                       "type": _ERROR_TYPES.get(exc.status, "server_error"),
-                      "param": getattr(exc, "param", None), "code": type(exc).__name__}}
+                      "param": getattr(exc, "param", None),
+                      "code": getattr(exc, "openai_code", type(exc).__name__)}}
+
+
+@dataclass(frozen=True)
+class _Window:
+    """What a too-long request is told: the model's window and what the request asked for."""
+
+    context_len: int        # the smallest window among the model's engines
+    prompt_tokens: int      # the longest prompt, estimated
+    max_tokens: int
+    param: str              # "prompt" | "messages"
+
+    def error(self, exc: ParrotError) -> ParrotError:
+        """A call that failed because its prompt (plus max_tokens) overflowed an engine's
+        window becomes OpenAI's 400 `context_length_exceeded`; anything else stays as it is."""
+        if not (isinstance(exc, CallFailedError) and isinstance(exc.__cause__, PromptTooLongError)):
+            return exc
+        if self.prompt_tokens >= self.context_len:
+            asked = f"the {self.param} are about {self.prompt_tokens} tokens" \
+                if self.param == "messages" else f"the prompt is about {self.prompt_tokens} tokens"
+        else:
+            asked = (f"the {self.param} (about {self.prompt_tokens} tokens) plus max_tokens "
+                     f"({self.max_tokens}) exceed it")
+        return ContextLengthExceededError(
+            f"This model's maximum context length is {self.context_len} tokens, but {asked}. "
+            f"Reduce the length of the {self.param} or max_tokens.", self.param)
+
+    def reraise(self, exc: ParrotError) -> None:
+        """Raise `error(exc)` when it differs from `exc` (the caller re-raises `exc` else)."""
+        mapped = self.error(exc)
+        if mapped is not exc:
+            raise mapped from None
 
 
 Route = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -130,10 +164,13 @@ class OpenAIRoutes:
         req = CompletionRequest.from_json(await read_json(
             request, self._max_body, self.manager.config.request_body_timeout_s))
         caller = self._admit(request, req.parrot)   # who may ask comes before what exists
-        self._engines_of(req.model)
+        engines = self._engines_of(req.model)
+        window = _Window(min(e.info.max_context_len for e in engines),
+                         max(estimate_num_tokens(p) for p in req.prompts),
+                         req.sampling.max_tokens, "prompt")
         run = self._one_shot(caller, req.prompts, req.n, req.sampling, req.parrot, req.stream)
         reply = _Reply("cmpl", "text_completion", req.model, chat=False)
-        return await self._serve(request, run, reply, req.stream, req.include_usage)
+        return await self._serve(request, run, reply, req.stream, req.include_usage, window)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         req = ChatCompletionRequest.from_json(await read_json(
@@ -143,12 +180,15 @@ class OpenAIRoutes:
         template = chat_template_of(engines)
         prompt = template.render(req.messages)
         sampling = req.sampling
-        if not req.max_tokens_given:  # until the turn ends or the context is full
-            room = min(e.info.max_context_len for e in engines) - estimate_num_tokens(prompt)
+        context_len = min(e.info.max_context_len for e in engines)
+        if not req.max_tokens_given:  # until the turn ends or the context is full (as vLLM)
+            room = context_len - estimate_num_tokens(prompt)
             sampling = replace(sampling, max_tokens=max(room, 1))
+        window = _Window(context_len, estimate_num_tokens(prompt), sampling.max_tokens,
+                         "messages")
         run = self._one_shot(caller, [prompt], req.n, sampling, req.parrot, req.stream)
         reply = _Reply("chatcmpl", "chat.completion", req.model, chat=True)
-        return await self._serve(request, run, reply, req.stream, req.include_usage)
+        return await self._serve(request, run, reply, req.stream, req.include_usage, window)
 
     def _admit(self, request: web.Request, options: ParrotOptions) -> TenantGrant | Session | None:
         """The caller's right to run calls, checked before the model or anything else is looked
@@ -177,40 +217,63 @@ class OpenAIRoutes:
         return self.manager.config.max_body_bytes
 
     async def _serve(self, request: web.Request, run: OneShot, reply: _Reply, stream: bool,
-                     include_usage: bool) -> web.StreamResponse:
+                     include_usage: bool, window: _Window) -> web.StreamResponse:
         await run.start()  # submits its calls in slices (deletes its session if it fails)
         if not run.owns_session:  # the outputs are the client's Semantic Variables
             reply.parrot = {"session_id": run.session.session_id,
                             "semantic_var_ids": [v.var_id for v in run.outputs]}
         try:
             if not stream:
-                choices = await run.choices()
+                try:
+                    choices = await run.choices()
+                except ParrotError as exc:
+                    window.reraise(exc)
+                    raise
                 return web.json_response(reply.whole(
                     [reply.choice(c.index, c.text, c.finish_reason) for c in choices],
                     run.usage().to_json()))
+            # The first piece (or the error) is awaited before the stream opens: a request
+            # the engines refuse at once (a prompt over the window) gets its 4xx status, as
+            # from OpenAI, rather than a 200 whose stream carries the error.
+            deltas = run.deltas()
+            try:
+                first: list[Delta] = [await anext(deltas)]
+            except StopAsyncIteration:
+                first = []
+            except ParrotError as exc:
+                window.reraise(exc)
+                raise
             response = await open_stream(request)
             try:
                 if reply.chat:  # OpenAI opens every chat choice with the role
                     for index in range(len(run.calls)):
                         await send(response, reply.chunk([reply.delta(index, None, role=True)]))
                 try:
-                    async for delta in run.deltas():
-                        if delta.text or delta.finish_reason:
-                            await send(response, reply.chunk([reply.delta(
-                                delta.index, delta.text or None, delta.finish_reason)]))
+                    for delta in first:
+                        await self._send_delta(response, reply, delta)
+                    async for delta in deltas:
+                        await self._send_delta(response, reply, delta)
                     if include_usage:
                         await send(response, reply.chunk([], run.usage().to_json()))
                 except ParrotError as exc:
-                    await send(response, openai_error_body(exc))
+                    await send(response, openai_error_body(window.error(exc)))
                 await finish(response)
             except Exception as exc:
                 if not is_disconnect(exc):
                     raise
                 log.info("%s %s: client went away; its calls are cancelled", request.method,
                          request.path)
+            finally:
+                await deltas.aclose()
             return response
         finally:
             await run.aclose()
+
+    @staticmethod
+    async def _send_delta(response: web.StreamResponse, reply: _Reply, delta: Delta) -> None:
+        if delta.text or delta.finish_reason:
+            await send(response, reply.chunk([reply.delta(delta.index, delta.text or None,
+                                                          delta.finish_reason)]))
 
 
 def _method_not_allowed(allowed: str) -> Route:

@@ -1,15 +1,27 @@
 """Typed forms of the OpenAI-compatible request bodies, parsed and validated once at the edge.
 
-Fields follow OpenAI's API reference. Fields Parrot cannot honour are refused with a message
-naming them (never silently ignored) unless they are at their neutral value (e.g.
-`presence_penalty: 0`). vLLM's extra sampling fields `top_k` and `ignore_eos` are accepted.
-Parrot's own extension travels in `extra_body={"parrot": {...}}` (see `ParrotOptions`).
+Fields follow OpenAI's API reference, with OpenAI's defaults (`temperature` 1.0, `top_p` 1.0:
+an omitted temperature samples, as OpenAI and vLLM do; the wire API keeps its own defaults in
+`SamplingParams`). A field is one of four kinds, decided per field by one rule: would ignoring
+it silently change the answer?
+
+* implemented: the sampling fields, `n`, `stream`, vLLM's `top_k`, `ignore_eos`,
+  `stop_token_ids`, and Parrot's extension `extra_body={"parrot": {...}}` (`ParrotOptions`);
+* known, not implemented (`_NEUTRAL`): accepted only at the value that changes nothing
+  (e.g. `presence_penalty: 0`, `tools: []`); any other value is a 400 naming the field, since
+  ignoring it would change the answer;
+* known hints (`_IGNORED`): bookkeeping or hints that do not change the text of a model that
+  does no hidden reasoning (`user`, `store`, `prompt_cache_key`, `reasoning_effort`, ...):
+  accepted and ignored;
+* unknown (newer fields, other servers' extensions): accepted and ignored, as vLLM does, and
+  listed in a debug log line so that a surprised user can see what was dropped.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 from collections.abc import Mapping
 
 from parrot.chat import ChatMessage, parse_messages
@@ -17,19 +29,43 @@ from parrot.errors import InvalidRequestError
 from parrot.sampling import SamplingParams
 from parrot.types import Criterion
 
+log = logging.getLogger(__name__)
+
 MAX_N = 16
 MAX_PROMPTS = 256
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
-_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed", "stop", "ignore_eos")
-# Accepted only at the neutral value (name -> allowed values).
+_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed", "stop", "stop_token_ids",
+                    "ignore_eos")
+# OpenAI's sampling defaults, applied when a request omits the field (OpenAI's API reference:
+# temperature 1, top_p 1). Not SamplingParams' own (greedy), which the wire API documents.
+OPENAI_SAMPLING_DEFAULTS: dict[str, Any] = {"temperature": 1.0, "top_p": 1.0}
+# Known fields Parrot does not implement: accepted only at the value that changes nothing
+# (name -> allowed values); anything else would be silently answered differently, so it is a
+# 400 naming the field. OpenAI's, then vLLM's extensions.
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
     "presence_penalty": (0, 0.0, None), "frequency_penalty": (0, 0.0, None),
     "logprobs": (None, False), "top_logprobs": (None, 0), "logit_bias": (None, {}),
     "echo": (None, False), "best_of": (None, 1), "suffix": (None,), "tools": (None, []),
     "tool_choice": (None, "none"), "response_format": (None, {"type": "text"}),
-    "parallel_tool_calls": (None, False, True), "repetition_penalty": (None, 1, 1.0),
+    "functions": (None, []), "function_call": (None, "none"), "audio": (None,),
+    "modalities": (None, ["text"]), "web_search_options": (None,),
+    "repetition_penalty": (None, 1, 1.0), "min_p": (None, 0, 0.0), "min_tokens": (None, 0),
+    "length_penalty": (None, 1, 1.0), "use_beam_search": (None, False),
+    "include_stop_str_in_output": (None, False), "skip_special_tokens": (None, True),
+    "add_generation_prompt": (None, True), "continue_final_message": (None, False),
+    "truncate_prompt_tokens": (None,), "prompt_logprobs": (None, 0),
+    "chat_template": (None,), "chat_template_kwargs": (None, {}),
+    "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,),
+    "guided_grammar": (None,), "structured_outputs": (None,),
 }
+# Known fields accepted and ignored: bookkeeping, caching and routing hints, and reasoning
+# hints (the models Parrot serves do no hidden reasoning, so the text does not change).
+# `parallel_tool_calls` only matters with tools, which are refused above.
+_IGNORED = frozenset({
+    "user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier",
+    "reasoning_effort", "verbosity", "parallel_tool_calls", "prediction", "priority",
+    "request_id"})
 
 
 # --- the wire bodies: what a client may send (the parser allows exactly these fields, and
@@ -38,6 +74,8 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {
 @dataclass(frozen=True)
 class StreamOptions:
     include_usage: bool = False   # a last chunk with `usage` and no choices
+
+    OPEN_SCHEMA: ClassVar[bool] = True   # other options (newer OpenAI ones) are ignored
 
 
 @dataclass(frozen=True)
@@ -56,21 +94,29 @@ class ParrotOptionsBody:
 
 @dataclass(frozen=True)
 class _CommonBody:
+    # Fields not listed here are accepted and ignored (the module's docstring); the generated
+    # schema says so with additionalProperties.
+    OPEN_SCHEMA: ClassVar[bool] = True
+
     model: str
     n: int | None = None                      # choices per prompt, 1 to 16
     stream: bool | None = None                # server-sent events, ending `data: [DONE]`
     stream_options: StreamOptions | None = None
-    temperature: float | None = None
-    top_p: float | None = None
+    temperature: float | None = None          # default 1.0 (OpenAI's)
+    top_p: float | None = None                # default 1.0
     top_k: int | None = None                  # vLLM's extension
     seed: int | None = None                   # choice j of n uses seed + j
     stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None   # vLLM's extension
     ignore_eos: bool | None = None            # vLLM's extension
     parrot: ParrotOptionsBody | None = None
     user: str | None = None                   # accepted, ignored
     metadata: dict[str, str] | None = None    # accepted, ignored
     store: bool | None = None                 # accepted, ignored
     service_tier: str | None = None           # accepted, ignored
+    prompt_cache_key: str | None = None       # accepted, ignored
+    reasoning_effort: str | None = None       # accepted, ignored
+    min_p: float | None = None                # 0 only (vLLM's extension)
     presence_penalty: float | None = None     # 0 only
     frequency_penalty: float | None = None    # 0 only
     repetition_penalty: float | None = None   # 1 only
@@ -196,14 +242,14 @@ class ChatCompletionRequest:
 
 
 def _common(body: Mapping[str, Any], wire: type, route: str) -> dict[str, Any]:
-    allowed = _allowed(wire)
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise _bad(unknown[0], f"{route}: unsupported field(s) {unknown}")
     for name, neutral in _NEUTRAL.items():
-        if name in allowed and name in body and body[name] not in neutral:
-            raise _bad(name, f"'{name}'={body[name]!r} is not supported by Parrot "
-                       f"(allowed: {[v for v in neutral if v is not None]} or absent)")
+        if name in body and not _is_neutral(body[name], neutral):
+            raise _bad(name, f"'{name}'={body[name]!r} is not supported by Parrot: ignoring "
+                       "it would change the answer (allowed: "
+                       f"{[v for v in neutral if v is not None]} or absent)")
+    ignored = sorted(set(body) - _allowed(wire) - set(_NEUTRAL))
+    if ignored:
+        log.debug("%s: ignored unknown field(s) %s", route, ignored)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise _bad("model", "'model' must be a non-empty string (see GET /v1/models)")
@@ -218,9 +264,11 @@ def _common(body: Mapping[str, Any], wire: type, route: str) -> dict[str, Any]:
     if not isinstance(stream, bool):
         raise _bad("stream", f"'stream' must be a boolean, got {stream!r}")
     options = body.get("stream_options") or {}
-    if not isinstance(options, Mapping) or set(options) - {"include_usage"} \
+    if not isinstance(options, Mapping) \
             or not isinstance(options.get("include_usage", False), bool):
         raise _bad("stream_options", "'stream_options' must be {include_usage?: boolean}")
+    if set(options) - {"include_usage"}:
+        log.debug("%s: ignored stream_options %s", route, sorted(set(options) - {"include_usage"}))
     if options and not stream:
         raise _bad("stream_options", "'stream_options' is only allowed with stream: true")
     return {"model": model, "n": n, "stream": stream,
@@ -228,9 +276,17 @@ def _common(body: Mapping[str, Any], wire: type, route: str) -> dict[str, Any]:
             "parrot": ParrotOptions.from_json(body.get("parrot"))}
 
 
+def _is_neutral(value: Any, neutral: tuple[Any, ...]) -> bool:
+    # `value in neutral` would take True for 1 and False for 0: a bool matches only a bool
+    return any(isinstance(value, bool) == isinstance(v, bool) and value == v for v in neutral)
+
+
 def _sampling(body: Mapping[str, Any], max_tokens: Any) -> SamplingParams:
-    wire = {k: body[k] for k in _SAMPLING_FIELDS if body.get(k) is not None}
+    wire = {**OPENAI_SAMPLING_DEFAULTS,
+            **{k: body[k] for k in _SAMPLING_FIELDS if body.get(k) is not None}}
     wire["max_tokens"] = max_tokens
+    if wire.get("top_k") == -1:   # vLLM's spelling of "no top-k cut"
+        wire["top_k"] = 0
     try:
         return SamplingParams.from_json(wire)
     except InvalidRequestError as exc:
@@ -244,6 +300,14 @@ class OpenAIParamError(InvalidRequestError):
     def __init__(self, message: str, param: str | None) -> None:
         super().__init__(message)
         self.param = param
+
+
+class ContextLengthExceededError(OpenAIParamError):
+    """The prompt, plus the tokens asked for, does not fit the model's context window: a 400
+    with OpenAI's code `context_length_exceeded` (what OpenAI and vLLM answer), never the
+    424 of a failed call."""
+
+    openai_code = "context_length_exceeded"
 
 
 def _bad(param: str, message: str) -> OpenAIParamError:

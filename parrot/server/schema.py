@@ -67,8 +67,10 @@ class SchemaBuilder:
             if not has_default or f.metadata.get("required"):
                 required.append(f.name)
         properties.update(extra or {})
+        # A class with OPEN_SCHEMA (the OpenAI bodies) accepts fields it does not list.
         schema: dict[str, Any] = {"type": "object", "properties": properties,
-                                  "additionalProperties": False}
+                                  "additionalProperties": bool(getattr(cls, "OPEN_SCHEMA",
+                                                                       False))}
         if required:
             schema["required"] = required
         doc = inspect.getdoc(cls)

@@ -39,6 +39,9 @@ from parrot.policies.registry import default_registry
 log = logging.getLogger(__name__)
 
 ENGINE_STARTUP_TIMEOUT_S = 600.0  # a cold builtin engine loads and converts its model first
+# When the server stops, every waiting `get` has been answered: a connection still busy gets
+# this long, not aiohttp's default 60 s of silence after the grace period.
+STOP_CONNECTIONS_S = 1.0
 
 
 class ParrotServer:
@@ -74,7 +77,8 @@ class ParrotServer:
         try:
             await self._start_engines()
             self._runner = JsonAppRunner(create_app(self.api, front_door(self.api)),
-                                         self.config.manager.request_header_timeout_s)
+                                         self.config.manager.request_header_timeout_s,
+                                         shutdown_timeout_s=STOP_CONNECTIONS_S)
             await self._runner.setup()
             site = web.TCPSite(self._runner, host or self.config.manager.host,
                                self.config.manager.port if port is None else port)
@@ -126,6 +130,12 @@ class ParrotServer:
             await engine.close()
             raise
         self._in_process.append(engine)
+
+    def unfinished_outputs(self) -> int:
+        """Variables a call is still producing (what a drain waits for)."""
+        return sum(1 for session in self.manager.sessions
+                   for var in session.variables.values()
+                   if var.producer is not None and not var.is_finished)
 
     async def shutdown(self, grace_s: float | None = None) -> None:
         """Drain, then stop: what parrot-serve does on SIGTERM (see the module docstring)."""

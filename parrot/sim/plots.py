@@ -65,6 +65,31 @@ def timeline_bars(records: Sequence[AppRecord]) -> list[Bar]:
     return bars[:MAX_BARS]
 
 
+def timeline_lanes(bars: Sequence[Bar], engines: Sequence[str]) -> tuple[list[str], list[int]]:
+    """One row per concurrent call slot of each engine (calls that overlap in time on one
+    engine get rows of their own, so a batch shows as a stack of bars, not one solid block):
+    the row labels (`engine`, then `engine #2`, ...; an engine without calls keeps its one
+    row) and each bar's row. Greedy interval partitioning in dispatch order: a call takes the
+    engine's first lane free by its dispatch, so the rows are as few as the peak concurrency."""
+    lanes: dict[str, list[float]] = {e: [] for e in engines}   # each lane's last finish
+    placed: list[tuple[str, int]] = []
+    for _, (engine, dispatched, finished) in bars:
+        ends = lanes.setdefault(engine, [])
+        lane = next((i for i, end in enumerate(ends) if end <= dispatched), len(ends))
+        if lane == len(ends):
+            ends.append(finished)
+        else:
+            ends[lane] = finished
+        placed.append((engine, lane))
+    labels: list[str] = []
+    first_row: dict[str, int] = {}
+    for engine in sorted(lanes, key=_engine_order):
+        first_row[engine] = len(labels)
+        labels += [engine if i == 0 else f"{engine} #{i + 1}"
+                   for i in range(max(1, len(lanes[engine])))]
+    return labels, [first_row[engine] + lane for engine, lane in placed]
+
+
 def latency_cdf(runs: Sequence[tuple[str, Sequence[AppRecord]]], path: Path,
                 title: str) -> None:
     """CDF of the main applications' end-to-end latency (and background chat, dashed)."""
@@ -90,40 +115,54 @@ def latency_cdf(runs: Sequence[tuple[str, Sequence[AppRecord]]], path: Path,
 
 def timeline(label: str, records: Sequence[AppRecord], path: Path, title: str,
              engines: Sequence[str] = ()) -> None:
-    """One row per engine (every engine in `engines`, also those that got no call); a bar
-    per call from dispatch to finish, coloured by application kind (the main apps get
-    distinct shades), hatched when the call ran as THROUGHPUT."""
+    """One row per engine slot (`timeline_lanes`: every engine in `engines`, also those that
+    got no call, and a row more for each call running beside others); a bar per call from
+    dispatch to finish. Several main applications get a colour each (the legend names them,
+    up to ten; the colours repeat past ten), one main application the colour of its kind;
+    background chats are faint; a hatched bar ran as THROUGHPUT."""
+    from matplotlib.patches import Patch
+
     plt = _pyplot()
     bars = timeline_bars(records)
-    rows = timeline_rows(records, engines)
-    row = {e: i for i, e in enumerate(rows)}
+    rows, lanes = timeline_lanes(bars, timeline_rows(records, engines))
     origin = min((r.started for r in records), default=0.0)
     main_ids = sorted({r.app_id for r in records if r.is_main})
     shade = {app: i for i, app in enumerate(main_ids)}
-    height = max(2.5, min(0.35 * len(rows) + 1.5, 24))
+    per_app = len(main_ids) > 1
+    height = max(2.5, min(0.3 * len(rows) + 1.5, 24))
     fig, ax = plt.subplots(figsize=(11, height))
     seen: set[str] = set()
-    for call, (engine, dispatched, finished) in bars:
+    hatched = False
+    for (call, (_, dispatched, finished)), row in zip(bars, lanes):
         is_main = call.app_id in shade
         color = KIND_COLORS.get(call.kind, "tab:orange")
-        if is_main and len(main_ids) > 1:
+        key = call.kind if not is_main else f"{call.kind} application"
+        if is_main and per_app:
             color = plt.get_cmap("tab10")(shade[call.app_id] % 10)
+            key = call.app_id if len(main_ids) <= 10 else (
+                f"{len(main_ids)} {call.kind} applications, a colour each (repeating)")
         throughput = call.criterion == "throughput"
-        key = f"{call.kind} ({call.criterion or 'none'})"
-        ax.barh(row[engine] + (0.0 if is_main else 0.2), finished - dispatched,
-                left=dispatched - origin, height=0.5 if is_main else 0.25,
-                color=color, alpha=0.85 if is_main else 0.4, edgecolor="black",
+        hatched |= throughput
+        ax.barh(row, finished - dispatched, left=dispatched - origin, height=0.7,
+                color=color, alpha=0.85 if is_main else 0.35, edgecolor="black",
                 linewidth=0.3, hatch="//" if throughput else None,
                 label=None if key in seen else key)
         seen.add(key)
-    ax.set_yticks(range(len(rows)), rows, fontsize=7 if len(rows) > 16 else 9)
-    ax.invert_yaxis()
+    if hatched:
+        ax.barh(0, 0, color="white", edgecolor="black", hatch="//",
+                label="hatched: ran as THROUGHPUT")
+    ax.set_yticks(range(len(rows)), rows, fontsize=6 if len(rows) > 24 else 8)
+    ax.set_ylim(len(rows) - 0.5, -0.5)   # the first engine's first slot on top
     ax.set_xlabel("time since the run started (s)")
     ax.set_title(f"{title}: {label}")
     if seen:
-        ax.legend(fontsize=8, loc="upper right")
+        handles, names = ax.get_legend_handles_labels()
+        # at the figure's foot: inside the axes it would hide the first rows' last bars
+        fig.legend(handles or [Patch()], names, fontsize=7, loc="lower center",
+                   ncol=min(4, len(names) or 1))
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
+    rows_of_legend = -(-len(seen | ({"h"} if hatched else set())) // 4) if seen else 0
+    fig.tight_layout(rect=(0, (0.1 + 0.18 * rows_of_legend) / height, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -168,6 +207,13 @@ def rate_plot(summary: dict, path: Path, title: str) -> None:
                linewidth=0.8, label="target")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    # Plain numbers on the log axes: a range within one decade otherwise reads 2x10^1-4x10^1.
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(plain)
     ax.set_xlabel("request rate (req/s)")
     ax.set_ylabel("mean latency per output token (ms)")
     _finish(plt, fig, ax, path, title, grid_which="both", legend_size=7)

@@ -45,6 +45,8 @@ async def test_fill_fork_generate_free(engine: OpenAIEngine):
         "c1", parent_context_id="sys", sampling=SamplingParams(max_tokens=3)))]
     text = "".join(c.text for c in chunks)
     assert len(text) == 12 and chunks[-1].finish_reason == "length"
+    # the tokens generated, as the server's usage counts them (no ids come over the wire)
+    assert sum(len(c.token_ids) for c in chunks) == 3
     assert [c.finish_reason for c in chunks[:-1]] == [None] * (len(chunks) - 1)
     # the generated text stays in the context; the parent is untouched
     assert engine._contexts["c1"] == "You are a parrot. " * 4 + text
@@ -97,6 +99,7 @@ def test_parrot_serve_on_an_openai_engine(backend_url, tmp_path):
             reply = client.completions.create(model="simulated", prompt="Hi", max_tokens=4)
             assert len(reply.choices[0].text) == 16
             assert reply.choices[0].finish_reason == "length"
+            assert reply.usage.completion_tokens == 4   # the upstream server's own count
             chunks = list(client.chat.completions.create(
                 model="simulated", messages=[{"role": "user", "content": "Hi"}],
                 max_tokens=3, stream=True))
@@ -111,3 +114,37 @@ def test_parrot_serve_on_an_openai_engine(backend_url, tmp_path):
                 return await step(step("draft")).aget()
 
         assert len(asyncio.run(chain())) == 8
+
+
+async def test_a_server_without_usage_is_counted_one_token_per_text_event():
+    import json
+
+    from aiohttp import web
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        assert (await request.json())["stream_options"] == {"include_usage": True}
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        events = [{"choices": [{"text": t, "finish_reason": None}]} for t in ("a", "b", "c")]
+        events.append({"choices": [{"text": "d", "finish_reason": "length"}]})  # no usage
+        for event in events:
+            await response.write(f"data: {json.dumps(event)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    engine = OpenAIEngine("old", OpenAIEngineConfig(f"http://127.0.0.1:{port}", model="m"))
+    try:
+        chunks = [c async for c in engine.generate(GenerateRequest("c"))]
+        assert "".join(c.text for c in chunks) == "abcd"
+        assert [len(c.token_ids) for c in chunks] == [1, 1, 1, 1]
+        assert chunks[-1].finish_reason == "length"
+    finally:
+        await engine.close()
+        await runner.cleanup()

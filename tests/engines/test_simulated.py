@@ -618,3 +618,37 @@ def test_on_a_real_clock_a_late_timer_is_made_up_but_not_a_stall(monkeypatch):
     assert engine._step_end == pytest.approx(100.0135)
     now[0] = 100.5                                    # a stall: not made up
     assert engine._pace(0.0045) == 0.0045
+
+
+# ---- ending a turn by itself (eos_mean_tokens) -------------------------------------------------
+
+def test_a_generate_ends_its_turn_by_itself_unless_ignore_eos() -> None:
+    async def main() -> None:
+        engine = make_engine(eos_mean_tokens=16, num_blocks=512)
+        lengths = []
+        for i in range(40):
+            chunks = [c async for c in engine.generate(gen(f"c{i}", 4000))]
+            assert chunks[-1].finish_reason == "eos"
+            lengths.append(sum(len(c.token_ids) for c in chunks))
+            await engine.free_context(f"c{i}")
+        assert max(lengths) < 4000 and 8 <= sum(lengths) / len(lengths) <= 32  # mean ~16
+        # the blocks reserved for the 4,000 tokens went back when the turn ended
+        assert (await engine.stats()).num_blocks_free == 512
+        # ignore_eos: exactly max_tokens, as the benchmark workloads ask
+        request = GenerateRequest("x", None, SamplingParams(max_tokens=300, ignore_eos=True))
+        chunks = [c async for c in engine.generate(request)]
+        assert sum(len(c.token_ids) for c in chunks) == 300
+        assert chunks[-1].finish_reason == "length"
+        await engine.close()
+    run_virtual(main())
+
+
+def test_without_eos_mean_tokens_a_generate_runs_to_max_tokens() -> None:
+    async def main() -> None:
+        engine = make_engine()
+        chunks = [c async for c in engine.generate(gen("a", 500))]
+        assert sum(len(c.token_ids) for c in chunks) == 500
+        await engine.close()
+    run_virtual(main())
+    with pytest.raises(EngineConfigError, match="eos_mean_tokens"):
+        SimulatedEngineConfig.from_mapping({"eos_mean_tokens": 0})

@@ -300,3 +300,31 @@ async def test_an_input_named_criteria_stays_an_input(manager):
         verdict = judge(criteria="brevity")
         assert (await verdict.aget()).startswith("gen(")
         assert verdict.get_criterion is parrot.LATENCY
+
+
+def test_an_unreachable_server_is_one_error_and_no_unclosed_session_warning(tmp_path):
+    """Before: the failed open left the aiohttp session open ("Unclosed client session")."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    program = (
+        "import asyncio, parrot\nfrom parrot.errors import ParrotError\n"
+        "async def main():\n"
+        "    async with parrot.Session('http://127.0.0.1:9'):\n"
+        "        pass\n"
+        "try:\n"
+        "    asyncio.run(main())\n"
+        "except ParrotError as exc:\n"
+        "    print(type(exc).__name__)\n"
+        "try:\n"
+        "    with parrot.Session('http://127.0.0.1:9'):\n"
+        "        pass\n"
+        "except ParrotError as exc:\n"
+        "    print(type(exc).__name__)\n")
+    done = subprocess.run([sys.executable, "-W", "default", "-c", program], capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path,
+                          env={"PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+                               "PATH": "/usr/bin:/bin"})
+    assert done.stdout.split() == ["ManagerUnavailableError"] * 2, done.stderr
+    assert "Unclosed" not in done.stderr and "ResourceWarning" not in done.stderr

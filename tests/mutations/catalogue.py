@@ -864,4 +864,68 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/engines/builtin/test_staging.py::"
          "test_upload_packed_gives_each_array_its_shape_and_values_on_16_byte_boundaries",),
         where="aligned_offsets"),
+    Mutation(
+        "openai_routes_greedy_by_default", "parrot/server/openai_requests.py",
+        'OPENAI_SAMPLING_DEFAULTS: dict[str, Any] = {"temperature": 1.0, "top_p": 1.0}\n',
+        'OPENAI_SAMPLING_DEFAULTS: dict[str, Any] = {"temperature": 0.0, "top_p": 1.0}\n',
+        ("tests/server/test_openai_api.py::"
+         "test_sampling_defaults_are_openais_on_the_openai_routes_only",),
+        where="<module>"),
+    Mutation(
+        "context_length_exceeded_as_a_failed_call", "parrot/server/openai_api.py",
+        "        if not (isinstance(exc, CallFailedError) and isinstance(exc.__cause__, "
+        "PromptTooLongError)):\n",
+        "        if True:\n",
+        ("tests/server/test_openai_api.py::"
+         "test_a_prompt_over_the_window_is_context_length_exceeded",),
+        where="_Window.error"),
+    Mutation(
+        "openai_unknown_fields_refused", "parrot/server/openai_requests.py",
+        '        log.debug("%s: ignored unknown field(s) %s", route, ignored)\n',
+        '        raise _bad(ignored[0], f"{route}: unsupported field(s) {ignored}")\n',
+        ("tests/server/test_openai_api.py::"
+         "test_unknown_and_newer_fields_are_accepted_and_ignored",),
+        where="_common"),
+    Mutation(
+        "simulated_engine_never_ends_its_turn", "parrot/engines/simulated.py",
+        "                                    eos_mean_tokens=None if sampling.ignore_eos\n",
+        "                                    eos_mean_tokens=None if True\n",
+        ("tests/engines/test_simulated.py::"
+         "test_a_generate_ends_its_turn_by_itself_unless_ignore_eos",
+         "tests/server/test_openai_api.py::"
+         "test_a_chat_without_max_tokens_on_the_sim_config_ends_by_itself"),
+        where="SimulatedEngine.generate"),
+    Mutation(
+        "second_ctrl_c_ignored", "parrot/cli/serve.py",
+        "        (signals[1] if signals[0].is_set() else signals[0]).set()\n",
+        "        signals[0].set()\n",
+        ("tests/cli/test_start_stop.py::"
+         "test_ctrl_c_drains_with_a_countdown_and_a_second_stops_within_2_s",),
+        where="serve.on_signal"),
+    Mutation(
+        "port_in_use_found_after_the_engines", "parrot/cli/serve.py",
+        "    check_port_free(bind_host, bind_port)\n",
+        "",
+        ("tests/cli/test_start_stop.py::"
+         "test_a_port_in_use_is_one_line_before_any_engine_starts",),
+        where="serve"),
+    Mutation(
+        "refused_engine_token_retried_forever", "parrot/cli/engine.py",
+        "            if refused >= MAX_REFUSED_REGISTRATIONS:\n",
+        "            if False:\n",
+        ("tests/cli/test_start_stop.py::"
+         "test_an_engine_with_a_wrong_admin_token_stops_after_a_few_tries",),
+        where="register_until_accepted"),
+    Mutation(
+        "bench_failure_reason_hidden", "parrot/cli/bench.py",
+        "    if failures:\n        print(failures)\n",
+        "",
+        ("tests/cli/test_bench_workloads.py::test_a_failing_variant_says_why",),
+        where="main"),
+    Mutation(
+        "timeline_one_row_per_engine", "parrot/sim/plots.py",
+        "        lane = next((i for i, end in enumerate(ends) if end <= dispatched), len(ends))\n",
+        "        lane = 0 if ends else len(ends)\n",
+        ("tests/sim/test_plots.py::test_calls_running_together_on_one_engine_get_a_row_each",),
+        where="timeline_lanes"),
 )

@@ -61,13 +61,27 @@ async def test_metrics_count_requests_calls_and_engines(server):
         assert ("parrot_prefix_lookups_total", (("engine", engine), ("result", "hit"))) in m
         assert ("parrot_prefix_hit_ratio", (("engine", engine),)) in m
         # the engine's own report: all blocks free again once the calls are done
-        assert m[("parrot_engine_reported_kv_blocks_total", (("engine", engine),))] == 4096
+        assert m[("parrot_engine_reported_kv_blocks_capacity", (("engine", engine),))] == 4096
         assert m[("parrot_engine_reported_kv_blocks_used", (("engine", engine),))] == 0
     done = sum(v for (name, labels), v in m.items() if name == "parrot_engine_running_calls")
     assert done == 0
     assert m[("parrot_ready_calls", (("criterion", "latency"),))] == 0
     assert m[("parrot_ready_calls", (("criterion", "throughput"),))] == 0
     assert m[("parrot_sessions", ())] == 0  # the completion's private session is gone
+
+
+async def test_metric_names_follow_prometheus_conventions(server):
+    """`_total` only on counters (a gauge named so reads as one to every Prometheus tool);
+    every name under parrot_."""
+    async with aiohttp.ClientSession(base_url=server.url) as http:
+        async with http.get("/metrics",
+                            headers={"Authorization": f"Bearer {server.admin_token}"}) as resp:
+            text = await resp.text()
+    families = list(text_string_to_metric_families(text))
+    gauges = [f.name for f in families if f.type == "gauge"]
+    assert "parrot_engine_reported_kv_blocks_capacity" in gauges
+    assert not [name for name in gauges if name.endswith("_total")]
+    assert all(f.name.startswith(("parrot_", "python_", "process_")) for f in families)
 
 
 async def test_calls_by_state_and_sessions(server):

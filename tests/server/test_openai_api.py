@@ -109,6 +109,53 @@ def test_errors_have_openai_shape(client):
         client.completions.create(model="simulated", prompt=[1, 2, 3])
 
 
+def test_a_prompt_over_the_window_is_context_length_exceeded(client):
+    # the simulated engines' window is 4096 tokens (4 characters each)
+    long_prompt = "word " * 4000   # 5,000 tokens
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as too_long:
+            reply = client.completions.create(model="simulated", prompt=long_prompt,
+                                              max_tokens=4, stream=stream)
+            list(reply) if stream else reply  # noqa: B018 - a stream raises while read
+        error = too_long.value.body
+        assert too_long.value.status_code == 400
+        assert error["code"] == "context_length_exceeded" and error["param"] == "prompt"
+        assert error["type"] == "invalid_request_error"
+        assert "maximum context length is 4096 tokens" in error["message"]
+        assert "c-" not in error["message"]  # no internal context ids
+    with pytest.raises(openai.BadRequestError) as chat:
+        client.chat.completions.create(model="simulated",
+                                       messages=[{"role": "user", "content": long_prompt}])
+    assert chat.value.body["code"] == "context_length_exceeded"
+    assert chat.value.body["param"] == "messages"
+    # a prompt that fits, with max_tokens past what is left of the window: the same 400
+    with pytest.raises(openai.BadRequestError) as plus_output:
+        client.completions.create(model="simulated", prompt="word " * 3000, max_tokens=1000)
+    assert plus_output.value.body["code"] == "context_length_exceeded"
+    assert "plus max_tokens (1000)" in plus_output.value.body["message"]
+
+
+def test_unknown_and_newer_fields_are_accepted_and_ignored(client):
+    reply = client.chat.completions.create(
+        model="simulated", messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+        reasoning_effort="low", parallel_tool_calls=True, user="u", store=False,
+        extra_body={"prompt_cache_key": "k", "a_field_from_the_future": {"x": 1},
+                    "min_p": 0.0, "stream_options_v2": True})
+    assert reply.choices[0].finish_reason == "length"
+    reply = client.completions.create(model="simulated", prompt="x", max_tokens=2,
+                                      extra_body={"top_k": -1, "priority": 3})
+    assert len(reply.choices[0].text) == 8
+    # a field whose value would change the answer stays a 400 that names it
+    for field, value in (("min_p", 0.1), ("guided_json", {"type": "object"}),
+                         ("min_tokens", 5), ("chat_template", "{{ x }}")):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(
+                model="simulated", messages=[{"role": "user", "content": "hi"}],
+                max_tokens=2, extra_body={field: value})
+        assert refused.value.body["param"] == field
+        assert "would change the answer" in refused.value.body["message"]
+
+
 def test_requests_are_calls_the_policy_placed(client, serve_url):
     async def engines() -> list[dict]:
         async with aiohttp.ClientSession() as http:
@@ -127,6 +174,61 @@ async def post(url: str, body: dict) -> tuple[int, dict]:
     async with aiohttp.ClientSession() as http:
         async with http.post(url, json=body) as resp:
             return resp.status, await resp.json()
+
+
+async def test_a_chat_without_max_tokens_on_the_sim_config_ends_by_itself():
+    """configs/sim.yaml (what `parrot-serve --config sim` runs): a chat that sets no
+    max_tokens (LangChain's default) ends its turn like a model, not at the window."""
+    import yaml
+
+    from parrot.serve_config import ServeConfig
+    from parrot.server.service import ParrotServer
+    from tests.serve_process import ROOT
+
+    data = yaml.safe_load((ROOT / "configs/sim.yaml").read_text())
+    for engine in data["engines"]:  # the same engines, on no clock (the test's time)
+        engine["in_process"] = True
+        engine["params"]["zero_latency"] = True
+        engine["params"]["profile"] = "a100_llama13b"  # the file's path is relative to it
+    server = ParrotServer(ServeConfig.from_mapping(data))
+    await server.start(port=0)
+    try:
+        async with openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="x") as client:
+            reply = await client.chat.completions.create(
+                model="llama-13b", messages=[{"role": "user", "content": "Tell me a story."}],
+                n=4)
+        assert {c.finish_reason for c in reply.choices} == {"stop"}
+        # mean 128 tokens per turn: far from the 8,192-token window
+        assert reply.usage.completion_tokens < 4 * 1024
+    finally:
+        await server.stop()
+
+
+async def test_sampling_defaults_are_openais_on_the_openai_routes_only():
+    """OpenAI's defaults (temperature 1, top_p 1) when a request omits them: `n` choices are
+    samples, not n copies of the greedy answer. The wire API keeps its own (greedy)."""
+    server = await echo_server(None)
+    engine = server.manager.engines.get("echo").engine
+    try:
+        status, _ = await post(server.url + "/v1/completions",
+                               {"model": "echo-model", "prompt": "x", "max_tokens": 8})
+        assert status == 200
+        status, _ = await post(server.url + "/v1/chat/completions", {
+            "model": "echo-model", "messages": [{"role": "user", "content": "x"}],
+            "temperature": 0.3})
+        assert status == 200
+        assert [(s.temperature, s.top_p) for s in engine.samplings] == [(1.0, 1.0), (0.3, 1.0)]
+        async with aiohttp.ClientSession(base_url=server.url) as http:
+            async with http.post("/v1/sessions") as resp:
+                created = await resp.json()
+            async with http.post("/v1/submit", headers={
+                    "Authorization": f"Bearer {created['token']}"}, json={
+                    "session_id": created["session_id"], "prompt": "a {{output:y}}",
+                    "placeholders": [], "wait": True}) as resp:
+                assert resp.status == 200, await resp.text()
+        assert engine.samplings[-1].temperature == 0.0   # the wire API's documented default
+    finally:
+        await server.stop()
 
 
 async def test_chat_renders_the_models_template():

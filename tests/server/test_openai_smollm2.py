@@ -49,13 +49,28 @@ def test_seeded_sampling_repeats_and_n_choices_differ(client):
     assert first == sample() and first[0] != first[1]
 
 
+def test_default_temperature_samples_so_n_choices_differ(client):
+    """No temperature given: OpenAI's default 1.0 samples (greedy would give n copies of one
+    answer); with a seed the reply repeats."""
+    def sample() -> list[str]:
+        reply = client.completions.create(model="smollm2", prompt="My favourite animal is",
+                                          max_tokens=8, seed=11, n=3)
+        return [c.text for c in reply.choices]
+
+    first = sample()
+    assert len(set(first)) == 3, first
+    assert sample() == first
+
+
 def test_chat_uses_the_models_template_and_ends_its_turn(client):
     from transformers import AutoTokenizer
 
     from parrot.engines.builtin.config import default_cache_dir
 
     messages = [{"role": "user", "content": "What is the capital of France? One word."}]
-    reply = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=32)
+    # greedy, as the answer is asserted (the route's default temperature is OpenAI's 1.0)
+    reply = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=32,
+                                           temperature=0)
     assert "Paris" in reply.choices[0].message.content
     assert reply.choices[0].finish_reason == "stop"  # the model ended its turn (EOS)
     tokenizer = AutoTokenizer.from_pretrained(default_cache_dir() / "smollm2-135m-instruct")
@@ -63,6 +78,6 @@ def test_chat_uses_the_models_template_and_ends_its_turn(client):
     assert reply.usage.prompt_tokens == len(tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=True, return_dict=False))
     chunks = list(client.chat.completions.create(model="smollm2", messages=messages,
-                                                 max_tokens=32, stream=True))
+                                                 max_tokens=32, stream=True, temperature=0))
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == \
         reply.choices[0].message.content

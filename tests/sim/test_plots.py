@@ -52,3 +52,41 @@ def test_without_matplotlib_bench_says_one_line(tmp_path, capsys, monkeypatch):
     assert err.strip() == ("plots skipped: matplotlib is not installed; install the bench "
                            "extra: pip install 'parrot-serve[bench]'")
     assert not list(out.glob("*.png"))
+
+
+def test_calls_running_together_on_one_engine_get_a_row_each():
+    """A batch on one engine is a stack of bars (its concurrency visible), not one block."""
+    from parrot.sim.plots import timeline_lanes
+
+    def call(engine: str, start: float, end: float) -> CallRecord:
+        return CallRecord("a", "map_reduce", engine, "throughput", 0.0, 0.0, start, end, "done")
+
+    calls = [call("sim-0", 0.0, 2.0), call("sim-0", 0.5, 1.0), call("sim-0", 1.0, 3.0),
+             call("sim-1", 0.0, 1.0), call("sim-0", 2.5, 4.0)]
+    bars = timeline_bars([AppRecord("a", "map_reduce", True, 0.0, 4.0, 1, calls)])
+    rows, lanes = timeline_lanes(bars, ["sim-0", "sim-1", "sim-2"])
+    assert rows == ["sim-0", "sim-0 #2", "sim-1", "sim-2"]   # peak concurrency 2 on sim-0
+    by_call = {(b[1][0], b[1][1]): rows[lane] for b, lane in zip(bars, lanes)}
+    assert by_call == {("sim-0", 0.0): "sim-0", ("sim-0", 0.5): "sim-0 #2",
+                       ("sim-0", 1.0): "sim-0 #2", ("sim-1", 0.0): "sim-1",
+                       ("sim-0", 2.5): "sim-0"}
+
+
+def test_the_timeline_and_rate_plots_draw(tmp_path):
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    from parrot.sim.plots import rate_plot, timeline
+
+    calls = [CallRecord(f"app-{i}", "chain_summary", "sim-0", "latency", 0.0, 0.0, i * 0.1,
+                        1.0 + i * 0.1, "done") for i in range(3)]
+    records = [AppRecord(f"app-{i}", "chain_summary", True, 0.0, 2.0, 1, [calls[i]])
+               for i in range(3)]
+    timeline("x", records, tmp_path / "t.png", "title", ["sim-0", "sim-1"])
+    assert (tmp_path / "t.png").stat().st_size > 0
+    summary = {"target_s_per_token": 0.04, "variants": {"a": {
+        "sustainable_rate": 4.0, "capped": False,
+        "points": [{"rate": r, "normalized_latency_s_per_token": 0.02 + r / 1000}
+                   for r in (1.0, 2.0, 4.0)]}}}
+    rate_plot(summary, tmp_path / "r.png", "rates")
+    assert (tmp_path / "r.png").stat().st_size > 0

@@ -138,6 +138,25 @@ def test_run_paper_writes_the_table_and_splices_the_page(tmp_path):
     assert set(run["runs"]) == {"chain", "mr"} and run["wall_s"] > 0
 
 
+def test_run_paper_reports_each_experiment_as_it_finishes(tmp_path, capsys):
+    """Not in submission order: the slow one (submitted first) is reported after the fast."""
+    from bench.paper.experiments import run_paper
+
+    slow = ("--doc-tokens", "4096", "--chunk-tokens", "512", "--output-tokens", "8",
+            "--sweep", "num_apps=1,2,3")
+    fast = ("--doc-tokens", "1024", "--chunk-tokens", "512", "--output-tokens", "2")
+    experiments = (
+        Experiment("slow", "chain summary", "1.38x", ("--workload", "chain_summary", *slow),
+                   (Ratio("vs request-level", "app_centric:parrot", "least_queue:baseline"),)),
+        Experiment("fast", "map-reduce", "2.37x", ("--workload", "map_reduce", *fast),
+                   (Ratio("vs capped", "app_centric:parrot", "latency_centric:baseline"),)),
+    )
+    assert run_paper(tmp_path / "out", plots=False, jobs=2, experiments=experiments) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "[paper]" in line]
+    assert lines[0].startswith("[paper] 2 experiments, 2 at a time")
+    assert lines[1].startswith("[paper] 1/2 fast: exit 0") and "2/2 slow: exit 0" in lines[2]
+
+
 def test_rate_search_doubles_then_bisects_and_checks_what_it_is_told():
     search = RateSearch(start=2.0, max_rate=64.0, refinements=2)
     tried = []
