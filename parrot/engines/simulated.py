@@ -35,6 +35,7 @@ import asyncio
 import bisect
 import enum
 import logging
+import random
 from dataclasses import dataclass, field
 from collections.abc import AsyncIterator
 
@@ -43,6 +44,7 @@ from parrot.engines.latency_model import LatencyModel, SimulatedEngineConfig, lo
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
 from parrot.engines.tpot import TpotMeter
+from parrot.engines.sim_values import sample_value
 from parrot.engines.sim_blocks import KVSpace, SimContext, count_tokens, detokenize, filler_token
 from parrot.errors import (ContextExistsError, EngineConfigError, EngineError,
                            EngineUnavailableError, InvalidRequestError, OutOfKVCacheError,
@@ -150,6 +152,11 @@ class SimulatedEngine(Engine):
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         sampling = request.sampling
+        # A constrained output's text is a value sampled from its constraint (sim_values.py),
+        # delivered whole with the last token (the timing stays that of max_tokens tokens).
+        value = None if sampling.constraint is None else sample_value(
+            sampling.constraint, random.Random(f"{request.context_id}|{sampling.seed}"))
+        held: list[int] = []   # a constrained output's token ids, sent with its value
         req = self._submit(_Request(_Kind.GENERATE, request.context_id,
                                     request.parent_context_id, sampling.max_tokens, sampling.seed,
                                     priority=request.priority))
@@ -161,6 +168,14 @@ class SimulatedEngine(Engine):
                 if req.error is not None:
                     raise req.error
                 token_ids, req.new_token_ids = req.new_token_ids, []
+                if value is not None:
+                    held.extend(token_ids)
+                    if req.is_finished:
+                        chunk = GenerateChunk(value, tuple(held), "eos")
+                        timer.observe(chunk)
+                        yield chunk
+                        return
+                    continue
                 if req.is_finished:
                     chunk = GenerateChunk(detokenize(token_ids), tuple(token_ids), "length")
                     timer.observe(chunk)
