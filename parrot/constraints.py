@@ -46,7 +46,7 @@ class ConstraintError(InvalidRequestError):
 
 @dataclass(frozen=True)
 class JsonSchema:
-    schema_json: str          # the schema as canonical JSON text (hashable, the cache key)
+    schema_json: str          # the schema as compact JSON text (hashable, the cache key)
     name: str | None = None   # a label (OpenAI's json_schema.name), not part of the grammar
 
     @property
@@ -62,7 +62,8 @@ class JsonSchema:
         if not isinstance(schema, (Mapping, bool)):
             raise ConstraintError(f"a JSON Schema is an object, got {type(schema).__name__}")
         try:
-            text = json.dumps(schema, sort_keys=True, separators=(",", ":"), allow_nan=False)
+            # key order kept: properties are generated in the order the schema lists them
+            text = json.dumps(schema, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ConstraintError(f"the JSON Schema is not JSON: {exc}") from None
         if len(text) > MAX_CONSTRAINT_CHARS:

@@ -29,6 +29,7 @@ from parrot.manager.manager import Manager
 from parrot.server.oneshot import OneShot
 from parrot.server.openai_requests import (ChatCompletionRequest, CompletionRequest,
                                          ParrotOptions)
+from parrot.server.openai_tools import ToolStream, ToolUse
 from parrot.server.sse import finish, is_disconnect, open_stream, send
 from parrot.manager.sessions import Session
 from parrot.server.tenants import TenantGrant
@@ -140,6 +141,7 @@ class OpenAIRoutes:
             sampling = replace(sampling, max_tokens=max(room, 1))
         run = self._one_shot(caller, [prompt], req.n, sampling, req.parrot, req.stream)
         reply = _Reply("chatcmpl", "chat.completion", req.model, chat=True)
+        reply.tools = req.tools
         return await self._serve(request, run, reply, req.stream, req.include_usage)
 
     def _admit(self, request: web.Request, options: ParrotOptions) -> TenantGrant | Session | None:
@@ -184,8 +186,9 @@ class OpenAIRoutes:
                 try:
                     async for delta in run.deltas():
                         if delta.text or delta.finish_reason:
-                            await send(response, reply.chunk([reply.delta(
-                                delta.index, delta.text or None, delta.finish_reason)]))
+                            for choice in reply.stream(delta.index, delta.text or None,
+                                                       delta.finish_reason):
+                                await send(response, reply.chunk([choice]))
                     if include_usage:
                         await send(response, reply.chunk([], run.usage().to_json()))
                 except ParrotError as exc:
@@ -220,8 +223,22 @@ class _Reply:
         self.object, self.model, self.chat = obj, model, chat
         self.created = int(time.time())
         self.parrot: dict[str, Any] | None = None  # Parrot's extension, in every reply/chunk
+        self.tools = ToolUse()    # a chat request's tools: replies may carry tool_calls
+        self._tool_streams: dict[int, ToolStream] = {}
+
+    def stream(self, index: int, text: str | None,
+               finish_reason: str | None) -> list[dict[str, Any]]:
+        """The chunk choices for one streamed piece (a request with tools: its deltas)."""
+        if not (self.chat and self.tools.active):
+            return [self.delta(index, text, finish_reason)]
+        tool_stream = self._tool_streams.setdefault(index, ToolStream(self.tools, index))
+        return tool_stream.feed(text, finish_reason)
 
     def choice(self, index: int, text: str, finish_reason: str) -> dict[str, Any]:
+        if self.chat and self.tools.active:
+            message, finish_reason = self.tools.message(text, finish_reason)
+            return {"index": index, "message": message, "finish_reason": finish_reason,
+                    "logprobs": None}
         if self.chat:
             return {"index": index, "message": {"role": "assistant", "content": text},
                     "finish_reason": finish_reason, "logprobs": None}

@@ -8,13 +8,14 @@ Parrot's own extension travels in `extra_body={"parrot": {...}}` (see `ParrotOpt
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 from collections.abc import Mapping
 
 from parrot.chat import ChatMessage, parse_messages
 from parrot.errors import InvalidRequestError
 from parrot.sampling import SamplingParams
+from parrot.server.openai_tools import ToolUse, parse_tool_use, tool_messages
 from parrot.types import Criterion
 
 MAX_N = 16
@@ -26,9 +27,8 @@ _SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed", "stop", "ignore_eos
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
     "presence_penalty": (0, 0.0, None), "frequency_penalty": (0, 0.0, None),
     "logprobs": (None, False), "top_logprobs": (None, 0), "logit_bias": (None, {}),
-    "echo": (None, False), "best_of": (None, 1), "suffix": (None,), "tools": (None, []),
-    "tool_choice": (None, "none"), "response_format": (None, {"type": "text"}),
-    "parallel_tool_calls": (None, False, True), "repetition_penalty": (None, 1, 1.0),
+    "echo": (None, False), "best_of": (None, 1), "suffix": (None,),
+    "repetition_penalty": (None, 1, 1.0),
 }
 
 
@@ -97,9 +97,10 @@ class ChatCompletionBody(_CommonBody):
     max_tokens: int | None = None             # default: until the turn ends / context is full
     max_completion_tokens: int | None = None  # OpenAI's newer name of max_tokens
     top_logprobs: int | None = None           # 0 only
-    tools: list[dict[str, Any]] | None = None  # empty only
-    tool_choice: str | None = None            # "none" only
-    response_format: dict[str, Any] | None = None  # {"type": "text"} only
+    # structured outputs and tool calls (openai_tools.py)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None   # none | auto | required | a function
+    response_format: dict[str, Any] | None = None     # text | json_object | json_schema
     parallel_tool_calls: bool | None = None
 
 
@@ -183,16 +184,23 @@ class ChatCompletionRequest:
     stream: bool = False
     include_usage: bool = False
     parrot: ParrotOptions = ParrotOptions()
+    tools: ToolUse = ToolUse()   # response_format / tools / tool_choice (openai_tools.py)
 
     @classmethod
     def from_json(cls, data: Any) -> ChatCompletionRequest:
         body = _object(data)
         common = _common(body, ChatCompletionBody, "chat")
-        messages = parse_messages(body.get("messages"))
+        tools = parse_tool_use(body)
+        messages = parse_messages(tools.with_tools(tool_messages(body.get("messages"))))
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-        return cls(messages=messages,
-                   sampling=_sampling(body, 1 if max_tokens is None else max_tokens),
-                   max_tokens_given=max_tokens is not None, **common)
+        sampling = _sampling(body, 1 if max_tokens is None else max_tokens)
+        if tools.constraint is not None:
+            try:
+                sampling = replace(sampling, constraint=tools.constraint)
+            except InvalidRequestError as exc:   # e.g. stop strings with a constraint
+                raise _bad("response_format", str(exc)) from None
+        return cls(messages=messages, sampling=sampling,
+                   max_tokens_given=max_tokens is not None, tools=tools, **common)
 
 
 def _common(body: Mapping[str, Any], wire: type, route: str) -> dict[str, Any]:
