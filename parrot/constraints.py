@@ -224,6 +224,20 @@ def _problem(constraint: Constraint) -> str:
     return "" if not message or message.startswith("WARNING") else message.strip()
 
 
+def openai_fields(constraint: Constraint) -> dict[str, Any]:
+    """The fields of an OpenAI-compatible /v1/completions body that ask the server for this
+    constraint: OpenAI's `response_format` for JSON (vLLM and Parrot take it on completions
+    too), vLLM's `guided_regex` / `guided_choice` for the others (Parrot takes them too)."""
+    if isinstance(constraint, JsonSchema):
+        return {"response_format": {"type": "json_schema", "json_schema": {
+            "name": constraint.name or "output", "schema": constraint.schema, "strict": True}}}
+    if isinstance(constraint, JsonObject):
+        return {"response_format": {"type": "json_object"}}
+    if isinstance(constraint, Regex):
+        return {"guided_regex": constraint.pattern}
+    return {"guided_choice": list(constraint.choices)}
+
+
 def parse_value(constraint: Constraint | None, text: str) -> Any:
     """The value of a constrained output's text: the JSON value for the JSON kinds, the text
     itself for regex and choice. Text that is not JSON (a generation cut by max_tokens)

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from parrot.chat import ChatMessage, parse_messages
 from parrot.errors import InvalidRequestError
 from parrot.sampling import SamplingParams
-from parrot.server.openai_tools import ToolUse, parse_tool_use, tool_messages
+from parrot.server.openai_tools import (ToolUse, completion_constraint, parse_tool_use,
+                                       tool_messages)
 from parrot.types import Criterion
 
 MAX_N = 16
@@ -87,6 +88,11 @@ class CompletionBody(_CommonBody):
     echo: bool | None = None                  # false only
     best_of: int | None = None                # 1 only
     suffix: str | None = None                 # null only
+    # a constraint, as vLLM takes it on completions (openai_tools.completion_constraint)
+    response_format: dict[str, Any] | None = None
+    guided_json: dict[str, Any] | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -165,9 +171,15 @@ class CompletionRequest:
             raise _bad("prompt", "'prompt' must be a string or a list of 1 to "
                        f"{MAX_PROMPTS} strings (token-id prompts are not supported: send text)")
         max_tokens = body.get("max_tokens")
-        return cls(prompts=tuple(prompts),
-                   sampling=_sampling(body, DEFAULT_COMPLETION_MAX_TOKENS
-                                      if max_tokens is None else max_tokens),
+        sampling = _sampling(body, DEFAULT_COMPLETION_MAX_TOKENS
+                             if max_tokens is None else max_tokens)
+        constraint = completion_constraint(body)
+        if constraint is not None:
+            try:
+                sampling = replace(sampling, constraint=constraint)
+            except InvalidRequestError as exc:   # e.g. stop strings with a constraint
+                raise _bad("stop", str(exc)) from None
+        return cls(prompts=tuple(prompts), sampling=sampling,
                    max_tokens_given=max_tokens is not None, **common)
 
 

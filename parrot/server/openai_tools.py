@@ -32,8 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from parrot.constraints import (Constraint, ConstraintError, JsonObject, JsonSchema,
-                                check_constraint)
+from parrot.constraints import (Choice, Constraint, ConstraintError, JsonObject, JsonSchema,
+                                Regex, check_constraint)
 from parrot.errors import InvalidRequestError
 
 MAX_TOOLS = 128
@@ -226,6 +226,36 @@ def parse_tool_use(body: Mapping[str, Any]) -> ToolUse:
     except ConstraintError as exc:
         raise _bad("tools" if use.forced else "response_format", str(exc)) from None
     return use
+
+
+def completion_constraint(body: Mapping[str, Any]) -> Constraint | None:
+    """/v1/completions' constraint: `response_format` (as on chat; vLLM takes it on
+    completions too) or vLLM's `guided_json` / `guided_regex` / `guided_choice`, at most one
+    (what the `openai` engine kind sends to the server it fronts)."""
+    given = [k for k in ("response_format", "guided_json", "guided_regex", "guided_choice")
+             if body.get(k) is not None]
+    if len(given) > 1:
+        raise _bad(given[1], f"at most one of {given} may be given")
+    if not given:
+        return None
+    key = given[0]
+    try:
+        constraint: Constraint | None
+        if key == "response_format":
+            constraint = _response_format(body[key])
+        elif key == "guided_json":
+            constraint = JsonSchema.of(body[key])
+        elif key == "guided_regex":
+            constraint = Regex(body[key])
+        else:
+            choices = body[key]
+            if not isinstance(choices, list):
+                raise ConstraintError("guided_choice must be a list of strings")
+            constraint = Choice(tuple(choices))
+        check_constraint(constraint, key)
+    except ConstraintError as exc:
+        raise _bad(key, str(exc)) from None
+    return constraint
 
 
 def _response_format(data: Any) -> Constraint | None:
