@@ -236,8 +236,9 @@ class BuiltinEngine(Engine):
         """A new sequence's matcher; the tokenizer bridge and each new grammar are built off
         the loop (a large schema compiles for tens of milliseconds)."""
         if self._grammars is None:
-            self._grammars = await asyncio.to_thread(GrammarCache, self._tokenizer,
-                                                     self._vocab_size)
+            self._grammars = await asyncio.to_thread(
+                GrammarCache, self._tokenizer, self._vocab_size,
+                parallel=self._runner.device.type == "cuda")
         return await asyncio.to_thread(self._grammars.start, constraint)
 
     async def free_context(self, context_id: str) -> None:

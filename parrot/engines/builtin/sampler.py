@@ -46,8 +46,11 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
     where: dict[int, int] = {}
     if masked is not None:
         where = {row: j for j, row in enumerate(rows)}
-        for row, token in zip(rows, torch.argmax(masked, dim=-1).tolist()):
-            out[row] = token
+        greedy_rows = [j for j, row in enumerate(rows) if params[row].is_greedy]
+        if greedy_rows:   # the argmax under the mask (the others sample below)
+            picked = masked if len(greedy_rows) == len(rows) else masked[greedy_rows]
+            for j, token in zip(greedy_rows, torch.argmax(picked, dim=-1).tolist()):
+                out[rows[j]] = token
     for row, (p, gen) in enumerate(zip(params, generators)):
         if p.is_greedy:
             continue
