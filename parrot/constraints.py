@@ -36,7 +36,7 @@ MAX_CONSTRAINT_CHARS = 100_000   # a schema or pattern's text; larger grammars a
 # JSON is decoded with fixed separators and no free whitespace: a small model given free
 # whitespace may emit newlines until max_tokens, and a canonical layout is what json.dumps
 # writes. (The grammar allows exactly this layout; `parse` is unaffected.)
-JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False, "item_separator": ", ",
+JSON_OPTIONS: Any = {"whitespace_flexible": False, "item_separator": ", ",
                                 "key_separator": ": "}
 
 

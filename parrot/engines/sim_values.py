@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 import random
 import re
-import re._constants as sre_c  # type: ignore[import-not-found]
-import re._parser as sre_parse  # type: ignore[import-not-found]
+import re._constants as sre_c
+import re._parser as sre_parse
 from typing import Any
 
-from parrot.constraints import Choice, Constraint, ConstraintError, JsonObject, JsonSchema, Regex
+from parrot.constraints import Choice, Constraint, ConstraintError, JsonSchema, Regex
 
 WORDS = ("alpha", "beta", "gamma", "delta", "plan", "task", "step", "note", "item", "value")
 MAX_DEPTH = 6          # nested schemas deeper than this get their smallest value
@@ -113,9 +113,9 @@ class _Sampler:
         if fmt == "email":
             return f"{self.rng.choice(WORDS)}@example.com"
         if fmt == "uuid":
-            return "%08x-%04x-4%03x-8%03x-%012x" % (
-                self.rng.getrandbits(32), self.rng.getrandbits(16), self.rng.getrandbits(12),
-                self.rng.getrandbits(12), self.rng.getrandbits(48))
+            bits = self.rng.getrandbits
+            return (f"{bits(32):08x}-{bits(16):04x}-4{bits(12):03x}-8{bits(12):03x}-"
+                    f"{bits(48):012x}")
         low, high = schema.get("minLength", 0), schema.get("maxLength", 24)
         text = self.rng.choice(WORDS)
         while len(text) < low:

@@ -111,7 +111,7 @@ class GrammarCache:
         """[R, ceil(V/32)] int32 allowed-token bitmasks of the rows, on the CPU."""
         words = (self.vocab_size + 31) // 32
         bitmask = torch.empty((len(grammars), words), dtype=torch.int32)
-        if self.parallel and len(grammars) > 1:
+        if self.executor is not None and len(grammars) > 1:
             self.executor.unsafe_compute_mask_ptr(
                 [(g.matcher, i) for i, g in enumerate(grammars)], bitmask.data_ptr(),
                 words * 4, len(grammars))
