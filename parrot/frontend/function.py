@@ -92,7 +92,10 @@ class SemanticFunction:
             for name in self.template.output_names)
 
     def output_constraint(self, name: str) -> Constraint | None:
-        """The constraint output `name` is decoded under (its own, else the function's)."""
+        """The constraint output `name` is decoded under (its own, else the function's); None
+        when the output has transforms (its value is then theirs, not the constrained text)."""
+        if self.parsed_transforms.get(name):
+            return None
         override = self.output_sampling.get(name)
         return (SamplingOverride.of(override).apply(self.sampling) if override
                 else self.sampling).constraint

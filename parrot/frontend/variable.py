@@ -87,9 +87,10 @@ class SemanticVariable:
 
     async def aget_json(self, perf: Criterion | str = Criterion.LATENCY,
                         timeout: float | None = None) -> Any:
-        """The value parsed: the JSON value of an output decoded under a JSON constraint (valid
-        by construction; a generation cut by max_tokens raises ConstraintError), else the
-        text parsed as JSON."""
+        """The value parsed: for an output decoded under a JSON constraint its JSON value
+        (valid by construction; a generation cut by max_tokens raises ConstraintError), under
+        a regex or choice the text itself, else (free text, or an output with transforms)
+        the value parsed as JSON."""
         text = await self.aget(perf, timeout)
         return parse_value(self.constraint or JsonObject(), text)
 

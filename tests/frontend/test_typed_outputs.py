@@ -117,3 +117,12 @@ async def test_the_server_refuses_a_bad_schema_over_raw_http(url):
 
     status, body = await asyncio.to_thread(run)
     assert status == 400 and "output 'answer'" in json.dumps(body), body
+
+
+async def test_a_json_path_on_a_typed_output_never_fails_on_the_shape(url):
+    first_tool = parrot.semantic_function(
+        prompt="Plan: {{output:plan}}", max_tokens=16, outputs={"plan": parrot.json(PLAN)},
+        transforms={"plan": [{"type": "json_path", "path": "steps.0.tool"}]})
+    async with parrot.Session(url):
+        tools = [await first_tool().aget() for _ in range(5)]
+    assert set(tools) <= {"search", "calc"}

@@ -238,7 +238,8 @@ class BuiltinEngine(Engine):
         if self._grammars is None:
             self._grammars = await asyncio.to_thread(
                 GrammarCache, self._tokenizer, self._vocab_size,
-                parallel=self._runner.device.type == "cuda")
+                parallel=self._runner.device.type == "cuda",
+                eos_token_ids=sorted(self._scheduler.eos_token_ids))
         return await asyncio.to_thread(self._grammars.start, constraint)
 
     async def free_context(self, context_id: str) -> None:

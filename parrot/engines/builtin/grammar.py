@@ -67,18 +67,25 @@ class GrammarCache:
     worker thread, Generates are admitted on the loop)."""
 
     def __init__(self, tokenizer: Any, vocab_size: int,
-                 max_entries: int = MAX_CACHED_GRAMMARS, *, parallel: bool = True) -> None:
+                 max_entries: int = MAX_CACHED_GRAMMARS, *, parallel: bool = True,
+                 eos_token_ids: list[int] | None = None) -> None:
         llg = _llguidance()
         if tokenizer is None:
             raise ConstraintError("constrained decoding needs the model's tokenizer")
         self._llg = llg
-        self.tokenizer = llg.hf.from_tokenizer(tokenizer, n_vocab=vocab_size)
+        # the engine's EOS ids: a complete grammar allows exactly the tokens that end a
+        # Generate (the tokenizer's own EOS may be only one of them)
+        self.tokenizer = llg.hf.from_tokenizer(tokenizer, n_vocab=vocab_size,
+                                               eos_token=eos_token_ids or None)
         self.vocab_size = vocab_size
         # Masks of several rows on llguidance's thread pool: for a GPU engine, whose host
         # threads idle while the step runs. A CPU engine fills them on its own thread: pool
         # threads would take the cores the model's forward runs on.
         self.parallel = parallel
         self.executor = llg.LLExecutor() if parallel else None
+        # a GPU engine's masks go to the device from page-locked memory (an asynchronous
+        # copy); one buffer reused step after step (each step's copy ends before the next)
+        self._pinned: torch.Tensor | None = None
         self._compiled: OrderedDict[Constraint, Any] = OrderedDict()
         self._lock = threading.Lock()
         self.max_entries = max_entries
@@ -107,10 +114,18 @@ class GrammarCache:
     def start(self, constraint: Constraint) -> SequenceGrammar:
         return SequenceGrammar(self.compiled(constraint).deep_copy(), self)
 
+    def _buffer(self, rows: int, words: int) -> torch.Tensor:
+        if not (self.parallel and torch.cuda.is_available()):
+            return torch.empty((rows, words), dtype=torch.int32)
+        if self._pinned is None or self._pinned.shape[0] < rows:
+            self._pinned = torch.empty((max(rows, 64), words), dtype=torch.int32,
+                                       pin_memory=True)
+        return self._pinned[:rows]
+
     def fill_masks(self, grammars: list[SequenceGrammar]) -> torch.Tensor:
         """[R, ceil(V/32)] int32 allowed-token bitmasks of the rows, on the CPU."""
         words = (self.vocab_size + 31) // 32
-        bitmask = torch.empty((len(grammars), words), dtype=torch.int32)
+        bitmask = self._buffer(len(grammars), words)
         if self.executor is not None and len(grammars) > 1:
             self.executor.unsafe_compute_mask_ptr(
                 [(g.matcher, i) for i, g in enumerate(grammars)], bitmask.data_ptr(),
