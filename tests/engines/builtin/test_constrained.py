@@ -49,6 +49,7 @@ async def _samples(engine, constraint, n: int, max_tokens: int) -> list[tuple[st
     return await asyncio.gather(*(one(i) for i in range(n)))
 
 
+@pytest.mark.timeout(300)   # ~60 tokens x 3 rows on 2 shared CPU cores
 async def test_json_schema_samples_are_valid(smollm2_bundle, make_engine):
     engine = make_engine(smollm2_bundle, num_blocks=128)
     for text, finish in await _samples(engine, JsonSchema.of(SCHEMA), 3, 120):
