@@ -9,6 +9,7 @@
 
 __version__ = "0.1.0"
 
+from parrot.constraints import choice, json_output as json, regex
 from parrot.frontend import (SemanticFunction, SemanticVariable, Session, gather,
                              semantic_function)
 from parrot.types import Criterion
@@ -17,4 +18,4 @@ LATENCY = Criterion.LATENCY
 THROUGHPUT = Criterion.THROUGHPUT
 
 __all__ = ["__version__", "semantic_function", "SemanticFunction", "SemanticVariable", "Session",
-           "Criterion", "LATENCY", "THROUGHPUT", "gather"]
+           "Criterion", "LATENCY", "THROUGHPUT", "gather", "json", "regex", "choice"]

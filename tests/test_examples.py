@@ -8,6 +8,8 @@ import parrot
 from examples.chain_summary import chain_summary, document_chunks
 from examples.map_reduce_summary import map_reduce_summary
 from examples.multi_output import run as multi_output
+from examples.tool_agent import PLAN_SCHEMA, call_tool
+from examples.tool_agent import run as tool_agent
 from parrot.serve_config import ServeConfig
 from parrot.server.service import ParrotServer
 
@@ -53,3 +55,16 @@ async def test_multi_output(url):
         result = await multi_output("a task")
     assert set(result) == {"title", "body", "shout"}
     assert len(result["body"]) == 48 * 4 and len(result["shout"]) == 16 * 4
+
+
+async def test_tool_agent_plans_calls_and_summarises(url):
+    jsonschema = pytest.importorskip("jsonschema")
+    async with parrot.Session(url) as session:
+        results = [await tool_agent(f"question {i}") for i in range(3)]
+        graph = await session.graph()
+    for result in results:
+        jsonschema.validate(result["plan"], PLAN_SCHEMA)
+        assert result["observation"] == call_tool(result["plan"]["call"])
+        assert result["answer"]
+    calls = [n for n in graph.nodes if n.kind == "call"]
+    assert len(calls) == 6 and {c.state for c in calls} == {"done"}

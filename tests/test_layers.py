@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("parrot_kernels",),
     ("parrot.types", "parrot.errors", "parrot.validation", "parrot.speed_profile",
-     "parrot.extras", "parrot.template", "parrot.sampling", "parrot.transforms", "parrot.chat",
+     "parrot.extras", "parrot.constraints", "parrot.template", "parrot.sampling",
+     "parrot.transforms", "parrot.chat",
      "parrot.serve_config", "parrot.wire_types"),
     ("parrot.engines", "parrot.policies"),
     ("parrot.manager",),

@@ -44,6 +44,7 @@ from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillReques
 from parrot.engines.tpot import TpotMeter
 from parrot.errors import (EngineConfigError, EngineUnavailableError, InvalidRequestError,
                            PromptTooLongError, UnknownContextError)
+from parrot.constraints import openai_fields
 from parrot.sampling import SamplingParams
 from parrot.types import estimate_num_tokens
 from parrot.validation import Checks
@@ -255,6 +256,8 @@ def _sampling_body(sampling: SamplingParams) -> dict[str, Any]:
         body["ignore_eos"] = True
     if sampling.stop_token_ids:
         body["stop_token_ids"] = list(sampling.stop_token_ids)
+    if sampling.constraint is not None:   # the server decodes under it (constraints.py)
+        body.update(openai_fields(sampling.constraint))
     return body
 
 

@@ -43,6 +43,7 @@ import bisect
 import enum
 import hashlib
 import logging
+import random
 from dataclasses import dataclass, field
 from collections.abc import AsyncIterator
 
@@ -51,6 +52,7 @@ from parrot.engines.latency_model import LatencyModel, SimulatedEngineConfig, lo
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest, ServingLimits)
 from parrot.engines.tpot import TpotMeter
+from parrot.engines.sim_values import sample_value
 from parrot.engines.sim_blocks import KVSpace, SimContext, count_tokens, detokenize, filler_token
 from parrot.engines.sim_eos import find_eos
 from parrot.engines.sim_prefix_cache import PrefixCache
@@ -244,6 +246,11 @@ class SimulatedEngine(Engine):
         num_tokens = (sampling.max_tokens if sampling.ignore_eos or stop is None
                       else min(sampling.max_tokens, stop))
         finish_reason = "length" if num_tokens == sampling.max_tokens else "stop"
+        # A constrained output's text is a value sampled from its constraint (sim_values.py),
+        # delivered whole with the last token (the timing stays that of max_tokens tokens).
+        value = None if sampling.constraint is None else sample_value(
+            sampling.constraint, random.Random(f"{request.context_id}|{sampling.seed}"))
+        held: list[int] = []   # a constrained output's token ids, sent with its value
         req = self._submit(_Request(_Kind.GENERATE, request.context_id,
                                     request.parent_context_id, num_tokens, sampling.seed,
                                     priority=request.priority,
@@ -258,6 +265,14 @@ class SimulatedEngine(Engine):
                 if req.error is not None:
                     raise req.error
                 token_ids, req.new_token_ids = req.new_token_ids, []
+                if value is not None:
+                    held.extend(token_ids)
+                    if req.is_finished:
+                        chunk = GenerateChunk(value, tuple(held), "eos")
+                        timer.observe(chunk)
+                        yield chunk
+                        return
+                    continue
                 if req.is_finished:
                     chunk = GenerateChunk(detokenize(token_ids), tuple(token_ids),
                                           "eos" if req.finish_reason == "eos"

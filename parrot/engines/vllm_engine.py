@@ -28,6 +28,7 @@ from parrot.engines.tpot import TpotMeter
 from parrot.errors import (EngineConfigError, EngineUnavailableError, PromptTooLongError,
                            UnknownContextError)
 from parrot.extras import missing_extra
+from parrot.constraints import Constraint, JsonObject, JsonSchema, Regex
 from parrot.sampling import SamplingParams
 from parrot.validation import Checks
 
@@ -178,7 +179,31 @@ def _vllm_sampling(sampling: SamplingParams) -> Any:
                            top_p=sampling.top_p, top_k=sampling.top_k or -1, seed=sampling.seed,
                            stop=list(sampling.stop) or None,
                            stop_token_ids=list(sampling.stop_token_ids) or None,
-                           ignore_eos=sampling.ignore_eos)
+                           ignore_eos=sampling.ignore_eos,
+                           **_vllm_constraint(sampling.constraint))
+
+
+def _vllm_constraint(constraint: Constraint | None) -> dict[str, Any]:
+    """A constraint as vLLM's structured-output params: `structured_outputs=` (vLLM >= 0.10.2)
+    or `guided_decoding=` (older), with the same fields (json, json_object, regex, choice)."""
+    if constraint is None:
+        return {}
+    fields: dict[str, Any]
+    if isinstance(constraint, JsonSchema):
+        fields = {"json": constraint.schema}
+    elif isinstance(constraint, JsonObject):
+        fields = {"json_object": True}
+    elif isinstance(constraint, Regex):
+        fields = {"regex": constraint.pattern}
+    else:
+        fields = {"choice": list(constraint.choices)}
+    try:
+        from vllm.sampling_params import StructuredOutputsParams
+    except ImportError:
+        from vllm.sampling_params import GuidedDecodingParams
+
+        return {"guided_decoding": GuidedDecodingParams(**fields)}
+    return {"structured_outputs": StructuredOutputsParams(**fields)}
 
 
 def create_vllm_engine(name: str, params: Mapping[str, Any]) -> VLLMEngine:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable, Mapping
 
+from parrot.constraints import CONSTRAINT_TYPES, Constraint
 from parrot.errors import InvalidRequestError
 from parrot.frontend.active import current_session
 from parrot.sampling import SamplingParams
@@ -90,6 +91,15 @@ class SemanticFunction:
                             if name in self.output_sampling else None)
             for name in self.template.output_names)
 
+    def output_constraint(self, name: str) -> Constraint | None:
+        """The constraint output `name` is decoded under (its own, else the function's); None
+        when the output has transforms (its value is then theirs, not the constrained text)."""
+        if self.parsed_transforms.get(name):
+            return None
+        override = self.output_sampling.get(name)
+        return (SamplingOverride.of(override).apply(self.sampling) if override
+                else self.sampling).constraint
+
     def chat_spec(self) -> ChatSpec | None:
         """The submit's `chat` field (None for plain prompts)."""
         return ChatSpec(self.system) if self.chat else None
@@ -114,14 +124,17 @@ class SemanticFunction:
 
 
 def semantic_function(fn: Callable[..., Any] | None = None, *, prompt: str | None = None,
-                      outputs: Mapping[str, Mapping[str, Any]] | None = None,
+                      outputs: Mapping[str, Mapping[str, Any] | Constraint] | None = None,
                       transforms: Mapping[str, list[Any]] | None = None,
                       chat: bool = False, system: str | None = None,
                       **sampling: Any) -> Any:
     """Decorator (bare or with arguments) or factory: `semantic_function(prompt=..., name=...)`.
 
     Keyword arguments that are sampling fields (max_tokens, temperature, ...) apply to every
-    output; `outputs={"name": {...}}` overrides them per output; `transforms={"placeholder":
+    output; `outputs={"name": {...}}` overrides them per output, and an output given a
+    constraint (`outputs={"plan": parrot.json(PlanModel)}`, `parrot.regex(...)`,
+    `parrot.choice([...])`, or `{"constraint": ..., "max_tokens": ...}`) is decoded under it
+    (`await var.aget_json()` parses it); `transforms={"placeholder":
     [...]}` sets per-placeholder transforms. `chat=True` (optionally with `system=`) makes the
     prompt a chat rendered with the model's chat template: no model-specific markup.
     """
@@ -137,7 +150,7 @@ def semantic_function(fn: Callable[..., Any] | None = None, *, prompt: str | Non
         if prompt is not None:
             source = textwrap.dedent(prompt).strip("\n")
         return SemanticFunction(name or (func.__name__ if func else "semantic_function"),
-                                parse_template(source), params, dict(outputs or {}),
+                                parse_template(source), params, _output_sampling(outputs),
                                 dict(transforms or {}), chat, system)
 
     if fn is not None:
@@ -145,3 +158,10 @@ def semantic_function(fn: Callable[..., Any] | None = None, *, prompt: str | Non
     if prompt is not None:
         return build(None)
     return build
+
+
+def _output_sampling(outputs: Mapping[str, Mapping[str, Any] | Constraint] | None
+                     ) -> dict[str, Mapping[str, Any]]:
+    """Per-output sampling overrides; a bare constraint stands for {"constraint": it}."""
+    return {name: {"constraint": spec} if isinstance(spec, CONSTRAINT_TYPES) else spec
+            for name, spec in (outputs or {}).items()}

@@ -196,7 +196,8 @@ class Session:
 
     def call_function(self, fn: SemanticFunction,
                       inputs: dict[str, Any]) -> tuple[SemanticVariable, ...]:
-        outputs = tuple(SemanticVariable(self, name) for name in fn.template.output_names)
+        outputs = tuple(SemanticVariable(self, name, fn.output_constraint(name))
+                        for name in fn.template.output_names)
         if self.mode == "baseline":
             self._spawn(self._submit_baseline(fn, inputs, outputs))
             return outputs

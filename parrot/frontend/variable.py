@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from parrot.constraints import Constraint, JsonObject, parse_value
 
 from parrot.types import Criterion, strongest
 from parrot.wire_types import ErrorReply, GetRequest, SetVariableRequest, Value, VariableId
@@ -35,9 +37,11 @@ class SemanticVariable:
     service deduces the objectives of every call upstream from it.
     """
 
-    def __init__(self, session: Session, name: str) -> None:
+    def __init__(self, session: Session, name: str,
+                 constraint: Constraint | None = None) -> None:
         self.session = session
         self.name = name
+        self.constraint = constraint    # what the output is decoded under (None: free text)
         self._id: asyncio.Future[str] = session._loop.create_future()  # type: ignore[union-attr]
         self._value: str | None = None  # values never change: once known, no more messages
         self.stream_wanted = False      # astream() began before the submission was sent
@@ -99,6 +103,19 @@ class SemanticVariable:
             self.session.session_id, var_id, criterion, timeout))
         self._value = reply.value
         return reply.value
+
+    async def aget_json(self, perf: Criterion | str = Criterion.LATENCY,
+                        timeout: float | None = None) -> Any:
+        """The value parsed: for an output decoded under a JSON constraint its JSON value
+        (valid by construction; a generation cut by max_tokens raises ConstraintError), under
+        a regex or choice the text itself, else (free text, or an output with transforms)
+        the value parsed as JSON."""
+        text = await self.aget(perf, timeout)
+        return parse_value(self.constraint or JsonObject(), text)
+
+    def get_json(self, perf: Criterion | str = Criterion.LATENCY,
+                 timeout: float | None = None) -> Any:
+        return self.session.run(self.aget_json(perf, timeout))
 
     async def astream(self, perf: Criterion | str = Criterion.LATENCY) -> AsyncIterator[str]:
         """The value as it is generated: `async for text in var.astream(): ...`. The pieces

@@ -29,6 +29,7 @@ from parrot.manager.manager import Manager
 from parrot.server.oneshot import Delta, OneShot
 from parrot.server.openai_requests import (ChatCompletionRequest, CompletionRequest,
                                          ContextLengthExceededError, ParrotOptions)
+from parrot.server.openai_tools import ToolStream, ToolUse
 from parrot.server.sse import finish, is_disconnect, open_stream, send
 from parrot.manager.sessions import Session
 from parrot.server.tenants import TenantGrant
@@ -188,6 +189,7 @@ class OpenAIRoutes:
                          "messages")
         run = self._one_shot(caller, [prompt], req.n, sampling, req.parrot, req.stream)
         reply = _Reply("chatcmpl", "chat.completion", req.model, chat=True)
+        reply.tools = req.tools
         return await self._serve(request, run, reply, req.stream, req.include_usage, window)
 
     def _admit(self, request: web.Request, options: ParrotOptions) -> TenantGrant | Session | None:
@@ -271,9 +273,9 @@ class OpenAIRoutes:
 
     @staticmethod
     async def _send_delta(response: web.StreamResponse, reply: _Reply, delta: Delta) -> None:
-        if delta.text or delta.finish_reason:
-            await send(response, reply.chunk([reply.delta(delta.index, delta.text or None,
-                                                          delta.finish_reason)]))
+        if delta.text or delta.finish_reason:   # a request with tools: its tool-call deltas
+            for choice in reply.stream(delta.index, delta.text or None, delta.finish_reason):
+                await send(response, reply.chunk([choice]))
 
 
 def _method_not_allowed(allowed: str) -> Route:
@@ -295,8 +297,22 @@ class _Reply:
         self.object, self.model, self.chat = obj, model, chat
         self.created = int(time.time())
         self.parrot: dict[str, Any] | None = None  # Parrot's extension, in every reply/chunk
+        self.tools = ToolUse()    # a chat request's tools: replies may carry tool_calls
+        self._tool_streams: dict[int, ToolStream] = {}
+
+    def stream(self, index: int, text: str | None,
+               finish_reason: str | None) -> list[dict[str, Any]]:
+        """The chunk choices for one streamed piece (a request with tools: its deltas)."""
+        if not (self.chat and self.tools.active):
+            return [self.delta(index, text, finish_reason)]
+        tool_stream = self._tool_streams.setdefault(index, ToolStream(self.tools, index))
+        return tool_stream.feed(text, finish_reason)
 
     def choice(self, index: int, text: str, finish_reason: str) -> dict[str, Any]:
+        if self.chat and self.tools.active:
+            message, finish_reason = self.tools.message(text, finish_reason)
+            return {"index": index, "message": message, "finish_reason": finish_reason,
+                    "logprobs": None}
         if self.chat:
             return {"index": index, "message": {"role": "assistant", "content": text},
                     "finish_reason": finish_reason, "logprobs": None}

@@ -20,13 +20,15 @@ it silently change the answer?
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Literal
 from collections.abc import Mapping
 
 from parrot.chat import ChatMessage, parse_messages
 from parrot.errors import InvalidRequestError
 from parrot.sampling import SamplingParams
+from parrot.server.openai_tools import (ToolUse, completion_constraint, parse_tool_use,
+                                       tool_messages)
 from parrot.types import Criterion
 
 log = logging.getLogger(__name__)
@@ -46,8 +48,7 @@ OPENAI_SAMPLING_DEFAULTS: dict[str, Any] = {"temperature": 1.0, "top_p": 1.0}
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
     "presence_penalty": (0, 0.0, None), "frequency_penalty": (0, 0.0, None),
     "logprobs": (None, False), "top_logprobs": (None, 0), "logit_bias": (None, {}),
-    "echo": (None, False), "best_of": (None, 1), "suffix": (None,), "tools": (None, []),
-    "tool_choice": (None, "none"), "response_format": (None, {"type": "text"}),
+    "echo": (None, False), "best_of": (None, 1), "suffix": (None,),
     "functions": (None, []), "function_call": (None, "none"), "audio": (None,),
     "modalities": (None, ["text"]), "web_search_options": (None,),
     "repetition_penalty": (None, 1, 1.0), "min_p": (None, 0, 0.0), "min_tokens": (None, 0),
@@ -133,6 +134,11 @@ class CompletionBody(_CommonBody):
     echo: bool | None = None                  # false only
     best_of: int | None = None                # 1 only
     suffix: str | None = None                 # null only
+    # a constraint, as vLLM takes it on completions (openai_tools.completion_constraint)
+    response_format: dict[str, Any] | None = None
+    guided_json: dict[str, Any] | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -143,9 +149,10 @@ class ChatCompletionBody(_CommonBody):
     max_tokens: int | None = None             # default: until the turn ends / context is full
     max_completion_tokens: int | None = None  # OpenAI's newer name of max_tokens
     top_logprobs: int | None = None           # 0 only
-    tools: list[dict[str, Any]] | None = None  # empty only
-    tool_choice: str | None = None            # "none" only
-    response_format: dict[str, Any] | None = None  # {"type": "text"} only
+    # structured outputs and tool calls (openai_tools.py)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None   # none | auto | required | a function
+    response_format: dict[str, Any] | None = None     # text | json_object | json_schema
     parallel_tool_calls: bool | None = None
 
 
@@ -210,9 +217,15 @@ class CompletionRequest:
             raise _bad("prompt", "'prompt' must be a string or a list of 1 to "
                        f"{MAX_PROMPTS} strings (token-id prompts are not supported: send text)")
         max_tokens = body.get("max_tokens")
-        return cls(prompts=tuple(prompts),
-                   sampling=_sampling(body, DEFAULT_COMPLETION_MAX_TOKENS
-                                      if max_tokens is None else max_tokens),
+        sampling = _sampling(body, DEFAULT_COMPLETION_MAX_TOKENS
+                             if max_tokens is None else max_tokens)
+        constraint = completion_constraint(body)
+        if constraint is not None:
+            try:
+                sampling = replace(sampling, constraint=constraint)
+            except InvalidRequestError as exc:   # e.g. stop strings with a constraint
+                raise _bad("stop", str(exc)) from None
+        return cls(prompts=tuple(prompts), sampling=sampling,
                    max_tokens_given=max_tokens is not None, **common)
 
 
@@ -229,21 +242,30 @@ class ChatCompletionRequest:
     stream: bool = False
     include_usage: bool = False
     parrot: ParrotOptions = ParrotOptions()
+    tools: ToolUse = ToolUse()   # response_format / tools / tool_choice (openai_tools.py)
 
     @classmethod
     def from_json(cls, data: Any) -> ChatCompletionRequest:
         body = _object(data)
         common = _common(body, ChatCompletionBody, "chat")
-        messages = parse_messages(body.get("messages"))
+        tools = parse_tool_use(body)
+        messages = parse_messages(tools.with_tools(tool_messages(body.get("messages"))))
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-        return cls(messages=messages,
-                   sampling=_sampling(body, 1 if max_tokens is None else max_tokens),
-                   max_tokens_given=max_tokens is not None, **common)
+        sampling = _sampling(body, 1 if max_tokens is None else max_tokens)
+        if tools.constraint is not None:
+            try:
+                sampling = replace(sampling, constraint=tools.constraint)
+            except InvalidRequestError as exc:   # e.g. stop strings with a constraint
+                raise _bad("response_format", str(exc)) from None
+        return cls(messages=messages, sampling=sampling,
+                   max_tokens_given=max_tokens is not None, tools=tools, **common)
 
 
 def _common(body: Mapping[str, Any], wire: type, route: str) -> dict[str, Any]:
+    # vLLM's guided decoding is implemented on /v1/completions (a constraint), not on chat
+    implemented = _allowed(wire) & {"guided_json", "guided_regex", "guided_choice"}
     for name, neutral in _NEUTRAL.items():
-        if name in body and not _is_neutral(body[name], neutral):
+        if name in body and name not in implemented and not _is_neutral(body[name], neutral):
             raise _bad(name, f"'{name}'={body[name]!r} is not supported by Parrot: ignoring "
                        "it would change the answer (allowed: "
                        f"{[v for v in neutral if v is not None]} or absent)")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from parrot.errors import InvalidRequestError, TemplateSyntaxError
+from parrot.constraints import check_constraint
 from parrot.sampling import SamplingParams
 from parrot.template import parse_template
 from parrot.transforms import MAX_TRANSFORMS, Transform
@@ -130,6 +131,12 @@ class _CallChecks:
         names = [p.name for p in self.placeholders]
         dupes = sorted({n for n in names if names.count(n) > 1})
         check(not dupes, f"placeholder(s) {dupes} given more than once")
+        # a constraint's schema or pattern must compile: a 400 naming the output, here
+        check_constraint(self.sampling.constraint, "sampling")
+        for spec in self.placeholders:
+            if spec.is_output and spec.sampling is not None:
+                check_constraint(self.output_sampling(spec.name).constraint,
+                                 f"output {spec.name!r}")
         if self.stream:
             try:
                 outputs = set(parse_template(self.prompt).output_names)

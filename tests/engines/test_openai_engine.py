@@ -148,3 +148,19 @@ async def test_a_server_without_usage_is_counted_one_token_per_text_event():
     finally:
         await engine.close()
         await runner.cleanup()
+
+
+@pytest.mark.parametrize("constraint, valid", [
+    (parrot.json({"type": "object", "properties": {"n": {"type": "integer"}},
+                  "required": ["n"]}), lambda t: isinstance(__import__("json").loads(t)["n"],
+                                                             int)),
+    (parrot.regex(r"[a-f]{6}"), lambda t: __import__("re").fullmatch(r"[a-f]{6}", t)),
+    (parrot.choice(["yes", "no"]), lambda t: t in ("yes", "no")),
+])
+async def test_constraints_pass_through_to_the_server(engine: OpenAIEngine, constraint, valid):
+    """The constraint travels in the completions body (response_format / guided_*); the
+    server behind (Parrot on a simulated engine) decodes a value valid for it."""
+    await engine.fill(FillRequest("q", text="Answer: "))
+    result = await engine.generate_all(GenerateRequest("a", parent_context_id="q", sampling=(
+        SamplingParams(max_tokens=8, constraint=constraint))))
+    assert valid(result.text), result.text

@@ -43,6 +43,32 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/engines/builtin/test_linear_choice.py",),
         where="measure_linear_choice"),
     Mutation(
+        "constraint_mask_applied", "parrot/engines/builtin/sampler.py",
+        "    rows, masked = masked_rows(logits, grammars) if grammars else ([], None)\n",
+        "    rows, masked = [], None\n",
+        ("tests/engines/builtin/test_sampler.py::"
+         "test_constrained_rows_sample_only_allowed_tokens_and_free_rows_are_untouched",),
+        where="sample"),
+    Mutation(
+        "constraint_checked_at_submit", "parrot/wire_types/calls.py",
+        "                check_constraint(self.output_sampling(spec.name).constraint,\n",
+        "                check_constraint(None,\n",
+        ("tests/frontend/test_typed_outputs.py::"
+         "test_the_server_refuses_a_bad_schema_over_raw_http",),
+        where="_CallChecks._check_call"),
+    Mutation(
+        "simulated_constrained_value", "parrot/engines/simulated.py",
+        "        value = None if sampling.constraint is None else sample_value(\n",
+        "        value = None if True else sample_value(\n",
+        ("tests/engines/test_sim_values.py::test_the_simulated_engine_generates_the_value",),
+        where="SimulatedEngine.generate"),
+    Mutation(
+        "forced_tool_call_decoded_under_schema", "parrot/server/openai_tools.py",
+        "        if not self.forced:\n            return self.response_format\n",
+        "        if True:\n            return self.response_format\n",
+        ("tests/server/test_openai_tools.py::test_forced_tool_calls",),
+        where="ToolUse.constraint"),
+    Mutation(
         "device_lock_taken", "parrot/engines/builtin/device_lock.py",
         "        fcntl.flock(handle, fcntl.LOCK_EX)\n", "",
         ("tests/engines/builtin/test_device_lock.py",

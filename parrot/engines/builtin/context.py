@@ -70,6 +70,7 @@ class Work:
     new_tokens: list[int] = field(default_factory=list)        # fill: appended when it starts
     sampling: SamplingParams = field(default_factory=SamplingParams)
     generator: torch.Generator | None = None
+    grammar: Any = None                           # a constrained Generate's SequenceGrammar
     tokenizer: Any = None                         # for the text stream (None: ids only)
     stream: TextStream | None = None              # made when a Generate starts
     num_generated: int = 0

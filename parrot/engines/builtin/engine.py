@@ -38,6 +38,7 @@ from parrot.chat import ChatTemplate
 from parrot.engines.builtin.context import Context, Work, WorkKind
 from parrot.engines.builtin.host_pauses import PauseMonitor, pause_monitor
 from parrot.engines.builtin.runner import ModelRunner
+from parrot.engines.builtin.grammar import GrammarCache, SequenceGrammar
 from parrot.engines.builtin.sampler import make_generator
 from parrot.engines.builtin.batch_scheduler import Batch, BatchScheduler
 from parrot.engines.builtin.sizing import batch_buckets
@@ -50,6 +51,7 @@ from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillReques
 from parrot.engines.tpot import TpotMeter
 from parrot.errors import (ContextExistsError, EngineError, EngineUnavailableError,
                            InvalidRequestError, PromptTooLongError, UnknownContextError)
+from parrot.constraints import Constraint
 from parrot.speed_profile import SpeedProfile
 
 log = logging.getLogger(__name__)
@@ -79,6 +81,7 @@ class BuiltinEngine(Engine):
         self._tpot = TpotMeter()        # time per output token as Generates are handed over
         self._tokenizer = tokenizer
         self._vocab_size = vocab_size
+        self._grammars: GrammarCache | None = None   # made by the first constrained Generate
         self._rng = random.Random(seed)
         self._seq = 0
         self._wake = asyncio.Event()
@@ -232,9 +235,13 @@ class BuiltinEngine(Engine):
         if params.stop and self._tokenizer is None:
             raise InvalidRequestError("stop strings need a tokenizer; this model has none")
         self._check_token_ids(params.stop_token_ids, "sampling.stop_token_ids")
+        # compiled before admission: a constraint that fails leaves no work behind
+        grammar = (None if params.constraint is None
+                   else await self._start_grammar(params.constraint))
         work = self._admit(WorkKind.GENERATE, request.context_id, request.parent_context_id, [],
                            request.priority)
         work.sampling = params
+        work.grammar = grammar
         if not params.is_greedy:
             seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
             work.generator = make_generator(seed, self._runner.device)
@@ -255,6 +262,16 @@ class BuiltinEngine(Engine):
             if not work.state.is_finished:  # the caller stopped reading: abort
                 work.fail(EngineError("generate abandoned by its caller"))
                 self._wake.set()
+
+    async def _start_grammar(self, constraint: Constraint) -> SequenceGrammar:
+        """A new sequence's matcher; the tokenizer bridge and each new grammar are built off
+        the loop (a large schema compiles for tens of milliseconds)."""
+        if self._grammars is None:
+            self._grammars = await asyncio.to_thread(
+                GrammarCache, self._tokenizer, self._vocab_size,
+                parallel=self._runner.device.type == "cuda",
+                eos_token_ids=sorted(self._scheduler.eos_token_ids))
+        return await asyncio.to_thread(self._grammars.start, constraint)
 
     async def free_context(self, context_id: str) -> None:
         ctx = self._scheduler.contexts.get(context_id)

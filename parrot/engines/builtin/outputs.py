@@ -19,6 +19,8 @@ def process_token(work: Work, token: int, eos_token_ids: frozenset[int],
     assert work.stream is not None
     params = work.sampling
     work.context.token_ids.append(token)
+    if work.grammar is not None:   # the constrained sequence's matcher follows its tokens
+        work.grammar.advance(token)
     work.num_generated += 1
     finish: str | None = None
     text = ""

@@ -150,12 +150,15 @@ class ModelRunner:
             works = [batch.chunks[i].work for i in host.sample_chunks]
             params = [w.sampling for w in works]
             generators = [w.generator for w in works]
+            grammars = [w.grammar for w in works]
             if out is not None:   # a graph step: logits and argmax of every row are computed
                 pick = (lambda t: t) if index is None else (lambda t: t.index_select(0, index))
-                tokens = sample(pick(out.logits), params, generators, greedy=pick(out.greedy))
+                tokens = sample(pick(out.logits), params, generators, greedy=pick(out.greedy),
+                                grammars=grammars)
             else:
                 picked = hidden if index is None else hidden.index_select(0, index)
-                tokens = sample(self.model.logits(picked), params, generators)     # [N, V]
+                tokens = sample(self.model.logits(picked), params, generators,     # [N, V]
+                                grammars=grammars)
             for i, token in zip(host.sample_chunks, tokens):
                 sampled[i] = token
         if self.device.type == "cuda":
@@ -196,7 +199,8 @@ class ModelRunner:
             return None
         for i in host.sample_chunks:
             work = batch.chunks[i].work
-            if not work.sampling.is_greedy or ends_regardless(work, self.max_context_len):
+            if (not work.sampling.is_greedy or work.grammar is not None   # masked on the host
+                    or ends_regardless(work, self.max_context_len)):
                 return None
         return self._next_rows(batch, host, rows, rows.token_ids)
 
