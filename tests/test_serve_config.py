@@ -5,7 +5,7 @@ import pytest
 from parrot.serve_config import ConfigError, ServeConfig
 from parrot.policies.registry import default_registry
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("path", ["policies.yaml", "configs/sim.yaml"])

@@ -16,7 +16,7 @@ def raise_file_limit(log: logging.Logger) -> int | None:
         return None
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and soft >= hard:
-        log.info("open-file limit: %d (already the hard limit)", soft)
+        log.debug("open-file limit: %d (already the hard limit)", soft)
         return soft
     target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
     try:
