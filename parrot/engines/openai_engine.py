@@ -201,6 +201,10 @@ class OpenAIEngine(Engine):
                            num_contexts=len(self._contexts),
                            tpot_generates=self._tpot.generates, tpot_us_sum=self._tpot.us_sum)
 
+    def context_text(self, context_id: str) -> str | None:
+        """The text a context holds here (the prompt sent with its next Generate), or None."""
+        return self._contexts.get(context_id)
+
     # ---- plumbing ----------------------------------------------------------------------------
 
     def _open(self, context_id: str, parent_id: str | None) -> str:

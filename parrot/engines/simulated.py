@@ -55,6 +55,7 @@ from parrot.engines.tpot import TpotMeter
 from parrot.engines.sim_values import sample_value
 from parrot.engines.sim_blocks import KVSpace, SimContext, count_tokens, detokenize, filler_token
 from parrot.engines.sim_eos import find_eos
+from parrot.engines.sim_pacing import StepPacer
 from parrot.engines.sim_prefix_cache import PrefixCache
 from parrot.errors import (ContextExistsError, EngineConfigError, EngineError,
                            EngineUnavailableError, InvalidRequestError, OutOfKVCacheError,
@@ -64,12 +65,6 @@ __all__ = ["SimulatedEngine", "SimulatedEngineConfig", "LatencyModel", "EngineCo
            "load_profile", "count_tokens", "detokenize", "filler_token"]
 
 log = logging.getLogger(__name__)
-
-# A real-clock timer wakes up to this much late (the loop's timeout granularity is 1 ms;
-# measured 0.75 ms per 4.5-ms sleep on the 2-core VM): the next iteration makes it up
-# (_pace); a longer delay is a stall, not made up.
-LATE_TIMER_S = 0.002
-
 
 class _Kind(enum.Enum):
     FILL = "fill"
@@ -135,7 +130,7 @@ class SimulatedEngine(Engine):
         self._closed = False
         self._num_steps = self._prefill_tokens = self._decode_tokens = 0
         self._step_s = 0.0
-        self._step_end = 0.0     # loop time at which the last iteration ends on paper
+        self._pacer = StepPacer()  # real-clock timer lateness made up (sim_pacing.py)
         self._tpot = TpotMeter()  # time per output token as Generates are handed over
         # context id -> where its next Generate stops on its own (an [[eos@N]] marker filled)
         self._eos_at: dict[str, int] = {}
@@ -317,6 +312,15 @@ class SimulatedEngine(Engine):
             self._kv.free(context_id)
         self._wake()
 
+    def context_ids(self) -> list[str]:
+        """The contexts this engine holds, by id (a snapshot)."""
+        return list(self._contexts)
+
+    def check_invariants(self) -> None:
+        """Raises AssertionError unless the block pool's accounting is whole (every block free
+        or used, none both): for tests after a run."""
+        self._kv.pool.check_invariants()
+
     async def stats(self) -> EngineStats:
         return EngineStats(num_running=len(self._running), num_waiting=len(self._waiting),
                            num_blocks_total=self._kv.pool.num_blocks_total,
@@ -344,7 +348,7 @@ class SimulatedEngine(Engine):
                 if not self._running:
                     self._wakeup.clear()
                     await self._wakeup.wait()
-                    self._step_end = asyncio.get_running_loop().time()   # idle, not late
+                    self._pacer.idle(asyncio.get_running_loop().time())
                     continue
                 decodes, prefills = self._plan()
                 contexts = [r.held_context for r in decodes]
@@ -352,7 +356,8 @@ class SimulatedEngine(Engine):
                              else sum(ctx.length for ctx in contexts))
                 prefill_tokens = sum(n for _, n in prefills)
                 seconds = latency.iteration_seconds(len(decodes), kv_tokens, prefill_tokens)
-                await asyncio.sleep(self._pace(seconds))
+                await asyncio.sleep(self._pacer.sleep_for(
+                    seconds, asyncio.get_running_loop().time()))
                 self._apply(decodes, prefills)
                 # the counters a real engine reports (EngineStats): model time, no host time
                 self._num_steps += 1
@@ -365,18 +370,6 @@ class SimulatedEngine(Engine):
             log.exception("simulated engine %s: batching loop failed", self.name)
             self._closed = True
             self._fail_all(EngineError(f"engine {self.name!r} failed: {exc!r}"))
-
-    def _pace(self, seconds: float) -> float:
-        """How long to sleep for an iteration of `seconds`: it starts where the previous one
-        ended on paper when that timer woke up to LATE_TIMER_S late (the lateness is made
-        up), else now (on time, as on a virtual clock; the first iteration after idling; a
-        longer stall, which a real engine would not make up either)."""
-        now = asyncio.get_running_loop().time()
-        if now - LATE_TIMER_S <= self._step_end < now:
-            self._step_end += seconds
-            return max(0.0, self._step_end - now)
-        self._step_end = now + seconds
-        return seconds
 
     def _plan(self) -> tuple[list[_Request], list[tuple[_Request, int]]]:
         decodes = [r for r in self._running if not r.is_prefilling]

@@ -149,6 +149,11 @@ class VLLMEngine(Engine):
         if self._contexts.pop(context_id, None) is None:
             raise UnknownContextError(f"unknown context {context_id!r}")
 
+    def context_tokens(self, context_id: str) -> list[int] | None:
+        """The token ids a context holds here (its next Generate's prompt), or None."""
+        tokens = self._contexts.get(context_id)
+        return None if tokens is None else list(tokens)
+
     async def stats(self) -> EngineStats:
         tokens = sum(len(c) for c in self._contexts.values())
         total = self._kv_tokens // BLOCK_SIZE

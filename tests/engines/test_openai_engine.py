@@ -49,8 +49,8 @@ async def test_fill_fork_generate_free(engine: OpenAIEngine):
     assert sum(len(c.token_ids) for c in chunks) == 3
     assert [c.finish_reason for c in chunks[:-1]] == [None] * (len(chunks) - 1)
     # the generated text stays in the context; the parent is untouched
-    assert engine._contexts["c1"] == "You are a parrot. " * 4 + text
-    assert engine._contexts["sys"] == "You are a parrot. " * 4
+    assert engine.context_text("c1") == "You are a parrot. " * 4 + text
+    assert engine.context_text("sys") == "You are a parrot. " * 4
     stats = await engine.stats()
     assert stats.num_contexts == 2 and stats.num_running == 0
     # time per output token: one Generate, its 3 text events counted as tokens; the

@@ -64,7 +64,7 @@ async def test_streams_are_whole_or_end_with_an_error_when_an_engine_is_killed()
         streams = [asyncio.create_task(_variable_stream(http, sid, auth, i)) for i in range(10)]
         streams += [asyncio.create_task(_openai_stream(http, i)) for i in range(10)]
         await asyncio.sleep(0.6)  # every stream has pieces out
-        os.kill(server._launched[0].process.pid, signal.SIGKILL)
+        os.kill(server.launched[0].process.pid, signal.SIGKILL)
         results = await asyncio.wait_for(asyncio.gather(*streams), 120)
         bad = [detail for ok, detail in results if not ok]
         assert not bad, bad[:2]

@@ -96,7 +96,8 @@ async def test_contexts_lower_to_token_prompts():
         "b", parent_context_id="a", sampling=SamplingParams(max_tokens=2)))]
     assert llm.prompts == [[97, 98, 99]]
     assert "".join(c.text for c in chunks) == "cb" and chunks[-1].finish_reason == "length"
-    assert engine._contexts["b"] == [97, 98, 99, 99, 98] and engine._contexts["a"] == [97, 98, 99]
+    assert engine.context_tokens("b") == [97, 98, 99, 99, 98]
+    assert engine.context_tokens("a") == [97, 98, 99]
     stats = await engine.stats()    # one Generate of two tokens: timed after its first
     assert stats.tpot_generates == 1 and stats.tpot_us_sum >= 0
     with pytest.raises(PromptTooLongError):

@@ -62,22 +62,22 @@ def decode_constexprs(*, kvh=32, gqa=1, head_dim=128, page=16, block_h=1, block_
 def ci_cases(jit) -> dict:
     """A few launch configurations the wrappers produce, one per distinct code path."""
     return {
-        "fused MHA, dot rows": (jit._decode_partial_kernel, decode_constexprs(
+        "fused MHA, dot rows": (jit.decode_partial_kernel, decode_constexprs(
             block_h=16, use_dot=True, tile_block_n=32), 4),
-        "fused MHA, dot rows, small prefix tile": (jit._decode_partial_kernel,
+        "fused MHA, dot rows, small prefix tile": (jit.decode_partial_kernel,
                                                    decode_constexprs(block_h=16, use_dot=True,
                                                                      block_m=16), 4),
-        "paged MHA, dot rows, block_n 128": (jit._decode_partial_kernel, decode_constexprs(
+        "paged MHA, dot rows, block_n 128": (jit.decode_partial_kernel, decode_constexprs(
             tiles=False, block_h=16, use_dot=True, block_n=128, direct_out=True), 4),
-        "paged MHA, dot rows, block_n 64, 3 stages": (jit._decode_partial_kernel,
+        "paged MHA, dot rows, block_n 64, 3 stages": (jit.decode_partial_kernel,
                                                       decode_constexprs(
             tiles=False, block_h=16, use_dot=True, block_n=64, direct_out=True), 4, 3),
-        "fused GQA 4, dot rows, prefix": (jit._decode_partial_kernel, decode_constexprs(
+        "fused GQA 4, dot rows, prefix": (jit.decode_partial_kernel, decode_constexprs(
             kvh=8, gqa=4, block_h=16, use_dot=True, row_has_prefix=True), 4),
-        "paged direct, GQA 3 elementwise": (jit._decode_partial_kernel, decode_constexprs(
+        "paged direct, GQA 3 elementwise": (jit.decode_partial_kernel, decode_constexprs(
             tiles=False, gqa=3, block_h=4, direct_out=True, head_dim=64, page=32), 4),
-        "merge splits": (jit._merge_splits_kernel, dict(HQ=32, HEAD_DIM=128, BLOCK_S=8), 1),
-        "merge two": (jit._merge_two_kernel, dict(HEAD_DIM=128, BLOCK_D=128), 1),
+        "merge splits": (jit.merge_splits_kernel, dict(HQ=32, HEAD_DIM=128, BLOCK_S=8), 1),
+        "merge two": (jit.merge_two_kernel, dict(HEAD_DIM=128, BLOCK_D=128), 1),
     }
 
 
@@ -91,10 +91,10 @@ def prefill_cases(jit) -> dict:
         for split in (False, True):
             name = (f"prefill {t.block_m}x{t.block_n} tile, {t.num_warps} warps"
                     + (", key ranges" if split else ""))
-            cases[name] = (jit._paged_prefill_kernel,
+            cases[name] = (jit.paged_prefill_kernel,
                            dict(GQA=1, HEAD_DIM=128, PAGE=16, BLOCK_M=t.block_m,
                                 BLOCK_N=t.block_n, SPLIT=split), t.num_warps, t.num_stages)
-    cases["prefill merge ranges"] = (jit._merge_prefill_splits_kernel,
+    cases["prefill merge ranges"] = (jit.merge_prefill_splits_kernel,
                                      dict(HEAD_DIM=128,
                                           BLOCK_M=max(t.block_m for t in PREFILL_TUNINGS)), 4)
     return cases
@@ -103,10 +103,9 @@ def prefill_cases(jit) -> dict:
 def main() -> None:
     import sys
 
-    import parrot_kernels._jit_decode as jit
-    import parrot_kernels._jit_prefill as jit_prefill
+    from parrot_kernels import jit
 
-    cases = {**ci_cases(jit), **prefill_cases(jit_prefill)}
+    cases = {**ci_cases(jit), **prefill_cases(jit)}
     if "--all" in sys.argv:
         for name, const in {
             "tiles only": decode_constexprs(rows=False),
@@ -115,7 +114,7 @@ def main() -> None:
             "rows MHA elementwise bn32": decode_constexprs(tiles=False, block_n=32),
             "rows MHA dot": decode_constexprs(tiles=False, block_h=16, use_dot=True),
         }.items():
-            cases[name] = (jit._decode_partial_kernel, const, 4)
+            cases[name] = (jit.decode_partial_kernel, const, 4)
     for name, (kernel, const, warps, *stages) in cases.items():
         usage = compile_sm90(kernel, const, num_warps=warps, num_stages=stages[0] if stages else 2)
         print(f"{name}: {usage}", flush=True)

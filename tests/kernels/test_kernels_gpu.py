@@ -65,12 +65,12 @@ def test_the_pause_monitor_counts_a_real_compilation():
     in-memory cache dropped, so Triton compiles or loads it from its disk cache, as a step
     meeting a new specialisation does) is counted once, by name; a cached launch is not."""
     from parrot.engines.builtin.host_pauses import pause_monitor
-    from parrot_kernels import _jit_decode as jit
+    from parrot_kernels import jit
     from parrot_kernels import merge_attention_states
 
     monitor = pause_monitor(triton=True)
     assert monitor.watches_triton
-    jit._merge_two_kernel.device_caches.clear()
+    jit.merge_two_kernel.device_caches.clear()
     out = torch.randn(5, 4, 16, device="cuda", dtype=torch.float16)
     lse = torch.randn(5, 4, device="cuda")
     before = monitor.totals()

@@ -121,12 +121,12 @@ def test_direct_launches_compute_what_the_jit_does_on_cuda():
     """Every layer of a step relaunches the attention kernels directly with other caches."""
     from parrot_kernels import reference_shared_prefix_decode_attention as reference
     from parrot_kernels import shared_prefix_decode_attention
-    from parrot_kernels import _jit_decode as jit
+    from parrot_kernels import jit
     from parrot_kernels.launch import launcher
 
     from .factories import make_shared_batch
 
-    partials = launcher(jit._decode_partial_kernel)
+    partials = launcher(jit.decode_partial_kernel)
     before = partials.num_direct
     for seed in range(3):           # same shapes, new tensors (a new layer's caches)
         b = make_shared_batch(group_sizes=[1, 7, 16], prefix_blocks=[3, 0, 64],

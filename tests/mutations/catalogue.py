@@ -24,19 +24,19 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        wins = gemv.kernel_wins(n, k, rows) if measured is None else measured\n",
         "        wins = rows == 1 if measured is None else measured\n",
         ("tests/engines/builtin/test_small_batch_gemv.py",),
-        where="LlamaModel._linear"),
+        where="LlamaModel.linear"),
     Mutation(
         "small_batch_gemv_prefill", "parrot/engines/builtin/model.py",
         "        wins = gemv.kernel_wins(n, k, rows) if measured is None else measured\n",
         "        wins = rows <= 64 if measured is None else measured\n",
         ("tests/engines/builtin/test_small_batch_gemv.py",),
-        where="LlamaModel._linear"),
+        where="LlamaModel.linear"),
     Mutation(
         "linear_choice_followed", "parrot/engines/builtin/model.py",
         "        wins = gemv.kernel_wins(n, k, rows) if measured is None else measured\n",
         "        wins = gemv.kernel_wins(n, k, rows)\n",
         ("tests/engines/builtin/test_linear_choice.py",),
-        where="LlamaModel._linear"),
+        where="LlamaModel.linear"),
     Mutation(
         "linear_choice_faster_side", "parrot/engines/builtin/linear_choice.py",
         "            if small < library:\n", "            if small > library:\n",
@@ -515,12 +515,12 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_prefill_arriving_during_a_launched_step_waits_one_step",),
         where="BuiltinEngine._run"),
     Mutation(
-        "simulated_engine_makes_up_late_timers", "parrot/engines/simulated.py",
-        "        if now - LATE_TIMER_S <= self._step_end < now:\n",
+        "simulated_engine_makes_up_late_timers", "parrot/engines/sim_pacing.py",
+        "        if now - LATE_TIMER_S <= self.step_end < now:\n",
         "        if False:\n",
-        ("tests/engines/test_simulated.py::"
+        ("tests/engines/test_sim_pacing.py::"
          "test_on_a_real_clock_a_late_timer_is_made_up_but_not_a_stall",),
-        where="SimulatedEngine._pace"),
+        where="StepPacer.sleep_for"),
     Mutation(
         "prefill_work_needs_a_seat", "parrot/engines/builtin/batch_scheduler.py",
         "        return could_join and decoding < self.max_num_seqs\n",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -40,6 +41,11 @@ from parrot.engines.builtin.warmup import (DEFER_CAPTURE_ABOVE_ROWS, WarmupRepor
                                            width_buckets)
 
 log = logging.getLogger(__name__)
+
+# (model, kv cache, max_width=, max_batch=) -> the engine's decode graphs (build_engine)
+DecodeGraphsFactory = Callable[..., DecodeGraphs]
+# (model, kv cache, max_tokens=) -> the engine's piecewise prefill graphs (build_engine)
+PrefillGraphsFactory = Callable[..., PrefillGraphs]
 
 
 @dataclass
@@ -102,10 +108,16 @@ def load_bundle(config: BuiltinEngineConfig, loaded: LoadedModel | None = None,
 def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | None = None,
                  *, runner_type: type[ModelRunner] = ModelRunner,
                  scheduler_type: type[BatchScheduler] = BatchScheduler,
-                 clock: StartupClock | None = None) -> BuiltinEngine:
+                 clock: StartupClock | None = None,
+                 decode_graphs: DecodeGraphsFactory | None = None,
+                 prefill_graphs: PrefillGraphsFactory | None = None) -> BuiltinEngine:
     """Blocking when it loads the model (bundle None). `runner_type` / `scheduler_type`: a
     subclass to build instead (tests inject faults through them). `clock`: the start-up's
-    phases (startup_clock.py; by default a clock started here)."""
+    phases (startup_clock.py; by default a clock started here). `decode_graphs`: makes the
+    decode graphs over the engine's KV cache, on any device (the CPU tests run the graph and
+    launch-ahead paths on graphs that do not capture); by default CUDA graphs wherever the
+    kernels run on CUDA, warmed up before the engine is returned. `prefill_graphs`: likewise
+    the piecewise prefill graphs (by default where the fused layer ops run in CUDA graphs)."""
     clock = clock or StartupClock(name)
     if bundle is None:
         bundle = load_bundle(config, clock=clock)
@@ -120,25 +132,27 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
         log.warning("max_context_len %d capped to the KV cache's %d tokens", limit, capacity)
     # Graphs replay the Triton kernels' fixed launch plans; the torch decode path would gather
     # whole padded tables, so it stays eager (as does everything on the CPU).
-    use_graphs = config.cuda_graphs and model.device.type == "cuda" and bundle.uses_kernels
+    cuda_graphs = config.cuda_graphs and model.device.type == "cuda" and bundle.uses_kernels
+    make_decode = decode_graphs or (DecodeGraphs if cuda_graphs else None)
+    piecewise_tokens = min(config.prefill_graph_max_tokens, config.max_batch_tokens)
+    make_prefill = prefill_graphs or (
+        PrefillGraphs if cuda_graphs and model.fused and piecewise_tokens > 0 else None)
     with clock.phase("kv cache", f"allocating {size.describe()}"):
         kv_cache = KVCache(bundle.shape, num_blocks, config.block_size, model.dtype,
-                           model.device, scratch_block=use_graphs)
+                           model.device,
+                           scratch_block=make_decode is not None or make_prefill is not None)
     max_blocks = -(-max_context_len // config.block_size)
-    graphs = prefill_graphs = None
-    if use_graphs:
-        graphs = DecodeGraphs(model, kv_cache, max_width=max_blocks,
-                              max_batch=size.graph_max_batch)
-        piecewise_tokens = min(config.prefill_graph_max_tokens, config.max_batch_tokens)
-        if model.fused and piecewise_tokens > 0:
-            prefill_graphs = PrefillGraphs(model, kv_cache, max_tokens=piecewise_tokens)
+    graphs = None if make_decode is None else make_decode(
+        model, kv_cache, max_width=max_blocks, max_batch=size.graph_max_batch)
+    piecewise = None if make_prefill is None else make_prefill(
+        model, kv_cache, max_tokens=piecewise_tokens)
     runner = runner_type(model, kv_cache, use_shared_prefix=bundle.uses_kernels,
                          shared_prefix_min_tokens=config.shared_prefix_min_tokens,
                          shared_prefix_min_group=config.shared_prefix_min_group,
                          max_blocks=max_blocks, graphs=graphs,
                          max_decode_rows=max_num_seqs,
                          eos_token_ids=frozenset(bundle.eos_token_ids),
-                         max_context_len=max_context_len, prefill_graphs=prefill_graphs)
+                         max_context_len=max_context_len, prefill_graphs=piecewise)
     budget = StepBudget(config.max_batch_tokens,
                         step_tokens=(config.step_token_budget
                                      if isinstance(config.step_token_budget, int) else None),
@@ -154,7 +168,7 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
     # the warm-up's (the start-up line) and, after it, the serving's (the engine's stats)
     pauses = pause_monitor(triton=bundle.uses_kernels)
     before_warmup = pauses.totals()
-    if graphs is not None and config.warmup:
+    if graphs is not None and cuda_graphs and config.warmup:
         # Before any graph is captured: the captured steps bake in this choice.
         with clock.phase("linear choice", "timing the small-batch linear kernels"):
             choose_linear_layers(model, batch_buckets(graphs.max_batch))
@@ -165,13 +179,13 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
             report = warm_up(graphs, shared_prefix=bundle.uses_kernels,
                              min_prefix_blocks=-(-config.shared_prefix_min_tokens
                                                  // config.block_size),
-                             max_decode_rows=max_num_seqs, prefill_graphs=prefill_graphs,
+                             max_decode_rows=max_num_seqs, prefill_graphs=piecewise,
                              clock=clock,
                              defer_above=DEFER_CAPTURE_ABOVE_ROWS if config.lazy_graphs
                              else None)
     warmup_pauses = pauses.totals() - before_warmup
     log.info("%s; %d Triton compilations in %.1f s; %s", startup_summary(
-        name, bundle, size, graphs, prefill_graphs, report),
+        name, bundle, size, graphs, piecewise, report),
         warmup_pauses.jit_compiles, warmup_pauses.jit_s, budget.describe())
     trace_path = config.step_trace_path(name)
     probe_mode = config.speed_probe_mode(model.device.type)

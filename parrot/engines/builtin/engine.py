@@ -99,6 +99,22 @@ class BuiltinEngine(Engine):
         self._bos: int | None = (bos if tokenizer is not None and bos is not None
                                  and tokenizer("x").input_ids[:1] == [bos] else None)
 
+    # -- the parts it was built from (build.build_engine), for inspection --------------------
+
+    @property
+    def runner(self) -> ModelRunner:
+        return self._runner
+
+    @property
+    def scheduler(self) -> BatchScheduler:
+        return self._scheduler
+
+    @property
+    def grammar_compiles(self) -> int:
+        """Grammars compiled for constrained Generates so far (a repeated constraint hits the
+        cache and compiles nothing)."""
+        return 0 if self._grammars is None else self._grammars.compiles
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:

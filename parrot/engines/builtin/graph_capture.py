@@ -47,6 +47,16 @@ class GraphBuckets(ABC, Generic[K, V]):
     @abstractmethod
     def _capture(self, key: K) -> V: ...
 
+    @property
+    def captured_keys(self) -> list[K]:
+        """The captured buckets, in the order they were captured."""
+        return list(self._graphs)
+
+    def release(self, key: K) -> None:
+        """Forget a captured bucket (its steps then take another bucket or capture it again);
+        its memory stays in the pool for the next capture."""
+        self._graphs.pop(key, None)
+
     def capture(self, key: K) -> V | None:
         """The bucket captured over what the static buffers hold now (None: capture failed,
         logged; the bucket then runs eagerly)."""

@@ -286,10 +286,10 @@ class DecodeGraphs(GraphBuckets[GraphKey, _Graph]):
 
     def _cached_wider(self, key: GraphKey, *, stopgap: bool) -> GraphKey | None:
         if (key, stopgap) not in self._wider:
-            self._wider[key, stopgap] = self._narrowest_wider(key, stopgap=stopgap)
+            self._wider[key, stopgap] = self.narrowest_wider(key, stopgap=stopgap)
         return self._wider[key, stopgap]
 
-    def _narrowest_wider(self, key: GraphKey, *, stopgap: bool = False) -> GraphKey | None:
+    def narrowest_wider(self, key: GraphKey, *, stopgap: bool = False) -> GraphKey | None:
         """The narrowest captured bucket that holds a step of bucket `key`: at most
         WIDER_BUCKET_FACTOR larger in every dimension, or for a stopgap in the tables only."""
         bb, gb, pw, sw = key
@@ -365,6 +365,10 @@ class DecodeGraphs(GraphBuckets[GraphKey, _Graph]):
         if graph is not None:
             self._wider.clear()         # a step may now fit a bucket that did not exist
         return graph
+
+    def release(self, key: GraphKey) -> None:
+        super().release(key)
+        self._wider.clear()             # a step may have replayed the released bucket
 
     def fill_padding(self, key: GraphKey) -> None:
         """Every row of the bucket a padding row (scratch slot, length 1; all in the last

@@ -93,6 +93,16 @@ class LlamaModel:
         has_gemv = hasattr(kernels, "small_batch_linear") and hasattr(kernels, "kernel_wins")
         self._gemv = kernels if (has_gemv and small_batch_gemv) else None
 
+    @property
+    def decode(self) -> DecodeFn:
+        """The decode attention every step calls (attention.make_decode_fn)."""
+        return self._decode
+
+    def use_decode(self, decode_fn: DecodeFn) -> None:
+        """Decode through `decode_fn` from now on: the Triton kernels' path on the CPU (the
+        interpreter), or a wrapper that observes each call."""
+        self._decode = decode_fn
+
     def projection_weights(self) -> dict[tuple[int, int], list[torch.Tensor]]:
         """Every linear layer's weights by shape (N, K), one per layer: what a decode step
         reads, for timing the small-batch kernels against cuBLAS (linear_choice.py)."""
@@ -103,7 +113,7 @@ class LlamaModel:
         shapes.setdefault((self.lm_head.shape[0], self.lm_head.shape[1]), []).append(self.lm_head)
         return shapes
 
-    def _linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    def linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """x @ w^T through the small-batch kernel where it wins at x's row count, else cuBLAS
         (decided in Python: once per bucket when a CUDA graph is captured). Where the start-up
         measured this shape and row bucket, that decides; elsewhere the kernels' table."""
@@ -122,7 +132,7 @@ class LlamaModel:
 
     @property
     def small_batch_kernels(self) -> ModuleType | None:
-        """The kernels module whose small-batch linear `_linear` may call (None: never)."""
+        """The kernels module whose small-batch linear `linear` may call (None: never)."""
         return self._gemv
 
     @staticmethod
@@ -208,7 +218,7 @@ class LlamaModel:
         projection. Fused path only."""
         ops, s = self._fused, self.shape
         assert ops is not None
-        qkv = self._linear(h, self.layers[i].qkv)
+        qkv = self.linear(h, self.layers[i].qkv)
         if out is not None:
             qkv = out.copy_(qkv)
         return ops.rope_kv_write(qkv, self.cos, self.sin, positions, slot_mapping, k_cache,
@@ -223,10 +233,10 @@ class LlamaModel:
         layer, t = self.layers[i], x.shape[0]
         next_norm = (self.layers[i + 1].input_norm if i + 1 < len(self.layers)
                      else self.final_norm)
-        h = ops.add_rms_norm(x, self._linear(attn.reshape(t, self._q_size), layer.o_proj),
+        h = ops.add_rms_norm(x, self.linear(attn.reshape(t, self._q_size), layer.o_proj),
                              layer.post_norm, eps)
-        act = ops.silu_mul(self._linear(h, layer.gate_up))
-        return ops.add_rms_norm(x, self._linear(act, layer.down), next_norm, eps)
+        act = ops.silu_mul(self.linear(h, layer.gate_up))
+        return ops.add_rms_norm(x, self.linear(act, layer.down), next_norm, eps)
 
     def use_paged_prefill(self, kernels: ModuleType | None) -> None:
         """Prefill attention through the kernels' paged prefill (every chunk of a step in one
@@ -286,4 +296,4 @@ class LlamaModel:
         """hidden [N, H] -> float32 logits [N, V]."""
         if self._lm_head_slices is not None:
             return torch.cat([hidden @ w for w in self._lm_head_slices], dim=-1).float()
-        return self._linear(hidden, self.lm_head).float()
+        return self.linear(hidden, self.lm_head).float()

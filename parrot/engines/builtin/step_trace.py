@@ -84,10 +84,13 @@ class StepTrace:
     """Appends StepRecords to a JSON-lines file. A trace that cannot be written (a full disk,
     a removed folder) is given up with one warning: it never stops the engine's loop."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *,
+                 open_file: Callable[[Path], IO[str]] | None = None) -> None:
+        """open_file: opens the trace file (default: append, UTF-8); tests pass a failing one."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
+        self._file: IO[str] | None = (open_file(self.path) if open_file is not None
+                                      else self.path.open("a", encoding="utf-8"))
 
     def write(self, record: StepRecord) -> None:
         if self._file is not None:

@@ -222,7 +222,7 @@ def compile_attention(graphs: DecodeGraphs, key: GraphKey) -> None:
     shape = model.shape
     q = torch.randn(bb, shape.num_heads, shape.head_dim, dtype=model.dtype, device=model.device)
     k_cache, v_cache = graphs.kv.layers[0]
-    model._decode(q, k_cache, v_cache, padding_meta(key, graphs.scratch_block, model.device),
+    model.decode(q, k_cache, v_cache, padding_meta(key, graphs.scratch_block, model.device),
                   model.scale)
 
 

@@ -35,7 +35,7 @@ def kernel_bundle() -> ModelBundle:
     kernels = pytest.importorskip("parrot_kernels")
     bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
                                              num_blocks=64))
-    bundle.model._decode = make_decode_fn(kernels)
+    bundle.model.use_decode(make_decode_fn(kernels))
     bundle.uses_kernels = True
     return bundle
 
@@ -52,17 +52,21 @@ EngineFactory = Callable[..., BuiltinEngine]
 
 @pytest.fixture
 async def make_engine() -> AsyncIterator[Callable[..., BuiltinEngine]]:
-    """make_engine(bundle, runner_type=, scheduler_type=, **config) -> a started-on-first-use
-    engine, closed after the test (the types: build_engine's fault-injection seam)."""
+    """make_engine(bundle, runner_type=, scheduler_type=, decode_graphs=, prefill_graphs=,
+    **config) -> a started-on-first-use engine, closed after the test (the types:
+    build_engine's fault-injection seam; the graph factories: its graphs on the CPU)."""
     engines: list[BuiltinEngine] = []
 
     def make(bundle: ModelBundle, *, runner_type: type[ModelRunner] = ModelRunner,
              scheduler_type: type[BatchScheduler] = BatchScheduler,
+             decode_graphs: Callable[..., Any] | None = None,
+             prefill_graphs: Callable[..., Any] | None = None,
              **params: Any) -> BuiltinEngine:
         params.setdefault("model", bundle.name if bundle.name != "smollm2" else "smollm2")
         params.setdefault("num_blocks", 64)
         engine = build_engine("test", BuiltinEngineConfig.from_mapping(params), bundle,
-                              runner_type=runner_type, scheduler_type=scheduler_type)
+                              runner_type=runner_type, scheduler_type=scheduler_type,
+                              decode_graphs=decode_graphs, prefill_graphs=prefill_graphs)
         engines.append(engine)
         return engine
 

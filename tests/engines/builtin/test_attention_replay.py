@@ -81,9 +81,9 @@ def _model(replayable=True):
     kernels = FakeKernels(log)
     model = bundle.model
     model.prefill_kernels = kernels
-    model._decode = FakeDecode(kernels)
+    model.use_decode(FakeDecode(kernels))
     if not replayable:
-        model._decode.replayable = False
+        model.decode.replayable = False
     return model, kernels, log
 
 

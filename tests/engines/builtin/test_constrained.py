@@ -55,7 +55,7 @@ async def test_json_schema_samples_are_valid(smollm2_bundle, make_engine):
     for text, finish in await _samples(engine, JsonSchema.of(SCHEMA), 3, 120):
         assert finish == "eos", text   # the grammar ended it, not max_tokens
         jsonschema.validate(json.loads(text), SCHEMA)
-    assert engine._grammars is not None and engine._grammars.compiles == 1   # cached
+    assert engine.grammar_compiles == 1                  # the one grammar, cached
 
 
 async def test_regex_and_choice_samples_match(smollm2_bundle, make_engine):

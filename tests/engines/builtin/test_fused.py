@@ -12,7 +12,6 @@ from parrot.engines.builtin.attention import make_decode_fn
 from parrot.engines.builtin.build import load_bundle
 from parrot.engines.builtin.config import BuiltinEngineConfig
 from parrot.engines.builtin.graphs import DecodeGraphs
-from parrot.engines.builtin.kv_cache import KVCache
 from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.sampling import SamplingParams
 
@@ -28,7 +27,7 @@ def tiny_config() -> BuiltinEngineConfig:
 @pytest.fixture(scope="module")
 def fused_bundle():
     bundle = load_bundle(tiny_config())
-    bundle.model._decode = make_decode_fn(parrot_kernels)
+    bundle.model.use_decode(make_decode_fn(parrot_kernels))
     bundle.model.use_fused(parrot_kernels)
     bundle.uses_kernels = True
     assert bundle.model.fused
@@ -58,12 +57,9 @@ async def test_fused_path_matches_unfused_greedy(make_engine, fused_bundle):
 async def test_fused_graph_steps_match_unfused(make_engine, fused_bundle):
     """Decode steps through DecodeGraphs (static buffers, padding, argmax in the step)."""
     expected = await generate(make_engine(load_bundle(tiny_config()), block_size=4))
-    engine = make_engine(fused_bundle, block_size=4)
-    runner = engine._runner
-    kv = KVCache(fused_bundle.shape, 64, 4, fused_bundle.model.dtype,
-                 fused_bundle.model.device, scratch_block=True)
-    runner.graphs = DecodeGraphs(fused_bundle.model, kv, max_batch=4,
-                                 max_width=runner.max_blocks, capture=False)
-    runner.kv = kv
+    engine = make_engine(fused_bundle, block_size=4, decode_graphs=lambda model, kv, *,
+                         max_width, max_batch: DecodeGraphs(model, kv, max_batch=4,
+                                                            max_width=max_width, capture=False))
+    runner = engine.runner
     assert await generate(engine) == expected
     assert runner.graphs.num_replays >= STEPS - 1

@@ -67,6 +67,11 @@ def make_graphs(bundle, num_blocks: int, max_batch: int, max_width: int) -> Deco
                         capture=False)
 
 
+def uncaptured_graphs(model, kv, *, max_width: int, max_batch: int) -> DecodeGraphs:
+    """build_engine's decode graphs of up to 4 rows, without capture (on the CPU)."""
+    return DecodeGraphs(model, kv, max_batch=4, max_width=max_width, capture=False)
+
+
 def natural_run(bundle, rows: DecodeRows, max_batch: int) -> tuple[torch.Tensor, torch.Tensor]:
     """A random KV cache and the logits `rows` get in their own bucket (captured on the spot)."""
     torch.manual_seed(0)
@@ -177,10 +182,8 @@ async def test_engine_with_graphs_matches_eager(make_engine, kernel_bundle):
                   num_blocks=64)
     eager = make_engine(kernel_bundle, **common)
     expected = await run_forks(eager)
-    engine = make_engine(kernel_bundle, **common)
-    runner = engine._runner
-    runner.graphs = graphs = make_graphs(kernel_bundle, 64, 4, runner.max_blocks)
-    runner.kv = graphs.kv
+    engine = make_engine(kernel_bundle, decode_graphs=uncaptured_graphs, **common)
+    graphs = engine.runner.graphs
     assert await run_forks(engine) == expected
     # the stats tell graph steps from eager ones (prefill steps are always eager)
     stats, eager_stats = await engine.stats(), await eager.stats()
@@ -188,8 +191,8 @@ async def test_engine_with_graphs_matches_eager(make_engine, kernel_bundle):
     assert 0 < stats.num_graph_steps == graphs.num_replays < stats.num_steps
     assert eager_stats.graph_step_ms == 0 and 0 < stats.graph_step_ms < stats.step_ms
     assert graphs.num_replays > 0
-    assert any(key[1] for key in graphs._graphs)          # a shared-prefix bucket ran
-    assert any(key[0] > 1 for key in graphs._graphs)
+    assert any(key[1] for key in graphs.captured_keys)          # a shared-prefix bucket ran
+    assert any(key[0] > 1 for key in graphs.captured_keys)
 
 
 def test_config_keys():
@@ -202,7 +205,7 @@ def test_config_keys():
 
 def test_cpu_engine_has_no_graphs(make_engine, tiny_bundle):
     engine = make_engine(tiny_bundle)
-    assert engine._runner.graphs is None and engine._runner.kv.scratch_block is None
+    assert engine.runner.graphs is None and engine.runner.kv.scratch_block is None
 
 
 def test_captures_while_serving_are_counted(kernel_bundle):
@@ -229,7 +232,7 @@ def test_a_shared_prefix_step_replays_a_captured_wider_bucket(kernel_bundle):
     graphs = graphs_with(kernel_bundle, kv_before, 8, (wider, (4, 4, 8, 1), (2, 2, 2, 1)))
     out = graphs.run(rows)
     assert graphs.runtime_captures == 0 and graphs.num_wider_replays == 1
-    assert graphs.num_graphs == 3 and key not in graphs._graphs
+    assert graphs.num_graphs == 3 and key not in graphs.captured_keys
     torch.testing.assert_close(out.logits, expected_logits, rtol=1e-4, atol=1e-4)
     assert out.greedy.tolist() == expected_logits.argmax(-1).tolist()
     # the wider bucket's padding groups are empty and its extra table columns never read
@@ -239,19 +242,18 @@ def test_a_shared_prefix_step_replays_a_captured_wider_bucket(kernel_bundle):
     # its own batch first
     graphs.fill_padding((8, 2, 2, 1))
     graphs.capture((8, 2, 2, 1))
-    assert graphs._narrowest_wider(key) == wider
-    graphs._graphs.pop(wider)
-    assert graphs._narrowest_wider(key) == (8, 2, 2, 1)
+    assert graphs.narrowest_wider(key) == wider
+    graphs.release(wider)
+    assert graphs.narrowest_wider(key) == (8, 2, 2, 1)
     out = graphs.run(rows)
     assert graphs.runtime_captures == 0 and graphs.num_wider_replays == 2
     torch.testing.assert_close(out.logits, expected_logits, rtol=1e-4, atol=1e-4)
     assert graphs.indptr[:3].tolist() == [0, 2, 8]
 
     # only (4, 4, 8, 1) is left: its prefix table is 4x as wide, so the own is captured
-    graphs._graphs.pop((8, 2, 2, 1))
-    graphs._wider.clear()
+    graphs.release((8, 2, 2, 1))
     graphs.run(rows)
-    assert graphs.runtime_captures == 1 and key in graphs._graphs
+    assert graphs.runtime_captures == 1 and key in graphs.captured_keys
 
 
 def test_a_shared_prefix_step_with_no_near_bucket_replays_a_stopgap_then_its_own(
@@ -277,11 +279,11 @@ def test_a_shared_prefix_step_with_no_near_bucket_replays_a_stopgap_then_its_own
     torch.testing.assert_close(out.logits, expected_logits, rtol=1e-4, atol=1e-4)
     assert graphs.num_ahead_hits == 1
     assert graphs.runtime_captures == 0 and graphs.num_stopgap_replays == 3
-    assert key not in graphs._graphs
+    assert key not in graphs.captured_keys
     graphs.launch_ahead(rows)                    # the stopgap is spent: no launch ahead
     assert not graphs.has_ahead
     out = graphs.run(rows)                                           # its own, captured
-    assert graphs.runtime_captures == 1 and key in graphs._graphs
+    assert graphs.runtime_captures == 1 and key in graphs.captured_keys
     torch.testing.assert_close(out.logits, expected_logits, rtol=1e-4, atol=1e-4)
     graphs.run(rows)
     assert graphs.runtime_captures == 1 and graphs.num_stopgap_replays == 3
@@ -312,7 +314,7 @@ def test_a_bucket_past_64_rows_replays_the_eager_step(kernel_bundle):
     rows = DecodeRows([100 + r for r in range(n)], [x - 1 for x in lens],
                       [r * BS + x - 1 for r, x in enumerate(lens)], tables, lens, None)
     out = graphs.run(rows)
-    assert out is not None and graphs.num_replays == 1 and list(graphs._graphs) == [
+    assert out is not None and graphs.num_replays == 1 and graphs.captured_keys == [
         (128, 0, 0, 1)]
     logits = out.logits.clone()
     kv.data.copy_(before)
@@ -332,4 +334,4 @@ def test_a_deferred_bucket_a_step_captured_is_not_captured_again(kernel_bundle):
     assert graphs.runtime_captures == 1
     assert graphs.capture_deferred() is False             # skips it, captures (8, 0, 0, 4)
     assert graphs.idle_captures == 1 and graphs.deferred == []
-    assert set(graphs._graphs) == {(4, 0, 0, 4), (8, 0, 0, 4)}
+    assert set(graphs.captured_keys) == {(4, 0, 0, 4), (8, 0, 0, 4)}

@@ -32,19 +32,19 @@ async def test_shared_prefix_kernel_path_matches_torch_path(make_engine):
     config = BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu", num_blocks=64)
     torch_bundle = load_bundle(config)
     kernel_bundle = load_bundle(config)
-    kernel_bundle.model._decode = make_decode_fn(parrot_kernels)
+    kernel_bundle.model.use_decode(make_decode_fn(parrot_kernels))
     kernel_bundle.uses_kernels = True
     common = dict(block_size=4, shared_prefix_min_tokens=8, shared_prefix_min_group=2)
     kernel_engine = make_engine(kernel_bundle, **common)
     calls = []
-    original = kernel_engine._runner.prepare_host
+    original = kernel_engine.runner.prepare_host
 
     def spy(batch):
         host = original(batch)
         calls.append(host.groups is not None)
         return host
 
-    kernel_engine._runner.prepare_host = spy
+    kernel_engine.runner.prepare_host = spy
     expected = await run_forks(make_engine(torch_bundle, **common))
     assert await run_forks(kernel_engine) == expected
     assert any(calls)                                   # some decode steps used the groups
@@ -73,12 +73,12 @@ async def test_eager_steps_launch_only_the_shapes_the_warm_up_compiles(make_engi
 
     bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
                                              num_blocks=64))
-    bundle.model._decode = make_decode_fn(SimpleNamespace(
-        shared_prefix_decode_attention=shared, paged_decode_attention=paged))
+    bundle.model.use_decode(make_decode_fn(SimpleNamespace(
+        shared_prefix_decode_attention=shared, paged_decode_attention=paged)))
     bundle.uses_kernels = True
     engine = make_engine(bundle, block_size=4, shared_prefix_min_tokens=8,
                          shared_prefix_min_group=2, max_num_seqs=8)
-    assert engine._runner.max_decode_rows == 8
+    assert engine.runner.max_decode_rows == 8
     await engine.fill(FillRequest("sys", token_ids=tuple(range(10, 31))))   # 21 tokens
     for i in range(3):
         await engine.fill(FillRequest(f"c{i}", "sys", token_ids=(40 + i, 50 + i)))
@@ -87,7 +87,7 @@ async def test_eager_steps_launch_only_the_shapes_the_warm_up_compiles(make_engi
         engine.generate_all(GenerateRequest(c, sampling=SamplingParams(max_tokens=n,
                                                                        ignore_eos=True)))
         for c, n in (("c0", 6), ("lone", 3), ("c1", 5), ("c2", 6))))
-    max_width = engine._runner.max_blocks
+    max_width = engine.runner.max_blocks
     warmed = set(paged_keys(8, max_width)) | set(shared_keys(8, max_width, 2))
     assert launched and any(key[1] for key in launched)          # both kinds of steps ran
     assert {key[0] for key in launched} <= {1, 2, 4}             # 4 and 3 rows: bucket 4

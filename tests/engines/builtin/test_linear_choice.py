@@ -78,14 +78,14 @@ def test_the_model_follows_the_measured_choice(monkeypatch):
     # measured: QKV wins at 4 rows, o_proj loses there (the static table says both win)
     model.linear_choice = LinearChoice(
         frozenset({(*qkv.shape, 4)}), frozenset({(*qkv.shape, 4), (*o_proj.shape, 4)}), (4,))
-    torch.testing.assert_close(model._linear(rows3, qkv), rows3 @ qkv.T)
-    model._linear(rows3, o_proj)
+    torch.testing.assert_close(model.linear(rows3, qkv), rows3 @ qkv.T)
+    model.linear(rows3, o_proj)
     assert calls == [(3, qkv.shape[0])]
     # a bucket nothing measured: the static table decides (kernel at <= 16 rows)
-    model._linear(torch.randn(9, qkv.shape[1]), o_proj)
+    model.linear(torch.randn(9, qkv.shape[1]), o_proj)
     assert calls[-1] == (9, o_proj.shape[0])
     model.linear_choice = None
-    model._linear(rows3, o_proj)
+    model.linear(rows3, o_proj)
     assert calls[-1] == (3, o_proj.shape[0])
 
 

@@ -74,12 +74,16 @@ def test_finishes():
     assert not finishes(ignoring, 2, eos, 100)
 
 
-def use_graphs(engine, bundle) -> DecodeGraphs:
-    """The engine as build_engine makes it on CUDA: graph path, next blocks reserved."""
-    engine._runner.graphs = graphs = graphs_for(bundle)
-    engine._runner.kv = graphs.kv
-    engine._scheduler.reserve_next_block = True
-    return graphs
+def uncaptured_graphs(model, kv, **_) -> DecodeGraphs:
+    return DecodeGraphs(model, kv, max_batch=4, max_width=8, capture=False)
+
+
+def graph_engine(make_engine, bundle, *, launch_ahead: bool = True, **params):
+    """(engine, its graphs): the engine as build_engine makes it on CUDA (the graph path, next
+    blocks reserved), on graphs that do not capture."""
+    engine = make_engine(bundle, decode_graphs=uncaptured_graphs, **params)
+    engine.runner.launch_ahead = launch_ahead
+    return engine, engine.runner.graphs
 
 
 def graphs_for(bundle) -> DecodeGraphs:
@@ -110,19 +114,17 @@ def test_a_wrong_prediction_is_not_used(kernel_bundle):
 
 
 async def test_an_eager_step_discards_the_prediction(make_engine, kernel_bundle):
-    engine = make_engine(kernel_bundle, block_size=BS)
-    runner = engine._runner
-    runner.graphs = graphs = graphs_for(kernel_bundle)
-    runner.kv = graphs.kv
+    engine, graphs = graph_engine(make_engine, kernel_bundle, block_size=BS)
+    runner = engine.runner
     seen = []
     step = runner.step
 
     def checked(batch):
         eager = any(c.end - c.start > 1 for c in batch.chunks)
-        pending, hits = graphs._ahead is not None, graphs.num_ahead_hits
+        pending, hits = graphs.has_ahead, graphs.num_ahead_hits
         result = step(batch)
         if eager:   # nothing launched before it survives or is used
-            assert graphs._ahead is None and graphs.num_ahead_hits == hits
+            assert not graphs.has_ahead and graphs.num_ahead_hits == hits
             seen.append(pending)
         return result
 
@@ -158,16 +160,14 @@ async def run_staggered(engine, late: bool) -> list[tuple[int, ...]]:
 @pytest.mark.parametrize("late", [False, True])
 async def test_engine_with_launch_ahead_matches_without(make_engine, kernel_bundle, late):
     common = dict(block_size=BS, shared_prefix_min_tokens=8, shared_prefix_min_group=2)
-    plain = make_engine(kernel_bundle, **common)
-    plain._runner.launch_ahead = False
-    graphs_plain = use_graphs(plain, kernel_bundle)
+    plain, graphs_plain = graph_engine(make_engine, kernel_bundle, launch_ahead=False,
+                                       **common)
     expected = await run_staggered(plain, late)
-    engine = make_engine(kernel_bundle, **common)
-    graphs = use_graphs(engine, kernel_bundle)
+    engine, graphs = graph_engine(make_engine, kernel_bundle, **common)
     assert await run_staggered(engine, late) == expected
     assert graphs_plain.num_ahead_hits == 0
     assert graphs.num_ahead_hits > 0                     # most steps came from the prediction
-    assert graphs._ahead is None                         # nothing launched past the end
+    assert not graphs.has_ahead                          # nothing launched past the end
     # the late request's prefill waits one step instead of wasting the launched one
     assert graphs.num_ahead_misses == 0
 
@@ -179,10 +179,9 @@ async def test_prefill_arriving_during_a_launched_step_waits_one_step(make_engin
     the step after carries the prefill beside the running decode. Without the wait the
     launched step is wasted; launched again while the prefill waits, it would wait until the
     decodes end."""
-    engine = make_engine(kernel_bundle, block_size=BS, shared_prefix_min_tokens=8,
-                         shared_prefix_min_group=2)
-    graphs = use_graphs(engine, kernel_bundle)
-    runner = engine._runner
+    engine, graphs = graph_engine(make_engine, kernel_bundle, block_size=BS,
+                                  shared_prefix_min_tokens=8, shared_prefix_min_group=2)
+    runner = engine.runner
     steps: list[tuple[bool, bool, int, int]] = []   # (launched step pending, has prefill,
     #                                                   hits, decode rows)
     step = runner.step
@@ -225,12 +224,9 @@ async def test_rows_of_different_lengths_cross_blocks_ahead(make_engine, kernel_
         engine.check_invariants()
         return [r.token_ids for r in results]
 
-    plain = make_engine(kernel_bundle, block_size=BS)
-    plain._runner.launch_ahead = False
-    use_graphs(plain, kernel_bundle)
+    plain, _ = graph_engine(make_engine, kernel_bundle, launch_ahead=False, block_size=BS)
     expected = await run(plain)
-    engine = make_engine(kernel_bundle, block_size=BS)
-    graphs = use_graphs(engine, kernel_bundle)
+    engine, graphs = graph_engine(make_engine, kernel_bundle, block_size=BS)
     assert await run(engine) == expected
     # 14 tokens: 13 steps after the first, each row crossing a block every 4 steps; all but
     # the last (rows finish) come from the prediction
@@ -287,11 +283,8 @@ async def test_greedy_steps_are_queued_before_their_tokens_are_read(make_engine,
         return [r.token_ids for r in results]
 
     for temperature, fed in ((0.0, True), (0.8, False)):
-        plain = make_engine(kernel_bundle, block_size=BS)
-        plain._runner.launch_ahead = False
-        use_graphs(plain, kernel_bundle)
-        engine = make_engine(kernel_bundle, block_size=BS)
-        graphs = use_graphs(engine, kernel_bundle)
+        plain, _ = graph_engine(make_engine, kernel_bundle, launch_ahead=False, block_size=BS)
+        engine, graphs = graph_engine(make_engine, kernel_bundle, block_size=BS)
         assert await run(engine, temperature) == await run(plain, temperature)
         assert graphs.num_ahead_hits == 8 and graphs.num_ahead_misses == 0
         assert (graphs.num_ahead_fed == 8) == fed and (graphs.num_ahead_fed == 0) != fed
@@ -311,18 +304,14 @@ async def test_a_row_ending_on_a_stop_token_leaves_the_fed_prediction(make_engin
             for i in range(3)))
         return [r.token_ids for r in results]
 
-    probe = make_engine(kernel_bundle, block_size=BS)
-    use_graphs(probe, kernel_bundle)
+    probe, _ = graph_engine(make_engine, kernel_bundle, block_size=BS)
     stop = (( await run(probe, ()))[1][4],)                 # row 1's fifth token
-    plain = make_engine(kernel_bundle, block_size=BS)
-    plain._runner.launch_ahead = False
-    use_graphs(plain, kernel_bundle)
+    plain, _ = graph_engine(make_engine, kernel_bundle, launch_ahead=False, block_size=BS)
     expected = await run(plain, stop)
     assert len(expected[1]) < 12                            # row 1 did end on it
-    engine = make_engine(kernel_bundle, block_size=BS)
-    graphs = use_graphs(engine, kernel_bundle)
+    engine, graphs = graph_engine(make_engine, kernel_bundle, block_size=BS)
     assert await run(engine, stop) == expected
     # every step but the first of each bucket (captured while running: no warm-up here) came
     # from the prediction, one of them with row 1 left out
     assert graphs.num_ahead_misses == 0 and graphs.num_ahead_partial_hits == 1
-    assert graphs.num_ahead_hits == engine._runner.num_graph_steps - graphs.runtime_captures
+    assert graphs.num_ahead_hits == engine.runner.num_graph_steps - graphs.runtime_captures

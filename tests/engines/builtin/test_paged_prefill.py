@@ -89,7 +89,7 @@ def _kernel_decode_bundle(paged: bool):
     paged kernel or on SDPA per chunk."""
     from parrot.engines.builtin.attention import make_decode_fn
     bundle = load_bundle(CONFIG)
-    bundle.model._decode = make_decode_fn(parrot_kernels)
+    bundle.model.use_decode(make_decode_fn(parrot_kernels))
     bundle.uses_kernels = True
     if paged:
         bundle.model.use_paged_prefill(parrot_kernels)

@@ -27,7 +27,7 @@ BS = 4
 def fused_bundle():
     bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
                                              num_blocks=64, seed=7))
-    bundle.model._decode = make_decode_fn(parrot_kernels)
+    bundle.model.use_decode(make_decode_fn(parrot_kernels))
     bundle.model.use_fused(parrot_kernels)
     bundle.uses_kernels = True
     return bundle
@@ -147,10 +147,10 @@ async def test_engine_with_prefill_graphs_matches_eager(make_engine, fused_bundl
     common = dict(block_size=BS, num_blocks=64)
     expected = await serve(make_engine(fused_bundle, **common))
     assert all(len(t) == 6 for t in expected)
-    engine = make_engine(fused_bundle, **common)
-    runner = engine._runner
-    runner.prefill_graphs = graphs = make_graphs(fused_bundle, max_tokens=max_tokens)
-    runner.kv = graphs.kv
+    engine = make_engine(fused_bundle, prefill_graphs=lambda model, kv, **_: PrefillGraphs(
+        model, kv, max_tokens=max_tokens, capture=False), **common)
+    runner = engine.runner
+    graphs = runner.prefill_graphs
     assert await serve(engine) == expected
     stats = await engine.stats()
     eager_steps = 1 if max_tokens == 16 else 0

@@ -44,7 +44,7 @@ def kernel_bundle(monkeypatch, calls: list[int]):
 
     monkeypatch.setattr(parrot_kernels, "small_batch_linear", counting)
     bundle = tiny_bundle()
-    bundle.model._decode = make_decode_fn(parrot_kernels)
+    bundle.model.use_decode(make_decode_fn(parrot_kernels))
     bundle.model.use_fused(parrot_kernels, small_batch_gemv=True)
     bundle.uses_kernels = True
     return bundle
@@ -70,11 +70,11 @@ def test_prefill_rows_stay_on_cublas(monkeypatch):
     bundle = kernel_bundle(monkeypatch, calls)
     assert parrot_kernels.kernel_wins(64, 64, 16) and not parrot_kernels.kernel_wins(64, 64, 17)
     x = torch.randn(40, bundle.shape.hidden_size)
-    bundle.model._linear(x, bundle.model.layers[0].o_proj)
+    bundle.model.linear(x, bundle.model.layers[0].o_proj)
     assert calls == []
 
 
 def test_cpu_default_keeps_torch_linear():
     bundle = tiny_bundle()
     bundle.model.use_fused(parrot_kernels)
-    assert bundle.model._gemv is None
+    assert bundle.model.small_batch_kernels is None

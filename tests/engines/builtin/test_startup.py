@@ -106,7 +106,7 @@ def test_warm_up_prepares_every_paged_bucket_and_keeps_the_cache():
     kernels = pytest.importorskip("parrot_kernels")
     bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
                                              num_blocks=16))
-    bundle.model._decode = make_decode_fn(kernels)
+    bundle.model.use_decode(make_decode_fn(kernels))
     bundle.model.use_fused(kernels)
     kv = KVCache(bundle.shape, 16, 4, torch.float32, torch.device("cpu"), scratch_block=True)
     torch.manual_seed(0)
@@ -116,7 +116,7 @@ def test_warm_up_prepares_every_paged_bucket_and_keeps_the_cache():
     report = warm_up(graphs, shared_prefix=True, min_prefix_blocks=2)
     stopgaps = {(2, 1, 4, 2), (2, 1, 4, 4)}       # widths 1, 2, 4 covered by 2 and 4
     assert set(stopgap_keys(2, 4, 2)) == stopgaps
-    assert set(graphs._graphs) == set(paged_keys(2, 4)) | stopgaps
+    assert set(graphs.captured_keys) == set(paged_keys(2, 4)) | stopgaps
     assert report.graphs == len(paged_keys(2, 4)) + 2 and report.failed == 0
     assert report.stopgaps == 2
     assert report.shared_shapes == len(shared_keys(2, 4, 2)) > 0
@@ -132,17 +132,17 @@ def test_warm_up_compiles_the_eager_buckets_past_the_graphs():
     kernels = pytest.importorskip("parrot_kernels")
     bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
                                              num_blocks=16))
-    bundle.model._decode = make_decode_fn(kernels)
+    bundle.model.use_decode(make_decode_fn(kernels))
     kv = KVCache(bundle.shape, 16, 4, torch.float32, torch.device("cpu"), scratch_block=True)
     graphs = DecodeGraphs(bundle.model, kv, max_batch=2, max_width=4, capture=False)
     seen = []
-    original = bundle.model._decode
-    bundle.model._decode = lambda q, *args: seen.append(q.shape[0]) or original(q, *args)
+    original = bundle.model.decode
+    bundle.model.use_decode(lambda q, *args: seen.append(q.shape[0]) or original(q, *args))
     report = warm_up(graphs, shared_prefix=True, min_prefix_blocks=2, max_decode_rows=4)
     beyond = [k for k in paged_keys(4, 4) if k[0] > 2]
     assert report.shared_shapes == len(beyond) + len(shared_keys(4, 4, 2))
-    assert set(graphs._graphs) == set(paged_keys(2, 4)) | set(stopgap_keys(2, 4, 2))
-    assert max(k[0] for k in graphs._graphs) == 2                 # graphs only up to 2 rows
+    assert set(graphs.captured_keys) == set(paged_keys(2, 4)) | set(stopgap_keys(2, 4, 2))
+    assert max(k[0] for k in graphs.captured_keys) == 2                 # graphs only up to 2 rows
     assert 4 in seen                                              # a 4-row step was compiled
 
 
@@ -152,7 +152,7 @@ def test_warm_up_compiles_the_paged_prefill_kernel_when_the_model_runs_it():
     kernels = pytest.importorskip("parrot_kernels")
     bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
                                              num_blocks=16))
-    bundle.model._decode = make_decode_fn(kernels)
+    bundle.model.use_decode(make_decode_fn(kernels))
     bundle.model.use_paged_prefill(kernels)
     launched = []
 
@@ -185,19 +185,18 @@ async def test_lazy_graphs_defer_the_large_buckets_to_idle_time(make_engine):
     kernels = pytest.importorskip("parrot_kernels")
     bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
                                              num_blocks=16))
-    bundle.model._decode = make_decode_fn(kernels)
+    bundle.model.use_decode(make_decode_fn(kernels))
     bundle.uses_kernels = True
     assert deferred_keys(4, 2, None) == []
     late = deferred_keys(8, 2, 2)
     assert late == [(4, 0, 0, 1), (4, 0, 0, 2), (8, 0, 0, 1), (8, 0, 0, 2)]
-    engine = make_engine(bundle, num_blocks=16, block_size=4)
-    runner = engine._runner
-    kv = KVCache(bundle.shape, 16, 4, torch.float32, torch.device("cpu"), scratch_block=True)
-    runner.graphs = graphs = DecodeGraphs(bundle.model, kv, max_batch=8, max_width=2,
-                                          capture=False)
-    runner.kv = kv
+    engine = make_engine(bundle, num_blocks=16, block_size=4,
+                         decode_graphs=lambda model, kv, **_: DecodeGraphs(
+                             model, kv, max_batch=8, max_width=2, capture=False))
+    runner = engine.runner
+    graphs = runner.graphs
     report = warm_up(graphs, shared_prefix=False, min_prefix_blocks=2, defer_above=2)
-    assert set(graphs._graphs) == set(paged_keys(8, 2)) - set(late)
+    assert set(graphs.captured_keys) == set(paged_keys(8, 2)) - set(late)
     assert graphs.deferred == late and report.deferred == 4
     assert report.shared_shapes == 4           # the deferred buckets' attention, compiled
     assert "4 deferred to idle time" in report.describe()
@@ -206,5 +205,5 @@ async def test_lazy_graphs_defer_the_large_buckets_to_idle_time(make_engine):
         if not graphs.deferred:
             break
         await asyncio.sleep(0.01)
-    assert set(graphs._graphs) == set(paged_keys(8, 2)) and graphs.idle_captures == 4
+    assert set(graphs.captured_keys) == set(paged_keys(8, 2)) and graphs.idle_captures == 4
     assert runner.has_deferred_captures is False

@@ -93,9 +93,7 @@ def test_a_trace_that_cannot_be_written_stops_without_raising(tmp_path, caplog):
         def close(self):
             pass
 
-    trace = StepTrace(tmp_path / "t.jsonl")
-    trace._file.close()
-    trace._file = Full()
+    trace = StepTrace(tmp_path / "t.jsonl", open_file=lambda path: Full())
     record = StepRecord(t=0.0, idle_ms=0.0, sched_ms=0.0, step_ms=1.0, post_ms=0.0, path="eager",
                         ahead_hit=False, ahead_miss=False, decode_rows=1, kv_tokens=1,
                         shared_saved_tokens=0, shared_groups=0, prefill_chunks=0,
