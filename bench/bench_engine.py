@@ -117,8 +117,8 @@ def load(torch, name: str, device: str, max_positions: int | None = None,
     random-weight shape's position table (same weights and cost per token)."""
     from parrot.engines.builtin.build import load_bundle
     from parrot.engines.builtin.config import BuiltinEngineConfig, default_cache_dir
-    from parrot.engines.builtin.loader import LoadedModel, prepare_smollm2
-    from parrot.engines.builtin.shapes import NAMED_SHAPES
+    from parrot.engines.builtin.llama.loader import LoadedModel, prepare_smollm2
+    from parrot.engines.builtin.llama.shapes import NAMED_SHAPES
 
     dtype = "float32" if device == "cpu" else "bfloat16"
     config = BuiltinEngineConfig(model=name, device=device, dtype=dtype, num_blocks=1,

@@ -34,7 +34,7 @@ SHAPES = {"qkv": (12288, 4096), "o_proj": (4096, 4096), "gate_up": (22016, 4096)
 def graph_time(calls, reps: int = 5, warm: int = 1) -> float:
     """Seconds per call: a CUDA graph of `calls` (a list of thunks) replayed `reps` times after
     `warm` untimed replays (the engine's start-up timer, linear_choice.cuda_graph_timer)."""
-    from parrot.engines.builtin.linear_choice import cuda_graph_timer
+    from parrot.engines.builtin.llama.linear_choice import cuda_graph_timer
     return cuda_graph_timer(reps, warm)(calls)
 
 

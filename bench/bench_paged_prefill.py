@@ -119,8 +119,8 @@ def main() -> int:
     from parrot_kernels.prefill import key_splits
     import torch
 
-    from parrot.engines.builtin.attention import (PrefillChunk, prefill_sdpa_backends,
-                                                  prefill_torch)
+    from parrot.engines.builtin.llama.attention import (PrefillChunk, prefill_sdpa_backends,
+                                                        prefill_torch)
 
     gen = torch.Generator().manual_seed(0)
     dtype, device = (torch.float32, "cpu") if args.smoke else (torch.bfloat16, "cuda")

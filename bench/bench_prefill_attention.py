@@ -44,7 +44,7 @@ def main() -> int:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.attention.bias import causal_lower_right
 
-    from parrot.engines.builtin.attention import prefill_sdpa_backends
+    from parrot.engines.builtin.llama.attention import prefill_sdpa_backends
 
     rng = random.Random(0)
     lengths = rng.sample(range(args.min_len, args.max_len + 1), args.shapes)

@@ -24,9 +24,10 @@ from repo_imports import import_parrot
 
 import_parrot()
 
-from parrot.engines.builtin.step_trace import read_trace  # noqa: E402
-from parrot.engines.builtin.trace_summary import (Summary, kind_of, largest_gaps,  # noqa: E402
-                                                  segments, slowest, summarize)
+from parrot.engines.builtin.observe.step_trace import read_trace  # noqa: E402
+from parrot.engines.builtin.observe.trace_summary import (Summary, kind_of,  # noqa: E402
+                                                          largest_gaps, segments, slowest,
+                                                          summarize)
 from parrot.engines.latency_model import SimulatedEngineConfig  # noqa: E402
 
 

@@ -131,7 +131,7 @@ def test_no_import_circle_spans_files():
 def test_the_checker_sees_a_planted_upward_import(tmp_path):
     """The checker itself: a manager module importing the server is reported."""
     assert layer_of("parrot.manager.manager") < layer_of("parrot.server.service")
-    assert layer_of("parrot.engines.builtin.model") == layer_of("parrot.policies.base")
+    assert layer_of("parrot.engines.builtin.llama.model") == layer_of("parrot.policies.base")
     assert layer_of("parrot") == layer_of("parrot.frontend.session")
     source = tmp_path / "parrot" / "manager" / "planted.py"
     source.parent.mkdir(parents=True)

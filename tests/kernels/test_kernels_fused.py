@@ -93,7 +93,7 @@ def test_rope_kv_write(dtype, t, hq, hkv, d):
 
 def test_rope_rotates_like_the_model():
     """The kernel against the model's own apply_rope, not only its reference twin."""
-    from parrot.engines.builtin.rope import apply_rope
+    from parrot.engines.builtin.llama.rope import apply_rope
 
     qkv, cos, sin, positions, slots, cache = make_rope_inputs(5, 4, 2, 16, torch.float32, seed=3)
     heads = qkv.view(5, 8, 16)

@@ -64,7 +64,7 @@ def test_the_pause_monitor_counts_a_real_compilation():
     """host_pauses.py hooks into this Triton's compile path: a kernel compiled afresh (its
     in-memory cache dropped, so Triton compiles or loads it from its disk cache, as a step
     meeting a new specialisation does) is counted once, by name; a cached launch is not."""
-    from parrot.engines.builtin.host_pauses import pause_monitor
+    from parrot.engines.builtin.observe.host_pauses import pause_monitor
     from parrot_kernels import jit
     from parrot_kernels import merge_attention_states
 

@@ -20,27 +20,27 @@ class Mutation:
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
-        "small_batch_gemv_rows", "parrot/engines/builtin/model.py",
+        "small_batch_gemv_rows", "parrot/engines/builtin/llama/model.py",
         "        wins = gemv.kernel_wins(n, k, rows) if measured is None else measured\n",
         "        wins = rows == 1 if measured is None else measured\n",
         ("tests/engines/builtin/test_small_batch_gemv.py",),
         where="LlamaModel.linear"),
     Mutation(
-        "small_batch_gemv_prefill", "parrot/engines/builtin/model.py",
+        "small_batch_gemv_prefill", "parrot/engines/builtin/llama/model.py",
         "        wins = gemv.kernel_wins(n, k, rows) if measured is None else measured\n",
         "        wins = rows <= 64 if measured is None else measured\n",
         ("tests/engines/builtin/test_small_batch_gemv.py",),
         where="LlamaModel.linear"),
     Mutation(
-        "linear_choice_followed", "parrot/engines/builtin/model.py",
+        "linear_choice_followed", "parrot/engines/builtin/llama/model.py",
         "        wins = gemv.kernel_wins(n, k, rows) if measured is None else measured\n",
         "        wins = gemv.kernel_wins(n, k, rows)\n",
-        ("tests/engines/builtin/test_linear_choice.py",),
+        ("tests/engines/builtin/llama/test_linear_choice.py",),
         where="LlamaModel.linear"),
     Mutation(
-        "linear_choice_faster_side", "parrot/engines/builtin/linear_choice.py",
+        "linear_choice_faster_side", "parrot/engines/builtin/llama/linear_choice.py",
         "            if small < library:\n", "            if small > library:\n",
-        ("tests/engines/builtin/test_linear_choice.py",),
+        ("tests/engines/builtin/llama/test_linear_choice.py",),
         where="measure_linear_choice"),
     Mutation(
         "constraint_mask_applied", "parrot/engines/builtin/sampler.py",
@@ -69,16 +69,16 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/server/test_openai_tools.py::test_forced_tool_calls",),
         where="ToolUse.constraint"),
     Mutation(
-        "device_lock_taken", "parrot/engines/builtin/device_lock.py",
+        "device_lock_taken", "parrot/engines/builtin/cuda/device_lock.py",
         "        fcntl.flock(handle, fcntl.LOCK_EX)\n", "",
-        ("tests/engines/builtin/test_device_lock.py",
-         "tests/engines/builtin/test_linear_choice.py"),
+        ("tests/engines/builtin/cuda/test_device_lock.py",
+         "tests/engines/builtin/llama/test_linear_choice.py"),
         where="exclusive_device"),
     Mutation(
         "linear_choice_locks_its_gpu", "parrot/engines/builtin/build.py",
         "with exclusive_device(device_key(model.device)) as waited:",
         'with exclusive_device("elsewhere") as waited:',
-        ("tests/engines/builtin/test_linear_choice.py",),
+        ("tests/engines/builtin/llama/test_linear_choice.py",),
         where="choose_linear_layers"),
     Mutation(
         "paged_prefill_positions", "parrot/engines/builtin/runner.py",
@@ -99,26 +99,26 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/policies/test_app_centric.py", "tests/policies/test_policy_invariants.py"),
         where="Slot.latency_limit"),
     Mutation(
-        "staging_two_mirrors", "parrot/engines/builtin/staging.py",
+        "staging_two_mirrors", "parrot/engines/builtin/cuda/staging.py",
         "        self._current ^= 1\n", "",
-        ("tests/engines/builtin/test_staging.py",),
+        ("tests/engines/builtin/cuda/test_staging.py",),
         where="StaticInputs.upload"),
     Mutation(
-        "lookahead_finished_rows_leave", "parrot/engines/builtin/graphs.py",
+        "lookahead_finished_rows_leave", "parrot/engines/builtin/cuda/graphs.py",
         "    index, j = [], 0\n", "    return None\n    index, j = [], 0\n",
-        ("tests/engines/builtin/test_lookahead.py",),
+        ("tests/engines/builtin/cuda/test_lookahead.py",),
         where="predicted_rows_index"),
     Mutation(
-        "lookahead_group_crosses_block", "parrot/engines/builtin/lookahead.py",
+        "lookahead_group_crosses_block", "parrot/engines/builtin/cuda/lookahead.py",
         "    if any(crossing) and owned is None:\n",
         "    if any(crossing) and (owned is None or rows.groups is not None):\n",
-        ("tests/engines/builtin/test_lookahead.py",),
+        ("tests/engines/builtin/cuda/test_lookahead.py",),
         where="next_rows"),
     Mutation(
         "lookahead_fed", "parrot/engines/builtin/runner.py",
         "        if host.sample_rows != list(range(len(rows.token_ids))):\n",
         "        if True:\n",
-        ("tests/engines/builtin/test_lookahead.py",),
+        ("tests/engines/builtin/cuda/test_lookahead.py",),
         where="ModelRunner._fed_prediction"),
     Mutation(
         "no_affinity_counts_prefix_load", "parrot/policies/slots.py",
@@ -141,14 +141,14 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_every_parrot_variant_warms_and_one_request_level_variant",),
         where="warmup_variants"),
     Mutation(
-        "warmup_every_prefill_tile", "parrot/engines/builtin/warmup.py",
+        "warmup_every_prefill_tile", "parrot/engines/builtin/cuda/warmup.py",
         '    tunings = getattr(kernels, "PREFILL_TUNINGS", (None,))\n',
         "    tunings = (None,)\n",
-        ("tests/engines/builtin/test_startup.py::"
+        ("tests/engines/builtin/cuda/test_startup.py::"
          "test_warm_up_compiles_the_paged_prefill_kernel_when_the_model_runs_it",),
         where="prefill"),
     Mutation(
-        "prefill_without_cudnn", "parrot/engines/builtin/attention.py",
+        "prefill_without_cudnn", "parrot/engines/builtin/llama/attention.py",
         "    if device.type != \"cuda\":\n", "    if True:\n",
         ("tests/engines/builtin/test_prefill_attention.py",),
         where="prefill_sdpa_backends"),
@@ -411,30 +411,30 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_waiting_latency_calls_join_while_the_mean_completion_drops",),
         where="Slot.has_room_backlogged"),
     Mutation(
-        "graphs_wider_bucket", "parrot/engines/builtin/graphs.py",
+        "graphs_wider_bucket", "parrot/engines/builtin/cuda/graphs.py",
         "WIDER_BUCKET_FACTOR = 2\n", "WIDER_BUCKET_FACTOR = 1\n",
-        ("tests/engines/builtin/test_graphs.py::"
+        ("tests/engines/builtin/cuda/test_graphs.py::"
          "test_a_shared_prefix_step_replays_a_captured_wider_bucket",),
         where="<module>"),
     Mutation(
-        "graphs_stopgap_never", "parrot/engines/builtin/graphs.py",
+        "graphs_stopgap_never", "parrot/engines/builtin/cuda/graphs.py",
         "        return self._cached_wider(key, stopgap=True) or key\n", "        return key\n",
-        ("tests/engines/builtin/test_graphs.py::"
+        ("tests/engines/builtin/cuda/test_graphs.py::"
          "test_a_shared_prefix_step_with_no_near_bucket_replays_a_stopgap_then_its_own",),
         where="DecodeGraphs._bucket"),
     Mutation(
         "pauses_counted_since_process_start", "parrot/engines/builtin/engine.py",
         "        self._pauses_at_start = self._pauses.totals()\n",
         "        self._pauses_at_start = self._pauses.totals() - self._pauses.totals()\n",
-        ("tests/engines/builtin/test_host_pauses.py::"
+        ("tests/engines/builtin/observe/test_host_pauses.py::"
          "test_an_engine_counts_only_what_happens_after_it_is_built",),
         where="BuiltinEngine.__init__"),
     Mutation(
-        "pauses_compile_hook_not_chained", "parrot/engines/builtin/host_pauses.py",
+        "pauses_compile_hook_not_chained", "parrot/engines/builtin/observe/host_pauses.py",
         "            ours(**kwargs)\n", "",
-        ("tests/engines/builtin/test_host_pauses.py::"
+        ("tests/engines/builtin/observe/test_host_pauses.py::"
          "test_compile_hooks_count_and_keep_the_previous_hooks_answer",
-         "tests/engines/builtin/test_host_pauses.py::"
+         "tests/engines/builtin/observe/test_host_pauses.py::"
          "test_a_compile_inside_a_step_is_counted_traced_and_named"),
         where="PauseMonitor._chain.hook"),
     Mutation(
@@ -488,30 +488,30 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_a_chain_step_joins_running_chains_whatever_its_submission",),
         where="Slot.has_room_backlogged"),
     Mutation(
-        "prefill_graphs_repad_slots", "parrot/engines/builtin/prefill_graphs.py",
+        "prefill_graphs_repad_slots", "parrot/engines/builtin/cuda/prefill_graphs.py",
         '        h["slots"][:n], h["slots"][n:tokens] = slots, self.scratch_slot\n',
         '        h["slots"][:n] = slots\n',
-        ("tests/engines/builtin/test_prefill_graphs.py",),
+        ("tests/engines/builtin/cuda/test_prefill_graphs.py",),
         where="PrefillGraphs.fill"),
     Mutation(
-        "prefill_graphs_attention_between_pieces", "parrot/engines/builtin/prefill_graphs.py",
+        "prefill_graphs_attention_between_pieces", "parrot/engines/builtin/cuda/prefill_graphs.py",
         "                self.model.attention(q, k, v, k_cache, v_cache, meta, out=attn)\n",
         "                pass\n",
-        ("tests/engines/builtin/test_prefill_graphs.py::"
+        ("tests/engines/builtin/cuda/test_prefill_graphs.py::"
          "test_piecewise_prefill_matches_the_eager_forward",),
         where="PrefillGraphs.run"),
     Mutation(
         "prefill_waits_for_launched_step", "parrot/engines/builtin/engine.py",
         "                batch = self._scheduler.schedule(decode_only=self._runner.has_ahead)\n",
         "                batch = self._scheduler.schedule()\n",
-        ("tests/engines/builtin/test_lookahead.py::"
+        ("tests/engines/builtin/cuda/test_lookahead.py::"
          "test_prefill_arriving_during_a_launched_step_waits_one_step",),
         where="BuiltinEngine._run"),
     Mutation(
         "no_launch_ahead_while_prefill_waits", "parrot/engines/builtin/engine.py",
         "                self._runner.hold_ahead = self._scheduler.has_prefill_work\n",
         "                self._runner.hold_ahead = False\n",
-        ("tests/engines/builtin/test_lookahead.py::"
+        ("tests/engines/builtin/cuda/test_lookahead.py::"
          "test_prefill_arriving_during_a_launched_step_waits_one_step",),
         where="BuiltinEngine._run"),
     Mutation(
@@ -542,10 +542,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/manager/test_prefix.py::test_only_branch_points_of_the_sharing_get_contexts",),
         where="plan_prefix_contexts"),
     Mutation(
-        "step_trace_saved_tokens", "parrot/engines/builtin/step_trace.py",
+        "step_trace_saved_tokens", "parrot/engines/builtin/observe/step_trace.py",
         "            saved += (groups.indptr[g + 1] - groups.indptr[g] - 1) * prefix\n",
         "            saved += (groups.indptr[g + 1] - groups.indptr[g]) * prefix\n",
-        ("tests/engines/builtin/test_step_trace.py",),
+        ("tests/engines/builtin/observe/test_step_trace.py",),
         where="step_shape"),
     Mutation(
         "prefill_split_reads_from_the_start", "parrot_kernels/_jit_prefill.py",
@@ -570,15 +570,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/kernels/test_kernels_prefill.py::test_prefill_matches_reference",),
         where="_paged_prefill_kernel"),
     Mutation(
-        "shared_prefix_one_block_short", "parrot/engines/builtin/cascade.py",
+        "shared_prefix_one_block_short", "parrot/engines/builtin/llama/cascade.py",
         "    if a[:limit] == b[:limit]:\n        return limit\n",
         "    if a[:limit] == b[:limit]:\n        return limit - 1\n",
-        ("tests/engines/builtin/test_cascade.py",),
+        ("tests/engines/builtin/llama/test_cascade.py",),
         where="_common_length"),
     Mutation(
-        "shared_prefix_past_the_first_difference", "parrot/engines/builtin/cascade.py",
+        "shared_prefix_past_the_first_difference", "parrot/engines/builtin/llama/cascade.py",
         "        if a[:mid] == b[:mid]:\n", "        if a[:mid - 1] == b[:mid - 1]:\n",
-        ("tests/engines/builtin/test_cascade.py",),
+        ("tests/engines/builtin/llama/test_cascade.py",),
         where="_common_length"),
     Mutation(
         "decode_small_tiles_never", "parrot_kernels/plan.py",
@@ -595,18 +595,18 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_keys_are_split_only_when_few_tiles_read_a_long_context",),
         where="key_splits"),
     Mutation(
-        "warmup_no_split_prefill", "parrot/engines/builtin/warmup.py",
+        "warmup_no_split_prefill", "parrot/engines/builtin/cuda/warmup.py",
         "    variants = [v for t in tunings for v in ((t,) if t is None else "
         "(t, replace(t, kv_splits=2)))]",
         "    variants = list(tunings)",
-        ("tests/engines/builtin/test_startup.py::"
+        ("tests/engines/builtin/cuda/test_startup.py::"
          "test_warm_up_compiles_the_paged_prefill_kernel_when_the_model_runs_it",),
         where="prefill"),
     Mutation(
-        "trace_gaps_longest_first", "parrot/engines/builtin/trace_summary.py",
+        "trace_gaps_longest_first", "parrot/engines/builtin/observe/trace_summary.py",
         "    waits = sorted(steps[1:], key=lambda r: -r.idle_ms)[:n]\n",
         "    waits = sorted(steps[1:], key=lambda r: r.idle_ms)[:n]\n",
-        ("tests/engines/builtin/test_trace_summary.py::"
+        ("tests/engines/builtin/observe/test_trace_summary.py::"
          "test_largest_gaps_are_the_longest_waits_inside_a_segment",),
         where="largest_gaps"),
     Mutation(
@@ -657,7 +657,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                             return_exceptions=True)\n",
         "        pass\n",
         ("tests/engines/test_speed_probe.py::test_the_probe_recovers_a_simulated_engines_profile",
-         "tests/engines/builtin/test_startup_probe.py::"
+         "tests/engines/builtin/observe/test_startup_probe.py::"
          "test_a_probed_engine_reports_its_profile_and_leaves_nothing_behind"),
         where="measure_decode"),
     Mutation(
@@ -670,7 +670,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "startup_probe_skipped", "parrot/engines/builtin/engine.py",
         "            if self._speed_probe is not None:\n",
         "            if False:\n",
-        ("tests/engines/builtin/test_startup_probe.py::"
+        ("tests/engines/builtin/observe/test_startup_probe.py::"
          "test_a_probed_engine_reports_its_profile_and_leaves_nothing_behind",),
         where="BuiltinEngine.start"),
     Mutation(
@@ -855,21 +855,21 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_a_view_made_inside_the_wrapper_is_not_replayed",),
         where="Recording._plan"),
     Mutation(
-        "attention_replayed_with_the_first_layers_tensors", "parrot/engines/builtin/model.py",
+        "attention_replayed_with_the_first_layers_tensors", "parrot/engines/builtin/llama/model.py",
         "and replay[0].replay(replay[1], tensors):\n",
         "and replay[0].replay(replay[1], replay[1]):\n",
         ("tests/engines/builtin/test_attention_replay.py::"
          "test_the_first_layer_records_and_the_others_replay_with_their_caches",),
         where="LlamaModel.attention"),
     Mutation(
-        "attention_recorded_beside_a_torch_decode", "parrot/engines/builtin/model.py",
+        "attention_recorded_beside_a_torch_decode", "parrot/engines/builtin/llama/model.py",
         "(not nd or getattr(self._decode, \"replayable\", False))",
         "(not nd or True)",
         ("tests/engines/builtin/test_attention_replay.py::"
          "test_a_decode_path_that_is_not_only_launches_is_never_replayed",),
         where="LlamaModel.attention"),
     Mutation(
-        "mixed_step_prefill_before_its_padded_decode", "parrot/engines/builtin/model.py",
+        "mixed_step_prefill_before_its_padded_decode", "parrot/engines/builtin/llama/model.py",
         "                if nd:\n"
         "                    self._decode(decode_q, k_cache, v_cache, meta, self.scale, "
         "out=decode_out)\n"
@@ -884,10 +884,10 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_a_mixed_step_writes_its_padded_decode_rows_straight_into_the_output",),
         where="LlamaModel.attention"),
     Mutation(
-        "packed_upload_unaligned", "parrot/engines/builtin/staging.py",
+        "packed_upload_unaligned", "parrot/engines/builtin/cuda/staging.py",
         "    align = ALIGN_BYTES // itemsize\n",
         "    align = 1\n",
-        ("tests/engines/builtin/test_staging.py::"
+        ("tests/engines/builtin/cuda/test_staging.py::"
          "test_upload_packed_gives_each_array_its_shape_and_values_on_16_byte_boundaries",),
         where="aligned_offsets"),
     Mutation(

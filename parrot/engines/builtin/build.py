@@ -14,31 +14,31 @@ from typing import Any
 
 import torch
 
-from parrot.engines.builtin.attention import (KernelsUnavailableError, choose_backend,
-                                              load_kernels, make_decode_fn)
+from parrot.engines.builtin.llama.attention import (KernelsUnavailableError, choose_backend,
+                                                    load_kernels, make_decode_fn)
 from parrot.engines.builtin.block_manager import BlockManager
 from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
-from parrot.engines.builtin.device_lock import device_key, exclusive_device
+from parrot.engines.builtin.cuda.device_lock import device_key, exclusive_device
 from parrot.engines.builtin.engine import BuiltinEngine
-from parrot.engines.builtin.graphs import DecodeGraphs
+from parrot.engines.builtin.cuda.graphs import DecodeGraphs
 from parrot.engines.builtin.kv_cache import KVCache, available_bytes
-from parrot.engines.builtin.linear_choice import (LinearChoice, Timer, cuda_graph_timer,
-                                                  measure_linear_choice)
-from parrot.engines.builtin.host_pauses import pause_monitor
-from parrot.engines.builtin.loader import (LoadedModel, load_model, resolve_device,
-                                           resolve_dtype)
-from parrot.engines.builtin.model import LlamaModel
-from parrot.engines.builtin.prefill_graphs import PrefillGraphs
+from parrot.engines.builtin.llama.linear_choice import (LinearChoice, Timer, cuda_graph_timer,
+                                                        measure_linear_choice)
+from parrot.engines.builtin.observe.host_pauses import pause_monitor
+from parrot.engines.builtin.llama.loader import (LoadedModel, load_model, resolve_device,
+                                                 resolve_dtype)
+from parrot.engines.builtin.llama.model import LlamaModel
+from parrot.engines.builtin.cuda.prefill_graphs import PrefillGraphs
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.batch_scheduler import BatchScheduler
-from parrot.engines.builtin.shapes import ModelShape
+from parrot.engines.builtin.llama.shapes import ModelShape
 from parrot.engines.builtin.sizing import ServingSize, batch_buckets, size_serving
 from parrot.engines.builtin.step_budget import StepBudget
-from parrot.engines.builtin.step_trace import StepTrace
-from parrot.engines.builtin.startup_clock import StartupClock
-from parrot.engines.builtin.startup_probe import StartupProbe
-from parrot.engines.builtin.warmup import (DEFER_CAPTURE_ABOVE_ROWS, WarmupReport, warm_up,
-                                           width_buckets)
+from parrot.engines.builtin.observe.step_trace import StepTrace
+from parrot.engines.builtin.observe.startup_clock import StartupClock
+from parrot.engines.builtin.observe.startup_probe import StartupProbe
+from parrot.engines.builtin.cuda.warmup import (DEFER_CAPTURE_ABOVE_ROWS, WarmupReport, warm_up,
+                                                width_buckets)
 
 log = logging.getLogger(__name__)
 

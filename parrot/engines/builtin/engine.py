@@ -36,16 +36,16 @@ from collections.abc import AsyncIterator
 
 from parrot.chat import ChatTemplate
 from parrot.engines.builtin.context import Context, Work, WorkKind
-from parrot.engines.builtin.host_pauses import PauseMonitor, pause_monitor
+from parrot.engines.builtin.observe.host_pauses import PauseMonitor, pause_monitor
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.grammar import GrammarCache, SequenceGrammar
 from parrot.engines.builtin.sampler import make_generator
 from parrot.engines.builtin.batch_scheduler import Batch, BatchScheduler
 from parrot.engines.builtin.sizing import batch_buckets
-from parrot.engines.builtin.step_accounting import StepCounters, StepRun, StepWatch
-from parrot.engines.builtin.startup_clock import StartupClock
-from parrot.engines.builtin.startup_probe import StartupProbe
-from parrot.engines.builtin.step_trace import StepRecord, StepTrace
+from parrot.engines.builtin.observe.step_accounting import StepCounters, StepRun, StepWatch
+from parrot.engines.builtin.observe.startup_clock import StartupClock
+from parrot.engines.builtin.observe.startup_probe import StartupProbe
+from parrot.engines.builtin.observe.step_trace import StepRecord, StepTrace
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest, ServingLimits)
 from parrot.engines.tpot import TpotMeter

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from parrot.engines.builtin.shapes import ModelShape
+from parrot.engines.builtin.llama.shapes import ModelShape
 
 
 def available_bytes(device: torch.device) -> int:

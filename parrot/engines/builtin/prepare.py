@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="rebuild even if present")
     args = parser.parse_args(argv)
     try:
-        from parrot.engines.builtin.loader import prepare_smollm2
+        from parrot.engines.builtin.llama.loader import prepare_smollm2
     except ImportError as exc:
         from parrot.extras import missing_extra
         print(f"error: {missing_extra('engine', 'preparing SmolLM2', exc)}", file=sys.stderr)

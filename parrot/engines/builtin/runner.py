@@ -17,18 +17,18 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from parrot.engines.builtin.attention import AttentionMetadata, PrefillChunk, SharedPrefixMeta
-from parrot.engines.builtin.cascade import (GroupedRows, pad_groups, plan_shared_prefix,
-                                           split_groups)
-from parrot.engines.builtin.graphs import (DecodeGraphs, DecodeRows, batch_bucket, next_pow2,
-                                           width_bucket)
+from parrot.engines.builtin.llama.attention import AttentionMetadata, PrefillChunk, SharedPrefixMeta
+from parrot.engines.builtin.llama.cascade import (GroupedRows, pad_groups, plan_shared_prefix,
+                                                  split_groups)
+from parrot.engines.builtin.cuda.graphs import (DecodeGraphs, DecodeRows, batch_bucket, next_pow2,
+                                                width_bucket)
 from parrot.engines.builtin.kv_cache import KVCache
-from parrot.engines.builtin.lookahead import ends_regardless, finishes, next_rows
-from parrot.engines.builtin.model import LlamaModel
-from parrot.engines.builtin.prefill_graphs import PrefillGraphs
+from parrot.engines.builtin.cuda.lookahead import ends_regardless, finishes, next_rows
+from parrot.engines.builtin.llama.model import LlamaModel
+from parrot.engines.builtin.cuda.prefill_graphs import PrefillGraphs
 from parrot.engines.builtin.sampler import sample
 from parrot.engines.builtin.batch_scheduler import Batch, ScheduledChunk
-from parrot.engines.builtin.staging import StaticInputs, upload_packed
+from parrot.engines.builtin.cuda.staging import StaticInputs, upload_packed
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parrot.engines.builtin.config import BuiltinEngineConfig
-from parrot.engines.builtin.shapes import ModelShape
+from parrot.engines.builtin.llama.shapes import ModelShape
 
 DEFAULT_CPU_KV_TOKENS = 16384
 DEFAULT_CUDA_KV_FRACTION = 0.8

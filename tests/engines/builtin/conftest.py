@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from parrot.engines.builtin.attention import make_decode_fn  # noqa: E402
+from parrot.engines.builtin.llama.attention import make_decode_fn  # noqa: E402
 from parrot.engines.builtin.build import ModelBundle, build_engine, load_bundle  # noqa: E402
 from parrot.engines.builtin.config import BuiltinEngineConfig  # noqa: E402
 from parrot.engines.builtin.engine import BuiltinEngine  # noqa: E402

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from parrot.engines.builtin.attention import AttentionMetadata, PrefillChunk
+from parrot.engines.builtin.llama.attention import AttentionMetadata, PrefillChunk
 from parrot.engines.builtin.build import load_bundle
 from parrot.engines.builtin.config import BuiltinEngineConfig
 

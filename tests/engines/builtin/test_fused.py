@@ -8,10 +8,10 @@ import asyncio
 
 import pytest
 
-from parrot.engines.builtin.attention import make_decode_fn
+from parrot.engines.builtin.llama.attention import make_decode_fn
 from parrot.engines.builtin.build import load_bundle
 from parrot.engines.builtin.config import BuiltinEngineConfig
-from parrot.engines.builtin.graphs import DecodeGraphs
+from parrot.engines.builtin.cuda.graphs import DecodeGraphs
 from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.sampling import SamplingParams
 

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from parrot.engines.builtin.attention import make_decode_fn
+from parrot.engines.builtin.llama.attention import make_decode_fn
 from parrot.engines.builtin.build import load_bundle
 from parrot.engines.builtin.config import BuiltinEngineConfig
 from parrot.engines.protocol import FillRequest, GenerateRequest
@@ -57,7 +57,7 @@ async def test_eager_steps_launch_only_the_shapes_the_warm_up_compiles(make_engi
     (unpadded, a step of 3 rows would compile a new one while serving)."""
     from types import SimpleNamespace
 
-    from parrot.engines.builtin.warmup import paged_keys, shared_keys
+    from parrot.engines.builtin.cuda.warmup import paged_keys, shared_keys
 
     launched = []
 

@@ -87,7 +87,7 @@ def test_auto_is_the_paged_kernel_on_cuda():
 def _kernel_decode_bundle(paged: bool):
     """The tiny model on the kernels' decode path (interpreter on the CPU), its prefill on the
     paged kernel or on SDPA per chunk."""
-    from parrot.engines.builtin.attention import make_decode_fn
+    from parrot.engines.builtin.llama.attention import make_decode_fn
     bundle = load_bundle(CONFIG)
     bundle.model.use_decode(make_decode_fn(parrot_kernels))
     bundle.uses_kernels = True

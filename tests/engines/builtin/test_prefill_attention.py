@@ -9,7 +9,7 @@ F = torch.nn.functional
 
 from torch.nn.attention.bias import CausalBias  # noqa: E402
 
-from parrot.engines.builtin.attention import PrefillChunk, prefill_torch  # noqa: E402
+from parrot.engines.builtin.llama.attention import PrefillChunk, prefill_torch  # noqa: E402
 
 
 def reference(q, k_all, v_all, pos_start, scale):
@@ -69,7 +69,7 @@ def test_no_boolean_mask_reaches_sdpa(monkeypatch):
 def test_prefill_on_cuda_never_takes_the_cudnn_backend():
     """cuDNN builds a plan per new sequence length (65 ms on an H200): prefill runs without it
     on CUDA, and leaves the process's SDPA settings as they were."""
-    from parrot.engines.builtin.attention import prefill_sdpa_backends
+    from parrot.engines.builtin.llama.attention import prefill_sdpa_backends
 
     before = torch.backends.cuda.cudnn_sdp_enabled()
     with prefill_sdpa_backends(torch.device("cuda")):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from parrot.engines.builtin.config import BuiltinEngineConfig
-from parrot.engines.builtin.shapes import NAMED_SHAPES
+from parrot.engines.builtin.llama.shapes import NAMED_SHAPES
 from parrot.engines.builtin.sizing import (DEFAULT_CPU_KV_TOKENS, ServingSize,
                                            activation_reserve_bytes, size_serving)
 

@@ -10,7 +10,7 @@ import asyncio
 import pytest
 import torch
 
-from parrot.engines.builtin.attention import make_decode_fn
+from parrot.engines.builtin.llama.attention import make_decode_fn
 from parrot.engines.builtin.build import load_bundle
 from parrot.engines.builtin.config import BuiltinEngineConfig
 from parrot.engines.protocol import FillRequest, GenerateRequest

@@ -27,7 +27,7 @@ def hf_model(smollm2_bundle):
     from transformers import AutoModelForCausalLM
 
     from parrot.engines.builtin.config import default_cache_dir
-    from parrot.engines.builtin.loader import prepare_smollm2
+    from parrot.engines.builtin.llama.loader import prepare_smollm2
 
     folder = prepare_smollm2(default_cache_dir())
     return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()

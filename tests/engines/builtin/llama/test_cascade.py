@@ -2,7 +2,7 @@
 
 import pytest
 
-from parrot.engines.builtin.cascade import pad_groups, plan_shared_prefix, split_groups
+from parrot.engines.builtin.llama.cascade import pad_groups, plan_shared_prefix, split_groups
 
 
 def test_groups_rows_forked_from_one_parent():

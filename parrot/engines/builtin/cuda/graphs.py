@@ -42,12 +42,12 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from parrot.engines.builtin.attention import AttentionMetadata, SharedPrefixMeta
-from parrot.engines.builtin.cascade import GroupedRows
-from parrot.engines.builtin.graph_capture import GraphBuckets, capture_graph
+from parrot.engines.builtin.llama.attention import AttentionMetadata, SharedPrefixMeta
+from parrot.engines.builtin.llama.cascade import GroupedRows
+from parrot.engines.builtin.cuda.graph_capture import GraphBuckets, capture_graph
 from parrot.engines.builtin.kv_cache import KVCache
-from parrot.engines.builtin.model import LlamaModel
-from parrot.engines.builtin.staging import StaticInputs
+from parrot.engines.builtin.llama.model import LlamaModel
+from parrot.engines.builtin.cuda.staging import StaticInputs
 
 log = logging.getLogger(__name__)
 

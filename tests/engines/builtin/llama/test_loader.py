@@ -8,8 +8,8 @@ import pytest
 
 from parrot.engines.builtin import create_engine
 from parrot.engines.builtin.config import BuiltinConfigError, default_cache_dir
-from parrot.engines.builtin.loader import SMOLLM2_CACHE_NAME, is_prepared
-from parrot.engines.builtin.shapes import ModelShape
+from parrot.engines.builtin.llama.loader import SMOLLM2_CACHE_NAME, is_prepared
+from parrot.engines.builtin.llama.shapes import ModelShape
 from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.sampling import SamplingParams
 

@@ -9,11 +9,11 @@ import asyncio
 import pytest
 import torch
 
-from parrot.engines.builtin import graphs as graphs_module
-from parrot.engines.builtin.cascade import split_groups
+from parrot.engines.builtin.cuda import graphs as graphs_module
+from parrot.engines.builtin.llama.cascade import split_groups
 from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
-from parrot.engines.builtin.graphs import (DecodeGraphs, DecodeRows, batch_bucket, graph_key,
-                                           width_bucket)
+from parrot.engines.builtin.cuda.graphs import (DecodeGraphs, DecodeRows, batch_bucket, graph_key,
+                                                width_bucket)
 from parrot.engines.builtin.kv_cache import KVCache
 from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.sampling import SamplingParams
@@ -137,7 +137,7 @@ def test_fill_pads_groups(kernel_bundle):
 
 def test_graph_replays_the_eager_step(kernel_bundle):
     """One padded paged step through the static buffers == the eager kernel-path step."""
-    from parrot.engines.builtin.attention import AttentionMetadata
+    from parrot.engines.builtin.llama.attention import AttentionMetadata
 
     graphs = make_graphs(kernel_bundle, 40, 8, 16)
     kv = graphs.kv
@@ -299,7 +299,7 @@ def test_a_bucket_past_64_rows_replays_the_eager_step(kernel_bundle):
     """Graph buckets reach 256 rows (max_num_seqs auto on a large GPU): 65 decode rows pad to
     the 128-row bucket and give the eager kernel-path step's logits and greedy tokens (the
     256-row bucket is the same code with more rows; the interpreter runs it in minutes)."""
-    from parrot.engines.builtin.attention import AttentionMetadata
+    from parrot.engines.builtin.llama.attention import AttentionMetadata
     from parrot.engines.builtin.sizing import batch_buckets
 
     assert batch_buckets(256)[-2:] == [128, 256] and batch_bucket(130, 256) == 256

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO
 from collections.abc import Callable
 
-from parrot.engines.builtin.cascade import GroupedRows
+from parrot.engines.builtin.llama.cascade import GroupedRows
 from parrot.engines.builtin.batch_scheduler import Batch
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from parrot.engines.builtin.device_lock import exclusive_device_async
+from parrot.engines.builtin.cuda.device_lock import exclusive_device_async
 from parrot.engines.protocol import Engine
 from parrot.engines.speed_probe import ProbePlan, probe_speed
 from parrot.speed_profile import SpeedProfile, calibrated_latency_capacity

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from parrot.engines.builtin.config import DEFAULT_MODEL, BuiltinEngineConfig
-from parrot.engines.builtin.shapes import NAMED_SHAPES, ModelShape
+from parrot.engines.builtin.llama.shapes import NAMED_SHAPES, ModelShape
 
 log = logging.getLogger(__name__)
 

@@ -10,15 +10,15 @@ import logging
 import pytest
 import torch
 
-from parrot.engines.builtin.attention import (KernelsUnavailableError, choose_backend,
-                                              make_decode_fn)
+from parrot.engines.builtin.llama.attention import (KernelsUnavailableError, choose_backend,
+                                                    make_decode_fn)
 from parrot.engines.builtin.build import load_bundle
 from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
-from parrot.engines.builtin.graphs import DecodeGraphs
+from parrot.engines.builtin.cuda.graphs import DecodeGraphs
 from parrot.engines.builtin.kv_cache import KVCache
 from parrot.engines.builtin.sizing import ServingSize
-from parrot.engines.builtin.warmup import (covering_widths, paged_keys, shared_keys,
-                                            stopgap_keys, warm_up, width_buckets)
+from parrot.engines.builtin.cuda.warmup import (covering_widths, paged_keys, shared_keys,
+                                                stopgap_keys, warm_up, width_buckets)
 
 SIZE = ServingSize(num_blocks=8, block_size=4, max_num_seqs=64, graph_max_batch=64,
                    kv_source="num_blocks", seqs_source="config")
@@ -180,7 +180,7 @@ def test_warm_up_compiles_the_paged_prefill_kernel_when_the_model_runs_it():
 async def test_lazy_graphs_defer_the_large_buckets_to_idle_time(make_engine):
     """Graphs past `defer_above` rows are not captured by the warm-up (their attention is
     compiled); the engine captures them while idle, one at a time, fewer rows first."""
-    from parrot.engines.builtin.warmup import deferred_keys
+    from parrot.engines.builtin.cuda.warmup import deferred_keys
 
     kernels = pytest.importorskip("parrot_kernels")
     bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",

@@ -24,11 +24,11 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
-from parrot.engines.builtin.attention import (AttentionMetadata, DecodeFn,
-                                              prefill_sdpa_backends, prefill_torch, write_kv)
-from parrot.engines.builtin.linear_choice import LinearChoice
-from parrot.engines.builtin.rope import apply_rope, cos_sin_table, inv_frequencies
-from parrot.engines.builtin.shapes import ModelShape
+from parrot.engines.builtin.llama.attention import (AttentionMetadata, DecodeFn,
+                                                    prefill_sdpa_backends, prefill_torch, write_kv)
+from parrot.engines.builtin.llama.linear_choice import LinearChoice
+from parrot.engines.builtin.llama.rope import apply_rope, cos_sin_table, inv_frequencies
+from parrot.engines.builtin.llama.shapes import ModelShape
 
 
 @dataclass

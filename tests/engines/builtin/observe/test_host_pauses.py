@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from parrot.engines.builtin.host_pauses import PauseMonitor, PauseTotals, pause_monitor
+from parrot.engines.builtin.observe.host_pauses import PauseMonitor, PauseTotals, pause_monitor
 from parrot.engines.builtin.runner import ModelRunner
-from parrot.engines.builtin.step_trace import read_trace
+from parrot.engines.builtin.observe.step_trace import read_trace
 from parrot.engines.protocol import EngineStats, GenerateRequest, FillRequest
 from parrot.sampling import SamplingParams
 

@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
-from parrot.engines.builtin.cascade import GroupedRows
+from parrot.engines.builtin.llama.cascade import GroupedRows
 from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
 from parrot.engines.builtin.batch_scheduler import Batch, ScheduledChunk
-from parrot.engines.builtin.step_trace import read_trace, step_shape
+from parrot.engines.builtin.observe.step_trace import read_trace, step_shape
 from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.sampling import SamplingParams
 
@@ -81,7 +81,7 @@ async def test_shared_prefix_steps_record_the_tokens_read_once(kernel_bundle, ma
 
 
 def test_a_trace_that_cannot_be_written_stops_without_raising(tmp_path, caplog):
-    from parrot.engines.builtin.step_trace import StepRecord, StepTrace
+    from parrot.engines.builtin.observe.step_trace import StepRecord, StepTrace
 
     class Full:
         def write(self, text):

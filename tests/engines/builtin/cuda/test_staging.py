@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from parrot.engines.builtin.staging import StaticInputs  # noqa: E402
+from parrot.engines.builtin.cuda.staging import StaticInputs  # noqa: E402
 
 
 @pytest.mark.parametrize("max_batch,max_width", [(3, 5), (64, 256), (7, 1)])
@@ -47,7 +47,7 @@ def test_uploads_alternate_between_two_host_mirrors():
 def test_upload_packed_gives_each_array_its_shape_and_values_on_16_byte_boundaries():
     import numpy as np
 
-    from parrot.engines.builtin.staging import upload_packed
+    from parrot.engines.builtin.cuda.staging import upload_packed
     arrays = [np.arange(6, dtype=np.int32).reshape(2, 3), np.array([7], dtype=np.int32),
               np.zeros((0,), dtype=np.int32), np.arange(5, dtype=np.int32) + 10]
     views = upload_packed(arrays, torch.device("cpu"))
@@ -61,7 +61,7 @@ def test_upload_packed_gives_each_array_its_shape_and_values_on_16_byte_boundari
 def test_upload_packed_takes_one_dtype_per_upload():
     import numpy as np
 
-    from parrot.engines.builtin.staging import upload_packed
+    from parrot.engines.builtin.cuda.staging import upload_packed
     ids, slots = np.array([5, 6, 7], dtype=np.int64), np.array([2**40], dtype=np.int64)
     views = upload_packed([ids, slots], torch.device("cpu"))
     assert [v.dtype for v in views] == [torch.int64] * 2

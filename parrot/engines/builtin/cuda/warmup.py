@@ -22,11 +22,11 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from parrot.engines.builtin.attention import AttentionMetadata, PrefillChunk, SharedPrefixMeta
-from parrot.engines.builtin.graphs import WIDER_BUCKET_FACTOR, DecodeGraphs, GraphKey
-from parrot.engines.builtin.prefill_graphs import PrefillGraphs
+from parrot.engines.builtin.llama.attention import AttentionMetadata, PrefillChunk, SharedPrefixMeta
+from parrot.engines.builtin.cuda.graphs import WIDER_BUCKET_FACTOR, DecodeGraphs, GraphKey
+from parrot.engines.builtin.cuda.prefill_graphs import PrefillGraphs
 from parrot.engines.builtin.sizing import batch_buckets
-from parrot.engines.builtin.startup_clock import StartupClock
+from parrot.engines.builtin.observe.startup_clock import StartupClock
 
 log = logging.getLogger(__name__)
 

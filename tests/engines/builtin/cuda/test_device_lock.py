@@ -8,9 +8,9 @@ import time
 import pytest
 import torch
 
-from parrot.engines.builtin import device_lock
-from parrot.engines.builtin.device_lock import (device_key, exclusive_device,
-                                                exclusive_device_async, lock_path)
+from parrot.engines.builtin.cuda import device_lock
+from parrot.engines.builtin.cuda.device_lock import (device_key, exclusive_device,
+                                                     exclusive_device_async, lock_path)
 
 HOLD_S = 0.3
 

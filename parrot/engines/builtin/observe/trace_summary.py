@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from collections.abc import Sequence
 
-from parrot.engines.builtin.step_trace import StepRecord
+from parrot.engines.builtin.observe.step_trace import StepRecord
 from parrot.engines.latency_model import LatencyModel
 
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)

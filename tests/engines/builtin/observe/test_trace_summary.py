@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from parrot.engines.builtin.step_trace import StepRecord
+from parrot.engines.builtin.observe.step_trace import StepRecord
 from dataclasses import replace
 
-from parrot.engines.builtin.trace_summary import (kind_of, largest_gaps, row_bucket, segments,
-                                                  slowest, summarize)
+from parrot.engines.builtin.observe.trace_summary import (kind_of, largest_gaps, row_bucket,
+                                                          segments, slowest, summarize)
 from parrot.engines.latency_model import LatencyModel
 
 

@@ -12,8 +12,8 @@ import torch
 from parrot.engines.builtin.build import choose_linear_layers, load_bundle
 from parrot.engines.builtin.config import BuiltinEngineConfig
 from parrot.engines.builtin.sizing import ServingSize
-from parrot.engines.builtin.linear_choice import (LinearChoice, cuda_graph_timer,
-                                                  measure_linear_choice)
+from parrot.engines.builtin.llama.linear_choice import (LinearChoice, cuda_graph_timer,
+                                                        measure_linear_choice)
 
 SIZE = ServingSize(num_blocks=8, block_size=4, max_num_seqs=64, graph_max_batch=64,
                    kv_source="num_blocks", seqs_source="config")
@@ -133,7 +133,7 @@ def test_start_up_timing_waits_for_another_engine_on_the_gpu(tmp_path, monkeypat
     import threading
     import time
 
-    from parrot.engines.builtin import device_lock
+    from parrot.engines.builtin.cuda import device_lock
 
     monkeypatch.setenv(device_lock.LOCK_DIR_ENV, str(tmp_path))
     model = fused_bundle().model

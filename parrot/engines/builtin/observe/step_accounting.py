@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from parrot.engines.builtin.host_pauses import PauseMonitor, PauseTotals
+from parrot.engines.builtin.observe.host_pauses import PauseMonitor, PauseTotals
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.batch_scheduler import Batch
-from parrot.engines.builtin.step_trace import step_shape
+from parrot.engines.builtin.observe.step_trace import step_shape
 
 
 @dataclass

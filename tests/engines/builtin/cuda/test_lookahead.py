@@ -10,11 +10,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from parrot.engines.builtin.cascade import split_groups
+from parrot.engines.builtin.llama.cascade import split_groups
 from parrot.engines.builtin.context import Context, Work, WorkKind
-from parrot.engines.builtin.graphs import DecodeGraphs, DecodeRows, predicted_rows_index
+from parrot.engines.builtin.cuda.graphs import DecodeGraphs, DecodeRows, predicted_rows_index
 from parrot.engines.builtin.kv_cache import KVCache
-from parrot.engines.builtin.lookahead import finishes, next_rows
+from parrot.engines.builtin.cuda.lookahead import finishes, next_rows
 from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.sampling import SamplingParams
 

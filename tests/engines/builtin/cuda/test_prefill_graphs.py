@@ -11,11 +11,11 @@ import asyncio
 import pytest
 import torch
 
-from parrot.engines.builtin.attention import AttentionMetadata, PrefillChunk, make_decode_fn
+from parrot.engines.builtin.llama.attention import AttentionMetadata, PrefillChunk, make_decode_fn
 from parrot.engines.builtin.build import load_bundle
 from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
 from parrot.engines.builtin.kv_cache import KVCache
-from parrot.engines.builtin.prefill_graphs import PrefillGraphs, token_bucket, token_buckets
+from parrot.engines.builtin.cuda.prefill_graphs import PrefillGraphs, token_bucket, token_buckets
 from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.sampling import SamplingParams
 

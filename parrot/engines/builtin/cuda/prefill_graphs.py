@@ -38,11 +38,11 @@ from collections.abc import Callable
 
 import torch
 
-from parrot.engines.builtin.attention import AttentionMetadata, prefill_sdpa_backends
-from parrot.engines.builtin.graph_capture import GraphBuckets, capture_graph
+from parrot.engines.builtin.llama.attention import AttentionMetadata, prefill_sdpa_backends
+from parrot.engines.builtin.cuda.graph_capture import GraphBuckets, capture_graph
 from parrot.engines.builtin.kv_cache import KVCache
-from parrot.engines.builtin.model import LlamaModel
-from parrot.engines.builtin.staging import StaticInputs
+from parrot.engines.builtin.llama.model import LlamaModel
+from parrot.engines.builtin.cuda.staging import StaticInputs
 
 MIN_TOKEN_BUCKET = 16
 LINEAR_FROM = 256        # buckets double up to here, then grow by it / 2 (see the docstring)

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from parrot.engines.builtin.startup_clock import PROGRESS_EVERY_S, StartupClock
+from parrot.engines.builtin.observe.startup_clock import PROGRESS_EVERY_S, StartupClock
 
 
 class FakeTime:

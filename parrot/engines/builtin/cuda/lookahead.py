@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from parrot.engines.builtin.context import Work
-from parrot.engines.builtin.graphs import DecodeRows
+from parrot.engines.builtin.cuda.graphs import DecodeRows
 
 
 def ends_regardless(work: Work, max_context_len: int | None) -> bool:
