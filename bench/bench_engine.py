@@ -47,6 +47,7 @@ from pathlib import Path
 
 from repo_imports import import_parrot
 from report import record  # noqa: E402
+from serving_floor import copy_rate  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -319,26 +320,6 @@ def main(argv: list[str] | None = None) -> int:
         record(text, args.out)
         print(f"wrote {args.out}")
     return 0
-
-
-def copy_rate(torch, device: str) -> float:
-    """Bytes a device-to-device copy moves per second (read + write), the median of 10: the
-    rate a decode step's weight and KV reads are held against."""
-    numel = 2**29 if device == "cuda" else 2**26      # 1 GiB bf16 on the GPU, 256 MiB fp32
-    src = torch.randn(numel, device=device, dtype=torch.bfloat16 if device == "cuda"
-                      else torch.float32)
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    times = []
-    for _ in range(10):
-        sync(torch, device)
-        t = time.perf_counter()
-        dst.copy_(src)
-        sync(torch, device)
-        times.append(time.perf_counter() - t)
-    moved = 2 * src.numel() * src.element_size()
-    del src, dst
-    return moved / sorted(times)[len(times) // 2]
 
 
 def decode_floor_s(weight_bytes: int, kv_token_bytes: int, batch: int, context: int,

@@ -22,6 +22,12 @@ runs every spec against it and stops it: policies side by side on the same engin
     python bench/bench_serving.py --serve configs/serving_h200_llama7b.yaml \
         --policies least_queue,app_centric --max-concurrency 64,256 --num-prompts 400
 
+With `--floor` (and `--serve`, one builtin engine) each run also gets its floor for the exact
+token mix it completed (bench/serving_floor.py): prompt FLOPs at the dense matmul rate plus
+every engine step's weight reads and every decode token's KV reads at the copy rate, both
+measured on this machine before the server starts, added as if nothing overlapped; the table
+shows the floor and wall / floor.
+
 Per run: completed and failed requests, duration, request and output-token throughput, TTFT,
 ITL (time between streamed chunks), TPOT ((E2E - TTFT) / (output tokens - 1)) and E2E at
 p50/p90/p99, and goodput (requests per second meeting `--slo-ttft-ms` and `--slo-tpot-ms`).
@@ -44,6 +50,10 @@ from typing import Any
 
 import aiohttp
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serving_floor import (ModelCost, Rates, measure_rates, model_cost,  # noqa: E402
+                           serving_floor, steps_total)
 
 # Lognormal shapes of chat traffic (tokens): median ~ exp(mu).
 PROMPT_MU, PROMPT_SIGMA, PROMPT_RANGE = math.log(250), 0.8, (16, 2048)
@@ -68,6 +78,7 @@ class Outcome:
     ttft_s: float = math.nan
     e2e_s: float = math.nan
     output_tokens: int = 0
+    prompt_tokens: int = 0      # as the server counted them (usage)
     itl_s: list[float] = field(default_factory=list)
     error: str = ""
 
@@ -133,6 +144,7 @@ async def send(session: aiohttp.ClientSession, url: str, model: str, headers: di
                 chunk = json.loads(data)
                 if chunk.get("usage"):
                     outcome.output_tokens = int(chunk["usage"]["completion_tokens"])
+                    outcome.prompt_tokens = int(chunk["usage"]["prompt_tokens"])
                 if not any(c.get("text") for c in chunk.get("choices", ())):
                     continue
                 now = time.perf_counter()
@@ -216,7 +228,10 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
             + f"{i['p50']:>8.1f}/{i['p99']:.1f}".rjust(16)
             + f"{p['p50']:>8.1f}/{p['p99']:.1f}".rjust(17)
             + f"{e['p50'] / 1000:>7.2f}/{e['p99'] / 1000:.2f}".rjust(15)
-            + f"{r['goodput']:>9.2f}")
+            + f"{r['goodput']:>9.2f}"
+            + (f"  floor {r['floor']['total_s']:.2f} s ({r['floor']['prefill_s']:.2f} prefill"
+               f" + {r['floor']['decode_s']:.2f} decode), wall {r['floor']['wall_over_floor']:.2f}x"
+               if r.get("floor") else ""))
     return "\n".join(lines)
 
 
@@ -279,19 +294,50 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slo-ttft-ms", type=float, default=1000.0)
     p.add_argument("--slo-tpot-ms", type=float, default=100.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--floor", action="store_true",
+                   help="with --serve and one builtin engine: print each run's floor for the "
+                        "tokens it sent (prompt FLOPs at the measured matmul rate + every "
+                        "step's weights and KV reads at the measured copy rate) and wall/floor")
     p.add_argument("--label", default="", help="a name for this run in the JSON")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     return p
 
 
+async def engine_steps(url: str, admin_token: str) -> int:
+    async with aiohttp.ClientSession() as client:
+        async with client.get(f"{url}/metrics",
+                              headers={"Authorization": f"Bearer {admin_token}"}) as reply:
+            reply.raise_for_status()
+            return steps_total(await reply.text())
+
+
+def floor_of(outcomes: Sequence[Outcome], steps: int, seconds: float, cost: ModelCost,
+             rates: Rates) -> dict[str, Any]:
+    """The run's floor (serving_floor.py) for the token mix it completed, and wall / floor."""
+    done = [(o.prompt_tokens, o.output_tokens) for o in outcomes if o.ok]
+    floor = serving_floor(done, steps, cost, rates)
+    return {"steps": steps, "prefill_s": floor.prefill_s, "decode_s": floor.decode_s,
+            "total_s": floor.total_s, "wall_over_floor": seconds / floor.total_s,
+            "matmul_tflops": rates.matmul_flops_per_s / 1e12,
+            "copy_gb_s": rates.copy_bytes_per_s / 1e9}
+
+
 async def run_specs(url: str, headers: dict[str, str], model: str | None,
                     requests: Sequence[Request], specs: Sequence[RunSpec],
-                    args: argparse.Namespace, policy: str) -> list[dict[str, Any]]:
+                    args: argparse.Namespace, policy: str,
+                    floor: tuple[ModelCost, Rates, str] | None = None
+                    ) -> list[dict[str, Any]]:
+    """floor: the served model's cost, this machine's rates and the server's admin token
+    (its /metrics counts the engine's steps)."""
     model = model or await model_of(url, headers)
     rows = []
     for spec in specs:
+        steps_before = await engine_steps(url, floor[2]) if floor is not None else 0
         outcomes, seconds = await run_one(url, model, headers, requests, spec, args.seed)
         row = summarize(outcomes, seconds, spec, args.slo_ttft_ms, args.slo_tpot_ms)
+        if floor is not None:
+            steps = await engine_steps(url, floor[2]) - steps_before
+            row["floor"] = floor_of(outcomes, steps, seconds, floor[0], floor[1])
         rows.append({"policy": policy, **row})
         print(f"[{policy or 'server'}] " + table([row]).splitlines()[-1], file=sys.stderr)
     return rows
@@ -313,22 +359,39 @@ def serve_config(path: Path, policy: str | None, engine_params: Sequence[str]
     return config
 
 
+def floor_inputs(args: argparse.Namespace) -> tuple[ModelCost, Rates]:
+    """The served model's cost and this machine's rates, measured before the server starts
+    (the GPU idle), for `--floor`: one builtin engine in the config."""
+    import torch
+
+    engines = serve_config(args.serve, None, args.engine_param).get("engines", [])
+    if len(engines) != 1 or engines[0].get("kind") != "builtin":
+        raise SystemExit("--floor: the config must have exactly one builtin engine")
+    cost = model_cost(engines[0].get("params") or {}, torch.cuda.is_available())
+    rates = measure_rates()
+    print(f"floor rates: matmul {rates.matmul_flops_per_s / 1e12:.1f} TFLOP/s, copy "
+          f"{rates.copy_bytes_per_s / 1e9:.0f} GB/s", file=sys.stderr)
+    return cost, rates
+
+
 async def serve_and_run(args: argparse.Namespace, requests: Sequence[Request],
                         specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
     """Each policy on a parrot-serve of its own, started from args.serve and warmed first."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from serve_subprocess import start_parrot_serve
 
+    floor = floor_inputs(args) if args.floor else None
     rows: list[dict[str, Any]] = []
     for policy in [p for p in args.policies.split(",") if p] or [""]:
         config = serve_config(args.serve, policy, args.engine_param)
-        proc, url, _ = await start_parrot_serve(config, timeout_s=900.0)
+        proc, url, admin = await start_parrot_serve(config, timeout_s=900.0)
         try:
             model = args.model or await model_of(url, {})
             if args.warmup:
                 warm = synthetic_chat(args.warmup, args.seed + 1, args.lengths, args.cap_factor)
                 await run_one(url, model, {}, warm, RunSpec(math.inf, None), args.seed)
-            rows += await run_specs(url, {}, model, requests, specs, args, policy)
+            rows += await run_specs(url, {}, model, requests, specs, args, policy,
+                                    floor=None if floor is None else (*floor, admin))
         finally:
             proc.terminate()
             await asyncio.wait_for(proc.wait(), 60)
@@ -339,6 +402,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if (args.url is None) == (args.serve is None):
         raise SystemExit("give exactly one of --url and --serve")
+    if args.floor and args.serve is None:
+        raise SystemExit("--floor needs --serve (the engine's model and this machine's rates)")
     if args.num_prompts < 1:
         raise SystemExit("--num-prompts must be >= 1")
     requests = synthetic_chat(args.num_prompts, args.seed, args.lengths, args.cap_factor)

@@ -1,0 +1,78 @@
+"""bench/serving_floor.py: the cost model of a LLaMA shape and the floor of a token mix."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.serve_process import NEEDS_SMOLLM2, ROOT, smollm2_config
+
+
+def load(name: str):
+    sys.path.insert(0, str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_llama_7b_costs_its_known_parameter_count():
+    from parrot.engines.builtin.llama.shapes import NAMED_SHAPES
+
+    floor = load("serving_floor")
+    cost = floor.ModelCost.of(NAMED_SHAPES["llama-7b"], 2)
+    assert cost.weight_bytes == 6_738_415_616 * 2          # LLaMA-7B's 6.74B weights, bf16
+    # every weight but the input embedding and the norms is multiplied, twice a FLOP each
+    assert cost.matmul_flops_per_token == 2 * (6_738_415_616 - 131_072_000 - 32 * 8192 - 4096)
+    assert cost.attention_flops_per_pair == 4 * 32 * 32 * 128
+    assert cost.kv_bytes_per_token == 2 * 32 * 32 * 128 * 2
+
+
+def test_the_floor_adds_prefill_flops_and_decode_bytes():
+    floor = load("serving_floor")
+    cost = floor.ModelCost(weight_bytes=1000, matmul_flops_per_token=10,
+                           attention_flops_per_pair=2, kv_bytes_per_token=3)
+    rates = floor.Rates(matmul_flops_per_s=100.0, copy_bytes_per_s=1000.0)
+    got = floor.serving_floor([(4, 3), (2, 1)], steps=5, cost=cost, rates=rates)
+    # prefill: (4 + 2) tokens x 10 + 2 x (4*5/2 + 2*3/2) pairs = 60 + 26 FLOPs
+    assert got.prefill_s == pytest.approx(86 / 100)
+    # decode: 5 steps x 1000 bytes; the first request's tokens 2 and 3 read 5 and 6 keys, the
+    # second's only token came from its prefill
+    assert got.decode_s == pytest.approx((5000 + (5 + 6) * 3) / 1000)
+    assert got.total_s == pytest.approx(got.prefill_s + got.decode_s)
+
+
+def test_steps_are_summed_over_engines_from_metrics():
+    floor = load("serving_floor")
+    page = ("# HELP parrot_engine_steps_total steps\n# TYPE parrot_engine_steps_total counter\n"
+            'parrot_engine_steps_total{engine="a"} 12.0\n'
+            'parrot_engine_steps_total{engine="b"} 30.0\n'
+            'parrot_engine_graph_steps_total{engine="a"} 7.0\n')
+    assert floor.steps_total(page) == 42
+
+
+@NEEDS_SMOLLM2
+@pytest.mark.timeout(420)
+def test_bench_serving_prints_the_floor_of_a_builtin_engine_run(tmp_path: Path):
+    import yaml
+
+    bench = load("bench_serving")
+    config = smollm2_config(kv_cache_tokens=4096)
+    config["engines"][0]["in_process"] = False
+    path = tmp_path / "serve.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = tmp_path / "serving.json"
+    assert bench.main(["--serve", str(path), "--num-prompts", "2", "--max-concurrency", "2",
+                       "--warmup", "0", "--floor", "--out", str(out)]) == 0
+    run = json.loads(out.read_text())["runs"][0]
+    floor = run["floor"]
+    assert floor["steps"] > 0 and floor["prefill_s"] > 0 and floor["decode_s"] > 0
+    assert floor["total_s"] == pytest.approx(floor["prefill_s"] + floor["decode_s"])
+    assert floor["wall_over_floor"] == pytest.approx(run["duration_s"] / floor["total_s"])
+    with pytest.raises(SystemExit, match="--floor needs --serve"):
+        bench.main(["--url", "http://127.0.0.1:1", "--floor"])
