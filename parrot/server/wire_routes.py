@@ -59,7 +59,7 @@ class WireAPI:
         config = manager.config
         self.access = access or AccessControl(admin_token=config.admin_token)
         self.admission = Admission(config.max_active_calls, config.max_active_calls_per_session,
-                                   config.retry_after_s)
+                                   config.retry_after_s, self.access.call_quotas())
         self.is_draining = False  # set on shutdown: no new sessions or calls
         # Each route with its gate: what the request's headers alone must show before its
         # body is read or parsed (docs/SECURITY.md, "Authenticate before reading").
@@ -236,7 +236,7 @@ class WireAPI:
         if opens_session(body):
             grant = self.admit_session(token)  # who asks, before what they ask is read
             batch = SubmitBatchRequest.from_wire(body)
-            self.admission.check(None, len(batch.calls))
+            self.admission.check(None, len(batch.calls), grant.tenant)
             session = self._open_session(grant)
             opened = SessionCreated(session.session_id, session.token)
         else:
