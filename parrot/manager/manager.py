@@ -42,6 +42,9 @@ from parrot.transforms import TransformError, apply_transforms
 from parrot.types import CallState, Criterion, strongest
 
 log = logging.getLogger(__name__)
+# The error of a call cancelled on its engine (session deleted, client gone, drain): what the
+# metrics count as aborted work.
+CANCELLED = "cancelled (session deleted or manager stopped)"
 
 
 class Manager:
@@ -367,14 +370,14 @@ class Manager:
             engine.num_calls_done += 1
         except asyncio.CancelledError:
             transition(call, CallState.FAILED)
-            call.error = "cancelled (session deleted or manager stopped)"
+            call.error = CANCELLED
             raise
         except EngineUnavailableError as exc:
             try:
                 await self.health.confirm_down(engine, exc)
             except asyncio.CancelledError:  # cancelled while probing: it ends like any cancel
                 transition(call, CallState.FAILED)
-                call.error = "cancelled (session deleted or manager stopped)"
+                call.error = CANCELLED
                 raise
             call.attempts += 1
             requeue = not published and call.attempts <= self.config.max_call_retries \
