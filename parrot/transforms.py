@@ -109,7 +109,10 @@ class Transform:
         if self.kind == "regex":
             timeout = REGEX_TIMEOUT_S if budget is None else budget.search_timeout()
             try:
-                match = _compiled(self.pattern).search(value, timeout=timeout)
+                # concurrent: the GIL is released while it matches (the manager runs
+                # transforms in a worker thread, beside its loop)
+                match = _compiled(self.pattern).search(value, timeout=timeout,
+                                                       concurrent=True)
             except TimeoutError:
                 raise TransformError(f"regex {self.pattern!r} took over {timeout:.3g} s on "
                                      f"{_clip(value)}") from None
