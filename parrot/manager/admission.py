@@ -10,6 +10,7 @@ Weak references: a deleted session's calls vanish from these sets with it.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import weakref
 from collections.abc import Mapping
@@ -88,6 +89,27 @@ class Admission:
 
 
 # A request that submits many calls (a 4,096-call batch, 256 prompts x n=16) does so in slices
-# of this many, yielding the loop between them: one request must not hold every other
-# session (and the engines' heartbeats) for the seconds all its calls take to submit.
+# of at most this many calls and SLICE_S seconds, yielding the loop between them: one request
+# must not hold every other session (and the engines' heartbeats) for the seconds all its calls
+# take to submit. The time bound keeps a slice short on a busy host too, where 64 submits can
+# take a hundred milliseconds.
 CALLS_PER_SLICE = 64
+SLICE_S = 0.01
+
+
+class Slices:
+    """Paces a loop over many calls: `await slices.next()` before each call yields the loop
+    once the current slice holds CALLS_PER_SLICE calls or has run SLICE_S seconds, and says
+    whether it did (what the caller checked may have changed meanwhile)."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._started = time.perf_counter()
+
+    async def next(self) -> bool:
+        self._count += 1
+        if self._count <= CALLS_PER_SLICE and time.perf_counter() - self._started < SLICE_S:
+            return False
+        await asyncio.sleep(0)
+        self._count, self._started = 1, time.perf_counter()
+        return True

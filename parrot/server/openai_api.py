@@ -27,6 +27,7 @@ from parrot.server.chat_submit import chat_template_of
 from parrot.manager.engine_pool import EngineState
 from parrot.server.http_api import Handler, bearer_token, error_headers, read_json
 from parrot.manager.manager import Manager
+from parrot.server.off_loop import OFF_LOOP_BYTES, beside_loop
 from parrot.server.oneshot import Delta, OneShot
 from parrot.server.openai_requests import (ChatCompletionRequest, CompletionRequest,
                                          ContextLengthExceededError, ParrotOptions)
@@ -94,6 +95,11 @@ class _Window:
 
 
 Route = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _is_big(request: web.Request) -> bool:
+    """A body worth decoding (and rendering) beside the loop; unknown length counts as big."""
+    return request.content_length is None or request.content_length >= OFF_LOOP_BYTES
 
 
 class OpenAIRoutes:
@@ -179,8 +185,8 @@ class OpenAIRoutes:
     # --- completions ----------------------------------------------------------------------
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        req = CompletionRequest.from_json(await read_json(
-            request, self._max_body, self.manager.config.request_body_timeout_s))
+        data = await read_json(request, self._max_body, self.manager.config.request_body_timeout_s)
+        req = await beside_loop(_is_big(request), lambda: CompletionRequest.from_json(data))
         caller = self._admit(request, req.parrot)   # who may ask comes before what exists
         engines = self._engines_of(req.model)
         window = _Window(min(e.info.max_context_len for e in engines),
@@ -191,12 +197,12 @@ class OpenAIRoutes:
         return await self._serve(request, run, reply, req.stream, req.include_usage, window)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        req = ChatCompletionRequest.from_json(await read_json(
-            request, self._max_body, self.manager.config.request_body_timeout_s))
+        data = await read_json(request, self._max_body, self.manager.config.request_body_timeout_s)
+        req = await beside_loop(_is_big(request), lambda: ChatCompletionRequest.from_json(data))
         caller = self._admit(request, req.parrot)
         engines = self._engines_of(req.model)
         template = chat_template_of(engines)
-        prompt = template.render(req.messages)
+        prompt = await beside_loop(_is_big(request), lambda: template.render(req.messages))
         sampling = req.sampling
         context_len = min(e.info.max_context_len for e in engines)
         if not req.max_tokens_given:  # until the turn ends or the context is full (as vLLM)
