@@ -3,11 +3,10 @@ before anything is compiled, and one call's transforms share one bounded budget.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 
-from tests.server.front_door import call, config, new_session, running
+from tests.server.front_door import call, config, loop_gaps, new_session, running
 
 
 async def test_a_regex_compile_bomb_is_a_400_at_once():
@@ -54,16 +53,6 @@ async def test_many_transforms_over_a_large_value_fail_the_call_within_its_budge
         assert status == 200
 
 
-async def _max_gap(stop: asyncio.Event, gaps: list[float]) -> None:
-    loop = asyncio.get_running_loop()
-    last = loop.time()
-    while not stop.is_set():
-        await asyncio.sleep(0.001)
-        now = loop.time()
-        gaps.append(now - last)
-        last = now
-
-
 async def test_transforms_run_off_the_loop():
     """Four calls wait on one variable, each with 16 backtracking regex transforms of 48
     inputs; the `set` that releases them used to run all their transforms (the tenant's whole
@@ -80,22 +69,18 @@ async def test_transforms_run_off_the_loop():
             status, reply, _ = await call(http, "POST", "/v1/submit", body, auth)
             assert status == 200, reply
             outs.append(reply["placeholders"][-1]["semantic_var_id"])
-        gaps: list[float] = []
-        stop = asyncio.Event()
-        ticker = asyncio.create_task(_max_gap(stop, gaps))
-        status, _, _ = await call(http, "POST", f"/v1/variables/{var['semantic_var_id']}",
-                                  raw=json.dumps({"session_id": sid,
-                                                  "value": "a" * 3_000_000}).encode(),
-                                  headers=auth)
-        assert status == 200
-        errors = []
-        for out in outs:
-            status, got, _ = await call(http, "POST", "/v1/get",
-                                        {"session_id": sid, "semantic_var_id": out}, auth)
-            assert status == 424, got
-            errors.append(got["error"]["message"])
-        stop.set()
-        await ticker
+        async with loop_gaps() as gaps:
+            status, _, _ = await call(http, "POST", f"/v1/variables/{var['semantic_var_id']}",
+                                      raw=json.dumps({"session_id": sid,
+                                                      "value": "a" * 3_000_000}).encode(),
+                                      headers=auth)
+            assert status == 200
+            errors = []
+            for out in outs:
+                status, got, _ = await call(http, "POST", "/v1/get",
+                                            {"session_id": sid, "semantic_var_id": out}, auth)
+                assert status == 424, got
+                errors.append(got["error"]["message"])
         assert all(e.startswith("input transform failed: regex '((?:a+)+)b' took over ")
                    or "the call's transforms took their whole budget" in e for e in errors), errors
         # Generous for a loaded 2-core machine; on the loop this was the whole 0.5 s burst.

@@ -91,3 +91,27 @@ def split_response(answer: bytes) -> tuple[int, dict[str, str], bytes]:
     headers = {k.strip().lower(): v.strip()
                for k, _, v in (line.partition(":") for line in lines[1:])}
     return int(lines[0].split()[1]), headers, body
+
+
+@contextlib.asynccontextmanager
+async def loop_gaps() -> AsyncIterator[list[float]]:
+    """The gaps between the ticks of a coroutine that asks to run every millisecond, while
+    the block runs: the longest is the longest the loop was held."""
+    gaps: list[float] = []
+    stop = asyncio.Event()
+
+    async def tick() -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while not stop.is_set():
+            await asyncio.sleep(0.001)
+            now = loop.time()
+            gaps.append(now - last)
+            last = now
+
+    ticker = asyncio.create_task(tick())
+    try:
+        yield gaps
+    finally:
+        stop.set()
+        await ticker
