@@ -277,6 +277,8 @@ def _clip_int(n: int) -> str:
     return str(n) if n < 10**12 else f"~10^{len(str(n)) - 1}"
 
 
+# Parsed once per pattern (an int per entry): a body may name one pattern hundreds of times.
+@functools.lru_cache(maxsize=256)
 def regex_expansion(pattern: str) -> int:
     """How many units compiling `pattern` unrolls: every atom counts 1, times the count of each
     repeat around it (`{m,n}` counts n, `{m,}` m + 1, `*`/`+`/`?` 1); alternatives add up. The
