@@ -91,8 +91,8 @@ class Admission:
 # A request that submits many calls (a 4,096-call batch, 256 prompts x n=16) does so in slices
 # of at most this many calls and SLICE_S seconds, yielding the loop between them: one request
 # must not hold every other session (and the engines' heartbeats) for the seconds all its calls
-# take to submit. The time bound keeps a slice short on a busy host too, where 64 submits can
-# take a hundred milliseconds.
+# take to submit. The time bound keeps a slice short on a busy host too, where a count alone
+# would not.
 CALLS_PER_SLICE = 64
 SLICE_S = 0.01
 

@@ -69,9 +69,9 @@ async def test_an_openai_request_of_many_choices_is_submitted_in_slices():
 
 
 async def test_the_loop_keeps_ticking_while_a_4096_call_batch_is_submitted():
-    """Parsed, decoded, submitted and answered: no step holds the loop for long (before the
-    slices, such a batch held it for 1.7 s in one go). The calls wait on an unset variable,
-    so what is measured is the request, not the engine."""
+    """Parsed, decoded, submitted and answered: no step holds the loop for long (without the
+    slices, the whole batch was one block). The calls wait on an unset variable, so what is
+    measured is the request, not the engine."""
     async with running(config()) as (_, http):
         sid, auth = await new_session(http)
         _, var, _ = await call(http, "POST", "/v1/variables", {"session_id": sid}, auth)
@@ -90,7 +90,7 @@ async def test_the_loop_keeps_ticking_while_a_4096_call_batch_is_submitted():
 
 async def test_a_big_body_is_parsed_beside_the_loop():
     """Two million numbers (6 MB) take seconds to parse in Python's number hook: on the loop
-    that held every other request for all of it (measured: 2.3 s)."""
+    that held every other request for all of it."""
     async with running(config()) as (_, http):
         sid, auth = await new_session(http)
         body = json.dumps({"session_id": sid, "prompt": "{{output:y}}",
