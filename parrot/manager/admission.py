@@ -100,16 +100,19 @@ SLICE_S = 0.01
 class Slices:
     """Paces a loop over many calls: `await slices.next()` before each call yields the loop
     once the current slice holds CALLS_PER_SLICE calls or has run SLICE_S seconds, and says
-    whether it did (what the caller checked may have changed meanwhile)."""
+    whether it did (what the caller checked may have changed meanwhile). Seconds of the loop's
+    clock: on a simulation's virtual clock they stand still, and the slices stay by count,
+    the same in every run."""
 
     def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._count = 0
-        self._started = time.perf_counter()
+        self._started = self._loop.time()
 
     async def next(self) -> bool:
         self._count += 1
-        if self._count <= CALLS_PER_SLICE and time.perf_counter() - self._started < SLICE_S:
+        if self._count <= CALLS_PER_SLICE and self._loop.time() - self._started < SLICE_S:
             return False
         await asyncio.sleep(0)
-        self._count, self._started = 1, time.perf_counter()
+        self._count, self._started = 1, self._loop.time()
         return True

@@ -30,7 +30,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from parrot.manager.admission import CALLS_PER_SLICE
 from parrot.server.json_body import parse_json_body
-from parrot.server.off_loop import OFF_LOOP_BYTES, beside_loop
+from parrot.server.off_loop import OFF_LOOP_BYTES, beside_loop, serving_http
 from parrot.server.wire_routes import WireAPI
 from parrot.errors import (ParrotError, PayloadTooLargeError,
                            RequestTimeoutError, TooManyRequestsError)
@@ -135,6 +135,7 @@ def create_app(api: WireAPI, setup: Sequence[AppSetup] = (),
     async def dispatch(request: web.Request) -> web.Response:
         # Who asks, from the headers, before the body is read: a client without the right
         # token costs no body read, no parse (401/404/405 here).
+        serving_http()  # big bodies are parsed and decoded beside the loop
         route = api.admit(request.method, request.path, bearer_token(request))
         body = await read_json(request, max_body, config.request_body_timeout_s)
         reply = await route(body)

@@ -27,7 +27,7 @@ from parrot.server.chat_submit import chat_template_of
 from parrot.manager.engine_pool import EngineState
 from parrot.server.http_api import Handler, bearer_token, error_headers, read_json
 from parrot.manager.manager import Manager
-from parrot.server.off_loop import OFF_LOOP_BYTES, beside_loop
+from parrot.server.off_loop import OFF_LOOP_BYTES, beside_loop, serving_http
 from parrot.server.oneshot import Delta, OneShot
 from parrot.server.openai_requests import (ChatCompletionRequest, CompletionRequest,
                                          ContextLengthExceededError, ParrotOptions)
@@ -145,6 +145,7 @@ class OpenAIRoutes:
 
     def _guard(self, route: Route) -> Route:
         async def handler(request: web.Request) -> web.StreamResponse:
+            serving_http()  # big bodies are decoded beside the loop
             try:
                 if self._require_caller is not None:
                     self._require_caller(bearer_token(request))
