@@ -115,6 +115,9 @@ class TenantSpec:
     # Live sessions this tenant may hold (its OpenAI requests' private sessions included):
     # null, only the service's max_sessions. One tenant could otherwise take all of them.
     max_sessions: int | None = None
+    # Unfinished calls this tenant may have in all its sessions (OpenAI requests included):
+    # null, only the service's max_active_calls. Past it 429, and other tenants keep theirs.
+    max_active_calls: int | None = None
 
     def __post_init__(self) -> None:
         Checks("tenants[]").require(
@@ -127,6 +130,7 @@ class TenantSpec:
                       "an ASCII string of at least 16 characters without spaces")
         check.boolean("share_prefixes", self.share_prefixes)
         check.positive_int("max_sessions", self.max_sessions, optional=True)
+        check.positive_int("max_active_calls", self.max_active_calls, optional=True)
 
 
 @dataclass(frozen=True)

@@ -109,7 +109,10 @@ class Transform:
         if self.kind == "regex":
             timeout = REGEX_TIMEOUT_S if budget is None else budget.search_timeout()
             try:
-                match = _compiled(self.pattern).search(value, timeout=timeout)
+                # concurrent: the GIL is released while it matches (the manager runs
+                # transforms in a worker thread, beside its loop)
+                match = _compiled(self.pattern).search(value, timeout=timeout,
+                                                       concurrent=True)
             except TimeoutError:
                 raise TransformError(f"regex {self.pattern!r} took over {timeout:.3g} s on "
                                      f"{_clip(value)}") from None
@@ -274,6 +277,8 @@ def _clip_int(n: int) -> str:
     return str(n) if n < 10**12 else f"~10^{len(str(n)) - 1}"
 
 
+# Parsed once per pattern (an int per entry): a body may name one pattern hundreds of times.
+@functools.lru_cache(maxsize=256)
 def regex_expansion(pattern: str) -> int:
     """How many units compiling `pattern` unrolls: every atom counts 1, times the count of each
     repeat around it (`{m,n}` counts n, `{m,}` m + 1, `*`/`+`/`?` 1); alternatives add up. The

@@ -1,4 +1,5 @@
-"""Admission control: bounded work per session and in all, answered with 429 + Retry-After.
+"""Admission control: bounded work per session, per tenant (where its quota is configured) and
+in all, answered with 429 + Retry-After.
 
 The manager keeps a session's finished calls (its graph), so "how many calls are unfinished" is
 tracked here: weak sets of the calls admitted and not yet seen finished. A set is pruned of
@@ -9,8 +10,10 @@ Weak references: a deleted session's calls vanish from these sets with it.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import weakref
+from collections.abc import Mapping
 
 from parrot.manager.nodes import Call
 from parrot.manager.sessions import Session
@@ -41,22 +44,32 @@ class _ActiveCalls:
 
 
 class Admission:
-    def __init__(self, max_total: int, max_per_session: int, retry_after_s: float) -> None:
+    def __init__(self, max_total: int, max_per_session: int, retry_after_s: float,
+                 tenant_quotas: Mapping[str, int] | None = None) -> None:
         self._total = _ActiveCalls(max_total)
         self._per_session: weakref.WeakKeyDictionary[Session, _ActiveCalls] = \
             weakref.WeakKeyDictionary()
         self._max_per_session = max_per_session
+        # Tenant name -> its unfinished calls; only tenants with a quota (TenantSpec).
+        self._per_tenant = {name: _ActiveCalls(limit)
+                            for name, limit in (tenant_quotas or {}).items()}
         self.retry_after_s = retry_after_s
 
-    def check(self, session: Session | None, num_calls: int) -> None:
+    def check(self, session: Session | None, num_calls: int, tenant: str | None = None) -> None:
         """Raise TooManyRequestsError unless `num_calls` more calls of `session` fit (None: the
-        first calls of a session not opened yet, which they would open)."""
+        first calls of a session not opened yet, which they would open for `tenant`)."""
         mine = (_ActiveCalls(self._max_per_session) if session is None
                 else self._calls_of(session))
         if not mine.has_room(num_calls, self.retry_after_s):
             raise TooManyRequestsError(
                 f"this session has {mine.limit} unfinished calls (the limit); wait for some "
                 "to finish", self.retry_after_s)
+        tenant = session.tenant if session is not None else tenant
+        quota = self._per_tenant.get(tenant) if tenant is not None else None
+        if quota is not None and not quota.has_room(num_calls, self.retry_after_s):
+            raise TooManyRequestsError(
+                f"tenant {tenant!r} has {quota.limit} unfinished calls (its max_active_calls); "
+                "wait for some to finish", self.retry_after_s)
         if not self._total.has_room(num_calls, self.retry_after_s):
             raise TooManyRequestsError(
                 f"the service has {self._total.limit} unfinished calls (the limit); retry later",
@@ -65,6 +78,8 @@ class Admission:
     def admitted(self, session: Session, call: Call) -> None:
         self._total.add(call)
         self._calls_of(session).add(call)
+        if (quota := self._per_tenant.get(session.tenant)) is not None:
+            quota.add(call)
 
     def _calls_of(self, session: Session) -> _ActiveCalls:
         mine = self._per_session.get(session)
@@ -74,6 +89,30 @@ class Admission:
 
 
 # A request that submits many calls (a 4,096-call batch, 256 prompts x n=16) does so in slices
-# of this many, yielding the loop between them: one request must not hold every other
-# session (and the engines' heartbeats) for the seconds all its calls take to submit.
+# of at most this many calls and SLICE_S seconds, yielding the loop between them: one request
+# must not hold every other session (and the engines' heartbeats) for the seconds all its calls
+# take to submit. The time bound keeps a slice short on a busy host too, where a count alone
+# would not.
 CALLS_PER_SLICE = 64
+SLICE_S = 0.01
+
+
+class Slices:
+    """Paces a loop over many calls: `await slices.next()` before each call yields the loop
+    once the current slice holds CALLS_PER_SLICE calls or has run SLICE_S seconds, and says
+    whether it did (what the caller checked may have changed meanwhile). Seconds of the loop's
+    clock: on a simulation's virtual clock they stand still, and the slices stay by count,
+    the same in every run."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._count = 0
+        self._started = self._loop.time()
+
+    async def next(self) -> bool:
+        self._count += 1
+        if self._count <= CALLS_PER_SLICE and self._loop.time() - self._started < SLICE_S:
+            return False
+        await asyncio.sleep(0)
+        self._count, self._started = 1, self._loop.time()
+        return True

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from typing import cast
 
@@ -26,7 +26,7 @@ from parrot.template import Placeholder, Text
 
 log = logging.getLogger(__name__)
 
-OutputSink = Callable[[Call, OutputBinding, str], None]
+OutputSink = Callable[[Call, OutputBinding, str], Awaitable[None]]
 # How many calls (now or recently) have a prompt with this prefix; CACHED for a prefix whose
 # context the engine already holds. Two or more: the prefix recurs.
 Sharers = Callable[[str], int]
@@ -152,7 +152,7 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
                     context_id=context_id, parent_context_id=None if created else parent,
                     sampling=binding.sampling, priority=priority))
                 created = True
-                publish(call, binding, text)  # the sink applies the output's transforms
+                await publish(call, binding, text)  # the sink applies the output's transforms
         # Text after the last output conditions nothing: it is never sent to the engine.
     finally:
         engine.contexts.release(chain)

@@ -37,11 +37,14 @@ from parrot.errors import (CallFailedError, ConflictError, EngineUnavailableErro
                            PromptTooLongError, TooManyRequestsError)
 from parrot.policies.base import Policy
 from parrot.template import Template
-from parrot.manager.transform_budget import TenantTransformBuckets
-from parrot.transforms import TransformError, apply_transforms
+from parrot.manager.transform_budget import TenantTransformBuckets, TransformJobs
+from parrot.transforms import TransformError
 from parrot.types import CallState, Criterion, strongest
 
 log = logging.getLogger(__name__)
+# The error of a call cancelled on its engine (session deleted, client gone, drain): what the
+# metrics count as aborted work.
+CANCELLED = "cancelled (session deleted or manager stopped)"
 
 
 class Manager:
@@ -244,8 +247,9 @@ class Manager:
         self._mark_dirty(session)
         failed = [session.variables[b.var_id] for b in inputs.values()
                   if session.variables[b.var_id].error is not None]
-        call.num_missing_inputs = sum(not session.variables[b.var_id].is_ready
-                                      for b in inputs.values())
+        # Per variable, not per placeholder: a publish wakes each consumer once.
+        call.num_missing_inputs = len({b.var_id for b in inputs.values()
+                                       if not session.variables[b.var_id].is_ready})
         if failed:
             self._fail_call(session, call, CallFailedError(
                 f"input {failed[0].name!r} failed: {failed[0].error}"))
@@ -279,13 +283,30 @@ class Manager:
         if (error := self.health.no_engine_error()) is not None:
             self._fail_call(session, call, CallFailedError(str(error)))
             return
-        try:
-            call.rendered_inputs = self._transformed(session, call, {
-                name: (b.transforms, session.variables[b.var_id].value or "")
-                for name, b in call.inputs.items()})
-        except TransformError as exc:
-            self._fail_call(session, call, CallFailedError(f"input transform failed: {exc}"))
+        values = {name: (b.transforms, session.variables[b.var_id].value or "")
+                  for name, b in call.inputs.items()}
+        if any(transforms for transforms, _ in values.values()):
+            # User transforms run in a worker, never on the loop (transform_budget.py): the
+            # call stays PENDING until they are done.
+            self._spawn_background(self._transform_inputs(session, call, values),
+                                   f"transforms-{call.call_id}")
             return
+        self._render_ready(session, call, {name: value for name, (_, value) in values.items()})
+
+    async def _transform_inputs(self, session: Session, call: Call,
+                                values: TransformJobs) -> None:
+        try:
+            rendered = await self.transform_buckets.apply(session.tenant, values)
+        except TransformError as exc:
+            if call.state is CallState.PENDING:
+                self._fail_call(session, call, CallFailedError(f"input transform failed: {exc}"))
+            return
+        # Meanwhile the session may have been deleted (its calls failed with it).
+        if call.state is CallState.PENDING and self.sessions.find(session.session_id) is session:
+            self._render_ready(session, call, rendered)
+
+    def _render_ready(self, session: Session, call: Call, rendered: dict[str, str]) -> None:
+        call.rendered_inputs = rendered
         chars = call.template.rendered_chars({name: len(value) for name, value
                                               in call.rendered_inputs.items()})
         call.account_prompt(chars)
@@ -309,20 +330,6 @@ class Manager:
         self.prefix_index.add(call.prefix_hashes)
         self.scheduler.enqueue(call)
 
-    def _transformed(self, session: Session, call: Call,
-                     values: dict[str, tuple[tuple[Any, ...], str]]) -> dict[str, str]:
-        """Each value through its transforms, all of them within one budget drawn from the
-        tenant's share of the loop (transform_budget.py); a value without transforms costs
-        nothing."""
-        if not any(transforms for transforms, _ in values.values()):
-            return {name: value for name, (_, value) in values.items()}
-        budget = self.transform_buckets.budget(session.tenant)
-        try:
-            return {name: apply_transforms(transforms, value, budget)
-                    for name, (transforms, value) in values.items()}
-        finally:
-            self.transform_buckets.spend(session.tenant, budget)
-
     def _dispatch(self, call: Call, engine: EngineState, criterion: Criterion | None) -> None:
         session = self._session_of(call)
         transition(call, CallState.RUNNING)
@@ -344,9 +351,9 @@ class Manager:
     async def _run(self, session: Session, call: Call, engine: EngineState) -> None:
         published: list[str] = []
 
-        def publish(call_: Call, binding: OutputBinding, text: str) -> None:
-            value = self._transformed(session, call, {binding.name: (binding.transforms,
-                                                                     text)})[binding.name]
+        async def publish(call_: Call, binding: OutputBinding, text: str) -> None:
+            value = text if not binding.transforms else (await self.transform_buckets.apply(
+                session.tenant, {binding.name: (binding.transforms, text)}))[binding.name]
             published.append(binding.name)
             if len(published) == len(call.outputs):
                 # Its work on the engine is done (what is left is freeing its context): the
@@ -367,14 +374,14 @@ class Manager:
             engine.num_calls_done += 1
         except asyncio.CancelledError:
             transition(call, CallState.FAILED)
-            call.error = "cancelled (session deleted or manager stopped)"
+            call.error = CANCELLED
             raise
         except EngineUnavailableError as exc:
             try:
                 await self.health.confirm_down(engine, exc)
             except asyncio.CancelledError:  # cancelled while probing: it ends like any cancel
                 transition(call, CallState.FAILED)
-                call.error = "cancelled (session deleted or manager stopped)"
+                call.error = CANCELLED
                 raise
             call.attempts += 1
             requeue = not published and call.attempts <= self.config.max_call_retries \

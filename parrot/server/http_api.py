@@ -19,6 +19,7 @@ JSON-error middleware.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from http import HTTPStatus
 from typing import Any
@@ -27,11 +28,13 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from parrot.manager.admission import CALLS_PER_SLICE
 from parrot.server.json_body import parse_json_body
+from parrot.server.off_loop import OFF_LOOP_BYTES, beside_loop, serving_http
 from parrot.server.wire_routes import WireAPI
 from parrot.errors import (ParrotError, PayloadTooLargeError,
                            RequestTimeoutError, TooManyRequestsError)
-from parrot.wire_types import ErrorDetail, ErrorReply, Health, JsonObject
+from parrot.wire_types import BatchReply, ErrorDetail, ErrorReply, Health, JsonObject
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +85,7 @@ async def read_json(request: web.Request, max_body: int, timeout_s: float) -> ob
         raise PayloadTooLargeError(f"request body over {max_body} bytes") from None
     except TimeoutError:
         raise RequestTimeoutError(f"request body not received within {timeout_s:g} s") from None
-    return parse_json_body(raw)
+    return await beside_loop(len(raw) >= OFF_LOOP_BYTES, lambda: parse_json_body(raw))
 
 
 @web.middleware
@@ -132,11 +135,14 @@ def create_app(api: WireAPI, setup: Sequence[AppSetup] = (),
     async def dispatch(request: web.Request) -> web.Response:
         # Who asks, from the headers, before the body is read: a client without the right
         # token costs no body read, no parse (401/404/405 here).
+        serving_http()  # big bodies are parsed and decoded beside the loop
         route = api.admit(request.method, request.path, bearer_token(request))
         body = await read_json(request, max_body, config.request_body_timeout_s)
         reply = await route(body)
         status = 503 if isinstance(reply, Health) and reply.status != "ok" else 200
-        return web.json_response(reply.to_wire(), status=status)  # the one serialisation
+        big = isinstance(reply, BatchReply) and len(reply.results) >= CALLS_PER_SLICE
+        text = await beside_loop(big, lambda: json.dumps(reply.to_wire()))  # the one serialisation
+        return web.Response(text=text, status=status, content_type="application/json")
 
     app = web.Application(client_max_size=max_body)
     for add in setup:

@@ -31,6 +31,15 @@ Every server has its own `CollectorRegistry` (no process-global state).
     parrot_calls_finished_total{state}
     parrot_policy_decision_seconds         one scheduling round (histogram)
     parrot_http_requests_total{method,route,status}, parrot_http_request_seconds{route}
+
+Aborted work (`AbortedWork`, its own block): calls cancelled while placed on an engine (a
+client that went away, a session DELETE, a drain) and the tokens generated for them.
+
+    parrot_aborted_calls_total             calls cancelled on an engine
+    parrot_aborted_tokens_total            tokens the manager had received for them (a
+                                           Generate over HTTP that nobody streamed reports its
+                                           tokens only when it finishes: an abort before then
+                                           counts its call, not its tokens)
 """
 
 from __future__ import annotations
@@ -49,7 +58,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from parrot.manager.engine_pool import EngineState
-from parrot.manager.manager import Manager
+from parrot.manager.manager import CANCELLED, Manager
 from parrot.manager.nodes import Call
 from parrot.server.tenants import AccessControl
 from parrot.engines.protocol import EngineStats
@@ -237,6 +246,7 @@ class Metrics:
                                          buckets=_LATENCY_BUCKETS, registry=r)
         manager.call_observers.append(self.observe_call)
         manager.scheduler.round_observers.append(lambda seconds, _: self.decision.observe(seconds))
+        self.aborted = AbortedWork(manager, r)
 
     def observe_call(self, call: Call) -> None:
         if call.state is CallState.RUNNING:
@@ -294,6 +304,23 @@ class Metrics:
             self.request_seconds.labels(route).observe(seconds)
             access_log.info("%s %s %s %d %.1fms", request.remote, request.method,
                             request.path_qs, status, seconds * 1000)
+
+
+class AbortedWork:
+    """Counters of the work cancellation threw away (observed as each cancelled call ends)."""
+
+    def __init__(self, manager: Manager, registry: CollectorRegistry) -> None:
+        self.calls = Counter("parrot_aborted_calls", "calls cancelled while on an engine "
+                             "(client gone, session deleted, drain)", registry=registry)
+        self.tokens = Counter("parrot_aborted_tokens", "tokens generated for calls cancelled "
+                              "on an engine", registry=registry)
+        manager.call_observers.append(self.observe_call)
+
+    def observe_call(self, call: Call) -> None:
+        if call.state is not CallState.FAILED or call.error != CANCELLED:
+            return
+        self.calls.inc()
+        self.tokens.inc(sum(b.stream.num_tokens for b in call.outputs.values()))
 
 
 def _template(pattern: str) -> str:

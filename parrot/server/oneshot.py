@@ -13,7 +13,7 @@ import asyncio
 from dataclasses import dataclass, replace
 from collections.abc import AsyncGenerator, Sequence
 
-from parrot.manager.admission import CALLS_PER_SLICE, Admission
+from parrot.manager.admission import Admission, Slices
 from parrot.manager.manager import Manager
 from parrot.manager.nodes import Call, Variable
 from parrot.manager.requests import PlaceholderSpec, SubmitRequest
@@ -92,9 +92,10 @@ class OneShot:
             raise
 
     async def start(self) -> None:
-        """Submit the calls, `CALLS_PER_SLICE` at a time with the loop yielded in between (256
+        """Submit the calls in slices (`admission.Slices`) with the loop yielded in between (256
         prompts x n=16 are 4,096 submits); a failure, or the client leaving meanwhile,
         deletes the private session."""
+        slices = Slices()
         try:
             for prompt in self._prompts:
                 if self._joined is None:
@@ -106,8 +107,7 @@ class OneShot:
                     bindings = tuple(PlaceholderSpec(name, "input", semantic_var_id=var_id)
                                      for name, var_id in self._inputs)
                 for j in range(self._n):
-                    if self.calls and len(self.calls) % CALLS_PER_SLICE == 0:
-                        await asyncio.sleep(0)
+                    if self.calls and await slices.next():
                         if self._manager.sessions.find(self.session.session_id) \
                                 is not self.session:
                             raise NotFoundError(f"session {self.session.session_id} was "

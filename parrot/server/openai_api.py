@@ -20,12 +20,14 @@ from typing import Any
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.web_urldispatcher import AbstractResource
 
 from parrot.manager.admission import Admission
 from parrot.server.chat_submit import chat_template_of
 from parrot.manager.engine_pool import EngineState
-from parrot.server.http_api import bearer_token, error_headers, read_json
+from parrot.server.http_api import Handler, bearer_token, error_headers, read_json
 from parrot.manager.manager import Manager
+from parrot.server.off_loop import OFF_LOOP_BYTES, beside_loop, serving_http
 from parrot.server.oneshot import Delta, OneShot
 from parrot.server.openai_requests import (ChatCompletionRequest, CompletionRequest,
                                          ContextLengthExceededError, ParrotOptions)
@@ -34,7 +36,8 @@ from parrot.server.sse import finish, is_disconnect, open_stream, send
 from parrot.manager.sessions import Session
 from parrot.server.tenants import TenantGrant
 from parrot.errors import (CallFailedError, EngineUnavailableError, InvalidRequestError,
-                           NotFoundError, ParrotError, PromptTooLongError)
+                           NotFoundError, ParrotError, PayloadTooLargeError,
+                           PromptTooLongError)
 from parrot.sampling import SamplingParams
 from parrot.types import estimate_num_tokens
 
@@ -94,6 +97,11 @@ class _Window:
 Route = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+def _is_big(request: web.Request) -> bool:
+    """A body worth decoding (and rendering) beside the loop; unknown length counts as big."""
+    return request.content_length is None or request.content_length >= OFF_LOOP_BYTES
+
+
 class OpenAIRoutes:
     def __init__(self, manager: Manager,
                  admit_session: Callable[[str | None], TenantGrant] | None = None,
@@ -110,6 +118,7 @@ class OpenAIRoutes:
         # configured (the request's bearer token), draining, the session limit.
         self._admit_session = admit_session
         self.started = int(time.time())
+        self._resources: set[AbstractResource | None] = set()  # the routes answered in our shape
 
     def setup(self, app: web.Application) -> None:
         for method, path, route in (
@@ -117,11 +126,26 @@ class OpenAIRoutes:
                 ("GET", "/v1/models/{model:.+}", self.get_model),
                 ("POST", "/v1/completions", self.completions),
                 ("POST", "/v1/chat/completions", self.chat_completions)):
-            app.router.add_route(method, path, self._guard(route))
+            self._resources.add(app.router.add_route(method, path, self._guard(route)).resource)
             app.router.add_route("*", path, _method_not_allowed(method))
+        app.middlewares.append(self._too_large)
+
+    @web.middleware
+    async def _too_large(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """An over-limit Content-Length on an OpenAI route: 413 at once in OpenAI's error shape
+        (the wire API's own check, further in, answers the other routes in Parrot's)."""
+        length = request.content_length
+        if (length is not None and length > self._max_body
+                and request.match_info.route.resource in self._resources):
+            resp = openai_error(PayloadTooLargeError(
+                f"request body of {length} bytes is over the limit of {self._max_body}"))
+            resp.force_close()
+            return resp
+        return await handler(request)
 
     def _guard(self, route: Route) -> Route:
         async def handler(request: web.Request) -> web.StreamResponse:
+            serving_http()  # big bodies are decoded beside the loop
             try:
                 if self._require_caller is not None:
                     self._require_caller(bearer_token(request))
@@ -162,8 +186,8 @@ class OpenAIRoutes:
     # --- completions ----------------------------------------------------------------------
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        req = CompletionRequest.from_json(await read_json(
-            request, self._max_body, self.manager.config.request_body_timeout_s))
+        data = await read_json(request, self._max_body, self.manager.config.request_body_timeout_s)
+        req = await beside_loop(_is_big(request), lambda: CompletionRequest.from_json(data))
         caller = self._admit(request, req.parrot)   # who may ask comes before what exists
         engines = self._engines_of(req.model)
         window = _Window(min(e.info.max_context_len for e in engines),
@@ -174,12 +198,12 @@ class OpenAIRoutes:
         return await self._serve(request, run, reply, req.stream, req.include_usage, window)
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        req = ChatCompletionRequest.from_json(await read_json(
-            request, self._max_body, self.manager.config.request_body_timeout_s))
+        data = await read_json(request, self._max_body, self.manager.config.request_body_timeout_s)
+        req = await beside_loop(_is_big(request), lambda: ChatCompletionRequest.from_json(data))
         caller = self._admit(request, req.parrot)
         engines = self._engines_of(req.model)
         template = chat_template_of(engines)
-        prompt = template.render(req.messages)
+        prompt = await beside_loop(_is_big(request), lambda: template.render(req.messages))
         sampling = req.sampling
         context_len = min(e.info.max_context_len for e in engines)
         if not req.max_tokens_given:  # until the turn ends or the context is full (as vLLM)

@@ -39,6 +39,11 @@ class AccessControl:
         self._tenants = tenants
         self._admin_token = admin_token
 
+    def call_quotas(self) -> dict[str, int]:
+        """Each tenant's `max_active_calls`, where it has one."""
+        return {t.name: t.max_active_calls for t in self._tenants
+                if t.max_active_calls is not None}
+
     @property
     def is_open(self) -> bool:
         return not self._tenants

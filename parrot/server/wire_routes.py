@@ -14,19 +14,19 @@ engines (`AccessControl`), how much unfinished work a session and the service ta
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import re
 import sys
 from collections.abc import Awaitable, Callable
 
-from parrot.manager.admission import CALLS_PER_SLICE, Admission
+from parrot.manager.admission import CALLS_PER_SLICE, Admission, Slices
 from parrot.server.chat_submit import mark_streamed, render_chat
 from parrot.serve_config import EngineSpec
 from parrot.manager.manager import Manager
 from parrot.manager.nodes import Call
 from parrot.manager.requests import opens_session, resolve_refs, session_id_of
 from parrot.manager.sessions import Session
+from parrot.server.off_loop import beside_loop
 from parrot.server.tenants import AccessControl, TenantGrant
 from parrot.errors import (MethodNotAllowedError, NotFoundError, ParrotError,
                            ShuttingDownError, TooManyRequestsError, UnauthorizedError)
@@ -59,7 +59,7 @@ class WireAPI:
         config = manager.config
         self.access = access or AccessControl(admin_token=config.admin_token)
         self.admission = Admission(config.max_active_calls, config.max_active_calls_per_session,
-                                   config.retry_after_s)
+                                   config.retry_after_s, self.access.call_quotas())
         self.is_draining = False  # set on shutdown: no new sessions or calls
         # Each route with its gate: what the request's headers alone must show before its
         # body is read or parsed (docs/SECURITY.md, "Authenticate before reading").
@@ -233,21 +233,24 @@ class WireAPI:
         (the tenant's key, the session limit), once the body parses and the service admits
         its calls; the reply carries the session and its token."""
         opened: SessionCreated | None = None
+        calls = body.get("calls") if isinstance(body, dict) else None
+        big = isinstance(calls, list) and len(calls) > CALLS_PER_SLICE  # decoded beside the loop
         if opens_session(body):
             grant = self.admit_session(token)  # who asks, before what they ask is read
-            batch = SubmitBatchRequest.from_wire(body)
-            self.admission.check(None, len(batch.calls))
+            batch = await beside_loop(big, lambda: SubmitBatchRequest.from_wire(body))
+            grant = self.admit_session(token)  # again: others may have opened sessions since
+            self.admission.check(None, len(batch.calls), grant.tenant)
             session = self._open_session(grant)
             opened = SessionCreated(session.session_id, session.token)
         else:
             session = self._session(body, token)
-            batch = SubmitBatchRequest.from_wire(body)
+            batch = await beside_loop(big, lambda: SubmitBatchRequest.from_wire(body))
             self.admit_new_work()
             self.admission.check(session, len(batch.calls))
         results: list[SubmitReply | ErrorReply] = []
+        slices = Slices()
         for index, call in enumerate(batch.calls):
-            if index and index % CALLS_PER_SLICE == 0:
-                await asyncio.sleep(0)  # a slice at a time (admission.CALLS_PER_SLICE)
+            await slices.next()  # a slice at a time (admission.Slices)
             try:
                 if self.manager.sessions.find(session.session_id) is not session:
                     raise NotFoundError(f"session {session.session_id} was deleted")

@@ -27,6 +27,16 @@ async def test_chain_values_flow_inside_the_service(manager, engine):
                                for c in manager.engines.get("e0").contexts.prefix_hashes.values()}
 
 
+async def test_a_variable_bound_to_two_placeholders_readies_its_call_once_set(manager, engine):
+    session = manager.create_session()
+    var = manager.create_variable(session, "doc", None)
+    call = submit(manager, session, "{{input:a}} and {{input:b}} {{output:y}}",
+                  a=var.var_id, b=var.var_id)
+    manager.set_variable(session, var.var_id, "hello")
+    value = await asyncio.wait_for(manager.get(session, out(call, "y"), Criterion.LATENCY), 5)
+    assert value.startswith("gen(") and call.state is CallState.DONE
+
+
 # Long enough (74 tokens) to be worth a context of its own (executor.MIN_CONTEXT_TOKENS).
 SYSTEM = "You are a helpful assistant that answers questions about parrots briefly. " * 4
 

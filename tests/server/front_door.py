@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import io
 from typing import Any
 from collections.abc import AsyncIterator
@@ -91,3 +92,33 @@ def split_response(answer: bytes) -> tuple[int, dict[str, str], bytes]:
     headers = {k.strip().lower(): v.strip()
                for k, _, v in (line.partition(":") for line in lines[1:])}
     return int(lines[0].split()[1]), headers, body
+
+
+@contextlib.asynccontextmanager
+async def loop_gaps() -> AsyncIterator[list[float]]:
+    """The gaps between the ticks of a coroutine that asks to run every millisecond, while
+    the block runs: the longest is the longest the loop was held."""
+    gaps: list[float] = []
+    stop = asyncio.Event()
+
+    async def tick() -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while not stop.is_set():
+            await asyncio.sleep(0.001)
+            now = loop.time()
+            gaps.append(now - last)
+            last = now
+
+    # What earlier tests left in this process is set aside from the garbage collector while
+    # the block runs: a full collection would otherwise scan all of it, a pause that belongs
+    # to the test run, not to what the block measures.
+    gc.collect()
+    gc.freeze()
+    ticker = asyncio.create_task(tick())
+    try:
+        yield gaps
+    finally:
+        stop.set()
+        await ticker
+        gc.unfreeze()

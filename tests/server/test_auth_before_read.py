@@ -4,6 +4,7 @@ session answers exactly like an unknown one; a draining server refuses every mut
 
 from __future__ import annotations
 
+import json
 import time
 
 from tests.server.front_door import (bearer, call, config, new_session, raw_exchange, running,
@@ -41,16 +42,41 @@ async def test_an_unauthenticated_body_is_never_read():
 
 
 async def test_an_over_limit_content_length_is_a_413_at_once():
+    """In the OpenAI error shape on the OpenAI routes, in Parrot's on its own routes."""
     async with running(config({"max_body_bytes": 65536})) as (server, http):
         sid, auth = await new_session(http)
-        for path in ["/v1/submit", "/v1/completions", "/v1/sessions"]:
+        for path in ["/v1/submit", "/v1/completions", "/v1/chat/completions", "/v1/sessions"]:
             head = (f"POST {path} HTTP/1.1\r\nHost: x\r\n{auth and ''}Authorization: "
                     f"{auth['Authorization']}\r\nContent-Length: 1000000000000\r\n\r\n").encode()
             start = time.perf_counter()
             answer, closed = await raw_exchange(server.url, head, read_timeout=3)
             assert time.perf_counter() - start < 1 and closed
             status, headers, body = split_response(answer)
-            assert status == 413 and b"PayloadTooLargeError" in body, answer[:300]
+            assert status == 413, answer[:300]
+            error = json.loads(body)["error"]
+            message = "request body of 1000000000000 bytes is over the limit of 65536"
+            if "completions" in path:
+                assert error == {"message": message, "type": "invalid_request_error",
+                                 "param": None, "code": "PayloadTooLargeError"}, path
+            else:
+                assert (error["type"], error["message"]) == ("PayloadTooLargeError", message)
+                assert "param" not in error and "code" not in error
+
+
+async def test_an_over_limit_body_without_a_length_is_a_413_in_each_routes_shape():
+    async with running(config({"max_body_bytes": 65536})) as (_, http):
+        sid, auth = await new_session(http)
+
+        async def chunks():  # no Content-Length: the limit is found while reading
+            for _ in range(40):
+                yield b" " * 4096
+
+        for path in ["/v1/completions", "/v1/chat/completions", "/v1/submit"]:
+            async with http.post(path, data=chunks(), headers=auth) as resp:
+                error = (await resp.json())["error"]
+                assert resp.status == 413, (path, error)
+                assert error["type"] == ("invalid_request_error" if "completions" in path
+                                         else "PayloadTooLargeError"), path
 
 
 async def test_models_need_a_key_where_tenants_are_configured():

@@ -127,16 +127,25 @@ def submit_body(var_ids: list[str]) -> st.SearchStrategy[dict[str, Any]]:
 TOOL = st.fixed_dictionaries({"type": st.just("function"), "function": st.fixed_dictionaries(
     {"name": NAMES, "parameters": st.dictionaries(st.text(max_size=8), JSON_VALUES,
                                                    max_size=3)})})
+# Bodies past OFF_LOOP_BYTES (64 KiB: parsed, decoded and rendered beside the loop) and up to
+# the harness's max_body_bytes (256 KiB): a tool's long description, a long message, many
+# prompts.
+LONG_TEXT = st.integers(16, 200).map(lambda kib: "d" * (kib * 1024))
+BIG_TOOLS = st.lists(st.fixed_dictionaries({"type": st.just("function"), "function":
+                                            st.fixed_dictionaries({"name": NAMES,
+                                                                   "description": LONG_TEXT})}),
+                     min_size=1, max_size=1)
+MANY_PROMPTS = st.lists(TEXT, min_size=17, max_size=64)
 
 
 def openai_body(field_name: str, value: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     return st.fixed_dictionaries({"model": st.sampled_from(["simulated", "nope"]),
                                   field_name: value}, optional={
         "max_tokens": st.one_of(st.integers(1, 8), ODD),
-        "n": st.one_of(st.integers(1, 4), st.integers(17, 100), ODD),
+        "n": st.one_of(st.integers(1, 4), st.just(16), st.integers(17, 100), ODD),
         "stream": st.one_of(st.booleans(), ODD),
         "stream_options": st.one_of(st.just({"include_usage": True}), ODD),
-        "tools": st.one_of(st.lists(TOOL, max_size=40), ODD),
+        "tools": st.one_of(st.lists(TOOL, max_size=40), BIG_TOOLS, ODD),
         "stop": st.one_of(st.lists(TEXT, max_size=20), ODD),
         "top_k": st.one_of(st.integers(-1, 50), st.integers(10**6, 10**7), ODD),
         "seed": ODD, "temperature": ODD,
@@ -180,10 +189,11 @@ def requests(draw: st.DrawFn, h: Harness) -> dict[str, Any]:
             "criteria": st.one_of(st.sampled_from(["latency", "throughput", "fast"]), ODD),
             "timeout": st.one_of(st.floats(0.001, 0.02), ODD)}),
         "/v1/completions": openai_body("prompt", st.one_of(TEXT, st.lists(TEXT, max_size=3),
-                                                           ODD)),
+                                                           MANY_PROMPTS, LONG_TEXT, ODD)),
         "/v1/chat/completions": openai_body("messages", st.one_of(st.lists(
             st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "tool", "x"]),
-                                   "content": st.one_of(TEXT, ODD)}), max_size=3), ODD)),
+                                   "content": st.one_of(TEXT, LONG_TEXT, ODD)}), max_size=3),
+            ODD)),
         "/v1/engines": st.fixed_dictionaries({}, optional={
             "name": st.one_of(NAMES, ODD), "url": st.one_of(TEXT, ODD),
             "latency_capacity": ODD}),

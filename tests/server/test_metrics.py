@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import aiohttp
@@ -11,6 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from parrot.serve_config import ServeConfig
 from parrot.server.service import ParrotServer
 from parrot.engines.launcher import relay_line
+from parrot.manager.manager import CANCELLED
+from tests.server.front_door import SLOW_ENGINE, config, new_session, one_call, running
 
 SIM = {"kind": "simulated", "in_process": True, "params": {"zero_latency": True}}
 
@@ -192,3 +195,44 @@ def test_engine_work_counters_are_exported_in_seconds_and_tokens():
     assert m[("parrot_engine_tpot_generates_total", label)] == 8
     assert m[("parrot_engine_tpot_seconds_total", label)] == pytest.approx(0.096)
     assert m[("parrot_engine_reported_kv_blocks_used", label)] == 40
+
+
+async def test_aborted_calls_and_their_tokens_are_counted():
+    """A session DELETE and a client leaving an OpenAI request each abort calls on the engine:
+    the counters show those calls and exactly the tokens generated for them."""
+    async with running(config(engine=SLOW_ENGINE)) as (server, http):
+        ended: list = []
+        server.manager.call_observers.append(ended.append)
+        sid, auth = await new_session(http)
+        async with http.post("/v1/submit", json=one_call(sid, sampling={"max_tokens": 2000}),
+                             headers=auth) as resp:
+            assert resp.status == 200
+        session = server.manager.sessions.get(sid)
+        (running_call,) = session.calls.values()
+        while sum(b.stream.num_tokens for b in running_call.outputs.values()) < 3:
+            await asyncio.sleep(0.01)
+        async with http.delete(f"/v1/sessions/{sid}", headers=auth) as resp:
+            assert resp.status == 200
+        m = await scrape(http, server.admin_token)
+        tokens = sum(b.stream.num_tokens for b in running_call.outputs.values())
+        assert tokens >= 3
+        assert m[("parrot_aborted_calls_total", ())] == 1
+        assert m[("parrot_aborted_tokens_total", ())] == tokens
+        try:
+            async with http.post("/v1/completions", timeout=aiohttp.ClientTimeout(total=0.5),
+                                 json={"model": "simulated", "prompt": "p", "max_tokens": 2000,
+                                       "n": 2}) as resp:
+                await resp.read()
+        except TimeoutError:
+            pass
+        for _ in range(200):
+            if len([c for c in ended if c.error == CANCELLED]) == 3:
+                break
+            await asyncio.sleep(0.01)
+        cancelled = [c for c in ended if c.error == CANCELLED]
+        assert len(cancelled) == 3
+        m = await scrape(http, server.admin_token)
+        assert m[("parrot_aborted_calls_total", ())] == 3
+        assert m[("parrot_aborted_tokens_total", ())] == sum(
+            b.stream.num_tokens for c in cancelled for b in c.outputs.values())
+        assert m[("parrot_aborted_tokens_total", ())] > tokens

@@ -5,7 +5,8 @@ from __future__ import annotations
 import parrot
 from parrot.manager.prefix import prefix_pieces
 from parrot.template import parse_template
-from tests.server.front_door import bearer, call, config, new_session, one_call, running
+from tests.server.front_door import (SLOW_ENGINE, bearer, call, config, new_session, one_call,
+                                     running)
 
 KEY_A, KEY_B, KEY_C = "tenant-a-key-0123456789", "tenant-b-key-0123456789", "tenant-c-key-012345678"
 TENANTS = [{"name": "a", "api_key": KEY_A}, {"name": "b", "api_key": KEY_B},
@@ -214,3 +215,41 @@ async def test_a_tenants_session_quota_keeps_it_from_taking_every_session():
             assert r.status == 200
         await new_session(http, KEY_A)  # a deleted session frees its place
         assert server.manager.sessions.num_of_tenant("a") == 2
+
+
+async def test_a_tenants_call_quota_answers_429_and_leaves_other_tenants_alone():
+    tenants = [{"name": "a", "api_key": KEY_A, "max_active_calls": 3},
+               {"name": "b", "api_key": KEY_B}]
+    long_call = {"sampling": {"max_tokens": 400}}
+    async with running(config(tenants=tenants, engine=SLOW_ENGINE)) as (server, http):
+        first, first_auth = await new_session(http, KEY_A)
+        for _ in range(3):
+            status, reply, _ = await call(http, "POST", "/v1/submit",
+                                          one_call(first, **long_call), first_auth)
+            assert status == 200, reply
+        second, second_auth = await new_session(http, KEY_A)
+        for sid, auth in ((first, first_auth), (second, second_auth)):  # all its sessions
+            status, reply, resp = await call(http, "POST", "/v1/submit",
+                                             one_call(sid, **long_call), auth)
+            assert status == 429, reply
+            assert reply["error"]["message"] == (
+                "tenant 'a' has 3 unfinished calls (its max_active_calls); wait for some to "
+                "finish")
+            assert resp.headers["Retry-After"]
+        status, reply, _ = await call(http, "POST", "/v1/submit_batch", {"calls": [
+            {"prompt": "x {{output:y}}"}]}, bearer(KEY_A))
+        assert status == 429 and "max_active_calls" in reply["error"]["message"]
+        async with http.post("/v1/completions", headers=bearer(KEY_A), json={
+                "model": "simulated", "prompt": "x", "max_tokens": 1}) as resp:
+            error = (await resp.json())["error"]
+            assert (resp.status, error["type"]) == (429, "rate_limit_error")
+        other, other_auth = await new_session(http, KEY_B)
+        for _ in range(4):  # tenant b has no quota of its own
+            status, reply, _ = await call(http, "POST", "/v1/submit",
+                                          one_call(other, **long_call), other_auth)
+            assert status == 200, reply
+        async with http.delete(f"/v1/sessions/{first}", headers=first_auth) as resp:
+            assert resp.status == 200
+        status, reply, _ = await call(http, "POST", "/v1/submit",
+                                      one_call(second, **long_call), second_auth)
+        assert status == 200, reply  # the deleted session's calls no longer count
