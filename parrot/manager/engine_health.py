@@ -27,6 +27,7 @@ from typing import Any
 
 from parrot.serve_config import EngineSpec, ManagerConfig
 from parrot.manager.engine_pool import EnginePool, EngineState
+from parrot.manager.events import EngineUp, HealthEvent, NoEngine
 from parrot.engines.client import HttpEngine, HttpEngineSettings
 from parrot.engines.protocol import Engine
 from parrot.errors import ConflictError, EngineUnavailableError, InvalidRequestError, ParrotError
@@ -48,13 +49,12 @@ def http_engine_settings(config: ManagerConfig) -> HttpEngineSettings:
 
 class EngineHealth:
     def __init__(self, pool: EnginePool, config: ManagerConfig, *, spawn: Spawn,
-                 on_up: Callable[[], None],
-                 on_no_engine: Callable[[EngineUnavailableError], None]) -> None:
+                 notify: Callable[[HealthEvent], None]) -> None:
+        """notify: the manager's one entry for what health finds (events.py)."""
         self._pool = pool
         self._config = config
         self._spawn = spawn
-        self._on_up = on_up
-        self._on_no_engine = on_no_engine
+        self._notify = notify
         self._watched: set[str] = set()
         self._outage_since: float | None = None  # when the last healthy engine went down
         self._grace_timer: asyncio.TimerHandle | None = None
@@ -89,7 +89,7 @@ class EngineHealth:
             self.mark_up(state)
         if state.engine.is_remote:
             self._start_watcher(state)
-        self._on_up()
+        self._notify(EngineUp(state.engine_id))
         return state
 
     def close(self) -> None:
@@ -214,7 +214,7 @@ class EngineHealth:
         log.info("engine %s answers again: re-admitted", state.engine_id)
         state.is_healthy = True
         self._end_outage()
-        self._on_up()
+        self._notify(EngineUp(state.engine_id))
 
     def _end_outage(self) -> None:
         self._outage_since = None
@@ -227,7 +227,7 @@ class EngineHealth:
         error = self.no_engine_error()
         if error is not None:
             log.error("%s", error)
-            self._on_no_engine(error)
+            self._notify(NoEngine(error))
 
 
 async def _free_all(state: EngineState, context_ids: list[str]) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 from parrot.serve_config import EngineSpec, ManagerConfig
 from parrot.manager.deduction import deduce
 from parrot.manager.engine_health import EngineHealth
+from parrot.manager.events import EngineUp, HealthEvent, NoEngine
 from parrot.manager.engine_pool import EnginePool, EngineState
 from parrot.manager.executor import run_call, shareable_hashes
 from parrot.manager.lifecycle import transition
@@ -64,8 +65,7 @@ class Manager:
         self._scheduler_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self.health = EngineHealth(self.engines, self.config, spawn=self._spawn_background,
-                                   on_up=self.scheduler.wake,
-                                   on_no_engine=self._fail_ready_calls)
+                                   notify=self.handle)
         # Called with every call that leaves an engine (done, failed or re-queued): /metrics.
         self.call_observers: list[Callable[[Call], None]] = []
 
@@ -440,6 +440,16 @@ class Manager:
         task = asyncio.create_task(coro, name=name)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    def handle(self, event: HealthEvent) -> None:
+        """Every engine-health event enters here (events.py): an engine up wakes the
+        scheduler (ready calls may now be placed); no engine past the grace period fails what
+        waits for one."""
+        match event:
+            case EngineUp():
+                self.scheduler.wake()
+            case NoEngine(error=error):
+                self._fail_ready_calls(error)
 
     def _fail_ready_calls(self, error: EngineUnavailableError) -> None:
         """No engine came back within the grace period: fail what waits for one."""
