@@ -20,7 +20,7 @@ SCHEMA = {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type
     JsonSchema.of(SCHEMA, "thing"), JsonObject(), Regex("[a-z]+"), Choice(("x", "y z"))])
 def test_the_wire_form_round_trips_through_the_engine_protocol(constraint):
     request = GenerateRequest("c", sampling=SamplingParams(max_tokens=5, constraint=constraint))
-    again = GenerateRequest.from_json(request.to_json())
+    again = GenerateRequest.from_wire(request.to_wire())
     assert again.sampling.constraint == constraint
     assert constraint_from_json(constraint.to_json()) == constraint
 

@@ -28,7 +28,7 @@ async def engine_counters(engines: Sequence[Any]) -> dict[str, dict[str, int]]:
     counts: dict[str, dict[str, int]] = {}
     for launched in engines:
         try:
-            stats = (await launched.engine.stats()).to_json()
+            stats = (await launched.engine.stats()).to_wire()
         except Exception:  # noqa: BLE001 - see the docstring
             continue
         counts[launched.name] = {k: stats[k] for k in OPTIONAL_STATS}

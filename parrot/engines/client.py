@@ -117,13 +117,14 @@ class HttpEngine(Engine):
         self._session = self._probe_session = None
 
     async def info(self) -> EngineInfo:
-        return EngineInfo.from_json(await self._call("GET", "/v1/engine/info"))
+        return EngineInfo.from_wire(await self._call("GET", "/v1/engine/info"), strict=False)
 
     async def fill(self, request: FillRequest) -> FillResult:
-        return FillResult.from_json(await self._call("POST", "/v1/engine/fill", request.to_json()))
+        return FillResult.from_wire(await self._call("POST", "/v1/engine/fill", request.to_wire()),
+                                    strict=False)
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
-        body = {**request.to_json(), "stream": True}
+        body = {**request.to_wire(), "stream": True}
         loop = asyncio.get_running_loop()
         limit = self.settings.request_timeout_s
         deadline = None if limit is None else loop.time() + limit
@@ -152,7 +153,7 @@ class HttpEngine(Engine):
                     self._answered()
                     if "error" in data:
                         raise error_from_wire(data, 500)
-                    chunk = GenerateChunk.from_json(data)
+                    chunk = GenerateChunk.from_wire(data, strict=False)
                     yield chunk
                     if chunk.is_finished:
                         return
@@ -162,9 +163,8 @@ class HttpEngine(Engine):
 
     async def generate_all(self, request: GenerateRequest) -> GenerateResult:
         data = await self._call("POST", "/v1/engine/generate",
-                                {**request.to_json(), "stream": False})
-        return GenerateResult(str(data["text"]), tuple(int(t) for t in data["token_ids"]),
-                              str(data["finish_reason"]))
+                                {**request.to_wire(), "stream": False})
+        return GenerateResult.from_wire(data, strict=False)
 
     async def free_context(self, context_id: str) -> None:
         try:
@@ -174,7 +174,7 @@ class HttpEngine(Engine):
             raise
 
     async def stats(self) -> EngineStats:
-        return EngineStats.from_json(await self._call("GET", "/v1/engine/stats"))
+        return EngineStats.from_wire(await self._call("GET", "/v1/engine/stats"), strict=False)
 
     async def healthz(self) -> bool:
         """One probe on the probe session (bounded by probe_timeout_s). A healthy answer ends an

@@ -1,5 +1,11 @@
 """The engine protocol: Fill / Generate / FreeContext / stats (the paper's universal engine).
 
+Its messages are wire messages (`parrot.wire_types.codec`, `EngineMessage`): one codec for
+the manager's API and the engine protocol, `to_wire()` / `from_wire()` driven by the type
+hints, errors naming the field. Requests are parsed strictly (an unknown field is an error);
+the manager reads replies with `strict=False`, so an engine newer than its manager may add
+fields.
+
 Every engine — the builtin PyTorch runner, the simulated engine, an engine in another process
 reached over HTTP — implements `Engine`. The manager only ever talks to this interface.
 
@@ -16,12 +22,20 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 
 from parrot.chat import ChatTemplate
 from parrot.errors import InvalidRequestError
-from parrot.speed_profile import ProfileError, SpeedProfile
+from parrot.speed_profile import SpeedProfile
 from parrot.sampling import SamplingParams
+from parrot.wire_types.codec import WireMessage
+
+
+class EngineMessage(WireMessage):
+    """A message of the engine protocol: every field written, null included, as
+    docs/ENGINE_PROTOCOL.md shows them."""
+
+    OMIT_NULLS = False
 
 MAX_CONTEXT_ID_LEN = 256
 
@@ -51,8 +65,10 @@ def check_priority(value: Any) -> None:
 
 
 @dataclass(frozen=True)
-class FillRequest:
+class FillRequest(EngineMessage):
     """Append tokens (or text, tokenized by the engine) to a context."""
+
+    WIRE_NAME = "fill"
 
     context_id: str
     parent_context_id: str | None = None
@@ -72,41 +88,19 @@ class FillRequest:
         if self.text is not None and not isinstance(self.text, str):
             raise InvalidRequestError("text must be a string")
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> FillRequest:
-        token_ids = data.get("token_ids")
-        if token_ids is not None and not isinstance(token_ids, list):
-            raise InvalidRequestError("token_ids must be a list of integers")
-        return cls(context_id=data.get("context_id"),  # type: ignore[arg-type]
-                   parent_context_id=data.get("parent_context_id"),
-                   token_ids=None if token_ids is None else tuple(token_ids),
-                   text=data.get("text"), priority=data.get("priority", 0))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"context_id": self.context_id, "parent_context_id": self.parent_context_id,
-                "token_ids": None if self.token_ids is None else list(self.token_ids),
-                "text": self.text, "priority": self.priority}
-
 
 @dataclass(frozen=True)
-class FillResult:
+class FillResult(EngineMessage):
     context_id: str
     num_filled_tokens: int  # tokens this fill appended
     context_len: int        # tokens in the context now, inherited prefix included
 
-    def to_json(self) -> dict[str, Any]:
-        return {"context_id": self.context_id, "num_filled_tokens": self.num_filled_tokens,
-                "context_len": self.context_len}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> FillResult:
-        return cls(str(data["context_id"]), int(data["num_filled_tokens"]),
-                   int(data["context_len"]))
-
 
 @dataclass(frozen=True)
-class GenerateRequest:
+class GenerateRequest(EngineMessage):
     """Decode into a context until a stop condition; the generated tokens stay in the context."""
+
+    WIRE_NAME = "generate"
 
     context_id: str
     parent_context_id: str | None = None
@@ -120,20 +114,9 @@ class GenerateRequest:
         if not isinstance(self.sampling, SamplingParams):
             raise InvalidRequestError("sampling must be SamplingParams")
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> GenerateRequest:
-        return cls(context_id=data.get("context_id"),  # type: ignore[arg-type]
-                   parent_context_id=data.get("parent_context_id"),
-                   sampling=SamplingParams.from_json(data.get("sampling")),
-                   priority=data.get("priority", 0))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"context_id": self.context_id, "parent_context_id": self.parent_context_id,
-                "sampling": self.sampling.to_json(), "priority": self.priority}
-
 
 @dataclass(frozen=True)
-class GenerateChunk:
+class GenerateChunk(EngineMessage):
     """One streamed piece of a Generate. The last chunk has `finish_reason` set."""
 
     text: str
@@ -144,36 +127,19 @@ class GenerateChunk:
     def is_finished(self) -> bool:
         return self.finish_reason is not None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"text": self.text, "token_ids": list(self.token_ids),
-                "finish_reason": self.finish_reason}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> GenerateChunk:
-        return cls(str(data["text"]), tuple(int(t) for t in data["token_ids"]),
-                   data.get("finish_reason"))
-
 
 @dataclass(frozen=True)
-class GenerateResult:
+class GenerateResult(EngineMessage):
     text: str
     token_ids: tuple[int, ...]
     finish_reason: str
 
 
-# EngineStats fields an engine may leave out of its JSON (read as 0): counters added after the
-# first version of the protocol, which engines without them need not send.
-OPTIONAL_STATS = ("graph_captures_at_runtime", "graph_capture_ms_at_runtime", "num_steps",
-                  "num_graph_steps", "step_ms", "graph_step_ms", "loop_ms", "prefill_tokens",
-                  "decode_tokens", "ahead_hits", "ahead_misses", "num_piecewise_steps",
-                  "piecewise_step_ms", "graph_stopgap_steps", "jit_compiles_at_runtime",
-                  "jit_compile_ms_at_runtime", "gc_collections", "gc_ms", "tpot_generates",
-                  "tpot_us_sum")
-
-
 @dataclass(frozen=True)
-class EngineStats:
-    """What an engine reports about itself (policies see it through EngineView)."""
+class EngineStats(EngineMessage):
+    """What an engine reports about itself (policies see it through EngineView). The fields
+    with a default are counters added after the protocol's first version: an engine without
+    them may leave them out (read as 0)."""
 
     num_running: int          # sequences in the running batch
     num_waiting: int          # requests queued inside the engine
@@ -223,17 +189,9 @@ class EngineStats:
     tpot_generates: int = 0
     tpot_us_sum: int = 0
 
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> EngineStats:
-        return cls(**{k: int(data[k]) for k in cls.__dataclass_fields__
-                      if k in data or k not in OPTIONAL_STATS})
-
 
 @dataclass(frozen=True)
-class ServingLimits:
+class ServingLimits(EngineMessage):
     """What an engine chose to serve with (the builtin engine sizes these from its device's
     free memory and its model's shape: `max_num_seqs: auto` and friends), so an operator sees
     it in `GET /v1/engines` without reading the engine's log."""
@@ -246,27 +204,9 @@ class ServingLimits:
     # how much prefill joins a step's decodes (the builtin engine's step_budget.describe)
     step_token_budget: str = ""
 
-    def to_json(self) -> dict[str, Any]:
-        return {**self.__dict__, "graph_batch_sizes": list(self.graph_batch_sizes)}
-
-    @classmethod
-    def from_json(cls, data: Any) -> ServingLimits | None:
-        """None for None; a value that is not a valid mapping raises InvalidRequestError."""
-        if data is None:
-            return None
-        try:
-            return cls(max_num_seqs=int(data["max_num_seqs"]),
-                       max_batch_tokens=int(data["max_batch_tokens"]),
-                       kv_cache_tokens=int(data["kv_cache_tokens"]),
-                       graph_batch_sizes=tuple(int(b) for b in data.get("graph_batch_sizes",
-                                                                        ())),
-                       step_token_budget=str(data.get("step_token_budget", "")))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise InvalidRequestError(f"serving: {data!r} is not valid ({exc!r})") from None
-
 
 @dataclass(frozen=True)
-class EngineInfo:
+class EngineInfo(EngineMessage):
     """Static facts about an engine, fetched once when it registers."""
 
     name: str
@@ -282,39 +222,6 @@ class EngineInfo:
     # manager costs placements with it and calibrates `latency_capacity: auto` from it.
     speed_profile: SpeedProfile | None = None
     serving: ServingLimits | None = None      # what it serves with; None: it does not say
-
-    def to_json(self) -> dict[str, Any]:
-        data = dict(self.__dict__)
-        data["serving"] = None if self.serving is None else self.serving.to_json()
-        data["chat_template"] = None if self.chat_template is None else self.chat_template.to_json()
-        data["speed_profile"] = (None if self.speed_profile is None
-                                 else self.speed_profile.to_latency_profile())
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> EngineInfo:
-        return cls(name=str(data["name"]), kind=str(data["kind"]), model=str(data["model"]),
-                   max_context_len=int(data["max_context_len"]),
-                   block_size=int(data["block_size"]),
-                   num_blocks_total=int(data["num_blocks_total"]),
-                   chat_template=ChatTemplate.from_json(data.get("chat_template")),
-                   speed_profile=_speed_profile(data.get("speed_profile")),
-                   serving=ServingLimits.from_json(data.get("serving")))
-
-
-def _speed_profile(data: Any) -> SpeedProfile | None:
-    """An engine's reported profile; one that is not a valid profile raises
-    InvalidRequestError naming what is wrong (a broken engine, not a reason to guess)."""
-    if data is None:
-        return None
-    if not isinstance(data, Mapping) or "prefill_per_token_ms" not in data \
-            or "decode_table" not in data:
-        raise InvalidRequestError("speed_profile must be null or a mapping with "
-                                  f"prefill_per_token_ms and decode_table, got {data!r}")
-    try:
-        return SpeedProfile.from_latency_profile(data)
-    except (ProfileError, TypeError, ValueError) as exc:
-        raise InvalidRequestError(f"speed_profile: {exc}") from None
 
 
 class Engine(ABC):

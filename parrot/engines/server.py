@@ -100,15 +100,15 @@ class _Routes:
 
     async def fill(self, request: web.Request) -> web.Response:
         body = await _json_body(request)
-        result = await self.engine.fill(_parse(FillRequest.from_json, body))
-        return web.json_response(result.to_json())
+        result = await self.engine.fill(_parse(FillRequest.from_wire, body))
+        return web.json_response(result.to_wire())
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
         stream = body.pop("stream", False)
         if not isinstance(stream, bool):
             raise InvalidRequestError(f"stream must be a boolean, got {stream!r}")
-        gen_request = _parse(GenerateRequest.from_json, body)
+        gen_request = _parse(GenerateRequest.from_wire, body)
         window = (await self.engine.info()).max_context_len
         if gen_request.sampling.max_tokens > window:
             raise InvalidRequestError(
@@ -116,8 +116,7 @@ class _Routes:
                 f"window of {window} tokens")
         if not stream:
             result = await self.engine.generate_all(gen_request)
-            return web.json_response({"text": result.text, "token_ids": list(result.token_ids),
-                                      "finish_reason": result.finish_reason})
+            return web.json_response(result.to_wire())
         # Every engine's generate is an async generator (the protocol declares AsyncIterator).
         chunks = cast(AsyncGenerator[GenerateChunk, None], self.engine.generate(gen_request))
         try:
@@ -140,10 +139,10 @@ class _Routes:
         return web.json_response({"context_id": context_id})
 
     async def stats(self, _: web.Request) -> web.Response:
-        return web.json_response((await self.engine.stats()).to_json())
+        return web.json_response((await self.engine.stats()).to_wire())
 
     async def info(self, _: web.Request) -> web.Response:
-        return web.json_response((await self.engine.info()).to_json())
+        return web.json_response((await self.engine.info()).to_wire())
 
     async def healthz(self, _: web.Request) -> web.Response:
         ok = await self.engine.healthz()
@@ -156,7 +155,7 @@ async def _stream(response: web.StreamResponse, first: GenerateChunk | None,
         chunk = first
         try:
             while chunk is not None:
-                await response.write(_line(chunk.to_json()))
+                await response.write(_line(chunk.to_wire()))
                 if chunk.is_finished:
                     break
                 chunk = await anext(chunks, None)

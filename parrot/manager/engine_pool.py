@@ -316,7 +316,7 @@ class EngineState:
                 "latency_capacity": self.latency_capacity,
                 "throughput_capacity": self.throughput_capacity,
                 "profile_source": self.profile_source,
-                "serving": None if self.info.serving is None else self.info.serving.to_json()}
+                "serving": None if self.info.serving is None else self.info.serving.to_wire()}
 
 
 class EnginePool:

@@ -22,8 +22,10 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeAlias, TypeVar
 
+from parrot.chat import ChatTemplate
 from parrot.errors import InvalidRequestError
 from parrot.sampling import SamplingParams
+from parrot.speed_profile import ProfileError, SpeedProfile
 from parrot.transforms import Transform, parse_transforms
 from parrot.types import Criterion
 
@@ -37,6 +39,10 @@ FOREIGN: dict[type, tuple[Callable[[Any], Json], Callable[[object, str], Any]]] 
     SamplingParams: (lambda p: p.to_json(), lambda data, path: _sampling(data, path)),
     Transform: (lambda t: t.to_json(), lambda data, path: parse_transforms([data], path)[0]),
     Criterion: (lambda c: c.value, lambda data, path: Criterion.parse(data)),
+    # the engine protocol's EngineInfo (parrot/engines/protocol.py)
+    ChatTemplate: (lambda t: t.to_json(), lambda data, path: _chat_template(data, path)),
+    SpeedProfile: (lambda p: p.to_latency_profile(),
+                   lambda data, path: _speed_profile(data, path)),
 }
 
 
@@ -45,12 +51,16 @@ class WireMessage:
 
     # How errors name a top-level message ("submit", "get", ...); nested ones use their path.
     WIRE_NAME: ClassVar[str] = ""
+    # Whether an optional field at its default None is left out of the JSON (the manager's API)
+    # or written as null (the engine protocol, whose documented shape has every field).
+    OMIT_NULLS: ClassVar[bool] = True
 
     def to_wire(self) -> JsonObject:
         out: JsonObject = {}
+        omit_nulls = type(self).OMIT_NULLS
         for name, omit_none in _layout(type(self)).encoded:
             value = getattr(self, name)
-            if value is None and omit_none:
+            if value is None and omit_none and omit_nulls:
                 continue
             out[name] = encode(value)
         return out
@@ -237,6 +247,25 @@ def _sampling(data: object, path: str) -> SamplingParams:
     if not isinstance(data, Mapping):
         raise _bad(path, "an object", data)
     return SamplingParams.from_json(data)
+
+
+def _chat_template(data: object, path: str) -> ChatTemplate:
+    template = ChatTemplate.from_json(data)
+    if template is None:
+        raise _bad(path, "an object {source, bos_token?, eos_token?}", data)
+    return template
+
+
+def _speed_profile(data: object, path: str) -> SpeedProfile:
+    """An engine's reported profile; one that is not a valid profile names what is wrong (a
+    broken engine, not a reason to guess)."""
+    if not isinstance(data, Mapping) or "prefill_per_token_ms" not in data \
+            or "decode_table" not in data:
+        raise _bad(path, "null or a mapping with prefill_per_token_ms and decode_table", data)
+    try:
+        return SpeedProfile.from_latency_profile(data)
+    except (ProfileError, TypeError, ValueError) as exc:
+        raise InvalidRequestError(f"{path}: {exc}") from None
 
 
 def _kind(data: object) -> str:

@@ -135,6 +135,10 @@ async def raw(server: TestServer, method: str, path: str, data: bytes | None = N
     ("POST", "/v1/engine/generate", b'{"context_id": "a", "stream": "yes"}', 400,
      "InvalidRequestError"),
     ("POST", "/v1/engine/free_context", b'{}', 400, "InvalidRequestError"),
+    ("POST", "/v1/engine/fill", b'{"context_id": "a", "text": "x", "temperature": 1}', 400,
+     "InvalidRequestError"),
+    ("POST", "/v1/engine/fill", b'{"context_id": "a", "token_ids": [1, "x"]}', 400,
+     "InvalidRequestError"),
     ("POST", "/v1/engine/fill", b'{"context_id": "a", "text": "x", "priority": "high"}', 400,
      "InvalidRequestError"),
     ("POST", "/v1/engine/generate", b'{"context_id": "a", "priority": 1.5}', 400,
@@ -189,7 +193,7 @@ async def test_error_mid_stream_is_a_final_error_line() -> None:
                 received.append(chunk)
         assert received == [GenerateChunk("abcd", (1,))]
         async with aiohttp.ClientSession() as session:
-            body = {**gen("a", 5).to_json(), "stream": True}
+            body = {**gen("a", 5).to_wire(), "stream": True}
             async with session.post(server.make_url("/v1/engine/generate"), json=body) as resp:
                 assert resp.status == 200
                 assert resp.headers["Content-Type"].startswith("application/x-ndjson")
@@ -220,7 +224,7 @@ async def test_client_disconnect_mid_stream_frees_the_engine() -> None:
     server, client = await serve(engine)
     try:
         async with aiohttp.ClientSession() as session:
-            body = {**gen("a", 5_000).to_json(), "stream": True}
+            body = {**gen("a", 5_000).to_wire(), "stream": True}
             resp = await session.post(server.make_url("/v1/engine/generate"), json=body)
             assert json.loads(await resp.content.readline())["finish_reason"] is None
             resp.close()  # drop the connection mid-stream
@@ -460,8 +464,10 @@ def test_stats_graph_capture_fields_are_optional_on_the_wire():
     a required field missing is still an error."""
     full = EngineStats(1, 2, 64, 60, 16, 40, 3, graph_captures_at_runtime=5,
                        graph_capture_ms_at_runtime=210)
-    assert EngineStats.from_json(full.to_json()) == full
-    old = {k: v for k, v in full.to_json().items() if not k.startswith("graph_")}
-    assert EngineStats.from_json(old) == EngineStats(1, 2, 64, 60, 16, 40, 3)
-    with pytest.raises(KeyError):
-        EngineStats.from_json({k: v for k, v in old.items() if k != "num_contexts"})
+    assert EngineStats.from_wire(full.to_wire()) == full
+    old = {k: v for k, v in full.to_wire().items() if not k.startswith("graph_")}
+    assert EngineStats.from_wire(old) == EngineStats(1, 2, 64, 60, 16, 40, 3)
+    with pytest.raises(InvalidRequestError, match="EngineStats.num_contexts is required"):
+        EngineStats.from_wire({k: v for k, v in old.items() if k != "num_contexts"})
+    with pytest.raises(InvalidRequestError, match="EngineStats.num_steps must be an integer"):
+        EngineStats.from_wire({**old, "num_steps": "12"})

@@ -162,13 +162,13 @@ def test_a_bad_plan_is_refused():
 def test_engine_info_carries_the_profile_over_json():
     profile = SpeedProfile(0.03, ((0, 7.5), (32768, 17.0)))
     info = EngineInfo("e", "builtin", "m", 4096, 16, 100, speed_profile=profile)
-    back = EngineInfo.from_json(info.to_json())
+    back = EngineInfo.from_wire(info.to_wire())
     assert back.speed_profile == profile
-    assert EngineInfo.from_json(EngineInfo("e", "k", "m", 1, 16, 1).to_json()).speed_profile \
+    assert EngineInfo.from_wire(EngineInfo("e", "k", "m", 1, 16, 1).to_wire()).speed_profile \
         is None
     for bad in ({"prefill_per_token_ms": 0.1}, "fast",
                 {"prefill_per_token_ms": 0.1, "decode_table": [[0, 1.0]]},
                 {"prefill_per_token_ms": 0.1, "decode_table": [[0, float("nan")], [9, 1.0]]}):
-        data = {**info.to_json(), "speed_profile": bad}
+        data = {**info.to_wire(), "speed_profile": bad}
         with pytest.raises(InvalidRequestError, match="speed_profile"):
-            EngineInfo.from_json(data)
+            EngineInfo.from_wire(data)

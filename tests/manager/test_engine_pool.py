@@ -255,7 +255,7 @@ async def test_what_an_engine_serves_with_is_described_as_it_reports_it(manager)
 
     await manager.add_engine(EngineSpec(name="sized", in_process=True), SizedEngine())
     described = manager.engines.get("sized").describe()
-    assert described["serving"] == {**limits.to_json(), "graph_batch_sizes": [
+    assert described["serving"] == {**limits.to_wire(), "graph_batch_sizes": [
         1, 2, 4, 8, 16, 32, 64, 128, 256]}
     wire = EngineDescription.from_wire(described, "engine", strict=False)
     assert wire.public().serving == wire.serving and wire.serving is not None

@@ -83,7 +83,7 @@ async def test_the_engine_reports_what_it_serves_with(tiny_bundle, make_engine):
         max_num_seqs=64, max_batch_tokens=512, kv_cache_tokens=48 * 16, graph_batch_sizes=(),
         step_token_budget="step token budget: auto without a speed profile, so 512 tokens "
                           "per step (max_batch_tokens)")
-    assert EngineInfo.from_json(info.to_json()) == info          # as the engine server sends it
+    assert EngineInfo.from_wire(info.to_wire()) == info          # as the engine server sends it
     engine.use_speed_profile(SpeedProfile(0.02, ((0, 10.0), (100_000, 110.0))))
     serving = (await engine.info()).serving
     assert serving is not None and serving.step_token_budget.startswith(

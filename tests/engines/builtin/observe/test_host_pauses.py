@@ -98,7 +98,7 @@ async def test_a_compile_inside_a_step_is_counted_traced_and_named(tiny_bundle, 
     await engine.close()
     assert stats.jit_compiles_at_runtime == 1 and stats.jit_compile_ms_at_runtime >= 30
     assert stats.gc_collections >= 1 and stats.gc_ms >= 0
-    assert EngineStats.from_json(stats.to_json()) == stats
+    assert EngineStats.from_wire(stats.to_wire()) == stats
     records = read_trace(tmp_path / "t.jsonl")
     assert [r.jit_compiles for r in records] == [0, 0, 1] + [0] * (len(records) - 3)
     assert records[2].jit_ms >= 30 and records[2].gc_ms > 0
