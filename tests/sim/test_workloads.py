@@ -248,6 +248,40 @@ def test_the_engine_generates_the_hidden_lengths_and_the_service_sees_only_the_c
         assert generated != 6 * 20 and all(r.output_tokens <= 80 for r in result.records)
 
 
+@pytest.mark.parametrize("name, spec", [
+    ("copilot", dict(num_clients=5, system_prompt_tokens=300, output_tokens=20)),
+    ("map_reduce", dict(output_tokens=20)),
+    ("multi_agent", dict(num_clients=2, rounds=1, output_tokens=20)),
+])
+@pytest.mark.parametrize("mode", ["parrot", "baseline"])
+def test_every_call_of_these_workloads_stops_at_its_hidden_length(name, spec, mode):
+    """copilot, map-reduce (the reduce too) and multi-agent draw each call's length and hide
+    it under a loose cap: the engines decode exactly the drawn tokens (the records'
+    output_tokens), not the calls' max_tokens; with exact lengths, every call's max_tokens."""
+    def decoded(lengths: str) -> tuple[int, int, int]:
+        result = run(name, mode=mode, output_lengths=lengths, **spec)
+        calls = sum(len(r.calls) for r in result.records)
+        return (sum(e["decode_tokens"] for e in result.engines),
+                sum(r.output_tokens for r in result.records), calls)
+
+    sampled, drawn, calls = decoded("sampled")
+    assert sampled == drawn and drawn != calls * 20 and drawn <= calls * 80
+    exact, declared, calls = decoded("exact")
+    assert exact == declared == calls * 20
+
+
+def test_the_reduce_stops_at_its_own_hidden_length():
+    from parrot.sim.workloads.base import output_length
+
+    spec = WorkloadSpec(**{**TINY, "output_tokens": 20})
+    result = run("map_reduce", output_tokens=20)
+    chunks = len(result.records[0].calls) - 1
+    maps = sum(output_length(spec, 20, f"mapreduce-0|{i}").num_tokens for i in range(chunks))
+    reduce = output_length(spec, 20, "mapreduce-0|reduce").num_tokens
+    assert reduce != 20
+    assert sum(e["decode_tokens"] for e in result.engines) == maps + reduce
+
+
 def test_the_prefix_caching_baseline_reuses_the_shared_system_prompt():
     """copilot, request-level (`least_queue:baseline`): every request renders the same
     600-token system prompt. With the engine's automatic prefix caching
