@@ -12,8 +12,9 @@ of a round share that whole history as a prefix (one context forked N times); a 
 client renders each prompt itself, so nothing is shared. Each call writes
 `spec.output_tokens` tokens on average, drawn per call under a loose cap and hidden from the
 service (or exactly that many: `spec.output_lengths`); the length rides on the call's own
-input, the file it works on (or the architect's task). The task and role texts are synthetic; the shape
-(roles, parallelism, rounds, a history every role reads) follows the paper's MetaGPT setup.
+input, the file it works on (or the architect's task). The task and role texts are
+synthetic; the shape (roles, parallelism, rounds, a history every role reads) follows the
+paper's MetaGPT setup.
 """
 
 from __future__ import annotations
