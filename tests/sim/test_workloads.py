@@ -35,8 +35,9 @@ def fingerprint(result) -> list[tuple]:
 
 
 def test_the_registry_is_the_list_of_workloads():
-    assert sorted(WORKLOADS) == ["chain_summary", "chain_summary_bg", "concurrent_chains",
-                                 "copilot", "gpts", "map_reduce", "mixed", "multi_agent"]
+    assert sorted(WORKLOADS) == ["chain_summary", "chain_summary_bg", "chat_batch",
+                                 "concurrent_chains", "copilot", "gpts", "map_reduce", "mixed",
+                                 "multi_agent", "tiny_apps"]
     for name, workload in WORKLOADS.items():
         assert workload.name == name
         WorkloadSpec(**workload.spec_defaults)  # the defaults are a valid spec
@@ -50,6 +51,9 @@ def test_the_registry_is_the_list_of_workloads():
     ("multi_agent", dict(num_clients=2, rounds=1)),
     ("mixed", dict(num_apps=1, chat_rate=2.0, max_chat_s=3.0,
                    chat_prompt_tokens=(16, 32), chat_output_tokens=(4, 8))),
+    ("chat_batch", dict(num_apps=1, chat_rate=2.0, max_chat_s=3.0,
+                        chat_prompt_tokens=(16, 32), chat_output_tokens=(4, 8))),
+    ("tiny_apps", dict(num_requests=6, request_rate=4.0)),
 ])
 def test_each_new_workload_is_deterministic_per_seed(name, spec):
     first = run(name, **spec)
@@ -202,9 +206,10 @@ def test_documents_never_repeat_when_the_text_wraps_around():
 
 @pytest.mark.parametrize("mode", ["parrot", "baseline"])
 def test_an_applications_clock_starts_once_its_session_is_open(mode):
-    # zero-latency engines and a fixed 0.2-s round trip: what is left is the two round trips
-    # after the open. Parrot: the batch submit, then the final get; the request-level
-    # baseline: the map calls (in parallel), then the reduce call, answered with its output.
+    # zero-latency engines and a fixed 0.2-s round trip: what is left is the round trips
+    # after the open. Parrot: one, the batch submit that waits for the reduce's output (the
+    # program awaits it at once); the request-level baseline: two, the map calls (in
+    # parallel), then the reduce call, answered with its output.
     cluster = ClusterSpec(policy="least_queue", num_engines=1, profile=PROFILE,
                           engine_params={"zero_latency": True}, network_delay_s=(0.2, 0.2))
     result = run_simulation(cluster, WORKLOADS["map_reduce"], WorkloadSpec(**TINY), mode=mode,
@@ -212,7 +217,34 @@ def test_an_applications_clock_starts_once_its_session_is_open(mode):
     [app] = result.records
     assert app.session_open_s == pytest.approx(0.2)
     assert app.arrived == pytest.approx(0.0)
-    assert app.latency_s == pytest.approx(0.4)
+    assert app.latency_s == pytest.approx(0.2 if mode == "parrot" else 0.4)
+
+
+# --- everyday serving shapes ------------------------------------------------------------------
+
+def test_chat_batch_times_the_chats_and_fetches_the_batch_as_throughput():
+    """The chats are the applications under test, each one latency call; the batch jobs are
+    background, their summaries placed as throughput (declared when fetched together)."""
+    result = run("chat_batch", num_apps=2, request_rate=2.0, chat_rate=2.0, max_chat_s=3.0,
+                 chat_prompt_tokens=(16, 32), chat_output_tokens=(4, 8))
+    chats = [r for r in result.records if r.kind == "chat"]
+    jobs = [r for r in result.records if r.kind == "batch"]
+    assert chats and all(r.is_main and len(r.calls) == 1 for r in chats)
+    assert {c.criterion for r in chats for c in r.calls} == {"latency"}
+    assert len(jobs) == 2 and not any(r.is_main for r in jobs)
+    assert len({len(r.calls) for r in jobs}) == 1 and len(jobs[0].calls) >= 4  # its chunks
+    assert {c.criterion for r in jobs for c in r.calls} == {"throughput"}
+
+
+@pytest.mark.parametrize("mode", ["parrot", "baseline"])
+def test_tiny_apps_are_one_or_two_calls_and_cost_one_round_trip_each_in_parrot_mode(mode):
+    result = run("tiny_apps", mode=mode, num_requests=12, request_rate=4.0)
+    sizes = [len(r.calls) for r in result.records]
+    assert sorted(set(sizes)) == [1, 2] and len(sizes) == 12
+    # per application, the messages with network delay: opening its session, then one
+    # (parrot: the submit that brings the answer back) or one per call (baseline)
+    expected = 12 * 2 if mode == "parrot" else sum(1 + n for n in sizes)
+    assert result.network_messages == expected
 
 
 # --- output lengths: sampled and hidden by default, exact as the paper's setting -------------

@@ -189,11 +189,12 @@ async def _one_map_reduce(env: Env, app_id: str, chunks: list[str],
 class BackgroundChat:
     """Single latency-sensitive chat calls at times fixed before the run (`spec.chat_rate`
     per second over [0, `spec.max_chat_s`), Poisson or uniform by `spec.chat_arrivals`), with
-    seeded lengths."""
+    seeded lengths; background traffic unless `is_main`."""
 
-    def __init__(self, env: Env, spec: WorkloadSpec) -> None:
+    def __init__(self, env: Env, spec: WorkloadSpec, *, is_main: bool = False) -> None:
         self._env = env
         self._spec = spec
+        self._is_main = is_main     # the chats are the applications under test
         rng = random.Random(f"chat|{spec.seed}")
         text = stdlib_document()
         if spec.chat_arrivals == "uniform":
@@ -231,7 +232,7 @@ class BackgroundChat:
             chat = parrot.semantic_function(prompt=CHAT, name="chat", max_tokens=cap,
                                             ignore_eos=False)
             message += " " + eos_marker(output_tokens)
-        async with app_session(self._env, f"chat-{index}", "chat", is_main=False,
+        async with app_session(self._env, f"chat-{index}", "chat", is_main=self._is_main,
                                output_tokens=output_tokens) as record:
             await get_latency(chat(message=message))
             record.finished = self._env.now()
