@@ -13,8 +13,8 @@ from `WORKLOADS`, so a workload added there appears in the matrix without change
 Two settings (`SETTINGS`):
 
 * `fair` (the default): every output length drawn and hidden under a loose cap (no oracle);
-  the request-level baselines' engines cache prompt prefixes automatically (as vLLM's and
-  SGLang's do); app_centric with its defaults (work-conserving); the latency-centric
+  every variant's engines cache prompt prefixes automatically (as vLLM's and SGLang's do:
+  the request-level baselines' labels say so); app_centric with its defaults (work-conserving); the latency-centric
   baseline capped at exactly app_centric's latency capacity, calibrated per profile by one
   rule; the throughput-centric baseline at each engine's throughput capacity, as
   app_centric's throughput calls.
@@ -178,9 +178,13 @@ def run_cell(spec: MatrixSpec, workload: str, num_engines: int) -> Cell:
     """Run every variant of one cell (in this process)."""
     started = time.perf_counter()
     profile = profile_for(workload, spec.profile)
+    # fair: every variant on the same engines, automatic prefix caching on (as a deployment
+    # on vLLM or SGLang has it); the baselines' labels say so too
+    engine_params = {"prefix_caching": True} if spec.setting == "fair" else {}
     settings = Settings(workload=workload, seed=spec.seed,
                         cluster=ClusterSpec(num_engines=num_engines, profile=profile,
-                                            latency_capacity=latency_capacity_for(profile)),
+                                            latency_capacity=latency_capacity_for(profile),
+                                            engine_params=engine_params),
                         workload_spec=cell_workload_spec(workload, num_engines, spec.seed,
                                                          spec.setting),
                         policy_params=policy_params_for(spec.setting, profile))

@@ -83,7 +83,7 @@ def test_cells_run_the_latency_centric_baseline_with_its_calibrated_cap(monkeypa
 
 
 def test_the_fair_setting_hides_lengths_caches_prefixes_and_caps_both_sides_alike(monkeypatch):
-    """Fair cells: sampled (hidden) lengths, every baseline's engines with automatic prefix
+    """Fair cells: sampled (hidden) lengths, every variant's engines with automatic prefix
     caching, app_centric with its defaults, and the latency-centric cap equal to
     app_centric's latency capacity on the profile; the paper setting keeps exact lengths and
     plain baselines."""
@@ -108,6 +108,8 @@ def test_the_fair_setting_hides_lengths_caches_prefixes_and_caps_both_sides_alik
     assert settings.params_for(seen[0][0]) == {}
     assert settings.params_for(seen[2][0]) == {"token_capacity": 20480}
     assert settings.cluster.latency_capacity == 20480
+    # every variant on the same engines: app_centric's cache prefixes too
+    assert settings.cluster.engine_params == {"prefix_caching": True}
     paper = MatrixSpec(setting="paper")
     assert paper.baselines == matrix.BASELINES
     assert cell_workload_spec("map_reduce", 1, 0, "paper").output_lengths == "exact"
