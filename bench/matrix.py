@@ -14,10 +14,10 @@ Two settings (`SETTINGS`):
 
 * `fair` (the default): every output length drawn and hidden under a loose cap (no oracle);
   every variant's engines cache prompt prefixes automatically (as vLLM's and SGLang's do:
-  the request-level baselines' labels say so); app_centric with its defaults (work-conserving); the latency-centric
-  baseline capped at exactly app_centric's latency capacity, calibrated per profile by one
-  rule; the throughput-centric baseline at each engine's throughput capacity, as
-  app_centric's throughput calls.
+  the request-level baselines' labels say so); app_centric with its defaults
+  (work-conserving); the latency-centric baseline capped at exactly app_centric's latency
+  capacity, calibrated per profile by one rule; the throughput-centric baseline at each
+  engine's throughput capacity, as app_centric's throughput calls.
 * `paper` (an ablation, the setting the matrix was first published in): exact output lengths
   (`ignore_eos`), baselines without prefix caching, app_centric with the paper's latency rule
   (`work_conserving: false`), the latency-centric cap calibrated from the paper's 4,096.
