@@ -35,7 +35,7 @@ def fingerprint(result) -> list[tuple]:
 
 
 def test_the_registry_is_the_list_of_workloads():
-    assert sorted(WORKLOADS) == ["chain_summary", "chain_summary_bg", "chat_batch",
+    assert sorted(WORKLOADS) == ["agent_loop", "chain_summary", "chain_summary_bg", "chat_batch",
                                  "concurrent_chains", "copilot", "gpts", "map_reduce", "mixed",
                                  "multi_agent", "tiny_apps"]
     for name, workload in WORKLOADS.items():
@@ -54,6 +54,7 @@ def test_the_registry_is_the_list_of_workloads():
     ("chat_batch", dict(num_apps=1, chat_rate=2.0, max_chat_s=3.0,
                         chat_prompt_tokens=(16, 32), chat_output_tokens=(4, 8))),
     ("tiny_apps", dict(num_requests=6, request_rate=4.0)),
+    ("agent_loop", dict(num_clients=2, rounds=2, system_prompt_tokens=200)),
 ])
 def test_each_new_workload_is_deterministic_per_seed(name, spec):
     first = run(name, **spec)
@@ -245,6 +246,19 @@ def test_tiny_apps_are_one_or_two_calls_and_cost_one_round_trip_each_in_parrot_m
     # (parrot: the submit that brings the answer back) or one per call (baseline)
     expected = 12 * 2 if mode == "parrot" else sum(1 + n for n in sizes)
     assert result.network_messages == expected
+
+
+def test_an_agent_loop_re_sends_its_history_which_the_engines_prefix_cache_reuses():
+    """Each turn's prompt is the client's history so far (a literal): without the engine's
+    prefix cache every turn prefills it again, with it only what is new."""
+    spec = dict(num_clients=2, rounds=4, system_prompt_tokens=400)
+    plain = run("agent_loop", **spec)
+    cached = run("agent_loop", engine_params={"prefix_caching": True}, **spec)
+    assert [len(r.calls) for r in plain.records] == [4, 4]
+    prefilled = [sum(e["prefill_tokens"] for e in r.engines) for r in (plain, cached)]
+    assert prefilled[1] < prefilled[0] / 2
+    # the tool's second between turns is on the application's clock: 3 waits per agent
+    assert all(r.latency_s > 3.0 for r in plain.records)
 
 
 # --- output lengths: sampled and hidden by default, exact as the paper's setting -------------

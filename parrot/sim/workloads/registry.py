@@ -18,7 +18,7 @@ from parrot.sim.workloads.base import AppRecord
 from parrot.sim.workloads.copilot import copilot
 from parrot.sim.workloads.gpts import gpts
 from parrot.sim.workloads.multi_agent import multi_agent
-from parrot.sim.workloads.serving import chat_batch, tiny_apps
+from parrot.sim.workloads.serving import agent_loop, chat_batch, tiny_apps
 
 RunFn = Callable[[Any, Any], Awaitable[list[AppRecord]]]
 
@@ -88,6 +88,12 @@ _ALL = (
              "app_centric,least_queue:baseline+engine.prefix_caching=true",
              {"request_rate": 6.0, "num_requests": 120, "output_tokens": 100},
              num_engines=4, main_apps_field="num_requests"),
+    Workload("agent_loop", agent_loop,
+             "num_clients agents at once, each `rounds` turns on a history it grows and "
+             "re-sends itself, a 1-s client-side tool between turns",
+             "app_centric,least_queue:baseline+engine.prefix_caching=true",
+             {"num_clients": 8, "rounds": 5, "system_prompt_tokens": 1000,
+              "output_tokens": 80}, main_apps_field="num_clients"),
 )
 
 WORKLOADS: Mapping[str, Workload] = {w.name: w for w in _ALL}

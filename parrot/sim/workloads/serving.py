@@ -11,7 +11,13 @@
   Poisson at `spec.request_rate`: a one-call app answers a question; a two-call app first
   drafts an outline, then answers from it. Each awaits its answer at once (LATENCY).
 
-Both draw every output length under a loose cap unless `spec.output_lengths` is exact.
+* `agent_loop`: `spec.num_clients` agents at once, each `spec.rounds` turns: a call on the
+  history so far and a new observation, then a tool that runs on the client for
+  `TOOL_S` seconds; the client appends the observation and the answer to the history it
+  sends next (so the service sees a new literal prompt each turn, as from any request-level
+  agent framework).
+
+All draw every output length under a loose cap unless `spec.output_lengths` is exact.
 """
 
 from __future__ import annotations
@@ -47,6 +53,14 @@ You are a helpful assistant. Answer the question, covering these points.
 Points: {{input:outline}}
 Question: {{input:question}}
 Answer: {{output:answer}}"""
+
+AGENT_STEP = """\
+{{input:history}}
+Observation: {{input:observation}}
+Thought: {{output:thought}}"""
+
+TOOL_S = 1.0                      # the client-side tool's time per turn
+OBSERVATION_TOKENS = 150
 
 # Question lengths of the tiny apps: lognormal, median 150 tokens, clipped to 16-1024.
 QUESTION_MEDIAN_TOKENS = 150
@@ -122,3 +136,26 @@ async def tiny_apps(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
         return record
 
     return await Arrivals(offsets, app, "tiny").run()
+
+
+async def agent_loop(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
+    async def agent(i: int) -> AppRecord:
+        lengths = [output_length(spec, spec.output_tokens, f"agent-{i}|{t}")
+                   for t in range(spec.rounds)]
+        step = parrot.semantic_function(prompt=AGENT_STEP, name="agent_step",
+                                        **lengths[0].sampling)
+        history = ("You are an agent. Use the observations to reach the goal.\n"
+                   + text_window(spec.system_prompt_tokens, f"agent-task|{spec.seed}|{i}"))
+        async with app_session(env, f"agent-{i}", "agent_loop", is_main=True,
+                               output_tokens=sum(n.num_tokens for n in lengths)) as record:
+            for t, length in enumerate(lengths):
+                observation = (text_window(OBSERVATION_TOKENS, f"obs|{spec.seed}|{i}|{t}")
+                               + length.marker)
+                thought = await step(history=history, observation=observation).aget()
+                history += f"\nObservation: {observation}\nThought: {thought}"
+                if t + 1 < len(lengths):
+                    await asyncio.sleep(TOOL_S)   # the tool runs on the client
+            record.finished = env.now()
+        return record
+
+    return list(await asyncio.gather(*(agent(i) for i in range(spec.num_clients))))
