@@ -210,13 +210,17 @@ def summarize(outcomes: Sequence[Outcome], seconds: float, spec: RunSpec,
             "tpot_ms": percentiles([o.tpot_s for o in done]),
             "e2e_ms": percentiles([o.e2e_s for o in done]),
             "slo": {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms},
+            # TPOT against the target: the requests whose TPOT met it (one token: no TPOT)
+            "tpot_within_slo": (sum(o.tpot_s * 1000 <= slo_tpot_ms for o in timed) / len(timed)
+                                if (timed := [o for o in done if not math.isnan(o.tpot_s)])
+                                else None),
             "goodput": len(good) / seconds}
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
     head = (f"{'policy':>12} {'rate':>6} {'conc':>5} {'done':>5} {'req/s':>7} {'tok/s':>8} "
             f"{'TTFT p50/p90/p99 ms':>22} {'ITL p50/p99 ms':>15} {'TPOT p50/p99 ms':>16} "
-            f"{'E2E p50/p99 s':>14} {'goodput':>8}")
+            f"{'E2E p50/p99 s':>14} {'goodput':>8} {'TPOT<=SLO':>9}")
     lines = [head, "-" * len(head)]
     for r in rows:
         t, i, p, e = r["ttft_ms"], r["itl_ms"], r["tpot_ms"], r["e2e_ms"]
@@ -229,6 +233,8 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
             + f"{p['p50']:>8.1f}/{p['p99']:.1f}".rjust(17)
             + f"{e['p50'] / 1000:>7.2f}/{e['p99'] / 1000:.2f}".rjust(15)
             + f"{r['goodput']:>9.2f}"
+            + (f"{r['tpot_within_slo']:>10.1%}" if r.get("tpot_within_slo") is not None
+               else f"{'-':>10}")
             + (f"  floor {r['floor']['total_s']:.2f} s ({r['floor']['prefill_s']:.2f} prefill"
                f" + {r['floor']['decode_s']:.2f} decode), wall {r['floor']['wall_over_floor']:.2f}x"
                if r.get("floor") else ""))

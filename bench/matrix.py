@@ -1,14 +1,26 @@
 """The policy matrix: every built-in workload × engine counts × policies, in simulation.
 
     cells = run_matrix(MatrixSpec(), processes=2)
-    write_outputs(cells, Path("docs/results/matrix"), spec)
+    write_outputs(cells, Path("docs/results/matrix_fair"), spec)
 
 Each cell is one (workload, number of engines); in it every variant runs the workload (its
 registry defaults, `WorkloadSpec` otherwise) on a fresh simulated cluster with the same seed, so
-a cell is a deterministic function of (workload, engines, seed). A cell's figure is
+a cell is a deterministic function of (workload, engines, seed, setting). A cell's figure is
 app_centric's speedup over the *best* request-level baseline: the smallest mean end-to-end
 latency of the main applications among the baselines, divided by app_centric's. Workloads come
 from `WORKLOADS`, so a workload added there appears in the matrix without changes here.
+
+Two settings (`SETTINGS`):
+
+* `fair` (the default): every output length drawn and hidden under a loose cap (no oracle);
+  every variant's engines cache prompt prefixes automatically (as vLLM's and SGLang's do:
+  the request-level baselines' labels say so); app_centric with its defaults
+  (work-conserving); the latency-centric baseline capped at exactly app_centric's latency
+  capacity, calibrated per profile by one rule; the throughput-centric baseline at each
+  engine's throughput capacity, as app_centric's throughput calls.
+* `paper` (an ablation, the setting the matrix was first published in): exact output lengths
+  (`ignore_eos`), baselines without prefix caching, app_centric with the paper's latency rule
+  (`work_conserving: false`), the latency-centric cap calibrated from the paper's 4,096.
 """
 
 from __future__ import annotations
@@ -36,6 +48,9 @@ RATE_FIELDS = ("chat_rate", "request_rate")
 
 PARROT = "app_centric"
 BASELINES = ("least_queue:baseline", "latency_centric:baseline", "throughput_centric:baseline")
+# Automatic prefix caching on a request-level baseline's engines (sim_prefix_cache.py).
+PREFIX_CACHING = "+engine.prefix_caching=true"
+SETTINGS = ("fair", "paper")
 ENGINE_COUNTS = (1, 2, 4, 8)
 LONG_CONTEXT_PROFILE = "h200_llama7b"          # 16384-token context (configs/profiles/)
 LONG_CONTEXT_WORKLOADS = ("copilot", "gpts")
@@ -48,16 +63,29 @@ class MatrixSpec:
     workloads: tuple[str, ...] = field(default_factory=lambda: tuple(WORKLOADS))
     engine_counts: tuple[int, ...] = ENGINE_COUNTS
     parrot: str = PARROT
-    baselines: tuple[str, ...] = BASELINES
+    # None: the setting's (BASELINES, each with prefix caching in the fair setting)
+    baselines: tuple[str, ...] | None = None
     seed: int = 0
     profile: str = "a100_llama13b"
+    setting: str = "fair"
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.workloads) - set(WORKLOADS))
         if unknown:
             raise ValueError(f"workloads: {unknown} unknown; allowed: {sorted(WORKLOADS)}")
-        for variant in (self.parrot, *self.baselines):
+        if self.setting not in SETTINGS:
+            raise ValueError(f"setting: {self.setting!r} unknown; allowed: {list(SETTINGS)}")
+        if self.baselines is None:
+            suffix = PREFIX_CACHING if self.setting == "fair" else ""
+            object.__setattr__(self, "baselines", tuple(b + suffix for b in BASELINES))
+        for variant in (self.parrot, *self.variants[1:]):
             parse_variant(variant)  # raises CompareError naming a bad item
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        """app_centric, then the baselines."""
+        assert self.baselines is not None  # set in __post_init__
+        return (self.parrot, *self.baselines)
 
     def cells(self) -> list[tuple[str, int]]:
         return [(w, n) for w in self.workloads for n in self.engine_counts]
@@ -68,7 +96,7 @@ class Cell:
     workload: str
     num_engines: int
     mean_e2e_s: dict[str, float | None]     # per variant; None when it did not finish
-    chat_mean_s: dict[str, float | None]    # background chat, where the workload has it
+    chat_mean_s: dict[str, float | None]    # background apps (chat, batch jobs), if any
     wall_s: float
 
     @property
@@ -87,15 +115,17 @@ class Cell:
         return self.mean_e2e_s[best] / ours  # type: ignore[operator]
 
 
-def cell_workload_spec(workload: str, num_engines: int, seed: int) -> WorkloadSpec:
+def cell_workload_spec(workload: str, num_engines: int, seed: int,
+                       setting: str = "fair") -> WorkloadSpec:
     """The workload's registry defaults; on a cluster smaller than the one it is meant for
     (`Workload.num_engines`), its open-loop arrival rates and its number of main applications
     are scaled down in proportion (rounded up), so each engine is offered the load the
     workload intends instead of a backlog that outgrows it (four map-reduce jobs submitted
     together do not fit one engine's KV cache). Larger clusters keep the designed load."""
     registered = WORKLOADS[workload]
-    # exact output lengths: the setting the matrix's published cells were measured in
-    values: dict[str, Any] = {"output_lengths": "exact", **registered.spec_defaults,
+    # fair: hidden lengths (the workloads' default); paper: exact ones
+    lengths = "exact" if setting == "paper" else "sampled"
+    values: dict[str, Any] = {**registered.spec_defaults, "output_lengths": lengths,
                               "seed": seed}
     scale = min(1.0, num_engines / registered.num_engines)
     if scale < 1.0:
@@ -103,9 +133,9 @@ def cell_workload_spec(workload: str, num_engines: int, seed: int) -> WorkloadSp
         for key in RATE_FIELDS:
             if getattr(base, key) > 0:
                 values[key] = getattr(base, key) * scale
-        if registered.main_apps_field is not None:
-            key = registered.main_apps_field
-            values[key] = max(1, math.ceil(getattr(base, key) * scale))
+        for key in (registered.main_apps_field, registered.background_apps_field):
+            if key is not None:
+                values[key] = max(1, math.ceil(getattr(base, key) * scale))
     return WorkloadSpec(**values)
 
 
@@ -134,22 +164,33 @@ def latency_centric_capacity_for(profile: str) -> int:
     return speed_profile({"profile": profile}).tokens_at_slowdown(ratio)
 
 
+def policy_params_for(setting: str, profile: str) -> dict[str, dict[str, Any]]:
+    """Policy parameters of a cell (module docstring): fair, app_centric's defaults and the
+    latency-centric cap equal to its latency capacity; paper, the paper's latency rule and
+    the cap calibrated from the paper's 4,096 tokens."""
+    if setting == "paper":
+        return {"app_centric": {"work_conserving": False},
+                "latency_centric": {"token_capacity": latency_centric_capacity_for(profile)}}
+    return {"latency_centric": {"token_capacity": latency_capacity_for(profile)}}
+
+
 def run_cell(spec: MatrixSpec, workload: str, num_engines: int) -> Cell:
     """Run every variant of one cell (in this process)."""
     started = time.perf_counter()
     profile = profile_for(workload, spec.profile)
+    # fair: every variant on the same engines, automatic prefix caching on (as a deployment
+    # on vLLM or SGLang has it); the baselines' labels say so too
+    engine_params = {"prefix_caching": True} if spec.setting == "fair" else {}
     settings = Settings(workload=workload, seed=spec.seed,
                         cluster=ClusterSpec(num_engines=num_engines, profile=profile,
-                                            latency_capacity=latency_capacity_for(profile)),
-                        workload_spec=cell_workload_spec(workload, num_engines, spec.seed),
-                        # app_centric as the published cells were measured: the
-                        # paper's latency rule (its default is work-conserving)
-                        policy_params={"app_centric": {"work_conserving": False},
-                                       "latency_centric": {
-                            "token_capacity": latency_centric_capacity_for(profile)}})
+                                            latency_capacity=latency_capacity_for(profile),
+                                            engine_params=engine_params),
+                        workload_spec=cell_workload_spec(workload, num_engines, spec.seed,
+                                                         spec.setting),
+                        policy_params=policy_params_for(spec.setting, profile))
     means: dict[str, float | None] = {}
     chats: dict[str, float | None] = {}
-    for label in (spec.parrot, *spec.baselines):
+    for label in spec.variants:
         run = run_variant(settings, parse_variant(label))
         main = [r.latency_s for r in run.records if r.is_main and r.error is None]
         chat = [r.latency_s for r in run.records if not r.is_main and r.error is None]

@@ -141,6 +141,8 @@ SUBMIT = {"session_id": "s", "prompt": "{{input:x}} {{output:y}}",
     (wt.SubmitRequest, {**SUBMIT, "sampling": {"max_tokens": True}}, "sampling.max_tokens"),
     (wt.SubmitRequest, {**SUBMIT, "stream": ["x"]}, "'stream' names ['x'], not outputs"),
     (wt.SubmitRequest, {**SUBMIT, "chat": {"system": 1}}, "chat.system must be a string"),
+    (wt.BatchCall, {k: v for k, v in SUBMIT.items() if k != "session_id"} | {"wait": ["x"]},
+     "'wait' names ['x'], not outputs"),
     (wt.GetRequest, {"session_id": "s", "semantic_var_id": "v", "criteria": "fast"},
      "unknown criteria 'fast'"),
     (wt.GetRequest, {"session_id": "s", "semantic_var_id": "v", "timeout": -1},
@@ -309,7 +311,8 @@ async def test_the_frontend_sends_what_the_manager_parses(manager):
         topic = session.variable("topic", "owls")
         first = fn(topic)
         second = fn(first)
-        await second.aget()
+        await second.aget()         # awaited at once: the batch waits for it
+        await first.aget()          # read later: a get of its own
     parsers = {"/v1/submit_batch": wt.SubmitBatchRequest, "/v1/variables": wt.CreateVariableRequest,
                "/v1/get": wt.GetRequest}
     assert [p for p, _ in sent] == ["/v1/variables", "/v1/submit_batch", "/v1/get"]
@@ -318,3 +321,4 @@ async def test_the_frontend_sends_what_the_manager_parses(manager):
     batch = sent[1][1]
     assert isinstance(batch, wt.SubmitBatchRequest)
     assert batch.calls[1].placeholders[0].ref == wt.BatchRef(0, "b")  # type: ignore[union-attr]
+    assert [c.wait for c in batch.calls] == [(), ("b",)]  # type: ignore[union-attr]

@@ -54,6 +54,17 @@ class _PendingCall:
     outputs: tuple[SemanticVariable, ...]
 
 
+def _awaited_at_once(batch: list[_PendingCall]) -> bool:
+    """Whether the batch waits for its awaited outputs: when the program already awaits every
+    output of the batch that no call of the batch consumes (its results), it can do nothing
+    with the batch's reply before those values exist, so they come with the reply and the
+    program costs one round trip, as a request-level client's completion does. Otherwise
+    the reply comes at once (a program that goes on needs the ids)."""
+    consumed = {id(value) for pending in batch for value in pending.inputs.values()}
+    results = [var for pending in batch for var in pending.outputs if id(var) not in consumed]
+    return bool(results) and all(var.awaited for var in results)
+
+
 class Session:
     def __init__(self, url: str | None = None, *, manager: Manager | None = None,
                  transport: Transport | None = None, mode: str = "parrot",
@@ -225,8 +236,10 @@ class Session:
         batch, self._batch = self._batch, []
         produced = {id(var): (index, var.name) for index, pending in enumerate(batch)
                     for var in pending.outputs}
+        wait = _awaited_at_once(batch)
         try:
-            calls = tuple([await self._batch_call(pending, produced) for pending in batch])
+            calls = tuple([await self._batch_call(pending, produced, wait)
+                           for pending in batch])
             if self.credentials is None and self._opening is None:
                 # The deferred open travels with this batch; requests made meanwhile wait
                 # for it (and share its error).
@@ -248,8 +261,10 @@ class Session:
                 for var in pending.outputs:
                     var._fail(error)
                 continue
-            ids = result.var_ids()
+            ids, values = result.var_ids(), dict(result.values or {})
             for var in pending.outputs:
+                if var.name in values:
+                    var._known(values[var.name])
                 var._resolve(ids[var.name])
 
     async def _open_with(self, calls: tuple[BatchCall, ...]) -> BatchReply:
@@ -263,8 +278,8 @@ class Session:
         self.credentials = SessionCredentials(reply.session.session_id, reply.session.token)
         return reply
 
-    async def _batch_call(self, pending: _PendingCall,
-                          produced: dict[int, tuple[int, str]]) -> BatchCall:
+    async def _batch_call(self, pending: _PendingCall, produced: dict[int, tuple[int, str]],
+                          wait: bool) -> BatchCall:
         fn = pending.fn
         placeholders = []
         for name, value in pending.inputs.items():
@@ -283,8 +298,9 @@ class Session:
         placeholders.extend(dataclasses.replace(spec, criteria=wanted[spec.name])
                             for spec in fn.output_placeholders())
         streamed = tuple(var.name for var in pending.outputs if var.stream_wanted)
+        waited = tuple(var.name for var in pending.outputs if wait and var.awaited)
         return BatchCall(fn.template.source, tuple(placeholders), fn.sampling, streamed,
-                         fn.chat_spec())
+                         fn.chat_spec(), waited)
 
     async def _submit_baseline(self, fn: SemanticFunction, inputs: dict[str, Any],
                                outputs: tuple[SemanticVariable, ...]) -> None:

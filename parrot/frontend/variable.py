@@ -49,6 +49,9 @@ class SemanticVariable:
         # the submission (the output placeholder's `criteria`), so the service deduces the
         # objectives of the calls before placing them, not a round trip later.
         self.get_criterion: Criterion | None = None
+        # A get without a timeout began before the submission was sent: the program reads
+        # this value at once, so the submission may wait for it (Session._flush).
+        self.awaited = False
 
     def __repr__(self) -> str:
         ident = self._id.result() if self._id.done() and not self._id.exception() else "pending"
@@ -96,6 +99,7 @@ class SemanticVariable:
     async def aget(self, perf: Criterion | str = Criterion.LATENCY,
                    timeout: float | None = None) -> str:
         criterion = self._want(perf)
+        self.awaited = self.awaited or timeout is None
         var_id = await self.aid()
         if self._value is not None:
             return self._value

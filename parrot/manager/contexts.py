@@ -12,7 +12,9 @@ a chain touches its contexts deepest first, so a shared ancestor is always at le
 as its descendants and LRU frees leaves before the system prompt they extend.
 
 A context used by the calls of one session only is that session's: deleting the session frees
-it at once. A context a second session used is shared cache and stays until evicted.
+it at once. A context a second session used is shared cache and stays until evicted, and so
+does one of a template's constant leading text (a system prompt holds no session's data; a
+request-level engine with automatic prefix caching keeps it too, for the next request).
 """
 
 from __future__ import annotations
@@ -183,6 +185,8 @@ class EngineContexts:
     def _start_fill(self, piece: PrefixPiece, parent: PrefixContext | None,
                     session_id: str, priority: int) -> PrefixContext:
         context_id = f"p-{piece.prefix_hash}-{next(self._ids)}"
+        if piece.is_template_text:
+            session_id = SHARED     # the template's own text: shared cache from the start
         ctx = PrefixContext(piece.prefix_hash, context_id,
                             asyncio.get_running_loop().create_future(), session_id,
                             parent=parent)

@@ -88,7 +88,9 @@ def plan_prefix_contexts(pieces: tuple[PrefixPiece, ...],
         leading = i == 0 and piece.is_template_text and i < len(pieces) - 1
         long_enough = piece.num_tokens - tokens_at_context >= MIN_CONTEXT_TOKENS
         if long_enough and (leading or branch[i]):
-            contexts.append(PrefixPiece("".join(pending), piece.prefix_hash))
+            # the leading text alone is the template's (a system prompt): no session's data
+            contexts.append(PrefixPiece("".join(pending), piece.prefix_hash,
+                                        is_template_text=i == 0 and piece.is_template_text))
             pending, tokens_at_context = [], piece.num_tokens
     return tuple(contexts), "".join(pending)
 

@@ -146,6 +146,7 @@ class AppCentricPolicy(Policy):
         throughput_ready = any(self._criterion(c) is Criterion.THROUGHPUT for c in calls)
         for slot in slots:
             slot.isolates = isolates
+            slot.work_conserving_mixed = self.params.work_conserving
             slot.work_conserving = self.params.work_conserving and (
                 not throughput_ready or (isolates and slot.serves(Criterion.LATENCY)))
         saturated = self._saturation(calls, slots)
@@ -154,7 +155,7 @@ class AppCentricPolicy(Policy):
         # Latency calls of this round not placed yet: the backlog a latency call past every
         # latency limit would otherwise wait in (Slot.has_room_backlogged).
         latency_waiting = sum(self._criterion(c) is Criterion.LATENCY for c in calls)
-        for criterion, unit in self._units(calls):
+        for criterion, unit in self._by_priority(self._units(calls)):
             usable = [s for s in slots if s.index not in reserved]
             done = self._place_unit(unit, criterion, usable, saturated[criterion],
                                     latency_waiting)
@@ -173,6 +174,10 @@ class AppCentricPolicy(Policy):
         return [Placement(call.call_id, slot.view.engine_id, self._criterion(call))
                 for call, slot in placed]
 
+    @property
+    def tpot_target_ms(self) -> float | None:
+        return self.params.tpot_target_ms
+
     def _criterion(self, call: CallView) -> Criterion:
         return call.criterion if call.criterion is not None else self.params.default_criterion
 
@@ -190,6 +195,16 @@ class AppCentricPolicy(Policy):
                 key = ("call", call.call_id)
             units.setdefault(key, (criterion, []))[1].append(call)
         return list(units.values())
+
+    def _by_priority(self, units: list[tuple[Criterion, list[CallView]]]
+                     ) -> list[tuple[Criterion, list[CallView]]]:
+        """With `work_conserving`, latency units before throughput units (each in order):
+        room that frees up goes to the calls whose latency someone waits on, and a
+        throughput unit that fits nowhere keeps its engine only against later throughput
+        work. Otherwise first come, first served, as the paper."""
+        if not self.params.work_conserving:
+            return units
+        return sorted(units, key=lambda unit: unit[0] is not Criterion.LATENCY)
 
     def _can_isolate(self, calls: Sequence[CallView], slots: list[Slot]) -> bool:
         throughput = [c for c in calls if self._criterion(c) is Criterion.THROUGHPUT]

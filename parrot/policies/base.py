@@ -142,6 +142,12 @@ class Policy(ABC):
     def __init__(self, params: PolicyParams | None = None) -> None:
         self.params = params if params is not None else self.Params()
 
+    @property
+    def tpot_target_ms(self) -> float | None:
+        """The per-token latency target (ms per output token) the policy keeps engines
+        carrying latency work to, or None: what `/metrics` reports TPOT against."""
+        return None
+
     @abstractmethod
     def schedule(self, *, calls: Sequence[CallView],
                  engines: Sequence[EngineView]) -> list[Placement]:

@@ -67,6 +67,9 @@ class Slot:
     # back for other latency calls only moves its latency into the manager's queue. The
     # policy sets it per round (AppCentricParams.work_conserving).
     work_conserving: bool = False
+    # AppCentricParams.work_conserving, whatever this round's work: where throughput calls
+    # fill the engine to the throughput capacity (no isolation), latency calls may too.
+    work_conserving_mixed: bool = False
     # Memo of `latency_limit`: the largest call size the capacity already suits (computed
     # on first use), and the limits of larger sizes.
     _suits_up_to: int | None = field(default=None, repr=False)
@@ -124,6 +127,13 @@ class Slot:
                 # protects nobody, it only waits in the manager while the engine has room,
                 # which adds its whole wait to its latency (plain chat: every call LATENCY).
                 return self.own_limit()
+            if self.work_conserving_mixed and not self.isolates:
+                # Throughput calls may fill this engine to the throughput capacity (the
+                # round does not isolate): a latency call held below that protects no
+                # other call's step, it only waits in the manager while throughput work
+                # takes the room.
+                return max(self.latency_limit(own) + self.throughput_load,
+                           self.view.throughput_capacity)
             # Latency calls keep to the limit among themselves: throughput work already here
             # slows them, which the finish-time estimate prices, but counting it against
             # the limit would queue them in the manager behind work that was let past it

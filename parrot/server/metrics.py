@@ -25,6 +25,10 @@ Every server has its own `CollectorRegistry` (no process-global state).
                                            the engine's own cumulative work counters (0 where
                                            an engine does not count them)
     parrot_prefix_lookups_total{engine,result="hit"|"miss"}, parrot_prefix_hit_ratio{engine}
+    parrot_engine_tpot_recent_seconds{engine}, parrot_engine_tpot_target_seconds{engine},
+    parrot_engine_tpot_over_target_ratio{engine}, parrot_engine_tpot_target_load_tokens{engine}
+                                           TPOT against the policy's per-token target
+                                           (tpot_target block below)
     parrot_call_ttft_seconds, parrot_call_tpot_seconds, parrot_call_e2e_seconds  (histograms;
         TTFT/TPOT of calls whose outputs were streamed: always on in-process engines, over
         HTTP when a reader streams the output)
@@ -79,6 +83,7 @@ class ManagerCollector(Collector):
         self.manager = manager
         # What each engine last reported about itself (refreshed before every scrape).
         self.engine_stats: dict[str, EngineStats] = {}
+        self.tpot_target = TpotAgainstTarget()
 
     async def refresh_engine_stats(self, timeout_s: float = 2.0) -> None:
         """Ask every healthy engine for its own stats (KV blocks, queue); an engine that does
@@ -116,6 +121,7 @@ class ManagerCollector(Collector):
         yield states
         yield GaugeMetricFamily("parrot_sessions", "live sessions", value=len(sessions))
         yield from self._engines()
+        yield from self.tpot_target.collect(m, self.engine_stats)
 
     def _engines(self) -> Iterable[Metric]:
         def gauge(name: str, doc: str) -> GaugeMetricFamily:
@@ -167,6 +173,51 @@ class ManagerCollector(Collector):
             for key, (_, _, scale) in ENGINE_WORK.items():
                 work[key].add_metric([name], getattr(stats, key) * scale)
         yield from (blocks_used, blocks_total, waiting, running, *work.values())
+
+
+# --- TPOT against the per-token latency target, per engine ---------------------------------
+
+class TpotAgainstTarget:
+    """Each engine's time per output token since the previous scrape (from its cumulative
+    `tpot_generates` / `tpot_us_sum`), and, where the policy keeps a per-token target
+    (`Policy.tpot_target_ms`), the target, the ratio of the two (> 1: missed) and the load at
+    which the engine's speed profile meets the target (the bound the policy keeps to). An
+    engine that finished no Generate since the previous scrape has no recent TPOT."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[int, int]] = {}   # engine -> (generates, us_sum) seen
+
+    def collect(self, manager: Manager, stats: dict[str, EngineStats]) -> Iterable[Metric]:
+        def gauge(name: str, doc: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, doc, labels=["engine"])
+
+        recent = gauge("parrot_engine_tpot_recent_seconds", "mean time per output token of "
+                       "the Generates the engine finished since the previous scrape")
+        target = gauge("parrot_engine_tpot_target_seconds", "the policy's per-token latency "
+                       "target")
+        ratio = gauge("parrot_engine_tpot_over_target_ratio", "recent TPOT / the target "
+                      "(> 1: the target was missed)")
+        bound = gauge("parrot_engine_tpot_target_load_tokens", "the load (tokens) at which "
+                      "the engine's speed profile meets the target")
+        target_ms = manager.scheduler.policy.tpot_target_ms
+        by_name = {e.engine_id: e for e in manager.engines}
+        for name, report in sorted(stats.items()):
+            seen = self._last.get(name, (0, 0))
+            now = (report.tpot_generates, report.tpot_us_sum)
+            self._last[name] = now
+            count, us = now[0] - seen[0], now[1] - seen[1]
+            mean_s = us * 1e-6 / count if count > 0 else None   # a restart resets: skip it
+            if mean_s is not None:
+                recent.add_metric([name], mean_s)
+            engine = by_name.get(name)
+            if target_ms is None or engine is None:
+                continue
+            target.add_metric([name], target_ms * 1e-3)
+            bound.add_metric([name], engine.profile.max_batch_tokens(target_ms
+                                                                     * engine.spec.speed))
+            if mean_s is not None:
+                ratio.add_metric([name], mean_s / (target_ms * 1e-3))
+        yield from (recent, target, ratio, bound)
 
 
 # EngineStats' cumulative counters as Prometheus counters: field -> (name, help, scale).

@@ -14,6 +14,8 @@ engines (`AccessControl`), how much unfinished work a session and the service ta
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import gc
 import re
 import sys
@@ -261,7 +263,41 @@ class WireAPI:
                 results.append(self._submit_reply(self._submit(session, request)))
             except ParrotError as exc:
                 results.append(ErrorReply.of(exc))
+        waited = await self._waited_values(session, batch, results)
+        for index, values in waited.items():
+            reply = results[index]
+            assert isinstance(reply, SubmitReply)  # only accepted calls are waited for
+            results[index] = dataclasses.replace(reply, values=values)
         return BatchReply(tuple(results), opened)
+
+    async def _waited_values(self, session: Session, batch: SubmitBatchRequest,
+                             results: list[SubmitReply | ErrorReply]
+                             ) -> dict[int, dict[str, str]]:
+        """The values of the outputs the batch's calls `wait` for, by call index, once they
+        exist (each awaited as a get under its placeholder's criteria). An output whose call
+        failed, or a session at its limit of waiting gets, is left out: the client then gets
+        it (and its error) as it would have without `wait`."""
+        wanted: list[tuple[int, str, str, Criterion]] = []
+        for index, (call, result) in enumerate(zip(batch.calls, results)):
+            if isinstance(call, RejectedCall) or isinstance(result, ErrorReply):
+                continue
+            ids = result.var_ids()
+            criteria = {p.name: p.criteria for p in call.placeholders if p.is_output}
+            wanted.extend((index, name, ids[name], criteria.get(name) or Criterion.LATENCY)
+                          for name in call.wait)
+        room = self.manager.config.max_waiting_gets_per_session - session.num_waiters
+        if not wanted or len(wanted) > room:
+            return {}
+        values = await asyncio.gather(*(self.manager.get(session, var_id, criterion)
+                                        for _, _, var_id, criterion in wanted),
+                                      return_exceptions=True)
+        waited: dict[int, dict[str, str]] = {}
+        for (index, name, _, _), value in zip(wanted, values):
+            if isinstance(value, str):
+                waited.setdefault(index, {})[name] = value
+            elif not isinstance(value, ParrotError):
+                raise value
+        return waited
 
     async def create_variable(self, match: re.Match[str], body: RawBody,
                               token: str | None) -> VariableId:

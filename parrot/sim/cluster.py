@@ -94,6 +94,8 @@ class RunResult:
     network_messages: int
     peak_kv_tokens: int | None = None      # sum over engines of each one's peak KV in use
     tpot_s: list[float] = field(default_factory=list)  # per Generate, after its first token
+    # the same, per engine (by name): what each engine's TPOT is judged against a target by
+    tpot_s_by_engine: dict[str, list[float]] = field(default_factory=dict)
 
 
 ProgressFn = Callable[[AppRecord], None]
@@ -157,7 +159,9 @@ async def _simulate(spec: ClusterSpec, workload: WorkloadFn, workload_spec: Work
         return RunResult(records, described, duration, 0.0,
                          sum(d.num_messages for d in env.delays),
                          peak_kv_tokens=sum(e.readings.peak_kv_tokens for e in engines),
-                         tpot_s=[t for e in engines for t in e.readings.tpot_s])
+                         tpot_s=[t for e in engines for t in e.readings.tpot_s],
+                         tpot_s_by_engine={name: list(e.readings.tpot_s)
+                                           for name, e in probes.items()})
     finally:
         await manager.close()
         for engine in engines:

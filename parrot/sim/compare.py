@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping
 from parrot.frontend.session import MODES
 from parrot.sim.clock import VirtualClockDeadlockError
 from parrot.sim.cluster import ClusterSpec, RunResult, run_simulation
-from parrot.sim.summary import distribution, per_app_speedups, summarize
+from parrot.sim.summary import (distribution, per_app_speedups, summarize,
+                                tpot_against_target)
 from parrot.sim.workloads.registry import WORKLOADS
 from parrot.sim.workloads.base import APP_CLOCK, AppRecord
 from parrot.sim.workloads.spec import WorkloadSpec
@@ -172,6 +173,9 @@ def results_json(settings: Settings, runs: list[VariantRun], reference: Variant)
                                    run.result.duration_s))
             entry["peak_kv_tokens"] = run.result.peak_kv_tokens
             entry["tpot_s"] = distribution(run.result.tpot_s)
+            entry["tpot_by_engine"] = tpot_against_target(
+                run.result.tpot_s_by_engine, settings.params_for(run.variant).get(
+                    "tpot_target_ms"))
             entry["wall_s"] = run.result.wall_s
             entry["network_messages"] = run.result.network_messages
             entry["apps"] = [r.to_json() for r in run.result.records]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from parrot.sim.workloads.base import AppRecord
 
@@ -28,6 +28,21 @@ def distribution(values: Sequence[float]) -> dict[str, float | None]:
         return {"mean": None, "p50": None, "p99": None}
     return {"mean": sum(values) / len(values), "p50": percentile(values, 50),
             "p99": percentile(values, 99)}
+
+
+def tpot_against_target(by_engine: Mapping[str, Sequence[float]],
+                        target_ms: float | None) -> dict[str, dict[str, Any]]:
+    """Per engine: the distribution of its Generates' TPOT (seconds) and, with a per-token
+    target (ms), the target and the fraction of its Generates within it."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, values in sorted(by_engine.items()):
+        entry: dict[str, Any] = {**distribution(values), "generates": len(values)}
+        if target_ms is not None:
+            within = sum(v * 1000 <= target_ms for v in values)
+            entry["target_ms"] = target_ms
+            entry["within_target"] = within / len(values) if values else None
+        out[name] = entry
+    return out
 
 
 def _apps_summary(records: Sequence[AppRecord]) -> dict[str, Any]:

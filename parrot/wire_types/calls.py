@@ -137,13 +137,18 @@ class _CallChecks:
             if spec.is_output and spec.sampling is not None:
                 check_constraint(self.output_sampling(spec.name).constraint,
                                  f"output {spec.name!r}")
-        if self.stream:
-            try:
-                outputs = set(parse_template(self.prompt).output_names)
-            except TemplateSyntaxError:
-                return  # the submit itself reports the bad prompt
-            unknown = sorted(set(self.stream) - outputs)
-            check(not unknown, f"'stream' names {unknown}, not outputs of the prompt")
+        self._check_output_names("stream", self.stream)
+
+    def _check_output_names(self, key: str, names: tuple[str, ...]) -> None:
+        """`names` (the field `key`) are outputs of the prompt."""
+        if not names:
+            return
+        try:
+            outputs = set(parse_template(self.prompt).output_names)
+        except TemplateSyntaxError:
+            return  # the submit itself reports the bad prompt
+        unknown = sorted(set(names) - outputs)
+        check(not unknown, f"'{key}' names {unknown}, not outputs of the prompt")
 
     def output_sampling(self, name: str) -> SamplingParams:
         """The sampling of output `name`: the call's, with the output's own override."""
@@ -188,16 +193,20 @@ class SubmitRequest(_CallChecks, WireMessage):
 
 @dataclass(frozen=True)
 class BatchCall(_CallChecks, WireMessage):
-    """One call of a submit_batch: a submit body without session_id and wait."""
+    """One call of a submit_batch: a submit body without session_id. `wait` names outputs the
+    client awaits at once: the batch's reply comes when they exist and carries them (this
+    call's `values`), so a program that submits and reads costs one round trip."""
 
     prompt: str
     placeholders: tuple[PlaceholderSpec, ...] = ()
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stream: tuple[str, ...] = ()
     chat: ChatSpec | None = None
+    wait: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self._check_call()
+        self._check_output_names("wait", self.wait)
 
     @classmethod
     def from_wire(cls, data: object, path: str = "", *, strict: bool = True) -> BatchCall:
@@ -284,7 +293,7 @@ class PlaceholderBinding(WireMessage):
 class SubmitReply(WireMessage):
     request_id: str
     placeholders: tuple[PlaceholderBinding, ...]   # inputs, then outputs
-    values: Mapping[str, str] | None = None        # with "wait": true, the outputs by name
+    values: Mapping[str, str] | None = None        # the waited outputs by name ("wait")
 
     def var_ids(self) -> dict[str, str]:
         return {p.name: p.semantic_var_id for p in self.placeholders}

@@ -41,6 +41,20 @@ def test_synthetic_chat_lengths_are_seeded_and_hidden_lengths_travel_in_the_prom
     assert len({r.max_tokens for r in hidden if r.output_tokens < 800}) == 1   # one loose cap
 
 
+def test_tpot_is_reported_against_the_target():
+    """The share of requests whose TPOT met --slo-tpot-ms, in the results and the table; a
+    one-token answer has no TPOT and is not counted."""
+    bench = load_bench()
+    outcomes = [bench.Outcome(True, ttft_s=0.1, e2e_s=0.1 + 0.02 * 10, output_tokens=11),
+                bench.Outcome(True, ttft_s=0.1, e2e_s=0.1 + 0.05 * 10, output_tokens=11),
+                bench.Outcome(True, ttft_s=0.1, e2e_s=0.1, output_tokens=1)]
+    row = bench.summarize(outcomes, 1.0, bench.RunSpec(1.0, None), 1000.0, 30.0)
+    assert row["tpot_within_slo"] == 0.5
+    assert bench.table([row]).splitlines()[-1].endswith("50.0%")
+    assert bench.summarize(outcomes[2:], 1.0, bench.RunSpec(1.0, None), 1000.0,
+                           30.0)["tpot_within_slo"] is None
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("lengths", ["exact", "hidden"])
 def test_bench_serving_against_a_simulated_parrot_serve(tmp_path: Path, lengths: str):

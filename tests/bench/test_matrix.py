@@ -75,10 +75,46 @@ def test_cells_run_the_latency_centric_baseline_with_its_calibrated_cap(monkeypa
 
     monkeypatch.setattr(matrix, "run_variant", spy)
     run_cell(MatrixSpec(workloads=("chain_summary",), engine_counts=(1,),
-                        profile="h200_llama7b"), "chain_summary", 1)
+                        profile="h200_llama7b", setting="paper"), "chain_summary", 1)
     by_policy = {policy: (params, capacity) for policy, params, capacity in seen}
     assert by_policy["latency_centric"][0]["token_capacity"] == 13312
     assert by_policy["app_centric"][1] == 20480
+    assert by_policy["app_centric"][0] == {"work_conserving": False}
+
+
+def test_the_fair_setting_hides_lengths_caches_prefixes_and_caps_both_sides_alike(monkeypatch):
+    """Fair cells: sampled (hidden) lengths, every variant's engines with automatic prefix
+    caching, app_centric with its defaults, and the latency-centric cap equal to
+    app_centric's latency capacity on the profile; the paper setting keeps exact lengths and
+    plain baselines."""
+    import bench.matrix as matrix
+
+    seen = []
+    real = matrix.run_variant
+
+    def spy(settings, variant, *args, **kwargs):
+        seen.append((variant, settings))
+        return real(settings, variant, *args, **kwargs)
+
+    monkeypatch.setattr(matrix, "run_variant", spy)
+    spec = MatrixSpec(workloads=("chain_summary",), engine_counts=(1,), profile="h200_llama7b")
+    run_cell(spec, "chain_summary", 1)
+    assert [v.policy for v, _ in seen] == ["app_centric", "least_queue", "latency_centric",
+                                           "throughput_centric"]
+    assert [v.engine_params for v, _ in seen[1:]] == [{"prefix_caching": True}] * 3
+    assert seen[0][0].engine_params == {}
+    settings = seen[0][1]
+    assert settings.workload_spec.output_lengths == "sampled"
+    assert settings.params_for(seen[0][0]) == {}
+    assert settings.params_for(seen[2][0]) == {"token_capacity": 20480}
+    assert settings.cluster.latency_capacity == 20480
+    # every variant on the same engines: app_centric's cache prefixes too
+    assert settings.cluster.engine_params == {"prefix_caching": True}
+    paper = MatrixSpec(setting="paper")
+    assert paper.baselines == matrix.BASELINES
+    assert cell_workload_spec("map_reduce", 1, 0, "paper").output_lengths == "exact"
+    with pytest.raises(ValueError, match="setting"):
+        MatrixSpec(setting="oracle")
 
 
 def cell(workload, n, ours, *baselines):
@@ -106,7 +142,7 @@ def test_outputs_hold_the_table_json_and_heatmap(tmp_path):
 
 
 def test_a_cell_is_deterministic_and_app_centric_wins_map_reduce_on_two_engines():
-    spec = MatrixSpec(workloads=("map_reduce",), engine_counts=(2,))
+    spec = MatrixSpec(workloads=("map_reduce",), engine_counts=(2,), setting="paper")
     first, again = run_cell(spec, "map_reduce", 2), run_cell(spec, "map_reduce", 2)
     assert first.mean_e2e_s == again.mean_e2e_s
     assert first.speedup is not None and first.speedup > 1.0

@@ -14,7 +14,8 @@ from parrot.sim.workloads.registry import WORKLOADS
 # cores (background chat for 300 / 60 simulated seconds) are marked slow.
 DOCUMENTED = ["chain_summary", "concurrent_chains", "map_reduce", "copilot", "gpts",
               "multi_agent", pytest.param("chain_summary_bg", marks=pytest.mark.slow),
-              pytest.param("mixed", marks=pytest.mark.slow)]
+              pytest.param("mixed", marks=pytest.mark.slow),
+              pytest.param("chat_batch", marks=pytest.mark.slow), "tiny_apps", "agent_loop"]
 
 
 def test_the_documented_list_is_every_workload():

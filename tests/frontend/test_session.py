@@ -36,8 +36,9 @@ async def test_async_session_chain_and_transport_messages(manager):
         graph = await session.graph()
     calls = [n for n in graph.nodes if n.kind == "call"]
     assert [c.state for c in calls] == ["done", "done"]
-    # create session, one submit_batch with both calls, 1 get, the graph, delete.
-    assert session.transport.num_messages == 5
+    # create session, one submit_batch with both calls (it waits for s2, awaited at once:
+    # no get follows), the graph, delete.
+    assert session.transport.num_messages == 4
 
 
 async def test_a_deferred_open_travels_with_the_first_batch(manager):
@@ -52,9 +53,9 @@ async def test_a_deferred_open_travels_with_the_first_batch(manager):
         await s3.aget()
         graph = await session.graph()
     assert [n.state for n in graph.nodes if n.kind == "call"] == ["done"] * 3
-    # the first submit_batch (which opened the session), a get, the second batch, a get,
-    # the graph, delete: the eager session's POST /v1/sessions is not sent.
-    assert session.transport.num_messages == 6
+    # the first submit_batch (which opened the session and brought s2's value), the second
+    # batch (s3's), the graph, delete: the eager session's POST /v1/sessions is not sent.
+    assert session.transport.num_messages == 4
     assert sid not in {s.session_id for s in manager.sessions}   # deleted on exit
 
 
@@ -63,8 +64,8 @@ async def test_a_deferred_session_opens_on_its_own_for_what_a_batch_cannot_carry
         x = session.variable("x", "hello")          # needs the session before any batch
         y = summarize(doc=x)
         assert (await y.aget()).startswith("gen(")
-    # open, create the variable, the batch (naming the session), a get, delete
-    assert session.transport.num_messages == 5
+    # open, create the variable, the batch (naming the session; it brings y), delete
+    assert session.transport.num_messages == 4
     async with parrot.Session(manager=manager, defer_open=True) as idle:
         pass
     assert idle.transport.num_messages == 0         # never opened, nothing to delete
@@ -166,9 +167,11 @@ def test_sync_session_over_http(tmp_path):
     thread.start()
     try:
         with parrot.Session(url) as session:
+            sent = _paths(session)
             s1 = summarize("a document")
             s2 = summarize(doc=s1)
             assert len(s2.get()) == 8 * 4
+            assert sent == ["/v1/submit_batch"]   # a blocking get right after: one message
             var = session.variable("later")
             out = summarize(doc=var)
             var.set("now")
@@ -204,16 +207,22 @@ def test_network_delay_is_split_between_request_and_reply():
     assert arrived == [0.25]
 
 
+def _recorded(session, what):
+    """`what(path, body)` of each message `session` sends from here on."""
+    sent = []
+    request = session.transport.request
+
+    async def recording(method, path, reply, body=None, *args, **kwargs):
+        sent.append(what(path, body))
+        return await request(method, path, reply, body, *args, **kwargs)
+
+    session.transport.request = recording
+    return sent
+
+
 async def test_a_get_begun_before_the_submission_travels_with_it(manager):
     async with parrot.Session(manager=manager) as session:
-        sent = []
-        request = session.transport.request
-
-        async def recording(method, path, reply, body=None, *args, **kwargs):
-            sent.append(body)
-            return await request(method, path, reply, body, *args, **kwargs)
-
-        session.transport.request = recording
+        sent = _recorded(session, lambda path, body: body)
         first = summarize("first document")
         second = summarize("second document")
         both = combine(first, second)
@@ -226,6 +235,50 @@ async def test_a_get_begun_before_the_submission_travels_with_it(manager):
                 for batch in batches for call in batch.calls]
     # the get of `both` began before the batch was sent; nobody had asked for the others yet
     assert criteria == [[None], [None], [parrot.THROUGHPUT], [None]]
+
+
+# --- never more round trips than a request-level client -----------------------------------
+
+def _paths(session):
+    """The paths of the messages `session` sends from here on."""
+    return _recorded(session, lambda path, body: path)
+
+
+@pytest.mark.parametrize("mode", ["parrot", "baseline"])
+async def test_a_call_awaited_at_once_is_one_round_trip_as_for_a_request_level_client(
+        manager, mode):
+    async with parrot.Session(manager=manager, mode=mode) as session:
+        sent = _paths(session)
+        assert (await summarize("one document").aget()).startswith("gen(")
+        assert len(sent) == 1
+        two = combine(summarize("a"), summarize("b"))      # a chain: still one message
+        again = await two.aget(parrot.THROUGHPUT)
+        assert again.startswith("gen(")
+        assert len(sent) == (2 if mode == "parrot" else 4)     # baseline: one per call
+
+
+async def test_a_batch_the_program_goes_on_from_does_not_wait(manager):
+    async with parrot.Session(manager=manager) as session:
+        sent = _paths(session)
+        first = summarize("first document")
+        second = summarize("second document")
+        pending = asyncio.ensure_future(first.aget())     # `second` is not awaited yet
+        await asyncio.sleep(0.01)
+        assert (await pending).startswith("gen(") and (await second.aget()).startswith("gen(")
+        # the batch came back with ids only: each value is a get of its own
+        assert sent == ["/v1/submit_batch", "/v1/get", "/v1/get"]
+
+
+async def test_an_awaited_call_that_fails_raises_its_error(manager):
+    extract = parrot.semantic_function(
+        prompt="{{input:x}} -> {{output:y}}", transforms={"y": [{"type": "json_path",
+                                                                  "path": "a"}]})
+    async with parrot.Session(manager=manager) as session:
+        sent = _paths(session)
+        with pytest.raises(CallFailedError, match="no JSON object"):
+            await extract(x="hello").aget()
+        # the batch waited; the failure came back as the get's error
+        assert sent == ["/v1/submit_batch", "/v1/get"]
 
 
 # --- criteria at call time -------------------------------------------------------------------
@@ -243,14 +296,7 @@ async def _recorded_criteria(manager, program):
 
     policy.schedule = recording_schedule
     async with parrot.Session(manager=manager) as session:
-        sent = []
-        request = session.transport.request
-
-        async def recording(method, path, reply, body=None, *args, **kwargs):
-            sent.append(body)
-            return await request(method, path, reply, body, *args, **kwargs)
-
-        session.transport.request = recording
+        sent = _recorded(session, lambda path, body: body)
         await program(session)
     batches = [b for b in sent if type(b).__name__ == "SubmitBatchRequest"]
     criteria = [[p.criteria for p in call.placeholders if p.is_output]

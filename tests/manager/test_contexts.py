@@ -80,6 +80,19 @@ async def test_deleting_a_session_frees_the_contexts_only_it_used(engine):
     assert list(contexts.prefix_hashes) == ["system"]  # shared by two sessions: stays cached
 
 
+async def test_a_templates_leading_text_stays_cached_when_its_session_is_deleted(engine):
+    """A system prompt (a template's constant leading text) holds no session's data: it is
+    shared cache from the start, so the next session's call forks it, as a request-level
+    engine with automatic prefix caching would reuse it; the session's own continuation goes."""
+    contexts = EngineContexts(engine, "e")
+    system = PrefixPiece(TEXT, "system", is_template_text=True)
+    contexts.release(await contexts.acquire((system, PrefixPiece(TEXT, "system/a1")), "A"))
+    assert await contexts.release_session("A") == 1
+    assert freed(engine) == ["system/a1"] and list(contexts.prefix_hashes) == ["system"]
+    contexts.release(await contexts.acquire((system, PrefixPiece(TEXT, "system/b1")), "B"))
+    assert filled(engine)[-1] == ("system/b1", "system") and len(filled(engine)) == 3
+
+
 async def test_a_deleted_sessions_context_still_in_use_is_evicted_first(engine):
     contexts = EngineContexts(engine, "e")
     contexts.release(await contexts.acquire(pieces("other"), "B"))

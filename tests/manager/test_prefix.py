@@ -32,6 +32,8 @@ def test_plan_merges_unshared_pieces():
     assert [c.text for c in contexts] == [SYSTEM] and head == QUESTION + " tail "
     contexts, head = plan_prefix_contexts(pieces, lambda h: 2 * (h == pieces[1].prefix_hash))
     assert [c.text for c in contexts] == [SYSTEM, QUESTION] and head == " tail "
+    # only the template's leading text is marked as such (kept when its session goes)
+    assert [c.is_template_text for c in contexts] == [True, False]
     short = prefix_pieces(parse_template("Hi {{input:q}} {{output:a}}"), {"q": "x"})
     assert plan_prefix_contexts(short, lambda h: 2) == ((), "Hi x ")
 

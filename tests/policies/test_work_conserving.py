@@ -176,3 +176,51 @@ def test_a_work_conserving_slot_limits_latency_calls_by_the_engines_own_limit_al
                                 lat_cap=4096, kv_free=50000, latency_floor=1000), 1)
     mixed.work_conserving = True
     assert mixed.capacity(LAT) == 4096 + 2000
+
+
+# --- where throughput work fills the engine anyway -----------------------------------------
+
+def mixed_engine(**kwargs):
+    """One engine serving 2 latency calls (2,000 tokens) and a throughput call (3,000): no
+    engine is free of latency calls, so throughput work may fill it to its throughput
+    capacity (the round cannot isolate)."""
+    return make_engine("e0", tokens=5000, lat=2, thr=1, thr_tokens=3000, lat_cap=4096,
+                       thr_cap=32768, kv_free=60000, latency_floor=1000, profile=STEEP,
+                       **kwargs)
+
+
+def test_latency_calls_are_not_held_below_what_throughput_work_may_fill():
+    """Throughput calls ready beside chats, on an engine they may fill to 32,768 tokens: a
+    chat held to the latency capacity there protects nobody, so chats may fill it as far
+    (27 of 30 chats of 1,000 tokens, after the 5,000 running; then the throughput call
+    still fits nowhere). Under the paper's rule 2 chats join (4,096 + the 3,000 of
+    throughput work) and the engine is kept for the third (first come, first served)."""
+    calls = chats(30) + [make_call("t", criterion=THR, tokens=3000, output=100, seq=30)]
+    placed = schedule(calls, [mixed_engine()])
+    assert placed == {f"c{i}": "e0" for i in range(27)}
+    paper = schedule(calls, [mixed_engine()], work_conserving=False)
+    assert paper == {"c0": "e0", "c1": "e0"}
+
+
+def test_room_goes_to_latency_calls_before_throughput_calls_of_the_same_round():
+    """An engine with room for one more 4,000-token call; a throughput call arrived first,
+    a chat after it: the chat takes the room (someone waits on it), the throughput call
+    waits. Under the paper's rule, first come first served."""
+    engine = make_engine("e0", tokens=28000, lat=1, thr=1, thr_tokens=27000, lat_cap=4096,
+                         thr_cap=32768, kv_free=60000, latency_floor=1000, profile=STEEP)
+    calls = [make_call("t", criterion=THR, tokens=4000, output=100, seq=0),
+             make_call("c", criterion=LAT, tokens=4000, output=100, seq=1)]
+    assert schedule(calls, [engine]) == {"c": "e0"}
+    assert schedule(calls, [engine], work_conserving=False) == {"t": "e0"}
+
+
+def test_a_slot_that_does_not_isolate_lets_latency_calls_to_the_throughput_capacity():
+    from parrot.policies.slots import Slot
+
+    slot = Slot.of(mixed_engine(), 0)
+    slot.isolates = False
+    assert slot.capacity(LAT) == 4096 + 3000           # the paper's rule
+    slot.work_conserving_mixed = True
+    assert slot.capacity(LAT) == 32768
+    slot.isolates = True                               # isolation protects: the rule holds
+    assert slot.capacity(LAT) == 4096 + 3000

@@ -236,3 +236,51 @@ async def test_aborted_calls_and_their_tokens_are_counted():
         assert m[("parrot_aborted_tokens_total", ())] == sum(
             b.stream.num_tokens for c in cancelled for b in c.outputs.values())
         assert m[("parrot_aborted_tokens_total", ())] > tokens
+
+
+# --- TPOT against the per-token latency target --------------------------------------------
+
+@pytest.mark.parametrize("target_ms", [None, 40.0])
+async def test_tpot_is_reported_per_engine_since_the_previous_scrape_and_against_the_target(
+        target_ms):
+    """One engine on the paper's A100 profile (a decode step of ~22 ms alone): after a
+    completion of 12 tokens its recent TPOT is that step; with a target, the target, the
+    ratio and the load that meets the target on the engine's profile. A scrape with no
+    Generate finished since the previous one has no recent TPOT."""
+    from parrot.manager.engine_pool import speed_profile
+
+    params = {} if target_ms is None else {"tpot_target_ms": target_ms}
+    srv = ParrotServer(ServeConfig.from_mapping({
+        "policy": {"name": "app_centric", "params": params},
+        "engines": [{"name": "a100", "kind": "simulated", "in_process": True,
+                     "params": {"profile": "a100_llama13b"}}]}))
+    await srv.start(port=0)
+    try:
+        async with aiohttp.ClientSession(base_url=srv.url) as http:
+            async with http.get("/v1/models") as resp:
+                model = (await resp.json())["data"][0]["id"]
+            async with http.post("/v1/completions", json={
+                    "model": model, "prompt": "p", "max_tokens": 12,
+                    "ignore_eos": True}) as resp:
+                assert resp.status == 200
+            first = await scrape(http, srv.admin_token)
+            again = await scrape(http, srv.admin_token)
+    finally:
+        await srv.stop()
+    label = (("engine", "a100"),)
+    profile = speed_profile({"profile": "a100_llama13b"})
+    recent = first[("parrot_engine_tpot_recent_seconds", label)]
+    assert recent == pytest.approx(profile.decode_ms(16) * 1e-3, rel=0.2)
+    assert ("parrot_engine_tpot_recent_seconds", label) not in again
+    target_keys = [k for k in first if k[0].startswith("parrot_engine_tpot_")
+                   and k[0] != "parrot_engine_tpot_recent_seconds"
+                   and not k[0].endswith("_total")]
+    if target_ms is None:
+        assert target_keys == []
+        return
+    assert first[("parrot_engine_tpot_target_seconds", label)] == 0.04
+    assert first[("parrot_engine_tpot_over_target_ratio", label)] == pytest.approx(
+        recent / 0.04)
+    assert first[("parrot_engine_tpot_target_load_tokens", label)] == \
+        profile.max_batch_tokens(40.0) > 0
+    assert ("parrot_engine_tpot_over_target_ratio", label) not in again

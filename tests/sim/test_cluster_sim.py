@@ -117,6 +117,23 @@ def test_results_json_has_the_required_figures():
     assert results["speedup_vs_reference"]["app_centric:parrot"] > 1.0
 
 
+def test_results_report_each_engines_tpot_against_the_variants_target():
+    settings = Settings("chain_summary", workload_spec=TINY,
+                        cluster=ClusterSpec(num_engines=2),
+                        policy_params={"app_centric": {"tpot_target_ms": 1000.0}})
+    runs = [run_variant(settings, Variant("app_centric")),
+            run_variant(settings, Variant("least_queue", "baseline"))]
+    variants = results_json(settings, runs, runs[-1].variant)["variants"]
+    ours = variants["app_centric:parrot"]["tpot_by_engine"]
+    assert sorted(ours) == ["sim-0", "sim-1"]
+    generates = sum(e["generates"] for e in ours.values())
+    assert generates == sum(len(r.calls) for r in runs[0].records) > 0
+    busy = [e for e in ours.values() if e["generates"]]
+    assert all(e["target_ms"] == 1000.0 and e["within_target"] == 1.0 for e in busy)
+    theirs = variants["least_queue:baseline"]["tpot_by_engine"]   # no target of its own
+    assert all("target_ms" not in e for e in theirs.values())
+
+
 def test_a_run_with_failed_applications_is_an_error_with_no_speedup():
     # Prompts of 512+ tokens on an engine that holds 256: every chain fails. The figures of
     # the applications that did not fail must not read as a speedup.

@@ -3,6 +3,8 @@ dispatch time (failed upstream, or still queued when the application failed)."""
 
 from __future__ import annotations
 
+import pytest
+
 from parrot.sim.summary import summarize
 from parrot.sim.workloads.base import AppRecord, CallRecord
 
@@ -54,3 +56,15 @@ def test_background_apps_report_their_calls_queue_time_apart_from_the_main_apps(
     assert summary["queue_s_per_call"]["mean"] == 0.0
     assert summary["background"]["queue_s_per_call"] == {"mean": 0.75, "p50": 0.75,
                                                          "p99": 0.75}
+
+
+def test_tpot_per_engine_against_the_target():
+    from parrot.sim.summary import tpot_against_target
+
+    by_engine = {"sim-1": [0.02, 0.03, 0.05, 0.06], "sim-0": []}
+    out = tpot_against_target(by_engine, 40.0)
+    assert list(out) == ["sim-0", "sim-1"]
+    assert out["sim-1"]["within_target"] == 0.5 and out["sim-1"]["target_ms"] == 40.0
+    assert out["sim-1"]["generates"] == 4 and out["sim-1"]["mean"] == pytest.approx(0.04)
+    assert out["sim-0"]["within_target"] is None
+    assert "target_ms" not in tpot_against_target(by_engine, None)["sim-1"]

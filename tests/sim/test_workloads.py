@@ -35,8 +35,9 @@ def fingerprint(result) -> list[tuple]:
 
 
 def test_the_registry_is_the_list_of_workloads():
-    assert sorted(WORKLOADS) == ["chain_summary", "chain_summary_bg", "concurrent_chains",
-                                 "copilot", "gpts", "map_reduce", "mixed", "multi_agent"]
+    assert sorted(WORKLOADS) == ["agent_loop", "chain_summary", "chain_summary_bg", "chat_batch",
+                                 "concurrent_chains", "copilot", "gpts", "map_reduce", "mixed",
+                                 "multi_agent", "tiny_apps"]
     for name, workload in WORKLOADS.items():
         assert workload.name == name
         WorkloadSpec(**workload.spec_defaults)  # the defaults are a valid spec
@@ -50,6 +51,10 @@ def test_the_registry_is_the_list_of_workloads():
     ("multi_agent", dict(num_clients=2, rounds=1)),
     ("mixed", dict(num_apps=1, chat_rate=2.0, max_chat_s=3.0,
                    chat_prompt_tokens=(16, 32), chat_output_tokens=(4, 8))),
+    ("chat_batch", dict(num_apps=1, chat_rate=2.0, max_chat_s=3.0,
+                        chat_prompt_tokens=(16, 32), chat_output_tokens=(4, 8))),
+    ("tiny_apps", dict(num_requests=6, request_rate=4.0)),
+    ("agent_loop", dict(num_clients=2, rounds=2, system_prompt_tokens=200)),
 ])
 def test_each_new_workload_is_deterministic_per_seed(name, spec):
     first = run(name, **spec)
@@ -202,9 +207,10 @@ def test_documents_never_repeat_when_the_text_wraps_around():
 
 @pytest.mark.parametrize("mode", ["parrot", "baseline"])
 def test_an_applications_clock_starts_once_its_session_is_open(mode):
-    # zero-latency engines and a fixed 0.2-s round trip: what is left is the two round trips
-    # after the open. Parrot: the batch submit, then the final get; the request-level
-    # baseline: the map calls (in parallel), then the reduce call, answered with its output.
+    # zero-latency engines and a fixed 0.2-s round trip: what is left is the round trips
+    # after the open. Parrot: one, the batch submit that waits for the reduce's output (the
+    # program awaits it at once); the request-level baseline: two, the map calls (in
+    # parallel), then the reduce call, answered with its output.
     cluster = ClusterSpec(policy="least_queue", num_engines=1, profile=PROFILE,
                           engine_params={"zero_latency": True}, network_delay_s=(0.2, 0.2))
     result = run_simulation(cluster, WORKLOADS["map_reduce"], WorkloadSpec(**TINY), mode=mode,
@@ -212,7 +218,47 @@ def test_an_applications_clock_starts_once_its_session_is_open(mode):
     [app] = result.records
     assert app.session_open_s == pytest.approx(0.2)
     assert app.arrived == pytest.approx(0.0)
-    assert app.latency_s == pytest.approx(0.4)
+    assert app.latency_s == pytest.approx(0.2 if mode == "parrot" else 0.4)
+
+
+# --- everyday serving shapes ------------------------------------------------------------------
+
+def test_chat_batch_times_the_chats_and_fetches_the_batch_as_throughput():
+    """The chats are the applications under test, each one latency call; the batch jobs are
+    background, their summaries placed as throughput (declared when fetched together)."""
+    result = run("chat_batch", num_apps=2, request_rate=2.0, chat_rate=2.0, max_chat_s=3.0,
+                 chat_prompt_tokens=(16, 32), chat_output_tokens=(4, 8))
+    chats = [r for r in result.records if r.kind == "chat"]
+    jobs = [r for r in result.records if r.kind == "batch"]
+    assert chats and all(r.is_main and len(r.calls) == 1 for r in chats)
+    assert {c.criterion for r in chats for c in r.calls} == {"latency"}
+    assert len(jobs) == 2 and not any(r.is_main for r in jobs)
+    assert len({len(r.calls) for r in jobs}) == 1 and len(jobs[0].calls) >= 4  # its chunks
+    assert {c.criterion for r in jobs for c in r.calls} == {"throughput"}
+
+
+@pytest.mark.parametrize("mode", ["parrot", "baseline"])
+def test_tiny_apps_are_one_or_two_calls_and_cost_one_round_trip_each_in_parrot_mode(mode):
+    result = run("tiny_apps", mode=mode, num_requests=12, request_rate=4.0)
+    sizes = [len(r.calls) for r in result.records]
+    assert sorted(set(sizes)) == [1, 2] and len(sizes) == 12
+    # per application, the messages with network delay: opening its session, then one
+    # (parrot: the submit that brings the answer back) or one per call (baseline)
+    expected = 12 * 2 if mode == "parrot" else sum(1 + n for n in sizes)
+    assert result.network_messages == expected
+
+
+def test_an_agent_loop_re_sends_its_history_which_the_engines_prefix_cache_reuses():
+    """Each turn's prompt is the client's history so far (a literal): without the engine's
+    prefix cache every turn prefills it again, with it only what is new."""
+    spec = dict(num_clients=2, rounds=4, system_prompt_tokens=400)
+    plain = run("agent_loop", **spec)
+    cached = run("agent_loop", engine_params={"prefix_caching": True}, **spec)
+    assert [len(r.calls) for r in plain.records] == [4, 4]
+    prefilled = [sum(e["prefill_tokens"] for e in r.engines) for r in (plain, cached)]
+    assert prefilled[1] < prefilled[0] / 2
+    # the tool's second between turns is on the application's clock: 3 waits per agent
+    assert all(r.latency_s > 3.0 for r in plain.records)
 
 
 # --- output lengths: sampled and hidden by default, exact as the paper's setting -------------
@@ -246,6 +292,40 @@ def test_the_engine_generates_the_hidden_lengths_and_the_service_sees_only_the_c
         assert generated == 6 * 20
     else:
         assert generated != 6 * 20 and all(r.output_tokens <= 80 for r in result.records)
+
+
+@pytest.mark.parametrize("name, spec", [
+    ("copilot", dict(num_clients=5, system_prompt_tokens=300, output_tokens=20)),
+    ("map_reduce", dict(output_tokens=20)),
+    ("multi_agent", dict(num_clients=2, rounds=1, output_tokens=20)),
+])
+@pytest.mark.parametrize("mode", ["parrot", "baseline"])
+def test_every_call_of_these_workloads_stops_at_its_hidden_length(name, spec, mode):
+    """copilot, map-reduce (the reduce too) and multi-agent draw each call's length and hide
+    it under a loose cap: the engines decode exactly the drawn tokens (the records'
+    output_tokens), not the calls' max_tokens; with exact lengths, every call's max_tokens."""
+    def decoded(lengths: str) -> tuple[int, int, int]:
+        result = run(name, mode=mode, output_lengths=lengths, **spec)
+        calls = sum(len(r.calls) for r in result.records)
+        return (sum(e["decode_tokens"] for e in result.engines),
+                sum(r.output_tokens for r in result.records), calls)
+
+    sampled, drawn, calls = decoded("sampled")
+    assert sampled == drawn and drawn != calls * 20 and drawn <= calls * 80
+    exact, declared, calls = decoded("exact")
+    assert exact == declared == calls * 20
+
+
+def test_the_reduce_stops_at_its_own_hidden_length():
+    from parrot.sim.workloads.base import output_length
+
+    spec = WorkloadSpec(**{**TINY, "output_tokens": 20})
+    result = run("map_reduce", output_tokens=20)
+    chunks = len(result.records[0].calls) - 1
+    maps = sum(output_length(spec, 20, f"mapreduce-0|{i}").num_tokens for i in range(chunks))
+    reduce = output_length(spec, 20, "mapreduce-0|reduce").num_tokens
+    assert reduce != 20
+    assert sum(e["decode_tokens"] for e in result.engines) == maps + reduce
 
 
 def test_the_prefix_caching_baseline_reuses_the_shared_system_prompt():

@@ -161,22 +161,26 @@ async def mixed(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
 async def _one_map_reduce(env: Env, app_id: str, chunks: list[str],
                           spec: WorkloadSpec) -> AppRecord:
     output_tokens = spec.output_tokens
-    # A map's length rides on its chunk; the reduce has no input of its own to carry one,
-    # so its length stays exact.
+    # A map's length rides on its chunk. The reduce's inputs are all generated, so with
+    # sampled lengths its instruction ends in an input of its own that carries the marker
+    # (with exact lengths the prompt is the paper's, unchanged).
     lengths = [output_length(spec, output_tokens, f"{app_id}|{i}")
                for i in range(len(chunks))]
+    reduce_length = output_length(spec, output_tokens, f"{app_id}|reduce")
     mapper = parrot.semantic_function(prompt=MAP_SUMMARY, name="map_summary",
                                       **lengths[0].sampling)
     parts_text = "\n".join(f"- {{{{input:part{i}}}}}" for i in range(len(chunks)))
+    own = "{{input:stop}}" if reduce_length.marker else ""
     reducer = parrot.semantic_function(
         prompt=("Combine these partial summaries of one document into a short overall "
-                f"summary.\n{parts_text}\nOverall summary: {{{{output:summary}}}}"),
-        name="reduce_summary", **sampling(output_tokens))
+                f"summary.{own}\n{parts_text}\nOverall summary: {{{{output:summary}}}}"),
+        name="reduce_summary", **reduce_length.sampling)
+    stop = {"stop": reduce_length.marker} if own else {}
     async with app_session(env, app_id, "map_reduce", is_main=True,
-                           output_tokens=sum(n.num_tokens for n in lengths) + output_tokens
-                           ) as record:
+                           output_tokens=sum(n.num_tokens for n in lengths)
+                           + reduce_length.num_tokens) as record:
         parts = [mapper(chunk=chunk + length.marker) for chunk, length in zip(chunks, lengths)]
-        final = reducer(**{f"part{i}": part for i, part in enumerate(parts)})
+        final = reducer(**stop, **{f"part{i}": part for i, part in enumerate(parts)})
         await get_latency(final)
         record.finished = env.now()
     return record
@@ -185,11 +189,12 @@ async def _one_map_reduce(env: Env, app_id: str, chunks: list[str],
 class BackgroundChat:
     """Single latency-sensitive chat calls at times fixed before the run (`spec.chat_rate`
     per second over [0, `spec.max_chat_s`), Poisson or uniform by `spec.chat_arrivals`), with
-    seeded lengths."""
+    seeded lengths; background traffic unless `is_main`."""
 
-    def __init__(self, env: Env, spec: WorkloadSpec) -> None:
+    def __init__(self, env: Env, spec: WorkloadSpec, *, is_main: bool = False) -> None:
         self._env = env
         self._spec = spec
+        self._is_main = is_main     # the chats are the applications under test
         rng = random.Random(f"chat|{spec.seed}")
         text = stdlib_document()
         if spec.chat_arrivals == "uniform":
@@ -227,7 +232,7 @@ class BackgroundChat:
             chat = parrot.semantic_function(prompt=CHAT, name="chat", max_tokens=cap,
                                             ignore_eos=False)
             message += " " + eos_marker(output_tokens)
-        async with app_session(self._env, f"chat-{index}", "chat", is_main=False,
+        async with app_session(self._env, f"chat-{index}", "chat", is_main=self._is_main,
                                output_tokens=output_tokens) as record:
             await get_latency(chat(message=message))
             record.finished = self._env.now()

@@ -9,7 +9,8 @@ step); a baseline client renders the whole prompt, so nothing is shared.
 Query lengths follow a log-normal distribution (median 40 tokens, sigma 0.8, clipped to
 8–512): short chat queries with a long tail, as in public chat logs. The paper's Copilot
 prompts are not public; the system prompt here is a window of the stdlib documentation text.
-Answers have a fixed length (`spec.output_tokens`).
+Answers are `spec.output_tokens` long on average, drawn per user under a loose cap and hidden
+from the service (or exactly that long: `spec.output_lengths`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import math
 import random
 
 import parrot
-from parrot.sim.workloads.base import AppRecord, Env, app_session, get_latency, sampling
+from parrot.sim.workloads.base import (AppRecord, Env, OutputLength, app_session, get_latency,
+                                       output_length)
 from parrot.sim.workloads.spec import WorkloadSpec
 from parrot.sim.workloads.text import text_window
 
@@ -51,16 +53,18 @@ async def copilot(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
     queries = [text_window(n, f"query|{spec.seed}|{i}")
                for i, n in enumerate(query_lengths(rng, spec.num_clients))]
     return list(await asyncio.gather(*(
-        _one_user(env, f"user-{i}", template, query, spec.output_tokens)
+        _one_user(env, f"user-{i}", template, query,
+                  output_length(spec, spec.output_tokens, f"copilot|user-{i}"))
         for i, query in enumerate(queries))))
 
 
 async def _one_user(env: Env, app_id: str, template: str, query: str,
-                    output_tokens: int) -> AppRecord:
-    answer = parrot.semantic_function(prompt=template, name="copilot", **sampling(output_tokens))
+                    length: OutputLength) -> AppRecord:
+    # the answer's length rides on the user's own query (nothing with exact lengths)
+    answer = parrot.semantic_function(prompt=template, name="copilot", **length.sampling)
     async with app_session(env, app_id, "copilot", is_main=True,
-                           output_tokens=output_tokens) as record:
-        await get_latency(answer(query=query))
+                           output_tokens=length.num_tokens) as record:
+        await get_latency(answer(query=query + length.marker))
         record.finished = env.now()
     return record
 

@@ -10,8 +10,11 @@ N = `spec.num_clients` files. Every reviewer and reviser sees the shared, growin
 history (the design and all current files) before its own part, so in parrot mode the N calls
 of a round share that whole history as a prefix (one context forked N times); a baseline
 client renders each prompt itself, so nothing is shared. Each call writes
-`spec.output_tokens` tokens (fixed length). The task and role texts are synthetic; the shape
-(roles, parallelism, rounds, a history every role reads) follows the paper's MetaGPT setup.
+`spec.output_tokens` tokens on average, drawn per call under a loose cap and hidden from the
+service (or exactly that many: `spec.output_lengths`); the length rides on the call's own
+input, the file it works on (or the architect's task). The task and role texts are
+synthetic; the shape (roles, parallelism, rounds, a history every role reads) follows the
+paper's MetaGPT setup.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import asyncio
 
 import parrot
-from parrot.sim.workloads.base import AppRecord, Env, app_session, get_latency, sampling
+from parrot.sim.workloads.base import AppRecord, Env, app_session, get_latency, output_length
 from parrot.sim.workloads.spec import WorkloadSpec
 from parrot.sim.workloads.text import text_window
 
@@ -55,23 +58,32 @@ def reviser_prompt(num_files: int) -> str:
 
 async def multi_agent(env: Env, spec: WorkloadSpec) -> list[AppRecord]:
     n, out = spec.num_clients, spec.output_tokens
-    architect = parrot.semantic_function(prompt=ARCHITECT, name="architect", **sampling(out))
-    coder = parrot.semantic_function(prompt=CODER, name="coder", **sampling(out))
-    reviewer = parrot.semantic_function(prompt=reviewer_prompt(n), name="reviewer",
-                                        **sampling(out))
-    reviser = parrot.semantic_function(prompt=reviser_prompt(n), name="reviser",
-                                       **sampling(out))
+    # one length per call, keyed by its role, round and file (the same in every variant)
+    keys = ["architect", *(f"coder|{i}" for i in range(n)),
+            *(f"{role}|{r}|{i}" for r in range(spec.rounds) for role in ("reviewer", "reviser")
+              for i in range(n))]
+    lengths = {key: output_length(spec, out, f"team-0|{key}") for key in keys}
+    declared = lengths["architect"].sampling    # every role declares the same cap
+    architect = parrot.semantic_function(prompt=ARCHITECT, name="architect", **declared)
+    coder = parrot.semantic_function(prompt=CODER, name="coder", **declared)
+    reviewer = parrot.semantic_function(prompt=reviewer_prompt(n), name="reviewer", **declared)
+    reviser = parrot.semantic_function(prompt=reviser_prompt(n), name="reviser", **declared)
     task = text_window(200, f"task|{spec.seed}")
-    num_calls = 1 + n + 2 * n * spec.rounds
+
+    def own(key: str, text: str) -> str:
+        return text + lengths[key].marker
+
     async with app_session(env, "team-0", "multi_agent", is_main=True,
-                           output_tokens=out * num_calls) as record:
-        design = architect(task=task)
+                           output_tokens=sum(x.num_tokens for x in lengths.values())) as record:
+        design = architect(task=own("architect", task))
         files = [f"file {i} of {n} (module_{i}.py)" for i in range(n)]
-        code = [coder(design=design, file=files[i]) for i in range(n)]
-        for _ in range(spec.rounds):
+        code = [coder(design=design, file=own(f"coder|{i}", files[i])) for i in range(n)]
+        for r in range(spec.rounds):
             shared = {"design": design, **{f"code{i}": code[i] for i in range(n)}}
-            reviews = [reviewer(file=files[i], **shared) for i in range(n)]
-            code = [reviser(file=files[i], review=reviews[i], **shared) for i in range(n)]
+            reviews = [reviewer(file=own(f"reviewer|{r}|{i}", files[i]), **shared)
+                       for i in range(n)]
+            code = [reviser(file=own(f"reviser|{r}|{i}", files[i]), review=reviews[i], **shared)
+                    for i in range(n)]
         # The team is done when every final file exists (the gets run concurrently).
         await asyncio.gather(*(get_latency(value) for value in code))
         record.finished = env.now()

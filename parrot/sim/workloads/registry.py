@@ -18,6 +18,7 @@ from parrot.sim.workloads.base import AppRecord
 from parrot.sim.workloads.copilot import copilot
 from parrot.sim.workloads.gpts import gpts
 from parrot.sim.workloads.multi_agent import multi_agent
+from parrot.sim.workloads.serving import agent_loop, chat_batch, tiny_apps
 
 RunFn = Callable[[Any, Any], Awaitable[list[AppRecord]]]
 
@@ -31,6 +32,8 @@ class Workload:
     spec_defaults: Mapping[str, Any] = field(default_factory=dict)
     num_engines: int = 1
     main_apps_field: str | None = "num_apps"   # the spec field counting main apps; None: one
+    # the spec field counting background applications that arrive as a process (or None)
+    background_apps_field: str | None = None
 
     def num_main_apps(self, spec: Any) -> int:
         return 1 if self.main_apps_field is None else int(getattr(spec, self.main_apps_field))
@@ -73,6 +76,24 @@ _ALL = (
              "app_centric,throughput_centric,latency_centric",
              {"chat_rate": 1.0, "max_chat_s": 60.0, "num_apps": 30, "request_rate": 0.5},
              num_engines=4),
+    Workload("chat_batch", chat_batch,
+             "chats (each call read at once: latency) at 1 req/s for a minute beside batch "
+             "jobs (16 summaries each, fetched as throughput) at 0.1/s; four engines",
+             "app_centric,least_queue:baseline+engine.prefix_caching=true",
+             {"chat_rate": 1.0, "max_chat_s": 60.0, "num_apps": 6, "request_rate": 0.1,
+              "doc_tokens": 16384, "output_tokens": 200},
+             num_engines=4, main_apps_field=None, background_apps_field="num_apps"),
+    Workload("tiny_apps", tiny_apps,
+             "one- and two-call applications (half each), Poisson at 6/s; four engines",
+             "app_centric,least_queue:baseline+engine.prefix_caching=true",
+             {"request_rate": 6.0, "num_requests": 120, "output_tokens": 100},
+             num_engines=4, main_apps_field="num_requests"),
+    Workload("agent_loop", agent_loop,
+             "num_clients agents at once, each `rounds` turns on a history it grows and "
+             "re-sends itself, a 1-s client-side tool between turns",
+             "app_centric,least_queue:baseline+engine.prefix_caching=true",
+             {"num_clients": 8, "rounds": 5, "system_prompt_tokens": 1000,
+              "output_tokens": 80}, main_apps_field="num_clients"),
 )
 
 WORKLOADS: Mapping[str, Workload] = {w.name: w for w in _ALL}
