@@ -8,8 +8,8 @@ Decodes the manager API's hottest messages from their JSON bytes, three ways:
   * msgspec: `msgspec.json.decode(body, type=...)` into Structs mirroring the same messages
     (structure and types only: the value rules would still have to run after it).
 
-Then prints, for a few bad bodies, the error each gives. The decision (docs/results/
-manager_profile.md) rests on these numbers beside the manager profile.
+Then prints, for a few bad bodies, the error each gives (docs/results/codec_compare.md; the
+decision, beside the manager's profile: docs/results/manager_profile.md).
 
     python bench/bench_codec.py [--repeat 20000] [--out docs/results/codec_compare.md]
 """
