@@ -188,6 +188,13 @@ class Slot:
     def has_room(self, demand: Demand, criterion: Criterion) -> bool:
         return self.load + demand.load <= self.capacity(criterion, demand.own_min)
 
+    def finish_if_room(self, demand: Demand, criterion: Criterion) -> float | None:
+        """`finish_ms(demand)` where `has_room(demand, criterion)`, else None: one call per
+        engine a call could take, which the policy prices for every queued call."""
+        if self.load + demand.load > self.capacity(criterion, demand.own_min):
+            return None
+        return self.finish_ms(demand)
+
     def may_have_room(self, calls: Sequence[CallView], criterion: Criterion,
                       base: Demand) -> bool:
         """False only where `demand(calls, criterion, base=base)` has no room here however
