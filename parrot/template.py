@@ -92,7 +92,9 @@ class Template:
 
 
 # Parsed templates of up to this many characters are kept (the last 1,024): a semantic function
-# sends the same template with every call, and a Template never changes once parsed.
+# sends the same template with every call, and a Template never changes once parsed. Shared
+# by all tenants: a hit saves microseconds, far below one request's jitter, and a probe for
+# another tenant's template caches it, so it can be timed once.
 CACHED_TEMPLATE_CHARS = 4096
 
 
