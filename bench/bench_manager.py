@@ -6,13 +6,16 @@ bookkeeping), not the model's.
 
   A. decision latency: 1,000 READY calls queued at once on 16 engines; one scheduling round
      places them all. Reported per call (round time / 1,000) and per round, p50/p99 over trials.
+     The scale row does the same with 10,000 queued calls on 64 engines.
   B. HTTP throughput: parrot-serve in a subprocess, a client process with C concurrent
      workers, each doing submit + get per call (the worst case: every call is fetched).
   C. HTTP throughput, Parrot style: each worker submits a chain of 10 dependent calls and gets
      only the last one (values flow inside the service).
   D. as C, with the chain sent in one `submit_batch` message, as the frontend does.
+  E. as B, with 1,000 concurrent sessions (one worker each, over the client's connection pool).
+  F. manager memory per idle session: RSS grown by creating N sessions in process, / N.
 
-    python bench/bench_manager.py [--trials 30] [--calls 3000] [--out docs/bench_manager.md]
+    python bench/bench_manager.py [--trials 30] [--calls 3000] [--out docs/BENCH_MANAGER.md]
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import gc
 import os
 import platform
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,12 +48,19 @@ from serve_subprocess import start_parrot_serve, zero_latency_engines  # noqa: E
 
 NUM_ENGINES = 16
 QUEUED = 1000
+# The scale row: a large deployment's queue and engine count.
+SCALE_ENGINES = 64
+SCALE_QUEUED = 10_000
+NUM_SESSIONS = 50
+IDLE_SESSIONS = 20_000
+WIDE_SESSIONS = 1000
 
 
-async def decision_latency(policy_name: str, trials: int) -> dict[str, float]:
+async def _manager_with_engines(policy_name: str, num_engines: int
+                                ) -> tuple[Manager, list[SimulatedEngine]]:
     manager = Manager(default_registry().create(policy_name), ManagerConfig())
     engines = []
-    for i in range(NUM_ENGINES):
+    for i in range(num_engines):
         engine = SimulatedEngine(f"sim-{i}", SimulatedEngineConfig.from_mapping(
             {"zero_latency": True, "num_blocks": 1 << 16}))
         await engine.start()
@@ -56,12 +68,18 @@ async def decision_latency(policy_name: str, trials: int) -> dict[str, float]:
         await manager.add_engine(EngineSpec(name=f"sim-{i}", in_process=True,
                                             throughput_capacity=1 << 20,
                                             latency_capacity=1 << 20), engine)
-    # No scheduler task: rounds are run by hand so each one sees exactly 1,000 queued calls.
+    return manager, engines
+
+
+async def decision_latency(policy_name: str, trials: int, num_engines: int = NUM_ENGINES,
+                           queued: int = QUEUED) -> dict[str, float]:
+    manager, engines = await _manager_with_engines(policy_name, num_engines)
+    # No scheduler task: rounds are run by hand so each one sees exactly `queued` calls.
     per_call, per_round = [], []
     for trial in range(trials):
-        sessions = [manager.create_session() for _ in range(50)]
+        sessions = [manager.create_session() for _ in range(NUM_SESSIONS)]
         outputs = []
-        for i in range(QUEUED):
+        for i in range(queued):
             session = sessions[i % len(sessions)]
             call = manager.submit(session, SubmitRequest.from_json({
                 "session_id": session.session_id,
@@ -70,15 +88,15 @@ async def decision_latency(policy_name: str, trials: int) -> dict[str, float]:
                 "sampling": {"max_tokens": 8}}))
             outputs.append((session, call.outputs["a"].var_id))
         # A latency `get` in every session is waiting, so each round also re-deduces the
-        # objectives of all 50 session graphs.
+        # objectives of all the session graphs.
         waiters = [asyncio.create_task(manager.get(s, v, Criterion.LATENCY))
                    for s, v in outputs[:len(sessions)]]
         await asyncio.sleep(0)
-        assert manager.scheduler.num_ready == QUEUED
+        assert manager.scheduler.num_ready == queued
         started = time.perf_counter()
         placed = manager.step()
         elapsed = time.perf_counter() - started
-        assert placed == QUEUED, placed
+        assert placed == queued, placed
         per_round.append(elapsed)
         per_call.append(elapsed / placed)
         await asyncio.gather(*waiters, *(manager.get(s, v, Criterion.LATENCY) for s, v in outputs))
@@ -93,6 +111,28 @@ async def decision_latency(policy_name: str, trials: int) -> dict[str, float]:
             "round_p99_ms": percentile(per_round, 99) * 1e3}
 
 
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def idle_session_bytes(count: int) -> float:
+    """RSS grown by `count` idle sessions (created, never used), per session."""
+    manager, engines = await _manager_with_engines("app_centric", 1)
+    manager.create_session()  # first-use allocations out of the measurement
+    gc.collect()
+    before = _rss_bytes()
+    sessions = [manager.create_session() for _ in range(count)]
+    gc.collect()
+    grown = _rss_bytes() - before
+    for session in sessions:
+        manager.delete_session(session)
+    await manager.close()
+    for engine in engines:
+        await engine.close()
+    return grown / count
+
+
 async def start_server(policy: str) -> tuple[asyncio.subprocess.Process, str]:
     config = {"manager": {"port": 0}, "policy": {"name": policy},
               "engines": zero_latency_engines(NUM_ENGINES, in_process=True)}
@@ -102,7 +142,8 @@ async def start_server(policy: str) -> tuple[asyncio.subprocess.Process, str]:
 
 async def http_throughput(url: str, num_calls: int, concurrency: int, chain: int,
                           batched: bool = False) -> float:
-    """Calls per second; each worker runs chains of `chain` calls and gets the last value."""
+    """Calls per second; each worker (a session of its own) runs chains of `chain` calls and
+    gets the last value. The client pools at most 100 connections, whatever the sessions."""
     async with aiohttp.ClientSession(base_url=url) as http:
         async def post(path: str, body: dict, token: str) -> dict:
             async with http.post(path, json=body,
@@ -147,44 +188,79 @@ async def http_throughput(url: str, num_calls: int, concurrency: int, chain: int
     return concurrency * chains_per_worker * chain / elapsed
 
 
+def _machine() -> str:
+    """The machine, the code and the moment a table was measured on."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                            capture_output=True).stdout.strip() or "unknown"
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (f"{now} — {platform.node()} ({os.cpu_count()} cores, "
+            f"{platform.processor() or platform.machine()}, Python {platform.python_version()}) "
+            f"— commit {commit} — load average at start {load}")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=30)
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--policies", nargs="+", default=["least_queue", "app_centric"])
+    parser.add_argument("--scale-trials", type=int, default=5,
+                        help="trials of the 10,000 queued x 64 engines round (0: skip)")
+    parser.add_argument("--no-http", action="store_true", help="decision latency only")
     parser.add_argument("--out", default=None, help="append the table to this markdown file")
     args = parser.parse_args()
+    machine = _machine()
+    # First: memory freed by the later runs would be reused by the sessions and hide them.
+    idle = await idle_session_bytes(IDLE_SESSIONS)
     rows = []
-    for policy in ("least_queue", "app_centric"):
+    for policy in args.policies:
         d = await decision_latency(policy, args.trials)
-        proc, url = await start_server(policy)
-        try:
-            await http_throughput(url, 200, 8, 1)  # warm-up
-            each = await http_throughput(url, args.calls, args.concurrency, 1)
-            chained = await http_throughput(url, args.calls, args.concurrency, 10)
-            batched = await http_throughput(url, args.calls, args.concurrency, 10, batched=True)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            await proc.wait()
-        rows.append((policy, d, each, chained, batched))
+        scale = (await decision_latency(policy, args.scale_trials, SCALE_ENGINES, SCALE_QUEUED)
+                 if args.scale_trials > 0 else None)
+        http: tuple[float, ...] = ()
+        if not args.no_http:
+            proc, url = await start_server(policy)
+            try:
+                await http_throughput(url, 200, 8, 1)  # warm-up
+                http = (await http_throughput(url, args.calls, args.concurrency, 1),
+                        await http_throughput(url, args.calls, args.concurrency, 10),
+                        await http_throughput(url, args.calls, args.concurrency, 10,
+                                              batched=True),
+                        await http_throughput(url, max(args.calls, WIDE_SESSIONS),
+                                              WIDE_SESSIONS, 1))
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                await proc.wait()
+        rows.append((policy, d, scale, http))
     lines = [
-        f"### bench_manager — {datetime.date.today()} — {platform.node()} "
-        f"({os.cpu_count()} cores, {platform.processor() or platform.machine()}, "
-        f"Python {platform.python_version()})",
+        f"### bench_manager — {machine}",
         "",
-        f"`python bench/bench_manager.py --trials {args.trials} --calls {args.calls} "
-        f"--concurrency {args.concurrency}`; {NUM_ENGINES} zero-latency simulated engines "
-        f"in the server process; decision latency with {QUEUED} queued calls.",
+        f"`{' '.join(['python', 'bench/bench_manager.py', *sys.argv[1:]])}`; zero-latency "
+        f"simulated engines in the server process. Decision latency: {QUEUED:,} queued calls "
+        f"on {NUM_ENGINES} engines, and {SCALE_QUEUED:,} on {SCALE_ENGINES}. HTTP: "
+        f"{args.concurrency} concurrent sessions (B–D) and {WIDE_SESSIONS:,} (E).",
         "",
-        "| policy | decision p50 (µs/call) | decision p99 (µs/call) | round of 1,000 p50 (ms) "
-        "| round p99 (ms) | HTTP calls/s, submit+get each | HTTP calls/s, chains of 10 "
-        "| HTTP calls/s, chains of 10 in one submit_batch |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| policy | decision p50 / p99 (µs/call) | round of 1,000 p50 / p99 (ms) "
+        "| 10,000 × 64: decision p50 / p99 (µs/call) | 10,000 × 64: round p50 / p99 (ms) "
+        "| HTTP calls/s: B submit+get each | C chains of 10 | D chains in one submit_batch "
+        "| E submit+get, 1,000 sessions |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for policy, d, each, chained, batched in rows:
-        lines.append(f"| {policy} | {d['per_call_p50_us']:.1f} | {d['per_call_p99_us']:.1f} | "
-                     f"{d['round_p50_ms']:.2f} | {d['round_p99_ms']:.2f} | {each:.0f} | "
-                     f"{chained:.0f} | {batched:.0f} |")
+
+    def pair(d: dict[str, float] | None, unit: str) -> str:
+        if d is None:
+            return "—"
+        if unit == "us":
+            return f"{d['per_call_p50_us']:.1f} / {d['per_call_p99_us']:.1f}"
+        return f"{d['round_p50_ms']:.1f} / {d['round_p99_ms']:.1f}"
+
+    for policy, d, scale, http in rows:
+        rates = " | ".join(f"{r:,.0f}" for r in http) if http else " | ".join(["—"] * 4)
+        lines.append(f"| {policy} | {pair(d, 'us')} | {pair(d, 'ms')} | {pair(scale, 'us')} "
+                     f"| {pair(scale, 'ms')} | {rates} |")
+    lines += ["", f"Manager RSS per idle session (F, {IDLE_SESSIONS:,} sessions created in "
+              f"process): {idle / 1024:.1f} KB."]
     table = "\n".join(lines) + "\n"
     print(table)
     if args.out:

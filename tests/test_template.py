@@ -1,7 +1,8 @@
 import pytest
 
 from parrot.errors import TemplateSyntaxError
-from parrot.template import MAX_OUTPUTS, MAX_PLACEHOLDERS, Placeholder, Text, parse_template
+from parrot.template import (CACHED_TEMPLATE_CHARS, MAX_OUTPUTS, MAX_PLACEHOLDERS, Placeholder,
+                             Text, parse_template)
 
 
 def test_segments_and_names():
@@ -50,3 +51,17 @@ def test_placeholder_and_output_caps_are_clear_client_errors():
     assert info.value.status == 400
     assert len(parse_template(outputs[:outputs.index(f"{{{{output:y{MAX_OUTPUTS}}}}}")])
                .output_names) == MAX_OUTPUTS
+
+
+def test_a_short_template_is_parsed_once_a_long_one_each_time():
+    short = "Summarise {{input:doc}} as {{output:summary}}"
+    assert parse_template(short) is parse_template(short)
+    long = "x" * CACHED_TEMPLATE_CHARS + " {{output:y}}"
+    assert parse_template(long) is not parse_template(long)
+    assert parse_template(long) == parse_template(long)
+
+
+def test_a_bad_template_raises_every_time_it_is_sent():
+    for _ in range(2):
+        with pytest.raises(TemplateSyntaxError, match="unclosed placeholder"):
+            parse_template("{{output:y")

@@ -1,15 +1,13 @@
-"""A session's dataflow DAG (networkx): variable → consuming call → produced variable.
+"""A session's dataflow DAG: variable → consuming call → produced variable.
 
-Node ids are the variables' and calls' ids (`v-…`, `r-…`); each node holds its object under the
-attribute "obj". The paper's primitives are `get_producer`, `get_consumers` and `get_perf_obj`.
+Node ids are the variables' and calls' ids (`v-…`, `r-…`). The paper's primitives are
+`get_producer`, `get_consumers` and `get_perf_obj`. Plain dicts, not a graph library: a submit
+adds a few nodes and edges, and every per-call operation touches only those.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
-
-import networkx as nx
 
 from parrot.manager.nodes import Call, Variable
 from parrot.errors import ConflictError
@@ -19,9 +17,12 @@ from parrot.types import Criterion, strongest
 
 class SessionGraph:
     def __init__(self) -> None:
-        self._g = nx.DiGraph()
-        # Hot-path adjacency kept beside the networkx graph (which holds the nodes for JSON):
-        # the executor asks for producers and consumers on every value, deduction every round.
+        # Nodes in insertion order (the node-link JSON lists them so), each node's successors
+        # in the order their edges were added.
+        self._nodes: dict[str, Variable | Call] = {}
+        self._variables: dict[str, Variable] = {}
+        self._successors: dict[str, dict[str, None]] = {}
+        # The executor asks for producers and consumers on every value, deduction every round.
         self._producer: dict[str, Call] = {}
         self._consumers: dict[str, list[Call]] = {}
         self._calls: list[Call] = []
@@ -30,7 +31,12 @@ class SessionGraph:
     # --- building -----------------------------------------------------------------------------
 
     def add_variable(self, var: Variable) -> None:
-        self._g.add_node(var.var_id, obj=var)
+        self._add_node(var.var_id, var)
+        self._variables[var.var_id] = var
+
+    def _add_node(self, node_id: str, obj: Variable | Call) -> None:
+        self._nodes[node_id] = obj
+        self._successors.setdefault(node_id, {})
 
     def check_acyclic(self, input_ids: list[str], output_ids: list[str]) -> None:
         """Raise ConflictError if a call reading `input_ids` and writing `output_ids` (existing
@@ -72,12 +78,12 @@ class SessionGraph:
         """Insert a checked call (see `check_acyclic`) with its edges."""
         input_ids = {b.var_id for b in call.inputs.values()}
         output_ids = [b.var_id for b in call.outputs.values()]
-        self._g.add_node(call.call_id, obj=call)
+        self._add_node(call.call_id, call)
         for in_id in input_ids:
-            self._g.add_edge(in_id, call.call_id)
+            self._successors.setdefault(in_id, {})[call.call_id] = None
             self._consumers.setdefault(in_id, []).append(call)
         for out_id in output_ids:
-            self._g.add_edge(call.call_id, out_id)
+            self._successors[call.call_id][out_id] = None
             self._producer[out_id] = call
         self._calls.append(call)
         self._active.append(call)
@@ -117,7 +123,7 @@ class SessionGraph:
     def get_perf_obj(self, var_id: str) -> Criterion | None:
         """The deduced criterion of a variable: the strongest of a `get`'s seed and what its
         consumers demand (a LATENCY consumer outranks a THROUGHPUT `get`)."""
-        var: Variable = self._g.nodes[var_id]["obj"]
+        var = self._variables[var_id]
         return strongest({var.criterion, *(c.demand for c in self.get_consumers(var_id))})
 
     # --- traversal ---------------------------------------------------------------------------
@@ -131,8 +137,8 @@ class SessionGraph:
         return list(seen.values())
 
     def output_variables(self, call: Call) -> list[Variable]:
-        nodes = self._g.nodes
-        return [nodes[b.var_id]["obj"] for b in call.outputs.values()]
+        variables = self._variables
+        return [variables[b.var_id] for b in call.outputs.values()]
 
     def calls_in_topological_order(self, *, active_only: bool = False) -> list[Call]:
         """Calls sorted by topological rank (a producer's rank is below its consumers').
@@ -146,22 +152,15 @@ class SessionGraph:
             return sorted(self._active, key=lambda c: c.topo_rank)
         return sorted(self._calls, key=lambda c: c.topo_rank)
 
-    def downstream_calls(self, call: Call) -> Iterator[Call]:
-        for node in nx.descendants(self._g, call.call_id):
-            obj = self._g.nodes[node]["obj"]
-            if isinstance(obj, Call):
-                yield obj
-
     def __contains__(self, node_id: str) -> bool:
-        return node_id in self._g
+        return node_id in self._nodes
 
     # --- introspection -----------------------------------------------------------------------
 
     def to_node_link(self) -> dict[str, Any]:
         """Node-link JSON: {directed, nodes: [{id, kind, ...}], links: [{source, target}]}."""
         nodes = []
-        for node_id, data in self._g.nodes(data=True):
-            obj = data["obj"]
+        for node_id, obj in self._nodes.items():
             if isinstance(obj, Call):
                 nodes.append({"id": node_id, **obj.to_node()})
             else:
@@ -169,5 +168,6 @@ class SessionGraph:
                               "ready": obj.is_ready,
                               "criterion": (c.value if (c := self.get_perf_obj(node_id)) else None),
                               "error": None if obj.error is None else str(obj.error)})
-        links = [{"source": u, "target": v} for u, v in self._g.edges()]
+        links = [{"source": u, "target": v}
+                 for u, successors in self._successors.items() for v in successors]
         return {"directed": True, "multigraph": False, "nodes": nodes, "links": links}

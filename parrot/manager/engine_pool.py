@@ -272,7 +272,10 @@ class EngineState:
         self.running[call_id] = replace(placed, num_tokens=own, prefill_tokens=0)
 
     def view(self) -> EngineView:
-        latency = [p for p in self.running.values() if not p.is_throughput]
+        # Every scheduling round views every engine: an engine without latency calls skips
+        # the walks over its running calls that only latency calls feed.
+        latency = ([p for p in self.running.values() if not p.is_throughput]
+                   if self.num_latency_calls else [])
         return EngineView(
             engine_id=self.engine_id,
             num_running_calls=len(self.running),
@@ -296,8 +299,9 @@ class EngineState:
             chained_latency_seq=(max(p.call.arrival_seq for p in latency)
                                  if latency and all(p.call.has_waiting_consumer
                                                     for p in latency) else None),
-            queued_prefill_tokens=sum(self.prefilling.values()),
-            throughput_tokens_in_use=self.num_tokens_in_use - self._latency_tokens(latency),
+            queued_prefill_tokens=sum(p.prefill_tokens for p in self.running.values()),
+            throughput_tokens_in_use=self.num_tokens_in_use - (self._latency_tokens(latency)
+                                                               if latency else 0),
         )
 
     def _latency_tokens(self, latency: list[_Placed]) -> int:

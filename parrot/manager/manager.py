@@ -181,7 +181,8 @@ class Manager:
         if not var.is_finished:
             session.num_waiters += 1
             try:
-                await asyncio.wait_for(var.ready.wait(), limit)
+                async with asyncio.timeout(limit):  # in this task: no task per waiting get
+                    await var.ready.wait()
             except TimeoutError:
                 raise GetTimeoutError(f"variable {var_id} not ready after {limit:g} s") from None
             finally:

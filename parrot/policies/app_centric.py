@@ -316,8 +316,8 @@ class AppCentricPolicy(Policy):
             if not slot.may_have_room(unit, criterion, Demand()):
                 continue
             demand = self._demand(slot, unit, criterion, Demand())
-            if slot.has_room(demand, criterion):
-                options.append((slot, demand, slot.finish_ms(demand)))
+            if (ms := slot.finish_if_room(demand, criterion)) is not None:
+                options.append((slot, demand, ms))
         best = self._pick(options, unit[0], criterion, saturated)
         return None if best is None else (best[0], best[2])
 
@@ -333,18 +333,13 @@ class AppCentricPolicy(Policy):
             plain = None if call.prefix_hashes else Demand(
                 call.num_tokens, call.num_prompt_tokens, max(call.num_output_tokens, 1),
                 own_min=call.num_tokens)
-            options = []
-            for slot in pool:
-                before = totals.get(slot.index)
-                if not slot.may_have_room([call], criterion, before or Demand()):
-                    continue
-                if plain is not None and before is None:
-                    after = plain
-                else:
-                    after = self._demand(slot, [call], criterion, before or Demand(),
-                                         brought.get(slot.index, frozenset()))
-                if slot.has_room(after, criterion):
-                    options.append((slot, after, slot.finish_ms(after)))
+            if plain is not None and not totals:
+                # The usual case in one pass: `has_room` of that demand decides alone (the
+                # bound `may_have_room` checks is this very demand for a plain call).
+                options = [(slot, plain, ms) for slot in pool
+                           if (ms := slot.finish_if_room(plain, criterion)) is not None]
+            else:
+                options = self._options(call, plain, criterion, pool, totals, brought)
             # Members of a larger unit go where they finish first: keeping them together is
             # the `whole` alternative, judged once against this split (slack applied once).
             best = self._pick(options, call, criterion, saturated, colocate=len(unit) == 1)
@@ -356,6 +351,26 @@ class AppCentricPolicy(Policy):
             brought.setdefault(slot.index, set()).update(call.prefix_hashes)
         finish = max((s.finish_ms(totals[s.index]) for _, s, _ in assignments), default=0.0)
         return assignments, finish
+
+    def _options(self, call: CallView, plain: Demand | None, criterion: Criterion,
+                 pool: list[Slot], totals: dict[int, Demand],
+                 brought: dict[int, set[str]]) -> list[tuple[Slot, Demand, float]]:
+        """(slot, demand, finish ms) of each engine with room for `call` on top of what the
+        unit placed there already (`totals`, bringing the prefixes `brought`)."""
+        options = []
+        empty = Demand()  # read, never changed
+        for slot in pool:
+            before = totals.get(slot.index)
+            if not slot.may_have_room([call], criterion, before or empty):
+                continue
+            if plain is not None and before is None:
+                after = plain
+            else:
+                after = self._demand(slot, [call], criterion, before or empty,
+                                     brought.get(slot.index, frozenset()))
+            if (ms := slot.finish_if_room(after, criterion)) is not None:
+                options.append((slot, after, ms))
+        return options
 
     def _demand(self, slot: Slot, calls: list[CallView], criterion: Criterion,
                 base: Demand, brought: Set[str] = frozenset()) -> Demand:
@@ -377,14 +392,15 @@ class AppCentricPolicy(Policy):
             return min(options, key=lambda o: (self._conflicts(o[0], criterion),
                                                not self._colocated(o, call),
                                                -(o[0].load + o[1].load), o[0].index))
-        fastest = min(ms for _, _, ms in options)
-        within = [o for o in options if o[2] <= fastest * (1 + self.params.colocation_slack)]
+        bound = min([ms for _, _, ms in options]) * (1 + self.params.colocation_slack)
+        within = [o for o in options if o[2] <= bound]
         # Among placements about as fast as the fastest: engines not serving the other
         # criterion (isolation; a mixed engine only when much faster), co-located ones first.
-        calm = [o for o in within if not self._conflicts(o[0], criterion)] or within
+        calm = ([o for o in within if not self._conflicts(o[0], criterion)] or within
+                if self.params.isolate_criteria else within)
         together = [o for o in calm if self._colocated(o, call)] if colocate else []
-        return min(together or calm, key=lambda o: (o[2], not o[0].serves(criterion),
-                                                    o[0].index))
+        return min(together or calm, key=lambda o: (o[2], o[0].num_by_criterion[criterion] <= 0,
+                                                    o[0].index))  # serves(), read inline
 
     def _conflicts(self, slot: Slot, criterion: Criterion) -> bool:
         # Only in a round that isolates: where isolation would cost the throughput work more
@@ -392,7 +408,7 @@ class AppCentricPolicy(Policy):
         # cost in a softer form (measured: `mixed`, 4 H200-profile engines, the maps avoiding
         # chat engines within `colocation_slack`: job 1.16 → 1.18 s, chat unchanged).
         return (self.params.isolate_criteria and slot.isolates
-                and slot.serves(_OTHER[criterion]))
+                and slot.num_by_criterion[_OTHER[criterion]] > 0)  # serves(), read inline
 
     def _colocated(self, option: tuple[Slot, Demand, float], call: CallView) -> bool:
         """Whether the option's engine holds the call's task group, or a prefix it reuses

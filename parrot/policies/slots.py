@@ -112,8 +112,10 @@ class Slot:
     def capacity(self, criterion: Criterion, own: int = 0) -> int:
         """The load this engine may reach with work of `criterion` joining (`own`: the
         smallest whole footprint of the latency calls joining, 0 when unknown)."""
+        # `serves` read inline: this runs for every engine a call could take.
+        serving = self.num_by_criterion
         if self.target_tokens is not None and (criterion is Criterion.LATENCY
-                                               or self.serves(Criterion.LATENCY)):
+                                               or serving[Criterion.LATENCY] > 0):
             # A per-token target is a bound on the whole batch: a decode step carries every
             # sequence on the engine, so while latency work runs here no call of either
             # criterion may take the step past the target (a latency call whose own prompt
@@ -122,7 +124,7 @@ class Slot:
             return min(limit, self.own_limit() if criterion is Criterion.LATENCY
                        else self.view.throughput_capacity)
         if criterion is Criterion.LATENCY:
-            if self.work_conserving and not self.serves(Criterion.THROUGHPUT):
+            if self.work_conserving and serving[Criterion.THROUGHPUT] <= 0:
                 # Only latency work here and none waiting to join: a latency call held back
                 # protects nobody, it only waits in the manager while the engine has room,
                 # which adds its whole wait to its latency (plain chat: every call LATENCY).
@@ -142,7 +144,7 @@ class Slot:
         # Latency calls are only fast while the whole engine is lightly loaded, so throughput
         # work joining an engine that serves any is held to the latency limit — in rounds
         # that isolate (`isolates`).
-        if self.isolates and self.serves(Criterion.LATENCY):
+        if self.isolates and serving[Criterion.LATENCY] > 0:
             return self.latency_limit()
         return self.view.throughput_capacity
 
@@ -195,6 +197,13 @@ class Slot:
 
     def has_room(self, demand: Demand, criterion: Criterion) -> bool:
         return self.load + demand.load <= self.capacity(criterion, demand.own_min)
+
+    def finish_if_room(self, demand: Demand, criterion: Criterion) -> float | None:
+        """`finish_ms(demand)` where `has_room(demand, criterion)`, else None: one call per
+        engine a call could take, which the policy prices for every queued call."""
+        if self.load + demand.load > self.capacity(criterion, demand.own_min):
+            return None
+        return self.finish_ms(demand)
 
     def may_have_room(self, calls: Sequence[CallView], criterion: Criterion,
                       base: Demand) -> bool:

@@ -353,8 +353,9 @@ class Metrics:
             route = self.route_label(request)
             self.requests.labels(request.method, route, str(status)).inc()
             self.request_seconds.labels(route).observe(seconds)
-            access_log.info("%s %s %s %d %.1fms", request.remote, request.method,
-                            request.path_qs, status, seconds * 1000)
+            if access_log.isEnabledFor(logging.INFO):  # the peer and path cost a lookup each
+                access_log.info("%s %s %s %d %.1fms", request.remote, request.method,
+                                request.path_qs, status, seconds * 1000)
 
 
 class AbortedWork:

@@ -93,3 +93,14 @@ def test_a_variables_criterion_is_the_strongest_of_its_get_and_its_consumers():
     dag.criteria()
     assert dag.graph.get_perf_obj(dag.vars["y"].var_id) is L  # b needs y for a latency get
     assert dag.graph.get_perf_obj(dag.vars["x"].var_id) is L
+
+
+def test_node_link_lists_nodes_as_added_and_each_nodes_edges_in_order():
+    dag = Dag()
+    dag.call("A", ["x"], ["a"])
+    dag.call("B", ["a", "x"], ["b"])
+    graph = dag.graph.to_node_link()
+    assert [n["id"] for n in graph["nodes"]] == ["x", "a", "A", "b", "B"]
+    assert [(link["source"], link["target"]) for link in graph["links"]] == [
+        ("x", "A"), ("x", "B"), ("a", "B"), ("A", "a"), ("B", "b")]
+    assert "B" in dag.graph and "nope" not in dag.graph

@@ -1,4 +1,5 @@
-"""Slot.may_have_room: the cheap bound app_centric checks before costing a call on an engine.
+"""Slot.may_have_room: the cheap bound app_centric checks before costing a call on an engine;
+Slot.finish_if_room: an engine priced in one call.
 It must never say "no room" where the full demand has room (placements would change), and it
 must say it where nothing the call could reuse makes it fit (that is what it spares)."""
 
@@ -60,3 +61,25 @@ def test_the_bound_never_refuses_room_the_demand_has(view, members, earlier, cri
                          brought=brought)
     if slot.has_room(demand, criterion):
         assert slot.may_have_room(members, criterion, base)
+
+
+@settings(max_examples=300, deadline=None)
+@given(engines, calls, st.sampled_from((LAT, THR)), st.sampled_from((0.0, 0.1)))
+def test_finish_if_room_is_finish_ms_where_there_is_room_else_none(view, call, criterion,
+                                                                    slack):
+    slot = Slot.of(view, 0, latency_step_slack=slack)
+    demand = slot.demand([call], criterion, affinity=True, gate=1.0)
+    expected = slot.finish_ms(demand) if slot.has_room(demand, criterion) else None
+    assert slot.finish_if_room(demand, criterion) == expected
+
+
+def test_a_plain_calls_bound_is_its_own_demand():
+    """What lets app_centric skip `may_have_room` for a call without prefixes: the bound and
+    the exact demand coincide, so `has_room` alone decides."""
+    slot = Slot.of(make_engine("e", tokens=3000, lat=1, lat_cap=4096), 0)
+    fits, too_big = make_call("a", tokens=1096), make_call("b", tokens=1097)
+    for call, room in ((fits, True), (too_big, False)):
+        demand = slot.demand([call], LAT, affinity=True, gate=1.0)
+        assert call.max_reusable_tokens == 0 and demand.load == call.num_tokens
+        assert slot.may_have_room([call], LAT, Demand()) is room
+        assert (slot.finish_if_room(demand, LAT) is not None) is room
