@@ -205,18 +205,17 @@ def _fields(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
 
 
-async def test_the_managers_own_dicts_carry_exactly_the_typed_fields(manager):
-    """Graph nodes and engine descriptions are built from the manager's dicts: a key the
-    manager adds (or drops) without the type must fail here, not vanish from the API."""
+async def test_the_graph_and_engine_descriptions_carry_exactly_the_typed_fields(manager):
+    """The graph reply is built typed (a node the manager adds is a CallNode or VariableNode)
+    and survives the wire; engine descriptions are dicts: a key the manager adds (or drops)
+    without the type must fail here, not vanish from the API."""
     session = manager.create_session()
     manager.submit(session, wt.SubmitRequest(session.session_id, "{{input:x}} {{output:y}}", (
         wt.PlaceholderSpec("x", "input", value="v"),)))
-    nodes = manager.graph(session)["nodes"]
-    assert {n["kind"] for n in nodes} == {"call", "variable"}
-    for node in nodes:
-        cls = wt.CallNode if node["kind"] == "call" else wt.VariableNode
-        assert set(node) == _fields(cls), node
-    assert set(manager.graph(session)) == _fields(wt.Graph) | {"nodes", "links"}
+    graph = manager.graph(session)
+    assert isinstance(graph, wt.Graph)
+    assert [type(n) for n in graph.nodes] == [wt.VariableNode, wt.VariableNode, wt.CallNode]
+    assert wt.Graph.from_wire(graph.to_wire()) == graph
     for state in manager.engines:
         assert set(state.describe()) == _fields(wt.EngineDescription)
 

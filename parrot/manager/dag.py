@@ -1,17 +1,20 @@
 """A session's dataflow DAG: variable → consuming call → produced variable.
 
 Node ids are the variables' and calls' ids (`v-…`, `r-…`). The paper's primitives are
-`get_producer`, `get_consumers` and `get_perf_obj`. Plain dicts, not a graph library: a submit
-adds a few nodes and edges, and every per-call operation touches only those.
+`get_producer`, `get_consumers` and `get_perf_obj`. The graph is kept as adjacency dicts (a
+submit adds a few nodes and edges, and every per-call operation touches only those);
+`to_networkx()` gives it as a networkx DiGraph for analysis, and the reply of `GET .../graph`
+is networkx's node-link form.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import networkx as nx
 
 from parrot.manager.nodes import Call, Variable
 from parrot.errors import ConflictError
 from parrot.types import Criterion, strongest
+from parrot.wire_types.service import CallNode, Graph, GraphLink, VariableNode
 
 
 
@@ -157,17 +160,29 @@ class SessionGraph:
 
     # --- introspection -----------------------------------------------------------------------
 
-    def to_node_link(self) -> dict[str, Any]:
-        """Node-link JSON: {directed, nodes: [{id, kind, ...}], links: [{source, target}]}."""
-        nodes = []
+    def to_node_link(self) -> Graph:
+        """The graph's reply (networkx's node-link form): nodes as added, then each node's
+        edges in the order they were added."""
+        nodes: list[CallNode | VariableNode] = []
         for node_id, obj in self._nodes.items():
             if isinstance(obj, Call):
-                nodes.append({"id": node_id, **obj.to_node()})
+                nodes.append(obj.to_node())
             else:
-                nodes.append({"id": node_id, "kind": "variable", "name": obj.name,
-                              "ready": obj.is_ready,
-                              "criterion": (c.value if (c := self.get_perf_obj(node_id)) else None),
-                              "error": None if obj.error is None else str(obj.error)})
-        links = [{"source": u, "target": v}
-                 for u, successors in self._successors.items() for v in successors]
-        return {"directed": True, "multigraph": False, "nodes": nodes, "links": links}
+                criterion = self.get_perf_obj(node_id)
+                nodes.append(VariableNode(
+                    id=node_id, kind="variable", name=obj.name, ready=obj.is_ready,
+                    criterion=None if criterion is None else criterion.value,
+                    error=None if obj.error is None else str(obj.error)))
+        links = tuple(GraphLink(source=u, target=v)
+                      for u, successors in self._successors.items() for v in successors)
+        return Graph(directed=True, multigraph=False, nodes=tuple(nodes), links=links)
+
+    def to_networkx(self) -> nx.DiGraph:
+        """The DAG as a networkx DiGraph (each node's object under "obj"), for analysis and
+        tools; the manager's own per-call work reads the adjacency dicts above."""
+        graph = nx.DiGraph()
+        for node_id, obj in self._nodes.items():
+            graph.add_node(node_id, obj=obj)
+        graph.add_edges_from((u, v) for u, successors in self._successors.items()
+                             for v in successors)
+        return graph

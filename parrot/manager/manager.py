@@ -41,6 +41,7 @@ from parrot.template import Template
 from parrot.manager.transform_budget import TenantTransformBuckets, TransformJobs
 from parrot.transforms import TransformError
 from parrot.types import CallState, Criterion, strongest
+from parrot.wire_types.service import Graph
 
 log = logging.getLogger(__name__)
 # The error of a call cancelled on its engine (session deleted, client gone, drain): what the
@@ -201,7 +202,7 @@ class Manager:
             var.criterion = seed
             self._mark_dirty(session)
 
-    def graph(self, session: Session) -> dict[str, Any]:
+    def graph(self, session: Session) -> Graph:
         deduce(session.graph, active_only=False)  # the whole DAG, finished calls included
         return session.graph.to_node_link()
 

@@ -6,7 +6,6 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from parrot.manager.prefix import PrefixPiece
 from parrot.manager.streams import TextStream
@@ -15,6 +14,7 @@ from parrot.sampling import SamplingParams
 from parrot.template import Template
 from parrot.transforms import Transform
 from parrot.types import CallState, Criterion
+from parrot.wire_types.service import CallNode
 
 
 def loop_time() -> float:
@@ -174,12 +174,14 @@ class Call:
         return {name: var.num_tokens for name, b in self.inputs.items()
                 if not b.transforms and (var := variables[b.var_id]).num_tokens is not None}
 
-    def to_node(self) -> dict[str, Any]:
-        return {"kind": "call", "prompt": self.template.source, "state": self.state.value,
-                "criterion": self.criterion.value if self.criterion else None,
-                "task_group": self.task_group, "engine": self.engine_id,
-                "prefix_hashes": list(self.prefix_hashes), "timings": dict(self.timings),
-                "state_seconds": {s.value: t for s, t in self.state_seconds.items()},
-                "error": self.error,
-                "inputs": {n: b.var_id for n, b in self.inputs.items()},
-                "outputs": {n: b.var_id for n, b in self.outputs.items()}}
+    def to_node(self) -> CallNode:
+        """This call as a node of the session graph's reply (`GET .../graph`)."""
+        return CallNode(id=self.call_id, kind="call", prompt=self.template.source,
+                        state=self.state.value,
+                        criterion=self.criterion.value if self.criterion else None,
+                        task_group=self.task_group, engine=self.engine_id,
+                        prefix_hashes=tuple(self.prefix_hashes), timings=dict(self.timings),
+                        state_seconds={s.value: t for s, t in self.state_seconds.items()},
+                        error=self.error,
+                        inputs={n: b.var_id for n, b in self.inputs.items()},
+                        outputs={n: b.var_id for n, b in self.outputs.items()})

@@ -191,9 +191,7 @@ class WireAPI:
         return SessionDeleted(session.session_id)
 
     async def graph(self, match: re.Match[str], body: RawBody, token: str | None) -> Graph:
-        # Fields the graph module adds reach the API when `Graph` names them.
-        return Graph.from_wire(self.manager.graph(self.manager.authenticate(match["sid"], token)),
-                               "graph", strict=False)
+        return self.manager.graph(self.manager.authenticate(match["sid"], token))
 
     async def submit(self, match: re.Match[str], body: RawBody,
                      token: str | None) -> SubmitReply:

@@ -100,7 +100,19 @@ def test_node_link_lists_nodes_as_added_and_each_nodes_edges_in_order():
     dag.call("A", ["x"], ["a"])
     dag.call("B", ["a", "x"], ["b"])
     graph = dag.graph.to_node_link()
-    assert [n["id"] for n in graph["nodes"]] == ["x", "a", "A", "b", "B"]
-    assert [(link["source"], link["target"]) for link in graph["links"]] == [
+    assert [n.id for n in graph.nodes] == ["x", "a", "A", "b", "B"]
+    assert [(link.source, link.target) for link in graph.links] == [
         ("x", "A"), ("x", "B"), ("a", "B"), ("A", "a"), ("B", "b")]
     assert "B" in dag.graph and "nope" not in dag.graph
+
+
+def test_the_dag_as_networkx_has_the_same_nodes_and_edges():
+    import networkx as nx
+
+    dag = Dag()
+    dag.call("A", ["x"], ["a"])
+    dag.call("B", ["a", "x"], ["b"])
+    g = dag.graph.to_networkx()
+    assert list(g.nodes) == ["x", "a", "A", "b", "B"]
+    assert list(g.edges) == [("x", "A"), ("x", "B"), ("a", "B"), ("A", "a"), ("B", "b")]
+    assert nx.is_directed_acyclic_graph(g) and g.nodes["B"]["obj"].call_id == "B"

@@ -61,7 +61,7 @@ def test_a_retried_call_accumulates_its_time_in_each_state():
         transition(call, target, now=now)
     assert call.state_seconds == {P: 1.0, R: 2.0 + 4.0, X: 1.0 + 1.0}
     assert call.state_entered[R] == 4.0 and call.state_entered[D] == 9.0
-    assert call.to_node()["state_seconds"] == {"pending": 1.0, "ready": 6.0, "running": 2.0}
+    assert call.to_node().state_seconds == {"pending": 1.0, "ready": 6.0, "running": 2.0}
 
 
 async def test_a_call_through_the_manager_records_its_path(manager, engine):

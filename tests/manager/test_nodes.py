@@ -43,7 +43,7 @@ async def test_a_calls_node_carries_its_state_and_time_per_state():
     transition(call, CallState.READY, now=start + 1.0)
     transition(call, CallState.RUNNING, now=start + 3.5)
     node = call.to_node()
-    assert node["kind"] == "call" and node["state"] == "running"
-    assert node["prompt"] == "Q {{input:q}} {{output:a}}"
-    assert node["state_seconds"] == {"pending": 1.0, "ready": 2.5}
-    assert node["engine"] is None and node["error"] is None
+    assert node.id == "r-1" and node.kind == "call" and node.state == "running"
+    assert node.prompt == "Q {{input:q}} {{output:a}}"
+    assert node.state_seconds == {"pending": 1.0, "ready": 2.5}
+    assert node.engine is None and node.error is None
