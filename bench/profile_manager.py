@@ -6,7 +6,7 @@ the samples by what each was doing: the first frame from the leaf up that matche
 (`CATEGORIES`) names it, so the shares add up to 100% of the server's busy samples.
 
     python bench/profile_manager.py each|batch [--policy app_centric] [--calls 6000]
-        [--svg docs/results/manager_profile_batch.svg] [--raw FILE]
+        [--svg /tmp/manager_profile_batch.svg] [--raw FILE]
 
 Needs py-spy (`pip install py-spy`) and permission to sample a child process.
 """

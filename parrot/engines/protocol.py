@@ -20,7 +20,7 @@ children (blocks are reference counted).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 from collections.abc import AsyncIterator
 
@@ -188,6 +188,12 @@ class EngineStats(EngineMessage):
     # so that a window's mean TPOT is the difference of the sums over that of the counts.
     tpot_generates: int = 0
     tpot_us_sum: int = 0
+
+
+# EngineStats' counters: the fields an engine may leave out of its JSON (read as 0), added after
+# the protocol's first version.
+OPTIONAL_STATS: tuple[str, ...] = tuple(f.name for f in fields(EngineStats)
+                                        if f.default is not MISSING)
 
 
 @dataclass(frozen=True)
