@@ -318,7 +318,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="AppCentricPolicy._place_unit"),
     Mutation(
         "latency_calls_work_conserving", "parrot/policies/slots.py",
-        "            if self.work_conserving and not self.serves(Criterion.THROUGHPUT):\n",
+        "            if self.work_conserving and serving[Criterion.THROUGHPUT] <= 0:\n",
         "            if False:\n",
         ("tests/policies/test_work_conserving.py::"
          "test_a_lone_latency_call_joins_an_engine_with_room_in_the_same_round",
@@ -327,7 +327,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="Slot.capacity"),
     Mutation(
         "latency_work_conserving_beside_throughput", "parrot/policies/slots.py",
-        "            if self.work_conserving and not self.serves(Criterion.THROUGHPUT):\n",
+        "            if self.work_conserving and serving[Criterion.THROUGHPUT] <= 0:\n",
         "            if self.work_conserving:\n",
         ("tests/policies/test_work_conserving.py::"
          "test_a_work_conserving_slot_limits_latency_calls_by_the_engines_own_limit_alone",),
@@ -713,12 +713,6 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_the_engine_priority_of_a_call_is_its_placements_criterion",),
         where="EngineState.request_priority"),
     Mutation(
-        "priority_not_on_the_wire", "parrot/engines/protocol.py",
-        "                   text=data.get(\"text\"), priority=data.get(\"priority\", 0))",
-        "                   text=data.get(\"text\"))",
-        ("tests/engines/test_server_client.py::test_the_priority_of_a_request_crosses_the_wire",),
-        where="FillRequest.from_json"),
-    Mutation(
         "submit_criteria_not_seeded", "parrot/manager/manager.py",
         "                self._seed_criterion(session, var, out_spec.criteria)\n",
         "                pass\n",
@@ -828,7 +822,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="WireAPI.submit_batch"),
     Mutation(
         "batch_open_skips_the_call_limits", "parrot/server/wire_routes.py",
-        "            self.admission.check(None, len(batch.calls))\n",
+        "            self.admission.check(None, len(batch.calls), grant.tenant)\n",
         "",
         ("tests/server/test_overload.py::"
          "test_a_batch_that_would_open_a_session_is_held_to_the_same_limits",),

@@ -140,7 +140,7 @@ async def test_errors_are_typed_and_engine_keeps_serving(tiny_bundle, make_engin
     with pytest.raises(InvalidRequestError):
         await generate(engine, "full", SamplingParams(stop=("x",)))  # no tokenizer
     with pytest.raises(InvalidRequestError):
-        GenerateRequest.from_json({"context_id": "a", "sampling": {"top_p": 0}})
+        GenerateRequest.from_wire({"context_id": "a", "sampling": {"top_p": 0}})
     await fill(engine, "q", (1, 2))
     with pytest.raises(ContextExistsError):
         await fill(engine, "q", (3,), parent="full")           # exists with another parent
