@@ -815,8 +815,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="WireAPI.submit_batch"),
     Mutation(
         "batch_open_without_the_tenant_key", "parrot/server/wire_routes.py",
-        "            grant = self.admit_session(token)  # who asks, before what they ask is read\n",
-        "            grant = TenantGrant(\"b\", \"\")\n",
+        "            grant = self.admit_session(token)  # again: others may have opened "
+        "sessions since\n",
+        "            grant = TenantGrant(\"a\", \"\")  # another tenant than the key's\n",
         ("tests/server/test_security.py::"
          "test_a_batch_that_opens_its_session_is_let_in_as_a_session_open_is",),
         where="WireAPI.submit_batch"),
