@@ -26,7 +26,8 @@ from parrot.template import Placeholder, Text
 
 log = logging.getLogger(__name__)
 
-OutputSink = Callable[[Call, OutputBinding, str], Awaitable[None]]
+# (an output, its final text): what a run reports each output to (the manager publishes it)
+OutputSink = Callable[[OutputBinding, str], Awaitable[None]]
 # How many calls (now or recently) have a prompt with this prefix; CACHED for a prefix whose
 # context the engine already holds. Two or more: the prefix recurs.
 Sharers = Callable[[str], int]
@@ -154,7 +155,7 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
                     context_id=context_id, parent_context_id=None if created else parent,
                     sampling=binding.sampling, priority=priority))
                 created = True
-                await publish(call, binding, text)  # the sink applies the output's transforms
+                await publish(binding, text)  # the sink applies the output's transforms
         # Text after the last output conditions nothing: it is never sent to the engine.
     finally:
         engine.contexts.release(chain)

@@ -11,9 +11,11 @@ Engine failures (engine_health.py): a call whose engine dies or freezes is re-di
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import secrets
+from dataclasses import dataclass, field
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -47,6 +49,16 @@ log = logging.getLogger(__name__)
 # The error of a call cancelled on its engine (session deleted, client gone, drain): what the
 # metrics count as aborted work.
 CANCELLED = "cancelled (session deleted or manager stopped)"
+
+
+@dataclass
+class CallRun:
+    """One run of a call on an engine: the outputs the executor has reported so far."""
+
+    session: Session
+    call: Call
+    engine: EngineState
+    published: list[str] = field(default_factory=list)
 
 
 class Manager:
@@ -350,28 +362,32 @@ class Manager:
                     self._spawn_background(prefill_ahead(consumer, engine, pieces),
                                            f"prefill-ahead-{consumer.call_id}")
 
+    async def _output_produced(self, run: CallRun, binding: OutputBinding, text: str) -> None:
+        """The executor's report of one output's final text (its OutputSink): transformed,
+        observed for the function's length estimate, and published to its consumers."""
+        session, call, engine = run.session, run.call, run.engine
+        value = text if not binding.transforms else (await self.transform_buckets.apply(
+            session.tenant, {binding.name: (binding.transforms, text)}))[binding.name]
+        run.published.append(binding.name)
+        if len(run.published) == len(call.outputs):
+            # Its work on the engine is done (what is left is freeing its context): the
+            # calls this output unblocks are placed against the load without it, not in
+            # the window before its `finally` runs (measured live: a phase of 8 reviewers
+            # placed 6 against the previous phase's stale load, the other 2 a phase later).
+            engine.remove_call(call)
+        self.output_lengths.observe(call.output_length_key(binding.name),
+                                    binding.stream.num_tokens, binding.sampling.max_tokens)
+        # The generated tokens, unless a transform changed the text.
+        num_tokens = None if binding.transforms else binding.stream.num_tokens
+        self._publish_value(session, session.variables[binding.var_id], value, num_tokens)
+
     async def _run(self, session: Session, call: Call, engine: EngineState) -> None:
-        published: list[str] = []
-
-        async def publish(call_: Call, binding: OutputBinding, text: str) -> None:
-            value = text if not binding.transforms else (await self.transform_buckets.apply(
-                session.tenant, {binding.name: (binding.transforms, text)}))[binding.name]
-            published.append(binding.name)
-            if len(published) == len(call.outputs):
-                # Its work on the engine is done (what is left is freeing its context): the
-                # calls this output unblocks are placed against the load without it, not in
-                # the window before its `finally` runs (measured live: a phase of 8 reviewers
-                # placed 6 against the previous phase's stale load, the other 2 a phase later).
-                engine.remove_call(call)
-            self.output_lengths.observe(call_.output_length_key(binding.name),
-                                        binding.stream.num_tokens, binding.sampling.max_tokens)
-            # The generated tokens, unless a transform changed the text.
-            num_tokens = None if binding.transforms else binding.stream.num_tokens
-            self._publish_value(session, session.variables[binding.var_id], value, num_tokens)
-
+        run = CallRun(session, call, engine)
+        published = run.published
         requeue = False
         try:
-            await run_call(call, engine, publish, self.prefix_index.occurrences)
+            await run_call(call, engine, functools.partial(self._output_produced, run),
+                           self.prefix_index.occurrences)
             transition(call, CallState.DONE)
             engine.num_calls_done += 1
         except asyncio.CancelledError:
