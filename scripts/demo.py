@@ -165,8 +165,8 @@ async def main() -> int:
     network = f", {args.network_delay_ms:g} ms network round trip per message (emulated)" \
         if args.network_delay_ms else ", no network (client and service on one host)"
     print(f"\nend-to-end time{network}:")
-    print(f"  Parrot (application DAG):  {parrot_s:7.2f} s")
-    print(f"  request-level client:      {baseline_s:7.2f} s")
+    print(f"  Parrot (application DAG):  {parrot_s:8.3f} s")
+    print(f"  request-level client:      {baseline_s:8.3f} s")
     print(f"  ratio (request-level / Parrot): {baseline_s / parrot_s:.2f}x")
     return 0
 
