@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import math
 import random
@@ -328,22 +329,29 @@ def floor_of(outcomes: Sequence[Outcome], steps: int, seconds: float, cost: Mode
             "copy_gb_s": rates.copy_bytes_per_s / 1e9}
 
 
+@dataclass(frozen=True)
+class FloorInputs:
+    """What `--floor` needs besides the run: the served model's cost, this machine's rates,
+    and the server's admin token (its /metrics counts the engine's steps)."""
+
+    cost: ModelCost
+    rates: Rates
+    admin_token: str = ""
+
+
 async def run_specs(url: str, headers: dict[str, str], model: str | None,
                     requests: Sequence[Request], specs: Sequence[RunSpec],
                     args: argparse.Namespace, policy: str,
-                    floor: tuple[ModelCost, Rates, str] | None = None
-                    ) -> list[dict[str, Any]]:
-    """floor: the served model's cost, this machine's rates and the server's admin token
-    (its /metrics counts the engine's steps)."""
+                    floor: FloorInputs | None = None) -> list[dict[str, Any]]:
     model = model or await model_of(url, headers)
     rows = []
     for spec in specs:
-        steps_before = await engine_steps(url, floor[2]) if floor is not None else 0
+        steps_before = await engine_steps(url, floor.admin_token) if floor is not None else 0
         outcomes, seconds = await run_one(url, model, headers, requests, spec, args.seed)
         row = summarize(outcomes, seconds, spec, args.slo_ttft_ms, args.slo_tpot_ms)
         if floor is not None:
-            steps = await engine_steps(url, floor[2]) - steps_before
-            row["floor"] = floor_of(outcomes, steps, seconds, floor[0], floor[1])
+            steps = await engine_steps(url, floor.admin_token) - steps_before
+            row["floor"] = floor_of(outcomes, steps, seconds, floor.cost, floor.rates)
         rows.append({"policy": policy, **row})
         print(f"[{policy or 'server'}] " + table([row]).splitlines()[-1], file=sys.stderr)
     return rows
@@ -365,7 +373,7 @@ def serve_config(path: Path, policy: str | None, engine_params: Sequence[str]
     return config
 
 
-def floor_inputs(args: argparse.Namespace) -> tuple[ModelCost, Rates]:
+def floor_inputs(args: argparse.Namespace) -> FloorInputs:
     """The served model's cost and this machine's rates, measured before the server starts
     (the GPU idle), for `--floor`: one builtin engine in the config."""
     import torch
@@ -377,7 +385,7 @@ def floor_inputs(args: argparse.Namespace) -> tuple[ModelCost, Rates]:
     rates = measure_rates()
     print(f"floor rates: matmul {rates.matmul_flops_per_s / 1e12:.1f} TFLOP/s, copy "
           f"{rates.copy_bytes_per_s / 1e9:.0f} GB/s", file=sys.stderr)
-    return cost, rates
+    return FloorInputs(cost, rates)
 
 
 async def serve_and_run(args: argparse.Namespace, requests: Sequence[Request],
@@ -397,7 +405,8 @@ async def serve_and_run(args: argparse.Namespace, requests: Sequence[Request],
                 warm = synthetic_chat(args.warmup, args.seed + 1, args.lengths, args.cap_factor)
                 await run_one(url, model, {}, warm, RunSpec(math.inf, None), args.seed)
             rows += await run_specs(url, {}, model, requests, specs, args, policy,
-                                    floor=None if floor is None else (*floor, admin))
+                                    floor=None if floor is None
+                                    else dataclasses.replace(floor, admin_token=admin))
         finally:
             proc.terminate()
             await asyncio.wait_for(proc.wait(), 60)

@@ -383,7 +383,6 @@ class Manager:
 
     async def _run(self, session: Session, call: Call, engine: EngineState) -> None:
         run = CallRun(session, call, engine)
-        published = run.published
         requeue = False
         try:
             await run_call(call, engine, functools.partial(self._output_produced, run),
@@ -402,7 +401,7 @@ class Manager:
                 call.error = CANCELLED
                 raise
             call.attempts += 1
-            requeue = not published and call.attempts <= self.config.max_call_retries \
+            requeue = not run.published and call.attempts <= self.config.max_call_retries \
                 and self.health.no_engine_error() is None
             if not requeue:
                 self._fail_call(session, call, CallFailedError(f"engine {engine.engine_id} "

@@ -43,13 +43,18 @@ def pow2_floor(n: int) -> int:
     return 1 << (n.bit_length() - 1)
 
 
-def batch_buckets(max_batch: int) -> list[int]:
-    """The decode graphs' batch buckets: powers of two below max_batch, then it."""
+def pow2_buckets(largest: int) -> list[int]:
+    """Powers of two below `largest`, then `largest`: the buckets a size is padded up to."""
     buckets, b = [], 1
-    while b < max_batch:
+    while b < largest:
         buckets.append(b)
         b *= 2
-    return buckets + [max_batch]
+    return buckets + [largest]
+
+
+def batch_buckets(max_batch: int) -> list[int]:
+    """The decode graphs' batch buckets."""
+    return pow2_buckets(max_batch)
 
 
 def activation_reserve_bytes(shape: ModelShape, dtype_bytes: int, max_batch_tokens: int,

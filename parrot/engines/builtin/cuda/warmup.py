@@ -25,19 +25,15 @@ import torch
 from parrot.engines.builtin.llama.attention import AttentionMetadata, PrefillChunk, SharedPrefixMeta
 from parrot.engines.builtin.cuda.graphs import WIDER_BUCKET_FACTOR, DecodeGraphs, GraphKey
 from parrot.engines.builtin.cuda.prefill_graphs import PrefillGraphs
-from parrot.engines.builtin.sizing import batch_buckets
+from parrot.engines.builtin.sizing import batch_buckets, pow2_buckets
 from parrot.engines.builtin.observe.startup_clock import StartupClock
 
 log = logging.getLogger(__name__)
 
 
 def width_buckets(max_width: int) -> list[int]:
-    """Every table width the kernel path pads to: powers of two below max_width, then it."""
-    widths, w = [], 1
-    while w < max_width:
-        widths.append(w)
-        w *= 2
-    return widths + [max_width]
+    """Every table width the kernel path pads to."""
+    return pow2_buckets(max_width)
 
 
 def paged_keys(max_batch: int, max_width: int) -> list[GraphKey]:
