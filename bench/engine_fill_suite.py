@@ -192,9 +192,10 @@ async def run_fill(torch, bundle, log) -> list[str]:
             out += await _mixed(torch, engine, vocab, log)
             tokens[label] = await _greedy(engine, vocab)
             stats = await engine.stats()
-            out += [f"steps: {stats.num_steps}, of them {stats.num_graph_steps} decode graphs "
-                    f"and {stats.num_piecewise_steps} piecewise; captures while serving: "
-                    f"{stats.graph_captures_at_runtime}", ""]
+            count = stats.counter
+            out += [f"steps: {count('num_steps')}, of them {count('num_graph_steps')} decode "
+                    f"graphs and {count('num_piecewise_steps')} piecewise; captures while "
+                    f"serving: {count('graph_captures_at_runtime')}", ""]
         finally:
             await engine.close()
         del engine

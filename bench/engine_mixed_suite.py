@@ -246,9 +246,10 @@ async def run_mixed(torch, bundle, log) -> list[str]:
                  "the same Fill alone, step ms (median)", "a joining Fill's wall ms"], rows)
     from parrot_kernels.launch import DIRECT_LAUNCH, launch_counts
     direct, replayed, jit = launch_counts()
-    out += [f"steps: {stats.num_steps}, of them {stats.num_graph_steps} decode graphs and "
-            f"{stats.num_piecewise_steps} piecewise; captures while serving: "
-            f"{stats.graph_captures_at_runtime}; Triton launches direct {direct:,}, replayed "
+    count = stats.counter
+    out += [f"steps: {count('num_steps')}, of them {count('num_graph_steps')} decode graphs and "
+            f"{count('num_piecewise_steps')} piecewise; captures while serving: "
+            f"{count('graph_captures_at_runtime')}; Triton launches direct {direct:,}, replayed "
             f"{replayed:,}, through the JIT {jit:,} (direct launch "
             f"{'on' if DIRECT_LAUNCH else 'off'})", "", *profiles]
     log("\n".join(out))

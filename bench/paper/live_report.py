@@ -1,5 +1,5 @@
 """What the live paper runs record and print (bench/paper/live_runs.py): each engine's
-counters around a run (EngineStats' optional fields) and their log line, results.json and the
+counters around a run (`EngineStats.counters`) and their log line, results.json and the
 table of every run."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
-from parrot.engines.protocol import OPTIONAL_STATS
+from parrot.engines.counters import COUNTER_NAMES
 
 
 def save_results(out: Path, summary: dict[str, Any]) -> str:
@@ -22,16 +22,16 @@ def save_results(out: Path, summary: dict[str, Any]) -> str:
 
 
 async def engine_counters(engines: Sequence[Any]) -> dict[str, dict[str, int]]:
-    """Each engine's cumulative counters (EngineStats' optional fields: graphs captured while
-    serving, steps, time in steps, tokens); engines that do not answer are left out (the
-    figures are diagnostics, never a reason to fail a run)."""
+    """Each engine's cumulative counters (every name of COUNTER_NAMES, 0 where the engine does
+    not count it: graphs captured while serving, steps, time in steps, tokens); engines that
+    do not answer are left out (the figures are diagnostics, never a reason to fail a run)."""
     counts: dict[str, dict[str, int]] = {}
     for launched in engines:
         try:
-            stats = (await launched.engine.stats()).to_wire()
+            stats = await launched.engine.stats()
         except Exception:  # noqa: BLE001 - see the docstring
             continue
-        counts[launched.name] = {k: stats[k] for k in OPTIONAL_STATS}
+        counts[launched.name] = {k: stats.counter(k) for k in COUNTER_NAMES}
     return counts
 
 

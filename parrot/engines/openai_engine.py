@@ -198,8 +198,7 @@ class OpenAIEngine(Engine):
                            num_blocks_total=total,
                            num_blocks_free=max(total - -(-tokens // BLOCK_SIZE), 0),
                            block_size=BLOCK_SIZE, num_tokens_in_use=tokens,
-                           num_contexts=len(self._contexts),
-                           tpot_generates=self._tpot.generates, tpot_us_sum=self._tpot.us_sum)
+                           num_contexts=len(self._contexts), counters=self._tpot.counters())
 
     def context_text(self, context_id: str) -> str | None:
         """The text a context holds here (the prompt sent with its next Generate), or None."""

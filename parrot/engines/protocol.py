@@ -20,11 +20,12 @@ children (blocks are reference counted).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 from parrot.chat import ChatTemplate
+from parrot.engines.counters import COUNTER_NAMES, check_counter_names
 from parrot.errors import InvalidRequestError
 from parrot.speed_profile import SpeedProfile
 from parrot.sampling import SamplingParams
@@ -137,9 +138,10 @@ class GenerateResult(EngineMessage):
 
 @dataclass(frozen=True)
 class EngineStats(EngineMessage):
-    """What an engine reports about itself (policies see it through EngineView). The fields
-    with a default are counters added after the protocol's first version: an engine without
-    them may leave them out (read as 0)."""
+    """What an engine reports about itself (policies see it through EngineView): the state a
+    policy needs, and the engine's cumulative counters as one mapping (parrot/engines/
+    counters.py names them), so an engine kind reports the counters it keeps without the
+    protocol growing a field per counter."""
 
     num_running: int          # sequences in the running batch
     num_waiting: int          # requests queued inside the engine
@@ -148,52 +150,25 @@ class EngineStats(EngineMessage):
     block_size: int
     num_tokens_in_use: int    # tokens held by live contexts
     num_contexts: int
-    # Decode steps that met a CUDA-graph bucket not captured at start-up and captured it while
-    # serving (each stalls the engine for the capture), and the time spent: a warm engine's
-    # numbers stay at 0. Optional on the wire (engines that have no graphs omit them).
-    graph_captures_at_runtime: int = 0
-    graph_capture_ms_at_runtime: int = 0
-    # Cumulative work counters (0 where an engine does not count): model steps, the time
-    # inside them and inside whole loop iterations (scheduling, the step, postprocessing:
-    # loop_ms - step_ms is the engine's host time between steps), tokens prefilled and
-    # decode tokens generated.
-    num_steps: int = 0
-    num_graph_steps: int = 0  # of num_steps, replayed from a CUDA graph (the rest: eager)
-    step_ms: int = 0
-    graph_step_ms: int = 0    # of step_ms, inside the steps replayed from a CUDA graph
-    loop_ms: int = 0
-    prefill_tokens: int = 0
-    decode_tokens: int = 0
-    # Decode steps served by a step launched ahead (the builtin engine's launch-ahead), and
-    # launches ahead that went unused (a new request came, or a sampled row differed): a
-    # high miss rate means launch-ahead costs GPU steps instead of hiding host time.
-    ahead_hits: int = 0
-    ahead_misses: int = 0
-    # Of the steps not replayed whole from a graph (prefill, mixed), those whose layers ran as
-    # piecewise CUDA graphs between eager attention calls, and the time inside them.
-    num_piecewise_steps: int = 0
-    piecewise_step_ms: int = 0
-    # Decode steps replayed on a stopgap graph (a larger bucket captured at start-up) while
-    # their own bucket was not captured: the capture they did not stall for.
-    graph_stopgap_steps: int = 0
-    # Pauses of the engine's process while serving that no step shape explains: Triton
-    # compilations (a kernel specialisation the warm-up did not compile; a warm engine's stay
-    # at 0) and garbage collections, with the time in each.
-    jit_compiles_at_runtime: int = 0
-    jit_compile_ms_at_runtime: int = 0
-    gc_collections: int = 0
-    gc_ms: int = 0
-    # Time per output token as the engine delivered it: the finished Generates of two or more
-    # tokens, and the sum of their (last token - first token) / (tokens - 1) in microseconds,
-    # so that a window's mean TPOT is the difference of the sums over that of the counts.
-    tpot_generates: int = 0
-    tpot_us_sum: int = 0
+    # counter name -> cumulative value since the engine started (absent: not counted); built
+    # with counters.engine_counters, read with counter()
+    counters: Mapping[str, int] = field(default_factory=dict)
 
+    def counter(self, name: str) -> int:
+        """The counter `name` (0 where the engine does not count it); a name that is not one
+        of counters.COUNTER_NAMES is a ValueError, so a misspelt name cannot read as 0."""
+        check_counter_names((name,))
+        return self.counters.get(name, 0)
 
-# EngineStats' counters: the fields an engine may leave out of its JSON (read as 0), added after
-# the protocol's first version.
-OPTIONAL_STATS: tuple[str, ...] = tuple(f.name for f in fields(EngineStats)
-                                        if f.default is not MISSING)
+    @classmethod
+    def from_wire(cls, data: object, path: str = "", *, strict: bool = True) -> EngineStats:
+        """Also reads the form before `counters`, where each counter was a field of its own:
+        an engine older than its manager keeps its counters on /metrics."""
+        if isinstance(data, Mapping) and "counters" not in data:
+            flat = {k: data[k] for k in COUNTER_NAMES if k in data}
+            if flat:
+                data = {**{k: v for k, v in data.items() if k not in flat}, "counters": flat}
+        return super().from_wire(data, path, strict=strict)
 
 
 @dataclass(frozen=True)

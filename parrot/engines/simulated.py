@@ -47,6 +47,7 @@ import random
 from dataclasses import dataclass, field
 from collections.abc import AsyncIterator
 
+from parrot.engines.counters import engine_counters
 # the configuration lives with the latency model; re-exported here as part of this module's API
 from parrot.engines.latency_model import LatencyModel, SimulatedEngineConfig, load_profile
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
@@ -327,12 +328,12 @@ class SimulatedEngine(Engine):
                            num_blocks_free=self._kv.pool.num_free_blocks,
                            block_size=self.config.block_size,
                            num_tokens_in_use=self._kv.unique_tokens(self._contexts.values()),
-                           num_contexts=len(self._contexts), num_steps=self._num_steps,
-                           step_ms=round(self._step_s * 1000),
-                           loop_ms=round(self._step_s * 1000),
-                           prefill_tokens=self._prefill_tokens,
-                           decode_tokens=self._decode_tokens,
-                           tpot_generates=self._tpot.generates, tpot_us_sum=self._tpot.us_sum)
+                           num_contexts=len(self._contexts),
+                           counters=engine_counters(
+                               num_steps=self._num_steps, step_ms=round(self._step_s * 1000),
+                               loop_ms=round(self._step_s * 1000),
+                               prefill_tokens=self._prefill_tokens,
+                               decode_tokens=self._decode_tokens, **self._tpot.counters()))
 
     async def healthz(self) -> bool:
         return not self._closed
@@ -359,7 +360,8 @@ class SimulatedEngine(Engine):
                 await asyncio.sleep(self._pacer.sleep_for(
                     seconds, asyncio.get_running_loop().time()))
                 self._apply(decodes, prefills)
-                # the counters a real engine reports (EngineStats): model time, no host time
+                # the counters a real engine reports (EngineStats.counters): model time, no
+                # host time
                 self._num_steps += 1
                 self._step_s += seconds
                 self._prefill_tokens += prefill_tokens

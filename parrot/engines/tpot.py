@@ -1,4 +1,4 @@
-"""Time per output token as an engine hands a Generate's tokens over (EngineStats
+"""Time per output token as an engine hands a Generate's tokens over (the engine counters
 `tpot_generates` / `tpot_us_sum`): what a client reading the stream would see after its first
 token, measured where the tokens leave the engine. Live runs read it from the engines because
 over HTTP the manager sees a non-streamed Generate as one answer, with no token times.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from parrot.engines.counters import engine_counters
 from parrot.engines.protocol import GenerateChunk
 
 
@@ -30,6 +31,10 @@ class TpotMeter:
     @property
     def us_sum(self) -> int:
         return round(1e6 * self.seconds_sum)
+
+    def counters(self) -> dict[str, int]:
+        """Its engine counters (`EngineStats.counters`)."""
+        return engine_counters(tpot_generates=self.generates, tpot_us_sum=self.us_sum)
 
 
 class TpotTimer:

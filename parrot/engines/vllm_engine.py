@@ -159,8 +159,7 @@ class VLLMEngine(Engine):
         total = self._kv_tokens // BLOCK_SIZE
         return EngineStats(self._num_running, 0, total,
                            max(total - -(-tokens // BLOCK_SIZE), 0), BLOCK_SIZE, tokens,
-                           len(self._contexts), tpot_generates=self._tpot.generates,
-                           tpot_us_sum=self._tpot.us_sum)
+                           len(self._contexts), counters=self._tpot.counters())
 
     def _open(self, context_id: str, parent_id: str | None) -> list[int]:
         if context_id in self._contexts:

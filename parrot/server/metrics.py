@@ -17,13 +17,11 @@ Every server has its own `CollectorRegistry` (no process-global state).
     parrot_engine_healthy{engine}
     parrot_engine_reported_kv_blocks_used/_capacity{engine}, parrot_engine_reported_waiting/_running
                                            what each engine reports about itself (asked at scrape)
-    parrot_engine_steps_total, _graph_steps_total, _step_seconds_total, _loop_seconds_total,
-    _prefill_tokens_total, _decode_tokens_total, _graph_captures_at_runtime_total,
-    _graph_capture_seconds_total, _graph_stopgap_steps_total, _jit_compiles_at_runtime_total,
-    _jit_compile_seconds_total, _gc_collections_total, _gc_seconds_total,
-    _tpot_generates_total, _tpot_seconds_total {engine}
-                                           the engine's own cumulative work counters (0 where
-                                           an engine does not count them)
+    parrot_engine_steps_total, _step_seconds_total, ... {engine}
+                                           the engine's own cumulative work counters, one per
+                                           name of parrot/engines/counters.py (its `metric`,
+                                           milliseconds and microseconds as seconds; 0 where
+                                           an engine does not count it)
     parrot_prefix_lookups_total{engine,result="hit"|"miss"}, parrot_prefix_hit_ratio{engine}
     parrot_engine_tpot_recent_seconds{engine}, parrot_engine_tpot_target_seconds{engine},
     parrot_engine_tpot_over_target_ratio{engine}, parrot_engine_tpot_target_load_tokens{engine}
@@ -65,6 +63,7 @@ from parrot.manager.engine_pool import EngineState
 from parrot.manager.manager import CANCELLED, Manager
 from parrot.manager.nodes import Call
 from parrot.server.tenants import AccessControl
+from parrot.engines.counters import COUNTERS
 from parrot.engines.protocol import EngineStats
 from parrot.errors import ParrotError
 from parrot.types import CallState, Criterion
@@ -163,16 +162,17 @@ class ManagerCollector(Collector):
                                     "the engine", labels=["engine"])
         running = GaugeMetricFamily("parrot_engine_reported_running", "sequences in the "
                                     "engine's running batch", labels=["engine"])
-        work = {key: CounterMetricFamily(name, doc, labels=["engine"])
-                for key, (name, doc, _) in ENGINE_WORK.items()}
+        # every known counter for every engine, 0 where it does not count it
+        work = [(c, CounterMetricFamily(c.metric, c.meaning, labels=["engine"]))
+                for c in COUNTERS]
         for name, stats in sorted(self.engine_stats.items()):
             blocks_used.add_metric([name], stats.num_blocks_total - stats.num_blocks_free)
             blocks_total.add_metric([name], stats.num_blocks_total)
             waiting.add_metric([name], stats.num_waiting)
             running.add_metric([name], stats.num_running)
-            for key, (_, _, scale) in ENGINE_WORK.items():
-                work[key].add_metric([name], getattr(stats, key) * scale)
-        yield from (blocks_used, blocks_total, waiting, running, *work.values())
+            for counter, family in work:
+                family.add_metric([name], stats.counter(counter.name) * counter.scale)
+        yield from (blocks_used, blocks_total, waiting, running, *(f for _, f in work))
 
 
 # --- TPOT against the per-token latency target, per engine ---------------------------------
@@ -203,7 +203,7 @@ class TpotAgainstTarget:
         by_name = {e.engine_id: e for e in manager.engines}
         for name, report in sorted(stats.items()):
             seen = self._last.get(name, (0, 0))
-            now = (report.tpot_generates, report.tpot_us_sum)
+            now = (report.counter("tpot_generates"), report.counter("tpot_us_sum"))
             self._last[name] = now
             count, us = now[0] - seen[0], now[1] - seen[1]
             mean_s = us * 1e-6 / count if count > 0 else None   # a restart resets: skip it
@@ -218,51 +218,6 @@ class TpotAgainstTarget:
             if mean_s is not None:
                 ratio.add_metric([name], mean_s / (target_ms * 1e-3))
         yield from (recent, target, ratio, bound)
-
-
-# EngineStats' cumulative counters as Prometheus counters: field -> (name, help, scale).
-# rate(parrot_engine_step_seconds_total) is the fraction of time an engine computes;
-# the loop - step difference is its host time between steps.
-ENGINE_WORK: dict[str, tuple[str, str, float]] = {
-    "num_steps": ("parrot_engine_steps", "model steps the engine ran", 1.0),
-    "num_graph_steps": ("parrot_engine_graph_steps", "model steps replayed from a CUDA graph "
-                        "(the others ran eagerly)", 1.0),
-    "step_ms": ("parrot_engine_step_seconds", "time inside model steps", 1e-3),
-    "graph_step_ms": ("parrot_engine_graph_step_seconds", "time inside model steps replayed "
-                      "from a CUDA graph (the rest of the step time ran eagerly)", 1e-3),
-    "loop_ms": ("parrot_engine_loop_seconds", "time in batching-loop iterations that ran a "
-                "step (scheduling and postprocessing included)", 1e-3),
-    "prefill_tokens": ("parrot_engine_prefill_tokens", "tokens prefilled", 1.0),
-    "decode_tokens": ("parrot_engine_decode_tokens", "tokens decoded", 1.0),
-    "graph_captures_at_runtime": ("parrot_engine_graph_captures_at_runtime", "CUDA graphs "
-                                  "captured while serving (each stalls the engine)", 1.0),
-    "graph_capture_ms_at_runtime": ("parrot_engine_graph_capture_seconds", "time spent "
-                                    "capturing CUDA graphs while serving", 1e-3),
-    "ahead_hits": ("parrot_engine_ahead_hits", "decode steps served by a step launched "
-                   "ahead", 1.0),
-    "ahead_misses": ("parrot_engine_ahead_misses", "steps launched ahead and not used "
-                     "(wasted GPU steps)", 1.0),
-    "num_piecewise_steps": ("parrot_engine_piecewise_steps", "model steps whose layers ran as "
-                            "CUDA graphs between eager attention calls (prefill, mixed)", 1.0),
-    "piecewise_step_ms": ("parrot_engine_piecewise_step_seconds", "time inside model steps "
-                          "run as piecewise CUDA graphs", 1e-3),
-    "graph_stopgap_steps": ("parrot_engine_graph_stopgap_steps", "decode steps replayed on a "
-                            "larger stopgap graph instead of capturing their own", 1.0),
-    "jit_compiles_at_runtime": ("parrot_engine_jit_compiles_at_runtime", "Triton kernel "
-                                "compilations while serving (each stalls a step; a warm "
-                                "engine has none)", 1.0),
-    "jit_compile_ms_at_runtime": ("parrot_engine_jit_compile_seconds", "time spent compiling "
-                                  "Triton kernels while serving", 1e-3),
-    "gc_collections": ("parrot_engine_gc_collections", "Python garbage collections in the "
-                       "engine's process while serving", 1.0),
-    "gc_ms": ("parrot_engine_gc_seconds", "time in Python garbage collections in the engine's "
-              "process while serving (every thread stops)", 1e-3),
-    "tpot_generates": ("parrot_engine_tpot_generates", "finished Generates of two or more "
-                       "tokens (the count of parrot_engine_tpot_seconds)", 1.0),
-    "tpot_us_sum": ("parrot_engine_tpot_seconds", "the sum of each finished "
-                    "Generate's time per output token after the first, as the engine handed "
-                    "them over (over parrot_engine_tpot_generates_total: the mean)", 1e-6),
-}
 
 
 class Metrics:

@@ -153,9 +153,9 @@ async def _simulate(spec: ClusterSpec, workload: WorkloadFn, workload_spec: Work
         probes = {spec.engine_spec(i).name: e for i, e in enumerate(engines)}
         described = []
         for state in manager.engines:
-            stats = (await state.engine.stats()).to_wire()   # steps, model time, tokens
+            stats = await state.engine.stats()   # steps, model time, tokens
             described.append({**state.describe(), **probes[state.engine_id].describe(),
-                              **{k: stats[k] for k in WORK_COUNTERS}})
+                              **{k: stats.counter(k) for k in WORK_COUNTERS}})
         return RunResult(records, described, duration, 0.0,
                          sum(d.num_messages for d in env.delays),
                          peak_kv_tokens=sum(e.readings.peak_kv_tokens for e in engines),

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from parrot.serve_config import EngineSpec, ServeConfig
-from parrot.engines.protocol import OPTIONAL_STATS
+from parrot.engines.counters import COUNTER_NAMES
 from bench.paper.live_experiments import (EXTRA_EXPERIMENTS, LIVE_EXPERIMENTS,
                                          LiveExperiment, LiveExperimentError,
                                          select_experiments, with_policy_params,
@@ -49,7 +49,7 @@ async def test_live_paper_runs_each_group_on_its_own_engine_process(tmp_path):
     assert chain["mode"] == "live" and chain["reference"] == "least_queue:baseline"
     assert {v["status"] for v in chain["variants"].values()} == {"ok"}
     counters = chain["variants"]["app_centric:parrot"]["engine_counters"]
-    assert set(counters) == {"e0"} and set(counters["e0"]) == set(OPTIONAL_STATS)
+    assert set(counters) == {"e0"} and set(counters["e0"]) == set(COUNTER_NAMES)
     # the run's own pauses: a warm engine compiles nothing; the log line says so per engine
     assert counters["e0"]["jit_compiles_at_runtime"] == 0 and counters["e0"]["gc_ms"] >= 0
     # TPOT live comes from the engine: the mean over the run's Generates of 2+ tokens

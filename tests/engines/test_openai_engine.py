@@ -55,7 +55,7 @@ async def test_fill_fork_generate_free(engine: OpenAIEngine):
     assert stats.num_contexts == 2 and stats.num_running == 0
     # time per output token: one Generate, its 3 text events counted as tokens; the
     # backend's simulated decode steps take time, so the sum is positive
-    assert stats.tpot_generates == 1 and stats.tpot_us_sum > 0
+    assert stats.counter("tpot_generates") == 1 and stats.counter("tpot_us_sum") > 0
     await engine.free_context("c1")
     with pytest.raises(UnknownContextError):
         await engine.free_context("c1")

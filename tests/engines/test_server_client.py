@@ -11,6 +11,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from parrot.engines.client import EngineTimeoutError, HttpEngine, HttpEngineSettings
+from parrot.engines.counters import engine_counters
 from parrot.engines.protocol import (THROUGHPUT_PRIORITY, Engine, EngineInfo, EngineStats,
                                      FillRequest, FillResult, GenerateChunk, GenerateRequest)
 from parrot.engines.server import create_app
@@ -459,15 +460,28 @@ async def test_connect_timeouts_give_up_after_a_few_tries() -> None:
             sock.close()
 
 
-def test_stats_graph_capture_fields_are_optional_on_the_wire():
-    """Engines without CUDA graphs (or older ones) omit the capture counters: they read as 0;
-    a required field missing is still an error."""
-    full = EngineStats(1, 2, 64, 60, 16, 40, 3, graph_captures_at_runtime=5,
-                       graph_capture_ms_at_runtime=210)
-    assert EngineStats.from_wire(full.to_wire()) == full
-    old = {k: v for k, v in full.to_wire().items() if not k.startswith("graph_")}
-    assert EngineStats.from_wire(old) == EngineStats(1, 2, 64, 60, 16, 40, 3)
-    with pytest.raises(InvalidRequestError, match="EngineStats.num_contexts is required"):
-        EngineStats.from_wire({k: v for k, v in old.items() if k != "num_contexts"})
-    with pytest.raises(InvalidRequestError, match="EngineStats.num_steps must be an integer"):
-        EngineStats.from_wire({**old, "num_steps": "12"})
+class _Counting(_FailsMidStream):
+    async def stats(self) -> EngineStats:
+        return EngineStats(1, 2, 64, 60, 16, 40, 3, engine_counters(
+            tpot_us_sum=9000, num_steps=12, step_ms=340, tpot_generates=2))
+
+
+async def test_a_stats_reply_carries_the_counters_as_one_object() -> None:
+    """GET /v1/engine/stats: the core fields, then `counters` as a JSON object of exactly the
+    counters the engine keeps (in the registry's order); the client reads back the same."""
+    engine = _Counting()
+    server, client = await serve(engine)
+    try:
+        status, body = await raw(server, "GET", "/v1/engine/stats")
+        assert status == 200
+        assert body == {"num_running": 1, "num_waiting": 2, "num_blocks_total": 64,
+                        "num_blocks_free": 60, "block_size": 16, "num_tokens_in_use": 40,
+                        "num_contexts": 3, "counters": {"num_steps": 12, "step_ms": 340,
+                                                        "tpot_generates": 2,
+                                                        "tpot_us_sum": 9000}}
+        stats = await client.stats()
+        assert stats == await engine.stats()
+        assert (stats.counter("num_steps"), stats.counter("gc_ms")) == (12, 0)
+    finally:
+        await client.close()
+        await server.close()

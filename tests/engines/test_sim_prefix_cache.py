@@ -57,9 +57,9 @@ def test_a_second_request_reuses_the_cached_system_prompt(caching, second_prefil
     async def main() -> tuple[float, int]:
         sim = engine(caching)
         await request(sim, "a", SYSTEM + " first?")
-        before = (await sim.stats()).prefill_tokens
+        before = (await sim.stats()).counter("prefill_tokens")
         seconds = await request(sim, "b", SYSTEM + " second question")
-        prefilled = (await sim.stats()).prefill_tokens - before
+        prefilled = (await sim.stats()).counter("prefill_tokens") - before
         await sim.close()
         return seconds, prefilled
 

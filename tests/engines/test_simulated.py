@@ -82,10 +82,10 @@ def test_stats_count_steps_model_time_and_tokens() -> None:
         await asyncio.gather(engine.generate_all(gen("a", 5, parent="p")),
                              engine.generate_all(gen("b", 5, parent="p")))
         stats = await engine.stats()
-        assert (stats.prefill_tokens, stats.decode_tokens) == (30, 10)
-        assert stats.num_steps == 1 + 5                  # one prefill step, five batched decodes
+        assert (stats.counter("prefill_tokens"), stats.counter("decode_tokens")) == (30, 10)
+        assert stats.counter("num_steps") == 1 + 5   # one prefill step, five batched decodes
         # the prefill-only step costs its tokens (3 ms), each decode step base + 2 sequences
-        assert stats.step_ms == stats.loop_ms == round(3 + 5 * (ITER_MS + 2))
+        assert stats.counter("step_ms") == stats.counter("loop_ms") == round(3 + 5 * (ITER_MS + 2))
         await engine.close()
     run_virtual(main())
 

@@ -99,7 +99,7 @@ async def test_contexts_lower_to_token_prompts():
     assert engine.context_tokens("b") == [97, 98, 99, 99, 98]
     assert engine.context_tokens("a") == [97, 98, 99]
     stats = await engine.stats()    # one Generate of two tokens: timed after its first
-    assert stats.tpot_generates == 1 and stats.tpot_us_sum >= 0
+    assert stats.counter("tpot_generates") == 1 and stats.counter("tpot_us_sum") >= 0
     with pytest.raises(PromptTooLongError):
         await engine.fill(FillRequest("c", text="x" * 65))
     with pytest.raises(UnknownContextError):

@@ -148,23 +148,26 @@ async def test_outputs_stream_from_an_engine_process_only_when_read_as_a_stream(
 
 
 def test_engine_work_counters_are_exported_in_seconds_and_tokens():
-    """What an engine reports about its own work (EngineStats' counters) becomes Prometheus
-    counters per engine, milliseconds as seconds."""
+    """What an engine reports about its own work (EngineStats.counters) becomes Prometheus
+    counters per engine, milliseconds as seconds; every known counter for every engine (0
+    where it does not count it), and a name the manager does not know is not exported."""
     from types import SimpleNamespace
 
     from prometheus_client import CollectorRegistry, generate_latest
 
     from parrot.server.metrics import ManagerCollector
+    from parrot.engines.counters import COUNTERS, engine_counters
     from parrot.engines.protocol import EngineStats
 
     collector = ManagerCollector(SimpleNamespace(engines=[]))
-    collector.engine_stats = {"gpu-0": EngineStats(
-        3, 0, 100, 60, 16, 640, 2, graph_captures_at_runtime=4, graph_capture_ms_at_runtime=250,
+    collector.engine_stats = {"gpu-0": EngineStats(3, 0, 100, 60, 16, 640, 2, engine_counters(
+        graph_captures_at_runtime=4, graph_capture_ms_at_runtime=250,
         num_steps=120, num_graph_steps=100, step_ms=1500, loop_ms=1600, prefill_tokens=9000,
         decode_tokens=2400, ahead_hits=90, ahead_misses=3, num_piecewise_steps=15,
         piecewise_step_ms=120, graph_stopgap_steps=7, jit_compiles_at_runtime=2,
         jit_compile_ms_at_runtime=380, gc_collections=40, gc_ms=55, tpot_generates=8,
-        tpot_us_sum=96_000)}
+        tpot_us_sum=96_000)),
+        "newer": EngineStats(0, 0, 1, 1, 16, 0, 0, {"num_steps": 5, "fancy_new_counter": 9})}
     class Reported:
         def collect(self):
             return collector.reported()
@@ -195,6 +198,10 @@ def test_engine_work_counters_are_exported_in_seconds_and_tokens():
     assert m[("parrot_engine_tpot_generates_total", label)] == 8
     assert m[("parrot_engine_tpot_seconds_total", label)] == pytest.approx(0.096)
     assert m[("parrot_engine_reported_kv_blocks_used", label)] == 40
+    newer = {(name, value) for (name, labels), value in m.items()
+             if labels == (("engine", "newer"),) and name.endswith("_total")}
+    assert newer == {(f"{c.metric}_total", 5 if c.name == "num_steps" else 0)
+                     for c in COUNTERS}
 
 
 async def test_aborted_calls_and_their_tokens_are_counted():

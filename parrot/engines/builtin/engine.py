@@ -46,6 +46,7 @@ from parrot.engines.builtin.observe.step_accounting import StepCounters, StepRun
 from parrot.engines.builtin.observe.startup_clock import StartupClock
 from parrot.engines.builtin.observe.startup_probe import StartupProbe
 from parrot.engines.builtin.observe.step_trace import StepRecord, StepTrace
+from parrot.engines.counters import engine_counters
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest, ServingLimits)
 from parrot.engines.tpot import TpotMeter
@@ -180,30 +181,20 @@ class BuiltinEngine(Engine):
         graphs = self._runner.graphs
         captured = [g for g in (graphs, self._runner.prefill_graphs) if g is not None]
         pauses = self._pauses.totals() - self._pauses_at_start
+        counters = engine_counters(
+            graph_captures_at_runtime=sum(g.runtime_captures for g in captured),
+            graph_capture_ms_at_runtime=round(1000 * sum(g.runtime_capture_s for g in captured)),
+            num_graph_steps=self._runner.num_graph_steps,
+            num_piecewise_steps=self._runner.num_piecewise_steps,
+            ahead_hits=0 if graphs is None else graphs.num_ahead_hits,
+            ahead_misses=0 if graphs is None else graphs.num_ahead_misses,
+            graph_stopgap_steps=0 if graphs is None else graphs.num_stopgap_replays,
+            **self._counters.counters(), **pauses.counters(), **self._tpot.counters())
         return EngineStats(num_running=s.num_running, num_waiting=s.num_waiting,
                            num_blocks_total=alloc.num_blocks_total,
                            num_blocks_free=alloc.num_free_blocks, block_size=s.blocks.block_size,
                            num_tokens_in_use=sum(len(c.token_ids) for c in s.contexts.values()),
-                           num_contexts=len(s.contexts),
-                           graph_captures_at_runtime=sum(g.runtime_captures for g in captured),
-                           graph_capture_ms_at_runtime=round(
-                               1000 * sum(g.runtime_capture_s for g in captured)),
-                           num_steps=self._counters.num_steps,
-                           num_graph_steps=self._runner.num_graph_steps,
-                           step_ms=round(self._counters.step_s * 1000),
-                           graph_step_ms=round(self._counters.graph_step_s * 1000),
-                           loop_ms=round(self._counters.loop_s * 1000),
-                           prefill_tokens=self._counters.prefill_tokens,
-                           decode_tokens=self._counters.decode_tokens,
-                           ahead_hits=0 if graphs is None else graphs.num_ahead_hits,
-                           ahead_misses=0 if graphs is None else graphs.num_ahead_misses,
-                           num_piecewise_steps=self._runner.num_piecewise_steps,
-                           piecewise_step_ms=round(self._counters.piecewise_step_s * 1000),
-                           graph_stopgap_steps=0 if graphs is None else graphs.num_stopgap_replays,
-                           jit_compiles_at_runtime=pauses.jit_compiles,
-                           jit_compile_ms_at_runtime=round(1000 * pauses.jit_s),
-                           gc_collections=pauses.gc_collections, gc_ms=round(1000 * pauses.gc_s),
-                           tpot_generates=self._tpot.generates, tpot_us_sum=self._tpot.us_sum)
+                           num_contexts=len(s.contexts), counters=counters)
 
     async def healthz(self) -> bool:
         return not self._closing and self._unhealthy is None \

@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from parrot.engines.counters import engine_counters
+
 log = logging.getLogger(__name__)
 
 RECENT_COMPILES = 16   # kernel names kept for the warning that names them
@@ -43,6 +45,12 @@ class PauseTotals:
     def __sub__(self, before: PauseTotals) -> PauseTotals:
         return PauseTotals(self.jit_compiles - before.jit_compiles, self.jit_s - before.jit_s,
                            self.gc_collections - before.gc_collections, self.gc_s - before.gc_s)
+
+    def counters(self) -> dict[str, int]:
+        """As engine counters (`EngineStats.counters`), times in milliseconds."""
+        return engine_counters(jit_compiles_at_runtime=self.jit_compiles,
+                               jit_compile_ms_at_runtime=round(1000 * self.jit_s),
+                               gc_collections=self.gc_collections, gc_ms=round(1000 * self.gc_s))
 
 
 class PauseMonitor:

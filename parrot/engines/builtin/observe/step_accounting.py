@@ -1,4 +1,4 @@
-"""What the batching loop counts per model step (EngineStats' step fields and the step trace).
+"""What the batching loop counts per model step (the engine's step counters and the step trace).
 
 `StepCounters` accumulate over the engine's life. A `StepWatch` is started before one step
 (it notes the runner's path counters, the launch-ahead counters and the process's pauses) and
@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from parrot.engines.counters import engine_counters
 from parrot.engines.builtin.observe.host_pauses import PauseMonitor, PauseTotals
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.batch_scheduler import Batch
@@ -19,7 +20,7 @@ from parrot.engines.builtin.observe.step_trace import step_shape
 
 @dataclass
 class StepCounters:
-    """Cumulative work of the batching loop (EngineStats reports them)."""
+    """Cumulative work of the batching loop (`EngineStats.counters` reports them)."""
 
     num_steps: int = 0
     step_s: float = 0.0          # inside the model step (the worker thread)
@@ -28,6 +29,15 @@ class StepCounters:
     loop_s: float = 0.0          # whole iterations that ran a batch: schedule, step, postprocess
     prefill_tokens: int = 0
     decode_tokens: int = 0
+
+    def counters(self) -> dict[str, int]:
+        """As engine counters (`EngineStats.counters`), times in milliseconds."""
+        return engine_counters(num_steps=self.num_steps, step_ms=round(self.step_s * 1000),
+                               graph_step_ms=round(self.graph_step_s * 1000),
+                               piecewise_step_ms=round(self.piecewise_step_s * 1000),
+                               loop_ms=round(self.loop_s * 1000),
+                               prefill_tokens=self.prefill_tokens,
+                               decode_tokens=self.decode_tokens)
 
 
 @dataclass(frozen=True)

@@ -289,7 +289,7 @@ async def test_greedy_steps_are_queued_before_their_tokens_are_read(make_engine,
         assert graphs.num_ahead_hits == 8 and graphs.num_ahead_misses == 0
         assert (graphs.num_ahead_fed == 8) == fed and (graphs.num_ahead_fed == 0) != fed
         stats = await engine.stats()                  # reported to the manager and /metrics
-        assert (stats.ahead_hits, stats.ahead_misses) == (8, 0)
+        assert (stats.counter("ahead_hits"), stats.counter("ahead_misses")) == (8, 0)
 
 
 async def test_a_row_ending_on_a_stop_token_leaves_the_fed_prediction(make_engine, kernel_bundle):

@@ -96,8 +96,9 @@ async def test_a_compile_inside_a_step_is_counted_traced_and_named(tiny_bundle, 
             max_tokens=4, ignore_eos=True)))
     stats = await engine.stats()
     await engine.close()
-    assert stats.jit_compiles_at_runtime == 1 and stats.jit_compile_ms_at_runtime >= 30
-    assert stats.gc_collections >= 1 and stats.gc_ms >= 0
+    assert stats.counter("jit_compiles_at_runtime") == 1
+    assert stats.counter("jit_compile_ms_at_runtime") >= 30
+    assert stats.counter("gc_collections") >= 1 and stats.counter("gc_ms") >= 0
     assert EngineStats.from_wire(stats.to_wire()) == stats
     records = read_trace(tmp_path / "t.jsonl")
     assert [r.jit_compiles for r in records] == [0, 0, 1] + [0] * (len(records) - 3)
@@ -114,7 +115,7 @@ async def test_an_engine_counts_only_what_happens_after_it_is_built(tiny_bundle,
     engine = make_engine(tiny_bundle, block_size=4)
     await engine.fill(FillRequest("a", token_ids=(1, 2, 3)))
     stats = await engine.stats()
-    assert stats.jit_compiles_at_runtime == 0
+    assert stats.counter("jit_compiles_at_runtime") == 0
     assert monitor.totals().jit_compiles >= 1
 
 

@@ -49,17 +49,17 @@ async def test_every_step_is_traced_with_its_shape(tiny_bundle, make_engine, tmp
     stats = await engine.stats()
     await engine.close()
     records = read_trace(tmp_path / "test.jsonl")
-    assert len(records) == stats.num_steps
+    assert len(records) == stats.counter("num_steps")
     # a Fill leaves its last token to the first decode step, which samples from it
-    assert sum(r.prefill_tokens for r in records) == stats.prefill_tokens == 20 + 4
-    assert sum(r.decode_rows for r in records) == stats.decode_tokens
+    assert sum(r.prefill_tokens for r in records) == stats.counter("prefill_tokens") == 20 + 4
+    assert sum(r.decode_rows for r in records) == stats.counter("decode_tokens")
     assert [r.path for r in records] == ["eager"] * len(records)       # the CPU: no graphs
     decodes = [r for r in records if r.decode_rows == 2]
     # both rows decode together, over contexts of 21 + k and 5 + k tokens
     assert [r.kv_tokens for r in decodes][-3:] == [(21 + k) + (5 + k) for k in (1, 2, 3)]
     assert all(r.step_ms > 0 and r.sched_ms >= 0 and r.post_ms >= 0 for r in records)
     assert sorted(r.t for r in records) == [r.t for r in records]
-    assert sum(r.iteration_ms for r in records) == pytest.approx(stats.loop_ms, abs=5)
+    assert sum(r.iteration_ms for r in records) == pytest.approx(stats.counter("loop_ms"), abs=5)
 
 
 async def test_shared_prefix_steps_record_the_tokens_read_once(kernel_bundle, make_engine,
