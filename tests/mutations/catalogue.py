@@ -949,4 +949,26 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        lane = 0 if ends else len(ends)\n",
         ("tests/sim/test_plots.py::test_calls_running_together_on_one_engine_get_a_row_each",),
         where="timeline_lanes"),
+    Mutation(
+        "engine_counter_typo_accepted", "parrot/engines/counters.py",
+        "    if unknown:\n", "    if False:\n",
+        ("tests/engines/test_engine_counters.py::"
+         "test_engine_counters_orders_by_the_registry_and_refuses_unknown_names_and_non_integers",
+         "tests/engines/test_engine_counters.py::"
+         "test_counter_reads_zero_where_not_counted_and_refuses_an_unknown_name"),
+        where="check_counter_names"),
+    Mutation(
+        "engine_stats_flat_counters_dropped", "parrot/engines/protocol.py",
+        "        if isinstance(data, Mapping) and \"counters\" not in data:\n",
+        "        if False:\n",
+        ("tests/engines/test_engine_counters.py::"
+         "test_the_older_flat_form_is_folded_into_counters",),
+        where="EngineStats.from_wire"),
+    Mutation(
+        "engine_counters_exported_unscaled", "parrot/server/metrics.py",
+        "                family.add_metric([name], stats.counter(counter.name) * counter.scale)\n",
+        "                family.add_metric([name], stats.counter(counter.name))\n",
+        ("tests/server/test_metrics.py::"
+         "test_engine_work_counters_are_exported_in_seconds_and_tokens",),
+        where="ManagerCollector.reported"),
 )
