@@ -135,11 +135,14 @@ class OpBatcher:
             request.task.cancel()  # its connection dropped: the engine aborts the op
 
     def close(self, error: ParrotError) -> None:
-        """Fail every op now and stop every request (the client is closing)."""
+        """Fail every op at once, what it had not taken yet dropped, and stop every request
+        (the client is closing)."""
         for op in self._queued:
             op.push(copy.copy(error), last=True)
         self._queued.clear()
         for request in list(self._requests):
+            for op in request.ops.values():
+                op.events.clear()
             self._fail(request, error)
             if request.task is not None:
                 request.task.cancel()

@@ -949,4 +949,33 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        lane = 0 if ends else len(ends)\n",
         ("tests/sim/test_plots.py::test_calls_running_together_on_one_engine_get_a_row_each",),
         where="timeline_lanes"),
+    Mutation(
+        "batch_ops_of_an_iteration_gathered", "parrot/engines/batch_client.py",
+        "            asyncio.get_running_loop().call_soon(self._flush)\n",
+        "            self._flush()\n",
+        ("tests/engines/test_batch_client.py::"
+         "test_concurrent_generates_leave_in_one_request_and_match_the_engine",),
+        where="OpBatcher._schedule_flush"),
+    Mutation(
+        "batch_op_let_go_aborted", "parrot/engines/batch_client.py",
+        "            self._aborts.append(op.id)\n",
+        "            pass\n",
+        ("tests/engines/test_batch_client.py::"
+         "test_an_op_let_go_early_is_aborted_and_its_batch_mate_runs_on",),
+        where="OpBatcher.release"),
+    Mutation(
+        "batch_stream_gone_aborts_its_ops", "parrot/engines/batch_server.py",
+        "                task.cancel()\n",
+        "                pass\n",
+        ("tests/engines/test_batch_server.py::test_a_client_that_goes_away_aborts_its_ops",
+         "tests/engines/test_batch_client.py::"
+         "test_a_stalled_batch_times_out_and_the_engine_drops_its_ops"),
+        where="BatchRoutes.batch"),
+    Mutation(
+        "batch_chunks_of_one_line_merged", "parrot/engines/batch_server.py",
+        "            self._open_chunks[op_id] = event\n",
+        "            pass\n",
+        ("tests/engines/test_batch_server.py::"
+         "test_an_ops_chunks_that_wait_for_the_writer_merge_into_one_event",),
+        where="Outbox.chunk"),
 )
