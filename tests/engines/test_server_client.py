@@ -258,6 +258,9 @@ def test_client_rejects_a_bad_url() -> None:
     ("POST", "/v1/engine/fill", {"context_id": "a", "text": "secret prompt"}),
     ("POST", "/v1/engine/generate", {"context_id": "a", "sampling": {"max_tokens": 2}}),
     ("POST", "/v1/engine/free_context", {"context_id": "a"}),
+    ("POST", "/v1/engine/batch", {"ops": [{"id": "1", "fill": {"context_id": "a",
+                                                               "text": "secret prompt"}}]}),
+    ("POST", "/v1/engine/abort", {"ids": ["1"]}),
     ("GET", "/v1/engine/stats", None),
     ("GET", "/v1/engine/info", None),
 ])
