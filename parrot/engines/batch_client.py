@@ -74,13 +74,15 @@ class Op:
 
 
 class _Request:
-    """One batch request: its unfinished ops by id, and the task reading its stream."""
+    """One batch request: its unfinished ops by id, the task reading its stream, and the ops
+    let go before the engine answered (None once it has: every op is known to it then)."""
 
-    __slots__ = ("ops", "task")
+    __slots__ = ("ops", "task", "let_go")
 
     def __init__(self, ops: list[Op]) -> None:
         self.ops = {op.id: op for op in ops}
         self.task: asyncio.Task[None] | None = None
+        self.let_go: list[str] | None = []
 
 
 class OpBatcher:
@@ -128,9 +130,10 @@ class OpBatcher:
         if request is None:
             return  # not sent: the flush leaves it out
         del request.ops[op.id]
-        if request.ops:
-            self._aborts.append(op.id)
-            self._schedule_flush()
+        if request.ops and request.let_go is not None:
+            request.let_go.append(op.id)  # an abort sent now could reach the engine first
+        elif request.ops:
+            self._abort_later([op.id])
         elif request.task is not None:
             request.task.cancel()  # its connection dropped: the engine aborts the op
 
@@ -150,6 +153,11 @@ class OpBatcher:
             task.cancel()
 
     # ---- plumbing ----------------------------------------------------------------------------
+
+    def _abort_later(self, ids: list[str]) -> None:
+        if ids:
+            self._aborts.extend(ids)
+            self._schedule_flush()
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -177,6 +185,8 @@ class OpBatcher:
         try:
             resp = await self._open_stream(
                 BATCH_PATH, {"ops": [op.body for op in request.ops.values()]})
+            let_go, request.let_go = request.let_go or [], None
+            self._abort_later(let_go)
             if resp.status >= 400:
                 async with self._guard(None):
                     data = await read_json(resp)
@@ -193,7 +203,7 @@ class OpBatcher:
                 f"engine {self.name}: batch stream ended before its ops finished"))
         except ParrotError as exc:
             self._fail(request, exc)
-        except (ValueError, KeyError, TypeError) as exc:
+        except Exception as exc:  # a malformed line or event: no op may wait forever
             self._fail(request, EngineError(f"engine {self.name}: malformed batch stream: "
                                             f"{exc!r}"))
         finally:

@@ -87,11 +87,13 @@ class BatchRoutes:
         window = 0
         if any(isinstance(op.request, GenerateOp) for op in ops):
             window = (await self.engine.info()).max_context_len
-        response = web.StreamResponse(headers={"Content-Type": NDJSON})
-        await response.prepare(request)
         outbox = Outbox(len(ops))
+        # Every op is known (abortable) before the reply's headers leave: a client may abort
+        # any of them once it has them.
         tasks = [task for op in ops if (task := self._start(op, outbox, window)) is not None]
+        response = web.StreamResponse(headers={"Content-Type": NDJSON})
         try:
+            await response.prepare(request)
             await outbox.write_all(response)
             await response.write_eof()
         except Exception as exc:

@@ -32,10 +32,12 @@ def gen(ctx: str, n: int, parent: str | None = None, **sampling: Any) -> Generat
 class Recorded:
     """What reached the engine's app: each request's path, and each batch's number of ops."""
 
-    def __init__(self, app: web.Application, *, refuse_batch: bool = False) -> None:
+    def __init__(self, app: web.Application, *, refuse_batch: bool = False,
+                 batch_delay_s: float = 0.0) -> None:
         self.paths: list[str] = []
         self.batch_sizes: list[int] = []
         self.refuse_batch = refuse_batch
+        self.batch_delay_s = batch_delay_s
         app.middlewares.append(self.record)
 
     @web.middleware
@@ -45,14 +47,15 @@ class Recorded:
             if self.refuse_batch:  # an engine of the protocol's first version
                 raise web.HTTPNotFound()
             self.batch_sizes.append(len((await request.json())["ops"]))
+            await asyncio.sleep(self.batch_delay_s)  # a busy engine, slow to answer
         return await handler(request)
 
 
-async def serve(engine: Engine, *, refuse_batch: bool = False,
+async def serve(engine: Engine, *, refuse_batch: bool = False, batch_delay_s: float = 0.0,
                 settings: HttpEngineSettings | None = None
                 ) -> tuple[TestServer, HttpEngine, Recorded]:
     app = create_app(engine)
-    recorded = Recorded(app, refuse_batch=refuse_batch)
+    recorded = Recorded(app, refuse_batch=refuse_batch, batch_delay_s=batch_delay_s)
     server = TestServer(app)
     await server.start_server()
     return server, HttpEngine(str(server.make_url("")), settings=settings), recorded
@@ -132,6 +135,22 @@ async def test_an_op_let_go_early_is_aborted_and_its_batch_mate_runs_on() -> Non
         assert recorded.paths.count(ABORT_PATH) == 1
         # the aborted Generate stopped where it was let go
         assert (await client.fill(FillRequest("a", text="more"))).context_len < 100
+    finally:
+        await client.close()
+        await server.close()
+
+
+async def test_an_op_let_go_before_the_engine_answered_is_aborted_once_it_has() -> None:
+    engine = sim(SLOW)
+    server, client, recorded = await serve(engine, batch_delay_s=0.3)
+    try:
+        long = asyncio.ensure_future(collect(client.generate(gen("a", 5_000, ignore_eos=True))))
+        short = asyncio.ensure_future(collect(client.generate(gen("b", 40, ignore_eos=True))))
+        await asyncio.sleep(0.1)  # sent; the engine has not answered
+        long.cancel()
+        assert (await short).finish_reason == "length"
+        await until_idle(engine)  # an abort sent at once would have found nothing to abort
+        assert recorded.paths == [BATCH_PATH, ABORT_PATH]
     finally:
         await client.close()
         await server.close()

@@ -978,4 +978,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/engines/test_batch_server.py::"
          "test_an_ops_chunks_that_wait_for_the_writer_merge_into_one_event",),
         where="Outbox.chunk"),
+    Mutation(
+        "batch_abort_waits_for_the_engines_answer", "parrot/engines/batch_client.py",
+        "        if request.ops and request.let_go is not None:\n",
+        "        if False:\n",
+        ("tests/engines/test_batch_client.py::"
+         "test_an_op_let_go_before_the_engine_answered_is_aborted_once_it_has",),
+        where="OpBatcher.release"),
 )
