@@ -958,7 +958,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="OpBatcher._schedule_flush"),
     Mutation(
         "batch_op_let_go_aborted", "parrot/engines/batch_client.py",
-        "            self._aborts.append(op.id)\n",
+        "            self._abort_later([op.id])\n",
         "            pass\n",
         ("tests/engines/test_batch_client.py::"
          "test_an_op_let_go_early_is_aborted_and_its_batch_mate_runs_on",),
