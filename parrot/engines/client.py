@@ -13,6 +13,12 @@ makes new ones fail fast until a health probe succeeds again. Frees that could n
 meanwhile are retried on that first successful probe, so a frozen engine that resumes does not
 keep contexts nobody will free.
 
+Batching: Fills, Generates and Frees go over the batched route (batch_client.py): the ops
+asked for in one loop iteration share one request and one reply stream, so a thousand calls
+in flight are a few requests, not a thousand. Each op keeps the guarantees of a request of its
+own: its deadline, its own error, abort_requests, an abort in the engine when its caller lets
+it go. An engine without the batch route gets each op on its own route.
+
 Authentication: every request carries `Authorization: Bearer <secret>` when a secret is set.
 """
 
