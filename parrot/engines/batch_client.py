@@ -233,7 +233,7 @@ class OpBatcher:
     async def _abort(self, ids: list[str]) -> None:
         try:
             await self._post(ABORT_PATH, {"ids": ids})
-        except ParrotError as exc:  # the engine aborts them anyway when it cannot answer
+        except ParrotError as exc:  # best effort: an op not aborted runs to its end for nobody
             log.debug("engine %s: aborting %d ops failed: %r", self.name, len(ids), exc)
 
 
