@@ -13,13 +13,18 @@ makes new ones fail fast until a health probe succeeds again. Frees that could n
 meanwhile are retried on that first successful probe, so a frozen engine that resumes does not
 keep contexts nobody will free.
 
+Batching: Fills, Generates and Frees go over the batched route (batch_client.py): the ops
+asked for in one loop iteration share one request and one reply stream, so a thousand calls
+in flight are a few requests, not a thousand. Each op keeps the guarantees of a request of its
+own: its deadline, its own error, abort_requests, an abort in the engine when its caller lets
+it go. An engine without the batch route gets each op on its own route.
+
 Authentication: every request carries `Authorization: Bearer <secret>` when a secret is set.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +32,8 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 import aiohttp
 
+from parrot.engines.batch_client import (OWN_ROUTES, BatchRouteMissing, OpBatcher,
+                                         guarded_lines, read_json)
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest, GenerateResult)
 from parrot.errors import (EngineConfigError, EngineError, EngineUnavailableError,
@@ -93,6 +100,8 @@ class HttpEngine(Engine):
         self._aborted: set[asyncio.Timeout] = set()
         self._down_reason: str | None = None  # set by abort_requests, cleared by a probe
         self._unfreed: set[str] = set()
+        self._batcher = OpBatcher(self.name, guard=self._guard, open_stream=self._post_stream,
+                                  post=self._post, answered=self._answered)
 
     @property
     def is_down(self) -> bool:
@@ -111,6 +120,7 @@ class HttpEngine(Engine):
 
     async def close(self) -> None:
         self._closed = True
+        self._batcher.close(EngineUnavailableError(f"engine client for {self.url} is closed"))
         for session in (self._session, self._probe_session):
             if session is not None:
                 await session.close()
@@ -120,55 +130,37 @@ class HttpEngine(Engine):
         return EngineInfo.from_wire(await self._call("GET", "/v1/engine/info"), strict=False)
 
     async def fill(self, request: FillRequest) -> FillResult:
-        return FillResult.from_wire(await self._call("POST", "/v1/engine/fill", request.to_wire()),
-                                    strict=False)
+        return FillResult.from_wire(await self._one("fill", request.to_wire()), strict=False)
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         body = {**request.to_wire(), "stream": True}
-        loop = asyncio.get_running_loop()
-        limit = self.settings.request_timeout_s
-        deadline = None if limit is None else loop.time() + limit
-        # The deadline scope never spans a `yield` (the consumer may be anywhere then): each
-        # read from the stream gets its own scope with what is left of the deadline.
-        for attempt in range(CONNECT_ATTEMPTS):
+        deadline = self._deadline()
+        if self._batcher.supported:
+            op = self._batcher.submit("generate", body)
             try:
-                async with self._guard(deadline, retry_connect=attempt + 1 < CONNECT_ATTEMPTS):
-                    resp = await self._client().post(self.url + "/v1/engine/generate",
-                                                     json=body, headers=self._headers)
-                break
-            except _ConnectTimedOut:
-                continue
-        self._answered()
-        try:
-            if resp.status >= 400:
-                async with self._guard(deadline):
-                    data = await _read_json(resp)
-                raise error_from_wire(data, resp.status)
-            async with aclosing(_ndjson(resp)) as lines:
-                while True:
-                    async with self._guard(deadline):
-                        data = await anext(lines, None)
-                    if data is None:
-                        break
-                    self._answered()
-                    if "error" in data:
-                        raise error_from_wire(data, 500)
+                try:
+                    data = await self._batcher.next(op, deadline)
+                except BatchRouteMissing:
+                    data = None
+                while data is not None:
                     chunk = GenerateChunk.from_wire(data, strict=False)
                     yield chunk
                     if chunk.is_finished:
                         return
-        finally:
-            resp.release()
-        raise EngineUnavailableError(f"engine {self.name}: stream ended before the last chunk")
+                    data = await self._batcher.next(op, deadline)
+            finally:
+                self._batcher.release(op)
+        async with aclosing(self._generate_alone(body, deadline)) as chunks:
+            async for chunk in chunks:
+                yield chunk
 
     async def generate_all(self, request: GenerateRequest) -> GenerateResult:
-        data = await self._call("POST", "/v1/engine/generate",
-                                {**request.to_wire(), "stream": False})
+        data = await self._one("generate", {**request.to_wire(), "stream": False})
         return GenerateResult.from_wire(data, strict=False)
 
     async def free_context(self, context_id: str) -> None:
         try:
-            await self._call("POST", "/v1/engine/free_context", {"context_id": context_id})
+            await self._one("free", {"context_id": context_id})
         except EngineUnavailableError:
             self._unfreed.add(context_id)  # retried when the engine answers again
             raise
@@ -185,7 +177,7 @@ class HttpEngine(Engine):
         try:
             async with self._prober().get(self.url + "/healthz", headers=self._headers,
                                           timeout=timeout) as resp:
-                data = await _read_json(resp)
+                data = await read_json(resp)
         except (TimeoutError, aiohttp.ClientError):
             return False
         self._answered()
@@ -273,19 +265,77 @@ class HttpEngine(Engine):
             self._inflight.discard(scope)
             self._aborted.discard(scope)
 
-    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def _deadline(self) -> float | None:
         limit = self.settings.request_timeout_s
-        deadline = None if limit is None else asyncio.get_running_loop().time() + limit
+        return None if limit is None else asyncio.get_running_loop().time() + limit
+
+    async def _one(self, kind: str, body: dict[str, Any]) -> Any:
+        """One op with one answer (a Fill, a whole Generate, a Free): batched, or by its own
+        route on an engine without the batch route."""
+        deadline = self._deadline()
+        if self._batcher.supported:
+            op = self._batcher.submit(kind, body)
+            try:
+                return await self._batcher.next(op, deadline)
+            except BatchRouteMissing:
+                pass
+            finally:
+                self._batcher.release(op)
+        return await self._call("POST", OWN_ROUTES[kind], body, deadline)
+
+    async def _generate_alone(self, body: dict[str, Any],
+                              deadline: float | None) -> AsyncGenerator[GenerateChunk, None]:
+        """A streamed Generate by its own route, each read bounded by what is left of the
+        deadline."""
+        resp = await self._open("POST", OWN_ROUTES["generate"], body, deadline)
+        try:
+            if resp.status >= 400:
+                async with self._guard(deadline):
+                    data = await read_json(resp)
+                raise error_from_wire(data, resp.status)
+            async with aclosing(guarded_lines(resp, self._guard, deadline,
+                                              self._answered)) as lines:
+                async for data in lines:
+                    if "error" in data:
+                        raise error_from_wire(data, 500)
+                    chunk = GenerateChunk.from_wire(data, strict=False)
+                    yield chunk
+                    if chunk.is_finished:
+                        return
+        finally:
+            resp.release()
+        raise EngineUnavailableError(f"engine {self.name}: stream ended before the last chunk")
+
+    async def _open(self, method: str, path: str, body: dict[str, Any] | None,
+                    deadline: float | None) -> aiohttp.ClientResponse:
+        """Send a request and return its response once the headers are in (the caller reads
+        and releases it); a connect timeout is tried again."""
         for attempt in range(CONNECT_ATTEMPTS):
             try:
                 async with self._guard(deadline, retry_connect=attempt + 1 < CONNECT_ATTEMPTS):
-                    async with self._client().request(method, self.url + path, json=body,
-                                                      headers=self._headers) as resp:
-                        data = await _read_json(resp)
+                    resp = await self._client().request(method, self.url + path, json=body,
+                                                        headers=self._headers)
                 break
             except _ConnectTimedOut:
                 continue
         self._answered()
+        return resp
+
+    async def _post_stream(self, path: str, body: dict[str, Any]) -> aiohttp.ClientResponse:
+        return await self._open("POST", path, body, None)
+
+    async def _post(self, path: str, body: dict[str, Any]) -> Any:
+        return await self._call("POST", path, body)
+
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None,
+                    deadline: float | None = None) -> Any:
+        deadline = self._deadline() if deadline is None else deadline
+        resp = await self._open(method, path, body, deadline)
+        try:
+            async with self._guard(deadline):
+                data = await read_json(resp)
+        finally:
+            resp.release()
         if resp.status >= 400:
             raise error_from_wire(data, resp.status)
         return data
@@ -301,24 +351,3 @@ class HttpEngine(Engine):
                 return
             except (UnknownContextError, EngineTimeoutError):
                 pass  # a restarted engine has none of the old contexts
-
-
-async def _read_json(resp: aiohttp.ClientResponse) -> Any:
-    text = await resp.text()
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text  # error_from_wire turns an unknown shape into a ParrotError with the status
-
-
-async def _ndjson(resp: aiohttp.ClientResponse) -> AsyncGenerator[dict[str, Any], None]:
-    """Lines of any length (aiohttp's readline caps line size)."""
-    buffer = b""
-    async for piece in resp.content.iter_any():
-        buffer += piece
-        *lines, buffer = buffer.split(b"\n")
-        for line in lines:
-            if line.strip():
-                yield json.loads(line)
-    if buffer.strip():
-        yield json.loads(buffer)

@@ -7,6 +7,10 @@ Routes (JSON bodies are the protocol dataclasses' `to_json` forms):
                                   stream=true: NDJSON, one GenerateChunk per line; an error after
                                   the first line becomes a last line {"error": {type, message}}
     POST /v1/engine/free_context  {context_id}                -> {context_id}
+    POST /v1/engine/batch         {ops: [{id, fill|generate|free}]} -> NDJSON, per line
+                                  {events: [...]}: every op's events tagged by its id,
+                                  coalesced while the stream is busy (batch_server.py)
+    POST /v1/engine/abort         {ids}                       -> {aborted}: single batch ops
     GET  /v1/engine/stats                                     -> EngineStats
     GET  /v1/engine/info                                      -> EngineInfo
     GET  /healthz                                             -> {ok: true} (503 when unhealthy)
@@ -38,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import hmac
-import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, cast
@@ -47,7 +50,12 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
 
-from parrot.engines.protocol import Engine, FillRequest, GenerateChunk, GenerateRequest
+from parrot.engines.batch_server import BatchRoutes
+from parrot.engines.batch_wire import ABORT_PATH, BATCH_PATH
+from parrot.engines.protocol import Engine, FillRequest, GenerateChunk
+from parrot.engines.server_io import (BODY_TIMEOUT_KEY, BODY_TIMEOUT_S, NDJSON, check_window,
+                                      is_disconnect, json_body, ndjson_line, parse,
+                                      parse_generate)
 from parrot.errors import (InvalidRequestError, NotFoundError, ParrotError,
                            PayloadTooLargeError, RequestTimeoutError, UnauthorizedError)
 
@@ -61,8 +69,6 @@ FIRST_REQUEST_TIMEOUT_S = 5.0   # a new connection must present the secret withi
 # own connections.
 MAX_UNAUTHENTICATED = 2048
 MAX_CONNECTIONS = 8192          # all connections
-BODY_TIMEOUT_S = 30.0           # a request's body, once its headers are in
-NDJSON = "application/x-ndjson"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -82,6 +88,9 @@ def create_app(engine: Engine, *, secret: str | None = None,
     app.router.add_post("/v1/engine/fill", routes.fill)
     app.router.add_post("/v1/engine/generate", routes.generate)
     app.router.add_post("/v1/engine/free_context", routes.free_context)
+    batch = BatchRoutes(engine)
+    app.router.add_post(BATCH_PATH, batch.batch)
+    app.router.add_post(ABORT_PATH, batch.abort)
     app.router.add_get("/v1/engine/stats", routes.stats)
     app.router.add_get("/v1/engine/info", routes.info)
     app.router.add_get("/healthz", routes.healthz)
@@ -99,21 +108,13 @@ class _Routes:
         self.engine = engine
 
     async def fill(self, request: web.Request) -> web.Response:
-        body = await _json_body(request)
-        result = await self.engine.fill(_parse(FillRequest.from_wire, body))
+        body = await json_body(request)
+        result = await self.engine.fill(parse(FillRequest.from_wire, body))
         return web.json_response(result.to_wire())
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
-        body = await _json_body(request)
-        stream = body.pop("stream", False)
-        if not isinstance(stream, bool):
-            raise InvalidRequestError(f"stream must be a boolean, got {stream!r}")
-        gen_request = _parse(GenerateRequest.from_wire, body)
-        window = (await self.engine.info()).max_context_len
-        if gen_request.sampling.max_tokens > window:
-            raise InvalidRequestError(
-                f"max_tokens={gen_request.sampling.max_tokens} exceeds this engine's context "
-                f"window of {window} tokens")
+        gen_request, stream = parse_generate(await json_body(request))
+        check_window(gen_request, (await self.engine.info()).max_context_len)
         if not stream:
             result = await self.engine.generate_all(gen_request)
             return web.json_response(result.to_wire())
@@ -131,7 +132,7 @@ class _Routes:
             await chunks.aclose()  # a client that went away aborts the request in the engine
 
     async def free_context(self, request: web.Request) -> web.Response:
-        body = await _json_body(request)
+        body = await json_body(request)
         context_id = body.get("context_id")
         if not isinstance(context_id, str) or not context_id:
             raise InvalidRequestError(f"context_id must be a non-empty string, got {context_id!r}")
@@ -155,58 +156,23 @@ async def _stream(response: web.StreamResponse, first: GenerateChunk | None,
         chunk = first
         try:
             while chunk is not None:
-                await response.write(_line(chunk.to_wire()))
+                await response.write(ndjson_line(chunk.to_wire()))
                 if chunk.is_finished:
                     break
                 chunk = await anext(chunks, None)
         except ParrotError as exc:
-            await response.write(_line(exc.to_wire()))
+            await response.write(ndjson_line(exc.to_wire()))
         except Exception as exc:
-            if _is_disconnect(exc):
+            if is_disconnect(exc):
                 raise
             log.exception("generate stream failed")
-            await response.write(_line(ParrotError(f"internal error: {exc!r}").to_wire()))
+            await response.write(ndjson_line(ParrotError(f"internal error: {exc!r}").to_wire()))
         await response.write_eof()
     except Exception as exc:
-        if not _is_disconnect(exc):
+        if not is_disconnect(exc):
             raise
         # the client went away; the caller's aclose() aborts the request in the engine
         log.info("generate stream closed by the client: %r", exc)
-
-
-def _is_disconnect(exc: BaseException) -> bool:
-    # aiohttp raises ClientConnectionResetError (a ConnectionResetError) writing to a closed peer
-    return isinstance(exc, ConnectionError)
-
-
-def _line(payload: dict[str, Any]) -> bytes:
-    return (json.dumps(payload, separators=(",", ":")) + "\n").encode()
-
-
-def _parse(parser: Callable[[Any], Any], body: dict[str, Any]) -> Any:
-    try:
-        return parser(body)
-    except ParrotError:
-        raise
-    except (TypeError, ValueError, KeyError) as exc:
-        raise InvalidRequestError(f"malformed request: {exc}") from None
-
-
-async def _json_body(request: web.Request) -> dict[str, Any]:
-    timeout_s = request.app.get(BODY_TIMEOUT_KEY, BODY_TIMEOUT_S)
-    try:
-        raw = await asyncio.wait_for(request.read(), timeout_s)
-    except web.HTTPRequestEntityTooLarge as exc:
-        raise PayloadTooLargeError(f"request body too large: {exc.text}") from None
-    except TimeoutError:
-        raise RequestTimeoutError(f"request body not received within {timeout_s:g} s") from None
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidRequestError(f"body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise InvalidRequestError(f"body must be a JSON object, got {type(body).__name__}")
-    return body
 
 
 def _auth_middleware(secret: str) -> Middleware:
@@ -235,9 +201,6 @@ async def _open_middleware(request: web.Request, handler: Handler) -> web.Stream
     connection (a `GuardedRunner` then only caps connections)."""
     _mark_authenticated(request)
     return await handler(request)
-
-
-BODY_TIMEOUT_KEY = web.AppKey("parrot_body_timeout_s", float)
 
 
 def _error_response(exc: ParrotError) -> web.Response:

@@ -16,7 +16,7 @@ from parrot.engines.protocol import (THROUGHPUT_PRIORITY, Engine, EngineInfo, En
                                      FillRequest, FillResult, GenerateChunk, GenerateRequest)
 from parrot.engines.server import create_app
 from tests.manager.fakes import RecordingEngine
-from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig
+from tests.engines.sim_helpers import sim, until_idle
 from parrot.errors import (ContextExistsError, EngineUnavailableError, InvalidRequestError,
                            OutOfKVCacheError, PromptTooLongError, UnauthorizedError,
                            UnknownContextError)
@@ -34,10 +34,6 @@ async def serve(engine: Engine, *, client_secret: str | None = None,
     return server, HttpEngine(str(server.make_url("")), name="remote",
                               secret=client_secret or app_kwargs.get("secret"),
                               settings=settings)
-
-
-def sim(params: dict[str, Any]) -> SimulatedEngine:
-    return SimulatedEngine("sim", SimulatedEngineConfig.from_mapping(params))
 
 
 def gen(ctx: str, n: int, parent: str | None = None) -> GenerateRequest:
@@ -211,15 +207,6 @@ async def test_error_mid_stream_is_a_final_error_line() -> None:
         await server.close()
 
 
-async def _until_idle(engine: SimulatedEngine) -> None:
-    for _ in range(200):
-        stats = await engine.stats()
-        if stats.num_running == 0 and stats.num_waiting == 0:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"engine still busy: {await engine.stats()}")
-
-
 async def test_client_disconnect_mid_stream_frees_the_engine() -> None:
     engine = sim(SLOW)
     server, client = await serve(engine)
@@ -229,13 +216,13 @@ async def test_client_disconnect_mid_stream_frees_the_engine() -> None:
             resp = await session.post(server.make_url("/v1/engine/generate"), json=body)
             assert json.loads(await resp.content.readline())["finish_reason"] is None
             resp.close()  # drop the connection mid-stream
-        await _until_idle(engine)
+        await until_idle(engine)
         assert (await client.fill(FillRequest("a", text="more"))).context_len < 5_000
         # the same through the client: leaving the stream early aborts the request
         stream = client.generate(gen("b", 5_000))
         await anext(stream)
         await stream.aclose()
-        await _until_idle(engine)
+        await until_idle(engine)
     finally:
         await client.close()
         await server.close()
@@ -272,6 +259,9 @@ def test_client_rejects_a_bad_url() -> None:
     ("POST", "/v1/engine/fill", {"context_id": "a", "text": "secret prompt"}),
     ("POST", "/v1/engine/generate", {"context_id": "a", "sampling": {"max_tokens": 2}}),
     ("POST", "/v1/engine/free_context", {"context_id": "a"}),
+    ("POST", "/v1/engine/batch", {"ops": [{"id": "1", "fill": {"context_id": "a",
+                                                               "text": "secret prompt"}}]}),
+    ("POST", "/v1/engine/abort", {"ids": ["1"]}),
     ("GET", "/v1/engine/stats", None),
     ("GET", "/v1/engine/info", None),
 ])
@@ -388,7 +378,7 @@ async def test_abort_requests_fails_in_flight_calls_until_a_probe_succeeds() -> 
         assert client.is_down
         assert await client.healthz()
         assert not client.is_down
-        await _until_idle(engine)
+        await until_idle(engine)
         assert (await client.stats()).num_contexts == 0  # all delivered
     finally:
         await client.close()

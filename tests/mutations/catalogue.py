@@ -971,4 +971,40 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/server/test_metrics.py::"
          "test_engine_work_counters_are_exported_in_seconds_and_tokens",),
         where="ManagerCollector.reported"),
+    Mutation(
+        "batch_ops_of_an_iteration_gathered", "parrot/engines/batch_client.py",
+        "            asyncio.get_running_loop().call_soon(self._flush)\n",
+        "            self._flush()\n",
+        ("tests/engines/test_batch_client.py::"
+         "test_concurrent_generates_leave_in_one_request_and_match_the_engine",),
+        where="OpBatcher._schedule_flush"),
+    Mutation(
+        "batch_op_let_go_aborted", "parrot/engines/batch_client.py",
+        "            self._abort_later([op.id])\n",
+        "            pass\n",
+        ("tests/engines/test_batch_client.py::"
+         "test_an_op_let_go_early_is_aborted_and_its_batch_mate_runs_on",),
+        where="OpBatcher.release"),
+    Mutation(
+        "batch_stream_gone_aborts_its_ops", "parrot/engines/batch_server.py",
+        "                task.cancel()\n",
+        "                pass\n",
+        ("tests/engines/test_batch_server.py::test_a_client_that_goes_away_aborts_its_ops",
+         "tests/engines/test_batch_client.py::"
+         "test_a_stalled_batch_times_out_and_the_engine_drops_its_ops"),
+        where="BatchRoutes.batch"),
+    Mutation(
+        "batch_chunks_of_one_line_merged", "parrot/engines/batch_server.py",
+        "            self._open_chunks[op_id] = event\n",
+        "            pass\n",
+        ("tests/engines/test_batch_server.py::"
+         "test_an_ops_chunks_that_wait_for_the_writer_merge_into_one_event",),
+        where="Outbox.chunk"),
+    Mutation(
+        "batch_abort_waits_for_the_engines_answer", "parrot/engines/batch_client.py",
+        "        if request.ops and request.let_go is not None:\n",
+        "        if False:\n",
+        ("tests/engines/test_batch_client.py::"
+         "test_an_op_let_go_before_the_engine_answered_is_aborted_once_it_has",),
+        where="OpBatcher.release"),
 )
