@@ -81,6 +81,11 @@ COUNTERS: tuple[EngineCounter, ...] = (
                   "after the first, as the engine handed them over (over "
                   "parrot_engine_tpot_generates_total: the mean)", "parrot_engine_tpot_seconds",
                   "us"),
+    EngineCounter("aborted_generates", "Generates aborted before they finished (caller gone, "
+                  "stream dropped, abort route, context freed under them)",
+                  "parrot_engine_aborted_generates"),
+    EngineCounter("aborted_decode_tokens", "tokens decoded for Generates before they were "
+                  "aborted (work decoded for nobody)", "parrot_engine_aborted_decode_tokens"),
 )
 
 COUNTER_NAMES: tuple[str, ...] = tuple(c.name for c in COUNTERS)

@@ -47,6 +47,7 @@ import random
 from dataclasses import dataclass, field
 from collections.abc import AsyncIterator
 
+from parrot.engines.aborted import AbortedGenerates
 from parrot.engines.counters import engine_counters
 # the configuration lives with the latency model; re-exported here as part of this module's API
 from parrot.engines.latency_model import LatencyModel, SimulatedEngineConfig, load_profile
@@ -133,6 +134,7 @@ class SimulatedEngine(Engine):
         self._step_s = 0.0
         self._pacer = StepPacer()  # real-clock timer lateness made up (sim_pacing.py)
         self._tpot = TpotMeter()  # time per output token as Generates are handed over
+        self._aborted = AbortedGenerates()  # decode work aborts threw away (aborted.py)
         # context id -> where its next Generate stops on its own (an [[eos@N]] marker filled)
         self._eos_at: dict[str, int] = {}
         # With prefix caching: finished contexts cached by content, and every live context's
@@ -188,7 +190,7 @@ class SimulatedEngine(Engine):
         try:
             await req.event.wait()
         except asyncio.CancelledError:
-            self._abort(req)
+            self._abort(req, by_client=True)
             raise
         finally:
             self._drop_cached_prefix(parent_id, request.parent_context_id)
@@ -288,15 +290,16 @@ class SimulatedEngine(Engine):
                     timer.observe(chunk)
                     yield chunk
         finally:
-            if not req.is_finished:
-                self._abort(req)  # consumer went away (or the request failed): free the slot
+            if not req.is_finished:  # consumer went away (or the request failed): free the slot
+                self._abort(req, by_client=True)
 
     async def free_context(self, context_id: str) -> None:
         pending = [r for r in self._waiting + self._running if r.context_id == context_id]
         if context_id not in self._contexts and not pending:
             raise UnknownContextError(f"unknown context {context_id!r}")
         for req in pending:
-            self._abort(req, UnknownContextError(f"context {context_id!r} was freed while in use"))
+            self._abort(req, UnknownContextError(
+                f"context {context_id!r} was freed while in use"), by_client=True)
         self._eos_at.pop(context_id, None)
         text = self._texts.pop(context_id, None)
         ctx = self._contexts.get(context_id)
@@ -333,7 +336,8 @@ class SimulatedEngine(Engine):
                                num_steps=self._num_steps, step_ms=round(self._step_s * 1000),
                                loop_ms=round(self._step_s * 1000),
                                prefill_tokens=self._prefill_tokens,
-                               decode_tokens=self._decode_tokens, **self._tpot.counters()))
+                               decode_tokens=self._decode_tokens, **self._tpot.counters(),
+                               **self._aborted.counters()))
 
     async def healthz(self) -> bool:
         return not self._closed
@@ -509,12 +513,17 @@ class SimulatedEngine(Engine):
         self._claimed.discard(req.context_id)
         req.event.set()
 
-    def _abort(self, req: _Request, exc: BaseException | None = None) -> None:
+    def _abort(self, req: _Request, exc: BaseException | None = None, *,
+               by_client: bool = False) -> None:
         """Take a request out of the engine. An aborted Fill leaves no trace (a context it
         created is dropped, one it appended to is cut back); an aborted Generate's context keeps
-        the tokens already streamed."""
+        the tokens already streamed. `by_client`: aborted by a client (its caller went away, or
+        its context was freed), not failed by the engine; a Generate's decoded tokens then
+        count as thrown away (once: a request already finished or failed is left alone)."""
         if req.is_finished or req.error is not None:
             return
+        if by_client and req.kind is _Kind.GENERATE:
+            self._aborted.add(req.num_done)
         req.error = exc or EngineError("request aborted")
         if req in self._waiting:
             self._waiting.remove(req)

@@ -156,6 +156,46 @@ async def test_an_op_let_go_before_the_engine_answered_is_aborted_once_it_has() 
         await server.close()
 
 
+async def test_the_engine_counts_what_it_decoded_for_ops_aborted_over_http() -> None:
+    """Generates that are not streamed (their tokens come back only at their end), let go
+    mid-way: the engine counts each and every token it decoded for it (what its context
+    kept), whether it was aborted through the abort route (a batch mate ran on) or by its
+    request's connection dropped; a finished batch mate counts nothing."""
+    engine = sim(SLOW)
+    server, client, recorded = await serve(engine)
+
+    async def decoded_at_least(n: int) -> None:
+        while (await client.stats()).counter("decode_tokens") < n:
+            await asyncio.sleep(0.01)
+
+    async def kept(ctx: str) -> int:
+        return (await client.fill(FillRequest(ctx, text=""))).context_len
+
+    try:
+        long = asyncio.ensure_future(client.generate_all(gen("a", 5_000, ignore_eos=True)))
+        short = asyncio.ensure_future(client.generate_all(gen("b", 40, ignore_eos=True)))
+        await decoded_at_least(20)
+        long.cancel()
+        assert (await short).finish_reason == "length"
+        await until_idle(engine)
+        assert recorded.paths.count(ABORT_PATH) == 1
+        stats = await client.stats()
+        assert stats.counter("aborted_generates") == 1
+        assert stats.counter("aborted_decode_tokens") == await kept("a") >= 10
+        alone = asyncio.ensure_future(client.generate_all(gen("c", 5_000, ignore_eos=True)))
+        await decoded_at_least(stats.counter("decode_tokens") + 10)
+        alone.cancel()
+        await until_idle(engine)
+        assert recorded.paths.count(ABORT_PATH) == 1   # its connection dropped instead
+        again = await client.stats()
+        assert again.counter("aborted_generates") == 2
+        assert again.counter("aborted_decode_tokens") == await kept("a") + await kept("c")
+        assert await kept("c") >= 10
+    finally:
+        await client.close()
+        await server.close()
+
+
 class _Hangs(Engine):
     """Fills that never finish; it counts the ones that were aborted."""
 

@@ -234,6 +234,10 @@ async def test_a_client_that_goes_away_aborts_its_ops() -> None:
         assert (await engine.stats()).num_running == 3
         resp.close()  # drop the connection mid-stream
         await until_idle(engine)
+        # each aborted, with every token decoded for it (what its context kept)
+        stats = await engine.stats()
+        assert stats.counter("aborted_generates") == 3
+        assert stats.counter("aborted_decode_tokens") == stats.num_tokens_in_use > 0
 
 
 async def test_the_abort_route_aborts_one_op_and_the_others_run_on() -> None:
@@ -245,7 +249,10 @@ async def test_the_abort_route_aborts_one_op_and_the_others_run_on() -> None:
         assert events["long"][-1]["error"]["message"] == "op 'long' was aborted"
         assert joined(events["short"])["finish_reason"] == "length"
         await until_idle(engine)
-        assert (await engine.stats()).num_contexts == 2
+        stats = await engine.stats()
+        assert stats.num_contexts == 2
+        assert stats.counter("aborted_generates") == 1    # the short one finished: not counted
+        assert stats.counter("aborted_decode_tokens") == stats.num_tokens_in_use - 40 > 0
         status, reply = await post(server, "/v1/engine/abort", {"ids": ["long"]})
         assert (status, reply) == (200, {"aborted": []})  # finished ops are gone
         status, reply = await post(server, "/v1/engine/abort", {"ids": "long"})

@@ -511,6 +511,80 @@ def test_a_cancelled_fill_leaves_no_trace() -> None:
     run_virtual(main())
 
 
+# ---- work that aborts threw away ---------------------------------------------------------------
+
+async def aborted(engine: SimulatedEngine) -> tuple[int, int]:
+    stats = await engine.stats()
+    return stats.counter("aborted_generates"), stats.counter("aborted_decode_tokens")
+
+
+def test_a_generate_cancelled_after_k_steps_counts_k_aborted_decode_tokens() -> None:
+    """Not streamed (the caller holds no token until the end) or streamed, a Generate aborted
+    mid-way counts once with every token decoded for it; one that finishes counts nothing."""
+    async def main() -> None:
+        engine = make_engine()
+        await engine.generate_all(gen("done", 5))
+        assert await aborted(engine) == (0, 0)
+        task = asyncio.ensure_future(engine.generate_all(gen("a", 50)))
+        await asyncio.sleep(3.5 * ITER_MS / 1000)   # three steps decoded, the fourth under way
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await aborted(engine) == (1, 3)
+        stream = engine.generate(gen("b", 50))
+        received = [await anext(stream) for _ in range(4)]
+        await stream.aclose()
+        assert sum(len(c.token_ids) for c in received) == 4
+        assert await aborted(engine) == (2, 7)
+        assert (await engine.stats()).num_running == 0
+        await engine.close()
+    run_virtual(main())
+
+
+def test_a_generate_whose_context_is_freed_counts_once() -> None:
+    async def main() -> None:
+        engine = make_engine()
+        stream = engine.generate(gen("a", 50))
+        await anext(stream)
+        await anext(stream)
+        await engine.free_context("a")
+        with pytest.raises(UnknownContextError):
+            await anext(stream)
+        await stream.aclose()   # its caller lets go as well: still one abort
+        assert await aborted(engine) == (1, 2)
+        # freed while it waited for its parent's fill: aborted before it decoded anything
+        parent = asyncio.ensure_future(engine.fill(fill("p", 10)))
+        child = asyncio.ensure_future(engine.generate_all(gen("c", 5, parent="p")))
+        await asyncio.sleep(0)
+        await engine.free_context("c")
+        with pytest.raises(UnknownContextError):
+            await child
+        await parent
+        assert await aborted(engine) == (2, 2)
+        await engine.close()
+    run_virtual(main())
+
+
+def test_fills_and_failed_generates_are_not_aborted_work() -> None:
+    async def main() -> None:
+        engine = make_engine(prefill_per_token_ms=1.0)
+        task = asyncio.ensure_future(engine.fill(fill("a", 100)))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        with pytest.raises(PromptTooLongError):
+            await engine.generate_all(gen("b", 10**6))
+        running = asyncio.ensure_future(engine.generate_all(gen("c", 50)))
+        while (await engine.stats()).counter("decode_tokens") < 3:
+            await asyncio.sleep(ITER_MS / 1000)
+        await engine.close()    # the engine fails it: a failure, not work thrown away
+        with pytest.raises(EngineUnavailableError):
+            await running
+        assert await aborted(engine) == (0, 0)
+    run_virtual(main())
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.lists(st.tuples(st.sampled_from(["fill", "fork", "gen"]),
                                    st.integers(1, 30)), min_size=1, max_size=6),
