@@ -87,20 +87,22 @@ class BatchScheduler:
         work.context.owner = work
         bisect.insort(self.works, work, key=_by_priority)   # after those of equal priority
 
-    def free(self, ctx: Context, *, defer: bool) -> None:
+    def free(self, ctx: Context, *, defer: bool) -> Work | None:
         """Forget ctx now; release its blocks now, or at the next iteration when a step that
-        may use them is in flight."""
+        may use them is in flight. The work in progress on it fails: that work, if any."""
         del self.contexts[ctx.context_id]
         ctx.is_freed = True
         if ctx.fork_from is not None:  # never started: it no longer pins its parent's blocks
             ctx.fork_from.num_waiting_children -= 1
             ctx.fork_from = None
-        if ctx.owner is not None:
-            ctx.owner.fail(UnknownContextError(
-                f"context {ctx.context_id!r} was freed while a request was using it"))
+        failed = ctx.owner
+        if failed is not None and not failed.fail(UnknownContextError(
+                f"context {ctx.context_id!r} was freed while a request was using it")):
+            failed = None
         self._freed.append(ctx)
         if not defer:
             self._release_freed()
+        return failed
 
     def check_invariants(self) -> None:
         """Allocator invariants, and every block's reference count equals the number of block

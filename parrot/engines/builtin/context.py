@@ -109,14 +109,17 @@ class Work:
             self.fill_result.set_result(result)
         self._finish(WorkState.DONE)
 
-    def fail(self, exc: BaseException) -> None:
+    def fail(self, exc: BaseException) -> bool:
+        """Fail unfinished work with `exc`; whether it did (finished work stays as it ended,
+        so a caller that counts what it failed counts it once)."""
         if self.state.is_finished:
-            return
+            return False
         if self.fill_result is not None and not self.fill_result.done():
             self.fill_result.set_exception(exc)
         if self.chunks is not None:
             self.chunks.put_nowait(exc)
         self._finish(WorkState.FAILED)
+        return True
 
     def _finish(self, state: WorkState) -> None:
         self.state = state

@@ -35,6 +35,7 @@ from typing import Any
 from collections.abc import AsyncIterator
 
 from parrot.chat import ChatTemplate
+from parrot.engines.aborted import AbortedGenerates
 from parrot.engines.builtin.context import Context, Work, WorkKind
 from parrot.engines.builtin.observe.host_pauses import PauseMonitor, pause_monitor
 from parrot.engines.builtin.runner import ModelRunner
@@ -80,6 +81,7 @@ class BuiltinEngine(Engine):
         self._runner, self._scheduler = runner, scheduler
         self._counters = StepCounters()
         self._tpot = TpotMeter()        # time per output token as Generates are handed over
+        self._aborted = AbortedGenerates()  # decode work aborts threw away (aborted.py)
         self._tokenizer = tokenizer
         self._vocab_size = vocab_size
         self._grammars: GrammarCache | None = None   # made by the first constrained Generate
@@ -189,7 +191,8 @@ class BuiltinEngine(Engine):
             ahead_hits=0 if graphs is None else graphs.num_ahead_hits,
             ahead_misses=0 if graphs is None else graphs.num_ahead_misses,
             graph_stopgap_steps=0 if graphs is None else graphs.num_stopgap_replays,
-            **self._counters.counters(), **pauses.counters(), **self._tpot.counters())
+            **self._counters.counters(), **pauses.counters(), **self._tpot.counters(),
+            **self._aborted.counters())
         return EngineStats(num_running=s.num_running, num_waiting=s.num_waiting,
                            num_blocks_total=alloc.num_blocks_total,
                            num_blocks_free=alloc.num_free_blocks, block_size=s.blocks.block_size,
@@ -266,8 +269,9 @@ class BuiltinEngine(Engine):
                 if item.is_finished:
                     return
         finally:
-            if not work.state.is_finished:  # the caller stopped reading: abort
-                work.fail(EngineError("generate abandoned by its caller"))
+            # the caller stopped reading: abort (fail is False once it finished or failed)
+            if work.fail(EngineError("generate abandoned by its caller")):
+                self._count_abort(work)
                 self._wake.set()
 
     async def _start_grammar(self, constraint: Constraint) -> SequenceGrammar:
@@ -284,8 +288,15 @@ class BuiltinEngine(Engine):
         ctx = self._scheduler.contexts.get(context_id)
         if ctx is None:
             raise UnknownContextError(f"unknown context {context_id!r}")
-        self._scheduler.free(ctx, defer=self._step_in_flight)
+        self._count_abort(self._scheduler.free(ctx, defer=self._step_in_flight))
         self._wake.set()
+
+    def _count_abort(self, work: Work | None) -> None:
+        """A client aborted `work` (its caller went away, or its context was freed under
+        it): a Generate's decoded tokens were decoded for nobody. Each caller passes only work
+        it failed itself, so a Generate counts once however the aborts race."""
+        if work is not None and not work.is_fill:
+            self._aborted.add(work.num_generated)
 
     # -- admission ------------------------------------------------------------------------------
 
