@@ -14,7 +14,9 @@ token. Generated tokens are counted as the server counts them: the stream asks f
 `usage.completion_tokens`; a server that sends no usage is counted one token per text event
 (vLLM, SGLang and llama.cpp send one per decode step). The stream carries text, not ids, so a
 chunk's `token_ids` are placeholders (0), one per token counted: what the manager counts
-(usage, budgets) is right; the ids themselves mean nothing. Params:
+(usage, budgets) is right; the ids themselves mean nothing. A Generate aborted mid-way closes
+its stream; the engine does not count it in `aborted_generates` / `aborted_decode_tokens`:
+what the server decoded before it saw the connection close is not reported back. Params:
 
     url               the server, with or without the trailing /v1 (required)
     model             the model to ask for (default: the first of GET /v1/models)

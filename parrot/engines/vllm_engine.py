@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from parrot.chat import ChatTemplate
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest)
+from parrot.engines.aborted import AbortedGenerates
 from parrot.engines.tpot import TpotMeter
 from parrot.errors import (EngineConfigError, EngineUnavailableError, PromptTooLongError,
                            UnknownContextError)
@@ -74,6 +75,9 @@ class VLLMEngine(Engine):
         self._requests = itertools.count()
         self._num_running = 0
         self._tpot = TpotMeter()   # time per output token as Generates are handed over
+        # Generates aborted by their callers, and the tokens vLLM had handed over for them
+        # (a step's output still in vLLM's queue when the abort came is not seen)
+        self._aborted = AbortedGenerates()
 
     async def start(self) -> None:
         if self._tokenizer is None:
@@ -118,6 +122,7 @@ class VLLMEngine(Engine):
         self._contexts[request.context_id] = context
         request_id = f"{self.name}-{next(self._requests)}"
         text_len = ids_len = 0
+        finished = False
         timer = self._tpot.timer()
         self._num_running += 1
         try:
@@ -130,12 +135,15 @@ class VLLMEngine(Engine):
                 ids_len, text_len = len(sample.token_ids), len(sample.text)
                 if request.context_id in self._contexts:
                     self._contexts[request.context_id].extend(new_ids)
-                reason = sample.finish_reason if output.finished else None
+                finished = output.finished
+                reason = sample.finish_reason if finished else None
                 chunk = GenerateChunk(piece, tuple(new_ids),
-                                      (reason or "stop") if output.finished else None)
+                                      (reason or "stop") if finished else None)
                 timer.observe(chunk)
                 yield chunk
         except (asyncio.CancelledError, GeneratorExit):
+            if not finished:   # closed after its last chunk: it finished, nothing thrown away
+                self._aborted.add(ids_len)
             await self._llm.abort(request_id)
             raise
         except Exception as exc:  # noqa: BLE001 - vLLM's engine errors: the engine is gone
@@ -159,7 +167,8 @@ class VLLMEngine(Engine):
         total = self._kv_tokens // BLOCK_SIZE
         return EngineStats(self._num_running, 0, total,
                            max(total - -(-tokens // BLOCK_SIZE), 0), BLOCK_SIZE, tokens,
-                           len(self._contexts), counters=self._tpot.counters())
+                           len(self._contexts),
+                           counters={**self._tpot.counters(), **self._aborted.counters()})
 
     def _open(self, context_id: str, parent_id: str | None) -> list[int]:
         if context_id in self._contexts:

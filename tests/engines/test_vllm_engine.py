@@ -106,6 +106,27 @@ async def test_contexts_lower_to_token_prompts():
         await engine.free_context("nope")
 
 
+async def test_a_generate_let_go_mid_way_counts_the_tokens_vllm_handed_over():
+    """Aborted after 3 of its 10 tokens: one aborted Generate of 3 tokens, and vLLM told to
+    abort it; a Generate closed after its last chunk finished and counts nothing."""
+    llm = _StandInLLM()
+    engine = VLLMEngine("v0", VLLMEngineConfig("m", max_model_len=64), llm,
+                        to_vllm_sampling=lambda s: s)
+    await engine.start()
+    await engine.fill(FillRequest("a", text="abcdefghijkl"))
+    whole = engine.generate(GenerateRequest("b", "a", SamplingParams(max_tokens=2)))
+    chunks = [await anext(whole), await anext(whole)]
+    assert chunks[-1].is_finished
+    await whole.aclose()          # as the engine server closes a stream after its last chunk
+    stream = engine.generate(GenerateRequest("c", "a", SamplingParams(max_tokens=10)))
+    for _ in range(3):
+        await anext(stream)
+    await stream.aclose()
+    stats = await engine.stats()
+    assert (stats.counter("aborted_generates"), stats.counter("aborted_decode_tokens")) == (1, 3)
+    assert llm.aborted[-1] == "v0-1"
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_VLLM or not SMOLLM2.is_dir(), reason="needs vllm and SmolLM2")
 async def test_real_vllm_engine_on_smollm2():
