@@ -35,13 +35,17 @@ Every server has its own `CollectorRegistry` (no process-global state).
     parrot_http_requests_total{method,route,status}, parrot_http_request_seconds{route}
 
 Aborted work (`AbortedWork`, its own block): calls cancelled while placed on an engine (a
-client that went away, a session DELETE, a drain) and the tokens generated for them.
+client that went away, a session DELETE, a drain) and the tokens the manager received for them.
 
     parrot_aborted_calls_total             calls cancelled on an engine
-    parrot_aborted_tokens_total            tokens the manager had received for them (a
-                                           Generate over HTTP that nobody streamed reports its
-                                           tokens only when it finishes: an abort before then
-                                           counts its call, not its tokens)
+    parrot_aborted_tokens_total            tokens the manager had received for them: a lower
+                                           bound (a Generate over HTTP that nobody streamed
+                                           reports its tokens only when it finishes: an abort
+                                           before then counts its call, not its tokens)
+
+What the engines decoded for nobody is theirs to count, exactly, per engine:
+parrot_engine_aborted_generates_total and parrot_engine_aborted_decode_tokens_total (every
+Generate aborted before it finished, whoever aborted it; the engine counters above).
 """
 
 from __future__ import annotations
@@ -319,8 +323,13 @@ class AbortedWork:
     def __init__(self, manager: Manager, registry: CollectorRegistry) -> None:
         self.calls = Counter("parrot_aborted_calls", "calls cancelled while on an engine "
                              "(client gone, session deleted, drain)", registry=registry)
-        self.tokens = Counter("parrot_aborted_tokens", "tokens generated for calls cancelled "
-                              "on an engine", registry=registry)
+        # The manager sees only the tokens that reached it; the engines count what they
+        # decoded (parrot_engine_aborted_decode_tokens_total).
+        self.tokens = Counter("parrot_aborted_tokens", "tokens the manager had received for "
+                              "calls cancelled on an engine (a lower bound: a Generate that "
+                              "was not streamed reports none before it finishes; the tokens "
+                              "decoded: parrot_engine_aborted_decode_tokens_total)",
+                              registry=registry)
         manager.call_observers.append(self.observe_call)
 
     def observe_call(self, call: Call) -> None:

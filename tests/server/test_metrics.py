@@ -166,7 +166,7 @@ def test_engine_work_counters_are_exported_in_seconds_and_tokens():
         decode_tokens=2400, ahead_hits=90, ahead_misses=3, num_piecewise_steps=15,
         piecewise_step_ms=120, graph_stopgap_steps=7, jit_compiles_at_runtime=2,
         jit_compile_ms_at_runtime=380, gc_collections=40, gc_ms=55, tpot_generates=8,
-        tpot_us_sum=96_000)),
+        tpot_us_sum=96_000, aborted_generates=2, aborted_decode_tokens=130)),
         "newer": EngineStats(0, 0, 1, 1, 16, 0, 0, {"num_steps": 5, "fancy_new_counter": 9})}
     class Reported:
         def collect(self):
@@ -197,6 +197,8 @@ def test_engine_work_counters_are_exported_in_seconds_and_tokens():
     assert m[("parrot_engine_gc_seconds_total", label)] == 0.055
     assert m[("parrot_engine_tpot_generates_total", label)] == 8
     assert m[("parrot_engine_tpot_seconds_total", label)] == pytest.approx(0.096)
+    assert m[("parrot_engine_aborted_generates_total", label)] == 2
+    assert m[("parrot_engine_aborted_decode_tokens_total", label)] == 130
     assert m[("parrot_engine_reported_kv_blocks_used", label)] == 40
     newer = {(name, value) for (name, labels), value in m.items()
              if labels == (("engine", "newer"),) and name.endswith("_total")}
@@ -225,6 +227,15 @@ async def test_aborted_calls_and_their_tokens_are_counted():
         assert tokens >= 3
         assert m[("parrot_aborted_calls_total", ())] == 1
         assert m[("parrot_aborted_tokens_total", ())] == tokens
+        # the engine counts what it decoded for the call: at least what the manager received
+        engine = (("engine", "sim-0"),)
+        for _ in range(200):
+            if m[("parrot_engine_aborted_generates_total", engine)] == 1:
+                break
+            await asyncio.sleep(0.01)
+            m = await scrape(http, server.admin_token)
+        assert m[("parrot_engine_aborted_generates_total", engine)] == 1
+        assert m[("parrot_engine_aborted_decode_tokens_total", engine)] >= tokens
         try:
             async with http.post("/v1/completions", timeout=aiohttp.ClientTimeout(total=0.5),
                                  json={"model": "simulated", "prompt": "p", "max_tokens": 2000,
