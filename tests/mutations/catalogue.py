@@ -1007,4 +1007,35 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/engines/test_batch_client.py::"
          "test_an_op_let_go_before_the_engine_answered_is_aborted_once_it_has",),
         where="OpBatcher.release"),
+    Mutation(
+        "simulated_only_client_aborts_counted", "parrot/engines/simulated.py",
+        "        if by_client and req.kind is _Kind.GENERATE:\n",
+        "        if req.kind is _Kind.GENERATE:\n",
+        ("tests/engines/test_simulated.py::"
+         "test_fills_and_failed_generates_are_not_aborted_work",),
+        where="SimulatedEngine._abort"),
+    Mutation(
+        "builtin_aborted_generate_counted_once", "parrot/engines/builtin/engine.py",
+        "            if work.fail(EngineError(\"generate abandoned by its caller\")):\n",
+        "            if work.fail(EngineError(\"generate abandoned by its caller\")) or True:\n",
+        ("tests/engines/builtin/test_aborted_work.py::"
+         "test_a_cancelled_or_closed_generate_counts_what_it_decoded",
+         "tests/engines/builtin/test_aborted_work.py::"
+         "test_a_generate_freed_under_and_then_let_go_counts_once"),
+        where="BuiltinEngine.generate"),
+    Mutation(
+        "builtin_freed_generate_counted", "parrot/engines/builtin/engine.py",
+        "        self._count_abort(self._scheduler.free(ctx, defer=self._step_in_flight))\n",
+        "        self._scheduler.free(ctx, defer=self._step_in_flight)\n",
+        ("tests/engines/builtin/test_aborted_work.py::"
+         "test_a_generate_freed_under_and_then_let_go_counts_once",),
+        where="BuiltinEngine.free_context"),
+    Mutation(
+        "vllm_finished_stream_not_aborted", "parrot/engines/vllm_engine.py",
+        "            if not finished:   # closed after its last chunk: it finished, nothing "
+        "thrown away\n",
+        "            if True:\n",
+        ("tests/engines/test_vllm_engine.py::"
+         "test_a_generate_let_go_mid_way_counts_the_tokens_vllm_handed_over",),
+        where="VLLMEngine.generate"),
 )
