@@ -20,7 +20,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from parrot.serve_config import EngineSpec, ManagerConfig
-from parrot.manager.deduction import deduce
+from parrot.manager.deduction import deduce, deduce_changed
 from parrot.manager.engine_health import EngineHealth
 from parrot.manager.events import EngineUp, HealthEvent, NoEngine
 from parrot.manager.engine_pool import EnginePool, EngineState
@@ -212,6 +212,7 @@ class Manager:
         seed = strongest((var.criterion, criterion))
         if seed is not var.criterion:
             var.criterion = seed
+            session.graph.note_seed(var.var_id)
             self._mark_dirty(session)
 
     def graph(self, session: Session) -> Graph:
@@ -491,7 +492,7 @@ class Manager:
             self._deduce(self._dirty.pop())
 
     def _deduce(self, session: Session) -> None:
-        deduce(session.graph)
+        deduce_changed(session.graph)  # the calls whose objectives can have changed
         session.needs_deduction = False
         self._dirty.discard(session)
 
