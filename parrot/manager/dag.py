@@ -32,8 +32,10 @@ class SessionGraph:
         self._active: list[Call] = []  # calls not finished yet (compacted lazily)
         # What deduction must look at again (deduction.deduce_changed takes it): calls added,
         # re-ranked, finished (lifecycle.transition logs those through Call.graph_changes),
-        # or whose output got a new `get` seed. An insertion-ordered set.
-        self._changed: dict[Call, None] = {}
+        # or whose output got a new `get` seed. An insertion-ordered set of call ids: ids, not
+        # calls, so that a call and the log hold no reference cycle (a deleted session's calls
+        # are freed by reference counting, without waiting for a full garbage collection).
+        self._changed: dict[str, None] = {}
         # A deduction over the whole graph (finished calls included) set the live calls'
         # objectives from finished consumers: the next incremental one redoes every live call.
         self.needs_full_deduction = False
@@ -97,7 +99,7 @@ class SessionGraph:
             self._producer[out_id] = call
         self._calls.append(call)
         self._active.append(call)
-        self._changed[call] = None
+        self._changed[call.call_id] = None
         call.graph_changes = self._changed
         producers = self.input_producers(call)
         call.topo_rank = 1 + max((p.topo_rank for p in producers), default=-1)
@@ -122,7 +124,7 @@ class SessionGraph:
                 for consumer in self._consumers.get(var_id, ()):
                     if consumer.topo_rank <= producer.topo_rank:
                         consumer.topo_rank = producer.topo_rank + 1
-                        self._changed[consumer] = None
+                        self._changed[consumer.call_id] = None
                         stack.append(consumer)
 
     # --- what changed since the last deduction --------------------------------------------------
@@ -131,12 +133,13 @@ class SessionGraph:
         """A `get` changed the seed objective of `var_id`: its producer is deduced again."""
         producer = self._producer.get(var_id)
         if producer is not None:
-            self._changed[producer] = None
+            self._changed[producer.call_id] = None
 
     def take_changes(self) -> list[Call]:
         """The calls logged as changed since the last call of this (the log is emptied; the
         dict object stays, as each call holds it)."""
-        changed = list(self._changed)
+        changed = [node for call_id in self._changed
+                   if isinstance(node := self._nodes[call_id], Call)]
         self._changed.clear()
         return changed
 

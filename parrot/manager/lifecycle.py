@@ -78,7 +78,7 @@ def transition(call: Call, target: CallState, now: float | None = None) -> None:
             call.prompt_account.chars -= call.prompt_chars  # its session's total, as it ends
             call.prompt_account = None
         if call.graph_changes is not None:  # deduction looks at its neighbours again
-            call.graph_changes[call] = None
+            call.graph_changes[call.call_id] = None
     event = _TIMING_OF_STATE.get(target)
     if event is not None:
         call.mark(event, now)

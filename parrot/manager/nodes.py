@@ -135,7 +135,7 @@ class Call:
     prompt_account: PromptChars | None = field(default=None, repr=False, compare=False)
     # Its session graph's log of calls to deduce again (dag.SessionGraph): the call enters it
     # when it finishes, since its groups and its producers' demand change without it.
-    graph_changes: dict[Call, None] | None = field(default=None, repr=False, compare=False)
+    graph_changes: dict[str, None] | None = field(default=None, repr=False, compare=False)
 
     def account_prompt(self, chars: int) -> None:
         """Set its prompt's size, keeping its session's total in step."""
