@@ -92,7 +92,9 @@ class PromptChars:
         self.chars = 0
 
 
-@dataclass(eq=False)
+# Slots: a call has more fields than CPython keeps inline (30), so without them every call
+# carried a dict of its own for the garbage collector to walk.
+@dataclass(eq=False, slots=True, weakref_slot=True)
 class Call:
     """One LLM call: a template, its bound inputs/outputs and its runtime state."""
 
