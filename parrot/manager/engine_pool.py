@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from parrot.serve_config import EngineSpec, auto_throughput_capacity
+from parrot.manager.call_slots import CallSlots
 from parrot.manager.contexts import EngineContexts
 from parrot.manager.nodes import Call
 from parrot.engines.latency_model import load_profile
@@ -138,6 +139,10 @@ class EngineState:
     profile: SpeedProfile = DEFAULT_PROFILE
     profile_source: str = "default"
     latency_capacity: int = 0
+    # manager.engine_max_calls, and the slots it sets for a remote engine's calls
+    # (call_slots.py: the engine's batch unless configured; in-process engines unbounded).
+    max_calls_setting: int | None = None
+    call_slots: CallSlots = field(default_factory=CallSlots)
 
     def __post_init__(self) -> None:
         self._apply_spec()
@@ -155,6 +160,15 @@ class EngineState:
         configured = self.spec.latency_capacity
         self.latency_capacity = (configured if configured is not None
                                  else calibrated_latency_capacity(self.profile))
+        self.call_slots.set_limit(self._max_calls())
+
+    def _max_calls(self) -> int | None:
+        setting = self.max_calls_setting
+        if not self.engine.is_remote or setting == 0:
+            return None
+        if setting is not None:
+            return setting
+        return None if self.info.serving is None else self.info.serving.max_num_seqs
 
     @property
     def engine_id(self) -> str:
@@ -347,14 +361,17 @@ class EngineState:
 
 
 class EnginePool:
-    def __init__(self) -> None:
+    def __init__(self, max_calls: int | None = None) -> None:
+        """max_calls: manager.engine_max_calls."""
         self._engines: dict[str, EngineState] = {}
+        self._max_calls = max_calls
 
     def add(self, spec: EngineSpec, engine: Engine, info: EngineInfo) -> EngineState:
         if spec.name in self._engines:
             raise ConflictError(f"an engine named {spec.name!r} is already registered")
         state = EngineState(spec, engine, info,
-                            EngineContexts(engine, spec.name, info.block_size))
+                            EngineContexts(engine, spec.name, info.block_size),
+                            max_calls_setting=self._max_calls)
         self._engines[spec.name] = state
         return state
 

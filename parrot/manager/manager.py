@@ -68,7 +68,7 @@ class Manager:
         self.sessions = SessionStore()
         self._expiry = IdleExpiry(self.sessions, self.config.session_idle_timeout_s,
                                   self.delete_session)
-        self.engines = EnginePool()
+        self.engines = EnginePool(self.config.engine_max_calls)
         self.prefix_index = PrefixIndex()
         # Output lengths learnt per function: calls are costed with them, not max_tokens.
         self.output_lengths = OutputLengthEstimator()
@@ -416,8 +416,10 @@ class Manager:
         run = CallRun(session, call, engine)
         requeue = False
         try:
-            await run_call(call, engine, functools.partial(self._output_produced, run),
-                           self.prefix_index.occurrences)
+            # a slot of the engine's (call_slots.py), the latency-critical first
+            async with engine.call_slots.held(engine.request_priority(call.call_id)):
+                await run_call(call, engine, functools.partial(self._output_produced, run),
+                               self.prefix_index.occurrences)
             transition(call, CallState.DONE)
             engine.num_calls_done += 1
         except asyncio.CancelledError:
