@@ -55,7 +55,9 @@ def deduce(graph: SessionGraph, *, active_only: bool = True) -> int:
     graph.take_changes()
     graph.needs_full_deduction = not active_only
     for _, level in groupby(reversed(calls), key=lambda c: c.topo_rank):
-        _deduce_level(graph, list(level), finished_too=not active_only)
+        level_calls = list(level)
+        _deduce_level(level_calls, {id(p): _consumers(graph, p, finished_too=not active_only)
+                                    for p in level_calls}, graph)
     return len(calls)
 
 
@@ -86,9 +88,9 @@ def deduce_changed(graph: SessionGraph) -> int:
     deduced = 0
     while ranks:
         rank = -heapq.heappop(ranks)
-        level = _level_groups_of(graph, list(marked.pop(rank)), rank)
+        level, consumers = _level_groups_of(graph, list(marked.pop(rank)), rank)
         demands = [call.demand for call in level]
-        _deduce_level(graph, level, finished_too=False)
+        _deduce_level(level, consumers, graph)
         deduced += len(level)
         for call, before in zip(level, demands):
             if call.demand is not before:
@@ -97,19 +99,26 @@ def deduce_changed(graph: SessionGraph) -> int:
     return deduced
 
 
-def _level_groups_of(graph: SessionGraph, calls: list[Call], rank: int) -> list[Call]:
-    """`calls` and every live producer at `rank` that shares a consumer with one of them,
-    transitively: the part of the level whose groups they can be in."""
-    level = dict.fromkeys(calls)
+def _level_groups_of(graph: SessionGraph, calls: list[Call], rank: int
+                     ) -> tuple[list[Call], dict[int, list[Call]]]:
+    """`calls` and every live producer at `rank` that shares a live consumer with one of them,
+    transitively: the part of the level whose groups they can be in; and the live consumers of
+    each (by id), which the level's decision reads again."""
+    level = list(calls)
+    consumers: dict[int, list[Call]] = {}
+    seen = {id(c) for c in calls}
     stack = list(calls)
     while stack:
-        for consumer in _consumers(graph, stack.pop(), finished_too=False):
+        call = stack.pop()
+        consumers[id(call)] = mine = _consumers(graph, call, finished_too=False)
+        for consumer in mine:
             for producer in graph.input_producers(consumer):
-                if (producer not in level and producer.topo_rank == rank
+                if (id(producer) not in seen and producer.topo_rank == rank
                         and not producer.state.is_finished):
-                    level[producer] = None
+                    seen.add(id(producer))
+                    level.append(producer)
                     stack.append(producer)
-    return list(level)
+    return level, consumers
 
 
 def _consumers(graph: SessionGraph, call: Call, *, finished_too: bool) -> list[Call]:
@@ -122,10 +131,11 @@ def _consumers(graph: SessionGraph, call: Call, *, finished_too: bool) -> list[C
     return list(seen.values())
 
 
-def _deduce_level(graph: SessionGraph, level: list[Call], *, finished_too: bool) -> None:
+def _deduce_level(level: list[Call], consumers: dict[int, list[Call]],
+                  graph: SessionGraph) -> None:
     """Decide demand, task group and criterion for calls of one rank (consumers are final);
-    `level` may be part of a rank, closed under sharing a consumer."""
-    consumers = {id(p): _consumers(graph, p, finished_too=finished_too) for p in level}
+    `level` may be part of a rank, closed under sharing a consumer; `consumers`: each call's
+    consumers being deduced now, by id."""
     by_id = {id(c): c for p in level for c in consumers[id(p)]}
     # Candidate groups: per consumer with a demand, its producers on this level (by id).
     candidates: dict[int, dict[int, Call]] = {}
