@@ -53,6 +53,10 @@ class ManagerConfig:
     engine_connect_timeout_s: float = 5.0     # TCP connect to an engine (not the pool wait)
     engine_request_timeout_s: float | None = 1800.0  # one Fill/Generate; null: unbounded
     engine_pool_size: int = 512               # HTTP connections per engine
+    # Calls running their requests on one engine process at once (manager/call_slots.py; the
+    # others wait in the manager, latency-critical first). None: the engine's batch (the
+    # max_num_seqs it reports; unbounded if it reports none); 0: no bound.
+    engine_max_calls: int | None = None
     engine_heartbeat_interval_s: float = 1.0  # an engine's /healthz is asked this often
     engine_heartbeat_timeout_s: float = 5.0   # unanswered this long: engine down, calls moved
     no_engine_grace_s: float = 10.0           # with every engine down, calls wait this long
@@ -91,6 +95,8 @@ class ManagerConfig:
             check.positive(key, getattr(self, key))
         check.positive("engine_request_timeout_s", self.engine_request_timeout_s, optional=True)
         check.number("max_call_retries", self.max_call_retries, minimum=0, integer=True)
+        check.number("engine_max_calls", self.engine_max_calls, minimum=0, integer=True,
+                     optional=True)
         check.number("engine_restart_max", self.engine_restart_max, minimum=0, integer=True)
         check.number("shutdown_grace_s", self.shutdown_grace_s, minimum=0)
         for key in ("engine_pool_size", "max_sessions", "max_active_calls",

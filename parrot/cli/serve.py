@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import parrot
-from parrot.cli.limits import raise_file_limit
+from parrot.cli.limits import raise_file_limit, settle_heap
 from parrot.cli.logs import configure_logging
 from parrot.serve_config import ServeConfig
 from parrot.server.service import ParrotServer
@@ -120,6 +120,7 @@ async def serve(config: ServeConfig, host: str | None, port: int | None) -> None
             print("parrot-serve: stopped before it was ready", file=sys.stderr, flush=True)
             return
         url = starting.result()
+        settle_heap(logging.getLogger("parrot.serve"))  # before the first request
         print(f"parrot-serve ready at {url} with policy {config.policy.name!r} and "
               f"{len(config.engines)} engine(s)", flush=True)
         if server.admin_token_generated:

@@ -30,6 +30,15 @@ class SessionGraph:
         self._consumers: dict[str, list[Call]] = {}
         self._calls: list[Call] = []
         self._active: list[Call] = []  # calls not finished yet (compacted lazily)
+        # What deduction must look at again (deduction.deduce_changed takes it): calls added,
+        # re-ranked, finished (lifecycle.transition logs those through Call.graph_changes),
+        # or whose output got a new `get` seed. An insertion-ordered set of call ids: ids, not
+        # calls, so that a call and the log hold no reference cycle (a deleted session's calls
+        # are freed by reference counting, without waiting for a full garbage collection).
+        self._changed: dict[str, None] = {}
+        # A deduction over the whole graph (finished calls included) set the live calls'
+        # objectives from finished consumers: the next incremental one redoes every live call.
+        self.needs_full_deduction = False
 
     # --- building -----------------------------------------------------------------------------
 
@@ -90,6 +99,8 @@ class SessionGraph:
             self._producer[out_id] = call
         self._calls.append(call)
         self._active.append(call)
+        self._changed[call.call_id] = None
+        call.graph_changes = self._changed
         producers = self.input_producers(call)
         call.topo_rank = 1 + max((p.topo_rank for p in producers), default=-1)
         self._raise_downstream_ranks(call)
@@ -113,7 +124,24 @@ class SessionGraph:
                 for consumer in self._consumers.get(var_id, ()):
                     if consumer.topo_rank <= producer.topo_rank:
                         consumer.topo_rank = producer.topo_rank + 1
+                        self._changed[consumer.call_id] = None
                         stack.append(consumer)
+
+    # --- what changed since the last deduction --------------------------------------------------
+
+    def note_seed(self, var_id: str) -> None:
+        """A `get` changed the seed objective of `var_id`: its producer is deduced again."""
+        producer = self._producer.get(var_id)
+        if producer is not None:
+            self._changed[producer.call_id] = None
+
+    def take_changes(self) -> list[Call]:
+        """The calls logged as changed since the last call of this (the log is emptied; the
+        dict object stays, as each call holds it)."""
+        changed = [node for call_id in self._changed
+                   if isinstance(node := self._nodes[call_id], Call)]
+        self._changed.clear()
+        return changed
 
     # --- the paper's primitives ----------------------------------------------------------------
 

@@ -21,42 +21,121 @@ Rules (the paper, section 5.1), each pinned by a test in tests/manager/test_dedu
 
 `deduce(graph)` visits the calls level by level (topological rank), deepest first, so every
 consumer of a level is final before the level is decided. Its cost is linear in the calls and
-edges it visits. The manager runs it lazily, once per scheduling round, for sessions whose graph
-or `get`s changed, and only over the calls that have not finished (finished calls keep the
-criterion they ran with), so the cost follows the live part of the DAG, not its history.
+edges it visits. Only calls that have not finished are deduced (finished calls keep the
+criterion they ran with).
+
+`deduce_changed(graph)` is what the manager runs, lazily, once per scheduling round for each
+session whose graph or `get`s changed: the same result as `deduce(graph)`, computed only where
+it can differ. A call's outcome depends on its outputs' seeds, its live consumers' demands and,
+at its depth, the other live producers it shares a consumer with (its groups); so the calls the
+graph logged as changed (added, re-ranked, finished, newly seeded) mark themselves, their
+producers and their co-producers, each marked call is decided again with every producer its
+groups can reach at its depth, and a call whose demand changed marks its producers in turn,
+deepest level first. A round costs what changed (4,096 independent calls of one session: each
+round deduces the calls it added, not all the session's live calls).
 """
 
 from __future__ import annotations
 
+import heapq
 from itertools import groupby
 
 from parrot.manager.dag import SessionGraph
 from parrot.manager.nodes import Call
 from parrot.types import Criterion, strongest
 
-__all__ = ["deduce", "strongest"]
+__all__ = ["deduce", "deduce_changed", "strongest"]
 
 
-def deduce(graph: SessionGraph, *, active_only: bool = True) -> None:
+def deduce(graph: SessionGraph, *, active_only: bool = True) -> int:
+    """Deduce every live call (`active_only`) or every call of the graph; how many it
+    deduced. A whole-graph pass counts finished consumers, so the next `deduce_changed` redoes
+    the live calls."""
     calls = graph.calls_in_topological_order(active_only=active_only)
-    considered = {id(c) for c in calls}
+    graph.take_changes()
+    graph.needs_full_deduction = not active_only
     for _, level in groupby(reversed(calls), key=lambda c: c.topo_rank):
-        _deduce_level(graph, list(level), considered)
+        level_calls = list(level)
+        _deduce_level(level_calls, {id(p): _consumers(graph, p, finished_too=not active_only)
+                                    for p in level_calls}, graph)
+    return len(calls)
 
 
-def _consumers(graph: SessionGraph, call: Call, considered: set[int]) -> list[Call]:
+def deduce_changed(graph: SessionGraph) -> int:
+    """What `deduce(graph)` would decide, for the calls whose outcome can have changed since
+    the last deduction (see the module docstring); how many calls it deduced."""
+    if graph.needs_full_deduction:
+        return deduce(graph)
+    marked: dict[int, dict[Call, None]] = {}   # rank -> live calls to decide again
+    ranks: list[int] = []                       # a max-heap (negated) of marked ranks
+
+    def mark(call: Call) -> None:
+        if call.state.is_finished:
+            return
+        level = marked.get(call.topo_rank)
+        if level is None:
+            level = marked[call.topo_rank] = {}
+            heapq.heappush(ranks, -call.topo_rank)
+        level[call] = None
+
+    for call in graph.take_changes():
+        mark(call)
+        for producer in graph.input_producers(call):
+            mark(producer)   # a consumer joined, left, finished or moved
+        for consumer in call.consumers:
+            for co_producer in graph.input_producers(consumer):
+                mark(co_producer)   # a group it shares with `call` changed
+    deduced = 0
+    while ranks:
+        rank = -heapq.heappop(ranks)
+        level, consumers = _level_groups_of(graph, list(marked.pop(rank)), rank)
+        demands = [call.demand for call in level]
+        _deduce_level(level, consumers, graph)
+        deduced += len(level)
+        for call, before in zip(level, demands):
+            if call.demand is not before:
+                for producer in graph.input_producers(call):
+                    mark(producer)   # lower ranks: decided after this one
+    return deduced
+
+
+def _level_groups_of(graph: SessionGraph, calls: list[Call], rank: int
+                     ) -> tuple[list[Call], dict[int, list[Call]]]:
+    """`calls` and every live producer at `rank` that shares a live consumer with one of them,
+    transitively: the part of the level whose groups they can be in; and the live consumers of
+    each (by id), which the level's decision reads again."""
+    level = list(calls)
+    consumers: dict[int, list[Call]] = {}
+    seen = {id(c) for c in calls}
+    stack = list(calls)
+    while stack:
+        call = stack.pop()
+        consumers[id(call)] = mine = _consumers(graph, call, finished_too=False)
+        for consumer in mine:
+            for producer in graph.input_producers(consumer):
+                if (id(producer) not in seen and producer.topo_rank == rank
+                        and not producer.state.is_finished):
+                    seen.add(id(producer))
+                    level.append(producer)
+                    stack.append(producer)
+    return level, consumers
+
+
+def _consumers(graph: SessionGraph, call: Call, *, finished_too: bool) -> list[Call]:
     """The call's consumers that are being deduced now, each once, in a stable order."""
     seen: dict[int, Call] = {}
     for binding in call.outputs.values():
         for consumer in graph.get_consumers(binding.var_id):
-            if id(consumer) in considered:
+            if finished_too or not consumer.state.is_finished:
                 seen.setdefault(id(consumer), consumer)
     return list(seen.values())
 
 
-def _deduce_level(graph: SessionGraph, level: list[Call], considered: set[int]) -> None:
-    """Decide demand, task group and criterion for calls of one rank (consumers are final)."""
-    consumers = {id(p): _consumers(graph, p, considered) for p in level}
+def _deduce_level(level: list[Call], consumers: dict[int, list[Call]],
+                  graph: SessionGraph) -> None:
+    """Decide demand, task group and criterion for calls of one rank (consumers are final);
+    `level` may be part of a rank, closed under sharing a consumer; `consumers`: each call's
+    consumers being deduced now, by id."""
     by_id = {id(c): c for p in level for c in consumers[id(p)]}
     # Candidate groups: per consumer with a demand, its producers on this level (by id).
     candidates: dict[int, dict[int, Call]] = {}

@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from parrot.serve_config import EngineSpec, auto_throughput_capacity
+from parrot.manager.call_slots import CallSlots
 from parrot.manager.contexts import EngineContexts
 from parrot.manager.nodes import Call
 from parrot.engines.latency_model import load_profile
@@ -126,6 +127,11 @@ class EngineState:
     # The tokens counted for each of those prefixes (by the call that brought it: calls with
     # equal prefix text may estimate it differently when one knows its inputs' real counts).
     prefix_tokens: dict[str, int] = field(default_factory=dict)
+    # Of the running calls, the prompt tokens still to prefill and how many calls have some:
+    # kept as they change, since every round's view and every dispatch read them (a sum over
+    # the running calls made each round cost as much as the engine runs).
+    queued_prefill_tokens: int = 0
+    num_prefilling: int = 0
     # Set from the spec and info (_apply_spec): the profile the policy costs it with and
     # where it came from (engine_profile), and the latency capacity in force: the
     # configured one, or (`auto`) the paper's rule on that profile
@@ -133,6 +139,10 @@ class EngineState:
     profile: SpeedProfile = DEFAULT_PROFILE
     profile_source: str = "default"
     latency_capacity: int = 0
+    # manager.engine_max_calls, and the slots it sets for a remote engine's calls
+    # (call_slots.py: the engine's batch unless configured; in-process engines unbounded).
+    max_calls_setting: int | None = None
+    call_slots: CallSlots = field(default_factory=CallSlots)
 
     def __post_init__(self) -> None:
         self._apply_spec()
@@ -150,6 +160,15 @@ class EngineState:
         configured = self.spec.latency_capacity
         self.latency_capacity = (configured if configured is not None
                                  else calibrated_latency_capacity(self.profile))
+        self.call_slots.set_limit(self._max_calls())
+
+    def _max_calls(self) -> int | None:
+        setting = self.max_calls_setting
+        if not self.engine.is_remote or setting == 0:
+            return None
+        if setting is not None:
+            return setting
+        return None if self.info.serving is None else self.info.serving.max_num_seqs
 
     @property
     def engine_id(self) -> str:
@@ -192,7 +211,24 @@ class EngineState:
     def prefills_only(self, call_id: str) -> bool:
         """Whether the only prefill queued here is `call_id`'s prompt (no other running call
         before its first fill reports, no prefix context being filled)."""
-        return self.contexts.num_filling == 0 and self.prefilling.keys() <= {call_id}
+        if self.contexts.num_filling or self.num_prefilling > 1:
+            return False
+        placed = self.running.get(call_id)
+        return self.num_prefilling == 0 or (placed is not None and placed.prefill_tokens > 0)
+
+    def _set_running(self, call_id: str, placed: _Placed | None) -> None:
+        """Record, replace (`placed`) or drop (None) a running call, keeping the prefill
+        counts in step."""
+        before = self.running.pop(call_id, None) if placed is None else \
+            self.running.get(call_id)
+        if before is not None and before.prefill_tokens:
+            self.queued_prefill_tokens -= before.prefill_tokens
+            self.num_prefilling -= 1
+        if placed is not None:
+            self.running[call_id] = placed
+            if placed.prefill_tokens:
+                self.queued_prefill_tokens += placed.prefill_tokens
+                self.num_prefilling += 1
 
     def request_priority(self, call_id: str) -> int:
         """The engine priority of running `call_id`'s requests: THROUGHPUT_PRIORITY when its
@@ -219,7 +255,7 @@ class EngineState:
                          call.task_group, prefixes, output, call,
                          max(0, call.num_tokens - output - cached),
                          criterion is Criterion.THROUGHPUT)
-        self.running[call.call_id] = placed
+        self._set_running(call.call_id, placed)
         self.num_tokens_in_use += placed.num_tokens
         for prefix, tokens in prefixes:
             if self.prefix_refs[prefix] == 0:
@@ -234,9 +270,10 @@ class EngineState:
             self.task_groups[placed.task_group] += 1
 
     def remove_call(self, call: Call) -> None:
-        placed = self.running.pop(call.call_id, None)
+        placed = self.running.get(call.call_id)
         if placed is None:
             return
+        self._set_running(call.call_id, None)
         self.num_tokens_in_use -= placed.num_tokens
         for prefix, _ in placed.prefixes:
             self.prefix_refs[prefix] -= 1
@@ -252,13 +289,13 @@ class EngineState:
             if self.task_groups[placed.task_group] <= 0:
                 del self.task_groups[placed.task_group]
         assert self.num_tokens_in_use >= 0 and self.num_latency_calls >= 0 \
-            and self.num_throughput_calls >= 0
+            and self.num_throughput_calls >= 0 and self.queued_prefill_tokens >= 0
 
     def note_prefilled(self, call_id: str) -> None:
         """The call's prompt is prefilled: it no longer counts as prefill queued here."""
         placed = self.running.get(call_id)
         if placed is not None and placed.prefill_tokens:
-            self.running[call_id] = replace(placed, prefill_tokens=0)
+            self._set_running(call_id, replace(placed, prefill_tokens=0))
 
     def note_prompt_tokens(self, call_id: str, context_len: int) -> None:
         """The engine reported the call's prompt length in real tokens (its first Fill's
@@ -269,7 +306,7 @@ class EngineState:
         prefix = placed.whole_tokens - placed.num_tokens
         own = max(0, context_len - prefix) + placed.num_output_tokens
         self.num_tokens_in_use += own - placed.num_tokens
-        self.running[call_id] = replace(placed, num_tokens=own, prefill_tokens=0)
+        self._set_running(call_id, replace(placed, num_tokens=own, prefill_tokens=0))
 
     def view(self) -> EngineView:
         # Every scheduling round views every engine: an engine without latency calls skips
@@ -299,7 +336,7 @@ class EngineState:
             chained_latency_seq=(max(p.call.arrival_seq for p in latency)
                                  if latency and all(p.call.has_waiting_consumer
                                                     for p in latency) else None),
-            queued_prefill_tokens=sum(p.prefill_tokens for p in self.running.values()),
+            queued_prefill_tokens=self.queued_prefill_tokens,
             throughput_tokens_in_use=self.num_tokens_in_use - (self._latency_tokens(latency)
                                                                if latency else 0),
         )
@@ -324,14 +361,17 @@ class EngineState:
 
 
 class EnginePool:
-    def __init__(self) -> None:
+    def __init__(self, max_calls: int | None = None) -> None:
+        """max_calls: manager.engine_max_calls."""
         self._engines: dict[str, EngineState] = {}
+        self._max_calls = max_calls
 
     def add(self, spec: EngineSpec, engine: Engine, info: EngineInfo) -> EngineState:
         if spec.name in self._engines:
             raise ConflictError(f"an engine named {spec.name!r} is already registered")
         state = EngineState(spec, engine, info,
-                            EngineContexts(engine, spec.name, info.block_size))
+                            EngineContexts(engine, spec.name, info.block_size),
+                            max_calls_setting=self._max_calls)
         self._engines[spec.name] = state
         return state
 

@@ -61,7 +61,8 @@ def transition(call: Call, target: CallState, now: float | None = None) -> None:
     Records `call.state_entered[target] = now`, adds the time spent in the state it leaves
     to `call.state_seconds`, and marks the call's `ready` / `dispatched` timings on entering
     READY / RUNNING (every entry: a call re-queued after its engine failed is ready again
-    from then on).
+    from then on). A call that finishes enters its session graph's log of changes, which
+    deduction reads.
     """
     current = call.state
     if not is_legal(current, target):
@@ -72,9 +73,12 @@ def transition(call: Call, target: CallState, now: float | None = None) -> None:
         call.state_seconds[current] = call.state_seconds.get(current, 0.0) + (now - entered)
     call.state = target
     call.state_entered[target] = now
-    if target.is_finished and call.prompt_account is not None:
-        call.prompt_account.chars -= call.prompt_chars  # its session's total, as it ends
-        call.prompt_account = None
+    if target.is_finished:
+        if call.prompt_account is not None:
+            call.prompt_account.chars -= call.prompt_chars  # its session's total, as it ends
+            call.prompt_account = None
+        if call.graph_changes is not None:  # deduction looks at its neighbours again
+            call.graph_changes[call.call_id] = None
     event = _TIMING_OF_STATE.get(target)
     if event is not None:
         call.mark(event, now)

@@ -20,7 +20,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from parrot.serve_config import EngineSpec, ManagerConfig
-from parrot.manager.deduction import deduce
+from parrot.manager.admission import Slices
+from parrot.manager.deduction import deduce, deduce_changed
 from parrot.manager.engine_health import EngineHealth
 from parrot.manager.events import EngineUp, HealthEvent, NoEngine
 from parrot.manager.engine_pool import EnginePool, EngineState
@@ -31,7 +32,7 @@ from parrot.manager.output_lengths import OutputLengthEstimator
 from parrot.manager.prefill_ahead import plan_ahead, prefill_ahead
 from parrot.manager.prefix import PrefixIndex, estimate_prompt
 from parrot.manager.requests import SubmitRequest
-from parrot.manager.scheduler import Scheduler
+from parrot.manager.scheduler import Decision, Scheduler
 from parrot.manager.sessions import IdleExpiry, Session, SessionStore
 from parrot.manager.submission import check_submit
 from parrot.engines.protocol import Engine
@@ -67,7 +68,7 @@ class Manager:
         self.sessions = SessionStore()
         self._expiry = IdleExpiry(self.sessions, self.config.session_idle_timeout_s,
                                   self.delete_session)
-        self.engines = EnginePool()
+        self.engines = EnginePool(self.config.engine_max_calls)
         self.prefix_index = PrefixIndex()
         # Output lengths learnt per function: calls are costed with them, not max_tokens.
         self.output_lengths = OutputLengthEstimator()
@@ -93,23 +94,52 @@ class Manager:
 
     def step(self) -> int:
         """One scheduling round: deduce the objectives that changed → the policy places the
-        ready calls (views in, checked placements out) → dispatch each onto its engine.
-        Returns how many calls were dispatched."""
-        if not self.scheduler.has_work:
-            return 0
-        self.deduce_changed()
-        decision = self.scheduler.decide()
+        ready calls (views in, checked placements out) → dispatch each onto its engine, all
+        at once. Returns how many calls were dispatched."""
+        decision = self._decide()
         for d in decision.dispatches:
             self._dispatch(d.call, d.engine, d.criterion)
+        self._fail_unplaced(decision)
+        return len(decision.dispatches)
+
+    async def step_in_slices(self) -> int:
+        """The round as the scheduling loop runs it: the same decision, its placements
+        dispatched in their order in slices (`admission.Slices`: at most CALLS_PER_SLICE calls
+        or SLICE_S of the loop's clock each) with the loop yielded between them, so that a
+        round placing thousands of calls (and their runs' first steps) does not hold every
+        other request. On a simulation's virtual clock the slices go by count alone. A call
+        failed meanwhile (its session deleted) is skipped; one whose engine went down
+        meanwhile is queued again for the next round."""
+        decision = self._decide()
+        slices = Slices()
+        dispatched = 0
+        for d in decision.dispatches:
+            await slices.next()
+            if d.call.state is not CallState.READY or not d.engine.is_healthy:
+                if d.call.state is CallState.READY:
+                    self.scheduler.enqueue(d.call)
+                continue
+            self._dispatch(d.call, d.engine, d.criterion)
+            dispatched += 1
+        self._fail_unplaced(decision)
+        return dispatched
+
+    def _decide(self) -> Decision:
+        if not self.scheduler.has_work:
+            return Decision()
+        self.deduce_changed()
+        return self.scheduler.decide()
+
+    def _fail_unplaced(self, decision: Decision) -> None:
+        """The calls of a policy that kept failing (the scheduler gave up on them)."""
         if decision.error is not None:
             self._fail_calls(decision.failed, decision.error)
-        return len(decision.dispatches)
 
     async def _schedule_forever(self) -> None:
         while True:
             await self.scheduler.wait()
             try:
-                self.step()
+                await self.step_in_slices()
             except Exception:  # noqa: BLE001 - a deduction or dispatch bug must not stop
                 # scheduling forever (a policy's own failures are handled by the scheduler).
                 log.exception("scheduling round failed")
@@ -212,6 +242,7 @@ class Manager:
         seed = strongest((var.criterion, criterion))
         if seed is not var.criterion:
             var.criterion = seed
+            session.graph.note_seed(var.var_id)
             self._mark_dirty(session)
 
     def graph(self, session: Session) -> Graph:
@@ -385,8 +416,10 @@ class Manager:
         run = CallRun(session, call, engine)
         requeue = False
         try:
-            await run_call(call, engine, functools.partial(self._output_produced, run),
-                           self.prefix_index.occurrences)
+            # a slot of the engine's (call_slots.py), the latency-critical first
+            async with engine.call_slots.held(engine.request_priority(call.call_id)):
+                await run_call(call, engine, functools.partial(self._output_produced, run),
+                               self.prefix_index.occurrences)
             transition(call, CallState.DONE)
             engine.num_calls_done += 1
         except asyncio.CancelledError:
@@ -491,7 +524,7 @@ class Manager:
             self._deduce(self._dirty.pop())
 
     def _deduce(self, session: Session) -> None:
-        deduce(session.graph)
+        deduce_changed(session.graph)  # the calls whose objectives can have changed
         session.needs_deduction = False
         self._dirty.discard(session)
 

@@ -92,7 +92,9 @@ class PromptChars:
         self.chars = 0
 
 
-@dataclass(eq=False)
+# Slots: a call has more fields than CPython keeps inline (30), so without them every call
+# carried a dict of its own for the garbage collector to walk.
+@dataclass(eq=False, slots=True, weakref_slot=True)
 class Call:
     """One LLM call: a template, its bound inputs/outputs and its runtime state."""
 
@@ -133,6 +135,9 @@ class Call:
     # its session's `PromptChars` while it is unfinished.
     prompt_chars: int = 0
     prompt_account: PromptChars | None = field(default=None, repr=False, compare=False)
+    # Its session graph's log of calls to deduce again (dag.SessionGraph): the call enters it
+    # when it finishes, since its groups and its producers' demand change without it.
+    graph_changes: dict[str, None] | None = field(default=None, repr=False, compare=False)
 
     def account_prompt(self, chars: int) -> None:
         """Set its prompt's size, keeping its session's total in step."""

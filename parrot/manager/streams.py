@@ -2,8 +2,9 @@
 
 The executor pushes each engine chunk of an output into the variable's `TextStream`; readers
 (`follow`) get the new text as it arrives and end when the variable has its value (or fails).
-No locks and no polling: every change sets the current `asyncio.Event` and replaces it, so a
-reader waits on exactly one event per change.
+No locks and no polling: every change sets the current `asyncio.Event` and drops it, so a
+reader waits on exactly one event per change; the event exists only while a reader waits (most
+outputs are never streamed: no event objects per variable for the garbage collector to walk).
 
 If the call is re-dispatched after an engine failure, the new attempt's text extends what
 readers already saw only where it agrees with it (greedy decoding repeats itself exactly). A
@@ -35,7 +36,7 @@ class TextStream:
         self.finish_reason: str | None = None
         self.wanted = False             # a reader follows it: the executor streams the Generate
         self._attempt_text = ""
-        self._changed = asyncio.Event()
+        self._changed: asyncio.Event | None = None   # while a reader waits
 
     def begin_attempt(self) -> None:
         self._attempt_text, self.num_tokens, self.finish_reason = "", 0, None
@@ -53,10 +54,14 @@ class TextStream:
             self.notify()
 
     def notify(self) -> None:
-        event, self._changed = self._changed, asyncio.Event()
-        event.set()
+        event, self._changed = self._changed, None
+        if event is not None:
+            event.set()
 
     async def wait_changed(self) -> None:
+        """Until the next change (one after this is called)."""
+        if self._changed is None:
+            self._changed = asyncio.Event()
         await self._changed.wait()
 
 

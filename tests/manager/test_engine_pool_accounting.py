@@ -101,3 +101,27 @@ def test_the_view_splits_the_load_by_criterion_and_counts_prefill_still_queued()
     state.remove_call(maps[1])
     view = state.view()
     assert (view.throughput_tokens_in_use, view.queued_prefill_tokens) == (250, 0)
+
+
+def test_the_prefill_queued_follows_the_running_calls_without_walking_them():
+    state = make_engine_state()
+
+    def check(only: dict[str, bool]) -> None:
+        queued = sum(state.prefilling.values())
+        assert state.view().queued_prefill_tokens == state.queued_prefill_tokens == queued
+        assert {cid: state.prefills_only(cid) for cid in only} == only
+
+    state.add_call(make_call("a", 100, None))
+    check({"a": True, "b": False})
+    state.add_call(make_call("b", 250, Criterion.THROUGHPUT))
+    check({"a": False, "b": False})
+    state.note_prefilled("b")
+    check({"a": True, "b": False})
+    state.note_prompt_tokens("a", 80)   # its first fill reported: prefilled
+    check({"a": True, "b": True, "c": True})
+    state.add_call(make_call("c", 40, None))
+    state.remove_call(make_call("c", 0, None))
+    check({"a": True})
+    state.remove_call(make_call("a", 0, None))
+    state.remove_call(make_call("b", 0, None))
+    check({"a": True})

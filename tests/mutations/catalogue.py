@@ -1038,4 +1038,97 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/engines/test_vllm_engine.py::"
          "test_a_generate_let_go_mid_way_counts_the_tokens_vllm_handed_over",),
         where="VLLMEngine.generate"),
+    Mutation(
+        "deduction_skips_co_producers", "parrot/manager/deduction.py",
+        "                mark(co_producer)   # a group it shares with `call` changed\n",
+        "                pass\n",
+        ("tests/manager/test_deduction_incremental.py::"
+         "test_a_finished_member_shrinks_its_group_and_the_last_one_dissolves_it",),
+        where="deduce_changed"),
+    Mutation(
+        "deduction_demand_not_propagated_upstream", "parrot/manager/deduction.py",
+        "                    mark(producer)   # lower ranks: decided after this one\n",
+        "                    pass\n",
+        ("tests/manager/test_deduction_incremental.py::"
+         "test_incremental_deduction_decides_what_a_full_one_would",),
+        where="deduce_changed"),
+    Mutation(
+        "deduction_level_not_closed_under_groups", "parrot/manager/deduction.py",
+        "        level = _level_groups_of(graph, list(marked.pop(rank)), rank)\n",
+        "        level = list(marked.pop(rank))\n",
+        ("tests/manager/test_deduction_incremental.py::"
+         "test_incremental_deduction_decides_what_a_full_one_would",),
+        where="deduce_changed"),
+    Mutation(
+        "finished_call_not_logged_for_deduction", "parrot/manager/lifecycle.py",
+        "            call.graph_changes[call.call_id] = None\n",
+        "            pass\n",
+        ("tests/manager/test_deduction_incremental.py::"
+         "test_a_finished_member_shrinks_its_group_and_the_last_one_dissolves_it",),
+        where="transition"),
+    Mutation(
+        "reranked_consumer_not_logged", "parrot/manager/dag.py",
+        "                        self._changed[consumer.call_id] = None\n",
+        "                        pass\n",
+        ("tests/manager/test_deduction_incremental.py::"
+         "test_a_late_producer_moves_its_consumer_out_of_its_depths_group",),
+        where="SessionGraph._raise_downstream_ranks"),
+    Mutation(
+        "deduction_redoes_every_live_call", "parrot/manager/deduction.py",
+        "    if graph.needs_full_deduction:\n",
+        "    if True:\n",
+        ("tests/manager/test_deduction_incremental.py::"
+         "test_a_round_deduces_the_calls_it_added_not_the_sessions_live_calls",),
+        where="deduce_changed"),
+    Mutation(
+        "round_dispatched_in_one_block", "parrot/manager/manager.py",
+        "            await slices.next()\n",
+        "            pass\n",
+        ("tests/manager/test_dispatch_slices.py::"
+         "test_a_round_of_thousands_yields_to_the_loop_every_slice",),
+        where="Manager.step_in_slices"),
+    Mutation(
+        "slice_dispatches_a_call_failed_meanwhile", "parrot/manager/manager.py",
+        "            if d.call.state is not CallState.READY or not d.engine.is_healthy:\n",
+        "            if False:\n",
+        ("tests/manager/test_dispatch_slices.py::"
+         "test_a_call_failed_between_slices_is_skipped_and_the_rest_dispatched",
+         "tests/manager/test_dispatch_slices.py::"
+         "test_a_call_whose_engine_went_down_between_slices_is_queued_again"),
+        where="Manager.step_in_slices"),
+    Mutation(
+        "queued_prefill_not_counted_off", "parrot/manager/engine_pool.py",
+        "            self.queued_prefill_tokens -= before.prefill_tokens\n",
+        "            self.queued_prefill_tokens -= 0\n",
+        ("tests/manager/test_engine_pool_accounting.py::"
+         "test_the_prefill_queued_follows_the_running_calls_without_walking_them",),
+        where="EngineState._set_running"),
+    Mutation(
+        "engine_calls_not_bounded_by_its_batch", "parrot/manager/engine_pool.py",
+        "        return None if self.info.serving is None else self.info.serving.max_num_seqs\n",
+        "        return None\n",
+        ("tests/manager/test_call_slots.py::"
+         "test_an_engine_process_runs_at_most_its_batch_of_calls_at_once",),
+        where="EngineState._max_calls"),
+    Mutation(
+        "call_slots_ignore_priority", "parrot/manager/call_slots.py",
+        "            heapq.heappush(self._waiting, (priority, next(self._arrivals), granted))\n",
+        "            heapq.heappush(self._waiting, (0, next(self._arrivals), granted))\n",
+        ("tests/manager/test_call_slots.py::"
+         "test_waiters_go_latency_first_then_in_arrival_order",),
+        where="CallSlots.held"),
+    Mutation(
+        "full_collections_as_often_as_ever", "parrot/cli/limits.py",
+        "    gc.set_threshold(young, middle, YOUNGER_PER_FULL_COLLECTION)\n",
+        "    gc.set_threshold(young, middle, 10)\n",
+        ("tests/cli/test_limits.py::"
+         "test_a_settled_heap_freezes_start_up_and_makes_full_collections_rarer",),
+        where="settle_heap"),
+    Mutation(
+        "start_up_objects_not_frozen", "parrot/cli/limits.py",
+        "    gc.freeze()\n",
+        "",
+        ("tests/cli/test_limits.py::"
+         "test_a_settled_heap_freezes_start_up_and_makes_full_collections_rarer",),
+        where="settle_heap"),
 )
