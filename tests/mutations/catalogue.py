@@ -1054,11 +1054,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="deduce_changed"),
     Mutation(
         "deduction_level_not_closed_under_groups", "parrot/manager/deduction.py",
-        "        level = _level_groups_of(graph, list(marked.pop(rank)), rank)\n",
-        "        level = list(marked.pop(rank))\n",
+        "                    level.append(producer)\n",
+        "                    pass\n",
         ("tests/manager/test_deduction_incremental.py::"
          "test_incremental_deduction_decides_what_a_full_one_would",),
-        where="deduce_changed"),
+        where="_level_groups_of"),
     Mutation(
         "finished_call_not_logged_for_deduction", "parrot/manager/lifecycle.py",
         "            call.graph_changes[call.call_id] = None\n",
