@@ -85,12 +85,12 @@ LAYERS: tuple[tuple[str, tuple[tuple[str, str], ...], bool, tuple[str, ...]], ..
 
 
 class MemoryTransport:
-    """The transport aiohttp's connection handler writes to: answers are collected here and
-    each complete one (by its Content-Length) wakes the client."""
+    """The transport aiohttp's connection handler writes to: bytes are only collected here
+    (the client parses them in its own coroutine, outside the server's layers)."""
 
     def __init__(self) -> None:
         self.buffer = bytearray()
-        self.answer: asyncio.Future[tuple[int, bytes]] | None = None
+        self.written: asyncio.Future[None] | None = None
         self.closing = False
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
@@ -99,25 +99,29 @@ class MemoryTransport:
 
     def write(self, data: bytes) -> None:
         self.buffer += data
-        self._complete()
+        self._wake()
 
     def writelines(self, chunks: list[bytes]) -> None:
         for chunk in chunks:
             self.buffer += chunk
-        self._complete()
+        self._wake()
 
-    def _complete(self) -> None:
+    def _wake(self) -> None:
+        if self.written is not None and not self.written.done():
+            self.written.set_result(None)
+
+    def answer(self) -> tuple[int, bytes] | None:
+        """The first complete answer in the buffer (by its Content-Length), taken out."""
         head, sep, rest = bytes(self.buffer).partition(b"\r\n\r\n")
         if not sep:
-            return
+            return None
         lines = head.split(b"\r\n")
         length = next(int(line.split(b":", 1)[1]) for line in lines
                       if line.lower().startswith(b"content-length:"))
         if len(rest) < length:
-            return
+            return None
         del self.buffer[:len(head) + 4 + length]
-        assert self.answer is not None
-        self.answer.set_result((int(lines[0].split()[1]), rest[:length]))
+        return int(lines[0].split()[1]), rest[:length]
 
     def is_closing(self) -> bool:
         return self.closing
@@ -156,9 +160,12 @@ class Connection:
         if body is not None:
             head.append("Content-Type: application/json")
         head.append(f"Content-Length: {len(data)}")
-        self.transport.answer = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
         self.protocol.data_received(("\r\n".join(head) + "\r\n\r\n").encode() + data)
-        status, reply = await self.transport.answer
+        while (answer := self.transport.answer()) is None:
+            self.transport.written = loop.create_future()
+            await self.transport.written
+        status, reply = answer
         answer: dict[str, Any] = json.loads(reply)
         if status != 200:
             raise RuntimeError(answer)
