@@ -15,7 +15,8 @@ cProfile, summed into layers (µs per HTTP request: cumulative time of each laye
 or own time where a layer wraps others). cProfile's overhead inflates every figure, so
 compare profiled columns with profiled ones only.
 
-    python bench/profile_http.py [--calls 3000] [--rounds 5] [--no-gc] [--profile] [--top 40]
+    python bench/profile_http.py [--calls 3000] [--rounds 5] [--no-gc] [--gets] [--profile]
+        [--top 40] [--dump FILE]
 """
 
 from __future__ import annotations
@@ -172,23 +173,27 @@ class Connection:
         return answer
 
 
-async def worker(server: Any, calls: int) -> None:
+async def worker(server: Any, calls: int, gets_only: bool = False) -> None:
+    """bench_manager's B: submit + get per call. `gets_only`: one call, then `calls` gets of
+    its finished output (the front door's cost with as little manager work as a route has)."""
     conn = Connection(server)
     s = await conn.post("/v1/sessions", None)
     sid, token = s["session_id"], s["token"]
     binding = {"name": "x", "in_out": "input", "value": "start"}
-    for _ in range(calls):
-        reply = await conn.post("/v1/submit", {
-            "session_id": sid, "prompt": "Go on: {{input:x}} {{output:y}}",
-            "placeholders": [binding], "sampling": {"max_tokens": 4}}, token)
-        var = reply["placeholders"][-1]["semantic_var_id"]
+    var = ""
+    for i in range(calls):
+        if not gets_only or i == 0:
+            reply = await conn.post("/v1/submit", {
+                "session_id": sid, "prompt": "Go on: {{input:x}} {{output:y}}",
+                "placeholders": [binding], "sampling": {"max_tokens": 4}}, token)
+            var = reply["placeholders"][-1]["semantic_var_id"]
         await conn.post("/v1/get", {"session_id": sid, "semantic_var_id": var,
                                     "criteria": "latency"}, token)
 
 
-async def measure(calls: int, rounds: int, profile: bool, policy: str, no_gc: bool
-                  ) -> list[tuple[float, pstats.Stats | None]]:
-    """Per round: (CPU µs per call, the round's profile)."""
+async def measure(calls: int, rounds: int, profile: bool, policy: str, no_gc: bool,
+                  gets_only: bool) -> list[tuple[float, pstats.Stats | None]]:
+    """Per round: (CPU µs per call, or per get with `gets_only`; the round's profile)."""
     config = ServeConfig.from_mapping({"manager": {"port": 0}, "policy": {"name": policy},
                                        "engines": zero_latency_engines(16, in_process=True)})
     server = ParrotServer(config)
@@ -207,7 +212,7 @@ async def measure(calls: int, rounds: int, profile: bool, policy: str, no_gc: bo
             cpu = time.process_time()
             if profiler is not None:
                 profiler.enable()
-            await asyncio.gather(*(worker(handler_factory, per_worker)
+            await asyncio.gather(*(worker(handler_factory, per_worker, gets_only)
                                    for _ in range(CONCURRENCY)))
             if profiler is not None:
                 profiler.disable()
@@ -248,6 +253,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--policy", default="app_centric")
     parser.add_argument("--profile", action="store_true", help="under cProfile, by layer")
+    parser.add_argument("--gets", action="store_true",
+                        help="each session submits one call, then only gets its output: the "
+                             "front door's cost per request, with little manager work")
     parser.add_argument("--no-gc", action="store_true",
                         help="the garbage collector off during the rounds: its cost grows with "
                              "the heap the sessions leave, and without it the figure is steady "
@@ -262,19 +270,22 @@ def main() -> None:
     else:
         runner = uvloop.run
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    results = runner(measure(args.calls, args.rounds, args.profile, args.policy, args.no_gc))
+    results = runner(measure(args.calls, args.rounds, args.profile, args.policy, args.no_gc,
+                             args.gets))
     cpu = [us for us, _ in results]
     mode = ("under cProfile" if args.profile else "no profiler") + (", GC off" if args.no_gc
                                                                        else "")
+    unit = "get" if args.gets else "call (submit + get)"
     print(f"load average at start {load}; {args.calls} calls x {args.rounds} rounds {mode}: "
-          f"CPU µs per call (submit + get), per round: {' '.join(f'{us:.0f}' for us in cpu)}")
+          f"CPU µs per {unit}, per round: {' '.join(f'{us:.0f}' for us in cpu)}")
     if not args.profile:
         return
     merged = results[0][1]
     assert merged is not None
     for _, stats in results[1:]:
         merged.add(stats)
-    requests = 2 * (args.calls // CONCURRENCY * CONCURRENCY) * len(results)
+    per_round = args.calls // CONCURRENCY * CONCURRENCY
+    requests = (1 if args.gets else 2) * per_round * len(results)
     print("\n| layer | µs per HTTP request (under cProfile) |\n|---|---:|")
     for layer, us in layers(merged, requests):
         print(f"| {layer} | {us:.1f} |")
