@@ -965,6 +965,13 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_the_older_flat_form_is_folded_into_counters",),
         where="EngineStats.from_wire"),
     Mutation(
+        "request_count_child_shared_across_statuses", "parrot/server/metrics.py",
+        "        key = (method, route, status)\n",
+        "        key = (method, route, 0)\n",
+        ("tests/server/test_metrics.py::"
+         "test_request_counts_are_kept_per_method_route_and_status_on_every_request",),
+        where="Metrics._request_count"),
+    Mutation(
         "engine_counters_exported_unscaled", "parrot/server/metrics.py",
         "                family.add_metric([name], stats.counter(counter.name) * counter.scale)\n",
         "                family.add_metric([name], stats.counter(counter.name))\n",
