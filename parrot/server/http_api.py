@@ -80,7 +80,12 @@ async def read_json(request: web.Request, max_body: int, timeout_s: float) -> ob
     if not request.can_read_body:
         return None
     try:
-        raw = await asyncio.wait_for(request.read(), timeout_s)
+        if request.content.is_eof():
+            # The whole body came with the headers (a small one nearly always): reading it
+            # never waits, so no timer and no task for wait_for.
+            raw = await request.read()
+        else:
+            raw = await asyncio.wait_for(request.read(), timeout_s)
     except web.HTTPRequestEntityTooLarge:
         raise PayloadTooLargeError(f"request body over {max_body} bytes") from None
     except TimeoutError:

@@ -965,6 +965,12 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_the_older_flat_form_is_folded_into_counters",),
         where="EngineStats.from_wire"),
     Mutation(
+        "body_read_without_its_timeout", "parrot/server/http_api.py",
+        "        if request.content.is_eof():\n",
+        "        if True:\n",
+        ("tests/server/test_overload.py::test_slow_body_is_408_json",),
+        where="read_json"),
+    Mutation(
         "request_count_child_shared_across_statuses", "parrot/server/metrics.py",
         "        key = (method, route, status)\n",
         "        key = (method, route, 0)\n",
