@@ -965,6 +965,13 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_the_older_flat_form_is_folded_into_counters",),
         where="EngineStats.from_wire"),
     Mutation(
+        "literal_path_keeps_only_its_first_route", "parrot/server/wire_routes.py",
+        "            literal: list(self._matching(literal)) for _, pattern, _, _ in self._routes\n",
+        "            literal: list(self._matching(literal))[:1] for _, pattern, _, _ in "
+        "self._routes\n",
+        ("tests/server/test_bad_input.py::test_wrong_method_is_405_json",),
+        where="WireAPI.__init__"),
+    Mutation(
         "body_read_without_its_timeout", "parrot/server/http_api.py",
         "        if request.content.is_eof():\n",
         "        if True:\n",

@@ -84,6 +84,14 @@ async def test_wrong_method_is_405_json(service):
     assert (status, reply["error"]["type"]) == (405, "MethodNotAllowedError")
     status, reply, _ = await call(http, "PUT", "/v1/sessions")
     assert status == 405
+    # every method a path has is named, in the route table's order
+    status, reply, _ = await call(http, "DELETE", "/v1/engines")
+    assert status == 405
+    assert reply["error"]["message"] == "DELETE is not allowed on /v1/engines; use ['GET', 'POST']"
+    status, reply, _ = await call(http, "PUT", "/v1/sessions/s-1/graph")
+    assert status == 405 and reply["error"]["message"].endswith("use ['GET']")
+    status, reply, _ = await call(http, "POST", "/v1/submit/")
+    assert (status, reply["error"]["type"]) == (404, "NotFoundError")
 
 
 async def test_batch_ref_call_true_is_not_call_1(service):
