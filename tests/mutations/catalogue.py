@@ -972,6 +972,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/server/test_bad_input.py::test_wrong_method_is_405_json",),
         where="WireAPI.__init__"),
     Mutation(
+        "json_body_byte_order_mark_let_through_to_the_decoder", "parrot/server/json_body.py",
+        "        if text.startswith(\"\\ufeff\"):  # what json.loads refuses before decoding\n",
+        "        if False:\n",
+        ("tests/server/test_bad_input.py::test_hostile_bodies_are_400_json",),
+        where="parse_json_body"),
+    Mutation(
         "body_read_without_its_timeout", "parrot/server/http_api.py",
         "        if request.content.is_eof():\n",
         "        if True:\n",
