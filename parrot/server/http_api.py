@@ -46,6 +46,11 @@ _TYPE_OF_STATUS = {400: "InvalidRequestError", 401: "UnauthorizedError", 404: "N
                    413: "PayloadTooLargeError", 429: "TooManyRequestsError"}
 
 
+# json.dumps as it writes every reply, without its cycle check: a reply's wire form is a tree
+# that to_wire builds anew, never cyclic (a cycle would be a bug either way: a 500).
+_encode = json.JSONEncoder(check_circular=False).encode
+
+
 def error_body(status: int, message: str) -> JsonObject:
     kind = _TYPE_OF_STATUS.get(status, "InternalError" if status >= 500 else "HTTPError")
     return ErrorReply(ErrorDetail(kind, message)).to_wire()
@@ -146,7 +151,7 @@ def create_app(api: WireAPI, setup: Sequence[AppSetup] = (),
         reply = await route(body)
         status = 503 if isinstance(reply, Health) and reply.status != "ok" else 200
         big = isinstance(reply, BatchReply) and len(reply.results) >= CALLS_PER_SLICE
-        text = await beside_loop(big, lambda: json.dumps(reply.to_wire()))  # the one serialisation
+        text = await beside_loop(big, lambda: _encode(reply.to_wire()))  # the one serialisation
         return web.Response(text=text, status=status, content_type="application/json")
 
     app = web.Application(client_max_size=max_body)
