@@ -98,36 +98,31 @@ async def read_json(request: web.Request, max_body: int, timeout_s: float) -> ob
     return await beside_loop(len(raw) >= OFF_LOOP_BYTES, lambda: parse_json_body(raw))
 
 
-@web.middleware
-async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every error of every route as the wire API's JSON error form."""
-    try:
-        return await handler(request)
-    except ParrotError as exc:
-        return error_response(exc)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return web.json_response(error_body(exc.status, exc.reason), status=exc.status)
-    except Exception:  # noqa: BLE001 - a bug answers 500; the server keeps serving
-        log.exception("unhandled error in %s %s", request.method, request.path)
-        return web.json_response(error_body(500, "internal server error"), status=500)
-
-
-def body_limit(max_body: int) -> Any:
-    """A middleware answering 413 at once to a request whose Content-Length is over the limit
-    (before any route, authentication or read: waiting for the body would hold the connection
-    until the body timeout)."""
+def json_errors(max_body: int) -> Any:
+    """The middleware of every route: every error as the wire API's JSON error form, and a 413
+    at once to a request whose Content-Length is over the limit (before any route,
+    authentication or read: waiting for the body would hold the connection until the body
+    timeout). One middleware for both: each middleware is a layer of calls on every request."""
     @web.middleware
-    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         length = request.content_length
         if length is not None and length > max_body:
             resp = error_response(PayloadTooLargeError(
                 f"request body of {length} bytes is over the limit of {max_body}"))
             resp.force_close()
             return resp
-        return await handler(request)
-    return check
+        try:
+            return await handler(request)
+        except ParrotError as exc:
+            return error_response(exc)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            return web.json_response(error_body(exc.status, exc.reason), status=exc.status)
+        except Exception:  # noqa: BLE001 - a bug answers 500; the server keeps serving
+            log.exception("unhandled error in %s %s", request.method, request.path)
+            return web.json_response(error_body(500, "internal server error"), status=500)
+    return answer
 
 
 AppSetup = Callable[[web.Application], None]
@@ -157,8 +152,7 @@ def create_app(api: WireAPI, setup: Sequence[AppSetup] = (),
     app = web.Application(client_max_size=max_body)
     for add in setup:
         add(app)
-    app.middlewares.append(json_errors)
-    app.middlewares.append(body_limit(max_body))
+    app.middlewares.append(json_errors(max_body))
     app.router.add_routes(list(routes))  # before the catch-all, so they win
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app
