@@ -132,7 +132,7 @@ def create_app(api: WireAPI, setup: Sequence[AppSetup] = (),
                routes: Iterable[web.AbstractRouteDef] = ()) -> web.Application:
     """`setup` callbacks add their own routes and middlewares (the OpenAI front door, /metrics,
     /openapi.json: parrot/server/front_door.py) and `routes` plain routes, all before the wire
-    API's catch-all route. The JSON-error middleware is the innermost, so the others (the
+    API's routes. The JSON-error middleware is the innermost, so the others (the
     metrics of /metrics) see every error as the response it became."""
     config = api.manager.config
     max_body = config.max_body_bytes
@@ -153,7 +153,11 @@ def create_app(api: WireAPI, setup: Sequence[AppSetup] = (),
     for add in setup:
         add(app)
     app.middlewares.append(json_errors(max_body))
-    app.router.add_routes(list(routes))  # before the catch-all, so they win
+    app.router.add_routes(list(routes))  # before the wire API's, so they win
+    # The wire API's paths without parameters as routes of their own: aiohttp finds them at
+    # its first lookup (a catch-all is its last), and /metrics labels them by that route.
+    for path in api.plain_paths:
+        app.router.add_route("*", path, dispatch)
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app
 

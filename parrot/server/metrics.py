@@ -238,12 +238,6 @@ class Metrics:
         # A label is the route's template whatever the method (the method is its own label).
         self._route_labels = [(re.compile(pattern), _template(pattern))
                               for _method, pattern in wire_routes]
-        # A wire path without parameters (/v1/submit, /v1/get: nearly every request) has its
-        # label looked up, not matched against every pattern: the label the first matching
-        # pattern gives it, as the loop in `route_label` would.
-        self._path_labels = {
-            pattern.pattern: next(t for p, t in self._route_labels if p.fullmatch(pattern.pattern))
-            for pattern, _ in self._route_labels if re.escape(pattern.pattern) == pattern.pattern}
         r = self.registry
         self.ttft = Histogram("parrot_call_ttft_seconds", "submit to first generated token",
                               buckets=_LATENCY_BUCKETS, registry=r)
@@ -289,9 +283,6 @@ class Metrics:
         canonical = resource.canonical if resource is not None else ""
         if canonical and "{tail}" not in canonical:
             return canonical
-        label = self._path_labels.get(request.path)
-        if label is not None:
-            return label
         for pattern, template in self._route_labels:
             if pattern.fullmatch(request.path):
                 return template

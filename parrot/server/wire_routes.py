@@ -121,6 +121,11 @@ class WireAPI:
             raise MethodNotAllowedError(f"{method} is not allowed on {path}; use {allowed}")
         raise NotFoundError(f"no such endpoint: {method} {path}")
 
+    @property
+    def plain_paths(self) -> list[str]:
+        """The route table's paths without parameters (/v1/submit, /v1/get, ...)."""
+        return list(self._routes_of_path)
+
     def _matching(self, path: str) -> Iterator[tuple[str, re.Match[str], Route, Gate]]:
         """The routes whose pattern `path` matches, in order, with the match."""
         for route_method, pattern, route, gate in self._routes:
