@@ -239,7 +239,10 @@ def layers(stats: pstats.Stats, requests: int) -> list[tuple[str, float]]:
         seconds = 0.0
         for key, (_cc, _nc, tt, ct, callers) in raw.items():
             if _matches(key, functions):
-                seconds += tt if own else ct
+                # a cumulative layer leaves out what its own functions call of each other
+                seconds += tt if own else ct - sum(
+                    c[3] for caller, c in callers.items()
+                    if caller != key and _matches(caller, functions))
             elif own and extra and not _matches(key, listed) and any(
                     m in key[0] or m == f"{Path(key[0]).name}:{key[2]}" for m in extra):
                 seconds += sum(c[3] for caller, c in callers.items()
