@@ -68,7 +68,7 @@ LAYERS: tuple[tuple[str, tuple[tuple[str, str], ...], bool, tuple[str, ...]], ..
      ("web_request.py", "helpers.py")),
     ("_fix_request_current_app (aiohttp, own)", (("web_middlewares.py", "impl"),), True, ()),
     ("dispatch (own, incl. headers, serving_http)", (("http_api.py", "dispatch"),), True,
-     ("web_request.py", "helpers.py", "off_loop.py", "http_api.py:bearer_token",
+     ("web_request.py", "helpers.py", "off_loop.py:serving_http", "http_api.py:bearer_token",
       "multidict")),
     ("gate + route lookup (admit)", (("wire_routes.py", "admit"),), False, ()),
     # (a read under wait_for runs in a task of its own: its time is not read_json's)
