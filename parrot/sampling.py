@@ -46,20 +46,18 @@ class SamplingParams:
         _check(_is_number(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", self.top_p,
                "a number in (0, 1]")
         _check(isinstance(self.top_k, int) and not isinstance(self.top_k, bool)
-               and 0 <= self.top_k <= MAX_TOP_K,
-               "top_k", self.top_k, f"an integer in [0, {MAX_TOP_K}] (0 disables top-k)")
+               and 0 <= self.top_k <= MAX_TOP_K, "top_k", self.top_k, _TOP_K_ALLOWED)
         _check(self.seed is None or (isinstance(self.seed, int) and not isinstance(self.seed, bool)
                                      and 0 <= self.seed < 2**63),
                "seed", self.seed, "null or an integer in [0, 2**63)")
         _check(isinstance(self.stop, tuple) and len(self.stop) <= MAX_STOP_STRINGS
                and all(isinstance(s, str) and s for s in self.stop),
-               "stop", self.stop, f"a list of at most {MAX_STOP_STRINGS} non-empty strings")
-        _check(isinstance(self.stop_token_ids, tuple)
-               and len(self.stop_token_ids) <= MAX_STOP_TOKEN_IDS
-               and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t <= MAX_TOKEN_ID
-                       for t in self.stop_token_ids),
-               "stop_token_ids", _clipped(self.stop_token_ids),
-               f"a list of at most {MAX_STOP_TOKEN_IDS} integers in [0, {MAX_TOKEN_ID}]")
+               "stop", self.stop, _STOP_ALLOWED)
+        if not (isinstance(self.stop_token_ids, tuple)
+                and len(self.stop_token_ids) <= MAX_STOP_TOKEN_IDS
+                and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t <= MAX_TOKEN_ID
+                        for t in self.stop_token_ids)):
+            _check(False, "stop_token_ids", _clipped(self.stop_token_ids), _STOP_IDS_ALLOWED)
         _check(isinstance(self.ignore_eos, bool), "ignore_eos", self.ignore_eos, "a boolean")
         object.__setattr__(self, "constraint", constraint_from_json(self.constraint))
         # A constrained output ends where its grammar does (EOS is then the one token
@@ -80,11 +78,10 @@ class SamplingParams:
             return cls()
         if not isinstance(data, Mapping):
             raise InvalidRequestError(f"sampling must be an object, got {type(data).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise InvalidRequestError(
-                f"unknown sampling field(s) {unknown}; allowed: {sorted(known)}")
+        known = _field_names(cls)
+        if not known.issuperset(data):
+            raise InvalidRequestError(f"unknown sampling field(s) {sorted(set(data) - known)}; "
+                                      f"allowed: {sorted(known)}")
         kwargs = dict(data)
         for key in ("stop", "stop_token_ids"):
             if key in kwargs:
@@ -119,6 +116,21 @@ class SamplingParams:
         base = self.to_json()
         base.update(override)
         return SamplingParams.from_json(base)
+
+
+# What the checks of __post_init__ say is allowed, formatted once (they run on every submit).
+_TOP_K_ALLOWED = f"an integer in [0, {MAX_TOP_K}] (0 disables top-k)"
+_STOP_ALLOWED = f"a list of at most {MAX_STOP_STRINGS} non-empty strings"
+_STOP_IDS_ALLOWED = f"a list of at most {MAX_STOP_TOKEN_IDS} integers in [0, {MAX_TOKEN_ID}]"
+
+
+_FIELD_NAMES: dict[type, frozenset[str]] = {}
+
+
+def _field_names(cls: type[SamplingParams]) -> frozenset[str]:
+    if cls not in _FIELD_NAMES:
+        _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))
+    return _FIELD_NAMES[cls]
 
 
 def _is_number(value: Any) -> bool:

@@ -26,11 +26,12 @@ class Criterion(str, enum.Enum):
 
     @classmethod
     def parse(cls, value: object) -> Criterion:
-        from parrot.errors import InvalidRequestError
-
         try:
             return cls(str(value).lower())
         except ValueError:
+            # imported here, on the error path only: a get parses a criterion every time
+            from parrot.errors import InvalidRequestError
+
             raise InvalidRequestError(
                 f"unknown criteria {value!r}; allowed: {[c.value for c in cls]}") from None
 

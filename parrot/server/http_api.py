@@ -46,6 +46,11 @@ _TYPE_OF_STATUS = {400: "InvalidRequestError", 401: "UnauthorizedError", 404: "N
                    413: "PayloadTooLargeError", 429: "TooManyRequestsError"}
 
 
+# json.dumps as it writes every reply, without its cycle check: a reply's wire form is a tree
+# that to_wire builds anew, never cyclic (a cycle would be a bug either way: a 500).
+_encode = json.JSONEncoder(check_circular=False).encode
+
+
 def error_body(status: int, message: str) -> JsonObject:
     kind = _TYPE_OF_STATUS.get(status, "InternalError" if status >= 500 else "HTTPError")
     return ErrorReply(ErrorDetail(kind, message)).to_wire()
@@ -80,7 +85,12 @@ async def read_json(request: web.Request, max_body: int, timeout_s: float) -> ob
     if not request.can_read_body:
         return None
     try:
-        raw = await asyncio.wait_for(request.read(), timeout_s)
+        if request.content.is_eof():
+            # The whole body came with the headers (a small one nearly always): reading it
+            # never waits, so no timer and no task for wait_for.
+            raw = await request.read()
+        else:
+            raw = await asyncio.wait_for(request.read(), timeout_s)
     except web.HTTPRequestEntityTooLarge:
         raise PayloadTooLargeError(f"request body over {max_body} bytes") from None
     except TimeoutError:
@@ -88,36 +98,31 @@ async def read_json(request: web.Request, max_body: int, timeout_s: float) -> ob
     return await beside_loop(len(raw) >= OFF_LOOP_BYTES, lambda: parse_json_body(raw))
 
 
-@web.middleware
-async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every error of every route as the wire API's JSON error form."""
-    try:
-        return await handler(request)
-    except ParrotError as exc:
-        return error_response(exc)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return web.json_response(error_body(exc.status, exc.reason), status=exc.status)
-    except Exception:  # noqa: BLE001 - a bug answers 500; the server keeps serving
-        log.exception("unhandled error in %s %s", request.method, request.path)
-        return web.json_response(error_body(500, "internal server error"), status=500)
-
-
-def body_limit(max_body: int) -> Any:
-    """A middleware answering 413 at once to a request whose Content-Length is over the limit
-    (before any route, authentication or read: waiting for the body would hold the connection
-    until the body timeout)."""
+def json_errors(max_body: int) -> Any:
+    """The middleware of every route: every error as the wire API's JSON error form, and a 413
+    at once to a request whose Content-Length is over the limit (before any route,
+    authentication or read: waiting for the body would hold the connection until the body
+    timeout). One middleware for both: each middleware is a layer of calls on every request."""
     @web.middleware
-    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         length = request.content_length
         if length is not None and length > max_body:
             resp = error_response(PayloadTooLargeError(
                 f"request body of {length} bytes is over the limit of {max_body}"))
             resp.force_close()
             return resp
-        return await handler(request)
-    return check
+        try:
+            return await handler(request)
+        except ParrotError as exc:
+            return error_response(exc)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            return web.json_response(error_body(exc.status, exc.reason), status=exc.status)
+        except Exception:  # noqa: BLE001 - a bug answers 500; the server keeps serving
+            log.exception("unhandled error in %s %s", request.method, request.path)
+            return web.json_response(error_body(500, "internal server error"), status=500)
+    return answer
 
 
 AppSetup = Callable[[web.Application], None]
@@ -127,7 +132,7 @@ def create_app(api: WireAPI, setup: Sequence[AppSetup] = (),
                routes: Iterable[web.AbstractRouteDef] = ()) -> web.Application:
     """`setup` callbacks add their own routes and middlewares (the OpenAI front door, /metrics,
     /openapi.json: parrot/server/front_door.py) and `routes` plain routes, all before the wire
-    API's catch-all route. The JSON-error middleware is the innermost, so the others (the
+    API's routes. The JSON-error middleware is the innermost, so the others (the
     metrics of /metrics) see every error as the response it became."""
     config = api.manager.config
     max_body = config.max_body_bytes
@@ -141,15 +146,18 @@ def create_app(api: WireAPI, setup: Sequence[AppSetup] = (),
         reply = await route(body)
         status = 503 if isinstance(reply, Health) and reply.status != "ok" else 200
         big = isinstance(reply, BatchReply) and len(reply.results) >= CALLS_PER_SLICE
-        text = await beside_loop(big, lambda: json.dumps(reply.to_wire()))  # the one serialisation
+        text = await beside_loop(big, lambda: _encode(reply.to_wire()))  # the one serialisation
         return web.Response(text=text, status=status, content_type="application/json")
 
     app = web.Application(client_max_size=max_body)
     for add in setup:
         add(app)
-    app.middlewares.append(json_errors)
-    app.middlewares.append(body_limit(max_body))
-    app.router.add_routes(list(routes))  # before the catch-all, so they win
+    app.middlewares.append(json_errors(max_body))
+    app.router.add_routes(list(routes))  # before the wire API's, so they win
+    # The wire API's paths without parameters as routes of their own: aiohttp finds them at
+    # its first lookup (a catch-all is its last), and /metrics labels them by that route.
+    for path in api.plain_paths:
+        app.router.add_route("*", path, dispatch)
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app
 

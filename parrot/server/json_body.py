@@ -47,6 +47,12 @@ def _finite_float(literal: str) -> float:
     return value
 
 
+# One decoder for every body (json.loads with these hooks would build one per call); like
+# json's own default decoder, it holds no state between calls and is shared by threads.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_int=_bounded_int,
+                            parse_float=_finite_float)
+
+
 def parse_json_body(raw: bytes) -> Any:
     """The JSON value of `raw` (None for an empty body), or InvalidRequestError."""
     if not raw.strip():
@@ -57,8 +63,9 @@ def parse_json_body(raw: bytes) -> Any:
         raise InvalidRequestError(f"request body is not UTF-8: {exc.reason} at byte "
                                   f"{exc.start}") from None
     try:
-        value = json.loads(text, parse_constant=_reject_constant, parse_int=_bounded_int,
-                           parse_float=_finite_float)
+        if text.startswith("\ufeff"):  # what json.loads refuses before decoding
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        value = _DECODER.decode(text)
     except RecursionError:
         raise InvalidRequestError("request body is nested too deeply") from None
     except ValueError as exc:  # JSONDecodeError, and int literals over the digit limit

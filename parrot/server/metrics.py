@@ -254,6 +254,11 @@ class Metrics:
         self.request_seconds = Histogram("parrot_http_request_seconds", "HTTP request time "
                                          "(to the end of a stream)", ["route"],
                                          buckets=_LATENCY_BUCKETS, registry=r)
+        # The request metrics' children by their labels, held here: `labels()` validates and
+        # locks on every call, and returns the same child for the same labels anyway (the
+        # children are as many as prometheus-client keeps).
+        self._request_counts: dict[tuple[str, str, int], Counter] = {}
+        self._request_timers: dict[str, Histogram] = {}
         manager.call_observers.append(self.observe_call)
         manager.scheduler.round_observers.append(lambda seconds, _: self.decision.observe(seconds))
         self.aborted = AbortedWork(manager, r)
@@ -310,11 +315,24 @@ class Metrics:
         finally:
             seconds = time.perf_counter() - started
             route = self.route_label(request)
-            self.requests.labels(request.method, route, str(status)).inc()
-            self.request_seconds.labels(route).observe(seconds)
+            self._request_count(request.method, route, status).inc()
+            self._request_timer(route).observe(seconds)
             if access_log.isEnabledFor(logging.INFO):  # the peer and path cost a lookup each
                 access_log.info("%s %s %s %d %.1fms", request.remote, request.method,
                                 request.path_qs, status, seconds * 1000)
+
+    def _request_count(self, method: str, route: str, status: int) -> Counter:
+        key = (method, route, status)
+        child = self._request_counts.get(key)
+        if child is None:
+            child = self._request_counts[key] = self.requests.labels(method, route, str(status))
+        return child
+
+    def _request_timer(self, route: str) -> Histogram:
+        child = self._request_timers.get(route)
+        if child is None:
+            child = self._request_timers[route] = self.request_seconds.labels(route)
+        return child
 
 
 class AbortedWork:

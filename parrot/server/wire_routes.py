@@ -19,7 +19,7 @@ import dataclasses
 import gc
 import re
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 from parrot.manager.admission import CALLS_PER_SLICE, Admission, Slices
 from parrot.server.chat_submit import mark_streamed, render_chat
@@ -84,6 +84,11 @@ class WireAPI:
             ("POST", re.compile(r"/v1/engines"), self.register_engine, self._gate_admin),
             ("GET", re.compile(r"/v1/stats"), self.stats, self._gate_admin),
         ]
+        # The routes a parameterless path matches (/v1/submit, /v1/get: nearly every
+        # request), found once here instead of by matching every pattern per request.
+        self._routes_of_path: dict[str, list[tuple[str, re.Match[str], Route, Gate]]] = {
+            literal: list(self._matching(literal)) for _, pattern, _, _ in self._routes
+            if re.escape(literal := pattern.pattern) == literal}
 
     @property
     def route_table(self) -> list[tuple[str, str]]:
@@ -100,10 +105,9 @@ class WireAPI:
         """The route of `method path`, once the request's headers pass its gate (401, 404,
         405 and 503 are decided here, before the body is read); call it with the body."""
         allowed = []
-        for route_method, pattern, route, gate in self._routes:
-            match = pattern.fullmatch(path)
-            if match is None:
-                continue
+        matching = self._routes_of_path.get(path)
+        for route_method, match, route, gate in (
+                self._matching(path) if matching is None else matching):
             if route_method == method:
                 gate(token)
 
@@ -116,6 +120,18 @@ class WireAPI:
         if allowed:
             raise MethodNotAllowedError(f"{method} is not allowed on {path}; use {allowed}")
         raise NotFoundError(f"no such endpoint: {method} {path}")
+
+    @property
+    def plain_paths(self) -> list[str]:
+        """The route table's paths without parameters (/v1/submit, /v1/get, ...)."""
+        return list(self._routes_of_path)
+
+    def _matching(self, path: str) -> Iterator[tuple[str, re.Match[str], Route, Gate]]:
+        """The routes whose pattern `path` matches, in order, with the match."""
+        for route_method, pattern, route, gate in self._routes:
+            match = pattern.fullmatch(path)
+            if match is not None:
+                yield route_method, match, route, gate
 
     # --- gates: the headers alone, before the body --------------------------------------------
 

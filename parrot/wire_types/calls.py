@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from parrot.errors import InvalidRequestError, TemplateSyntaxError
 from parrot.constraints import check_constraint
@@ -20,6 +20,9 @@ from parrot.wire_types.codec import (Json, JsonObject, WireMessage, check, check
 
 MAX_PLACEHOLDERS = 1024
 MAX_BATCH_CALLS = 4096
+# Messages of the checks every submit runs, formatted once.
+_TOO_MANY_PLACEHOLDERS = f"'placeholders' must be a list of at most {MAX_PLACEHOLDERS} objects"
+_BATCH_SIZE = f"'calls' must be a list of 1 to {MAX_BATCH_CALLS} submit objects"
 
 
 # --- submit ------------------------------------------------------------------------------------
@@ -76,7 +79,9 @@ class BatchRef(WireMessage):
     output: str
 
     def __post_init__(self) -> None:
-        check(self.call >= 0, f"'call' must be the index of an earlier call, got {self.call}")
+        if self.call < 0:
+            raise InvalidRequestError(f"'call' must be the index of an earlier call, got "
+                                      f"{self.call}")
 
 
 @dataclass(frozen=True)
@@ -96,21 +101,26 @@ class PlaceholderSpec(WireMessage):
     criteria: Criterion | None = None
 
     def __post_init__(self) -> None:
-        where = f"placeholder {self.name!r}"
+        # Each message is formatted when its rule fails only (this runs for every binding).
         check(bool(self.name), "'name' must be a non-empty string")
         check_value(self.value)
-        check(len(self.transforms) <= MAX_TRANSFORMS,
-              f"{where}: transforms must be a list of at most {MAX_TRANSFORMS} items")
+        if len(self.transforms) > MAX_TRANSFORMS:
+            self._reject(f"transforms must be a list of at most {MAX_TRANSFORMS} items")
         if self.is_output:
-            check(self.value is None and self.ref is None,
-                  f"{where}: an output cannot have a 'value' or a 'ref'")
+            if self.value is not None or self.ref is not None:
+                self._reject("an output cannot have a 'value' or a 'ref'")
         else:
             bound = (self.semantic_var_id, self.value, self.ref)
-            check(sum(b is not None for b in bound) == 1,
-                  f"{where}: an input needs exactly one of 'semantic_var_id' and 'value'"
-                  " (or 'ref' in a batch)")
-            check(self.sampling is None, f"{where}: 'sampling' is an object, on outputs only")
-            check(self.criteria is None, f"{where}: 'criteria' is for outputs only")
+            if sum(b is not None for b in bound) != 1:
+                self._reject("an input needs exactly one of 'semantic_var_id' and 'value'"
+                             " (or 'ref' in a batch)")
+            if self.sampling is not None:
+                self._reject("'sampling' is an object, on outputs only")
+            if self.criteria is not None:
+                self._reject("'criteria' is for outputs only")
+
+    def _reject(self, problem: str) -> NoReturn:
+        raise InvalidRequestError(f"placeholder {self.name!r}: {problem}")
 
     @property
     def is_output(self) -> bool:
@@ -126,11 +136,11 @@ class _CallChecks:
     stream: tuple[str, ...]
 
     def _check_call(self) -> None:
-        check(len(self.placeholders) <= MAX_PLACEHOLDERS,
-              f"'placeholders' must be a list of at most {MAX_PLACEHOLDERS} objects")
+        check(len(self.placeholders) <= MAX_PLACEHOLDERS, _TOO_MANY_PLACEHOLDERS)
         names = [p.name for p in self.placeholders]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        check(not dupes, f"placeholder(s) {dupes} given more than once")
+        if len(set(names)) != len(names):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            raise InvalidRequestError(f"placeholder(s) {dupes} given more than once")
         # a constraint's schema or pattern must compile: a 400 naming the output, here
         check_constraint(self.sampling.constraint, "sampling")
         for spec in self.placeholders:
@@ -182,7 +192,8 @@ class SubmitRequest(_CallChecks, WireMessage):
         check_session_id(self.session_id)
         self._check_call()
         refs = [p.name for p in self.placeholders if p.ref is not None]
-        check(not refs, f"placeholder(s) {refs}: 'ref' is for submit_batch only")
+        if refs:
+            raise InvalidRequestError(f"placeholder(s) {refs}: 'ref' is for submit_batch only")
 
     @classmethod
     def from_wire(cls, data: object, path: str = "", *, strict: bool = True) -> SubmitRequest:
@@ -235,8 +246,7 @@ class SubmitBatchRequest(WireMessage):
     def __post_init__(self) -> None:
         if self.session_id is not None:
             check_session_id(self.session_id)
-        check(1 <= len(self.calls) <= MAX_BATCH_CALLS,
-              f"'calls' must be a list of 1 to {MAX_BATCH_CALLS} submit objects")
+        check(1 <= len(self.calls) <= MAX_BATCH_CALLS, _BATCH_SIZE)
         for index, call in enumerate(self.calls):
             if isinstance(call, BatchCall):
                 _check_refs(call, index)

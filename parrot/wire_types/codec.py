@@ -70,17 +70,20 @@ class WireMessage:
         """Parse the JSON form. `strict=False` ignores unknown fields: for the manager's own
         internal dicts (a field added there reaches the API when the type names it)."""
         path = path or cls.WIRE_NAME or cls.__name__
-        if not isinstance(data, Mapping):
+        if type(data) is not dict and not isinstance(data, Mapping):
             raise InvalidRequestError(f"{path} must be a JSON object, got {_kind(data)}")
-        layout = _layout(cls)
+        layout = _LAYOUTS.get(cls) or _layout(cls)
         if strict and not layout.names.issuperset(data):
             unknown = sorted(str(k) for k in set(data) - layout.names)
             raise InvalidRequestError(f"{path}: unknown field(s) {unknown}; allowed: "
                                       f"{sorted(layout.names)}")
         kwargs: dict[str, Any] = {}
-        for name, decoder, required in layout.decoded:
+        for name, decoder, required, as_is in layout.decoded:
             if name in data:
-                kwargs[name] = decoder(data[name], f"{path}.{name}", strict)
+                value = data[name]
+                # A value its decoder would return unchanged skips it (and its path string).
+                kwargs[name] = value if type(value) in as_is else decoder(
+                    value, f"{path}.{name}", strict)
             elif required:
                 raise InvalidRequestError(f"{path}.{name} is required")
         try:
@@ -91,6 +94,8 @@ class WireMessage:
 
 
 def encode(value: Any) -> Json:
+    if type(value) in _PLAIN:  # most values: written as they are
+        return value  # type: ignore[no-any-return]
     if isinstance(value, WireMessage):
         return value.to_wire()
     if type(value) in FOREIGN:
@@ -116,10 +121,16 @@ def decode(tp: Any, data: object, path: str, strict: bool = True) -> Any:
 Decoder = Callable[[object, str, bool], Any]
 
 
+# The JSON scalars' types: a value of exactly one of them is its own wire form, and the
+# decoder of a field of that type (or a union of them) returns it unchanged.
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
 @dataclasses.dataclass(frozen=True)
 class _Layout:
     names: frozenset[str]                                # the init fields
-    decoded: tuple[tuple[str, Decoder, bool], ...]       # (name, decoder, required)
+    # (name, decoder, required, the value types the decoder returns unchanged)
+    decoded: tuple[tuple[str, Decoder, bool, frozenset[type]], ...]
     encoded: tuple[tuple[str, bool], ...]                # (name, left out when None)
     literals: tuple[tuple[str, tuple[Any, ...]], ...]    # fields with a fixed value set
 
@@ -135,12 +146,23 @@ def _layout(cls: type) -> _Layout:
         _LAYOUTS[cls] = _Layout(
             frozenset(f.name for f in fields),
             tuple((f.name, _decoder(hints[f.name]),
-                   f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+                   f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+                   _as_is(hints[f.name]))
                   for f in fields),
             tuple((f.name, f.default is None) for f in dataclasses.fields(cls)),
             tuple((f.name, typing.get_args(hints[f.name])) for f in fields
                   if typing.get_origin(hints[f.name]) is typing.Literal))
     return _LAYOUTS[cls]
+
+
+def _as_is(tp: Any) -> frozenset[type]:
+    """The types of the values the decoder of `tp` returns unchanged: `tp` itself, or the
+    members of a union of them, where JSON scalars (an int for a float is converted: not
+    listed; a bool is no int: its exact type is what counts)."""
+    options = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union,
+                                                               types.UnionType) else (tp,)
+    return frozenset(o for o in options if o in _PLAIN) if all(
+        o in _PLAIN for o in options) else frozenset()
 
 
 def _decoder(tp: Any) -> Decoder:
@@ -289,9 +311,11 @@ def check(ok: bool, message: str) -> None:
         raise InvalidRequestError(message)
 
 
+_VALUE_TOO_LONG = f"'value' must be a string of at most {MAX_VALUE_CHARS} characters"
+
+
 def check_value(value: str | None) -> None:
-    check(value is None or len(value) <= MAX_VALUE_CHARS,
-          f"'value' must be a string of at most {MAX_VALUE_CHARS} characters")
+    check(value is None or len(value) <= MAX_VALUE_CHARS, _VALUE_TOO_LONG)
 
 
 def check_session_id(session_id: str) -> None:

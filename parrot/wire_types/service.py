@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from parrot.errors import ParrotError, error_from_wire
+from parrot.errors import InvalidRequestError, ParrotError, error_from_wire
 from parrot.types import Criterion
 from parrot.wire_types.codec import WireMessage, check, check_session_id, check_value
 
@@ -245,8 +245,9 @@ class GetRequest(WireMessage):
 
     def __post_init__(self) -> None:
         check_session_id(self.session_id)
-        check(self.timeout is None or self.timeout > 0,
-              f"'timeout' must be a positive number, got {self.timeout!r}")
+        if self.timeout is not None and not self.timeout > 0:  # formatted on failure only
+            raise InvalidRequestError(f"'timeout' must be a positive number, got "
+                                      f"{self.timeout!r}")
 
 
 @dataclass(frozen=True)

@@ -965,6 +965,32 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_the_older_flat_form_is_folded_into_counters",),
         where="EngineStats.from_wire"),
     Mutation(
+        "literal_path_keeps_only_its_first_route", "parrot/server/wire_routes.py",
+        "            literal: list(self._matching(literal)) for _, pattern, _, _ in self._routes\n",
+        "            literal: list(self._matching(literal))[:1] for _, pattern, _, _ in "
+        "self._routes\n",
+        ("tests/server/test_bad_input.py::test_wrong_method_is_405_json",),
+        where="WireAPI.__init__"),
+    Mutation(
+        "json_body_byte_order_mark_let_through_to_the_decoder", "parrot/server/json_body.py",
+        "        if text.startswith(\"\\ufeff\"):  # what json.loads refuses before decoding\n",
+        "        if False:\n",
+        ("tests/server/test_bad_input.py::test_hostile_bodies_are_400_json",),
+        where="parse_json_body"),
+    Mutation(
+        "body_read_without_its_timeout", "parrot/server/http_api.py",
+        "        if request.content.is_eof():\n",
+        "        if True:\n",
+        ("tests/server/test_overload.py::test_slow_body_is_408_json",),
+        where="read_json"),
+    Mutation(
+        "request_count_child_shared_across_statuses", "parrot/server/metrics.py",
+        "        key = (method, route, status)\n",
+        "        key = (method, route, 0)\n",
+        ("tests/server/test_metrics.py::"
+         "test_request_counts_are_kept_per_method_route_and_status_on_every_request",),
+        where="Metrics._request_count"),
+    Mutation(
         "engine_counters_exported_unscaled", "parrot/server/metrics.py",
         "                family.add_metric([name], stats.counter(counter.name) * counter.scale)\n",
         "                family.add_metric([name], stats.counter(counter.name))\n",

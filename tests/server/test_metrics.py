@@ -73,6 +73,37 @@ async def test_metrics_count_requests_calls_and_engines(server):
     assert m[("parrot_sessions", ())] == 0  # the completion's private session is gone
 
 
+async def test_request_counts_are_kept_per_method_route_and_status_on_every_request(server):
+    """The request metrics' children are looked up once per label set: repeated requests keep
+    counting, and each status, method and route counts on its own."""
+    async with aiohttp.ClientSession(base_url=server.url) as http:
+        sid, headers = await new_session(http)
+        get = {"session_id": sid, "semantic_var_id": "v-nope"}
+        for _ in range(3):
+            async with http.post("/v1/get", json=get, headers=headers) as resp:
+                assert resp.status == 404
+        async with http.post("/v1/get", json=get) as resp:
+            assert resp.status == 401
+        async with http.get("/v1/get") as resp:
+            assert resp.status == 405
+        for _ in range(2):
+            async with http.get("/healthz") as resp:
+                assert resp.status == 200
+        m = await scrape(http, server.admin_token)
+
+    def count(method: str, route: str, status: int) -> float:
+        return m[("parrot_http_requests_total",
+                  (("method", method), ("route", route), ("status", str(status))))]
+
+    assert count("POST", "/v1/get", 404) == 3
+    assert count("POST", "/v1/get", 401) == 1
+    assert count("GET", "/v1/get", 405) == 1
+    assert count("GET", "/healthz", 200) == 2
+    assert count("POST", "/v1/sessions", 200) == 1
+    assert m[("parrot_http_request_seconds_count", (("route", "/v1/get"),))] == 5
+    assert m[("parrot_http_request_seconds_count", (("route", "/healthz"),))] == 2
+
+
 async def test_metric_names_follow_prometheus_conventions(server):
     """`_total` only on counters (a gauge named so reads as one to every Prometheus tool);
     every name under parrot_."""
