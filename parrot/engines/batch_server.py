@@ -24,8 +24,7 @@ from aiohttp import web
 from parrot.engines.batch_wire import (BatchOp, FreeRequest, GenerateOp, OpRequest, error_event,
                                        parse_abort, parse_batch)
 from parrot.engines.protocol import Engine, FillRequest, GenerateChunk
-from parrot.engines.server_io import (NDJSON, check_window, is_disconnect, json_body,
-                                      ndjson_line)
+from parrot.engines.server_io import NDJSON, ContextWindow, is_disconnect, json_body, ndjson_line
 from parrot.errors import ConflictError, EngineError, ParrotError
 
 log = logging.getLogger(__name__)
@@ -78,19 +77,17 @@ class Outbox:
 
 
 class BatchRoutes:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, window: ContextWindow) -> None:
         self.engine = engine
+        self.window = window
         self._running: dict[str, asyncio.Task[None]] = {}  # op id -> its task, of every stream
 
     async def batch(self, request: web.Request) -> web.StreamResponse:
         ops = parse_batch(await json_body(request))
-        window = 0
-        if any(isinstance(op.request, GenerateOp) for op in ops):
-            window = (await self.engine.info()).max_context_len
         outbox = Outbox(len(ops))
         # Every op is known (abortable) before the reply's headers leave: a client may abort
         # any of them once it has them.
-        tasks = [task for op in ops if (task := self._start(op, outbox, window)) is not None]
+        tasks = [task for op in ops if (task := self._start(op, outbox)) is not None]
         response = web.StreamResponse(headers={"Content-Type": NDJSON})
         try:
             await response.prepare(request)
@@ -113,7 +110,7 @@ class BatchRoutes:
                    if (task := self._running.get(op_id)) is not None and task.cancel()]
         return web.json_response({"aborted": aborted})
 
-    def _start(self, op: BatchOp, outbox: Outbox, window: int) -> asyncio.Task[None] | None:
+    def _start(self, op: BatchOp, outbox: Outbox) -> asyncio.Task[None] | None:
         request = op.request
         if not isinstance(request, ParrotError) and op.id in self._running:
             request = ConflictError(f"op id {op.id!r} is already running on this engine")
@@ -121,11 +118,11 @@ class BatchRoutes:
             outbox.put(error_event(op.id, request))
             outbox.finished()
             return None
-        task = asyncio.create_task(self._run(op.id, request, outbox, window))
+        task = asyncio.create_task(self._run(op.id, request, outbox))
         self._running[op.id] = task
         return task
 
-    async def _run(self, op_id: str, request: OpRequest, outbox: Outbox, window: int) -> None:
+    async def _run(self, op_id: str, request: OpRequest, outbox: Outbox) -> None:
         try:
             if isinstance(request, FillRequest):
                 result = await self.engine.fill(request)
@@ -134,7 +131,7 @@ class BatchRoutes:
                 await self.engine.free_context(request.context_id)
                 outbox.put({"id": op_id, "free": request.to_wire()})
             else:
-                await self._generate(op_id, request, outbox, window)
+                await self._generate(op_id, request, outbox)
         except ParrotError as exc:
             outbox.put(error_event(op_id, exc))
         except asyncio.CancelledError:
@@ -148,8 +145,8 @@ class BatchRoutes:
             if self._running.get(op_id) is asyncio.current_task():
                 del self._running[op_id]
 
-    async def _generate(self, op_id: str, op: GenerateOp, outbox: Outbox, window: int) -> None:
-        check_window(op.request, window)
+    async def _generate(self, op_id: str, op: GenerateOp, outbox: Outbox) -> None:
+        await self.window.check(op.request)
         if not op.stream:
             result = await self.engine.generate_all(op.request)
             outbox.chunk(op_id, GenerateChunk(result.text, result.token_ids,

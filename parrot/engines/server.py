@@ -53,7 +53,7 @@ from aiohttp.web_protocol import RequestHandler
 from parrot.engines.batch_server import BatchRoutes
 from parrot.engines.batch_wire import ABORT_PATH, BATCH_PATH
 from parrot.engines.protocol import Engine, FillRequest, GenerateChunk
-from parrot.engines.server_io import (BODY_TIMEOUT_KEY, BODY_TIMEOUT_S, NDJSON, check_window,
+from parrot.engines.server_io import (BODY_TIMEOUT_KEY, BODY_TIMEOUT_S, NDJSON, ContextWindow,
                                       is_disconnect, json_body, ndjson_line, parse,
                                       parse_generate)
 from parrot.errors import (InvalidRequestError, NotFoundError, ParrotError,
@@ -84,11 +84,12 @@ def create_app(engine: Engine, *, secret: str | None = None,
     middlewares.append(_open_middleware if secret is None else _auth_middleware(secret))
     app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
     app[BODY_TIMEOUT_KEY] = body_timeout_s
-    routes = _Routes(engine)
+    window = ContextWindow(engine)
+    routes = _Routes(engine, window)
     app.router.add_post("/v1/engine/fill", routes.fill)
     app.router.add_post("/v1/engine/generate", routes.generate)
     app.router.add_post("/v1/engine/free_context", routes.free_context)
-    batch = BatchRoutes(engine)
+    batch = BatchRoutes(engine, window)
     app.router.add_post(BATCH_PATH, batch.batch)
     app.router.add_post(ABORT_PATH, batch.abort)
     app.router.add_get("/v1/engine/stats", routes.stats)
@@ -104,8 +105,9 @@ def create_app(engine: Engine, *, secret: str | None = None,
 
 
 class _Routes:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, window: ContextWindow) -> None:
         self.engine = engine
+        self.window = window
 
     async def fill(self, request: web.Request) -> web.Response:
         body = await json_body(request)
@@ -114,7 +116,7 @@ class _Routes:
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         gen_request, stream = parse_generate(await json_body(request))
-        check_window(gen_request, (await self.engine.info()).max_context_len)
+        await self.window.check(gen_request)
         if not stream:
             result = await self.engine.generate_all(gen_request)
             return web.json_response(result.to_wire())

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from parrot.engines.protocol import GenerateRequest
+from parrot.engines.protocol import Engine, GenerateRequest
 from parrot.errors import (InvalidRequestError, ParrotError, PayloadTooLargeError,
                            RequestTimeoutError)
 
@@ -55,6 +55,21 @@ def check_window(request: GenerateRequest, window: int) -> None:
         raise InvalidRequestError(
             f"max_tokens={request.sampling.max_tokens} exceeds this engine's context "
             f"window of {window} tokens")
+
+
+class ContextWindow:
+    """The engine's context window for `check_window`, read from its info at the first Generate
+    and kept: the window is a static fact of the engine, while `info()` builds the whole
+    EngineInfo (chat template, serving limits; on the openai kind a request to its server)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._tokens: int | None = None
+
+    async def check(self, request: GenerateRequest) -> None:
+        if self._tokens is None:
+            self._tokens = (await self._engine.info()).max_context_len
+        check_window(request, self._tokens)
 
 
 async def json_body(request: web.Request) -> dict[str, Any]:
