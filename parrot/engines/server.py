@@ -51,7 +51,7 @@ from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
 
 from parrot.engines.batch_server import BatchRoutes
-from parrot.engines.batch_wire import ABORT_PATH, BATCH_PATH
+from parrot.engines.batch_wire import ABORT_PATH, BATCH_PATH, FreeRequest
 from parrot.engines.protocol import Engine, FillRequest, GenerateChunk
 from parrot.engines.server_io import (BODY_TIMEOUT_KEY, BODY_TIMEOUT_S, NDJSON, ContextWindow,
                                       is_disconnect, json_body, ndjson_line, parse,
@@ -134,12 +134,10 @@ class _Routes:
             await chunks.aclose()  # a client that went away aborts the request in the engine
 
     async def free_context(self, request: web.Request) -> web.Response:
-        body = await json_body(request)
-        context_id = body.get("context_id")
-        if not isinstance(context_id, str) or not context_id:
-            raise InvalidRequestError(f"context_id must be a non-empty string, got {context_id!r}")
-        await self.engine.free_context(context_id)
-        return web.json_response({"context_id": context_id})
+        # the same message, parsed the same way, as a batch's free op
+        free = parse(FreeRequest.from_wire, await json_body(request))
+        await self.engine.free_context(free.context_id)
+        return web.json_response(free.to_wire())
 
     async def stats(self, _: web.Request) -> web.Response:
         return web.json_response((await self.engine.stats()).to_wire())
