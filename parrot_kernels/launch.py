@@ -77,6 +77,10 @@ class LaunchCache:
                           if p.default is not inspect.Parameter.empty}
 
     def __call__(self, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> None:
+        seen = getattr(_active, "specialisations", None)
+        if seen is not None:        # a dry run (`specialisations()`): note it, launch nothing
+            seen.add(specialisation(self.fn, args, kwargs))
+            return
         key = (tuple(_arg_key(a) for a in args), tuple((k, type(v), v)
                                                      for k, v in kwargs.items()))
         kept = self._kept.get(key)
@@ -195,6 +199,45 @@ def recording() -> Iterator[Recording]:
         yield rec
     finally:
         _active.recording = outer
+
+
+def _specialised(arg: object) -> object:
+    """What Triton compiles a kernel argument into: a tensor by dtype and 16-byte alignment,
+    an integer by its value being 1, a multiple of 16 and 32-bit (triton 3.x specialises on
+    the first two and types by the third), a float not at all, anything else by value. At
+    least as fine as Triton's own key, so equal keys never need two compilations."""
+    if isinstance(arg, torch.Tensor):
+        return (arg.dtype, arg.data_ptr() % 16 == 0)
+    if isinstance(arg, bool):
+        return ("bool", arg)
+    if isinstance(arg, int):
+        return ("int", arg == 1, arg % 16 == 0, -2 ** 31 <= arg < 2 ** 31)
+    if isinstance(arg, float):
+        return ("float",)
+    return (type(arg), arg)
+
+
+def specialisation(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[object, ...]:
+    """The compiled kernel a launch of `fn` with these arguments uses (`_specialised`; the
+    keyword arguments -- constexprs, warps, stages -- by value)."""
+    name = getattr(getattr(fn, "fn", fn), "__qualname__", repr(fn))
+    return (name, tuple(_specialised(a) for a in args),
+            tuple(sorted((k, type(v).__name__, v) for k, v in kwargs.items())))
+
+
+@contextlib.contextmanager
+def specialisations() -> Iterator[set[tuple[object, ...]]]:
+    """A dry run: the kernel wrappers called on this thread inside plan their launches as
+    always, but no launch is made (nothing compiles, nothing runs); the set yielded gets the
+    `specialisation` of each. Which of many shapes compile distinct kernels, found in
+    microseconds a shape (cuda/precompile.py)."""
+    seen: set[tuple[object, ...]] = set()
+    outer = getattr(_active, "specialisations", None)
+    _active.specialisations = seen
+    try:
+        yield seen
+    finally:
+        _active.specialisations = outer
 
 
 _caches: dict[int, LaunchCache] = {}

@@ -25,20 +25,23 @@ from parrot.engines.builtin.kv_cache import KVCache, available_bytes
 from parrot.engines.builtin.llama.linear_choice import (LinearChoice, Timer, cuda_graph_timer,
                                                         measure_linear_choice)
 from parrot.engines.builtin.observe.host_pauses import pause_monitor
-from parrot.engines.builtin.llama.loader import (LoadedModel, load_model, resolve_device,
-                                                 resolve_dtype)
+from parrot.engines.builtin.llama.loader import (LoadedModel, load_model, peek_shape,
+                                                 resolve_device, resolve_dtype)
 from parrot.engines.builtin.llama.model import LlamaModel
 from parrot.engines.builtin.cuda.prefill_graphs import PrefillGraphs
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.batch_scheduler import BatchScheduler
 from parrot.engines.builtin.llama.shapes import ModelShape
-from parrot.engines.builtin.sizing import ServingSize, batch_buckets, size_serving
+from parrot.engines.builtin.sizing import (MAX_AUTO_SEQS, ServingSize, batch_buckets,
+                                           size_serving)
 from parrot.engines.builtin.step_budget import StepBudget
 from parrot.engines.builtin.observe.step_trace import StepTrace
 from parrot.engines.builtin.observe.startup_clock import StartupClock
 from parrot.engines.builtin.observe.startup_probe import StartupProbe
-from parrot.engines.builtin.cuda.warmup import (DEFER_CAPTURE_ABOVE_ROWS, WarmupReport, warm_up,
-                                                width_buckets)
+from parrot.engines.builtin.cuda.precompile import (AttentionPrecompile, PrecompileSpec,
+                                                    default_workers)
+from parrot.engines.builtin.cuda.warmup import (DEFER_CAPTURE_ABOVE_ROWS, WarmupReport,
+                                                attention_keys, warm_up, width_buckets)
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +122,14 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
     kernels run on CUDA, warmed up before the engine is returned. `prefill_graphs`: likewise
     the piecewise prefill graphs (by default where the fused layer ops run in CUDA graphs)."""
     clock = clock or StartupClock(name)
+    # compiling the attention kernels in other processes while this one loads the weights,
+    # joined before the KV cache is sized from the free memory (their CUDA contexts hold some)
+    precompile = start_attention_precompile(config)
     if bundle is None:
         bundle = load_bundle(config, clock=clock)
+    if precompile is not None:
+        with clock.phase("precompile", "waiting for the attention precompile workers"):
+            log.info("%s", precompile.wait().describe())
     model = bundle.model
     size = serving_size(config, bundle)
     num_blocks, max_num_seqs = size.num_blocks, size.max_num_seqs
@@ -198,6 +207,41 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
                          speed_probe=None if probe_mode is None else StartupProbe(
                              probe_mode, max_num_seqs, device_key(model.device)),
                          startup_clock=clock)
+
+
+def start_attention_precompile(config: BuiltinEngineConfig, *,
+                               workers: int | None = None) -> AttentionPrecompile | None:
+    """Workers compiling the decode attention of every bucket the warm-up can run, bounded
+    from the config alone (the sizing is not known before the weights are loaded: with auto
+    limits, the largest they can take), when the engine will warm up on CUDA on the Triton
+    kernels; else None. Never fails the start: any error is logged and it returns None."""
+    try:
+        device = resolve_device(config.device)
+        if (device.type != "cuda" or not torch.cuda.is_available() or not config.warmup
+                or not config.cuda_graphs or config.attention_backend == "torch"
+                or load_kernels() is None):
+            return None
+        shape = peek_shape(config)
+        if shape is None:
+            return None
+        bs = config.block_size
+        seqs = config.max_num_seqs if isinstance(config.max_num_seqs, int) else MAX_AUTO_SEQS
+        graph_rows = (config.cuda_graph_max_batch
+                      if isinstance(config.cuda_graph_max_batch, int) else seqs)
+        context = min(config.max_context_len or shape.max_position_embeddings,
+                      shape.max_position_embeddings)
+        keys = attention_keys(seqs, graph_rows, -(-context // bs),
+                              -(-config.shared_prefix_min_tokens // bs), shared_prefix=True)
+        spec = PrecompileSpec(
+            device=f"cuda:{torch.cuda.current_device() if device.index is None else device.index}",
+            dtype=str(resolve_dtype(config.dtype, device)).removeprefix("torch."),
+            num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
+            head_dim=shape.head_dim, block_size=bs, keys=tuple(keys))
+        return AttentionPrecompile(spec, workers or default_workers())
+    except Exception:  # noqa: BLE001 - an optimisation never stops the engine
+        log.exception("starting the attention precompile workers failed; the warm-up "
+                      "compiles alone")
+        return None
 
 
 def serving_size(config: BuiltinEngineConfig, bundle: ModelBundle) -> ServingSize:

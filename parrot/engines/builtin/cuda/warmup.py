@@ -16,13 +16,16 @@ write their K/V only into the KV cache's scratch block, so the cache is untouche
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass, replace
 
 import torch
 
-from parrot.engines.builtin.llama.attention import AttentionMetadata, PrefillChunk, SharedPrefixMeta
+from parrot.engines.builtin.llama.attention import (AttentionMetadata, DecodeFn, PrefillChunk,
+                                                    SharedPrefixMeta)
+from parrot.engines.builtin.cuda.precompile import covering_keys
 from parrot.engines.builtin.cuda.graphs import WIDER_BUCKET_FACTOR, DecodeGraphs, GraphKey
 from parrot.engines.builtin.cuda.prefill_graphs import PrefillGraphs
 from parrot.engines.builtin.sizing import batch_buckets, pow2_buckets
@@ -105,6 +108,17 @@ def deferred_keys(max_batch: int, max_width: int, above: int | None) -> list[Gra
     return sorted(k for k in paged_keys(max_batch, max_width) if k[0] > above)
 
 
+def attention_keys(max_rows: int, graph_max_batch: int, max_width: int,
+                   min_prefix_blocks: int, shared_prefix: bool) -> list[GraphKey]:
+    """Every bucket whose decode attention a warm-up with these limits runs: captured, deferred
+    or only compiled (what the precompile workers compile ahead of it, precompile.py)."""
+    keys = paged_keys(max(max_rows, graph_max_batch), max_width)
+    if shared_prefix:
+        keys += stopgap_keys(graph_max_batch, max_width, min_prefix_blocks)
+        keys += shared_keys(max(max_rows, graph_max_batch), max_width, min_prefix_blocks)
+    return list(dict.fromkeys(keys))
+
+
 @dataclass(frozen=True)
 class WarmupReport:
     seconds: float
@@ -118,14 +132,16 @@ class WarmupReport:
     prefill_seconds: float = 0.0
     stopgaps: int = 0           # of the decode graphs, shared-prefix stopgaps
     deferred: int = 0           # paged buckets left to capture while idle
+    covering: int = 0           # of the shared_shapes, the buckets run (precompile.py)
 
     def describe(self) -> str:
         text = (f"warm-up {self.seconds:.1f} s: {self.graphs} decode graphs captured"
                 f"{f' ({self.stopgaps} shared-prefix stopgaps)' if self.stopgaps else ''}"
                 f"{f' ({self.failed} failed, eager)' if self.failed else ''}"
                 f"{f', {self.deferred} deferred to idle time' if self.deferred else ''} "
-                f"({self.graph_seconds:.1f} s), {self.shared_shapes} shared-prefix attention "
-                f"shapes compiled ({self.shared_seconds:.1f} s)")
+                f"({self.graph_seconds:.1f} s), {self.shared_shapes} more attention shapes "
+                f"compiled through {self.covering} covering buckets "
+                f"({self.shared_seconds:.1f} s)")
         if self.prefill_buckets or self.prefill_failed:
             text += (f", {self.prefill_buckets} prefill-graph buckets captured"
                      f"{f' ({self.prefill_failed} failed, eager)' if self.prefill_failed else ''}"
@@ -166,9 +182,14 @@ def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
                                  if k[0] > graphs.max_batch]
         shared = (shared_keys(max_rows, graphs.max_width, min_prefix_blocks)
                   if shared_prefix else [])
-        with clock.phase("compile", "compiling decode attention shapes",
-                         len(eager_only) + len(shared)) as progress:
-            for key in eager_only + shared:
+        # Only the buckets that launch a specialisation no earlier one did (precompile.py):
+        # the JIT's in-memory cache serves the others' launches.
+        covering = covering_keys(functools.partial(compile_attention, graphs),
+                                 eager_only + shared)
+        with clock.phase("compile", f"compiling the decode attention of {len(covering)} "
+                         f"buckets covering {len(eager_only) + len(shared)}",
+                         len(covering)) as progress:
+            for key in covering:
                 compile_attention(graphs, key)
                 progress.step()
         compiled = time.perf_counter()
@@ -185,7 +206,8 @@ def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
     report = WarmupReport(time.perf_counter() - started, len(keys) - failed, failed,
                           len(eager_only) + len(shared), captured - started,
                           compiled - captured, prefill_buckets, prefill_failed,
-                          time.perf_counter() - prefilled, len(stopgaps), len(deferred))
+                          time.perf_counter() - prefilled, len(stopgaps), len(deferred),
+                          len(covering))
     log.info("%s", report.describe())
     return report
 
@@ -214,12 +236,21 @@ def padding_meta(key: GraphKey, block: int, device: torch.device) -> AttentionMe
 
 def compile_attention(graphs: DecodeGraphs, key: GraphKey) -> None:
     """Run the decode attention of one bucket on layer 0 (reads only; compiles its kernels)."""
-    model, bb = graphs.model, key[0]
-    shape = model.shape
-    q = torch.randn(bb, shape.num_heads, shape.head_dim, dtype=model.dtype, device=model.device)
+    model = graphs.model
     k_cache, v_cache = graphs.kv.layers[0]
-    model.decode(q, k_cache, v_cache, padding_meta(key, graphs.scratch_block, model.device),
-                  model.scale)
+    run_padded_attention(model.decode, key, k_cache, v_cache, graphs.scratch_block,
+                         num_heads=model.shape.num_heads, scale=model.scale)
+
+
+def run_padded_attention(decode: DecodeFn, key: GraphKey, k_cache: torch.Tensor,
+                         v_cache: torch.Tensor, scratch_block: int, *, num_heads: int,
+                         scale: float) -> torch.Tensor:
+    """The decode attention of bucket `key` over padding rows (`padding_meta`) reading only
+    `scratch_block` of the caches: what compiles a bucket's kernels (here and in the
+    precompile workers, precompile.py)."""
+    q = torch.randn(key[0], num_heads, k_cache.shape[-1], dtype=k_cache.dtype,
+                    device=k_cache.device)
+    return decode(q, k_cache, v_cache, padding_meta(key, scratch_block, k_cache.device), scale)
 
 
 def prefill(graphs: DecodeGraphs) -> None:

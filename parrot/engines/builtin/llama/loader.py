@@ -194,6 +194,25 @@ def load_model(config: BuiltinEngineConfig, device: torch.device,
         "a .gguf file nor a folder with config.json")
 
 
+def peek_shape(config: BuiltinEngineConfig) -> ModelShape | None:
+    """The model's shape without loading it (a named random shape, or the config.json of a
+    folder or of an already prepared default model); None where only loading would tell.
+    Heads, head size and positions are exact; the vocabulary may grow with a tokenizer."""
+    spec = config.model
+    if spec in NAMED_SHAPES:
+        shape = NAMED_SHAPES[spec]
+        if config.max_context_len is not None \
+                and config.max_context_len > shape.max_position_embeddings:
+            shape = replace(shape, max_position_embeddings=config.max_context_len)
+        return shape
+    folder = (config.resolved_cache_dir() / SMOLLM2_CACHE_NAME if spec == DEFAULT_MODEL
+              else Path(spec).expanduser())
+    try:
+        return ModelShape.from_hf_config(json.loads((folder / "config.json").read_text()))
+    except (OSError, ValueError):
+        return None
+
+
 def _load_random(config: BuiltinEngineConfig, spec: str, cache_root: Path,
                  device: torch.device, dtype: torch.dtype) -> LoadedModel:
     shape = NAMED_SHAPES[spec]

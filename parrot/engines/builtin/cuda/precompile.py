@@ -1,0 +1,173 @@
+"""The decode attention's Triton kernels compiled in parallel, before the warm-up needs them.
+
+A cold start (no Triton cache) spent 24.6 s of its 48 s in the warm-up's compile phase
+(docs/results/startup_h200.md): the attention of ~2,000 decode buckets (batch x group count x
+prefix width x suffix width) run one by one, each new Triton specialisation compiled in the
+launching process, one at a time. Most buckets share a specialisation: only a few dozen
+distinct kernels exist. Two things here:
+
+* `covering_keys`: of many buckets, the few whose launches use every specialisation the whole
+  list uses, found by a dry run (`parrot_kernels.launch.specialisations`: the wrappers plan
+  each bucket's launches, nothing launches; ~0.1 ms a bucket). The warm-up compiles only
+  those: every other bucket's launches hit the JIT's in-memory cache later.
+* `AttentionPrecompile`: worker processes (`python -m parrot.engines.builtin.cuda.precompile`),
+  each compiling its share of the covering buckets into Triton's disk cache while the
+  engine loads its weights. The engine joins them before it sizes its KV cache from the free
+  memory (each worker's CUDA context holds some), then its own warm-up finds the kernels on
+  disk. An optimisation only: a worker that fails or times out is logged, and the warm-up
+  compiles what is missing itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+from parrot.engines.builtin.cuda.graphs import GraphKey
+
+log = logging.getLogger(__name__)
+
+# Workers at most: each compiles on one CPU core (Triton's compiler is single-threaded), and
+# the engine's own process keeps one.
+MAX_WORKERS = 8
+# A worker still running after this long is killed (the warm-up compiles what it left).
+WORKER_TIMEOUT_S = 300.0
+
+
+def covering_keys(run_attention: Callable[[GraphKey], object],
+                  keys: Sequence[GraphKey]) -> list[GraphKey]:
+    """Keys, in their given order, such that every Triton specialisation any of `keys` launches
+    is launched by one of them: a key is taken when its dry run meets one not seen before.
+    `run_attention(key)` runs one bucket's attention (only its launches are noted)."""
+    from parrot_kernels.launch import specialisations
+
+    chosen: list[GraphKey] = []
+    seen: set[tuple[object, ...]] = set()
+    for key in keys:
+        with specialisations() as launched:
+            run_attention(key)
+        if not launched <= seen:
+            chosen.append(key)
+            seen |= launched
+    return chosen
+
+
+@dataclass(frozen=True)
+class PrecompileSpec:
+    """What a worker compiles: the attention of `keys` for one model's heads on one GPU."""
+
+    device: str                 # "cuda:0" (or "cpu": the kernels interpreted, in tests)
+    dtype: str                  # a torch dtype's name, e.g. "bfloat16"
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    block_size: int
+    keys: tuple[GraphKey, ...]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> PrecompileSpec:
+        data = json.loads(text)
+        return cls(**{**data, "keys": tuple(tuple(k) for k in data["keys"])})
+
+
+@dataclass(frozen=True)
+class PrecompileReport:
+    workers: int
+    keys: int                   # buckets the workers were given
+    compiled: int               # covering buckets the workers ran
+    failed: int                 # workers that failed or timed out
+    seconds: float              # from the workers' start to the last one's end
+
+    def describe(self) -> str:
+        return (f"{self.workers} workers compiled the attention of {self.compiled} covering "
+                f"buckets of {self.keys} in {self.seconds:.1f} s"
+                + (f" ({self.failed} failed: the warm-up compiles the rest)"
+                   if self.failed else ""))
+
+
+class AttentionPrecompile:
+    """Worker processes compiling `spec`'s covering buckets, `workers` shares of them."""
+
+    def __init__(self, spec: PrecompileSpec, workers: int) -> None:
+        self.spec = spec
+        self.started = time.perf_counter()
+        self.procs = [subprocess.Popen(
+            [sys.executable, "-m", __name__, str(i), str(workers), spec.to_json()],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True) for i in range(workers)]
+
+    def wait(self, timeout_s: float = WORKER_TIMEOUT_S) -> PrecompileReport:
+        deadline = self.started + timeout_s
+        compiled = failed = 0
+        for i, proc in enumerate(self.procs):
+            try:
+                out, err = proc.communicate(timeout=max(0.0, deadline - time.perf_counter()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                log.warning("attention precompile worker %d timed out after %.0f s", i,
+                            timeout_s)
+                failed += 1
+                continue
+            if proc.returncode != 0:
+                log.warning("attention precompile worker %d failed (exit %d): %s", i,
+                            proc.returncode, err.strip()[-2000:])
+                failed += 1
+                continue
+            compiled += int(out.strip().splitlines()[-1])
+        return PrecompileReport(len(self.procs), len(self.spec.keys), compiled, failed,
+                                time.perf_counter() - self.started)
+
+
+def default_workers() -> int:
+    return max(1, min(MAX_WORKERS, (os.cpu_count() or 2) - 1))
+
+
+def compile_share(spec: PrecompileSpec, worker: int, workers: int) -> int:
+    """In a worker: run the attention of every `workers`-th covering bucket from `worker` on
+    a KV cache of one block (the kernels' specialisation does not depend on the cache's
+    size), which compiles its kernels into Triton's disk cache. Returns how many ran."""
+    import parrot_kernels
+    from parrot.engines.builtin.llama.attention import make_decode_fn
+    from parrot.engines.builtin.cuda.warmup import run_padded_attention
+
+    device = torch.device(spec.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dtype = getattr(torch, spec.dtype)
+    cache = torch.zeros(2, 1, spec.block_size, spec.num_kv_heads, spec.head_dim, dtype=dtype,
+                        device=device)
+    decode = make_decode_fn(parrot_kernels)
+
+    def run(key: GraphKey) -> object:
+        return run_padded_attention(decode, key, cache[0], cache[1], scratch_block=0,
+                                    num_heads=spec.num_heads, scale=spec.head_dim ** -0.5)
+
+    share = covering_keys(run, spec.keys)[worker::workers]
+    for key in share:
+        run(key)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return len(share)
+
+
+def main() -> int:
+    worker, workers = int(sys.argv[1]), int(sys.argv[2])
+    spec = PrecompileSpec.from_json(sys.argv[3])
+    print(compile_share(spec, worker, workers), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""The attention precompile: covering buckets found by a dry run, and worker processes that
+compile them (here on the CPU, the kernels interpreted; on a GPU into Triton's disk cache)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from parrot.engines.builtin.build import load_bundle, start_attention_precompile
+from parrot.engines.builtin.config import BuiltinEngineConfig
+from parrot.engines.builtin.cuda.precompile import (AttentionPrecompile, PrecompileSpec,
+                                                    compile_share, covering_keys)
+from parrot.engines.builtin.cuda.warmup import (attention_keys, paged_keys, run_padded_attention,
+                                                shared_keys, stopgap_keys)
+from parrot.engines.builtin.llama.attention import make_decode_fn
+from parrot.engines.builtin.llama.loader import peek_shape
+
+kernels = pytest.importorskip("parrot_kernels")
+from parrot_kernels.launch import launch_counts, specialisations  # noqa: E402
+
+HEADS, KV_HEADS, HEAD_DIM, BLOCK = 4, 2, 16, 4
+
+
+def runner(cache: torch.Tensor):
+    decode = make_decode_fn(kernels)
+    return functools.partial(lambda key: run_padded_attention(
+        decode, key, cache[0], cache[1], 0, num_heads=HEADS, scale=HEAD_DIM ** -0.5))
+
+
+def spec_of(key, run) -> set:
+    with specialisations() as seen:
+        run(key)
+    return seen
+
+
+def test_a_dry_run_notes_each_launch_and_launches_nothing():
+    cache = torch.zeros(2, 1, BLOCK, KV_HEADS, HEAD_DIM)
+    run = runner(cache)
+    before = launch_counts()
+    with specialisations() as seen:
+        run((4, 0, 0, 8))
+    assert launch_counts() == before                # nothing launched
+    assert {name for name, _, _ in seen} >= {"_decode_partial_kernel"}
+    run((4, 0, 0, 8))                               # outside a dry run: launched
+    assert sum(launch_counts()) > sum(before)
+
+
+def test_covering_keys_use_every_specialisation_of_the_whole_list():
+    cache = torch.zeros(2, 1, BLOCK, KV_HEADS, HEAD_DIM)
+    run = runner(cache)
+    keys = attention_keys(64, 16, 64, 2, shared_prefix=True)
+    assert set(paged_keys(64, 64)) <= set(keys) and set(shared_keys(64, 64, 2)) <= set(keys)
+    assert set(stopgap_keys(16, 64, 2)) <= set(keys) and len(keys) == len(set(keys))
+    every = set().union(*(spec_of(k, run) for k in keys))
+    chosen = covering_keys(run, keys)
+    assert set().union(*(spec_of(k, run) for k in chosen)) == every
+    assert len(chosen) < len(keys) // 4              # most buckets share a kernel
+    # each chosen one brought something new, in the list's order
+    seen: set = set()
+    for key in chosen:
+        new = spec_of(key, run)
+        assert not new <= seen
+        seen |= new
+    assert chosen == [k for k in keys if k in set(chosen)]
+
+
+def test_the_specialisation_key_splits_what_triton_splits():
+    from parrot_kernels.launch import specialisation
+
+    def fn():      # any function: only its name is read
+        return None
+
+    t = torch.zeros(8)
+    assert specialisation(fn, (t, 32), {}) == specialisation(fn, (t, 48), {})     # both % 16
+    assert specialisation(fn, (t, 32), {}) != specialisation(fn, (t, 33), {})
+    assert specialisation(fn, (t, 1), {}) != specialisation(fn, (t, 3), {})       # == 1
+    assert specialisation(fn, (t, 3), {}) == specialisation(fn, (t, 5), {})
+    assert specialisation(fn, (t, 3), {}) != specialisation(fn, (t, 2 ** 40 + 3), {})
+    assert specialisation(fn, (t, 2.0), {}) == specialisation(fn, (t, 0.5), {})
+    assert specialisation(fn, (t, 3), {"B": 4}) != specialisation(fn, (t, 3), {"B": 8})
+    assert specialisation(fn, (t,), {}) != specialisation(fn, (t.half(),), {})
+    assert specialisation(fn, (t,), {}) != specialisation(fn, (t[1:],), {})     # misaligned
+
+
+def small_spec(keys) -> PrecompileSpec:
+    return PrecompileSpec(device="cpu", dtype="float32", num_heads=HEADS,
+                          num_kv_heads=KV_HEADS, head_dim=HEAD_DIM, block_size=BLOCK,
+                          keys=tuple(keys))
+
+
+def test_spec_round_trips_through_json():
+    spec = small_spec([(1, 0, 0, 1), (2, 1, 2, 4)])
+    assert PrecompileSpec.from_json(spec.to_json()) == spec
+
+
+def test_workers_share_the_covering_buckets_between_them():
+    keys = attention_keys(8, 4, 8, 2, shared_prefix=True)
+    cache = torch.zeros(2, 1, BLOCK, KV_HEADS, HEAD_DIM)
+    covering = covering_keys(runner(cache), keys)
+    spec = small_spec(keys)
+    shares = [compile_share(spec, i, 3) for i in range(3)]
+    assert sum(shares) == len(covering) and max(shares) - min(shares) <= 1
+
+
+def test_worker_processes_compile_and_report():
+    keys = paged_keys(4, 4)
+    cache = torch.zeros(2, 1, BLOCK, KV_HEADS, HEAD_DIM)
+    covering = covering_keys(runner(cache), keys)
+    report = AttentionPrecompile(small_spec(keys), 2).wait(timeout_s=240)
+    assert (report.workers, report.keys, report.failed) == (2, len(keys), 0)
+    assert report.compiled == len(covering) > 0
+    assert "2 workers compiled the attention of" in report.describe()
+
+
+def test_a_failing_worker_never_fails_the_start():
+    bad = PrecompileSpec(device="cpu", dtype="no_such_dtype", num_heads=HEADS,
+                         num_kv_heads=KV_HEADS, head_dim=HEAD_DIM, block_size=BLOCK,
+                         keys=((1, 0, 0, 1),))
+    report = AttentionPrecompile(bad, 1).wait(timeout_s=240)
+    assert (report.failed, report.compiled) == (1, 0)
+    assert "1 failed" in report.describe()
+
+
+def test_no_precompile_off_cuda_and_shapes_known_before_loading():
+    assert start_attention_precompile(BuiltinEngineConfig(model="tiny", device="cpu")) is None
+    config = BuiltinEngineConfig(model="llama-7b", max_context_len=8192)
+    shape = peek_shape(config)
+    assert shape is not None and shape.max_position_embeddings == 8192
+    assert (shape.num_heads, shape.head_dim) == (32, 128)
+    bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
+                                             num_blocks=8))
+    tiny = peek_shape(BuiltinEngineConfig(model="tiny"))
+    assert tiny is not None and (tiny.num_heads, tiny.num_kv_heads, tiny.head_dim) == (
+        bundle.shape.num_heads, bundle.shape.num_kv_heads, bundle.shape.head_dim)
+    assert peek_shape(BuiltinEngineConfig(model="/no/such/folder")) is None
