@@ -24,10 +24,11 @@ from bench_serving import serve_config  # noqa: E402
 from serve_subprocess import start_parrot_serve  # noqa: E402
 
 
-async def one_run(config: dict, prompt: str, max_tokens: int) -> tuple[float, float]:
+async def one_run(config: dict, prompt: str, max_tokens: int, log_level: str
+                  ) -> tuple[float, float]:
     """(seconds to ready, seconds to the first request's last token after ready)."""
     started = time.perf_counter()
-    proc, url, _ = await start_parrot_serve(config, timeout_s=900.0)
+    proc, url, _ = await start_parrot_serve(config, timeout_s=900.0, log_level=log_level)
     ready = time.perf_counter() - started
     try:
         async with aiohttp.ClientSession() as client:
@@ -51,11 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engine-param", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--runs", type=int, default=2, help="the first cold, the rest warm")
     p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--log-level", default="INFO",
+                   help="parrot-serve's (INFO: the engines' start-up phases, as they happen)")
     args = p.parse_args(argv)
     config = serve_config(args.config, None, args.engine_param)
     rows = []
     for i in range(args.runs):
-        ready, first = asyncio.run(one_run(config, "Once upon a time " * 20, args.max_tokens))
+        ready, first = asyncio.run(one_run(config, "Once upon a time " * 20, args.max_tokens,
+                                         args.log_level))
         rows.append((i, ready, first))
         print(f"run {i}: ready after {ready:.1f} s, first request {first * 1000:.0f} ms, "
               f"start-up to first served request {ready + first:.1f} s", file=sys.stderr)

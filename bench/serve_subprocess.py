@@ -28,14 +28,15 @@ def zero_latency_engines(count: int, *, in_process: bool) -> list[dict[str, Any]
 
 
 async def start_parrot_serve(config: dict[str, Any], *, pipe_stderr: bool = False,
-                             timeout_s: float = 120.0
+                             timeout_s: float = 120.0, log_level: str = "WARNING"
                              ) -> tuple[asyncio.subprocess.Process, str, str]:
-    """(process, URL, admin token) of a parrot-serve started from `config` (port 0)."""
+    """(process, URL, admin token) of a parrot-serve started from `config` (port 0); its log
+    (at `log_level`) goes to this process's stderr unless piped."""
     path = Path(tempfile.mkdtemp()) / "parrot-serve.yaml"
     path.write_text(yaml.safe_dump(config))
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "parrot.cli.serve", "--config", str(path), "--log-level",
-        "WARNING", stdout=asyncio.subprocess.PIPE,
+        log_level, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE if pipe_stderr else None,
         cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.stdout is not None
