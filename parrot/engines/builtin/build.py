@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +23,8 @@ from parrot.engines.builtin.cuda.device_lock import device_key, exclusive_device
 from parrot.engines.builtin.engine import BuiltinEngine
 from parrot.engines.builtin.cuda.graphs import DecodeGraphs
 from parrot.engines.builtin.kv_cache import KVCache, available_bytes
-from parrot.engines.builtin.llama.linear_choice import (LinearChoice, Timer, cuda_graph_timer,
+from parrot.engines.builtin.llama.linear_choice import (LinearChoice, Timer, cached_linear_choice,
+                                                        choice_key, cuda_graph_timer,
                                                         measure_linear_choice)
 from parrot.engines.builtin.observe.host_pauses import pause_monitor
 from parrot.engines.builtin.llama.loader import (LoadedModel, load_model, peek_shape,
@@ -180,7 +182,8 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
     if graphs is not None and cuda_graphs and config.warmup:
         # Before any graph is captured: the captured steps bake in this choice.
         with clock.phase("linear choice", "timing the small-batch linear kernels"):
-            choose_linear_layers(model, batch_buckets(graphs.max_batch))
+            choose_linear_layers(model, batch_buckets(graphs.max_batch),
+                                 cache_dir=config.resolved_cache_dir() / "linear_choice")
         # Under the GPU's lock too, so that another engine starting on this GPU never times
         # its layers while this one captures and compiles (and compiles after this one, from
         # the kernels it left in Triton's cache).
@@ -260,26 +263,40 @@ def serving_size(config: BuiltinEngineConfig, bundle: ModelBundle) -> ServingSiz
 
 
 def choose_linear_layers(model: LlamaModel, buckets: list[int],
-                         timer: Timer | None = None) -> LinearChoice | None:
+                         timer: Timer | None = None, *,
+                         cache_dir: Path | None = None) -> LinearChoice | None:
     """Measure where the small-batch kernels beat cuBLAS on this GPU (linear_choice.py; one
     engine at a time per GPU: device_lock.py) and make the model follow it; None (the
     kernels' static table stays) when the model does not use them or the measurement fails
-    (logged: an optimisation never stops the engine)."""
+    (logged: an optimisation never stops the engine). `cache_dir`: a choice measured before
+    for the same GPU, software and shapes is read from there instead (and a new one kept)."""
     kernels = model.small_batch_kernels
     if kernels is None:
         return None
     started = time.perf_counter()
+    waited = 0.0
     try:
-        # another engine on this GPU times its own layers before or after, never at once
-        with exclusive_device(device_key(model.device)) as waited:
-            choice = measure_linear_choice(model.projection_weights(), buckets, kernels,
-                                           timer or cuda_graph_timer())
+        weights = model.projection_weights()
+        path = (None if cache_dir is None
+                else cache_dir / f"{choice_key(weights, buckets, kernels)}.json")
+
+        def measure() -> LinearChoice:
+            nonlocal waited
+            # another engine on this GPU times its own layers before or after, never at once
+            with exclusive_device(device_key(model.device)) as waited:
+                return measure_linear_choice(weights, buckets, kernels,
+                                             timer or cuda_graph_timer())
+        choice, cached = cached_linear_choice(measure, path)
     except Exception:  # noqa: BLE001 - see the docstring
         log.exception("timing the small-batch kernels failed; using their static table")
         return None
     model.linear_choice = choice
-    log.info("linear layers: %s in %.1f s (%.1f s of it waiting for the GPU's timing lock)",
-             choice.describe(), time.perf_counter() - started, waited)
+    if cached:
+        log.info("linear layers: %s (measured before on this GPU, read from %s)",
+                 choice.describe(), path)
+    else:
+        log.info("linear layers: %s in %.1f s (%.1f s of it waiting for the GPU's timing "
+                 "lock)", choice.describe(), time.perf_counter() - started, waited)
     return choice
 
 

@@ -14,12 +14,19 @@ from __future__ import annotations
 
 import bisect
 import functools
+import hashlib
+import json
+import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 
 import torch
 import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
 
 # Seconds per call of the thunks (each one linear layer call), timed together.
 Timer = Callable[[list[Callable[[], object]]], float]
@@ -45,6 +52,63 @@ class LinearChoice:
     def describe(self) -> str:
         return (f"small-batch kernels faster on {len(self.kernel)} of {len(self.measured)} "
                 "(shape, rows) pairs measured")
+
+    def to_json(self) -> str:
+        return json.dumps({"kernel": sorted(self.kernel), "measured": sorted(self.measured),
+                           "buckets": list(self.buckets)})
+
+    @classmethod
+    def from_json(cls, text: str) -> LinearChoice:
+        data = json.loads(text)
+
+        def triples(name: str) -> frozenset[tuple[int, int, int]]:
+            return frozenset((int(n), int(k), int(b)) for n, k, b in data[name])
+        return cls(triples("kernel"), triples("measured"),
+                   tuple(int(b) for b in data["buckets"]))
+
+
+def choice_key(weights: Mapping[tuple[int, int], Sequence[torch.Tensor]],
+               buckets: Sequence[int], kernels: ModuleType) -> str:
+    """What a measured choice depends on: the GPU (name, capability), torch and Triton, the
+    kernels' source, the shapes, layer counts and dtype, the buckets. Equal keys: the same
+    measurement, to within its noise."""
+    import triton
+
+    first = next(iter(weights.values()))[0]
+    device = (f"{torch.cuda.get_device_name(first.device)} "
+              f"{torch.cuda.get_device_capability(first.device)}"
+              if first.is_cuda else str(first.device))
+    source = hashlib.sha256()
+    folder = Path(kernels.__file__ or ".").parent
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py"):
+            source.update((folder / name).read_bytes())
+    parts = [device, torch.__version__, triton.__version__, source.hexdigest(),
+             str(first.dtype), sorted((n, k, len(ws)) for (n, k), ws in weights.items()),
+             sorted(set(buckets))]
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
+
+
+def cached_linear_choice(measure: Callable[[], LinearChoice], path: Path | None
+                         ) -> tuple[LinearChoice, bool]:
+    """(the choice kept at `path`, True) when there is one, else (measure(), False), kept at
+    `path` for the next start (a later engine on the same GPU, torch, Triton, kernels and
+    model shapes measures nothing). A cache that cannot be read or written is only logged."""
+    if path is not None and path.is_file():
+        try:
+            return LinearChoice.from_json(path.read_text()), True
+        except (OSError, ValueError, KeyError, TypeError):
+            log.warning("ignoring an unreadable linear-choice cache %s", path)
+    choice = measure()
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_text(choice.to_json())
+            partial.replace(path)   # atomic: two engines starting at once never see half a file
+        except OSError as exc:
+            log.warning("could not keep the linear choice at %s: %s", path, exc)
+    return choice, False
 
 
 def measure_linear_choice(weights: Mapping[tuple[int, int], Sequence[torch.Tensor]],

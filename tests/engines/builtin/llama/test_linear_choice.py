@@ -120,6 +120,40 @@ def test_start_up_measures_every_projection_and_survives_a_failing_timer(caplog)
     assert choose_linear_layers(plain.model, [1], timer=broken) is None   # no kernels: no-op
 
 
+def test_a_measured_choice_is_kept_and_read_at_the_next_start(tmp_path, caplog):
+    model = fused_bundle().model
+    calls: list[int] = []
+
+    def kernel_faster_on_odd_shapes(thunks):     # the kernel wins at one row only
+        calls.append(len(thunks))
+        kernel, rows = thunks[0].func is not torch.nn.functional.linear, thunks[0].args[0].shape[0]
+        return (1.0 if rows == 1 else 3.0) if kernel else 2.0
+
+    first = choose_linear_layers(model, [1, 2], timer=kernel_faster_on_odd_shapes,
+                                 cache_dir=tmp_path)
+    assert first is not None and calls and [p.suffix for p in tmp_path.iterdir()] == [".json"]
+    assert {r for _, _, r in first.kernel} == {1} and {r for _, _, r in first.measured} == {1, 2}
+    timed = len(calls)
+    with caplog.at_level(logging.INFO, logger="parrot.engines.builtin.build"):
+        again = choose_linear_layers(fused_bundle().model, [1, 2],
+                                     timer=kernel_faster_on_odd_shapes, cache_dir=tmp_path)
+    assert again == first and len(calls) == timed            # read, nothing timed
+    assert "measured before on this GPU, read from" in caplog.text
+    # other buckets: another measurement, kept beside the first
+    other = choose_linear_layers(model, [1, 2, 4], timer=kernel_faster_on_odd_shapes,
+                                 cache_dir=tmp_path)
+    assert other is not None and other.buckets == (1, 2, 4) and len(calls) > timed
+    assert len(list(tmp_path.iterdir())) == 2
+    # an unreadable file is measured again and replaced
+    for path in tmp_path.iterdir():
+        path.write_text("{not json")
+    timed = len(calls)
+    assert choose_linear_layers(model, [1, 2], timer=kernel_faster_on_odd_shapes,
+                                cache_dir=tmp_path) == first
+    assert len(calls) > timed
+    assert LinearChoice.from_json(first.to_json()) == first
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_graph_timer_measures_a_real_choice():
     bundle = fused_bundle("cuda", "bfloat16")
