@@ -22,7 +22,6 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.attention.bias import causal_lower_right
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +151,11 @@ def prefill_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: to
         # which builds an execution plan for every new (n, length), ~50 ms each on an H200
         # (every continued or forked context's prefill has a new shape: a serving engine
         # would pay it on most requests); this bias runs flash attention, no per-shape cost
-        # (docs/ENGINE.md). On the CPU it materialises the same mask.
+        # (docs/ENGINE.md). On the CPU it materialises the same mask. Imported here: its
+        # module imports torch._dynamo (~1 s of every engine's start, which never uses it
+        # on the paged-prefill path).
+        from torch.nn.attention.bias import causal_lower_right
+
         out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=causal_lower_right(n, length),
                                              scale=scale)
     return out[0].transpose(0, 1)                                              # [n, Hq, D]
