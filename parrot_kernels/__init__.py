@@ -17,6 +17,7 @@ from .prefill import (PREFILL_TUNINGS, PrefillPlan, PrefillTuning, paged_prefill
                       plan_prefill, tuning_for)
 from .plan import (KernelTuning, choose_shared_prefix_strategy, paged_decode_workspace_numel,
                    shared_prefix_decode_workspace_numel)
+from .version import source_digest
 from .reference import (reference_merge_attention_states, reference_paged_decode_attention,
                         reference_paged_prefill_attention,
                         reference_shared_prefix_decode_attention)
@@ -52,4 +53,5 @@ __all__ = [
     "reference_shared_prefix_decode_attention",
     "shared_prefix_decode_attention",
     "shared_prefix_decode_workspace_numel",
+    "source_digest",
 ]

@@ -41,7 +41,7 @@ from parrot.engines.builtin.observe.step_trace import StepTrace
 from parrot.engines.builtin.observe.startup_clock import StartupClock
 from parrot.engines.builtin.observe.startup_probe import StartupProbe
 from parrot.engines.builtin.cuda.precompile import (AttentionPrecompile, PrecompileSpec,
-                                                    default_workers)
+                                                    default_workers, stamp_path)
 from parrot.engines.builtin.cuda.warmup import (DEFER_CAPTURE_ABOVE_ROWS, WarmupReport,
                                                 attention_keys, warm_up, width_buckets)
 
@@ -240,7 +240,11 @@ def start_attention_precompile(config: BuiltinEngineConfig, *,
             dtype=str(resolve_dtype(config.dtype, device)).removeprefix("torch."),
             num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
             head_dim=shape.head_dim, block_size=bs, keys=tuple(keys))
-        return AttentionPrecompile(spec, workers or default_workers())
+        stamp = stamp_path(spec)
+        if stamp.is_file():
+            log.info("attention kernels precompiled before (%s): no precompile workers", stamp)
+            return None
+        return AttentionPrecompile(spec, workers or default_workers(), stamp)
     except Exception:  # noqa: BLE001 - an optimisation never stops the engine
         log.exception("starting the attention precompile workers failed; the warm-up "
                       "compiles alone")

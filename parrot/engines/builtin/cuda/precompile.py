@@ -15,11 +15,15 @@ distinct kernels exist. Two things here:
   engine loads its weights. The engine joins them before it sizes its KV cache from the free
   memory (each worker's CUDA context holds some), then its own warm-up finds the kernels on
   disk. An optimisation only: a worker that fails or times out is logged, and the warm-up
-  compiles what is missing itself.
+  compiles what is missing itself. When every worker succeeded, a stamp in Triton's cache
+  directory (`stamp_path`: the spec, torch, Triton and the kernels' source) says so, and
+  later starts with the same stamp start no workers (a warm start would pay their start for
+  nothing); clearing Triton's cache clears the stamp with it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -28,6 +32,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
@@ -96,11 +101,32 @@ class PrecompileReport:
                    if self.failed else ""))
 
 
-class AttentionPrecompile:
-    """Worker processes compiling `spec`'s covering buckets, `workers` shares of them."""
+def triton_cache_dir() -> Path:
+    """Where Triton keeps compiled kernels (TRITON_CACHE_DIR, else its default)."""
+    try:
+        from triton import knobs
+        return Path(knobs.cache.dir)
+    except (ImportError, AttributeError):
+        return Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
 
-    def __init__(self, spec: PrecompileSpec, workers: int) -> None:
-        self.spec = spec
+
+def stamp_path(spec: PrecompileSpec) -> Path:
+    """The file saying every kernel `spec` compiles is in Triton's cache."""
+    import triton
+    import parrot_kernels
+
+    parts = [spec.to_json(), torch.__version__, triton.__version__,
+             parrot_kernels.source_digest()]
+    digest = hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
+    return triton_cache_dir() / "parrot-precompiled" / digest
+
+
+class AttentionPrecompile:
+    """Worker processes compiling `spec`'s covering buckets, `workers` shares of them; the
+    stamp written when all of them succeed."""
+
+    def __init__(self, spec: PrecompileSpec, workers: int, stamp: Path | None = None) -> None:
+        self.spec, self.stamp = spec, stamp
         self.started = time.perf_counter()
         self.procs = [subprocess.Popen(
             [sys.executable, "-m", __name__, str(i), str(workers), spec.to_json()],
@@ -126,6 +152,12 @@ class AttentionPrecompile:
                 failed += 1
                 continue
             compiled += int(out.strip().splitlines()[-1])
+        if not failed and self.stamp is not None:
+            try:
+                self.stamp.parent.mkdir(parents=True, exist_ok=True)
+                self.stamp.write_text(f"{compiled} covering buckets of {len(self.spec.keys)}\n")
+            except OSError as exc:
+                log.warning("could not write the precompile stamp %s: %s", self.stamp, exc)
         return PrecompileReport(len(self.procs), len(self.spec.keys), compiled, failed,
                                 time.perf_counter() - self.started)
 

@@ -78,12 +78,7 @@ def choice_key(weights: Mapping[tuple[int, int], Sequence[torch.Tensor]],
     device = (f"{torch.cuda.get_device_name(first.device)} "
               f"{torch.cuda.get_device_capability(first.device)}"
               if first.is_cuda else str(first.device))
-    source = hashlib.sha256()
-    folder = Path(kernels.__file__ or ".").parent
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".py"):
-            source.update((folder / name).read_bytes())
-    parts = [device, torch.__version__, triton.__version__, source.hexdigest(),
+    parts = [device, torch.__version__, triton.__version__, kernels.source_digest(),
              str(first.dtype), sorted((n, k, len(ws)) for (n, k), ws in weights.items()),
              sorted(set(buckets))]
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:32]

@@ -104,23 +104,36 @@ def test_workers_share_the_covering_buckets_between_them():
     assert sum(shares) == len(covering) and max(shares) - min(shares) <= 1
 
 
-def test_worker_processes_compile_and_report():
+def test_worker_processes_compile_report_and_stamp(tmp_path):
     keys = paged_keys(4, 4)
     cache = torch.zeros(2, 1, BLOCK, KV_HEADS, HEAD_DIM)
     covering = covering_keys(runner(cache), keys)
-    report = AttentionPrecompile(small_spec(keys), 2).wait(timeout_s=240)
+    stamp = tmp_path / "stamps" / "one"
+    report = AttentionPrecompile(small_spec(keys), 2, stamp).wait(timeout_s=240)
     assert (report.workers, report.keys, report.failed) == (2, len(keys), 0)
     assert report.compiled == len(covering) > 0
     assert "2 workers compiled the attention of" in report.describe()
+    assert stamp.read_text() == f"{len(covering)} covering buckets of {len(keys)}\n"
 
 
-def test_a_failing_worker_never_fails_the_start():
+def test_the_stamp_names_the_spec_and_lives_in_tritons_cache():
+    from parrot.engines.builtin.cuda.precompile import stamp_path, triton_cache_dir
+
+    one, other = small_spec(paged_keys(4, 4)), small_spec(paged_keys(8, 4))
+    assert stamp_path(one) == stamp_path(small_spec(paged_keys(4, 4)))
+    assert stamp_path(one) != stamp_path(other)
+    assert stamp_path(one).parent == triton_cache_dir() / "parrot-precompiled"
+
+
+def test_a_failing_worker_never_fails_the_start(tmp_path):
     bad = PrecompileSpec(device="cpu", dtype="no_such_dtype", num_heads=HEADS,
                          num_kv_heads=KV_HEADS, head_dim=HEAD_DIM, block_size=BLOCK,
                          keys=((1, 0, 0, 1),))
-    report = AttentionPrecompile(bad, 1).wait(timeout_s=240)
+    stamp = tmp_path / "stamp"
+    report = AttentionPrecompile(bad, 1, stamp).wait(timeout_s=240)
     assert (report.failed, report.compiled) == (1, 0)
     assert "1 failed" in report.describe()
+    assert not stamp.exists()                   # the next start tries again
 
 
 def test_no_precompile_off_cuda_and_shapes_known_before_loading():
