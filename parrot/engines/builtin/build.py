@@ -42,8 +42,8 @@ from parrot.engines.builtin.observe.startup_clock import StartupClock
 from parrot.engines.builtin.observe.startup_probe import StartupProbe
 from parrot.engines.builtin.cuda.precompile import (AttentionPrecompile, PrecompileSpec,
                                                     default_workers, stamp_path)
-from parrot.engines.builtin.cuda.warmup import (DEFER_CAPTURE_ABOVE_ROWS, WarmupReport,
-                                                attention_keys, warm_up, width_buckets)
+from parrot.engines.builtin.cuda.warmup import (WarmupReport, attention_keys, warm_up,
+                                                width_buckets)
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
                                                  // config.block_size),
                              max_decode_rows=max_num_seqs, prefill_graphs=piecewise,
                              clock=clock,
-                             defer_above=DEFER_CAPTURE_ABOVE_ROWS if config.lazy_graphs
+                             defer_above=config.eager_graph_rows if config.lazy_graphs
                              else None)
     warmup_pauses = pauses.totals() - before_warmup
     log.info("%s; %d Triton compilations in %.1f s; %s", startup_summary(

@@ -52,9 +52,10 @@ class BuiltinEngineConfig:
     attention_backend: "auto" is the Triton kernels on CUDA (an error when they do not import:
       never a silent slow path) and torch on the CPU.
     fused_ops / warmup: CUDA with the kernels only (see model.py, warmup.py).
-    lazy_graphs: the warm-up captures the decode graphs of up to 64 rows and compiles the
-      larger ones' kernels; their graphs are captured while the engine is idle after start-up
-      (or by the first step that needs one), off the critical path to healthy.
+    lazy_graphs: the warm-up captures the decode graphs of up to eager_graph_rows rows and
+      compiles the larger ones' kernels; their graphs (and the shared-prefix stopgaps when
+      they have more rows) are captured while the engine is idle after start-up (or by the
+      first step that needs one), off the critical path to healthy.
     prefill_attention: "sdpa" runs torch SDPA per prefill chunk over a gathered copy of its
       context; "paged" runs every chunk of a step in one Triton launch per layer, reading the
       context in the paged cache (parrot_kernels.paged_prefill_attention; needs the kernels:
@@ -101,7 +102,8 @@ class BuiltinEngineConfig:
     fused_ops: bool = True            # norm/RoPE+KV write/SwiGLU as fused kernels (CUDA + kernels)
     prefill_attention: str = "auto"   # paged: one Triton launch per layer; sdpa: torch per chunk
     warmup: bool = True               # capture every graph bucket and compile at start (CUDA)
-    lazy_graphs: bool = True          # decode graphs past 64 rows: captured when idle after start
+    lazy_graphs: bool = True          # decode graphs past eager_graph_rows: captured when idle
+    eager_graph_rows: int = 64        # with lazy_graphs: rows up to which graphs are captured
     tokenizer: str | None = None      # for random shapes: "smollm2" or a tokenizer folder
     seed: int = 0                     # random weights; sampling without a per-request seed
     num_threads: int | None = None    # torch CPU threads (None: torch's default)
@@ -145,6 +147,8 @@ class BuiltinEngineConfig:
                      integer=True)
         for key in ("cuda_graphs", "fused_ops", "warmup", "lazy_graphs"):
             check.boolean(key, getattr(self, key))
+        check.number("eager_graph_rows", self.eager_graph_rows, minimum=0, maximum=1024,
+                     integer=True)
         if self.cuda_graph_max_batch != "auto":
             check.number("cuda_graph_max_batch", self.cuda_graph_max_batch, minimum=1,
                          maximum=1024, integer=True)

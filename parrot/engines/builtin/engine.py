@@ -386,7 +386,7 @@ class BuiltinEngine(Engine):
             if batch is None:
                 if self._runner.has_deferred_captures and not self._probing:
                     # Idle: capture one graph the warm-up deferred (warmup.py
-                    # DEFER_CAPTURE_ABOVE_ROWS), then look for work again, so a request
+                    # deferred_keys), then look for work again, so a request
                     # that arrives waits for at most one capture.
                     await asyncio.to_thread(self._runner.capture_deferred)
                     continue

@@ -93,19 +93,22 @@ def stopgap_keys(max_batch: int, max_width: int, min_prefix_blocks: int) -> list
             for p in prefixes for s in suffixes]
 
 
-# Decode graphs of more rows than this are captured after start-up (`lazy_graphs`): only large
-# loads reach them, each capture at 128-256 rows takes longer than a small one, and the
-# engine is usually idle for a while after it turns healthy (the manager registering it,
-# clients connecting), which is when they are captured.
-DEFER_CAPTURE_ABOVE_ROWS = 64
+# With `lazy_graphs`, decode graphs of more than `eager_graph_rows` rows (config.py) are
+# captured after start-up: the engine is usually idle for a while after it turns healthy (the
+# manager registering it, clients connecting), which is when they are captured; a step that
+# needs one first captures it itself.
 
 
-def deferred_keys(max_batch: int, max_width: int, above: int | None) -> list[GraphKey]:
+def deferred_keys(max_batch: int, max_width: int, above: int | None,
+                  stopgaps: list[GraphKey] | tuple[GraphKey, ...] = ()) -> list[GraphKey]:
     """The paged buckets of more than `above` rows, in the order they are captured later:
-    fewer rows first (a load reaches 128 rows before 256), then narrower tables."""
+    fewer rows first (a load reaches 128 rows before 256), then narrower tables; then the
+    `stopgaps` of more than `above` rows (until one is captured, a shared-prefix step
+    without its own graph captures its own)."""
     if above is None:
         return []
-    return sorted(k for k in paged_keys(max_batch, max_width) if k[0] > above)
+    return (sorted(k for k in paged_keys(max_batch, max_width) if k[0] > above)
+            + [k for k in stopgaps if k[0] > above])
 
 
 def attention_keys(max_rows: int, graph_max_batch: int, max_width: int,
@@ -163,9 +166,10 @@ def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
     compiled here, so such a capture compiles nothing. None: every bucket now."""
     clock = clock or StartupClock("warm-up", quiet=True)
     started = time.perf_counter()
-    stopgaps = (stopgap_keys(graphs.max_batch, graphs.max_width, min_prefix_blocks)
-                if shared_prefix else [])
-    deferred = deferred_keys(graphs.max_batch, graphs.max_width, defer_above)
+    all_stopgaps = (stopgap_keys(graphs.max_batch, graphs.max_width, min_prefix_blocks)
+                    if shared_prefix else [])
+    deferred = deferred_keys(graphs.max_batch, graphs.max_width, defer_above, all_stopgaps)
+    stopgaps = [k for k in all_stopgaps if k not in set(deferred)]
     keys = sorted(set(paged_keys(graphs.max_batch, graphs.max_width)) - set(deferred),
                   reverse=True) + stopgaps
     graphs.deferred = list(deferred)
@@ -179,7 +183,7 @@ def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
                 progress.step()
         captured = time.perf_counter()
         eager_only = deferred + [k for k in paged_keys(max_rows, graphs.max_width)
-                                 if k[0] > graphs.max_batch]
+                                 if k[0] > graphs.max_batch]   # (stopgaps: shared_keys)
         shared = (shared_keys(max_rows, graphs.max_width, min_prefix_blocks)
                   if shared_prefix else [])
         # Only the buckets that launch a specialisation no earlier one did (precompile.py):

@@ -68,9 +68,23 @@ def test_startup_line_names_the_small_batch_kernels():
 def test_config_keys():
     config = BuiltinEngineConfig()
     assert config.fused_ops is True and config.warmup is True
+    assert config.lazy_graphs is True and config.eager_graph_rows == 64
     for key in ("fused_ops", "warmup"):
         with pytest.raises(BuiltinConfigError, match=key):
             BuiltinEngineConfig(**{key: "yes"})
+    with pytest.raises(BuiltinConfigError, match="eager_graph_rows"):
+        BuiltinEngineConfig(eager_graph_rows=-1)
+
+
+def test_stopgaps_of_more_rows_than_the_eager_graphs_are_deferred_after_the_paged_ones():
+    from parrot.engines.builtin.cuda.warmup import deferred_keys
+
+    gaps = stopgap_keys(4, 2, 1)
+    assert gaps and {k[0] for k in gaps} == {4}
+    late = deferred_keys(4, 2, 1, gaps)
+    assert late == sorted(k for k in paged_keys(4, 2) if k[0] > 1) + gaps
+    assert deferred_keys(4, 2, 4, gaps) == []          # every row count eager
+    assert deferred_keys(4, 2, None, gaps) == []
 
 
 def test_buckets():
@@ -207,3 +221,20 @@ async def test_lazy_graphs_defer_the_large_buckets_to_idle_time(make_engine):
         await asyncio.sleep(0.01)
     assert set(graphs.captured_keys) == set(paged_keys(8, 2)) and graphs.idle_captures == 4
     assert runner.has_deferred_captures is False
+
+
+def test_warm_up_defers_the_stopgaps_with_the_larger_graphs():
+    kernels = pytest.importorskip("parrot_kernels")
+    bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
+                                             num_blocks=16))
+    bundle.model.use_decode(make_decode_fn(kernels))
+    kv = KVCache(bundle.shape, 16, 4, torch.float32, torch.device("cpu"), scratch_block=True)
+    graphs = DecodeGraphs(bundle.model, kv, max_batch=2, max_width=4, capture=False)
+    report = warm_up(graphs, shared_prefix=True, min_prefix_blocks=2, defer_above=1)
+    gaps = [(2, 1, 4, 2), (2, 1, 4, 4)]
+    assert set(graphs.captured_keys) == {k for k in paged_keys(2, 4) if k[0] == 1}
+    assert graphs.deferred == [k for k in paged_keys(2, 4) if k[0] == 2] + gaps
+    assert report.stopgaps == 0 and report.deferred == 5
+    while graphs.capture_deferred():
+        pass
+    assert set(graphs.captured_keys) == set(paged_keys(2, 4)) | set(gaps)
