@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from parrot.engines.builtin.cuda.graphs import GraphKey
+from parrot.engines.builtin.llama.attention import AttentionMetadata, DecodeFn, SharedPrefixMeta
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,39 @@ log = logging.getLogger(__name__)
 MAX_WORKERS = 8
 # A worker still running after this long is killed (the warm-up compiles what it left).
 WORKER_TIMEOUT_S = 300.0
+
+
+def padding_meta(key: GraphKey, block: int, device: torch.device) -> AttentionMetadata:
+    """Decode attention metadata of a bucket whose rows are all padding (graphs.py
+    `fill_padding`: one slot of `block` each, all in the last group), in tensors of its own,
+    so any bucket can be built, also one larger than the graphs' static buffers."""
+    bb, gb, pwidth, width = key
+
+    def ints(values: list[int] | list[list[int]]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int32, device=device)
+
+    tables, lens = ints([[block] * width] * bb), ints([1] * bb)
+    shared = None
+    if gb:
+        shared = SharedPrefixMeta(group_indptr=ints([0] * gb + [bb]),
+                                  prefix_block_tables=ints([[block] * pwidth] * gb),
+                                  prefix_lens=ints([0] * gb), suffix_block_tables=tables,
+                                  suffix_lens=lens)
+    return AttentionMetadata(slot_mapping=torch.zeros(bb, dtype=torch.int64, device=device),
+                             num_decode=bb, decode_block_tables=None if gb else tables,
+                             decode_seq_lens=None if gb else lens, shared_prefix=shared,
+                             prefills=[])
+
+
+def run_padded_attention(decode: DecodeFn, key: GraphKey, k_cache: torch.Tensor,
+                         v_cache: torch.Tensor, scratch_block: int, *, num_heads: int,
+                         scale: float) -> torch.Tensor:
+    """The decode attention of bucket `key` over padding rows (`padding_meta`) reading only
+    `scratch_block` of the caches: what compiles a bucket's kernels (here and in the
+    precompile workers, precompile.py)."""
+    q = torch.randn(key[0], num_heads, k_cache.shape[-1], dtype=k_cache.dtype,
+                    device=k_cache.device)
+    return decode(q, k_cache, v_cache, padding_meta(key, scratch_block, k_cache.device), scale)
 
 
 def covering_keys(run_attention: Callable[[GraphKey], object],
@@ -172,8 +206,6 @@ def compile_share(spec: PrecompileSpec, worker: int, workers: int) -> int:
     size), which compiles its kernels into Triton's disk cache. Returns how many ran."""
     import parrot_kernels
     from parrot.engines.builtin.llama.attention import make_decode_fn
-    from parrot.engines.builtin.cuda.warmup import run_padded_attention
-
     device = torch.device(spec.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)

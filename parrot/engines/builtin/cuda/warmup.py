@@ -23,9 +23,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from parrot.engines.builtin.llama.attention import (AttentionMetadata, DecodeFn, PrefillChunk,
-                                                    SharedPrefixMeta)
-from parrot.engines.builtin.cuda.precompile import covering_keys
+from parrot.engines.builtin.llama.attention import AttentionMetadata, PrefillChunk
+from parrot.engines.builtin.cuda.precompile import covering_keys, run_padded_attention
 from parrot.engines.builtin.cuda.graphs import WIDER_BUCKET_FACTOR, DecodeGraphs, GraphKey
 from parrot.engines.builtin.cuda.prefill_graphs import PrefillGraphs
 from parrot.engines.builtin.sizing import batch_buckets, pow2_buckets
@@ -216,45 +215,12 @@ def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
     return report
 
 
-def padding_meta(key: GraphKey, block: int, device: torch.device) -> AttentionMetadata:
-    """Decode attention metadata of a bucket whose rows are all padding (graphs.py
-    `fill_padding`: one slot of `block` each, all in the last group), in tensors of its own,
-    so any bucket can be built, also one larger than the graphs' static buffers."""
-    bb, gb, pwidth, width = key
-
-    def ints(values: list[int] | list[list[int]]) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.int32, device=device)
-
-    tables, lens = ints([[block] * width] * bb), ints([1] * bb)
-    shared = None
-    if gb:
-        shared = SharedPrefixMeta(group_indptr=ints([0] * gb + [bb]),
-                                  prefix_block_tables=ints([[block] * pwidth] * gb),
-                                  prefix_lens=ints([0] * gb), suffix_block_tables=tables,
-                                  suffix_lens=lens)
-    return AttentionMetadata(slot_mapping=torch.zeros(bb, dtype=torch.int64, device=device),
-                             num_decode=bb, decode_block_tables=None if gb else tables,
-                             decode_seq_lens=None if gb else lens, shared_prefix=shared,
-                             prefills=[])
-
-
 def compile_attention(graphs: DecodeGraphs, key: GraphKey) -> None:
     """Run the decode attention of one bucket on layer 0 (reads only; compiles its kernels)."""
     model = graphs.model
     k_cache, v_cache = graphs.kv.layers[0]
     run_padded_attention(model.decode, key, k_cache, v_cache, graphs.scratch_block,
                          num_heads=model.shape.num_heads, scale=model.scale)
-
-
-def run_padded_attention(decode: DecodeFn, key: GraphKey, k_cache: torch.Tensor,
-                         v_cache: torch.Tensor, scratch_block: int, *, num_heads: int,
-                         scale: float) -> torch.Tensor:
-    """The decode attention of bucket `key` over padding rows (`padding_meta`) reading only
-    `scratch_block` of the caches: what compiles a bucket's kernels (here and in the
-    precompile workers, precompile.py)."""
-    q = torch.randn(key[0], num_heads, k_cache.shape[-1], dtype=k_cache.dtype,
-                    device=k_cache.device)
-    return decode(q, k_cache, v_cache, padding_meta(key, scratch_block, k_cache.device), scale)
 
 
 def prefill(graphs: DecodeGraphs) -> None:

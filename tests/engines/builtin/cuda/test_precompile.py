@@ -12,7 +12,8 @@ from parrot.engines.builtin.build import load_bundle, start_attention_precompile
 from parrot.engines.builtin.config import BuiltinEngineConfig
 from parrot.engines.builtin.cuda.precompile import (AttentionPrecompile, PrecompileSpec,
                                                     compile_share, covering_keys)
-from parrot.engines.builtin.cuda.warmup import (attention_keys, paged_keys, run_padded_attention,
+from parrot.engines.builtin.cuda.precompile import run_padded_attention
+from parrot.engines.builtin.cuda.warmup import (attention_keys, paged_keys,
                                                 shared_keys, stopgap_keys)
 from parrot.engines.builtin.llama.attention import make_decode_fn
 from parrot.engines.builtin.llama.loader import peek_shape
