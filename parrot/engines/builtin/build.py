@@ -38,7 +38,7 @@ from parrot.engines.builtin.sizing import (MAX_AUTO_SEQS, ServingSize, batch_buc
                                            size_serving)
 from parrot.engines.builtin.step_budget import StepBudget
 from parrot.engines.builtin.observe.step_trace import StepTrace
-from parrot.engines.builtin.observe.startup_clock import StartupClock
+from parrot.engines.builtin.observe.startup_clock import StartupClock, process_age_s
 from parrot.engines.builtin.observe.startup_probe import StartupProbe
 from parrot.engines.builtin.cuda.precompile import (AttentionPrecompile, PrecompileSpec,
                                                     default_workers, stamp_path)
@@ -123,7 +123,12 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
     launch-ahead paths on graphs that do not capture); by default CUDA graphs wherever the
     kernels run on CUDA, warmed up before the engine is returned. `prefill_graphs`: likewise
     the piecewise prefill graphs (by default where the fused layer ops run in CUDA graphs)."""
-    clock = clock or StartupClock(name)
+    if clock is None:
+        clock = StartupClock(name)
+        age = process_age_s()
+        if age is not None:
+            log.info("engine %s start-up: the process started %.1f s ago (interpreter, "
+                     "imports, config)", name, age)
     # compiling the attention kernels in other processes while this one loads the weights,
     # joined before the KV cache is sized from the free memory (their CUDA contexts hold some)
     precompile = start_attention_precompile(config)

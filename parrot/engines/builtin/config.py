@@ -103,7 +103,7 @@ class BuiltinEngineConfig:
     prefill_attention: str = "auto"   # paged: one Triton launch per layer; sdpa: torch per chunk
     warmup: bool = True               # capture every graph bucket and compile at start (CUDA)
     lazy_graphs: bool = True          # decode graphs past eager_graph_rows: captured when idle
-    eager_graph_rows: int = 64        # with lazy_graphs: rows up to which graphs are captured
+    eager_graph_rows: int = 1         # with lazy_graphs: rows up to which graphs are captured
     tokenizer: str | None = None      # for random shapes: "smollm2" or a tokenizer folder
     seed: int = 0                     # random weights; sampling without a per-request seed
     num_threads: int | None = None    # torch CPU threads (None: torch's default)

@@ -187,7 +187,7 @@ def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
                   if shared_prefix else [])
         # Only the buckets that launch a specialisation no earlier one did (precompile.py):
         # the JIT's in-memory cache serves the others' launches.
-        covering = covering_keys(functools.partial(compile_attention, graphs),
+        covering = covering_keys(functools.partial(compile_attention, graphs, dry=True),
                                  eager_only + shared)
         with clock.phase("compile", f"compiling the decode attention of {len(covering)} "
                          f"buckets covering {len(eager_only) + len(shared)}",
@@ -215,12 +215,13 @@ def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
     return report
 
 
-def compile_attention(graphs: DecodeGraphs, key: GraphKey) -> None:
-    """Run the decode attention of one bucket on layer 0 (reads only; compiles its kernels)."""
+def compile_attention(graphs: DecodeGraphs, key: GraphKey, dry: bool = False) -> None:
+    """Run the decode attention of one bucket on layer 0 (reads only; compiles its kernels;
+    `dry`: for a dry run, precompile.run_padded_attention)."""
     model = graphs.model
     k_cache, v_cache = graphs.kv.layers[0]
     run_padded_attention(model.decode, key, k_cache, v_cache, graphs.scratch_block,
-                         num_heads=model.shape.num_heads, scale=model.scale)
+                         num_heads=model.shape.num_heads, scale=model.scale, dry=dry)
 
 
 def prefill(graphs: DecodeGraphs) -> None:

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -222,10 +223,17 @@ def _load_random(config: BuiltinEngineConfig, spec: str, cache_root: Path,
         # longer RoPE tables (a benchmark of the paper's longer prompts on a LLaMA-7B shape).
         shape = replace(shape, max_position_embeddings=config.max_context_len)
     tokenizer, folder = None, None
+    started = time.perf_counter()
     if config.tokenizer is not None:
         folder = (prepare_smollm2(cache_root) if config.tokenizer == DEFAULT_MODEL
                   else Path(config.tokenizer).expanduser())
         tokenizer = load_tokenizer(folder)
         shape = shape.with_vocab(max(shape.vocab_size, len(tokenizer)))
+    tokenized = time.perf_counter()
     state = random_state_dict(shape, dtype, device, config.seed)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    log.info("random %s weights: tokenizer %.1f s, weights made on %s %.1f s (the first CUDA "
+             "call starts the device)", spec, tokenized - started, device,
+             time.perf_counter() - tokenized)
     return LoadedModel(spec, shape, state, tokenizer, eos_ids(folder, tokenizer))

@@ -22,6 +22,21 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
 
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux: /proc/self/stat against the boot clock);
+    None elsewhere. What the start-up spent before its clock existed (interpreter, imports)."""
+    try:
+        import os
+
+        with open("/proc/self/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        started_ticks = int(fields[19])     # field 22 of stat(5): starttime, in clock ticks
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - started_ticks / os.sysconf(
+            "SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
 # Progress inside a long phase at most this often: a minute-long cold compile says a dozen
 # times how far it is, a warm start (each loop well under this) says nothing extra.
 PROGRESS_EVERY_S = 5.0

@@ -24,10 +24,10 @@ from parrot_kernels.launch import launch_counts, specialisations  # noqa: E402
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 4, 2, 16, 4
 
 
-def runner(cache: torch.Tensor):
+def runner(cache: torch.Tensor, dry: bool = True):
     decode = make_decode_fn(kernels)
     return functools.partial(lambda key: run_padded_attention(
-        decode, key, cache[0], cache[1], 0, num_heads=HEADS, scale=HEAD_DIM ** -0.5))
+        decode, key, cache[0], cache[1], 0, num_heads=HEADS, scale=HEAD_DIM ** -0.5, dry=dry))
 
 
 def spec_of(key, run) -> set:
@@ -44,8 +44,14 @@ def test_a_dry_run_notes_each_launch_and_launches_nothing():
         run((4, 0, 0, 8))
     assert launch_counts() == before                # nothing launched
     assert {name for name, _, _ in seen} >= {"_decode_partial_kernel"}
-    run((4, 0, 0, 8))                               # outside a dry run: launched
+    runner(cache, dry=False)((4, 0, 0, 8))          # outside a dry run: launched
     assert sum(launch_counts()) > sum(before)
+
+
+def test_a_dry_bucket_plans_the_launches_of_a_real_one():
+    cache = torch.zeros(2, 1, BLOCK, KV_HEADS, HEAD_DIM)
+    for key in attention_keys(8, 4, 8, 2, shared_prefix=True):
+        assert spec_of(key, runner(cache, dry=True)) == spec_of(key, runner(cache, dry=False))
 
 
 def test_covering_keys_use_every_specialisation_of_the_whole_list():

@@ -68,7 +68,7 @@ def test_startup_line_names_the_small_batch_kernels():
 def test_config_keys():
     config = BuiltinEngineConfig()
     assert config.fused_ops is True and config.warmup is True
-    assert config.lazy_graphs is True and config.eager_graph_rows == 64
+    assert config.lazy_graphs is True and config.eager_graph_rows == 1
     for key in ("fused_ops", "warmup"):
         with pytest.raises(BuiltinConfigError, match=key):
             BuiltinEngineConfig(**{key: "yes"})

@@ -72,3 +72,23 @@ def test_building_an_engine_logs_its_phases(caplog):
                  if r.getMessage().startswith("engine e1 start-up ") and "s: load" in
                  r.getMessage()]
     assert summary.split(": ", 1)[1].split(", ")[0].startswith("load ")
+
+
+def test_process_age_counts_from_the_process_start():
+    import subprocess
+    import sys
+    import time
+
+    from parrot.engines.builtin.observe.startup_clock import process_age_s
+
+    age = process_age_s()
+    if age is None:
+        pytest.skip("no /proc here")
+    time.sleep(0.05)
+    later = process_age_s()
+    assert later is not None and later >= age + 0.04
+    # a fresh interpreter that slept 0.5 s before asking is about 0.5 s old, not this one's age
+    out = subprocess.run([sys.executable, "-c", "import time; time.sleep(0.5); from parrot."
+                          "engines.builtin.observe.startup_clock import process_age_s; "
+                          "print(process_age_s())"], capture_output=True, text=True, check=True)
+    assert 0.5 <= float(out.stdout) < 20.0
