@@ -27,8 +27,8 @@ from parrot.engines.builtin.llama.linear_choice import (LinearChoice, Timer, cac
                                                         choice_key, cuda_graph_timer,
                                                         measure_linear_choice)
 from parrot.engines.builtin.observe.host_pauses import pause_monitor
-from parrot.engines.builtin.llama.loader import (LoadedModel, load_model, peek_shape,
-                                                 resolve_device, resolve_dtype)
+from parrot.engines.builtin.llama.loader import (LoadedModel, TokenizerLoad, load_model,
+                                                 peek_shape, resolve_device, resolve_dtype)
 from parrot.engines.builtin.llama.model import LlamaModel
 from parrot.engines.builtin.cuda.prefill_graphs import PrefillGraphs
 from parrot.engines.builtin.runner import ModelRunner
@@ -60,9 +60,16 @@ class ModelBundle:
     name: str
     shape: ModelShape
     model: LlamaModel
-    tokenizer: Any | None
+    tokenizer_source: Any | None    # the tokenizer, or its TokenizerLoad (loader.py)
     eos_token_ids: tuple[int, ...]
     uses_kernels: bool
+
+    @property
+    def tokenizer(self) -> Any | None:
+        """The tokenizer, waiting for its background load on first use."""
+        if isinstance(self.tokenizer_source, TokenizerLoad):
+            self.tokenizer_source = self.tokenizer_source.result()
+        return self.tokenizer_source
 
 
 def load_bundle(config: BuiltinEngineConfig, loaded: LoadedModel | None = None,

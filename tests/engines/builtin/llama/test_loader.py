@@ -89,3 +89,56 @@ def test_prepare_cli_prints_the_cache_folder(capsys):
 
     assert main([]) == 0                       # already prepared by the session: no rebuild
     assert capsys.readouterr().out.strip() == str(default_cache_dir() / SMOLLM2_CACHE_NAME)
+
+
+def tokenizer_folder(tmp_path, *, eos: object = "<e>"):
+    """A small tokenizer's files: tokenizer.json (a word-level model plus one added token)
+    and tokenizer_config.json naming the EOS token."""
+    import json
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    fast = Tokenizer(models.WordLevel({"<unk>": 0, "a": 1, "b": 2, "<e>": 3}, unk_token="<unk>"))
+    fast.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast.add_special_tokens(["<extra>"])
+    fast.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eos, "unk_token": "<unk>"}))
+    return tmp_path
+
+
+@pytest.mark.parametrize("eos", ["<e>", {"__type": "AddedToken", "content": "<e>",
+                                          "special": True}])
+def test_tokenizer_facts_are_what_the_loaded_tokenizer_says(tmp_path, eos):
+    from parrot.engines.builtin.llama.loader import load_tokenizer, tokenizer_facts
+
+    folder = tokenizer_folder(tmp_path, eos=eos)
+    facts = tokenizer_facts(folder)
+    tokenizer = load_tokenizer(folder)
+    assert facts is not None and facts.vocab_size == len(tokenizer) == 5
+    assert facts.eos_token_id == tokenizer.eos_token_id == 3
+    assert tokenizer_facts(tmp_path / "nowhere") is None
+
+
+def test_a_random_model_builds_while_its_tokenizer_loads(tmp_path):
+    from parrot.engines.builtin.build import load_bundle
+    from parrot.engines.builtin.config import BuiltinEngineConfig
+    from parrot.engines.builtin.llama.loader import TokenizerLoad
+
+    folder = tokenizer_folder(tmp_path)
+    bundle = load_bundle(BuiltinEngineConfig(model="tiny", device="cpu", dtype="float32",
+                                             tokenizer=str(folder), num_blocks=8))
+    assert isinstance(bundle.tokenizer_source, TokenizerLoad)     # not waited for yet
+    assert bundle.eos_token_ids == (3,)
+    tokenizer = bundle.tokenizer                                 # the first use waits
+    assert tokenizer is bundle.tokenizer and len(tokenizer) == 5
+    assert tokenizer("a b").input_ids == [1, 2]
+
+
+def test_a_tokenizer_unlike_its_files_is_an_error(tmp_path):
+    from parrot.engines.builtin.llama.loader import TokenizerFacts, TokenizerLoad
+
+    folder = tokenizer_folder(tmp_path)
+    with pytest.raises(RuntimeError, match="has 5 tokens and EOS 3; its files said 6 and 3"):
+        TokenizerLoad(folder, TokenizerFacts(6, 3)).result()
+    assert len(TokenizerLoad(folder, TokenizerFacts(5, 3)).result()) == 5
