@@ -302,9 +302,9 @@ def _load_random(config: BuiltinEngineConfig, spec: str, cache_root: Path,
     state = random_state_dict(shape, dtype, device, config.seed)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    log.info("random %s weights: tokenizer %.1f s%s, weights made on %s %.1f s (the first "
-             "CUDA call starts the device)", spec, tokenized - started,
-             " (its files read; the tokenizer loads in the background)"
+    log.info("random %s weights: tokenizer %.1f s%s, weights made on %s in %.1f s%s", spec,
+             tokenized - started, " (its files read; the tokenizer loads in the background)"
              if isinstance(tokenizer, TokenizerLoad) else "", device,
-             time.perf_counter() - tokenized)
+             time.perf_counter() - tokenized,
+             " (with the device's start: the first CUDA call)" if device.type == "cuda" else "")
     return LoadedModel(spec, shape, state, tokenizer, eos)
