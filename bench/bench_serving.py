@@ -53,6 +53,10 @@ import aiohttp
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from repo_imports import import_parrot  # noqa: E402
+
+import_parrot()     # --floor reads the engine's config through parrot (a checkout on a GPU)
+
 from serving_floor import (ModelCost, Rates, measure_rates, model_cost,  # noqa: E402
                            serving_floor, steps_total)
 
