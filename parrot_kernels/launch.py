@@ -81,6 +81,9 @@ class LaunchCache:
         if seen is not None:        # a dry run (`specialisations()`): note it, launch nothing
             seen.add(specialisation(self.fn, args, kwargs))
             return
+        only = getattr(_active, "only", None)
+        if only is not None and specialisation(self.fn, args, kwargs) not in only:
+            return                  # `launching_only`: another specialisation, not launched
         key = (tuple(_arg_key(a) for a in args), tuple((k, type(v), v)
                                                      for k, v in kwargs.items()))
         kept = self._kept.get(key)
@@ -238,6 +241,20 @@ def specialisations() -> Iterator[set[tuple[object, ...]]]:
         yield seen
     finally:
         _active.specialisations = outer
+
+
+@contextlib.contextmanager
+def launching_only(specs: set[tuple[object, ...]]) -> Iterator[None]:
+    """Only the launches whose `specialisation` is one of `specs` are made on this thread
+    inside; the others are skipped (their outputs are not written). Compiling exactly these
+    kernels through the wrappers that launch them, and no other (cuda/precompile.py: each
+    worker compiles its own share of specialisations)."""
+    outer = getattr(_active, "only", None)
+    _active.only = specs
+    try:
+        yield
+    finally:
+        _active.only = outer
 
 
 _caches: dict[int, LaunchCache] = {}

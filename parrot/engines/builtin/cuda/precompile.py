@@ -11,7 +11,9 @@ distinct kernels exist. Two things here:
   each bucket's launches, nothing launches; ~0.1 ms a bucket). The warm-up compiles only
   those: every other bucket's launches hit the JIT's in-memory cache later.
 * `AttentionPrecompile`: worker processes (`python -m parrot.engines.builtin.cuda.precompile`),
-  each compiling its share of the covering buckets into Triton's disk cache while the
+  each compiling its share of the specialisations (each one by exactly one worker: the
+  bucket that first met it runs with only that launch made,
+  `parrot_kernels.launch.launching_only`) into Triton's disk cache while the
   engine loads its weights. The engine joins them before it sizes its KV cache from the free
   memory (each worker's CUDA context holds some), then its own warm-up finds the kernels on
   disk. An optimisation only: a worker that fails or times out is logged, and the warm-up
@@ -91,17 +93,25 @@ def covering_keys(run_attention: Callable[[GraphKey], object],
     """Keys, in their given order, such that every Triton specialisation any of `keys` launches
     is launched by one of them: a key is taken when its dry run meets one not seen before.
     `run_attention(key)` runs one bucket's attention (only its launches are noted)."""
+    return [key for key, _ in new_specialisations(run_attention, keys)]
+
+
+def new_specialisations(run_attention: Callable[[GraphKey], object], keys: Sequence[GraphKey]
+                        ) -> list[tuple[GraphKey, list[tuple[object, ...]]]]:
+    """(key, the specialisations its dry run met first, in a fixed order) for each of `keys`
+    that met one: every specialisation of the whole list exactly once."""
     from parrot_kernels.launch import specialisations
 
-    chosen: list[GraphKey] = []
+    found: list[tuple[GraphKey, list[tuple[object, ...]]]] = []
     seen: set[tuple[object, ...]] = set()
     for key in keys:
         with specialisations() as launched:
             run_attention(key)
-        if not launched <= seen:
-            chosen.append(key)
-            seen |= launched
-    return chosen
+        new = sorted(launched - seen, key=repr)
+        if new:
+            found.append((key, new))
+            seen.update(new)
+    return found
 
 
 @dataclass(frozen=True)
@@ -129,7 +139,7 @@ class PrecompileSpec:
 class PrecompileReport:
     workers: int
     keys: int                   # buckets the workers were given
-    compiled: int               # covering buckets the workers ran
+    compiled: int               # specialisations the workers compiled (each by one)
     failed: int                 # workers that failed or timed out
     seconds: float              # from the workers' start to the last one's end
     # the slowest worker's seconds: starting (Python, torch, CUDA), its dry run, compiling
@@ -137,8 +147,8 @@ class PrecompileReport:
 
     def describe(self) -> str:
         start, dry, compiling = self.slowest
-        return (f"{self.workers} workers compiled the attention of {self.compiled} covering "
-                f"buckets of {self.keys} in {self.seconds:.1f} s (the slowest: {start:.1f} s "
+        return (f"{self.workers} workers compiled the {self.compiled} attention kernels of "
+                f"{self.keys} buckets in {self.seconds:.1f} s (the slowest: {start:.1f} s "
                 f"starting, {dry:.1f} s dry run, {compiling:.1f} s compiling)"
                 + (f" ({self.failed} failed: the warm-up compiles the rest)"
                    if self.failed else ""))
@@ -203,7 +213,7 @@ class AttentionPrecompile:
         if not failed and self.stamp is not None:
             try:
                 self.stamp.parent.mkdir(parents=True, exist_ok=True)
-                self.stamp.write_text(f"{compiled} covering buckets of {len(self.spec.keys)}\n")
+                self.stamp.write_text(f"{compiled} kernels of {len(self.spec.keys)} buckets\n")
             except OSError as exc:
                 log.warning("could not write the precompile stamp %s: %s", self.stamp, exc)
         return PrecompileReport(len(self.procs), len(self.spec.keys), compiled, failed,
@@ -216,9 +226,9 @@ def default_workers() -> int:
 
 def compile_share(spec: PrecompileSpec, worker: int, workers: int,
                   times: dict[str, float] | None = None) -> int:
-    """In a worker: run the attention of every `workers`-th covering bucket from `worker` on
-    a KV cache of one block (the kernels' specialisation does not depend on the cache's
-    size), which compiles its kernels into Triton's disk cache. Returns how many ran;
+    """In a worker: compile every `workers`-th of the specialisations `spec.keys` launch, from
+    `worker` on, into Triton's disk cache, on a KV cache of one block (a kernel's
+    specialisation does not depend on the cache's size). Returns how many it compiled;
     `times` gets the seconds of the dry run and of the compiling ("dry_s", "compile_s")."""
     import parrot_kernels
     from parrot.engines.builtin.llama.attention import make_decode_fn
@@ -236,15 +246,26 @@ def compile_share(spec: PrecompileSpec, worker: int, workers: int,
                                     dry=dry)
 
     started = time.perf_counter()
-    share = covering_keys(functools.partial(run, dry=True), spec.keys)[worker::workers]
+    # Every specialisation once, dealt round-robin over the workers: each compiles its own
+    # (a bucket shares kernels with others; running whole buckets, several workers would
+    # compile the shared ones at once), running the bucket that first met it with only
+    # those launches made (parrot_kernels.launch.launching_only).
+    from parrot_kernels.launch import launching_only
+
+    found = new_specialisations(functools.partial(run, dry=True), spec.keys)
+    dealt = [(key, one) for key, specs in found for one in specs][worker::workers]
+    mine: dict[GraphKey, set[tuple[object, ...]]] = {}
+    for key, one in dealt:
+        mine.setdefault(key, set()).add(one)
     covered = time.perf_counter()
-    for key in share:
-        run(key)
+    for key, specs in mine.items():
+        with launching_only(specs):
+            run(key)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     if times is not None:
         times.update(dry_s=covered - started, compile_s=time.perf_counter() - covered)
-    return len(share)
+    return len(dealt)
 
 
 def main() -> int:

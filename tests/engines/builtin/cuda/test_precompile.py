@@ -102,25 +102,40 @@ def test_spec_round_trips_through_json():
     assert PrecompileSpec.from_json(spec.to_json()) == spec
 
 
-def test_workers_share_the_covering_buckets_between_them():
+def test_workers_compile_each_specialisation_once_between_them():
+    from parrot_kernels.launch import launching_only
+
     keys = attention_keys(8, 4, 8, 2, shared_prefix=True)
     cache = torch.zeros(2, 1, BLOCK, KV_HEADS, HEAD_DIM)
-    covering = covering_keys(runner(cache), keys)
+    run = runner(cache)
+    every = set().union(*(spec_of(k, run) for k in keys))
     spec = small_spec(keys)
+    before = launch_counts()
     shares = [compile_share(spec, i, 3) for i in range(3)]
-    assert sum(shares) == len(covering) and max(shares) - min(shares) <= 1
+    assert sum(shares) == len(every) and max(shares) - min(shares) <= 1
+    # exactly one launch per specialisation was made, all three workers together
+    assert sum(launch_counts()) - sum(before) == len(every)
+    # launching_only: the chosen specialisations launch, the others of the bucket do not
+    key = max(keys, key=lambda k: len(spec_of(k, run)))
+    specs = spec_of(key, run)
+    for allowed, launches in ((set(), 0), (specs, len(specs))):
+        before = launch_counts()
+        with launching_only(allowed):
+            runner(cache, dry=False)(key)
+        assert sum(launch_counts()) - sum(before) == launches
 
 
 def test_worker_processes_compile_report_and_stamp(tmp_path):
     keys = paged_keys(4, 4)
     cache = torch.zeros(2, 1, BLOCK, KV_HEADS, HEAD_DIM)
-    covering = covering_keys(runner(cache), keys)
+    run = runner(cache)
+    every = set().union(*(spec_of(k, run) for k in keys))
     stamp = tmp_path / "stamps" / "one"
     report = AttentionPrecompile(small_spec(keys), 2, stamp).wait(timeout_s=240)
     assert (report.workers, report.keys, report.failed) == (2, len(keys), 0)
-    assert report.compiled == len(covering) > 0
-    assert "2 workers compiled the attention of" in report.describe()
-    assert stamp.read_text() == f"{len(covering)} covering buckets of {len(keys)}\n"
+    assert report.compiled == len(every) > 0
+    assert f"2 workers compiled the {len(every)} attention kernels of" in report.describe()
+    assert stamp.read_text() == f"{len(every)} kernels of {len(keys)} buckets\n"
 
 
 def test_the_stamp_names_the_spec_and_lives_in_tritons_cache():
