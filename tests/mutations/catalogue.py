@@ -1157,4 +1157,41 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/cli/test_limits.py::"
          "test_a_settled_heap_freezes_start_up_and_makes_full_collections_rarer",),
         where="settle_heap"),
+    Mutation(
+        "precompile_every_bucket_covers", "parrot/engines/builtin/cuda/precompile.py",
+        "        new = sorted(launched - seen, key=repr)\n",
+        "        new = sorted(launched, key=repr)\n",
+        ("tests/engines/builtin/cuda/test_precompile.py::"
+         "test_covering_keys_use_every_specialisation_of_the_whole_list",),
+        where="new_specialisations"),
+    Mutation(
+        "precompile_not_dealt", "parrot/engines/builtin/cuda/precompile.py",
+        "    dealt = [(key, one) for key, specs in found for one in specs][worker::workers]\n",
+        "    dealt = [(key, one) for key, specs in found for one in specs]\n",
+        ("tests/engines/builtin/cuda/test_precompile.py::"
+         "test_workers_compile_each_specialisation_once_between_them",),
+        where="compile_share"),
+    Mutation(
+        "precompile_stamp_after_a_failure", "parrot/engines/builtin/cuda/precompile.py",
+        "        if not failed and self.stamp is not None:\n",
+        "        if self.stamp is not None:\n",
+        ("tests/engines/builtin/cuda/test_precompile.py::"
+         "test_a_failing_worker_never_fails_the_start",),
+        where="AttentionPrecompile.wait"),
+    Mutation(
+        "linear_choice_cache_never_read", "parrot/engines/builtin/llama/linear_choice.py",
+        "    if path is not None and path.is_file():\n",
+        "    if False:\n",
+        ("tests/engines/builtin/llama/test_linear_choice.py::"
+         "test_a_measured_choice_is_kept_and_read_at_the_next_start",),
+        where="cached_linear_choice"),
+    Mutation(
+        "stopgaps_never_deferred", "parrot/engines/builtin/cuda/warmup.py",
+        "            + [k for k in stopgaps if k[0] > above])\n",
+        "            + [])\n",
+        ("tests/engines/builtin/cuda/test_startup.py::"
+         "test_stopgaps_of_more_rows_than_the_eager_graphs_are_deferred_after_the_paged_ones",
+         "tests/engines/builtin/cuda/test_startup.py::"
+         "test_warm_up_defers_the_stopgaps_with_the_larger_graphs"),
+        where="deferred_keys"),
 )
