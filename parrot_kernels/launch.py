@@ -193,15 +193,22 @@ class Recording:
 
 
 @contextlib.contextmanager
+def _on_this_thread(name: str, value: object) -> Iterator[None]:
+    """`_active.<name>` set to `value` while inside (the outer one's back after)."""
+    outer = getattr(_active, name, None)
+    setattr(_active, name, value)
+    try:
+        yield
+    finally:
+        setattr(_active, name, outer)
+
+
+@contextlib.contextmanager
 def recording() -> Iterator[Recording]:
     """Record the launches made through any LaunchCache on this thread while inside."""
     rec = Recording()
-    outer = getattr(_active, "recording", None)
-    _active.recording = rec
-    try:
+    with _on_this_thread("recording", rec):
         yield rec
-    finally:
-        _active.recording = outer
 
 
 def _specialised(arg: object) -> object:
@@ -235,12 +242,8 @@ def specialisations() -> Iterator[set[tuple[object, ...]]]:
     `specialisation` of each. Which of many shapes compile distinct kernels, found in
     microseconds a shape (cuda/precompile.py)."""
     seen: set[tuple[object, ...]] = set()
-    outer = getattr(_active, "specialisations", None)
-    _active.specialisations = seen
-    try:
+    with _on_this_thread("specialisations", seen):
         yield seen
-    finally:
-        _active.specialisations = outer
 
 
 @contextlib.contextmanager
@@ -249,12 +252,8 @@ def launching_only(specs: set[tuple[object, ...]]) -> Iterator[None]:
     inside; the others are skipped (their outputs are not written). Compiling exactly these
     kernels through the wrappers that launch them, and no other (cuda/precompile.py: each
     worker compiles its own share of specialisations)."""
-    outer = getattr(_active, "only", None)
-    _active.only = specs
-    try:
+    with _on_this_thread("only", specs):
         yield
-    finally:
-        _active.only = outer
 
 
 _caches: dict[int, LaunchCache] = {}

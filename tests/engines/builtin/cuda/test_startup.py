@@ -143,15 +143,11 @@ def test_warm_up_prepares_every_paged_bucket_and_keeps_the_cache():
 def test_warm_up_compiles_the_eager_buckets_past_the_graphs():
     """max_num_seqs above the largest graph bucket: eager decode steps pad to buckets up to
     it, and the warm-up runs their attention shapes too (paged and shared-prefix)."""
-    kernels = pytest.importorskip("parrot_kernels")
-    bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
-                                             num_blocks=16))
-    bundle.model.use_decode(make_decode_fn(kernels))
-    kv = KVCache(bundle.shape, 16, 4, torch.float32, torch.device("cpu"), scratch_block=True)
-    graphs = DecodeGraphs(bundle.model, kv, max_batch=2, max_width=4, capture=False)
+    graphs = kernel_graphs()
+    model = graphs.model
     seen = []
-    original = bundle.model.decode
-    bundle.model.use_decode(lambda q, *args: seen.append(q.shape[0]) or original(q, *args))
+    original = model.decode
+    model.use_decode(lambda q, *args: seen.append(q.shape[0]) or original(q, *args))
     report = warm_up(graphs, shared_prefix=True, min_prefix_blocks=2, max_decode_rows=4)
     beyond = [k for k in paged_keys(4, 4) if k[0] > 2]
     assert report.shared_shapes == len(beyond) + len(shared_keys(4, 4, 2))
@@ -223,13 +219,19 @@ async def test_lazy_graphs_defer_the_large_buckets_to_idle_time(make_engine):
     assert runner.has_deferred_captures is False
 
 
-def test_warm_up_defers_the_stopgaps_with_the_larger_graphs():
+def kernel_graphs(max_batch: int = 2, max_width: int = 4) -> DecodeGraphs:
+    """Uncaptured decode graphs of a tiny model on the kernels' decode path (interpreted)."""
     kernels = pytest.importorskip("parrot_kernels")
     bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
                                              num_blocks=16))
     bundle.model.use_decode(make_decode_fn(kernels))
     kv = KVCache(bundle.shape, 16, 4, torch.float32, torch.device("cpu"), scratch_block=True)
-    graphs = DecodeGraphs(bundle.model, kv, max_batch=2, max_width=4, capture=False)
+    return DecodeGraphs(bundle.model, kv, max_batch=max_batch, max_width=max_width,
+                        capture=False)
+
+
+def test_warm_up_defers_the_stopgaps_with_the_larger_graphs():
+    graphs = kernel_graphs()
     report = warm_up(graphs, shared_prefix=True, min_prefix_blocks=2, defer_above=1)
     gaps = [(2, 1, 4, 2), (2, 1, 4, 4)]
     assert set(graphs.captured_keys) == {k for k in paged_keys(2, 4) if k[0] == 1}
