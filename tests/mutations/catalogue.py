@@ -1194,4 +1194,12 @@ MUTATIONS: tuple[Mutation, ...] = (
          "tests/engines/builtin/cuda/test_startup.py::"
          "test_warm_up_defers_the_stopgaps_with_the_larger_graphs"),
         where="deferred_keys"),
+    Mutation(
+        "detokenizer_rust_decode_despite_cleanup", "parrot/engines/builtin/detokenizer.py",
+        "    if backend is not None and getattr(tokenizer, \"clean_up_tokenization_spaces\", "
+        "True) is False:\n",
+        "    if backend is not None:\n",
+        ("tests/engines/builtin/test_detokenizer.py::"
+         "test_the_rust_decoder_is_used_only_where_it_gives_the_same_text",),
+        where="decoder"),
 )

@@ -45,3 +45,48 @@ def test_held_back_prefix_of_a_stop_string_is_released():
 def test_earliest_of_several_stop_strings_wins():
     pieces, hit = run("x END y STOP", stop=("STOP", "END"))
     assert hit and "".join(pieces) == "x "
+
+
+class FastLike:
+    """A transformers-style fast tokenizer: `decode` wraps `backend_tokenizer.decode` and
+    may clean up spaces after it."""
+
+    def __init__(self, clean_up: bool) -> None:
+        self.clean_up_tokenization_spaces = clean_up
+        self.backend_tokenizer = self
+        self.calls: list[str] = []
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        self.calls.append("decode")
+        return bytes(ids).decode("utf-8", errors="replace")
+
+
+def test_the_rust_decoder_is_used_only_where_it_gives_the_same_text():
+    from parrot.engines.builtin.detokenizer import decoder
+
+    fast = FastLike(clean_up=False)
+    assert decoder(fast).func == fast.backend_tokenizer.decode      # same object here
+    cleaning = FastLike(clean_up=True)
+    cleaning.backend_tokenizer = ByteTokenizer()                    # another object
+    assert decoder(cleaning).func == cleaning.decode                # the wrapper, cleaning
+    plain = ByteTokenizer()
+    assert decoder(plain).func == plain.decode
+
+
+def test_a_real_fast_tokenizer_streams_the_same_text_either_way():
+    import pytest
+
+    from parrot.engines.builtin.detokenizer import decoder
+
+    transformers = pytest.importorskip("transformers")
+    tokenizers = pytest.importorskip("tokenizers")
+    model = tokenizers.models.BPE(vocab={"h": 0, "é": 1, " ": 2, "l": 3, "o": 4, "hé": 5},
+                                  merges=[("h", "é")])
+    raw = tokenizers.Tokenizer(model)
+    raw.add_special_tokens(["<e>"])
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<e>",
+                                                clean_up_tokenization_spaces=False)
+    ids = [5, 3, 3, 4, 2, 0, 1, 6]
+    text = fast.decode(ids, skip_special_tokens=True)
+    assert decoder(fast)(ids) == text and "<e>" not in text and "hé" in text
+    assert decoder(fast).func == fast.backend_tokenizer.decode
