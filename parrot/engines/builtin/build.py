@@ -41,7 +41,8 @@ from parrot.engines.builtin.observe.step_trace import StepTrace
 from parrot.engines.builtin.observe.startup_clock import StartupClock, process_age_s
 from parrot.engines.builtin.observe.startup_probe import StartupProbe
 from parrot.engines.builtin.cuda.precompile import (AttentionPrecompile, PrecompileSpec,
-                                                    default_workers, stamp_path)
+                                                    default_workers, stamp_path,
+                                                    workers_for_memory)
 from parrot.engines.builtin.cuda.warmup import (WarmupReport, attention_keys, warm_up,
                                                 width_buckets)
 
@@ -256,7 +257,14 @@ def start_attention_precompile(config: BuiltinEngineConfig, *,
         if stamp.is_file():
             log.info("attention kernels precompiled before (%s): no precompile workers", stamp)
             return None
-        return AttentionPrecompile(spec, workers or default_workers(), stamp)
+        free, _total = torch.cuda.mem_get_info(torch.device(spec.device))
+        weight_bytes = shape.num_parameters() * resolve_dtype(config.dtype, device).itemsize
+        count = workers_for_memory(workers or default_workers(), free, weight_bytes)
+        if count == 0:
+            log.info("no attention precompile workers: %.1f GiB free, the weights take %.1f",
+                     free / 2 ** 30, weight_bytes / 2 ** 30)
+            return None
+        return AttentionPrecompile(spec, count, stamp)
     except Exception:  # noqa: BLE001 - an optimisation never stops the engine
         log.exception("starting the attention precompile workers failed; the warm-up "
                       "compiles alone")

@@ -49,6 +49,17 @@ log = logging.getLogger(__name__)
 MAX_WORKERS = 8
 # A worker still running after this long is killed (the warm-up compiles what it left).
 WORKER_TIMEOUT_S = 300.0
+# GPU memory a worker may hold while it runs (its CUDA context and small tensors: ~0.5 GB
+# on an H200), and what stays free beside the weights and the workers: the workers run
+# while the engine loads its weights, so on a GPU the weights nearly fill, fewer of them
+# (or none) start, rather than the load running out of memory.
+WORKER_BYTES = 1 << 30
+SPARE_BYTES = 2 << 30
+
+
+def workers_for_memory(workers: int, free_bytes: int, weight_bytes: int) -> int:
+    """How many of `workers` fit beside weights of `weight_bytes` in `free_bytes`."""
+    return max(0, min(workers, (free_bytes - weight_bytes - SPARE_BYTES) // WORKER_BYTES))
 
 
 def padding_meta(key: GraphKey, block: int, device: torch.device) -> AttentionMetadata:

@@ -75,6 +75,15 @@ class ModelShape:
     def with_vocab(self, vocab_size: int) -> ModelShape:
         return replace(self, vocab_size=vocab_size)
 
+    def num_parameters(self) -> int:
+        """Weights of the model: embeddings (and an untied LM head), each layer's attention
+        and MLP projections and its two norms, the final norm."""
+        h, d = self.hidden_size, self.head_dim
+        attention = h * (self.num_heads + 2 * self.num_kv_heads) * d + self.num_heads * d * h
+        layer = attention + 3 * h * self.intermediate_size + 2 * h
+        heads = 1 if self.tie_word_embeddings else 2
+        return heads * self.vocab_size * h + self.num_layers * layer + h
+
     def kv_bytes_per_token(self, dtype_size: int) -> int:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_size
 

@@ -170,3 +170,17 @@ def test_no_precompile_off_cuda_and_shapes_known_before_loading():
     assert tiny is not None and (tiny.num_heads, tiny.num_kv_heads, tiny.head_dim) == (
         bundle.shape.num_heads, bundle.shape.num_kv_heads, bundle.shape.head_dim)
     assert peek_shape(BuiltinEngineConfig(model="/no/such/folder")) is None
+
+
+def test_workers_start_only_where_the_memory_beside_the_weights_holds_them():
+    from parrot.engines.builtin.cuda.precompile import (SPARE_BYTES, WORKER_BYTES,
+                                                        workers_for_memory)
+    from parrot.engines.builtin.llama.shapes import NAMED_SHAPES
+
+    weights = NAMED_SHAPES["llama-7b"].num_parameters() * 2
+    assert 6.7e9 < NAMED_SHAPES["llama-7b"].num_parameters() < 6.8e9
+    assert workers_for_memory(8, 140 << 30, weights) == 8              # an H200
+    assert workers_for_memory(8, 15 << 30, weights) == 0               # 15 GiB free: none
+    room = weights + SPARE_BYTES + 3 * WORKER_BYTES
+    assert workers_for_memory(8, room, weights) == 3
+    assert workers_for_memory(2, room, weights) == 2
