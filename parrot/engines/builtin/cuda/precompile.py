@@ -4,7 +4,7 @@ A cold start (no Triton cache) spent 24.6 s of its 48 s in the warm-up's compile
 (docs/results/startup_h200.md): the attention of ~2,000 decode buckets (batch x group count x
 prefix width x suffix width) run one by one, each new Triton specialisation compiled in the
 launching process, one at a time. Most buckets share their kernels with others: 164-174
-buckets cover every specialisation of ~2,000 (LLaMA-7B, 256 rows). Two things here:
+buckets use every specialisation that ~2,000 use (LLaMA-7B, 256 rows). Two things here:
 
 * `covering_keys`: of many buckets, the few whose launches use every specialisation the whole
   list uses, found by a dry run (`parrot_kernels.launch.specialisations`: the wrappers plan
