@@ -149,8 +149,7 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
     size = serving_size(config, bundle)
     num_blocks, max_num_seqs = size.num_blocks, size.max_num_seqs
     capacity = size.kv_tokens
-    limit = min(config.max_context_len or bundle.shape.max_position_embeddings,
-                bundle.shape.max_position_embeddings)
+    limit = context_limit(config, bundle.shape)
     max_context_len = min(limit, capacity)
     if config.max_context_len is not None and max_context_len < limit:
         log.warning("max_context_len %d capped to the KV cache's %d tokens", limit, capacity)
@@ -202,8 +201,7 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
         # the kernels it left in Triton's cache).
         with exclusive_device(device_key(model.device)):
             report = warm_up(graphs, shared_prefix=bundle.uses_kernels,
-                             min_prefix_blocks=-(-config.shared_prefix_min_tokens
-                                                 // config.block_size),
+                             min_prefix_blocks=config.shared_prefix_min_blocks,
                              max_decode_rows=max_num_seqs, prefill_graphs=piecewise,
                              clock=clock,
                              defer_above=config.eager_graph_rows if config.lazy_graphs
@@ -244,13 +242,12 @@ def start_attention_precompile(config: BuiltinEngineConfig, *,
         seqs = config.max_num_seqs if isinstance(config.max_num_seqs, int) else MAX_AUTO_SEQS
         graph_rows = (config.cuda_graph_max_batch
                       if isinstance(config.cuda_graph_max_batch, int) else seqs)
-        context = min(config.max_context_len or shape.max_position_embeddings,
-                      shape.max_position_embeddings)
-        keys = attention_keys(seqs, graph_rows, -(-context // bs),
-                              -(-config.shared_prefix_min_tokens // bs), shared_prefix=True)
+        keys = attention_keys(seqs, graph_rows, -(-context_limit(config, shape) // bs),
+                              config.shared_prefix_min_blocks, shared_prefix=True)
+        dtype = resolve_dtype(config.dtype, device)
         spec = PrecompileSpec(
             device=f"cuda:{torch.cuda.current_device() if device.index is None else device.index}",
-            dtype=str(resolve_dtype(config.dtype, device)).removeprefix("torch."),
+            dtype=str(dtype).removeprefix("torch."),
             num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
             head_dim=shape.head_dim, block_size=bs, keys=tuple(keys))
         stamp = stamp_path(spec)
@@ -258,7 +255,7 @@ def start_attention_precompile(config: BuiltinEngineConfig, *,
             log.info("attention kernels precompiled before (%s): no precompile workers", stamp)
             return None
         free, _total = torch.cuda.mem_get_info(torch.device(spec.device))
-        weight_bytes = shape.num_parameters() * resolve_dtype(config.dtype, device).itemsize
+        weight_bytes = shape.num_parameters() * dtype.itemsize
         count = workers_for_memory(workers or default_workers(), free, weight_bytes)
         if count == 0:
             log.info("no attention precompile workers: %.1f GiB free, the weights take %.1f",
@@ -269,6 +266,13 @@ def start_attention_precompile(config: BuiltinEngineConfig, *,
         log.exception("starting the attention precompile workers failed; the warm-up "
                       "compiles alone")
         return None
+
+
+def context_limit(config: BuiltinEngineConfig, shape: ModelShape) -> int:
+    """The longest context the config and the model's positions allow (the KV cache's size
+    may cap it further)."""
+    return min(config.max_context_len or shape.max_position_embeddings,
+               shape.max_position_embeddings)
 
 
 def serving_size(config: BuiltinEngineConfig, bundle: ModelBundle) -> ServingSize:

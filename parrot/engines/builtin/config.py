@@ -190,6 +190,11 @@ class BuiltinEngineConfig:
         return cls(**{_ALIASES.get(key, key): value for key, value in params.items()})
 
     @property
+    def shared_prefix_min_blocks(self) -> int:
+        """shared_prefix_min_tokens in whole KV blocks (the shortest prefix table shared)."""
+        return -(-self.shared_prefix_min_tokens // self.block_size)
+
+    @property
     def is_random_shape(self) -> bool:
         return self.model in RANDOM_SHAPES
 

@@ -168,8 +168,9 @@ def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
     all_stopgaps = (stopgap_keys(graphs.max_batch, graphs.max_width, min_prefix_blocks)
                     if shared_prefix else [])
     deferred = deferred_keys(graphs.max_batch, graphs.max_width, defer_above, all_stopgaps)
-    stopgaps = [k for k in all_stopgaps if k not in set(deferred)]
-    keys = sorted(set(paged_keys(graphs.max_batch, graphs.max_width)) - set(deferred),
+    later = set(deferred)
+    stopgaps = [k for k in all_stopgaps if k not in later]
+    keys = sorted(set(paged_keys(graphs.max_batch, graphs.max_width)) - later,
                   reverse=True) + stopgaps
     graphs.deferred = list(deferred)
     max_rows = max(graphs.max_batch, max_decode_rows or 0)
@@ -182,15 +183,16 @@ def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
                 progress.step()
         captured = time.perf_counter()
         eager_only = deferred + [k for k in paged_keys(max_rows, graphs.max_width)
-                                 if k[0] > graphs.max_batch]   # (stopgaps: shared_keys)
+                                 if k[0] > graphs.max_batch]
         shared = (shared_keys(max_rows, graphs.max_width, min_prefix_blocks)
                   if shared_prefix else [])
+        uncaptured = list(dict.fromkeys(eager_only + shared))   # deferred stopgaps in both
         # Only the buckets that launch a specialisation no earlier one did (precompile.py):
         # the JIT's in-memory cache serves the others' launches.
         covering = covering_keys(functools.partial(compile_attention, graphs, dry=True),
-                                 eager_only + shared)
+                                 uncaptured)
         with clock.phase("compile", f"compiling the decode attention of {len(covering)} "
-                         f"buckets covering {len(eager_only) + len(shared)}",
+                         f"buckets covering {len(uncaptured)}",
                          len(covering)) as progress:
             for key in covering:
                 compile_attention(graphs, key)
@@ -207,7 +209,7 @@ def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
             torch.cuda.synchronize(graphs.model.device)
     prefill_buckets = 0 if prefill_graphs is None else prefill_graphs.num_captured
     report = WarmupReport(time.perf_counter() - started, len(keys) - failed, failed,
-                          len(eager_only) + len(shared), captured - started,
+                          len(uncaptured), captured - started,
                           compiled - captured, prefill_buckets, prefill_failed,
                           time.perf_counter() - prefilled, len(stopgaps), len(deferred),
                           len(covering))

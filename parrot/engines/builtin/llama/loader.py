@@ -269,11 +269,7 @@ def peek_shape(config: BuiltinEngineConfig) -> ModelShape | None:
     Heads, head size and positions are exact; the vocabulary may grow with a tokenizer."""
     spec = config.model
     if spec in NAMED_SHAPES:
-        shape = NAMED_SHAPES[spec]
-        if config.max_context_len is not None \
-                and config.max_context_len > shape.max_position_embeddings:
-            shape = replace(shape, max_position_embeddings=config.max_context_len)
-        return shape
+        return _named_shape(config, spec)
     folder = (config.resolved_cache_dir() / SMOLLM2_CACHE_NAME if spec == DEFAULT_MODEL
               else Path(spec).expanduser())
     try:
@@ -282,14 +278,20 @@ def peek_shape(config: BuiltinEngineConfig) -> ModelShape | None:
         return None
 
 
-def _load_random(config: BuiltinEngineConfig, spec: str, cache_root: Path,
-                 device: torch.device, dtype: torch.dtype) -> LoadedModel:
+def _named_shape(config: BuiltinEngineConfig, spec: str) -> ModelShape:
+    """A named random shape, its positions extended to config.max_context_len: random
+    weights were trained on no position range, so a longer context only needs longer RoPE
+    tables (a benchmark of the paper's longer prompts on a LLaMA-7B shape)."""
     shape = NAMED_SHAPES[spec]
     if config.max_context_len is not None \
             and config.max_context_len > shape.max_position_embeddings:
-        # Random weights were trained on no position range: a longer context only needs
-        # longer RoPE tables (a benchmark of the paper's longer prompts on a LLaMA-7B shape).
         shape = replace(shape, max_position_embeddings=config.max_context_len)
+    return shape
+
+
+def _load_random(config: BuiltinEngineConfig, spec: str, cache_root: Path,
+                 device: torch.device, dtype: torch.dtype) -> LoadedModel:
+    shape = _named_shape(config, spec)
     tokenizer: Any = None
     eos: tuple[int, ...] = ()
     started = time.perf_counter()
