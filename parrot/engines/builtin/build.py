@@ -27,8 +27,9 @@ from parrot.engines.builtin.llama.linear_choice import (LinearChoice, Timer, cac
                                                         choice_key, cuda_graph_timer,
                                                         measure_linear_choice)
 from parrot.engines.builtin.observe.host_pauses import pause_monitor
-from parrot.engines.builtin.llama.loader import (LoadedModel, TokenizerLoad, load_model,
-                                                 peek_shape, resolve_device, resolve_dtype)
+from parrot.engines.builtin.llama.loader import (LoadedModel, load_model, peek_shape,
+                                                 resolve_device, resolve_dtype)
+from parrot.engines.builtin.llama.tokenizer import TokenizerLoad
 from parrot.engines.builtin.llama.model import LlamaModel
 from parrot.engines.builtin.cuda.prefill_graphs import PrefillGraphs
 from parrot.engines.builtin.runner import ModelRunner

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from parrot.constraints import Constraint, ConstraintError, grammar_text
+from parrot.engines.builtin.llama.tokenizer import FastTokenizer
 from parrot.errors import EngineError
 from parrot.extras import missing_extra
 
@@ -35,10 +36,21 @@ MAX_CACHED_GRAMMARS = 256
 def _llguidance() -> Any:
     try:
         import llguidance
-        import llguidance.hf  # noqa: F401 - the tokenizer bridge
     except ImportError as exc:
         raise missing_extra("structured", "constrained decoding", exc) from None
     return llguidance
+
+
+def _ll_tokenizer(llg: Any, tokenizer: Any, vocab_size: int, eos: list[int] | None) -> Any:
+    """llguidance's view of the engine's tokenizer: a FastTokenizer's tokenizer.json as is
+    (what llguidance's transformers bridge serializes; importing the bridge imports
+    transformers), else through the bridge."""
+    if isinstance(tokenizer, FastTokenizer):
+        return llg.LLTokenizer(tokenizer.json_text(), n_vocab=vocab_size,
+                               eos_token=eos if eos is not None else tokenizer.eos_token_id)
+    import llguidance.hf
+
+    return llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size, eos_token=eos)
 
 
 class SequenceGrammar:
@@ -75,8 +87,7 @@ class GrammarCache:
         self._llg = llg
         # the engine's EOS ids: a complete grammar allows exactly the tokens that end a
         # Generate (the tokenizer's own EOS may be only one of them)
-        self.tokenizer = llg.hf.from_tokenizer(tokenizer, n_vocab=vocab_size,
-                                               eos_token=eos_token_ids or None)
+        self.tokenizer = _ll_tokenizer(llg, tokenizer, vocab_size, eos_token_ids or None)
         self.vocab_size = vocab_size
         # Masks of several rows on llguidance's thread pool: for a GPU engine, whose host
         # threads idle while the step runs. A CPU engine fills them on its own thread: pool

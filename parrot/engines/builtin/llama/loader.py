@@ -14,7 +14,6 @@ import os
 import shutil
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import torch
 
 from parrot.engines.builtin.config import DEFAULT_MODEL, BuiltinEngineConfig
 from parrot.engines.builtin.llama.shapes import NAMED_SHAPES, ModelShape
+from parrot.engines.builtin.llama.tokenizer import TokenizerLoad, eos_ids, start_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,8 @@ class LoadedModel:
     name: str
     shape: ModelShape
     state_dict: dict[str, torch.Tensor]   # HF LLaMA names, already in the target dtype/device
-    tokenizer: Any | None                 # a transformers tokenizer (or its TokenizerLoad), or
-                                          # None (token ids only)
+    tokenizer: Any | None                 # a FastTokenizer, a transformers tokenizer (or its
+                                          # TokenizerLoad), or None (token ids only)
     eos_token_ids: tuple[int, ...]
 
 
@@ -108,87 +108,6 @@ def prepare_smollm2(cache_root: Path, *, force: bool = False) -> Path:
     if force or not is_prepared(out_dir):
         convert_gguf(smollm2_gguf_path(), out_dir)
     return out_dir
-
-
-def load_tokenizer(folder: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(folder))
-
-
-@dataclass(frozen=True)
-class TokenizerFacts:
-    """What building an engine needs from its tokenizer, read from the tokenizer's files by the
-    `tokenizers` library in a fraction of a second (transformers' import alone takes seconds):
-    the vocabulary with its added tokens (what `len(tokenizer)` says) and the EOS token's id
-    (tokenizer_config.json's `eos_token`, as `tokenizer.eos_token_id` reads it)."""
-
-    vocab_size: int
-    eos_token_id: int | None
-
-
-def tokenizer_facts(folder: Path) -> TokenizerFacts | None:
-    """None when the folder has no tokenizer.json (a slow tokenizer: load it to know)."""
-    path = folder / "tokenizer.json"
-    if not path.is_file():
-        return None
-    from tokenizers import Tokenizer
-
-    fast = Tokenizer.from_file(str(path))
-    eos = None
-    config = folder / "tokenizer_config.json"
-    if config.is_file():
-        token = json.loads(config.read_text()).get("eos_token")
-        if isinstance(token, dict):
-            token = token.get("content")
-        if isinstance(token, str):
-            eos = fast.token_to_id(token)
-    return TokenizerFacts(fast.get_vocab_size(with_added_tokens=True), eos)
-
-
-class TokenizerLoad:
-    """A transformers tokenizer loading in a thread of its own while the engine loads its
-    weights and warms up; `result()` waits for it (the engine's first use, once built) and
-    checks it against the facts the build went by."""
-
-    def __init__(self, folder: Path, facts: TokenizerFacts) -> None:
-        self.folder, self.facts = folder, facts
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenizer-load")
-        self._future = pool.submit(load_tokenizer, folder)
-        pool.shutdown(wait=False)           # the thread ends with its one task
-
-    def result(self) -> Any:
-        tokenizer = self._future.result()
-        if len(tokenizer) != self.facts.vocab_size or (
-                self.facts.eos_token_id is not None
-                and tokenizer.eos_token_id != self.facts.eos_token_id):
-            raise RuntimeError(
-                f"the tokenizer in {self.folder} has {len(tokenizer)} tokens and EOS "
-                f"{tokenizer.eos_token_id}; its files said {self.facts.vocab_size} and "
-                f"{self.facts.eos_token_id}")
-        return tokenizer
-
-
-def start_tokenizer(folder: Path) -> tuple[Any, int, tuple[int, ...]]:
-    """(the tokenizer or its TokenizerLoad, its vocabulary size, the EOS ids): loading in the
-    background when its files tell the size and EOS, else loaded here."""
-    facts = tokenizer_facts(folder)
-    if facts is None:
-        tokenizer = load_tokenizer(folder)
-        return tokenizer, len(tokenizer), eos_ids(folder, tokenizer)
-    return TokenizerLoad(folder, facts), facts.vocab_size, eos_ids(folder, facts)
-
-
-def eos_ids(folder: Path | None, tokenizer: Any | None) -> tuple[int, ...]:
-    """EOS ids from generation_config.json (int or list) and the tokenizer (or anything with
-    its `eos_token_id`: TokenizerFacts)."""
-    ids: list[int] = []
-    if folder is not None and (folder / "generation_config.json").is_file():
-        value = json.loads((folder / "generation_config.json").read_text()).get("eos_token_id")
-        ids.extend(value if isinstance(value, list) else [] if value is None else [value])
-    if tokenizer is not None and tokenizer.eos_token_id is not None:
-        ids.append(int(tokenizer.eos_token_id))
-    return tuple(dict.fromkeys(int(i) for i in ids))
 
 
 def load_hf_folder(folder: Path, dtype: torch.dtype, device: torch.device,
