@@ -193,15 +193,19 @@ class ModelRunner:
     def _fed_prediction(self, batch: Batch, host: HostInputs, rows: DecodeRows
                         ) -> DecodeRows | None:
         """The next step's rows (token ids to be fed on the device) when it can be queued
-        before this step's tokens are read: every row samples greedily and none ends with
-        its next token whatever it is (lookahead.py)."""
+        before this step's tokens are read: every row samples greedily and some row goes on
+        whatever its token is (a row that ends rides along, and the real step leaves it
+        out: lookahead.py)."""
         if host.sample_rows != list(range(len(rows.token_ids))):
             return None
+        ending = 0
         for i in host.sample_chunks:
             work = batch.chunks[i].work
-            if (not work.sampling.is_greedy or work.grammar is not None   # masked on the host
-                    or ends_regardless(work, self.max_context_len)):
+            if not work.sampling.is_greedy or work.grammar is not None:   # masked on the host
                 return None
+            ending += ends_regardless(work, self.max_context_len)
+        if ending == len(host.sample_chunks) or (ending and rows.groups is not None):
+            return None   # a step nobody wants; a shared-prefix step is used only as is
         return self._next_rows(batch, host, rows, rows.token_ids)
 
     def _next_rows(self, batch: Batch, host: HostInputs, rows: DecodeRows,
@@ -212,16 +216,20 @@ class ModelRunner:
 
     def _launch_ahead(self, batch: Batch, host: HostInputs, rows: DecodeRows,
                       sampled: list[int | None]) -> None:
-        """Start the predicted next decode step (lookahead.py) when every row samples and none
-        is known to finish."""
+        """Start the predicted next decode step (lookahead.py) when every row samples and
+        some row is not known to finish (those that are ride along; the real step leaves them
+        out)."""
         assert self.graphs is not None
         if len(host.sample_rows) != len(rows.token_ids):
             return
         tokens = [sampled[i] for i in host.sample_chunks]
-        for i, token in zip(host.sample_chunks, tokens):
-            if token is None or finishes(batch.chunks[i].work, token, self.eos_token_ids,
-                                         self.max_context_len):
-                return
+        if any(token is None for token in tokens):
+            return
+        ending = sum(finishes(batch.chunks[i].work, token, self.eos_token_ids,  # type: ignore[arg-type]
+                              self.max_context_len)
+                     for i, token in zip(host.sample_chunks, tokens))
+        if ending == len(tokens) or (ending and rows.groups is not None):
+            return   # a step nobody wants; a shared-prefix step is used only as is
         nxt = self._next_rows(batch, host, rows, tokens)   # type: ignore[arg-type]
         if nxt is not None:
             self.graphs.launch_ahead(nxt)

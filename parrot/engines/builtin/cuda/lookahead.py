@@ -14,8 +14,8 @@ queued on the GPU right behind step n, its token ids copied on the device from s
 argmax (`DecodeGraphs.launch_ahead_fed`), and step n's tokens are read back while step n+1
 runs, so the GPU does not idle between the steps for the read-back, the host's checks and the
 staging. A row that then turns out to finish (EOS, a stop token) is simply left out of the
-real step; only rows whose end is known beforehand (max_tokens, a full window) stop the
-prediction.
+real step, as is a row whose end is known beforehand (max_tokens, a full window); only a step
+whose rows all end that way is not predicted.
 
 Why a wrong guess is harmless: the predicted step writes K/V only at each row's next position,
 and only when that slot lies in a block the row already owns that is not full (a not-full
@@ -25,10 +25,14 @@ position starts a new block continues only into a block the scheduler reserved f
 real step would write for the same token; if the row stops instead, the slot lies past its
 computed tokens, where nothing reads before a later step writes it again; and all GPU work is
 ordered on one stream, so a block freed and handed to another context is written by that
-context's own steps after the predicted one. The prediction is skipped when a row is known to
-finish with this token (max_tokens, EOS or a stop token, a full window), so the GPU does not
-compute a step nobody wants; an unpredictable end (a stop string) costs one wasted decode
-step. A newly admitted request would too (the next step adds its prefill or its row), so it
+context's own steps after the predicted one. A row known to finish with this token
+(max_tokens, EOS or a stop token, a full window) rides along in the prediction and the real
+step leaves it out: a decode step reads every weight whatever its rows, so the extra row costs
+little, while skipping the prediction would expose the host's time between the steps at every
+step where some row ends (at 256 rows of 64-384-token outputs, most steps). The prediction is
+skipped only when every row is known to finish, so the GPU does not compute a step nobody
+wants, or when a row of a shared-prefix step is (its groups are planned over all its rows, so
+that step is used only as predicted); an unpredictable end of every row (a stop string) costs one wasted decode step. A newly admitted request would too (the next step adds its prefill or its row), so it
 waits one step instead: while a step launched ahead is in flight the engine schedules the
 decodes alone (`BatchScheduler.schedule(decode_only=True)`), which is the prediction, used;
 and nothing is launched ahead while prefill work that could join the next step waits

@@ -315,3 +315,31 @@ async def test_a_row_ending_on_a_stop_token_leaves_the_fed_prediction(make_engin
     # from the prediction, one of them with row 1 left out
     assert graphs.num_ahead_misses == 0 and graphs.num_ahead_partial_hits == 1
     assert graphs.num_ahead_hits == engine.runner.num_graph_steps - graphs.runtime_captures
+
+
+async def test_rows_that_end_ride_along_in_the_prediction(make_engine, kernel_bundle):
+    """A row known to end with its next token (max_tokens) rides along in the step launched
+    ahead and the real step leaves it out (a partial hit), so the host's time between the
+    steps stays hidden where rows end one after another; only the step after the last, where
+    every row ends, is not launched ahead."""
+    async def run(engine, tag: str) -> list[tuple[int, ...]]:
+        for i in range(3):
+            await engine.fill(FillRequest(f"{tag}{i}",
+                                          token_ids=tuple(range(3 + i, 9 + 2 * i))))
+        results = await asyncio.gather(*(engine.generate_all(GenerateRequest(
+            f"{tag}{i}", sampling=SamplingParams(max_tokens=n, ignore_eos=True)))
+            for i, n in enumerate((4, 7, 10))))
+        engine.check_invariants()
+        return [r.token_ids for r in results]
+
+    plain, _ = graph_engine(make_engine, kernel_bundle, launch_ahead=False, block_size=BS)
+    expected = await run(plain, "a")
+    engine, graphs = graph_engine(make_engine, kernel_bundle, block_size=BS)
+    assert await run(engine, "a") == expected     # its buckets of 1-3 rows are made here
+    hits, partial = graphs.num_ahead_hits, graphs.num_ahead_partial_hits
+    assert await run(engine, "b") == expected
+    assert [len(tokens) for tokens in expected] == [4, 7, 10]
+    # 10 decode steps: every one after the first from the prediction, two of them the
+    # prediction less the row that ended (r0's, then r1's)
+    assert (graphs.num_ahead_hits - hits, graphs.num_ahead_partial_hits - partial) == (9, 2)
+    assert graphs.num_ahead_misses == 0 and not graphs.has_ahead
