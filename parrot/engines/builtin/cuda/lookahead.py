@@ -36,7 +36,8 @@ that step is used only as predicted); an unpredictable end of every row (a stop 
 one wasted decode step. A newly admitted request would too (the next step adds its prefill or
 its row), so it waits one step instead: while a step launched ahead is in flight the engine
 schedules the decodes alone (`BatchScheduler.schedule(decode_only=True)`), which is the
-prediction, used; and nothing is launched ahead while prefill work that could join the next step waits
+prediction, used; and nothing is launched ahead while prefill work that could join the next
+step waits
 (`ModelRunner.hold_ahead`, `BatchScheduler.has_prefill_work`), so the step after takes the
 request with nothing to waste.
 """
