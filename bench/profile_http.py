@@ -15,8 +15,13 @@ cProfile, summed into layers (µs per HTTP request: cumulative time of each laye
 or own time where a layer wraps others). cProfile's overhead inflates every figure, so
 compare profiled columns with profiled ones only.
 
-    python bench/profile_http.py [--calls 3000] [--rounds 5] [--no-gc] [--gets] [--profile]
+    python bench/profile_http.py [--calls 3000] [--rounds 5] [--no-gc] [--gets | --chains]
+        [--profile]
         [--top 40] [--dump FILE]
+
+`--chains` runs bench_manager's D workload instead (chains of 10 dependent calls, each chain
+one submit_batch and one get): the manager's per-call path with the HTTP cost spread over
+ten calls.
 """
 
 from __future__ import annotations
@@ -194,8 +199,30 @@ async def worker(server: Any, calls: int, gets_only: bool = False) -> None:
                                     "criteria": "latency"}, token)
 
 
+CHAIN = 10
+
+
+async def chain_worker(server: Any, calls: int) -> None:
+    """bench_manager's D: chains of CHAIN dependent calls, each chain one submit_batch and one
+    get of its last output."""
+    conn = Connection(server)
+    s = await conn.post("/v1/sessions", None)
+    sid, token = s["session_id"], s["token"]
+    for _ in range(max(1, calls // CHAIN)):
+        batch = [{"prompt": "Go on: {{input:x}} {{output:y}}", "sampling": {"max_tokens": 4},
+                  "placeholders": [{"name": "x", "in_out": "input", "value": "start"}
+                                   if i == 0 else {"name": "x", "in_out": "input",
+                                                   "ref": {"call": i - 1, "output": "y"}}]}
+                 for i in range(CHAIN)]
+        reply = await conn.post("/v1/submit_batch", {"session_id": sid, "calls": batch}, token)
+        var = reply["results"][-1]["placeholders"][-1]["semantic_var_id"]
+        await conn.post("/v1/get", {"session_id": sid, "semantic_var_id": var,
+                                    "criteria": "latency"}, token)
+
+
 async def measure(calls: int, rounds: int, profile: bool, policy: str, no_gc: bool,
-                  gets_only: bool) -> list[tuple[float, pstats.Stats | None]]:
+                  gets_only: bool, chains: bool = False
+                  ) -> list[tuple[float, pstats.Stats | None]]:
     """Per round: (CPU µs per call, or per get with `gets_only`; the round's profile)."""
     config = ServeConfig.from_mapping({"manager": {"port": 0}, "policy": {"name": policy},
                                        "engines": zero_latency_engines(16, in_process=True)})
@@ -215,8 +242,9 @@ async def measure(calls: int, rounds: int, profile: bool, policy: str, no_gc: bo
             cpu = time.process_time()
             if profiler is not None:
                 profiler.enable()
-            await asyncio.gather(*(worker(handler_factory, per_worker, gets_only)
-                                   for _ in range(CONCURRENCY)))
+            await asyncio.gather(*(
+                chain_worker(handler_factory, per_worker) if chains
+                else worker(handler_factory, per_worker, gets_only) for _ in range(CONCURRENCY)))
             if profiler is not None:
                 profiler.disable()
             used = time.process_time() - cpu
@@ -262,6 +290,9 @@ def main() -> None:
     parser.add_argument("--gets", action="store_true",
                         help="each session submits one call, then only gets its output: the "
                              "front door's cost per request, with little manager work")
+    parser.add_argument("--chains", action="store_true",
+                        help="bench_manager's D instead: chains of 10 calls, each chain one "
+                             "submit_batch and one get (CPU per call)")
     parser.add_argument("--no-gc", action="store_true",
                         help="the garbage collector off during the rounds: its cost grows with "
                              "the heap the sessions leave, and without it the figure is steady "
@@ -277,11 +308,12 @@ def main() -> None:
         runner = uvloop.run
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     results = runner(measure(args.calls, args.rounds, args.profile, args.policy, args.no_gc,
-                             args.gets))
+                             args.gets, args.chains))
     cpu = [us for us, _ in results]
     mode = ("under cProfile" if args.profile else "no profiler") + (", GC off" if args.no_gc
                                                                        else "")
-    unit = "get" if args.gets else "call (submit + get)"
+    unit = ("get" if args.gets else "call (a tenth of a submit_batch + get)" if args.chains
+            else "call (submit + get)")
     print(f"load average at start {load}; {args.calls} calls x {args.rounds} rounds {mode}: "
           f"CPU µs per {unit}, per round: {' '.join(f'{us:.0f}' for us in cpu)}")
     if not args.profile:
@@ -291,7 +323,7 @@ def main() -> None:
     for _, stats in results[1:]:
         merged.add(stats)
     per_round = args.calls // CONCURRENCY * CONCURRENCY
-    requests = (1 if args.gets else 2) * per_round * len(results)
+    requests = (1 if args.gets else 0.2 if args.chains else 2) * per_round * len(results)
     print("\n| layer | µs per HTTP request (under cProfile) |\n|---|---:|")
     for layer, us in layers(merged, requests):
         print(f"| {layer} | {us:.1f} |")

@@ -1179,12 +1179,14 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_a_failing_worker_never_fails_the_start",),
         where="AttentionPrecompile.wait"),
     Mutation(
-        "linear_choice_cache_never_read", "parrot/engines/builtin/llama/linear_choice.py",
+        "start_cache_never_read", "parrot/engines/builtin/start_cache.py",
         "    if path is not None and path.is_file():\n",
         "    if False:\n",
         ("tests/engines/builtin/llama/test_linear_choice.py::"
-         "test_a_measured_choice_is_kept_and_read_at_the_next_start",),
-        where="cached_linear_choice"),
+         "test_a_measured_choice_is_kept_and_read_at_the_next_start",
+         "tests/engines/builtin/cuda/test_precompile.py::"
+         "test_covering_buckets_are_found_once_and_read_at_the_next_start"),
+        where="kept"),
     Mutation(
         "stopgaps_never_deferred", "parrot/engines/builtin/cuda/warmup.py",
         "            + [k for k in stopgaps if k[0] > above])\n",

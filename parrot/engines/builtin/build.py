@@ -206,7 +206,8 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
                              max_decode_rows=max_num_seqs, prefill_graphs=piecewise,
                              clock=clock,
                              defer_above=config.eager_graph_rows if config.lazy_graphs
-                             else None)
+                             else None,
+                             covering_cache=config.resolved_cache_dir() / "attention_covering")
     warmup_pauses = pauses.totals() - before_warmup
     log.info("%s; %d Triton compilations in %.1f s; %s", startup_summary(
         name, bundle, size, graphs, piecewise, report),

@@ -20,11 +20,13 @@ import functools
 import logging
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 
 from parrot.engines.builtin.llama.attention import AttentionMetadata, PrefillChunk
-from parrot.engines.builtin.cuda.precompile import covering_keys, run_padded_attention
+from parrot.engines.builtin.cuda.precompile import (cached_covering_keys, covering_cache_path,
+                                                     run_padded_attention)
 from parrot.engines.builtin.cuda.graphs import WIDER_BUCKET_FACTOR, DecodeGraphs, GraphKey
 from parrot.engines.builtin.cuda.prefill_graphs import PrefillGraphs
 from parrot.engines.builtin.sizing import batch_buckets, pow2_buckets
@@ -155,14 +157,17 @@ def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
             max_decode_rows: int | None = None,
             prefill_graphs: PrefillGraphs | None = None,
             clock: StartupClock | None = None,
-            defer_above: int | None = None) -> WarmupReport:
+            defer_above: int | None = None,
+            covering_cache: Path | None = None) -> WarmupReport:
     """max_decode_rows: the most decode rows a step can have (the scheduler's max_num_seqs;
     None: the graphs' largest bucket). Eager steps pad their rows to the same buckets
     (runner.py), so their attention shapes are compiled here too, also past the graphs'.
     clock: the engine's start-up clock (its phases logged with progress); None: timed only.
     defer_above: paged buckets of more rows are left to `graphs.deferred` (captured while the
     engine is idle, or by the first step that needs one; `deferred_keys`); their attention is
-    compiled here, so such a capture compiles nothing. None: every bucket now."""
+    compiled here, so such a capture compiles nothing. None: every bucket now.
+    covering_cache: a folder where the buckets covering the compile phase's specialisations
+    are kept (found by a dry run over every bucket the first time; read by later starts)."""
     clock = clock or StartupClock("warm-up", quiet=True)
     started = time.perf_counter()
     all_stopgaps = (stopgap_keys(graphs.max_batch, graphs.max_width, min_prefix_blocks)
@@ -189,8 +194,11 @@ def warm_up(graphs: DecodeGraphs, *, shared_prefix: bool, min_prefix_blocks: int
         uncaptured = list(dict.fromkeys(eager_only + shared))   # deferred stopgaps in both
         # Only the buckets that launch a specialisation no earlier one did (precompile.py):
         # the JIT's in-memory cache serves the others' launches.
-        covering = covering_keys(functools.partial(compile_attention, graphs, dry=True),
-                                 uncaptured)
+        with clock.phase("covering", f"finding the buckets covering {len(uncaptured)}"):
+            covering, _ = cached_covering_keys(
+                functools.partial(compile_attention, graphs, dry=True), uncaptured,
+                covering_cache_path(covering_cache, graphs.kv.layers[0][0],
+                                    graphs.model.shape.num_heads, uncaptured))
         with clock.phase("compile", f"compiling the decode attention of {len(covering)} "
                          f"buckets covering {len(uncaptured)}",
                          len(covering)) as progress:

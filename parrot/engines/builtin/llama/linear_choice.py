@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import bisect
 import functools
-import hashlib
 import json
 import logging
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +23,8 @@ from types import ModuleType
 
 import torch
 import torch.nn.functional as F
+
+from parrot.engines.builtin.start_cache import cache_key, kept
 
 log = logging.getLogger(__name__)
 
@@ -81,29 +81,15 @@ def choice_key(weights: Mapping[tuple[int, int], Sequence[torch.Tensor]],
     parts = [device, torch.__version__, triton.__version__, kernels.source_digest(),
              str(first.dtype), sorted((n, k, len(ws)) for (n, k), ws in weights.items()),
              sorted(set(buckets))]
-    return hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
+    return cache_key(parts)
 
 
 def cached_linear_choice(measure: Callable[[], LinearChoice], path: Path | None
                          ) -> tuple[LinearChoice, bool]:
     """(the choice kept at `path`, True) when there is one, else (measure(), False), kept at
     `path` for the next start (a later engine on the same GPU, torch, Triton, kernels and
-    model shapes measures nothing). A cache that cannot be read or written is only logged."""
-    if path is not None and path.is_file():
-        try:
-            return LinearChoice.from_json(path.read_text()), True
-        except (OSError, ValueError, KeyError, TypeError):
-            log.warning("ignoring an unreadable linear-choice cache %s", path)
-    choice = measure()
-    if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_suffix(f".{os.getpid()}.tmp")
-            partial.write_text(choice.to_json())
-            partial.replace(path)   # atomic: two engines starting at once never see half a file
-        except OSError as exc:
-            log.warning("could not keep the linear choice at %s: %s", path, exc)
-    return choice, False
+    model shapes measures nothing; start_cache.py)."""
+    return kept(path, measure, LinearChoice.to_json, LinearChoice.from_json, "linear choice")
 
 
 def measure_linear_choice(weights: Mapping[tuple[int, int], Sequence[torch.Tensor]],

@@ -11,7 +11,8 @@ import torch
 from parrot.engines.builtin.build import load_bundle, start_attention_precompile
 from parrot.engines.builtin.config import BuiltinEngineConfig
 from parrot.engines.builtin.cuda.precompile import (AttentionPrecompile, PrecompileSpec,
-                                                    compile_share, covering_keys)
+                                                    cached_covering_keys, compile_share,
+                                                    covering_cache_path, covering_keys)
 from parrot.engines.builtin.cuda.precompile import run_padded_attention
 from parrot.engines.builtin.cuda.warmup import (attention_keys, paged_keys,
                                                 shared_keys, stopgap_keys)
@@ -71,6 +72,33 @@ def test_covering_keys_use_every_specialisation_of_the_whole_list():
         assert not new <= seen
         seen |= new
     assert chosen == [k for k in keys if k in set(chosen)]
+
+
+def test_covering_buckets_are_found_once_and_read_at_the_next_start(tmp_path):
+    cache = torch.zeros(2, 1, BLOCK, KV_HEADS, HEAD_DIM)
+    run, dry_runs = runner(cache), []
+
+    def counted(key):
+        dry_runs.append(key)
+        return run(key)
+
+    keys = attention_keys(16, 8, 16, 2, shared_prefix=True)
+    path = covering_cache_path(tmp_path, cache[0], HEADS, keys)
+    assert path is not None and path.parent == tmp_path
+    first, read = cached_covering_keys(counted, keys, path)
+    assert not read and first == covering_keys(run, keys) and len(dry_runs) == len(keys)
+    again, read = cached_covering_keys(counted, keys, path)
+    assert read and again == first and len(dry_runs) == len(keys)     # no dry run
+    # another bucket list, head count or cache layout is another file
+    assert covering_cache_path(tmp_path, cache[0], HEADS, keys[:-1]) != path
+    assert covering_cache_path(tmp_path, cache[0], HEADS * 2, keys) != path
+    assert covering_cache_path(tmp_path, cache[0].to(torch.float16), HEADS, keys) != path
+    assert covering_cache_path(None, cache[0], HEADS, keys) is None
+    # a damaged file is found again and replaced
+    path.write_text('[[1, 2, 3]]')
+    assert cached_covering_keys(counted, keys, path) == (first, False)
+    assert len(dry_runs) == 2 * len(keys)
+    assert cached_covering_keys(counted, keys, path) == (first, True)
 
 
 def test_the_specialisation_key_splits_what_triton_splits():
