@@ -1204,4 +1204,27 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/engines/builtin/test_detokenizer.py::"
          "test_the_rust_decoder_is_used_only_where_it_gives_the_same_text",),
         where="decoder"),
+    Mutation(
+        "tokenizer_never_direct", "parrot/engines/builtin/llama/tokenizer.py",
+        "    if isinstance(direct, FastTokenizer):\n",
+        "    if False:\n",
+        ("tests/engines/builtin/llama/test_tokenizer.py::"
+         "test_a_random_model_gets_a_direct_tokenizer_at_once",
+         "tests/engines/builtin/llama/test_tokenizer.py::"
+         "test_an_engine_with_a_direct_tokenizer_never_imports_transformers"),
+        where="start_tokenizer"),
+    Mutation(
+        "tokenizer_direct_despite_a_rewriting_config", "parrot/engines/builtin/llama/tokenizer.py",
+        "    if rewriting:\n",
+        "    if False:\n",
+        ("tests/engines/builtin/llama/test_tokenizer.py::"
+         "test_what_transformers_would_change_loads_through_transformers",),
+        where="direct_tokenizer"),
+    Mutation(
+        "launch_ahead_stops_at_any_ending_row", "parrot/engines/builtin/runner.py",
+        "        if ending == len(host.sample_chunks) or (ending and rows.groups is not None):\n",
+        "        if ending:\n",
+        ("tests/engines/builtin/cuda/test_lookahead.py::"
+         "test_rows_that_end_ride_along_in_the_prediction",),
+        where="ModelRunner._fed_prediction"),
 )

@@ -336,10 +336,12 @@ async def test_rows_that_end_ride_along_in_the_prediction(make_engine, kernel_bu
     expected = await run(plain, "a")
     engine, graphs = graph_engine(make_engine, kernel_bundle, block_size=BS)
     assert await run(engine, "a") == expected     # its buckets of 1-3 rows are made here
-    hits, partial = graphs.num_ahead_hits, graphs.num_ahead_partial_hits
+    hits, partial, fed = (graphs.num_ahead_hits, graphs.num_ahead_partial_hits,
+                          graphs.num_ahead_fed)
     assert await run(engine, "b") == expected
     assert [len(tokens) for tokens in expected] == [4, 7, 10]
     # 10 decode steps: every one after the first from the prediction, two of them the
     # prediction less the row that ended (r0's, then r1's)
     assert (graphs.num_ahead_hits - hits, graphs.num_ahead_partial_hits - partial) == (9, 2)
+    assert graphs.num_ahead_fed - fed == 9      # greedy rows: each queued behind its step
     assert graphs.num_ahead_misses == 0 and not graphs.has_ahead
