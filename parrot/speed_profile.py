@@ -52,16 +52,22 @@ class SpeedProfile:
             raise ProfileError(f"decode_points: {self.decode_points!r} needs >= 2 points with "
                                "strictly increasing tokens and finite ms >= 0")
         object.__setattr__(self, "_xs", tuple(xs))
+        # (x, ms, slope) of each segment's left point: the slope is the division decode_ms
+        # would repeat per call (the policy prices every queued call on every engine)
+        object.__setattr__(self, "_segments", tuple(
+            (lo[0], lo[1], (hi[1] - lo[1]) / (hi[0] - lo[0]))
+            for lo, hi in zip(self.decode_points, self.decode_points[1:])))
 
     def decode_ms(self, batch_tokens: int) -> float:
-        points = self.decode_points
-        # `_xs` is a cache __post_init__ sets, not a field: declaring it would add it to the
-        # dataclass's fields (asdict, replace) of a frozen value type.
+        # `_xs` and `_segments` are caches __post_init__ sets, not fields: declaring them would
+        # add them to the dataclass's fields (asdict, replace) of a frozen value type.
         i = bisect.bisect_right(self._xs, batch_tokens)  # type: ignore[attr-defined]
         if i == 0:
-            return points[0][1]
-        lo, hi = (points[i - 1], points[i]) if i < len(points) else (points[-2], points[-1])
-        return lo[1] + (hi[1] - lo[1]) / (hi[0] - lo[0]) * (batch_tokens - lo[0])
+            return self.decode_points[0][1]
+        segments = self._segments  # type: ignore[attr-defined]
+        # past the last point: the last segment, extrapolated
+        x, ms, slope = segments[i - 1] if i <= len(segments) else segments[-1]
+        return ms + slope * (batch_tokens - x)
 
     def finish_ms(self, *, prefill_tokens: int, output_tokens: int, batch_tokens: int,
                   speed: float = 1.0) -> float:

@@ -396,9 +396,16 @@ class AppCentricPolicy(Policy):
         within = [o for o in options if o[2] <= bound]
         # Among placements about as fast as the fastest: engines not serving the other
         # criterion (isolation; a mixed engine only when much faster), co-located ones first.
-        calm = ([o for o in within if not self._conflicts(o[0], criterion)] or within
-                if self.params.isolate_criteria else within)
-        together = [o for o in calm if self._colocated(o, call)] if colocate else []
+        # (`_conflicts` and `_colocated` inlined: this runs for every engine a call could take)
+        other = _OTHER[criterion]
+        calm = ([o for o in within if not (o[0].isolates and o[0].num_by_criterion[other] > 0)]
+                or within if self.params.isolate_criteria else within)
+        if not colocate:
+            together = []
+        elif call.task_group is not None and self.params.colocate_task_groups:
+            together = [o for o in calm if self._colocated(o, call)]
+        else:
+            together = [o for o in calm if o[1].affine]
         return min(together or calm, key=lambda o: (o[2], o[0].num_by_criterion[criterion] <= 0,
                                                     o[0].index))  # serves(), read inline
 

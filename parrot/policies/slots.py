@@ -201,9 +201,12 @@ class Slot:
     def finish_if_room(self, demand: Demand, criterion: Criterion) -> float | None:
         """`finish_ms(demand)` where `has_room(demand, criterion)`, else None: one call per
         engine a call could take, which the policy prices for every queued call."""
-        if self.load + demand.load > self.capacity(criterion, demand.own_min):
+        load = self.load + demand.load
+        if load > self.capacity(criterion, demand.own_min):
             return None
-        return self.finish_ms(demand)
+        profile = self.view.profile   # finish_ms(demand), inlined
+        return (profile.prefill_ms_per_token * (self.pending_prefill + demand.prefill)
+                + profile.decode_ms(load) * demand.output) / self.view.speed
 
     def may_have_room(self, calls: Sequence[CallView], criterion: Criterion,
                       base: Demand) -> bool:
