@@ -22,7 +22,7 @@ def smaller_known(a: int, b: int) -> int:
     return min(a, b)
 
 
-@dataclass
+@dataclass(slots=True)
 class Demand:
     """What some calls add to one engine (accumulated member by member)."""
 
@@ -33,7 +33,7 @@ class Demand:
     own_min: int = 0                # the smallest whole footprint among them (0: none known)
 
 
-@dataclass
+@dataclass(slots=True)
 class Slot:
     view: EngineView
     index: int                      # position in the given engine order (deterministic ties)
