@@ -23,10 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from repo_imports import import_parrot  # noqa: E402
-
-import_parrot()
+# The repository root on sys.path: `bench.matrix` and, on a machine where Parrot is not
+# installed, `parrot` itself import from the checkout.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.matrix import (ENGINE_COUNTS, SETTINGS, MatrixSpec, run_matrix,  # noqa: E402
                           write_outputs)

@@ -146,3 +146,17 @@ def test_a_cell_is_deterministic_and_app_centric_wins_map_reduce_on_two_engines(
     first, again = run_cell(spec, "map_reduce", 2), run_cell(spec, "map_reduce", 2)
     assert first.mean_e2e_s == again.mean_e2e_s
     assert first.speedup is not None and first.speedup > 1.0
+
+
+def test_the_script_runs_from_a_checkout_as_documented(tmp_path):
+    """`python bench/policy_matrix.py` (docs/MATRIX.md), from any folder: one small cell."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "bench" / "policy_matrix.py"
+    run = subprocess.run([sys.executable, str(script), "--out", str(tmp_path), "--workloads",
+                          "chain_summary", "--engines", "1", "--processes", "1"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert (tmp_path / "matrix.json").is_file() and "Geometric mean" in run.stdout
