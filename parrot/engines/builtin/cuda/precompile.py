@@ -39,10 +39,9 @@ from pathlib import Path
 
 import torch
 
-from parrot.engines.builtin.start_cache import cache_key, kept
-
 from parrot.engines.builtin.cuda.graphs import GraphKey
 from parrot.engines.builtin.llama.attention import AttentionMetadata, DecodeFn, SharedPrefixMeta
+from parrot.engines.builtin.start_cache import cache_key, kept
 
 log = logging.getLogger(__name__)
 
