@@ -1180,13 +1180,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="AttentionPrecompile.wait"),
     Mutation(
         "start_cache_never_read", "parrot/engines/builtin/start_cache.py",
-        "    if path is not None and path.is_file():\n",
-        "    if False:\n",
+        "    if path is None or not path.is_file():\n",
+        "    if True:\n",
         ("tests/engines/builtin/llama/test_linear_choice.py::"
          "test_a_measured_choice_is_kept_and_read_at_the_next_start",
          "tests/engines/builtin/cuda/test_precompile.py::"
-         "test_covering_buckets_are_found_once_and_read_at_the_next_start"),
-        where="kept"),
+         "test_covering_buckets_are_found_once_and_read_at_the_next_start",
+         "tests/engines/builtin/observe/test_startup_probe.py::"
+         "test_a_measured_profile_is_kept_and_read_by_the_next_start"),
+        where="read_kept"),
     Mutation(
         "stopgaps_never_deferred", "parrot/engines/builtin/cuda/warmup.py",
         "            + [k for k in stopgaps if k[0] > above])\n",

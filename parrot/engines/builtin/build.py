@@ -6,9 +6,11 @@ tests and benchmarks can run several engines over one loaded model.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
+from importlib.metadata import version as package_version
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
@@ -41,6 +43,7 @@ from parrot.engines.builtin.step_budget import StepBudget
 from parrot.engines.builtin.observe.step_trace import StepTrace
 from parrot.engines.builtin.observe.startup_clock import StartupClock, process_age_s
 from parrot.engines.builtin.observe.startup_probe import StartupProbe
+from parrot.engines.builtin.start_cache import cache_key, device_description
 from parrot.engines.builtin.cuda.precompile import (AttentionPrecompile, PrecompileSpec,
                                                     default_workers, stamp_path,
                                                     workers_for_memory)
@@ -221,8 +224,28 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
                          trace=None if trace_path is None else StepTrace(trace_path),
                          pauses=pauses,
                          speed_probe=None if probe_mode is None else StartupProbe(
-                             probe_mode, max_num_seqs, device_key(model.device)),
+                             probe_mode, max_num_seqs, device_key(model.device),
+                             speed_profile_path(config, bundle, size, probe_mode)),
                          startup_clock=clock)
+
+
+def speed_profile_path(config: BuiltinEngineConfig, bundle: ModelBundle, size: ServingSize,
+                       probe_mode: str) -> Path | None:
+    """Where a GPU engine's start-up speed profile is kept (observe/startup_probe.py; None on
+    other devices, where a probe is asked for explicitly and runs each time): keyed by what the
+    engine's speed depends on that a start knows. The KV cache's size is left out (auto sizing
+    reads the free memory, which moves a little from start to start; the probe's contexts
+    fit either way); the config's own settings, explicit sizes among them, are in."""
+    if bundle.model.device.type != "cuda":
+        return None
+    kernels = load_kernels() if bundle.uses_kernels else None
+    parts: list[object] = [
+        device_description(bundle.model.device), torch.__version__,
+        None if kernels is None else (package_version("triton"), kernels.source_digest()),
+        bundle.name, repr(bundle.shape), str(bundle.model.dtype), size.block_size,
+        size.max_num_seqs, size.graph_max_batch,
+        sorted(dataclasses.asdict(config).items(), key=lambda kv: kv[0]), probe_mode]
+    return config.resolved_cache_dir() / "speed_profile" / f"{cache_key(parts)}.json"
 
 
 def start_attention_precompile(config: BuiltinEngineConfig, *,

@@ -41,7 +41,7 @@ import torch
 
 from parrot.engines.builtin.cuda.graphs import GraphKey
 from parrot.engines.builtin.llama.attention import AttentionMetadata, DecodeFn, SharedPrefixMeta
-from parrot.engines.builtin.start_cache import cache_key, kept
+from parrot.engines.builtin.start_cache import cache_key, device_description, kept
 
 log = logging.getLogger(__name__)
 
@@ -118,12 +118,8 @@ def covering_cache_path(cache_dir: Path | None, k_cache: torch.Tensor, num_heads
     import triton
     import parrot_kernels
 
-    device = k_cache.device
-    gpu = (f"{torch.cuda.get_device_name(device)} {torch.cuda.get_device_capability(device)} "
-           f"{torch.cuda.get_device_properties(device).multi_processor_count}"
-           if device.type == "cuda" else str(device))
-    parts: list[object] = [gpu, torch.__version__, triton.__version__,
-                           parrot_kernels.source_digest(), str(k_cache.dtype),
+    parts: list[object] = [device_description(k_cache.device), torch.__version__,
+                           triton.__version__, parrot_kernels.source_digest(), str(k_cache.dtype),
                            tuple(k_cache.shape[1:]), num_heads, [tuple(k) for k in keys]]
     return cache_dir / f"{cache_key(parts)}.json"
 

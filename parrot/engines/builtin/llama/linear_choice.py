@@ -24,7 +24,7 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
-from parrot.engines.builtin.start_cache import cache_key, kept
+from parrot.engines.builtin.start_cache import cache_key, device_description, kept
 
 log = logging.getLogger(__name__)
 
@@ -69,15 +69,13 @@ class LinearChoice:
 
 def choice_key(weights: Mapping[tuple[int, int], Sequence[torch.Tensor]],
                buckets: Sequence[int], kernels: ModuleType) -> str:
-    """What a measured choice depends on: the GPU (name, capability), torch and Triton, the
+    """What a measured choice depends on: the GPU (name, capability, SMs), torch and Triton, the
     kernels' source, the shapes, layer counts and dtype, the buckets. Equal keys: the same
     measurement, to within its noise."""
     import triton
 
     first = next(iter(weights.values()))[0]
-    device = (f"{torch.cuda.get_device_name(first.device)} "
-              f"{torch.cuda.get_device_capability(first.device)}"
-              if first.is_cuda else str(first.device))
+    device = device_description(first.device)
     parts = [device, torch.__version__, triton.__version__, kernels.source_digest(),
              str(first.dtype), sorted((n, k, len(ws)) for (n, k), ws in weights.items()),
              sorted(set(buckets))]

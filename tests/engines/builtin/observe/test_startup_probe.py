@@ -93,3 +93,38 @@ async def test_deferred_graph_captures_wait_for_the_probe_and_then_run_while_idl
     assert "step token budget: auto, ITL target 50 ms" in caplog.text
     assert (await engine.info()).serving.step_token_budget.startswith(
         "step token budget: auto, ITL target 50 ms")
+
+
+async def test_a_measured_profile_is_kept_and_read_by_the_next_start(tiny_bundle, make_engine,
+                                                                     tmp_path, monkeypatch):
+    from parrot.engines.builtin.observe import startup_probe
+    from parrot.engines.builtin.observe.startup_probe import StartupProbe
+
+    probes: list[object] = []
+    measure = startup_probe.probe_speed
+
+    async def counted(engine, plan):
+        probes.append(plan)
+        return await measure(engine, plan)
+
+    monkeypatch.setattr(startup_probe, "probe_speed", counted)
+    path = tmp_path / "speed_profile" / "key.json"
+    probe = StartupProbe("quick", 4, "cpu", path)
+    engine = make_engine(tiny_bundle)
+    await engine.start()
+    first = await probe.run(engine, "e")
+    assert first is not None and len(probes) == 1 and path.is_file()
+    again = await StartupProbe("quick", 4, "cpu", path).run(make_engine(tiny_bundle), "e")
+    assert again == first and len(probes) == 1                 # read, not measured
+    path.write_text('{"prefill_per_token_ms": 0.1}')            # not a measured profile
+    assert await probe.run(engine, "e") is not None and len(probes) == 2
+    assert (await StartupProbe("quick", 4, "cpu", None).run(engine, "e")) is not None
+    assert len(probes) == 3                                     # no path: always measured
+
+
+def test_only_a_gpu_engines_profile_is_kept(tiny_bundle):
+    from parrot.engines.builtin.build import serving_size, speed_profile_path
+
+    config = BuiltinEngineConfig(model="tiny", device="cpu", num_blocks=64, speed_probe="quick")
+    assert speed_profile_path(config, tiny_bundle, serving_size(config, tiny_bundle),
+                              "quick") is None
