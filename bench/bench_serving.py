@@ -17,7 +17,11 @@ marker (parrot/engines/sim_eos.py), so the service cannot see it (simulated engi
 
 With `--serve CONFIG --policies A,B` it starts parrot-serve from CONFIG once per policy
 (`--engine-param KEY=VALUE` over every engine's params), warms it with a few untimed requests,
-runs every spec against it and stops it: policies side by side on the same engines and load.
+waits until its engines stop capturing the CUDA graphs their warm-up left for idle time
+(`lazy_graphs`: timing starts on a warm engine), runs every spec against it and stops it:
+policies side by side on the same engines and load. Each run's JSON row then also counts the
+graphs captured while serving during it (`graph_captures_at_runtime`, and the seconds they
+stalled: a warm engine has none).
 
     python bench/bench_serving.py --serve configs/serving_h200_llama7b.yaml \
         --policies least_queue,app_centric --max-concurrency 64,256 --num-prompts 400
@@ -39,12 +43,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import json
 import math
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,8 +62,8 @@ from repo_imports import import_parrot  # noqa: E402
 
 import_parrot()     # --floor reads the engine's config through parrot (a checkout on a GPU)
 
-from serving_floor import (ModelCost, Rates, measure_rates, model_cost,  # noqa: E402
-                           serving_floor, steps_total)
+from serving_floor import (ModelCost, Rates, measure_rates, metric_total,  # noqa: E402
+                           model_cost, serving_floor, steps_total)
 
 # Lognormal shapes of chat traffic (tokens): median ~ exp(mu).
 PROMPT_MU, PROMPT_SIGMA, PROMPT_RANGE = math.log(250), 0.8, (16, 2048)
@@ -314,12 +319,51 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-async def engine_steps(url: str, admin_token: str) -> int:
+async def server_metrics(url: str, admin_token: str) -> str:
     async with aiohttp.ClientSession() as client:
         async with client.get(f"{url}/metrics",
                               headers={"Authorization": f"Bearer {admin_token}"}) as reply:
             reply.raise_for_status()
-            return steps_total(await reply.text())
+            return await reply.text()
+
+
+async def engine_steps(url: str, admin_token: str) -> int:
+    return steps_total(await server_metrics(url, admin_token))
+
+
+RUNTIME_CAPTURES = "parrot_engine_graph_captures_at_runtime_total"
+RUNTIME_CAPTURE_S = "parrot_engine_graph_capture_seconds_total"
+IDLE_CAPTURES = "parrot_engine_graph_captures_idle_total"
+
+
+async def runtime_captures(url: str, admin_token: str) -> tuple[int, float]:
+    """(graphs captured while serving, seconds spent) over the server's engines so far."""
+    text = await server_metrics(url, admin_token)
+    return int(metric_total(text, RUNTIME_CAPTURES)), metric_total(text, RUNTIME_CAPTURE_S)
+
+
+async def idle_captures(url: str, admin_token: str) -> float:
+    """Graphs the server's engines captured while idle so far."""
+    return metric_total(await server_metrics(url, admin_token), IDLE_CAPTURES)
+
+
+async def settle_idle_captures(read: Callable[[], Awaitable[float]], *, quiet_s: float = 1.5,
+                               poll_s: float = 0.25, timeout_s: float = 300.0
+                               ) -> tuple[float, int]:
+    """Wait until the engines stop capturing the graphs their warm-up left for idle time
+    (`lazy_graphs`; `read()` gives how many they captured so far): until the count has not
+    moved for `quiet_s` (one capture takes tens of ms), at most `timeout_s`. Timing starts on
+    a warm engine, so no run pays a capture its warm-up would have made. (seconds waited,
+    graphs captured meanwhile)."""
+    loop = asyncio.get_running_loop()
+    started = last_change = loop.time()
+    first = last = await read()
+    while loop.time() - last_change < quiet_s and loop.time() - started < timeout_s:
+        await asyncio.sleep(poll_s)
+        now = await read()
+        if now != last:
+            last, last_change = now, loop.time()
+    return loop.time() - started, int(last - first)
 
 
 def floor_of(outcomes: Sequence[Outcome], steps: int, seconds: float, cost: ModelCost,
@@ -346,16 +390,24 @@ class FloorInputs:
 async def run_specs(url: str, headers: dict[str, str], model: str | None,
                     requests: Sequence[Request], specs: Sequence[RunSpec],
                     args: argparse.Namespace, policy: str,
-                    floor: FloorInputs | None = None) -> list[dict[str, Any]]:
+                    floor: FloorInputs | None = None,
+                    admin_token: str = "") -> list[dict[str, Any]]:
+    """Each spec's row; with the server's `admin_token`, also the graphs its engines captured
+    while serving during that run (each stalls a step: a warm engine captures none)."""
     model = model or await model_of(url, headers)
     rows = []
     for spec in specs:
         steps_before = await engine_steps(url, floor.admin_token) if floor is not None else 0
+        captures_before = await runtime_captures(url, admin_token) if admin_token else None
         outcomes, seconds = await run_one(url, model, headers, requests, spec, args.seed)
         row = summarize(outcomes, seconds, spec, args.slo_ttft_ms, args.slo_tpot_ms)
         if floor is not None:
             steps = await engine_steps(url, floor.admin_token) - steps_before
             row["floor"] = floor_of(outcomes, steps, seconds, floor.cost, floor.rates)
+        if captures_before is not None:
+            count, spent = await runtime_captures(url, admin_token)
+            row["graph_captures_at_runtime"] = count - captures_before[0]
+            row["graph_capture_s_at_runtime"] = round(spent - captures_before[1], 3)
         rows.append({"policy": policy, **row})
         print(f"[{policy or 'server'}] " + table([row]).splitlines()[-1], file=sys.stderr)
     return rows
@@ -408,9 +460,15 @@ async def serve_and_run(args: argparse.Namespace, requests: Sequence[Request],
             if args.warmup:
                 warm = synthetic_chat(args.warmup, args.seed + 1, args.lengths, args.cap_factor)
                 await run_one(url, model, {}, warm, RunSpec(math.inf, None), args.seed)
+
+            waited, captured = await settle_idle_captures(
+                functools.partial(idle_captures, url, admin))
+            print(f"[{policy or 'server'}] warm: {captured} graphs captured while idle, "
+                  f"{waited:.1f} s waited for them", file=sys.stderr)
             rows += await run_specs(url, {}, model, requests, specs, args, policy,
                                     floor=None if floor is None
-                                    else dataclasses.replace(floor, admin_token=admin))
+                                    else dataclasses.replace(floor, admin_token=admin),
+                                    admin_token=admin)
         finally:
             proc.terminate()
             await asyncio.wait_for(proc.wait(), 60)

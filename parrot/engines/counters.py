@@ -56,6 +56,8 @@ COUNTERS: tuple[EngineCounter, ...] = (
                   "stalls the engine)", "parrot_engine_graph_captures_at_runtime"),
     EngineCounter("graph_capture_ms_at_runtime", "time spent capturing CUDA graphs while "
                   "serving", "parrot_engine_graph_capture_seconds", "ms"),
+    EngineCounter("graph_captures_while_idle", "CUDA graphs the warm-up left for later, "
+                  "captured while the engine had no work", "parrot_engine_graph_captures_idle"),
     EngineCounter("ahead_hits", "decode steps served by a step launched ahead",
                   "parrot_engine_ahead_hits"),
     EngineCounter("ahead_misses", "steps launched ahead and not used (wasted GPU steps)",

@@ -96,6 +96,9 @@ def test_serve_mode_runs_each_policy_on_a_parrot_serve_of_its_own(tmp_path: Path
     assert [(r["policy"], r["request_rate"], r["max_concurrency"], r["completed"], r["failed"])
             for r in runs] == [("least_queue", "inf", 2, 4, 0), ("least_queue", 50.0, None, 4, 0),
                                ("app_centric", "inf", 2, 4, 0), ("app_centric", 50.0, None, 4, 0)]
+    # simulated engines capture no graphs: every run says so
+    assert [(r["graph_captures_at_runtime"], r["graph_capture_s_at_runtime"]) for r in runs] \
+        == [(0, 0.0)] * 4
     merged = bench.serve_config(config, "least_queue", ["decode_base_ms=1.0", "tag=x"])
     assert merged["policy"]["name"] == "least_queue"
     assert merged["engines"][0]["params"]["decode_base_ms"] == 1.0
@@ -103,3 +106,40 @@ def test_serve_mode_runs_each_policy_on_a_parrot_serve_of_its_own(tmp_path: Path
     assert merged["manager"]["port"] == 0
     with pytest.raises(SystemExit, match="exactly one of --url and --serve"):
         bench.main(["--num-prompts", "1"])
+
+
+async def test_timing_waits_until_idle_captures_stop():
+    """settle_idle_captures: waits while the engines' count of graphs captured while idle
+    moves, returns once it has not moved for `quiet_s` (or at the timeout)."""
+    bench = load_bench()
+    counts = iter([0, 1, 3, 5, 5, 5, 5, 5, 5, 5, 5, 5])
+
+    async def read() -> float:
+        return next(counts)
+
+    waited, captured = await bench.settle_idle_captures(read, quiet_s=0.05, poll_s=0.01)
+    assert captured == 5 and waited >= 0.05
+
+    async def forever() -> float:
+        forever.n += 1          # type: ignore[attr-defined]
+        return forever.n        # type: ignore[attr-defined]
+
+    forever.n = 0               # type: ignore[attr-defined]
+    waited, captured = await bench.settle_idle_captures(forever, quiet_s=0.05, poll_s=0.01,
+                                                        timeout_s=0.1)
+    assert 0.1 <= waited < 1.0 and captured >= 5
+
+
+def test_metric_totals_sum_every_engine_and_no_other_metric():
+    load_bench()                 # puts bench/ on sys.path
+    from serving_floor import metric_total, steps_total
+
+    page = "\n".join([
+        "# HELP parrot_engine_steps_total model steps",
+        'parrot_engine_steps_total{engine="a"} 10.0',
+        'parrot_engine_steps_total{engine="b"} 5.0',
+        'parrot_engine_steps_created{engine="a"} 1.7e9',
+        'parrot_engine_graph_captures_idle_total{engine="a"} 4.0',
+        'parrot_engine_graph_captures_idle_totalx{engine="a"} 99.0'])
+    assert steps_total(page) == 15
+    assert metric_total(page, "parrot_engine_graph_captures_idle_total") == 4.0

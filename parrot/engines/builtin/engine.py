@@ -186,6 +186,7 @@ class BuiltinEngine(Engine):
         counters = engine_counters(
             graph_captures_at_runtime=sum(g.runtime_captures for g in captured),
             graph_capture_ms_at_runtime=round(1000 * sum(g.runtime_capture_s for g in captured)),
+            graph_captures_while_idle=0 if graphs is None else graphs.idle_captures,
             num_graph_steps=self._runner.num_graph_steps,
             num_piecewise_steps=self._runner.num_piecewise_steps,
             ahead_hits=0 if graphs is None else graphs.num_ahead_hits,

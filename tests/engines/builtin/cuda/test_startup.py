@@ -216,6 +216,7 @@ async def test_lazy_graphs_defer_the_large_buckets_to_idle_time(make_engine):
             break
         await asyncio.sleep(0.01)
     assert set(graphs.captured_keys) == set(paged_keys(8, 2)) and graphs.idle_captures == 4
+    assert (await engine.stats()).counter("graph_captures_while_idle") == 4
     assert runner.has_deferred_captures is False
 
 
