@@ -1166,8 +1166,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="new_specialisations"),
     Mutation(
         "precompile_not_dealt", "parrot/engines/builtin/cuda/precompile.py",
-        "    dealt = [(key, one) for key, specs in found for one in specs][worker::workers]\n",
-        "    dealt = [(key, one) for key, specs in found for one in specs]\n",
+        "    dealt = [(task, one) for task, specs in found for one in specs][worker::workers]\n",
+        "    dealt = [(task, one) for task, specs in found for one in specs]\n",
         ("tests/engines/builtin/cuda/test_precompile.py::"
          "test_workers_compile_each_specialisation_once_between_them",),
         where="compile_share"),
@@ -1229,4 +1229,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/engines/builtin/cuda/test_lookahead.py::"
          "test_rows_that_end_ride_along_in_the_prediction",),
         where="ModelRunner._fed_prediction"),
+    Mutation(
+        "precompile_skips_the_linear_kernels", "parrot/engines/builtin/cuda/precompile.py",
+        "                + [(\"linear\", *launch) for launch in self.linear])\n",
+        "                + [])\n",
+        ("tests/engines/builtin/cuda/test_precompile.py::"
+         "test_spec_round_trips_through_json",
+         "tests/engines/builtin/cuda/test_precompile.py::"
+         "test_workers_compile_the_linear_choices_kernels_too"),
+        where="PrecompileSpec.tasks"),
 )

@@ -45,6 +45,7 @@ from parrot.engines.builtin.observe.startup_clock import StartupClock, process_a
 from parrot.engines.builtin.observe.startup_probe import StartupProbe
 from parrot.engines.builtin.start_cache import cache_key, device_description
 from parrot.engines.builtin.cuda.precompile import (AttentionPrecompile, PrecompileSpec,
+                                                    linear_launches,
                                                     default_workers, stamp_path,
                                                     workers_for_memory)
 from parrot.engines.builtin.cuda.warmup import (WarmupReport, attention_keys, warm_up,
@@ -270,18 +271,24 @@ def start_attention_precompile(config: BuiltinEngineConfig, *,
         keys = attention_keys(seqs, graph_rows, -(-context_limit(config, shape) // bs),
                               config.shared_prefix_min_blocks, shared_prefix=True)
         dtype = resolve_dtype(config.dtype, device)
+        # what choose_linear_layers times (the model's small-batch linear: fused ops on CUDA)
+        linear = linear_launches(shape, batch_buckets(graph_rows),
+                                 getattr(load_kernels(), "MAX_GEMV_ROWS", 0)) \
+            if config.fused_ops else []
         spec = PrecompileSpec(
             device=f"cuda:{torch.cuda.current_device() if device.index is None else device.index}",
             dtype=str(dtype).removeprefix("torch."),
             num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
-            head_dim=shape.head_dim, block_size=bs, keys=tuple(keys))
+            head_dim=shape.head_dim, block_size=bs, keys=tuple(keys), linear=tuple(linear))
         stamp = stamp_path(spec)
         if stamp.is_file():
             log.info("attention kernels precompiled before (%s): no precompile workers", stamp)
             return None
         free, _total = torch.cuda.mem_get_info(torch.device(spec.device))
         weight_bytes = shape.num_parameters() * dtype.itemsize
-        count = workers_for_memory(workers or default_workers(), free, weight_bytes)
+        largest_linear = max((n * k * dtype.itemsize for n, k, _ in linear), default=0)
+        count = workers_for_memory(workers or default_workers(), free, weight_bytes,
+                                   largest_linear)
         if count == 0:
             log.info("no attention precompile workers: %.1f GiB free, the weights take %.1f",
                      free / 2 ** 30, weight_bytes / 2 ** 30)

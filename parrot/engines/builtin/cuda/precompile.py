@@ -21,6 +21,11 @@ buckets use every specialisation that ~2,000 use (LLaMA-7B, 256 rows). Two thing
   directory (`stamp_path`: the spec, torch, Triton and the kernels' source) says so, and
   later starts with the same stamp start no workers (a warm start would pay their start for
   nothing); clearing Triton's cache clears the stamp with it.
+
+The workers also compile the small-batch linear kernels the engine's linear choice times
+(`PrecompileSpec.linear`: the model's projection shapes at each row bucket up to the kernels'
+`MAX_GEMV_ROWS`; 5.0 s of the same cold start, one specialisation after another), dealt with
+the attention's specialisations the same way.
 """
 
 from __future__ import annotations
@@ -36,14 +41,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
 from parrot.engines.builtin.cuda.graphs import GraphKey
 from parrot.engines.builtin.llama.attention import AttentionMetadata, DecodeFn, SharedPrefixMeta
+from parrot.engines.builtin.llama.shapes import ModelShape
 from parrot.engines.builtin.start_cache import cache_key, device_description, kept
 
 log = logging.getLogger(__name__)
+
+K = TypeVar("K")
 
 # Workers at most: each compiles on one CPU core (Triton's compiler is single-threaded), and
 # the engine's own process keeps one.
@@ -58,9 +67,12 @@ WORKER_BYTES = 1 << 30
 SPARE_BYTES = 2 << 30
 
 
-def workers_for_memory(workers: int, free_bytes: int, weight_bytes: int) -> int:
-    """How many of `workers` fit beside weights of `weight_bytes` in `free_bytes`."""
-    return max(0, min(workers, (free_bytes - weight_bytes - SPARE_BYTES) // WORKER_BYTES))
+def workers_for_memory(workers: int, free_bytes: int, weight_bytes: int,
+                       extra_per_worker: int = 0) -> int:
+    """How many of `workers` fit beside weights of `weight_bytes` in `free_bytes`, each
+    holding `extra_per_worker` bytes besides its own (its largest linear weight)."""
+    return max(0, min(workers, (free_bytes - weight_bytes - SPARE_BYTES)
+                      // (WORKER_BYTES + extra_per_worker)))
 
 
 def padding_meta(key: GraphKey, block: int, device: torch.device) -> AttentionMetadata:
@@ -144,13 +156,13 @@ def _keys_from_json(text: str) -> list[GraphKey]:
     return keys
 
 
-def new_specialisations(run_attention: Callable[[GraphKey], object], keys: Sequence[GraphKey]
-                        ) -> list[tuple[GraphKey, list[tuple[object, ...]]]]:
+def new_specialisations(run_attention: Callable[[K], object], keys: Sequence[K]
+                        ) -> list[tuple[K, list[tuple[object, ...]]]]:
     """(key, the specialisations its dry run met first, in a fixed order) for each of `keys`
     that met one: every specialisation of the whole list exactly once."""
     from parrot_kernels.launch import specialisations
 
-    found: list[tuple[GraphKey, list[tuple[object, ...]]]] = []
+    found: list[tuple[K, list[tuple[object, ...]]]] = []
     seen: set[tuple[object, ...]] = set()
     for key in keys:
         with specialisations() as launched:
@@ -173,6 +185,9 @@ class PrecompileSpec:
     head_dim: int
     block_size: int
     keys: tuple[GraphKey, ...]
+    # (N, K, rows) of the small-batch linear launches the engine's linear choice times (the
+    # model's projection shapes at each row bucket it measures); () for none
+    linear: tuple[tuple[int, int, int], ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -180,7 +195,14 @@ class PrecompileSpec:
     @classmethod
     def from_json(cls, text: str) -> PrecompileSpec:
         data = json.loads(text)
-        return cls(**{**data, "keys": tuple(tuple(k) for k in data["keys"])})
+        return cls(**{**data, "keys": tuple(tuple(k) for k in data["keys"]),
+                      "linear": tuple(tuple(t) for t in data.get("linear", ()))})
+
+    def tasks(self) -> list[tuple[int | str, ...]]:
+        """What the workers run, each launching kernels: ("attention", *bucket) and
+        ("linear", N, K, rows)."""
+        return ([("attention", *key) for key in self.keys]
+                + [("linear", *launch) for launch in self.linear])
 
 
 @dataclass(frozen=True)
@@ -195,11 +217,21 @@ class PrecompileReport:
 
     def describe(self) -> str:
         start, dry, compiling = self.slowest
-        return (f"{self.workers} workers compiled the {self.compiled} attention kernels of "
-                f"{self.keys} buckets in {self.seconds:.1f} s (the slowest: {start:.1f} s "
-                f"starting, {dry:.1f} s dry run, {compiling:.1f} s compiling)"
+        return (f"{self.workers} workers compiled the {self.compiled} kernels of {self.keys} "
+                f"attention buckets and the small-batch linear in {self.seconds:.1f} s (the "
+                f"slowest: {start:.1f} s starting, {dry:.1f} s dry run, {compiling:.1f} s "
+                "compiling)"
                 + (f" ({self.failed} failed: the warm-up compiles the rest)"
                    if self.failed else ""))
+
+
+def linear_launches(shape: ModelShape, buckets: Sequence[int], max_rows: int
+                    ) -> list[tuple[int, int, int]]:
+    """(N, K, rows) of every small-batch linear launch the linear choice times
+    (linear_choice.measure_linear_choice: each projection shape at each row bucket up to the
+    kernels' MAX_GEMV_ROWS)."""
+    rows = sorted(b for b in set(buckets) if b <= max_rows)
+    return [(n, k, r) for n, k in shape.projection_shapes() for r in rows]
 
 
 def triton_cache_dir() -> Path:
@@ -274,10 +306,11 @@ def default_workers() -> int:
 
 def compile_share(spec: PrecompileSpec, worker: int, workers: int,
                   times: dict[str, float] | None = None) -> int:
-    """In a worker: compile every `workers`-th of the specialisations `spec.keys` launch, from
-    `worker` on, into Triton's disk cache, on a KV cache of one block (a kernel's
-    specialisation does not depend on the cache's size). Returns how many it compiled;
-    `times` gets the seconds of the dry run and of the compiling ("dry_s", "compile_s")."""
+    """In a worker: compile every `workers`-th of the specialisations `spec.tasks()` launch,
+    from `worker` on, into Triton's disk cache, on a KV cache of one block and zero weights
+    (a kernel's specialisation depends on neither the cache's size nor the values).
+    Returns how many it compiled; `times` gets the seconds of the dry run and of the
+    compiling ("dry_s", "compile_s")."""
     import parrot_kernels
     from parrot.engines.builtin.llama.attention import make_decode_fn
     device = torch.device(spec.device)
@@ -288,10 +321,19 @@ def compile_share(spec: PrecompileSpec, worker: int, workers: int,
                         device=device)
     decode = make_decode_fn(parrot_kernels)
 
-    def run(key: GraphKey, dry: bool = False) -> object:
-        return run_padded_attention(decode, key, cache[0], cache[1], scratch_block=0,
-                                    num_heads=spec.num_heads, scale=spec.head_dim ** -0.5,
-                                    dry=dry)
+    def run(task: tuple[int | str, ...], dry: bool = False) -> object:
+        kind, *args = task
+        if kind == "attention":
+            key: GraphKey = (int(args[0]), int(args[1]), int(args[2]), int(args[3]))
+            return run_padded_attention(decode, key, cache[0], cache[1], scratch_block=0,
+                                        num_heads=spec.num_heads,
+                                        scale=spec.head_dim ** -0.5, dry=dry)
+        # zeros (garbage could hold NaNs the interpreter warns of), freed at once: a worker
+        # holds one projection's weight at a time
+        n, k, rows = (int(a) for a in args)
+        return parrot_kernels.small_batch_linear(
+            torch.zeros(rows, k, dtype=dtype, device=device),
+            torch.zeros(n, k, dtype=dtype, device=device))
 
     started = time.perf_counter()
     # Every specialisation once, dealt round-robin over the workers: each compiles its own
@@ -300,15 +342,15 @@ def compile_share(spec: PrecompileSpec, worker: int, workers: int,
     # those launches made (parrot_kernels.launch.launching_only).
     from parrot_kernels.launch import launching_only
 
-    found = new_specialisations(functools.partial(run, dry=True), spec.keys)
-    dealt = [(key, one) for key, specs in found for one in specs][worker::workers]
-    mine: dict[GraphKey, set[tuple[object, ...]]] = {}
-    for key, one in dealt:
-        mine.setdefault(key, set()).add(one)
+    found = new_specialisations(functools.partial(run, dry=True), spec.tasks())
+    dealt = [(task, one) for task, specs in found for one in specs][worker::workers]
+    mine: dict[tuple[int | str, ...], set[tuple[object, ...]]] = {}
+    for task, one in dealt:
+        mine.setdefault(task, set()).add(one)
     covered = time.perf_counter()
-    for key, specs in mine.items():
+    for task, specs in mine.items():
         with launching_only(specs):
-            run(key)
+            run(task)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     if times is not None:

@@ -84,6 +84,15 @@ class ModelShape:
         heads = 1 if self.tie_word_embeddings else 2
         return heads * self.vocab_size * h + self.num_layers * layer + h
 
+    def projection_shapes(self) -> list[tuple[int, int]]:
+        """(N, K) of each kind of linear layer a decode step runs, as the model fuses them
+        (model.py: q/k/v in one, gate/up in one), then the LM head: what
+        `LlamaModel.projection_weights` gives, known before the weights are loaded."""
+        h, d = self.hidden_size, self.head_dim
+        return [((self.num_heads + 2 * self.num_kv_heads) * d, h), (h, self.num_heads * d),
+                (2 * self.intermediate_size, h), (h, self.intermediate_size),
+                (self.vocab_size, h)]
+
     def kv_bytes_per_token(self, dtype_size: int) -> int:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_size
 

@@ -12,7 +12,8 @@ from parrot.engines.builtin.build import load_bundle, start_attention_precompile
 from parrot.engines.builtin.config import BuiltinEngineConfig
 from parrot.engines.builtin.cuda.precompile import (AttentionPrecompile, PrecompileSpec,
                                                     cached_covering_keys, compile_share,
-                                                    covering_cache_path, covering_keys)
+                                                    covering_cache_path, covering_keys,
+                                                    linear_launches)
 from parrot.engines.builtin.cuda.precompile import run_padded_attention
 from parrot.engines.builtin.cuda.warmup import (attention_keys, paged_keys,
                                                 shared_keys, stopgap_keys)
@@ -119,15 +120,47 @@ def test_the_specialisation_key_splits_what_triton_splits():
     assert specialisation(fn, (t,), {}) != specialisation(fn, (t[1:],), {})     # misaligned
 
 
-def small_spec(keys) -> PrecompileSpec:
+def small_spec(keys, linear=()) -> PrecompileSpec:
     return PrecompileSpec(device="cpu", dtype="float32", num_heads=HEADS,
                           num_kv_heads=KV_HEADS, head_dim=HEAD_DIM, block_size=BLOCK,
-                          keys=tuple(keys))
+                          keys=tuple(keys), linear=tuple(linear))
 
 
 def test_spec_round_trips_through_json():
-    spec = small_spec([(1, 0, 0, 1), (2, 1, 2, 4)])
+    spec = small_spec([(1, 0, 0, 1), (2, 1, 2, 4)], [(64, 32, 1), (64, 32, 4)])
     assert PrecompileSpec.from_json(spec.to_json()) == spec
+    assert spec.tasks() == [("attention", 1, 0, 0, 1), ("attention", 2, 1, 2, 4),
+                            ("linear", 64, 32, 1), ("linear", 64, 32, 4)]
+
+
+def linear_specs(n: int, k: int, rows: int) -> set:
+    """The specialisations of the small-batch linear at this shape, by a dry run."""
+    with specialisations() as seen:
+        kernels.small_batch_linear(torch.zeros(rows, k), torch.zeros(n, k))
+    return seen
+
+
+def test_workers_compile_the_linear_choices_kernels_too():
+    """The small-batch linear launches the engine's linear choice times (each projection
+    shape at each row bucket) are dealt to the workers with the attention's: every
+    specialisation once, all of them those the engine's own launches meet."""
+    from parrot.engines.builtin.build import load_bundle as bundle_of
+
+    model = bundle_of(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
+                                          num_blocks=8)).model
+    shapes = list(model.projection_weights())
+    assert shapes == peek_shape(BuiltinEngineConfig(model="tiny")).projection_shapes()
+    linear = linear_launches(peek_shape(BuiltinEngineConfig(model="tiny")), [4, 1, 2, 8, 2], 4)
+    assert linear == [(n, k, rows) for n, k in shapes for rows in (1, 2, 4)]
+    keys = paged_keys(2, 2)
+    cache = torch.zeros(2, 1, BLOCK, KV_HEADS, HEAD_DIM)
+    every = (set().union(*(spec_of(k, runner(cache)) for k in keys))
+             | set().union(*(linear_specs(*launch) for launch in linear)))
+    assert any(name == "_gemv_kernel" for name, _, _ in every)
+    before = launch_counts()
+    shares = [compile_share(small_spec(keys, linear), i, 2) for i in range(2)]
+    assert sum(shares) == len(every)
+    assert sum(launch_counts()) - sum(before) == len(every)   # one launch each
 
 
 def test_workers_compile_each_specialisation_once_between_them():
@@ -162,7 +195,8 @@ def test_worker_processes_compile_report_and_stamp(tmp_path):
     report = AttentionPrecompile(small_spec(keys), 2, stamp).wait(timeout_s=240)
     assert (report.workers, report.keys, report.failed) == (2, len(keys), 0)
     assert report.compiled == len(every) > 0
-    assert f"2 workers compiled the {len(every)} attention kernels of" in report.describe()
+    assert f"2 workers compiled the {len(every)} kernels of {len(keys)} attention buckets" \
+        in report.describe()
     assert stamp.read_text() == f"{len(every)} kernels of {len(keys)} buckets\n"
 
 
@@ -212,3 +246,5 @@ def test_workers_start_only_where_the_memory_beside_the_weights_holds_them():
     room = weights + SPARE_BYTES + 3 * WORKER_BYTES
     assert workers_for_memory(8, room, weights) == 3
     assert workers_for_memory(2, room, weights) == 2
+    # each worker holding a 1 GiB linear weight besides: half as many fit
+    assert workers_for_memory(8, weights + (2 << 30) + (6 << 30), weights, 1 << 30) == 3
