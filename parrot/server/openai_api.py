@@ -12,6 +12,7 @@ beside semantic-variable traffic. Errors use OpenAI's shape
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import time
@@ -23,6 +24,7 @@ from aiohttp import web
 from aiohttp.web_urldispatcher import AbstractResource
 
 from parrot.manager.admission import Admission
+from parrot.chat import load_renderer, renderer_loaded
 from parrot.server.chat_submit import chat_template_of
 from parrot.manager.engine_pool import EngineState
 from parrot.server.http_api import Handler, bearer_token, error_headers, read_json
@@ -203,6 +205,8 @@ class OpenAIRoutes:
         caller = self._admit(request, req.parrot)
         engines = self._engines_of(req.model)
         template = chat_template_of(engines)
+        if not renderer_loaded():   # the first chat: its import beside the loop
+            await asyncio.to_thread(load_renderer)
         prompt = await beside_loop(_is_big(request), lambda: template.render(req.messages))
         sampling = req.sampling
         context_len = min(e.info.max_context_len for e in engines)

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator
 
 from parrot.manager.admission import CALLS_PER_SLICE, Admission, Slices
+from parrot.chat import load_renderer, renderer_loaded
 from parrot.server.chat_submit import mark_streamed, render_chat
 from parrot.serve_config import EngineSpec
 from parrot.manager.manager import Manager
@@ -218,6 +219,8 @@ class WireAPI:
         self.admit_new_work()
         self.admission.check(session, 1)
         request = SubmitRequest.from_wire(body)
+        if request.chat is not None and not renderer_loaded():   # the first chat submit:
+            await asyncio.to_thread(load_renderer)               # its import beside the loop
         call = self._submit(session, request)
         reply = self._submit_reply(call)
         if not request.wait:

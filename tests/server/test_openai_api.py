@@ -247,6 +247,34 @@ async def test_chat_renders_the_models_template():
         await server.stop()
 
 
+async def test_the_first_chat_loads_the_renderer_beside_the_loop(monkeypatch):
+    """The first chat render imports transformers' renderer (a second or more): it runs in a
+    thread, so no other request waits for it; later chats find it loaded."""
+    import threading
+
+    from parrot.server import openai_api, wire_routes
+
+    loaded: list[bool] = []
+    threads: list[int] = []
+
+    def load() -> None:
+        threads.append(threading.get_ident())
+        loaded.append(True)
+
+    for module in (openai_api, wire_routes):
+        monkeypatch.setattr(module, "renderer_loaded", lambda: bool(loaded))
+        monkeypatch.setattr(module, "load_renderer", load)
+    server = await echo_server(None)
+    try:
+        for _ in range(2):
+            status, reply = await post(server.url + "/v1/chat/completions", {
+                "model": "echo-model", "messages": [{"role": "user", "content": "hi"}]})
+            assert status == 200, reply
+        assert len(threads) == 1 and threads[0] != threading.get_ident()
+    finally:
+        await server.stop()
+
+
 async def test_engines_without_template_get_chatml():
     server = await echo_server(None)
     try:
