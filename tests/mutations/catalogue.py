@@ -1238,4 +1238,11 @@ MUTATIONS: tuple[Mutation, ...] = (
          "tests/engines/builtin/cuda/test_precompile.py::"
          "test_workers_compile_the_linear_choices_kernels_too"),
         where="PrecompileSpec.tasks"),
+    Mutation(
+        "first_chat_imports_on_the_loop", "parrot/server/openai_api.py",
+        "        if not renderer_loaded():   # the first chat: its import beside the loop\n",
+        "        if False:\n",
+        ("tests/server/test_openai_api.py::"
+         "test_the_first_chat_loads_the_renderer_beside_the_loop",),
+        where="OpenAIRoutes.chat_completions"),
 )
