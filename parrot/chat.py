@@ -186,12 +186,17 @@ def load_chat_template(path: str) -> ChatTemplate:
     if not isinstance(source, str) or not source:
         raise InvalidRequestError(f"no chat template in {str(where)!r} (looked for "
                                   "chat_template.jinja and tokenizer_config.json)")
-    return ChatTemplate(source, _config_token(config, "bos_token"),
-                        _config_token(config, "eos_token"))
+    return ChatTemplate(source, config_token(config, "bos_token"),
+                        config_token(config, "eos_token"))
 
 
-def _config_token(config: Mapping[str, Any], name: str) -> str | None:
-    value = config.get(name)
+def config_token(config: Mapping[str, Any], name: str) -> str | None:
+    """A special token tokenizer_config.json names, as text."""
+    return token_text(config.get(name))
+
+
+def token_text(value: Any) -> str | None:
+    """A special token as a tokenizer config writes it, as text."""
     if isinstance(value, Mapping):  # {"content": "<s>", ...} in older tokenizer configs
         value = value.get("content")
     return value if isinstance(value, str) else None

@@ -1208,7 +1208,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="decoder"),
     Mutation(
         "tokenizer_never_direct", "parrot/engines/builtin/llama/tokenizer.py",
-        "    if isinstance(direct, FastTokenizer):\n",
+        "    if fast is not None and why_not is None:\n",
         "    if False:\n",
         ("tests/engines/builtin/llama/test_tokenizer.py::"
          "test_a_random_model_gets_a_direct_tokenizer_at_once",
@@ -1221,7 +1221,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    if False:\n",
         ("tests/engines/builtin/llama/test_tokenizer.py::"
          "test_what_transformers_would_change_loads_through_transformers",),
-        where="direct_tokenizer"),
+        where="_direct"),
     Mutation(
         "launch_ahead_stops_at_any_ending_row", "parrot/engines/builtin/runner.py",
         "        if ending == len(host.sample_chunks) or (ending and rows.groups is not None):\n",

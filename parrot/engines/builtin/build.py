@@ -10,7 +10,6 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
-from importlib.metadata import version as package_version
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
@@ -43,7 +42,7 @@ from parrot.engines.builtin.step_budget import StepBudget
 from parrot.engines.builtin.observe.step_trace import StepTrace
 from parrot.engines.builtin.observe.startup_clock import StartupClock, process_age_s
 from parrot.engines.builtin.observe.startup_probe import StartupProbe
-from parrot.engines.builtin.start_cache import cache_key, device_description
+from parrot.engines.builtin.start_cache import cache_key, software
 from parrot.engines.builtin.cuda.precompile import (AttentionPrecompile, PrecompileSpec,
                                                     linear_launches,
                                                     default_workers, stamp_path,
@@ -239,10 +238,7 @@ def speed_profile_path(config: BuiltinEngineConfig, bundle: ModelBundle, size: S
     fit either way); the config's own settings, explicit sizes among them, are in."""
     if bundle.model.device.type != "cuda":
         return None
-    kernels = load_kernels() if bundle.uses_kernels else None
-    parts: list[object] = [
-        device_description(bundle.model.device), torch.__version__,
-        None if kernels is None else (package_version("triton"), kernels.source_digest()),
+    parts = software(bundle.model.device, load_kernels() if bundle.uses_kernels else None) + [
         bundle.name, repr(bundle.shape), str(bundle.model.dtype), size.block_size,
         size.max_num_seqs, size.graph_max_batch,
         sorted(dataclasses.asdict(config).items(), key=lambda kv: kv[0]), probe_mode]
@@ -257,9 +253,10 @@ def start_attention_precompile(config: BuiltinEngineConfig, *,
     kernels; else None. Never fails the start: any error is logged and it returns None."""
     try:
         device = resolve_device(config.device)
+        kernels = load_kernels()
         if (device.type != "cuda" or not torch.cuda.is_available() or not config.warmup
                 or not config.cuda_graphs or config.attention_backend == "torch"
-                or load_kernels() is None):
+                or kernels is None):
             return None
         shape = peek_shape(config)
         if shape is None:
@@ -273,7 +270,7 @@ def start_attention_precompile(config: BuiltinEngineConfig, *,
         dtype = resolve_dtype(config.dtype, device)
         # what choose_linear_layers times (the model's small-batch linear: fused ops on CUDA)
         linear = linear_launches(shape, batch_buckets(graph_rows),
-                                 getattr(load_kernels(), "MAX_GEMV_ROWS", 0)) \
+                                 getattr(kernels, "MAX_GEMV_ROWS", 0)) \
             if config.fused_ops else []
         spec = PrecompileSpec(
             device=f"cuda:{torch.cuda.current_device() if device.index is None else device.index}",

@@ -16,6 +16,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import TypeVar
 
 import torch
@@ -37,6 +38,17 @@ def device_description(device: torch.device) -> str:
         return str(device)
     return (f"{torch.cuda.get_device_name(device)} {torch.cuda.get_device_capability(device)} "
             f"{torch.cuda.get_device_properties(device).multi_processor_count}")
+
+
+def software(device: torch.device, kernels: ModuleType | None) -> list[object]:
+    """What every start-up key names: the device (`device_description`), torch, and where the
+    Triton kernels run, Triton's version and the kernels' source digest."""
+    parts: list[object] = [device_description(device), torch.__version__]
+    if kernels is not None:
+        import triton
+
+        parts += [triton.__version__, kernels.source_digest()]
+    return parts
 
 
 def read_kept(path: Path | None, decode: Callable[[str], T], what: str) -> T | None:

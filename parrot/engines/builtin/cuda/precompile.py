@@ -31,7 +31,6 @@ the attention's specialisations the same way.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import logging
 import os
@@ -48,7 +47,7 @@ import torch
 from parrot.engines.builtin.cuda.graphs import GraphKey
 from parrot.engines.builtin.llama.attention import AttentionMetadata, DecodeFn, SharedPrefixMeta
 from parrot.engines.builtin.llama.shapes import ModelShape
-from parrot.engines.builtin.start_cache import cache_key, device_description, kept
+from parrot.engines.builtin.start_cache import cache_key, kept, software
 
 log = logging.getLogger(__name__)
 
@@ -127,12 +126,10 @@ def covering_cache_path(cache_dir: Path | None, k_cache: torch.Tensor, num_heads
     kernels' source, the cache's dtype and layout, the heads and the buckets."""
     if cache_dir is None:
         return None
-    import triton
     import parrot_kernels
 
-    parts: list[object] = [device_description(k_cache.device), torch.__version__,
-                           triton.__version__, parrot_kernels.source_digest(), str(k_cache.dtype),
-                           tuple(k_cache.shape[1:]), num_heads, [tuple(k) for k in keys]]
+    parts = software(k_cache.device, parrot_kernels) + [
+        str(k_cache.dtype), tuple(k_cache.shape[1:]), num_heads, [tuple(k) for k in keys]]
     return cache_dir / f"{cache_key(parts)}.json"
 
 
@@ -156,17 +153,17 @@ def _keys_from_json(text: str) -> list[GraphKey]:
     return keys
 
 
-def new_specialisations(run_attention: Callable[[K], object], keys: Sequence[K]
+def new_specialisations(run: Callable[[K], object], keys: Sequence[K]
                         ) -> list[tuple[K, list[tuple[object, ...]]]]:
-    """(key, the specialisations its dry run met first, in a fixed order) for each of `keys`
-    that met one: every specialisation of the whole list exactly once."""
+    """(key, the specialisations the dry run `run(key)` met first, in a fixed order) for each
+    of `keys` that met one: every specialisation of the whole list exactly once."""
     from parrot_kernels.launch import specialisations
 
     found: list[tuple[K, list[tuple[object, ...]]]] = []
     seen: set[tuple[object, ...]] = set()
     for key in keys:
         with specialisations() as launched:
-            run_attention(key)
+            run(key)
         new = sorted(launched - seen, key=repr)
         if new:
             found.append((key, new))
@@ -245,13 +242,10 @@ def triton_cache_dir() -> Path:
 
 def stamp_path(spec: PrecompileSpec) -> Path:
     """The file saying every kernel `spec` compiles is in Triton's cache."""
-    import triton
     import parrot_kernels
 
-    parts = [spec.to_json(), torch.__version__, triton.__version__,
-             parrot_kernels.source_digest()]
-    digest = hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
-    return triton_cache_dir() / "parrot-precompiled" / digest
+    parts = [spec.to_json()] + software(torch.device(spec.device), parrot_kernels)
+    return triton_cache_dir() / "parrot-precompiled" / cache_key(parts)
 
 
 class AttentionPrecompile:

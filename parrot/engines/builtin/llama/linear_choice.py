@@ -24,7 +24,7 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
-from parrot.engines.builtin.start_cache import cache_key, device_description, kept
+from parrot.engines.builtin.start_cache import cache_key, kept, software
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +72,10 @@ def choice_key(weights: Mapping[tuple[int, int], Sequence[torch.Tensor]],
     """What a measured choice depends on: the GPU (name, capability, SMs), torch and Triton, the
     kernels' source, the shapes, layer counts and dtype, the buckets. Equal keys: the same
     measurement, to within its noise."""
-    import triton
-
     first = next(iter(weights.values()))[0]
-    device = device_description(first.device)
-    parts = [device, torch.__version__, triton.__version__, kernels.source_digest(),
-             str(first.dtype), sorted((n, k, len(ws)) for (n, k), ws in weights.items()),
-             sorted(set(buckets))]
+    parts = software(first.device, kernels) + [
+        str(first.dtype), sorted((n, k, len(ws)) for (n, k), ws in weights.items()),
+        sorted(set(buckets))]
     return cache_key(parts)
 
 

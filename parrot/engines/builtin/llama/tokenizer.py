@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from parrot.chat import config_token, token_text
+
 log = logging.getLogger(__name__)
 
 # tokenizer classes whose transformers tokenizer is tokenizer.json as is (transformers 5's
@@ -53,19 +55,22 @@ class FastTokenizer:
                  chat_template: str | dict[str, str] | None) -> None:
         self.backend_tokenizer = backend
         self.chat_template = chat_template
-        self.bos_token = _token_text(config.get("bos_token"))
-        self.eos_token = _token_text(config.get("eos_token"))
+        self.bos_token = config_token(config, "bos_token")
+        self.eos_token = config_token(config, "eos_token")
         self.bos_token_id = self._id(self.bos_token)
         self.eos_token_id = self._id(self.eos_token)
 
     @classmethod
-    def from_folder(cls, folder: Path) -> FastTokenizer:
+    def from_folder(cls, folder: Path, config: Mapping[str, Any] | None = None
+                    ) -> FastTokenizer:
+        """`config`: the folder's tokenizer_config.json when read already."""
         from tokenizers import Tokenizer
 
         backend = Tokenizer.from_file(str(folder / "tokenizer.json"))
         backend.no_truncation()   # transformers encodes whole texts unless asked otherwise
         backend.no_padding()
-        config = _read_json(folder / "tokenizer_config.json")
+        if config is None:
+            config = _read_json(folder / "tokenizer_config.json")
         return cls(backend, config, _chat_template(folder, config))
 
     def _id(self, token: str | None) -> int | None:
@@ -88,30 +93,40 @@ class FastTokenizer:
 
 def direct_tokenizer(folder: Path) -> FastTokenizer | str:
     """The folder's tokenizer on `tokenizers` alone, or why transformers is needed for it."""
+    tokenizer, why_not = _direct(folder)
+    if why_not is not None:
+        return why_not
+    assert tokenizer is not None
+    return tokenizer
+
+
+def _direct(folder: Path) -> tuple[FastTokenizer | None, str | None]:
+    """(the folder's FastTokenizer where it was loaded, why transformers is needed: None when
+    it is not); the tokenizer is loaded once, for the rules that read it."""
     if not (folder / "tokenizer.json").is_file():
-        return "no tokenizer.json"
+        return None, "no tokenizer.json"
     config_path = folder / "tokenizer_config.json"
     if not config_path.is_file():
-        return "no tokenizer_config.json"
+        return None, "no tokenizer_config.json"
     config = _read_json(config_path)
     kind = config.get("tokenizer_class")
     if kind not in DIRECT_CLASSES:
-        return f"tokenizer_class {kind!r} is not one of {sorted(DIRECT_CLASSES)}"
+        return None, f"tokenizer_class {kind!r} is not one of {sorted(DIRECT_CLASSES)}"
     rewriting = [key for key in _REWRITING_KEYS if key in config] + [
         key for key in _TRUTHY_REWRITING_KEYS if config.get(key)]
     if rewriting:
-        return f"tokenizer_config.json sets {', '.join(rewriting)}"
-    tokenizer = FastTokenizer.from_folder(folder)
+        return None, f"tokenizer_config.json sets {', '.join(rewriting)}"
+    tokenizer = FastTokenizer.from_folder(folder, config)
     backend = tokenizer.backend_tokenizer
     if backend.post_processor is None:
-        return "tokenizer.json has no post-processor (transformers would write one)"
+        return tokenizer, "tokenizer.json has no post-processor (transformers would write one)"
     missing = _tokens_missing(config, backend.get_added_tokens_decoder())
     if missing:
-        return f"special tokens transformers would add: {', '.join(missing)}"
+        return tokenizer, f"special tokens transformers would add: {', '.join(missing)}"
     if len(tokenizer) > _MISTRAL_REGEX_VOCAB and "mistral" in str(
             _read_json(folder / "config.json").get("model_type", "")).lower():
-        return "a mistral tokenizer (transformers may patch its pre-tokenizer)"
-    return tokenizer
+        return tokenizer, "a mistral tokenizer (transformers may patch its pre-tokenizer)"
+    return tokenizer, None
 
 
 def _tokens_missing(config: Mapping[str, Any], added: Mapping[int, Any]) -> list[str]:
@@ -125,21 +140,15 @@ def _tokens_missing(config: Mapping[str, Any], added: Mapping[int, Any]) -> list
         if have is None or have.content != entry.get("content") or have.special != bool(
                 entry.get("special", False)):
             missing.append(str(entry.get("content")))
-    named = [_token_text(config.get(key)) for key in _NAMED_TOKENS]
+    named = [config_token(config, key) for key in _NAMED_TOKENS]
     for key in _EXTRA_TOKEN_KEYS:
         extra = config.get(key) or []
-        named.extend(_token_text(value) for value in (
+        named.extend(token_text(value) for value in (
             extra.values() if isinstance(extra, Mapping) else extra))
     for text in named:
         if text is not None and (text not in by_text or not by_text[text].special):
             missing.append(text)
     return missing
-
-
-def _token_text(value: Any) -> str | None:
-    if isinstance(value, Mapping):   # {"content": "<s>", ...} in older tokenizer configs
-        value = value.get("content")
-    return value if isinstance(value, str) else None
 
 
 def _chat_template(folder: Path, config: Mapping[str, Any]) -> str | dict[str, str] | None:
@@ -178,11 +187,13 @@ class TokenizerFacts:
     eos_token_id: int | None
 
 
-def tokenizer_facts(folder: Path) -> TokenizerFacts | None:
-    """None when the folder has no tokenizer.json (a slow tokenizer: load it to know)."""
-    if not (folder / "tokenizer.json").is_file():
-        return None
-    fast = FastTokenizer.from_folder(folder)
+def tokenizer_facts(folder: Path, fast: FastTokenizer | None = None) -> TokenizerFacts | None:
+    """None when the folder has no tokenizer.json (a slow tokenizer: load it to know).
+    `fast`: the folder's tokenizer.json when loaded already."""
+    if fast is None:
+        if not (folder / "tokenizer.json").is_file():
+            return None
+        fast = FastTokenizer.from_folder(folder)
     return TokenizerFacts(len(fast), fast.eos_token_id)
 
 
@@ -213,11 +224,11 @@ def start_tokenizer(folder: Path) -> tuple[Any, int, tuple[int, ...]]:
     """(the tokenizer or its TokenizerLoad, its vocabulary size, the EOS ids): on `tokenizers`
     alone where that is the same tokenizer, else transformers' loading in the background when
     the files tell the size and EOS, else loaded here."""
-    direct = direct_tokenizer(folder)
-    if isinstance(direct, FastTokenizer):
-        return direct, len(direct), eos_ids(folder, direct)
-    log.info("tokenizer in %s loads through transformers: %s", folder, direct)
-    facts = tokenizer_facts(folder)
+    fast, why_not = _direct(folder)
+    if fast is not None and why_not is None:
+        return fast, len(fast), eos_ids(folder, fast)
+    log.info("tokenizer in %s loads through transformers: %s", folder, why_not)
+    facts = tokenizer_facts(folder, fast)
     if facts is None:
         tokenizer = load_tokenizer(folder)
         return tokenizer, len(tokenizer), eos_ids(folder, tokenizer)

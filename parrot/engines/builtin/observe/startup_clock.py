@@ -15,6 +15,7 @@ The clock reads `now` (injectable) and logs through `log`, so tests check its li
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,8 +27,6 @@ def process_age_s() -> float | None:
     """Seconds since this process started (Linux: /proc/self/stat against the boot clock);
     None elsewhere. What the start-up spent before its clock existed (interpreter, imports)."""
     try:
-        import os
-
         with open("/proc/self/stat") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
         started_ticks = int(fields[19])     # field 22 of stat(5): starttime, in clock ticks
