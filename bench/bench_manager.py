@@ -140,6 +140,16 @@ async def start_server(policy: str) -> tuple[asyncio.subprocess.Process, str]:
     return proc, url
 
 
+def chain_batch(chain: int) -> list[dict]:
+    """D's submit_batch calls: `chain` dependent calls, each binding the previous one's
+    output by reference (the first a literal)."""
+    return [{"prompt": "Go on: {{input:x}} {{output:y}}", "sampling": {"max_tokens": 4},
+             "placeholders": [{"name": "x", "in_out": "input", "value": "start"} if i == 0
+                              else {"name": "x", "in_out": "input",
+                                    "ref": {"call": i - 1, "output": "y"}}]}
+            for i in range(chain)]
+
+
 async def http_throughput(url: str, num_calls: int, concurrency: int, chain: int,
                           batched: bool = False) -> float:
     """Calls per second; each worker (a session of its own) runs chains of `chain` calls and
@@ -160,14 +170,8 @@ async def http_throughput(url: str, num_calls: int, concurrency: int, chain: int
             for _ in range(n_chains):
                 binding = {"name": "x", "in_out": "input", "value": "start"}
                 if batched:
-                    calls = [{"prompt": "Go on: {{input:x}} {{output:y}}", "sampling":
-                              {"max_tokens": 4}, "placeholders": [
-                                  binding if i == 0 else
-                                  {"name": "x", "in_out": "input",
-                                   "ref": {"call": i - 1, "output": "y"}}]}
-                             for i in range(chain)]
-                    reply = await post("/v1/submit_batch", {"session_id": sid, "calls": calls},
-                                       token)
+                    reply = await post("/v1/submit_batch",
+                                       {"session_id": sid, "calls": chain_batch(chain)}, token)
                     var = reply["results"][-1]["placeholders"][-1]["semantic_var_id"]
                     await post("/v1/get", {"session_id": sid, "semantic_var_id": var,
                                            "criteria": "latency"}, token)

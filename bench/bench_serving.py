@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import functools
 import json
 import math
@@ -327,19 +326,14 @@ async def server_metrics(url: str, admin_token: str) -> str:
             return await reply.text()
 
 
-async def engine_steps(url: str, admin_token: str) -> int:
-    return steps_total(await server_metrics(url, admin_token))
-
-
 RUNTIME_CAPTURES = "parrot_engine_graph_captures_at_runtime_total"
 RUNTIME_CAPTURE_S = "parrot_engine_graph_capture_seconds_total"
 IDLE_CAPTURES = "parrot_engine_graph_captures_idle_total"
 
 
-async def runtime_captures(url: str, admin_token: str) -> tuple[int, float]:
-    """(graphs captured while serving, seconds spent) over the server's engines so far."""
-    text = await server_metrics(url, admin_token)
-    return int(metric_total(text, RUNTIME_CAPTURES)), metric_total(text, RUNTIME_CAPTURE_S)
+def grown(before: str, after: str, name: str) -> float:
+    """How much metric `name` grew between two /metrics pages."""
+    return metric_total(after, name) - metric_total(before, name)
 
 
 async def idle_captures(url: str, admin_token: str) -> float:
@@ -379,12 +373,11 @@ def floor_of(outcomes: Sequence[Outcome], steps: int, seconds: float, cost: Mode
 
 @dataclass(frozen=True)
 class FloorInputs:
-    """What `--floor` needs besides the run: the served model's cost, this machine's rates,
-    and the server's admin token (its /metrics counts the engine's steps)."""
+    """What `--floor` needs besides the run and the server's /metrics (its engines' steps):
+    the served model's cost and this machine's rates."""
 
     cost: ModelCost
     rates: Rates
-    admin_token: str = ""
 
 
 async def run_specs(url: str, headers: dict[str, str], model: str | None,
@@ -392,22 +385,23 @@ async def run_specs(url: str, headers: dict[str, str], model: str | None,
                     args: argparse.Namespace, policy: str,
                     floor: FloorInputs | None = None,
                     admin_token: str = "") -> list[dict[str, Any]]:
-    """Each spec's row; with the server's `admin_token`, also the graphs its engines captured
-    while serving during that run (each stalls a step: a warm engine captures none)."""
+    """Each spec's row; with the server's `admin_token` (its /metrics), also the graphs its
+    engines captured while serving during that run (each stalls a step: a warm engine
+    captures none), and with `floor` the run's floor from its engines' steps."""
     model = model or await model_of(url, headers)
     rows = []
     for spec in specs:
-        steps_before = await engine_steps(url, floor.admin_token) if floor is not None else 0
-        captures_before = await runtime_captures(url, admin_token) if admin_token else None
+        before = await server_metrics(url, admin_token) if admin_token else ""
         outcomes, seconds = await run_one(url, model, headers, requests, spec, args.seed)
         row = summarize(outcomes, seconds, spec, args.slo_ttft_ms, args.slo_tpot_ms)
-        if floor is not None:
-            steps = await engine_steps(url, floor.admin_token) - steps_before
-            row["floor"] = floor_of(outcomes, steps, seconds, floor.cost, floor.rates)
-        if captures_before is not None:
-            count, spent = await runtime_captures(url, admin_token)
-            row["graph_captures_at_runtime"] = count - captures_before[0]
-            row["graph_capture_s_at_runtime"] = round(spent - captures_before[1], 3)
+        if admin_token:
+            after = await server_metrics(url, admin_token)
+            row["graph_captures_at_runtime"] = int(grown(before, after, RUNTIME_CAPTURES))
+            row["graph_capture_s_at_runtime"] = round(grown(before, after, RUNTIME_CAPTURE_S),
+                                                      3)
+            if floor is not None:
+                steps = steps_total(after) - steps_total(before)
+                row["floor"] = floor_of(outcomes, steps, seconds, floor.cost, floor.rates)
         rows.append({"policy": policy, **row})
         print(f"[{policy or 'server'}] " + table([row]).splitlines()[-1], file=sys.stderr)
     return rows
@@ -466,9 +460,7 @@ async def serve_and_run(args: argparse.Namespace, requests: Sequence[Request],
             print(f"[{policy or 'server'}] warm: {captured} graphs captured while idle, "
                   f"{waited:.1f} s waited for them", file=sys.stderr)
             rows += await run_specs(url, {}, model, requests, specs, args, policy,
-                                    floor=None if floor is None
-                                    else dataclasses.replace(floor, admin_token=admin),
-                                    admin_token=admin)
+                                    floor=floor, admin_token=admin)
         finally:
             proc.terminate()
             await asyncio.wait_for(proc.wait(), 60)

@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from parrot.serve_config import ServeConfig  # noqa: E402
 from parrot.server.service import ParrotServer  # noqa: E402
 from serve_subprocess import zero_latency_engines  # noqa: E402
+from bench_manager import chain_batch  # noqa: E402
 
 CONCURRENCY = 32
 
@@ -209,12 +210,8 @@ async def chain_worker(server: Any, calls: int) -> None:
     s = await conn.post("/v1/sessions", None)
     sid, token = s["session_id"], s["token"]
     for _ in range(max(1, calls // CHAIN)):
-        batch = [{"prompt": "Go on: {{input:x}} {{output:y}}", "sampling": {"max_tokens": 4},
-                  "placeholders": [{"name": "x", "in_out": "input", "value": "start"}
-                                   if i == 0 else {"name": "x", "in_out": "input",
-                                                   "ref": {"call": i - 1, "output": "y"}}]}
-                 for i in range(CHAIN)]
-        reply = await conn.post("/v1/submit_batch", {"session_id": sid, "calls": batch}, token)
+        reply = await conn.post("/v1/submit_batch",
+                                {"session_id": sid, "calls": chain_batch(CHAIN)}, token)
         var = reply["results"][-1]["placeholders"][-1]["semantic_var_id"]
         await conn.post("/v1/get", {"session_id": sid, "semantic_var_id": var,
                                     "criteria": "latency"}, token)
