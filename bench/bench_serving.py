@@ -48,7 +48,7 @@ import math
 import random
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,8 +61,11 @@ from repo_imports import import_parrot  # noqa: E402
 
 import_parrot()     # --floor reads the engine's config through parrot (a checkout on a GPU)
 
-from serving_floor import (ModelCost, Rates, measure_rates, metric_total,  # noqa: E402
-                           model_cost, serving_floor, steps_total)
+from serving_floor import (ModelCost, Rates, measure_rates, model_cost,  # noqa: E402
+                           serving_floor)
+from serve_metrics import (RUNTIME_CAPTURE_S, RUNTIME_CAPTURES,  # noqa: E402
+                           grown, idle_captures, server_metrics, settle_idle_captures,
+                           steps_total)
 
 # Lognormal shapes of chat traffic (tokens): median ~ exp(mu).
 PROMPT_MU, PROMPT_SIGMA, PROMPT_RANGE = math.log(250), 0.8, (16, 2048)
@@ -316,48 +319,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label", default="", help="a name for this run in the JSON")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     return p
-
-
-async def server_metrics(url: str, admin_token: str) -> str:
-    async with aiohttp.ClientSession() as client:
-        async with client.get(f"{url}/metrics",
-                              headers={"Authorization": f"Bearer {admin_token}"}) as reply:
-            reply.raise_for_status()
-            return await reply.text()
-
-
-RUNTIME_CAPTURES = "parrot_engine_graph_captures_at_runtime_total"
-RUNTIME_CAPTURE_S = "parrot_engine_graph_capture_seconds_total"
-IDLE_CAPTURES = "parrot_engine_graph_captures_idle_total"
-
-
-def grown(before: str, after: str, name: str) -> float:
-    """How much metric `name` grew between two /metrics pages."""
-    return metric_total(after, name) - metric_total(before, name)
-
-
-async def idle_captures(url: str, admin_token: str) -> float:
-    """Graphs the server's engines captured while idle so far."""
-    return metric_total(await server_metrics(url, admin_token), IDLE_CAPTURES)
-
-
-async def settle_idle_captures(read: Callable[[], Awaitable[float]], *, quiet_s: float = 1.5,
-                               poll_s: float = 0.25, timeout_s: float = 300.0
-                               ) -> tuple[float, int]:
-    """Wait until the engines stop capturing the graphs their warm-up left for idle time
-    (`lazy_graphs`; `read()` gives how many they captured so far): until the count has not
-    moved for `quiet_s` (one capture takes tens of ms), at most `timeout_s`. Timing starts on
-    a warm engine, so no run pays a capture its warm-up would have made. (seconds waited,
-    graphs captured meanwhile)."""
-    loop = asyncio.get_running_loop()
-    started = last_change = loop.time()
-    first = last = await read()
-    while loop.time() - last_change < quiet_s and loop.time() - started < timeout_s:
-        await asyncio.sleep(poll_s)
-        now = await read()
-        if now != last:
-            last, last_change = now, loop.time()
-    return loop.time() - started, int(last - first)
 
 
 def floor_of(outcomes: Sequence[Outcome], steps: int, seconds: float, cost: ModelCost,

@@ -121,20 +121,6 @@ def measure_rates() -> Rates:
                  copy_bytes_per_s=copy_rate(torch, device))
 
 
-def metric_total(metrics_text: str, name: str) -> float:
-    """The sum of metric `name` over every label set (every engine) in a /metrics page."""
-    total = 0.0
-    for line in metrics_text.splitlines():
-        if line.startswith(name) and line[len(name):len(name) + 1] in ("{", " "):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
-def steps_total(metrics_text: str) -> int:
-    """The sum of every engine's `parrot_engine_steps_total` in a /metrics page."""
-    return int(metric_total(metrics_text, "parrot_engine_steps_total"))
-
-
 def model_cost(params: dict[str, Any], on_cuda: bool) -> ModelCost:
     """The cost model of a builtin engine from its YAML params (its model and dtype)."""
     import json

@@ -111,13 +111,15 @@ def test_serve_mode_runs_each_policy_on_a_parrot_serve_of_its_own(tmp_path: Path
 async def test_timing_waits_until_idle_captures_stop():
     """settle_idle_captures: waits while the engines' count of graphs captured while idle
     moves, returns once it has not moved for `quiet_s` (or at the timeout)."""
-    bench = load_bench()
+    load_bench()                 # puts bench/ on sys.path
+    from serve_metrics import settle_idle_captures
+
     counts = iter([0, 1, 3, 5, 5, 5, 5, 5, 5, 5, 5, 5])
 
     async def read() -> float:
         return next(counts)
 
-    waited, captured = await bench.settle_idle_captures(read, quiet_s=0.05, poll_s=0.01)
+    waited, captured = await settle_idle_captures(read, quiet_s=0.05, poll_s=0.01)
     assert captured == 5 and waited >= 0.05
 
     async def forever() -> float:
@@ -125,14 +127,14 @@ async def test_timing_waits_until_idle_captures_stop():
         return forever.n        # type: ignore[attr-defined]
 
     forever.n = 0               # type: ignore[attr-defined]
-    waited, captured = await bench.settle_idle_captures(forever, quiet_s=0.05, poll_s=0.01,
+    waited, captured = await settle_idle_captures(forever, quiet_s=0.05, poll_s=0.01,
                                                         timeout_s=0.1)
     assert 0.1 <= waited < 1.0 and captured >= 5
 
 
 def test_metric_totals_sum_every_engine_and_no_other_metric():
     load_bench()                 # puts bench/ on sys.path
-    from serving_floor import metric_total, steps_total
+    from serve_metrics import metric_total, steps_total
 
     page = "\n".join([
         "# HELP parrot_engine_steps_total model steps",

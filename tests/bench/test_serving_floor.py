@@ -48,7 +48,7 @@ def test_the_floor_adds_prefill_flops_and_decode_bytes():
 
 
 def test_steps_are_summed_over_engines_from_metrics():
-    floor = load("serving_floor")
+    floor = load("serve_metrics")
     page = ("# HELP parrot_engine_steps_total steps\n# TYPE parrot_engine_steps_total counter\n"
             'parrot_engine_steps_total{engine="a"} 12.0\n'
             'parrot_engine_steps_total{engine="b"} 30.0\n'
