@@ -308,18 +308,26 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
         del bundle, hf
     if args.out is not None:
-        command = "python3 " + " ".join(shlex.quote(a) for a in [sys.argv[0], *sys.argv[1:]])
-        text = "\n".join([
-            f"# builtin engine vs HF generate ({args.device})", "",
-            f"* date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}",
-            f"* machine: {machine(torch, args.device)}",
-            f"* command: `{command}`",
-            f"* best of {args.repeats} alternating runs; greedy, EOS ignored; engine modes: "
-            f"{'CUDA graphs off and on' if len(modes) == 2 else 'eager'}", "",
-            header, "|" + "---|" * header.count(" | ") + "---|", *rows, ""])
-        record(text, args.out)
-        print(f"wrote {args.out}")
+        write_table(args.out, f"builtin engine vs HF generate ({args.device})",
+                    machine(torch, args.device),
+                    f"best of {args.repeats} alternating runs; greedy, EOS ignored; engine "
+                    f"modes: {'CUDA graphs off and on' if len(modes) == 2 else 'eager'}",
+                    header, rows)
     return 0
+
+
+def write_table(out: Path, title: str, machine_text: str, how: str, header: str,
+                rows: list[str]) -> None:
+    """Record a results table with its date, machine and this process's command line."""
+    command = "python3 " + " ".join(shlex.quote(a) for a in [sys.argv[0], *sys.argv[1:]])
+    record("\n".join([
+        f"# {title}", "",
+        f"* date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}",
+        f"* machine: {machine_text}",
+        f"* command: `{command}`",
+        f"* {how}", "",
+        header, "|" + "---|" * header.count(" | ") + "---|", *rows, ""]), out)
+    print(f"wrote {out}")
 
 
 def suite(args: argparse.Namespace, torch) -> int:

@@ -7,14 +7,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import gc
-import shlex
-import sys
 import time
 
-from bench_engine import load, machine, sync
-from report import record
+from bench_engine import load, machine, sync, write_table
 from serving_floor import copy_rate
 
 
@@ -121,16 +117,10 @@ def floor_mode(args: argparse.Namespace, torch) -> int:
                                 rows))
         del bundle
     if args.out is not None:
-        command = "python3 " + " ".join(shlex.quote(a) for a in [sys.argv[0], *sys.argv[1:]])
-        text = "\n".join([
-            f"# builtin engine decode against its byte floor ({device})", "",
-            f"* date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}",
-            f"* machine: {machine(torch, device)}",
-            f"* command: `{command}`",
-            f"* copy rate {rate / 1e9:.1f} GB/s (read + write, measured in this run); floor = "
-            f"(weights + batch x (context + new / 2) x KV bytes a token) / copy rate; greedy, "
-            f"EOS ignored, {new} new tokens after a 4-token warm-up", "",
-            header, "|" + "---|" * header.count(" | ") + "---|", *rows, ""])
-        record(text, args.out)
-        print(f"wrote {args.out}")
+        write_table(args.out, f"builtin engine decode against its byte floor ({device})",
+                    machine(torch, device),
+                    f"copy rate {rate / 1e9:.1f} GB/s (read + write, measured in this run); "
+                    "floor = (weights + batch x (context + new / 2) x KV bytes a token) / "
+                    f"copy rate; greedy, EOS ignored, {new} new tokens after a 4-token warm-up",
+                    header, rows)
     return 0
