@@ -15,8 +15,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from types import TracebackType
 
 
 class CallSlots:
@@ -40,24 +39,23 @@ class CallSlots:
             if self._hand_over():
                 self.num_held += 1
 
-    @asynccontextmanager
-    async def held(self, priority: int) -> AsyncIterator[None]:
-        """A slot for the body (waiting for one if all are held)."""
+    def held(self, priority: int) -> _Held:
+        """A slot for the body of `async with` (waiting for one if all are held)."""
+        return _Held(self, priority)
+
+    async def acquire(self, priority: int) -> None:
+        """Take a slot, waiting for one if all are held; `release()` gives it back."""
         if self._has_room() and not self._waiting:
             self.num_held += 1
-        else:
-            granted = asyncio.get_running_loop().create_future()
-            heapq.heappush(self._waiting, (priority, next(self._arrivals), granted))
-            try:
-                await granted   # a releaser hands its slot over: num_held stays
-            except asyncio.CancelledError:
-                if granted.done() and not granted.cancelled():
-                    self._release()   # handed over just as the waiter was cancelled
-                raise
+            return
+        granted = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (priority, next(self._arrivals), granted))
         try:
-            yield
-        finally:
-            self._release()
+            await granted   # a releaser hands its slot over: num_held stays
+        except asyncio.CancelledError:
+            if granted.done() and not granted.cancelled():
+                self.release()   # handed over just as the waiter was cancelled
+            raise
 
     def _has_room(self) -> bool:
         return self.limit is None or self.num_held < self.limit
@@ -71,6 +69,24 @@ class CallSlots:
                 return True
         return False
 
-    def _release(self) -> None:
+    def release(self) -> None:
+        """Give a held slot back: to the first live waiter, else to the pool."""
         if self.limit is not None and self.num_held > self.limit or not self._hand_over():
             self.num_held -= 1
+
+
+class _Held:
+    """`async with slots.held(priority)`: a class, not `asynccontextmanager` (whose generator
+    and wrapper every call paid for on its way to an engine)."""
+
+    __slots__ = ("_slots", "_priority")
+
+    def __init__(self, slots: CallSlots, priority: int) -> None:
+        self._slots, self._priority = slots, priority
+
+    async def __aenter__(self) -> None:
+        await self._slots.acquire(self._priority)
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        traceback: TracebackType | None) -> None:
+        self._slots.release()

@@ -29,6 +29,10 @@ class SessionGraph:
         self._producer: dict[str, Call] = {}
         self._consumers: dict[str, list[Call]] = {}
         self._calls: list[Call] = []
+        # Each call's input producers (`input_producers`; deduction asks every round), here
+        # rather than on the call: a consumer referring to its producers would close a
+        # reference cycle with Call.consumers.
+        self._input_producers: dict[str, list[Call]] = {}
         self._active: list[Call] = []  # calls not finished yet (compacted lazily)
         # What deduction must look at again (deduction.deduce_changed takes it): calls added,
         # re-ranked, finished (lifecycle.transition logs those through Call.graph_changes),
@@ -101,10 +105,11 @@ class SessionGraph:
         self._active.append(call)
         self._changed[call.call_id] = None
         call.graph_changes = self._changed
-        producers = self.input_producers(call)
+        producers = self._input_producers[call.call_id] = self._producers_of(call)
         call.topo_rank = 1 + max((p.topo_rank for p in producers), default=-1)
         self._raise_downstream_ranks(call)
-        # Call.consumers, whichever of producer and consumer was submitted first.
+        # Call.consumers and the input producers, whichever of producer and consumer was
+        # submitted first.
         for producer in producers:
             if call not in producer.consumers:
                 producer.consumers.append(call)
@@ -112,6 +117,8 @@ class SessionGraph:
             for consumer in self._consumers.get(out_id, ()):
                 if consumer not in call.consumers:
                     call.consumers.append(consumer)
+                # (a client-made variable it consumed gets a producer now: in input order)
+                self._input_producers[consumer.call_id] = self._producers_of(consumer)
 
     def _raise_downstream_ranks(self, call: Call) -> None:
         """Keep rank(consumer) > rank(producer): an output bound to a variable that already has
@@ -160,7 +167,12 @@ class SessionGraph:
     # --- traversal ---------------------------------------------------------------------------
 
     def input_producers(self, call: Call) -> list[Call]:
-        producers = (self.get_producer(b.var_id) for b in call.inputs.values())
+        """The calls producing `call`'s inputs, each once, in the order of its inputs (kept
+        here as calls are added: read, never changed, by the caller)."""
+        return self._input_producers[call.call_id]
+
+    def _producers_of(self, call: Call) -> list[Call]:
+        producers = (self._producer.get(b.var_id) for b in call.inputs.values())
         seen: dict[str, Call] = {}
         for p in producers:
             if p is not None:

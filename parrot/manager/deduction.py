@@ -136,6 +136,9 @@ def _deduce_level(level: list[Call], consumers: dict[int, list[Call]],
     """Decide demand, task group and criterion for calls of one rank (consumers are final);
     `level` may be part of a rank, closed under sharing a consumer; `consumers`: each call's
     consumers being deduced now, by id."""
+    if len(level) == 1:   # a chain's step: no group has two members, all it gates it gates alone
+        _deduce_alone(level[0], consumers[id(level[0])], graph)
+        return
     by_id = {id(c): c for p in level for c in consumers[id(p)]}
     # Candidate groups: per consumer with a demand, its producers on this level (by id).
     candidates: dict[int, dict[int, Call]] = {}
@@ -164,6 +167,14 @@ def _deduce_level(level: list[Call], consumers: dict[int, list[Call]],
         producer.task_group = _group_id(by_id[group_of], producer.topo_rank)
         producer.task_group_size = len(groups[group_of])
         producer.criterion = Criterion.THROUGHPUT
+
+
+def _deduce_alone(producer: Call, consumers: list[Call], graph: SessionGraph) -> None:
+    """`_deduce_level` of a level of one call: what it needs is its demand."""
+    producer.demand = producer.criterion = strongest(
+        [*(v.criterion for v in graph.output_variables(producer)),
+         *(c.demand for c in consumers)])
+    producer.task_group, producer.task_group_size = None, 1
 
 
 def _leave_groups_when_latency_critical(groups: dict[int, dict[int, Call]],

@@ -154,14 +154,14 @@ class EngineHealth:
             raise error
         window = max((e.info.max_context_len for e in self._pool), default=None)
         cap = self._config.max_output_tokens
-        limits = [(window, f"the largest engine context window ({window} tokens)"),
-                  (cap, f"manager.max_output_tokens ({cap})")]
-        known = [(n, why) for n, why in limits if n is not None]
+        known = [n for n in (window, cap) if n is not None]
         if not known:
             return
-        limit, why = min(known)
+        limit = min(known)
         for name, n in max_tokens.items():
-            if n > limit:
+            if n > limit:  # (the message is formatted only here: every submit passes by)
+                why = (f"manager.max_output_tokens ({cap})" if cap == limit
+                       else f"the largest engine context window ({window} tokens)")
                 raise InvalidRequestError(f"output {name!r}: max_tokens={n} exceeds {why}: "
                                           f"over the limit of {limit}")
 

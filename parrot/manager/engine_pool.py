@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import logging
 from collections.abc import Iterator, Mapping, Set
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -106,6 +106,13 @@ class _Placed:
         """Its whole footprint, prefixes included (what it would hold alone); every engine
         view reads it for each running latency call, so it is summed once."""
         return self.num_tokens + sum(n for _, n in self.prefixes)
+
+    def prefilled(self, num_tokens: int) -> _Placed:
+        """The same placement counting `num_tokens` of its own, its prefill done (built
+        directly: `dataclasses.replace` walks the fields, and every call's first Fill comes
+        through here)."""
+        return _Placed(num_tokens, self.is_throughput, self.task_group, self.prefixes,
+                       self.num_output_tokens, self.call, 0, self.placed_throughput)
 
 
 @dataclass(eq=False)
@@ -295,7 +302,7 @@ class EngineState:
         """The call's prompt is prefilled: it no longer counts as prefill queued here."""
         placed = self.running.get(call_id)
         if placed is not None and placed.prefill_tokens:
-            self._set_running(call_id, replace(placed, prefill_tokens=0))
+            self._set_running(call_id, placed.prefilled(placed.num_tokens))
 
     def note_prompt_tokens(self, call_id: str, context_len: int) -> None:
         """The engine reported the call's prompt length in real tokens (its first Fill's
@@ -306,7 +313,7 @@ class EngineState:
         prefix = placed.whole_tokens - placed.num_tokens
         own = max(0, context_len - prefix) + placed.num_output_tokens
         self.num_tokens_in_use += own - placed.num_tokens
-        self._set_running(call_id, replace(placed, num_tokens=own, prefill_tokens=0))
+        self._set_running(call_id, placed.prefilled(own))
 
     def view(self) -> EngineView:
         # Every scheduling round views every engine: an engine without latency calls skips

@@ -19,7 +19,8 @@ from parrot.manager.nodes import Call
 from parrot.manager.prefix import PrefixPiece, prefix_pieces
 from parrot.manager.sessions import Session
 from parrot.errors import ParrotError
-from parrot.types import estimate_num_tokens
+from parrot.template import Text
+from parrot.types import CHARS_PER_TOKEN
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,11 @@ MIN_PREFILL_AHEAD_TOKENS = 256
 
 def known_prefix(session: Session, call: Call) -> tuple[PrefixPiece, ...]:
     """The prefix pieces of a waiting call that are already certain (may be empty)."""
+    return prefix_pieces(call.template, _known_values(session, call), session.prefix_salt,
+                         call.input_token_counts(session.variables))
+
+
+def _known_values(session: Session, call: Call) -> dict[str, str]:
     values: dict[str, str] = {}
     for name, binding in call.inputs.items():
         var = session.variables[binding.var_id]
@@ -36,8 +42,21 @@ def known_prefix(session: Session, call: Call) -> tuple[PrefixPiece, ...]:
         # the call pays once, from its tenant's budget, when it becomes ready (manager.py).
         if var.value is not None and not binding.transforms:
             values[name] = var.value
-    return prefix_pieces(call.template, values, session.prefix_salt,
-                         call.input_token_counts(session.variables))
+    return values
+
+
+def _known_prefix_chars(call: Call, values: dict[str, str]) -> int:
+    """The characters of the certain prefix (what `known_prefix`'s pieces join to), counted
+    without hashing it: most waiting calls' certain prefix is too short to fill ahead."""
+    chars = 0
+    for seg in call.template.segments:
+        if isinstance(seg, Text):
+            chars += len(seg.text)
+        elif seg.is_output or seg.name not in values:
+            break
+        else:
+            chars += len(values[seg.name])
+    return chars
 
 
 def plan_ahead(session: Session, call: Call, engine: EngineState,
@@ -48,10 +67,11 @@ def plan_ahead(session: Session, call: Call, engine: EngineState,
     budget of calls already waiting, whose work is as urgent, and costs its own call a
     request more (concurrent chains on a busy engine measure it: docs/RESULTS.md). A producer
     alone on its engine still gets its consumer's prefix filled during its decode."""
-    pieces = known_prefix(session, call)
-    if not pieces or estimate_num_tokens("".join(p.text for p in pieces)) \
-            < MIN_PREFILL_AHEAD_TOKENS:
-        return ()
+    values = _known_values(session, call)
+    if -(-_known_prefix_chars(call, values) // CHARS_PER_TOKEN) < MIN_PREFILL_AHEAD_TOKENS:
+        return ()   # (estimate_num_tokens of the joined pieces, without joining or hashing)
+    pieces = prefix_pieces(call.template, values, session.prefix_salt,
+                           call.input_token_counts(session.variables))
     if _uncached_tokens(pieces, engine) > 0 and not engine.prefills_only(producer.call_id):
         return ()
     return pieces

@@ -259,6 +259,7 @@ class Metrics:
         # children are as many as prometheus-client keeps).
         self._request_counts: dict[tuple[str, str, int], Counter] = {}
         self._request_timers: dict[str, Histogram] = {}
+        self._finished_counts: dict[CallState, Counter] = {}
         manager.call_observers.append(self.observe_call)
         manager.scheduler.round_observers.append(lambda seconds, _: self.decision.observe(seconds))
         self.aborted = AbortedWork(manager, r)
@@ -266,7 +267,11 @@ class Metrics:
     def observe_call(self, call: Call) -> None:
         if call.state is CallState.RUNNING:
             return  # re-queued after an engine failure: it finishes later
-        self.finished.labels(call.state.value).inc()
+        finished = self._finished_counts.get(call.state)
+        if finished is None:
+            finished = self._finished_counts[call.state] = self.finished.labels(
+                call.state.value)
+        finished.inc()
         t = call.timings
         if call.state is not CallState.DONE or "submitted" not in t or "finished" not in t:
             return

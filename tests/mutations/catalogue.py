@@ -1138,11 +1138,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="EngineState._max_calls"),
     Mutation(
         "call_slots_ignore_priority", "parrot/manager/call_slots.py",
-        "            heapq.heappush(self._waiting, (priority, next(self._arrivals), granted))\n",
-        "            heapq.heappush(self._waiting, (0, next(self._arrivals), granted))\n",
+        "        heapq.heappush(self._waiting, (priority, next(self._arrivals), granted))\n",
+        "        heapq.heappush(self._waiting, (0, next(self._arrivals), granted))\n",
         ("tests/manager/test_call_slots.py::"
          "test_waiters_go_latency_first_then_in_arrival_order",),
-        where="CallSlots.held"),
+        where="CallSlots.acquire"),
     Mutation(
         "full_collections_as_often_as_ever", "parrot/cli/limits.py",
         "    gc.set_threshold(young, middle, YOUNGER_PER_FULL_COLLECTION)\n",
@@ -1245,4 +1245,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/server/test_openai_api.py::"
          "test_the_first_chat_loads_the_renderer_beside_the_loop",),
         where="OpenAIRoutes.chat_completions"),
+    Mutation(
+        "late_producer_unseen_by_its_consumer", "parrot/manager/dag.py",
+        "                self._input_producers[consumer.call_id] = self._producers_of(consumer)\n",
+        "                pass\n",
+        ("tests/manager/test_deduction_incremental.py::"
+         "test_incremental_deduction_decides_what_a_full_one_would",),
+        where="SessionGraph.add_call"),
 )

@@ -129,7 +129,9 @@ async def test_configured_output_token_cap():
         sid, auth = await new_session(http)
         status, reply, _ = await call(http, "POST", "/v1/submit",
                                       one_call(sid, sampling={"max_tokens": 101}), auth)
-        assert status == 400 and "limit of 100" in reply["error"]["message"]
+        assert status == 400 and reply["error"]["message"] == (
+            "output 'y': max_tokens=101 exceeds manager.max_output_tokens (100): over the "
+            "limit of 100")
 
 
 @pytest.mark.parametrize("transform, value", [
