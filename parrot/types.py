@@ -56,9 +56,13 @@ class CallState(str, enum.Enum):
     DONE = "done"
     FAILED = "failed"
 
-    @property
-    def is_finished(self) -> bool:
-        return self in (CallState.DONE, CallState.FAILED)
+    # DONE or FAILED: a plain attribute of each member (set below), not a property: deduction
+    # and the scheduler ask it of every call they look at.
+    is_finished: bool
+
+
+for _state in CallState:
+    _state.is_finished = _state in (CallState.DONE, CallState.FAILED)
 
 
 class EngineKind(str, enum.Enum):

@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from typing import cast
 
+from parrot.manager.contexts import ContextChain
 from parrot.manager.engine_pool import EngineState
 from parrot.manager.nodes import Call, OutputBinding
 from parrot.manager.prefix import PrefixPiece
@@ -123,7 +124,9 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
                     sharers: Sharers) -> None:
     pieces, head = plan_prefix_contexts(call.prefix_pieces, sharers)
     priority = engine.request_priority(call.call_id)
-    chain = await engine.contexts.acquire(pieces, call.session_id, priority)
+    # (no prefix context to hold, the usual short prompt: no coroutine to run for none)
+    chain = await engine.contexts.acquire(pieces, call.session_id, priority) if pieces \
+        else ContextChain()
     context_id = f"c-{call.call_id}-{call.attempts}"
     parent = chain.leaf_id
     created = False

@@ -5,7 +5,6 @@ resolved against the replies of the batch's earlier calls."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 
 from parrot.errors import InvalidRequestError
@@ -45,7 +44,11 @@ def resolve_refs(call: BatchCall, index: int, earlier: Sequence[SubmitReply | Er
             if spec.ref.output not in ids:
                 raise InvalidRequestError(f"calls[{index}]: calls[{spec.ref.call}] has no "
                                           f"placeholder {spec.ref.output!r}")
-            spec = dataclasses.replace(spec, ref=None, semantic_var_id=ids[spec.ref.output])
+            # (built directly: `dataclasses.replace` walks the fields, for every binding)
+            spec = PlaceholderSpec(name=spec.name, in_out=spec.in_out,
+                                   semantic_var_id=ids[spec.ref.output], value=spec.value,
+                                   transforms=spec.transforms, sampling=spec.sampling,
+                                   criteria=spec.criteria)
         specs.append(spec)
     return SubmitRequest(session_id, call.prompt, tuple(specs), call.sampling,
                          stream=call.stream, chat=call.chat)
