@@ -5,7 +5,7 @@ Layers, lowest first (a module may import its own layer and those below):
 
     parrot_kernels
     the vocabulary: parrot.{types,errors,validation,speed_profile,extras,template,sampling,
-                    transforms,chat,serve_config}, parrot.wire_types
+                    regex_guard,transforms,chat,serve_config}, parrot.wire_types
     parrot.engines | parrot.policies          (peers: neither imports the other)
     parrot.manager
     parrot.server
@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("parrot_kernels",),
     ("parrot.types", "parrot.errors", "parrot.validation", "parrot.speed_profile",
      "parrot.extras", "parrot.constraints", "parrot.template", "parrot.sampling",
-     "parrot.transforms", "parrot.chat",
+     "parrot.regex_guard", "parrot.transforms", "parrot.chat",
      "parrot.serve_config", "parrot.wire_types"),
     ("parrot.engines", "parrot.policies"),
     ("parrot.manager",),

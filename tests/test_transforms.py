@@ -143,34 +143,10 @@ def test_regex_compile_bombs_are_refused_before_compiling():
     assert seconds < 0.5 and grown_mb < 20, (seconds, grown_mb)
 
 
-@pytest.mark.parametrize("pattern, expansion", [
-    ("A: (.*)", 4), ("a{3,}", 4), ("(?:ab){10}", 20), ("(?:a|bc){5}", 15),
-    ("(?:(?:a{10}){10}){10}", 1000), ("(?=a{10})b", 11), (r"\d{1,3}(?:,\d{3})*", 7)])
-def test_regex_expansion_is_the_product_of_nested_counts(pattern, expansion):
-    from parrot.transforms import regex_expansion
-    assert regex_expansion(pattern) == expansion
-
-
 def test_ordinary_patterns_still_compile():
     for pattern in [r"Answer: (\w+)", r"(?i)score:\s*(\d{1,3})", "(?x) a b c", r"[^\n]{0,200}",
                     r"(\d+)-(?P<x>\w+)\1", "(?:foo){e<=1}"]:
         assert parse_transforms([{"type": "regex", "pattern": pattern, "group": 0}], "p")
-
-
-def test_one_request_compiles_a_bounded_number_of_patterns():
-    from parrot.transforms import MAX_REGEX_PATTERNS_PER_REQUEST, regex_quota
-    with regex_quota():
-        for i in range(MAX_REGEX_PATTERNS_PER_REQUEST):
-            parse_transforms([{"type": "regex", "pattern": f"x{i}(.)"}], "p")
-        parse_transforms([{"type": "regex", "pattern": "x0(.)"}], "p")  # seen: free
-        with pytest.raises(InvalidRequestError, match="distinct regex patterns"):
-            parse_transforms([{"type": "regex", "pattern": "another(.)"}], "p")
-    with regex_quota():  # and in expansion: 5 patterns of 4,000 units are over 16,384
-        with pytest.raises(InvalidRequestError, match="expand to more than"):
-            for i in range(5):
-                parse_transforms([{"type": "regex", "pattern": f"x{i}(?:(a){{10}}){{400}}"}],
-                                 "p")
-    parse_transforms([{"type": "regex", "pattern": "another(.)"}], "p")  # outside: no quota
 
 
 # --- one call's transforms are bounded together ------------------------------------------------

@@ -33,7 +33,7 @@ from parrot.server.off_loop import beside_loop
 from parrot.server.tenants import AccessControl, TenantGrant
 from parrot.errors import (MethodNotAllowedError, NotFoundError, ParrotError,
                            ShuttingDownError, TooManyRequestsError, UnauthorizedError)
-from parrot.transforms import regex_quota
+from parrot.regex_guard import regex_quota
 from parrot.types import Criterion
 from parrot.wire_types import (BatchReply, CreateVariableRequest, EngineDescription, EngineList,
                                ErrorReply, GetRequest, Graph, Health, PlaceholderBinding,
