@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 from parrot.constraints import Constraint, constraint_from_json
@@ -38,6 +38,29 @@ class SamplingParams:
     constraint: Constraint | None = None
 
     def __post_init__(self) -> None:
+        # Runs for every submit: parameters of the usual exact types within their ranges,
+        # with no stop string or id and no constraint, pass one cheap test (stricter than the
+        # rules); any other go through every rule, and the first broken one names its field.
+        if (self.constraint is None and type(self.max_tokens) is int
+                and 1 <= self.max_tokens <= 1_000_000
+                and type(self.temperature) is float and 0.0 <= self.temperature <= 100.0
+                and type(self.top_p) is float and 0.0 < self.top_p <= 1.0
+                and type(self.top_k) is int and 0 <= self.top_k <= MAX_TOP_K
+                and self.seed is None and type(self.stop) is tuple and not self.stop
+                and type(self.stop_token_ids) is tuple and not self.stop_token_ids
+                and type(self.ignore_eos) is bool):
+            return
+        self._check_fields()
+        object.__setattr__(self, "constraint", constraint_from_json(self.constraint))
+        # A constrained output ends where its grammar does (EOS is then the one token
+        # allowed): ignoring EOS or cutting at a stop string would leave it incomplete.
+        _check(self.constraint is None or not self.ignore_eos, "ignore_eos", self.ignore_eos,
+               "false when a constraint is given")
+        _check(self.constraint is None or not self.stop, "stop", self.stop,
+               "empty when a constraint is given (a stop string would cut the constrained text)")
+
+    def _check_fields(self) -> None:
+        """Each field's rule, in order: the first broken one raises, naming its field."""
         _check(isinstance(self.max_tokens, int) and not isinstance(self.max_tokens, bool)
                and 1 <= self.max_tokens <= 1_000_000, "max_tokens", self.max_tokens,
                "an integer in [1, 1000000]")
@@ -59,13 +82,6 @@ class SamplingParams:
                         for t in self.stop_token_ids)):
             _check(False, "stop_token_ids", _clipped(self.stop_token_ids), _STOP_IDS_ALLOWED)
         _check(isinstance(self.ignore_eos, bool), "ignore_eos", self.ignore_eos, "a boolean")
-        object.__setattr__(self, "constraint", constraint_from_json(self.constraint))
-        # A constrained output ends where its grammar does (EOS is then the one token
-        # allowed): ignoring EOS or cutting at a stop string would leave it incomplete.
-        _check(self.constraint is None or not self.ignore_eos, "ignore_eos", self.ignore_eos,
-               "false when a constraint is given")
-        _check(self.constraint is None or not self.stop, "stop", self.stop,
-               "empty when a constraint is given (a stop string would cut the constrained text)")
 
     @property
     def is_greedy(self) -> bool:
@@ -76,28 +92,22 @@ class SamplingParams:
         """Parse the wire form; unknown keys and bad values raise InvalidRequestError."""
         if data is None:
             return cls()
-        if not isinstance(data, Mapping):
+        if type(data) is not dict and not isinstance(data, Mapping):  # a dict: no ABC check
             raise InvalidRequestError(f"sampling must be an object, got {type(data).__name__}")
-        known = _field_names(cls)
+        known = _FIELD_NAMES.get(cls) or _field_names(cls)
         if not known.issuperset(data):
             raise InvalidRequestError(f"unknown sampling field(s) {sorted(set(data) - known)}; "
                                       f"allowed: {sorted(known)}")
-        kwargs = dict(data)
-        for key in ("stop", "stop_token_ids"):
-            if key in kwargs:
-                value = kwargs[key]
-                if isinstance(value, str) and key == "stop":
-                    value = [value]
-                if not isinstance(value, (list, tuple)):
-                    raise InvalidRequestError(f"sampling.{key} must be a list, got {value!r}")
-                kwargs[key] = tuple(value)
-        if "temperature" in kwargs and isinstance(kwargs["temperature"], int) \
-                and not isinstance(kwargs["temperature"], bool):
-            kwargs["temperature"] = float(kwargs["temperature"])
-        if "top_p" in kwargs and isinstance(kwargs["top_p"], int) \
-                and not isinstance(kwargs["top_p"], bool):
-            kwargs["top_p"] = float(kwargs["top_p"])
-        return cls(**kwargs)
+        # SamplingParams' own fields are set at once (`_built`): its defaults, then the given.
+        kwargs = {**_DEFAULTS, **data} if cls is SamplingParams and _SET_AT_ONCE else dict(data)
+        if "stop" in data or "stop_token_ids" in data:
+            _lists_as_tuples(kwargs, data)
+        for key in _NUMBER_FIELDS:  # an integer is a number: 1 -> 1.0 (a bool is not)
+            value = kwargs.get(key)
+            if type(value) is not float and isinstance(value, int) \
+                    and not isinstance(value, bool):
+                kwargs[key] = float(value)
+        return _built(cls, kwargs)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -122,6 +132,33 @@ class SamplingParams:
 _TOP_K_ALLOWED = f"an integer in [0, {MAX_TOP_K}] (0 disables top-k)"
 _STOP_ALLOWED = f"a list of at most {MAX_STOP_STRINGS} non-empty strings"
 _STOP_IDS_ALLOWED = f"a list of at most {MAX_STOP_TOKEN_IDS} integers in [0, {MAX_TOKEN_ID}]"
+
+
+_NUMBER_FIELDS = ("temperature", "top_p")
+
+
+def _lists_as_tuples(kwargs: dict[str, Any], given: Mapping[str, Any]) -> None:
+    """The lists `given` as the tuples the fields hold (`stop` may be one string)."""
+    for key in ("stop", "stop_token_ids"):
+        if key in given:
+            value = kwargs[key]
+            if isinstance(value, str) and key == "stop":
+                value = [value]
+            if not isinstance(value, (list, tuple)):
+                raise InvalidRequestError(f"sampling.{key} must be a list, got {value!r}")
+            kwargs[key] = tuple(value)
+
+
+def _built(cls: type[SamplingParams], given: dict[str, Any]) -> SamplingParams:
+    """`cls(**given)` for known fields. For SamplingParams itself (every submit parses one),
+    `given` has every field and becomes its fields at once: the dataclass `__init__` sets each
+    by a frozen `object.__setattr__`, half the cost of a parse; its rules then run as always."""
+    if cls is not SamplingParams or not _SET_AT_ONCE:
+        return cls(**given)
+    params = object.__new__(cls)
+    object.__setattr__(params, "__dict__", given)
+    params.__post_init__()
+    return params
 
 
 _FIELD_NAMES: dict[type, frozenset[str]] = {}
@@ -151,3 +188,8 @@ def _check(ok: bool, name: str, value: Any, allowed: str) -> None:
             text = text[:80] + f"...({len(text)} characters)"
         raise InvalidRequestError(f"invalid sampling.{name}={text}: must be {allowed}")
 
+
+# What `__init__` sets for a field not given. Set at once only while every field has a plain
+# default and is an `__init__` argument (a field with a factory would need its call).
+_DEFAULTS = {f.name: f.default for f in fields(SamplingParams)}
+_SET_AT_ONCE = all(f.init and f.default is not MISSING for f in fields(SamplingParams))
