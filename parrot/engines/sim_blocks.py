@@ -10,8 +10,10 @@ recomputes the KV when it is used again, as the builtin engine does.
 from __future__ import annotations
 
 import hashlib
+import struct
 from dataclasses import dataclass, field
 from collections.abc import Collection, Iterable
+from typing import NamedTuple
 
 from parrot.engines.block_allocator import BlockAllocator
 from parrot.types import estimate_num_tokens
@@ -26,16 +28,48 @@ def count_tokens(text: str) -> int:
     return estimate_num_tokens(text)
 
 
+_VOCAB_SIZE = len(_VOCAB)
+_piece = _VOCAB.__getitem__
+_unsigned_64 = struct.Struct("<Q").unpack   # int.from_bytes(8 bytes, "little"), faster
+
+
 def filler_token(context_id: str, seed: int | None, position: int) -> int:
     digest = hashlib.blake2b(f"{context_id}|{seed}|{position}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") % len(_VOCAB)
+    return int.from_bytes(digest, "little") % _VOCAB_SIZE
+
+
+class FillerTokens:
+    """`filler_token(context_id, seed, position)` for one (context, seed): the same hash, with
+    the fixed prefix of its input hashed once per request instead of once per token (hashing
+    "a" then "b" is hashing "ab")."""
+
+    __slots__ = ("_prefix",)
+
+    def __init__(self, context_id: str, seed: int | None, salt: str = "") -> None:
+        # `salt`: a leading "<salt>|" field, for other hashes of the same triple (sim EOS)
+        head = f"{salt}|{context_id}|{seed}|" if salt else f"{context_id}|{seed}|"
+        self._prefix = hashlib.blake2b(head.encode(), digest_size=8)
+
+    def digest(self, position: int) -> int:
+        """The hash of (context, seed, `position`) as an unsigned 64-bit integer."""
+        hasher = self._prefix.copy()
+        hasher.update(b"%d" % position)   # f"{position}", encoded
+        value: int = _unsigned_64(hasher.digest())[0]
+        return value
+
+    def token(self, position: int) -> int:
+        """filler_token(context_id, seed, `position`) (digest's body inlined: once a token)."""
+        hasher = self._prefix.copy()
+        hasher.update(b"%d" % position)
+        value: int = _unsigned_64(hasher.digest())[0]
+        return value % _VOCAB_SIZE
 
 
 def detokenize(token_ids: Iterable[int]) -> str:
-    return "".join(_VOCAB[t] for t in token_ids)
+    return "".join(map(_piece, token_ids))
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class SimContext:
     context_id: str
     length: int = 0
@@ -44,8 +78,7 @@ class SimContext:
     last_used: int = 0         # reservation sequence number of the last request that used it
 
 
-@dataclass(frozen=True)
-class Reservation:
+class Reservation(NamedTuple):
     context: SimContext
     created: bool        # the context was made for this request (a new context or a fork)
     num_recompute: int   # evicted tokens to prefill again before the request's own work
@@ -95,13 +128,14 @@ class KVSpace:
             self.pool.share(shared)
             ctx = self.contexts[context_id] = SimContext(
                 context_id, base_len, list(shared), is_resident=source is None or reuse)
-        ctx.blocks.extend(self.pool.allocate(need))
+        if need > 0:   # most Generates fit the context's last block: nothing to allocate
+            ctx.blocks.extend(self.pool.allocate(need))
         if recompute:
             ctx.is_resident = True
         self._num_reserved += 1
-        for used in (ctx, parent):
-            if used is not None:
-                used.last_used = self._num_reserved
+        ctx.last_used = self._num_reserved
+        if parent is not None:
+            parent.last_used = self._num_reserved
         return Reservation(ctx, created, base_len if recompute else 0)
 
     def fork_blocks(self, context_id: str, source: SimContext, num_blocks: int) -> SimContext:

@@ -41,10 +41,8 @@ from __future__ import annotations
 import asyncio
 import bisect
 import enum
-import hashlib
 import logging
 import random
-from dataclasses import dataclass, field
 from collections.abc import AsyncIterator
 
 from parrot.engines.aborted import AbortedGenerates
@@ -55,7 +53,8 @@ from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillReques
                                      GenerateChunk, GenerateRequest, ServingLimits)
 from parrot.engines.tpot import TpotMeter
 from parrot.engines.sim_values import sample_value
-from parrot.engines.sim_blocks import KVSpace, SimContext, count_tokens, detokenize, filler_token
+from parrot.engines.sim_blocks import (FillerTokens, KVSpace, SimContext, count_tokens,
+                                       detokenize, filler_token)
 from parrot.engines.sim_eos import find_eos
 from parrot.engines.sim_pacing import StepPacer
 from parrot.engines.sim_prefix_cache import PrefixCache
@@ -73,49 +72,84 @@ class _Kind(enum.Enum):
     GENERATE = "generate"
 
 
-@dataclass(eq=False)
 class _Request:
-    """One Fill or Generate inside the engine; `event` is the single-slot collector's signal."""
+    """One Fill or Generate inside the engine, with its collector's signal: `ready` and a
+    future to wait on, an asyncio.Event's semantics (set, wait, clear) without its coroutine
+    and waiter list per wait (a request has one collector). A plain class with slots: one is
+    made per request, and the batching loop reads its fields every step."""
 
-    kind: _Kind
-    context_id: str
-    parent_id: str | None
-    num_tokens: int  # fill: tokens to prefill; generate: tokens to produce
-    seed: int | None = None
-    eos_mean_tokens: int | None = None  # generate: may end early ("eos"), see the docstring
-    finish_reason: str = "length"
-    priority: int = 0  # lower first, for admission and prefill (the protocol's priority)
-    num_done: int = 0
-    num_recompute: int = 0  # evicted KV of its context to prefill again before its own work
-    context: SimContext | None = None
-    new_token_ids: list[int] = field(default_factory=list)  # generated, not yet streamed
-    start_len: int = 0
-    created_context: bool = False
-    final_len: int = 0
-    is_finished: bool = False
-    error: BaseException | None = None
-    event: asyncio.Event = field(default_factory=asyncio.Event)
+    __slots__ = ("kind", "is_fill", "context_id", "parent_id", "num_tokens", "seed",
+                 "eos_mean_tokens", "finish_reason", "priority", "num_done", "num_recompute",
+                 "context", "new_token_ids", "start_len", "created_context", "final_len",
+                 "is_finished", "error", "ready", "_waiter", "tokens", "_turn_ends")
 
-    @property
-    def is_prefilling(self) -> bool:
-        return self.kind is _Kind.FILL or self.num_recompute > 0
+    def __init__(self, kind: _Kind, context_id: str, parent_id: str | None, num_tokens: int,
+                 seed: int | None = None, *, priority: int = 0,
+                 eos_mean_tokens: int | None = None) -> None:
+        self.kind = kind
+        self.is_fill = kind is _Kind.FILL
+        self.context_id = context_id
+        self.parent_id = parent_id
+        self.num_tokens = num_tokens  # fill: tokens to prefill; generate: tokens to produce
+        self.seed = seed
+        self.eos_mean_tokens = eos_mean_tokens  # generate: may end early ("eos"), see above
+        self.finish_reason = "length"
+        self.priority = priority  # lower first, for admission and prefill (the protocol's)
+        self.num_done = 0
+        self.num_recompute = 0  # evicted KV of its context to prefill again before its work
+        self.context: SimContext | None = None
+        self.new_token_ids: list[int] = []  # generated, not yet streamed
+        self.start_len = 0
+        self.created_context = False
+        self.final_len = 0
+        self.is_finished = False
+        self.error: BaseException | None = None
+        self.ready = False   # signalled since the collector last looked
+        self._waiter: asyncio.Future[None] | None = None
+        # A Generate's tokens: filler_token(context_id, seed, position), the hash's fixed
+        # prefix hashed once (its context's id is its own: contexts are found by id).
+        self.tokens = FillerTokens(context_id, seed) if kind is _Kind.GENERATE else None
+        self._turn_ends: FillerTokens | None = None   # made at its first end-of-turn draw
 
     @property
     def held_context(self) -> SimContext:
         assert self.context is not None, "admission gives a running request its context"
         return self.context
 
+    def signal(self) -> None:
+        """Wake the collector (Event.set)."""
+        self.ready = True
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():   # not cancelled with its collector
+                waiter.set_result(None)
 
-def _ends_turn(context_id: str, seed: int | None, position: int, mean_tokens: int) -> bool:
-    """Whether the token at `position` is the last of the turn: probability 1 / mean_tokens,
-    a hash of (context, seed, position), so a seeded request ends where it ended before."""
-    digest = hashlib.blake2b(f"eos|{context_id}|{seed}|{position}".encode(),
-                             digest_size=8).digest()
-    return int.from_bytes(digest, "little") % mean_tokens == 0
+    def next_signal(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+        """What the collector awaits when not `ready` (Event.wait), on the engine's loop."""
+        waiter = self._waiter = loop.create_future()
+        return waiter
+
+    def ends_turn(self, position: int, mean_tokens: int) -> bool:
+        """Whether the Generate's token at `position` is the last of its turn: probability
+        1 / mean_tokens, a hash of ("eos", context, seed, position), so a seeded request ends
+        where it ended before."""
+        if self._turn_ends is None:
+            self._turn_ends = FillerTokens(self.context_id, self.seed, salt="eos")
+        return self._turn_ends.digest(position) % mean_tokens == 0
 
 
 def _by_priority(req: _Request) -> int:
     return req.priority
+
+
+def _enqueue(queue: list[_Request], req: _Request) -> None:
+    """Queue `req` by priority, then arrival: both queues stay so ordered (insort goes after
+    equals). Most requests go last: appended without a search."""
+    if queue and _by_priority(req) < _by_priority(queue[-1]):
+        bisect.insort(queue, req, key=_by_priority)
+    else:
+        queue.append(req)
 
 
 class SimulatedEngine(Engine):
@@ -127,8 +161,9 @@ class SimulatedEngine(Engine):
         self._claimed: set[str] = set()  # context ids with a queued or running request
         self._waiting: list[_Request] = []
         self._running: list[_Request] = []
-        self._wakeup: asyncio.Event | None = None
+        self._idle: asyncio.Future[None] | None = None  # what an idle batching loop awaits
         self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the batching loop's, once started
         self._closed = False
         self._num_steps = self._prefill_tokens = self._decode_tokens = 0
         self._step_s = 0.0
@@ -188,12 +223,15 @@ class SimulatedEngine(Engine):
         if stop is not None:
             self._eos_at[request.context_id] = stop
         try:
-            await req.event.wait()
+            if not req.ready:
+                assert self._loop is not None, "a submitted request started the engine"
+                await req.next_signal(self._loop)
         except asyncio.CancelledError:
             self._abort(req, by_client=True)
             raise
         finally:
-            self._drop_cached_prefix(parent_id, request.parent_context_id)
+            if cached:   # (only a cached prefix is forked from a context of the engine's own)
+                self._drop_cached_prefix(parent_id, request.parent_context_id)
         if req.error is not None:
             raise req.error
         if self._cache is not None:
@@ -256,10 +294,13 @@ class SimulatedEngine(Engine):
                                     else self.config.eos_mean_tokens))
         timer = self._tpot.timer()
         generated: list[str] = []
+        loop = self._loop
+        assert loop is not None, "a submitted request started the engine"
         try:
             while True:
-                await req.event.wait()
-                req.event.clear()
+                if not req.ready:
+                    await req.next_signal(loop)
+                req.ready = False
                 if req.error is not None:
                     raise req.error
                 token_ids, req.new_token_ids = req.new_token_ids, []
@@ -294,7 +335,9 @@ class SimulatedEngine(Engine):
                 self._abort(req, by_client=True)
 
     async def free_context(self, context_id: str) -> None:
-        pending = [r for r in self._waiting + self._running if r.context_id == context_id]
+        # (a queued or running request claims its context: most frees find none to abort)
+        pending = ([r for r in self._waiting + self._running if r.context_id == context_id]
+                   if context_id in self._claimed else [])
         if context_id not in self._contexts and not pending:
             raise UnknownContextError(f"unknown context {context_id!r}")
         for req in pending:
@@ -345,24 +388,22 @@ class SimulatedEngine(Engine):
     # ---- the batching loop -----------------------------------------------------------------
 
     async def _run(self) -> None:
-        assert self._wakeup is not None
+        loop = asyncio.get_running_loop()   # (self._loop)
         latency = self.config.latency
         try:
             while True:
-                self._admit()
+                if self._waiting:
+                    self._admit()
                 if not self._running:
-                    self._wakeup.clear()
-                    await self._wakeup.wait()
-                    self._pacer.idle(asyncio.get_running_loop().time())
+                    self._idle = loop.create_future()   # until _wake
+                    await self._idle
+                    self._pacer.idle(loop.time())
                     continue
-                decodes, prefills = self._plan()
-                contexts = [r.held_context for r in decodes]
-                kv_tokens = (self._kv.unique_tokens(contexts) if self.config.shared_prefix_decode
-                             else sum(ctx.length for ctx in contexts))
-                prefill_tokens = sum(n for _, n in prefills)
-                seconds = latency.iteration_seconds(len(decodes), kv_tokens, prefill_tokens)
-                await asyncio.sleep(self._pacer.sleep_for(
-                    seconds, asyncio.get_running_loop().time()))
+                decodes, prefills, prefill_tokens = self._plan()
+                # zero latency: every iteration takes no time, whatever its KV reads
+                seconds = 0.0 if latency.zero_latency else latency.iteration_seconds(
+                    len(decodes), self._decode_kv_tokens(decodes), prefill_tokens)
+                await asyncio.sleep(self._pacer.sleep_for(seconds, loop.time()))
                 self._apply(decodes, prefills)
                 # the counters a real engine reports (EngineStats.counters): model time, no
                 # host time
@@ -377,44 +418,56 @@ class SimulatedEngine(Engine):
             self._closed = True
             self._fail_all(EngineError(f"engine {self.name!r} failed: {exc!r}"))
 
-    def _plan(self) -> tuple[list[_Request], list[tuple[_Request, int]]]:
-        decodes = [r for r in self._running if not r.is_prefilling]
+    def _plan(self) -> tuple[list[_Request], list[tuple[_Request, int]], int]:
+        """(the decodes, the prefill chunks, their tokens) of the next iteration."""
+        decodes: list[_Request] = []
+        prefilling: list[_Request] = []
+        for req in self._running:   # by priority, then admission order (see _admit)
+            (prefilling if req.is_fill or req.num_recompute > 0 else decodes).append(req)
         budget = self.config.max_num_batched_tokens - len(decodes)
         prefills = []
-        for req in self._running:   # by priority, then admission order (see _admit)
+        prefill_tokens = 0
+        for req in prefilling:
             if budget <= 0:
                 break
-            if req.is_prefilling:
-                left = req.num_recompute + (req.num_tokens - req.num_done
-                                            if req.kind is _Kind.FILL else 0)
-                chunk = min(budget, left)
-                prefills.append((req, chunk))
-                budget -= chunk
-        return decodes, prefills
+            left = req.num_recompute + (req.num_tokens - req.num_done if req.is_fill else 0)
+            chunk = min(budget, left)
+            prefills.append((req, chunk))
+            budget -= chunk
+            prefill_tokens += chunk
+        return decodes, prefills, prefill_tokens
+
+    def _decode_kv_tokens(self, decodes: list[_Request]) -> int:
+        """The KV the decodes read: a shared prefix once with `shared_prefix_decode`."""
+        contexts = [r.held_context for r in decodes]
+        return (self._kv.unique_tokens(contexts) if self.config.shared_prefix_decode
+                else sum(ctx.length for ctx in contexts))
 
     def _apply(self, decodes: list[_Request], prefills: list[tuple[_Request, int]]) -> None:
         for req in decodes:
             if req.is_finished or req.error is not None or req.context is None:
                 continue  # aborted during the iteration
             ctx = req.context
-            req.new_token_ids.append(filler_token(ctx.context_id, req.seed, ctx.length))
+            assert req.tokens is not None, "a Generate has its tokens"
+            req.new_token_ids.append(req.tokens.token(ctx.length))
             ctx.length += 1
             req.num_done += 1
-            req.event.set()
             if req.num_done == req.num_tokens:
-                self._finish(req)
-            elif req.eos_mean_tokens is not None and _ends_turn(
-                    ctx.context_id, req.seed, ctx.length, req.eos_mean_tokens):
+                self._finish(req)   # (which signals the token to the collector)
+            elif req.eos_mean_tokens is not None and req.ends_turn(ctx.length,
+                                                                   req.eos_mean_tokens):
                 req.finish_reason = "eos"
                 self._finish(req)
                 # the blocks reserved for the tokens it will not generate go back
                 self._kv.cut_back(ctx, ctx.length, is_computed=True)
+            else:
+                req.signal()
         for req, chunk in prefills:
             if req.is_finished or req.error is not None or req.context is None:
                 continue
             recomputed = min(chunk, req.num_recompute)
             req.num_recompute -= recomputed
-            if req.kind is _Kind.FILL:
+            if req.is_fill:
                 req.context.length += chunk - recomputed
                 req.num_done += chunk - recomputed
                 if req.num_done == req.num_tokens and req.num_recompute == 0:
@@ -467,8 +520,7 @@ class SimulatedEngine(Engine):
             req.context, req.created_context = reservation.context, reservation.created
             req.start_len, req.num_recompute = base_len, reservation.num_recompute
             self._waiting.remove(req)
-            # Both queues stay ordered by priority, then arrival (insort goes after equals).
-            bisect.insort(self._running, req, key=_by_priority)
+            _enqueue(self._running, req)
             if req.num_tokens == 0:
                 self._finish(req)
 
@@ -477,7 +529,8 @@ class SimulatedEngine(Engine):
     def _submit(self, req: _Request) -> _Request:
         if self._closed:
             raise EngineUnavailableError(f"engine {self.name!r} is closed")
-        self._ensure_started()
+        if self._task is None:
+            self._ensure_started()
         if req.context_id in self._claimed:
             raise ContextExistsError(f"context {req.context_id!r} is busy with another request")
         ctx = self._contexts.get(req.context_id)
@@ -489,7 +542,7 @@ class SimulatedEngine(Engine):
         parent = self._contexts.get(req.parent_id) if req.parent_id is not None else None
         self._check_fits(req, ctx.length if ctx else parent.length if parent else 0)
         self._claimed.add(req.context_id)
-        bisect.insort(self._waiting, req, key=_by_priority)
+        _enqueue(self._waiting, req)
         self._wake()
         return req
 
@@ -511,7 +564,7 @@ class SimulatedEngine(Engine):
         req.final_len = req.context.length
         self._running.remove(req)
         self._claimed.discard(req.context_id)
-        req.event.set()
+        req.signal()
 
     def _abort(self, req: _Request, exc: BaseException | None = None, *,
                by_client: bool = False) -> None:
@@ -537,7 +590,7 @@ class SimulatedEngine(Engine):
                     length = req.start_len if req.kind is _Kind.FILL else ctx.length
                     self._kv.cut_back(ctx, length, is_computed=req.num_recompute == 0)
         self._claimed.discard(req.context_id)
-        req.event.set()
+        req.signal()
         self._wake()
 
     def _fail_all(self, exc: BaseException) -> None:
@@ -545,13 +598,16 @@ class SimulatedEngine(Engine):
             self._abort(req, exc)
 
     def _wake(self) -> None:
-        if self._wakeup is not None:
-            self._wakeup.set()
+        """Wake the batching loop if it waits for work (a wake while it runs changes nothing:
+        it looks for work before it waits again)."""
+        idle = self._idle
+        if idle is not None and not idle.done():
+            idle.set_result(None)
 
     def _ensure_started(self) -> None:
         if self._closed:
             raise EngineUnavailableError(f"engine {self.name!r} is closed")
         if self._task is None:
-            self._wakeup = asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(
+            self._loop = asyncio.get_running_loop()
+            self._task = self._loop.create_task(
                 self._run(), name=f"simulated-engine-{self.name}")

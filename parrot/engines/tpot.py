@@ -40,16 +40,22 @@ class TpotMeter:
 class TpotTimer:
     """One Generate's chunks, as they are handed over."""
 
+    __slots__ = ("_meter", "_first", "_after_first", "_loop")
+
     def __init__(self, meter: TpotMeter) -> None:
         self._meter = meter
         self._first: float | None = None
         self._after_first = 0
+        self._loop: asyncio.AbstractEventLoop | None = None  # its Generate's, at the 1st chunk
 
     def observe(self, chunk: GenerateChunk, tokens: int | None = None) -> float | None:
         """Note a chunk handed over, of `tokens` tokens (default: its token ids; an engine
         that streams text only says how many it counts); the Generate's TPOT (seconds) when
         it finished it."""
-        now = asyncio.get_running_loop().time()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        now = loop.time()
         count = len(chunk.token_ids) if tokens is None else tokens
         if self._first is None:
             self._first, self._after_first = now, -count
