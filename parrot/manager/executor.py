@@ -197,15 +197,15 @@ async def _generate(call: Call, binding: OutputBinding, engine: EngineState,
                     visible=not binding.transforms)
         return result.text
     texts: list[str] = []
+    visible = not binding.transforms
     # Every engine's generate is an async generator (the protocol declares AsyncIterator).
     generated = cast(AsyncGenerator[GenerateChunk, None], engine.engine.generate(request))
     async with aclosing(generated) as chunks:
         async for chunk in chunks:
-            if "first_token" not in call.timings:
-                call.mark("first_token", asyncio.get_running_loop().time())
+            if not texts:   # the first chunk: its first token
+                call.timings.setdefault("first_token", asyncio.get_running_loop().time())
             texts.append(chunk.text)
-            stream.push(chunk.text, len(chunk.token_ids), chunk.finish_reason,
-                        visible=not binding.transforms)
+            stream.push(chunk.text, len(chunk.token_ids), chunk.finish_reason, visible=visible)
             if chunk.is_finished:
                 break
     return "".join(texts)

@@ -65,9 +65,10 @@ def transition(call: Call, target: CallState, now: float | None = None) -> None:
     deduction reads.
     """
     current = call.state
-    if not is_legal(current, target):
+    if target not in LEGAL_MOVES[current]:   # is_legal, inlined: three moves per call
         raise IllegalTransitionError(call.call_id, current, target)
-    now = loop_time() if now is None else now
+    if now is None:
+        now = loop_time()
     entered = call.state_entered.get(current)
     if entered is not None:
         call.state_seconds[current] = call.state_seconds.get(current, 0.0) + (now - entered)

@@ -254,8 +254,9 @@ class Manager:
     def submit(self, session: Session, request: SubmitRequest) -> Call:
         checked = check_submit(session, request)  # every mistake is raised before any change
         template, specs = checked.template, checked.specs
+        samplings = {name: request.output_sampling(name) for name in template.output_names}
         self.health.check_can_take({  # the engines' windows bound max_tokens up front
-            name: request.output_sampling(name).max_tokens for name in template.output_names})
+            name: sampling.max_tokens for name, sampling in samplings.items()})
         prompt_chars = self._check_prompt_chars(session, checked.template, {
             name: len(value) for name in template.input_names
             if not specs[name].transforms  # a transform may shorten it: counted when known
@@ -275,7 +276,7 @@ class Manager:
             out_spec = specs.get(name)
             var = checked.output_vars[name] or self.create_variable(session, name, None)
             outputs[name] = OutputBinding(
-                name, var.var_id, request.output_sampling(name),
+                name, var.var_id, samplings[name],
                 out_spec.transforms if out_spec else (), stream=var.stream)
         call = Call(call_id, session.session_id, template, inputs, outputs,
                     arrival_seq=next(self._arrivals))

@@ -35,28 +35,6 @@ class PrefixPiece:
     num_tokens: int = 0
 
 
-class TokenCount:
-    """A running estimate of a prompt's tokens: inputs whose real count is known (an output a
-    generation produced: the engine counted its tokens) add that count, other text adds its
-    characters at CHARS_PER_TOKEN. Text produced by a model can be far from 4 characters per
-    token (detokenized random-weight output is ~6.5), and a capacity decided on such an
-    estimate holds calls back that would fit."""
-
-    def __init__(self) -> None:
-        self.known_tokens = 0
-        self.other_chars = 0
-
-    def add(self, text: str, num_tokens: int | None = None) -> None:
-        if num_tokens is None:
-            self.other_chars += len(text)
-        else:
-            self.known_tokens += num_tokens
-
-    @property
-    def num_tokens(self) -> int:
-        return self.known_tokens + -(-self.other_chars // CHARS_PER_TOKEN)
-
-
 @dataclass(frozen=True)
 class PromptEstimate:
     """What the manager needs of a call's prompt before it runs, from one walk of it."""
@@ -77,11 +55,16 @@ def estimate_prompt(template: Template, values: Mapping[str, str], salt: str = "
     hash, so equal prompts of different tenants never share a context (docs/SECURITY.md).
     Each piece carries the estimated tokens up to its end.
 
-    Tokens: `TokenCount` over every segment but the outputs (text after an output counts
-    too), with `token_counts` the real counts of some inputs, by name.
+    Tokens: every segment but the outputs (text after an output counts too); an input whose
+    real count is known (`token_counts`, by name: an output a generation produced, whose
+    tokens the engine counted) adds that count, other text its characters at
+    CHARS_PER_TOKEN. Text produced by a model can be far from 4 characters per token
+    (detokenized random-weight output is ~6.5), and a capacity decided on such an estimate
+    holds calls back that would fit.
     """
     counts = token_counts or {}
-    total = TokenCount()
+    # (sums kept in locals: this walk runs for every call that becomes ready)
+    known_tokens = other_chars = 0
     hasher = prefix_hasher(salt)
     pieces: list[PrefixPiece] = []
     prefix_done = False
@@ -93,16 +76,21 @@ def estimate_prompt(template: Template, values: Mapping[str, str], salt: str = "
             # an input not known yet (a call still waiting) ends the certain prefix
             prefix_done = prefix_done or seg.name not in values
             text = values.get(seg.name, "")
-            total.add(text, counts.get(seg.name))
+            if (count := counts.get(seg.name)) is None:
+                other_chars += len(text)
+            else:
+                known_tokens += count
         else:
             text = seg.text
-            total.add(text)
+            other_chars += len(text)
         if prefix_done or not text:
             continue
-        add_piece(hasher, text)
+        data = text.encode("utf-8")   # add_piece, inlined
+        hasher.update(len(data).to_bytes(8, "big"))
+        hasher.update(data)
         pieces.append(PrefixPiece(text, hasher.copy().hexdigest(), isinstance(seg, Text),
-                                  total.num_tokens))
-    return PromptEstimate(tuple(pieces), total.num_tokens)
+                                  known_tokens + -(-other_chars // CHARS_PER_TOKEN)))
+    return PromptEstimate(tuple(pieces), known_tokens + -(-other_chars // CHARS_PER_TOKEN))
 
 
 def prefix_hasher(salt: str) -> Any:
