@@ -225,7 +225,7 @@ class Manager:
             session.num_waiters += 1
             try:
                 async with asyncio.timeout(limit):  # in this task: no task per waiting get
-                    await var.ready.wait()
+                    await var.wait_finished()
             except TimeoutError:
                 raise GetTimeoutError(f"variable {var_id} not ready after {limit:g} s") from None
             finally:

@@ -39,8 +39,10 @@ class Variable:
     # by an output transform): capacity estimates of the calls that read it use this count.
     num_tokens: int | None = None
     criterion: Criterion | None = None        # set by a `get` (seed of deduction)
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
     stream: TextStream = field(default_factory=TextStream)  # the value while it is generated
+    # Set when it finishes; made only while someone waits (`wait_finished`): most variables
+    # are never waited on (a chain's inner values), and one is made with every call.
+    _finished: asyncio.Event | None = field(default=None, repr=False, compare=False)
 
     @property
     def is_ready(self) -> bool:
@@ -50,18 +52,29 @@ class Variable:
     def is_finished(self) -> bool:
         return self.value is not None or self.error is not None
 
+    async def wait_finished(self) -> None:
+        """Until it has its value or its error (at once if it has)."""
+        if self.is_finished:
+            return
+        if self._finished is None:
+            self._finished = asyncio.Event()
+        await self._finished.wait()
+
     def set_value(self, value: str, num_tokens: int | None = None) -> None:
         assert not self.is_finished, f"variable {self.var_id} set twice"
         self.value = value
         self.num_tokens = num_tokens
-        self.ready.set()
-        self.stream.notify()
+        self._wake()
 
     def fail(self, error: ParrotError) -> None:
         if self.is_finished:
             return
         self.error = error
-        self.ready.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._finished is not None:
+            self._finished.set()
         self.stream.notify()
 
 

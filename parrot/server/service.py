@@ -141,7 +141,7 @@ class ParrotServer:
         """Drain, then stop: what parrot-serve does on SIGTERM (see the module docstring)."""
         grace = self.config.manager.shutdown_grace_s if grace_s is None else grace_s
         self.api.is_draining = True
-        producing = [var.ready.wait() for session in self.manager.sessions
+        producing = [var.wait_finished() for session in self.manager.sessions
                      for var in session.variables.values()
                      if var.producer is not None and not var.is_finished]
         if producing and grace > 0:

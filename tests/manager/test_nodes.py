@@ -16,7 +16,7 @@ from parrot.types import CallState
 
 async def test_a_variable_is_set_once_and_wakes_its_waiters():
     var = Variable("v-1", "s-1", "x")
-    waiter = asyncio.create_task(var.ready.wait())
+    waiter = asyncio.create_task(var.wait_finished())
     await asyncio.sleep(0)
     assert not var.is_ready and not var.is_finished and not waiter.done()
     var.set_value("")  # an empty string is a value
@@ -26,13 +26,17 @@ async def test_a_variable_is_set_once_and_wakes_its_waiters():
         var.set_value("again")
     var.fail(CallFailedError("late"))  # a finished variable keeps its value
     assert (var.value, var.error) == ("", None)
+    await asyncio.wait_for(var.wait_finished(), 1)  # finished: a new wait ends at once
 
 
 async def test_a_failed_variable_is_finished_but_not_ready():
     var = Variable("v-2", "s-1", "y")
     error = CallFailedError("upstream failed")
+    waiter = asyncio.create_task(var.wait_finished())
+    await asyncio.sleep(0)
     var.fail(error)
-    assert var.is_finished and not var.is_ready and var.ready.is_set()
+    await asyncio.wait_for(waiter, 1)   # a failure wakes its waiters too
+    assert var.is_finished and not var.is_ready
     var.fail(CallFailedError("second"))  # the first error stays
     assert var.error is error
 

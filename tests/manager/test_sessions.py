@@ -69,7 +69,7 @@ async def test_fail_unfinished_fails_only_variables_without_a_value():
     error = ShuttingDownError("stopping")
     assert store.fail_unfinished(error) == 1
     assert (done.value, done.error) == ("42", None)
-    assert waiting.error is error and waiting.ready.is_set()
+    assert waiting.error is error and waiting.is_finished
     assert store.fail_unfinished(error) == 0  # already failed: not counted twice
 
 
