@@ -9,12 +9,15 @@ is networkx's node-link form.
 
 from __future__ import annotations
 
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from parrot.manager.nodes import Call, Variable
 from parrot.errors import ConflictError
 from parrot.types import Criterion, strongest
 from parrot.wire_types.service import CallNode, Graph, GraphLink, VariableNode
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 
@@ -219,7 +222,11 @@ class SessionGraph:
 
     def to_networkx(self) -> nx.DiGraph:
         """The DAG as a networkx DiGraph (each node's object under "obj"), for analysis and
-        tools; the manager's own per-call work reads the adjacency dicts above."""
+        tools; the manager's own per-call work reads the adjacency dicts above. networkx is
+        imported here, on the first use: importing it costs ~0.2 s, which every `import
+        parrot` (a client program) and every parrot-serve start would otherwise pay."""
+        import networkx as nx
+
         graph = nx.DiGraph()
         for node_id, obj in self._nodes.items():
             graph.add_node(node_id, obj=obj)

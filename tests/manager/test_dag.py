@@ -116,3 +116,15 @@ def test_the_dag_as_networkx_has_the_same_nodes_and_edges():
     assert list(g.nodes) == ["x", "a", "A", "b", "B"]
     assert list(g.edges) == [("x", "A"), ("x", "B"), ("a", "B"), ("A", "a"), ("B", "b")]
     assert nx.is_directed_acyclic_graph(g) and g.nodes["B"]["obj"].call_id == "B"
+
+
+def test_neither_a_client_nor_parrot_serve_imports_networkx_until_asked():
+    import subprocess
+    import sys
+
+    code = ("import sys, parrot, parrot.cli.serve; print('networkx' in sys.modules); "
+            "from tests.manager.dags import Dag; Dag().graph.to_networkx(); "
+            "print('networkx' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.split() == ["False", "True"]
