@@ -13,7 +13,7 @@ Slow clients are bounded too: a connection must finish a request's headers withi
 
 More routes (e.g. an OpenAI-compatible API) plug in through `create_app(..., routes=...)`:
 plain aiohttp route definitions, matched before the wire API's catch-all, behind the same
-JSON-error middleware.
+one middleware (`Front`: JSON errors, the 413 of an over-limit length, request metrics).
 """
 
 from __future__ import annotations
@@ -21,12 +21,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from http import HTTPStatus
 from typing import Any
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_urldispatcher import AbstractResource
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from parrot.manager.admission import CALLS_PER_SLICE
 from parrot.server.json_body import parse_json_body
@@ -49,6 +52,11 @@ _TYPE_OF_STATUS = {400: "InvalidRequestError", 401: "UnauthorizedError", 404: "N
 # json.dumps as it writes every reply, without its cycle check: a reply's wire form is a tree
 # that to_wire builds anew, never cyclic (a cycle would be a bug either way: a 500).
 _encode = json.JSONEncoder(check_circular=False).encode
+
+# A reply's headers, built once (read-only): aiohttp copies them into each reply, where
+# `text=` with `content_type=` would check, join and encode them anew every time. The same
+# header as those made.
+_JSON_HEADERS = CIMultiDictProxy(CIMultiDict({"Content-Type": "application/json; charset=utf-8"}))
 
 
 def error_body(status: int, message: str) -> JsonObject:
@@ -86,43 +94,104 @@ async def read_json(request: web.Request, max_body: int, timeout_s: float) -> ob
         return None
     try:
         if request.content.is_eof():
-            # The whole body came with the headers (a small one nearly always): reading it
-            # never waits, so no timer and no task for wait_for.
-            raw = await request.read()
+            # The whole body came with the headers (a small one nearly always): it is all in
+            # the buffer already, taken in one piece (no read loop, no copy into a bytearray
+            # and out; no timer and no task for wait_for).
+            raw = request.content.read_nowait()
+            if not request.content.at_eof():  # (never seen: the end was fed after the data)
+                raw += await request.read()
         else:
             raw = await asyncio.wait_for(request.read(), timeout_s)
-    except web.HTTPRequestEntityTooLarge:
-        raise PayloadTooLargeError(f"request body over {max_body} bytes") from None
+    except web.HTTPRequestEntityTooLarge:  # request.read(): over the app's client_max_size
+        raise _body_too_large(max_body) from None
     except TimeoutError:
         raise RequestTimeoutError(f"request body not received within {timeout_s:g} s") from None
-    return await beside_loop(len(raw) >= OFF_LOOP_BYTES, lambda: parse_json_body(raw))
+    if len(raw) > max_body:  # a buffered body, held to the limit as request.read() holds it
+        raise _body_too_large(max_body)
+    if len(raw) < OFF_LOOP_BYTES:  # a small body is parsed here: no coroutine for the hop
+        return parse_json_body(raw)
+    return await beside_loop(True, lambda: parse_json_body(raw))
 
 
-def json_errors(max_body: int) -> Any:
-    """The middleware of every route: every error as the wire API's JSON error form, and a 413
-    at once to a request whose Content-Length is over the limit (before any route,
-    authentication or read: waiting for the body would hold the connection until the body
-    timeout). One middleware for both: each middleware is a layer of calls on every request."""
+def _body_too_large(max_body: int) -> PayloadTooLargeError:
+    return PayloadTooLargeError(f"request body over {max_body} bytes")
+
+
+# What the front door's parts plug into the one middleware (`Front`): an observer of every
+# answered request (the request, its status, its seconds: /metrics and the access log), and
+# the error shape of a route whose 413 is not in the wire API's (the OpenAI routes').
+RequestObserver = Callable[[web.Request, int, float], None]
+ErrorShape = Callable[[ParrotError], web.Response]
+
+
+class Front:
+    """The app's one middleware: every error as the wire API's JSON error form, a 413 at once
+    to a request whose Content-Length is over the limit (before any route, authentication or
+    read: waiting for the body would hold the connection until the body timeout), and every
+    request observed once answered (`observe`: the metrics and the access log).
+
+    One middleware for all of it, not one per concern: each middleware is a layer of calls
+    (a partial, a coroutine, a frame) on every request, and aiohttp adds one of its own
+    (`_fix_request_current_app`) whenever there is any."""
+
+    def __init__(self, max_body: int) -> None:
+        self.max_body = max_body
+        self._observers: list[RequestObserver] = []
+        self._shapes: dict[AbstractResource | None, ErrorShape] = {}
+
+    def observe(self, observer: RequestObserver) -> None:
+        """Call `observer(request, status, seconds)` after every request: with the answer's
+        status, the status of a redirect raised, or 500 where none came (the client went
+        away, cancelling the handler)."""
+        self._observers.append(observer)
+
+    def error_shape(self, resource: AbstractResource, shape: ErrorShape) -> None:
+        """Answer the 413 of an over-limit Content-Length on `resource` with `shape` (the
+        route's own error form) instead of the wire API's."""
+        self._shapes[resource] = shape
+
     @web.middleware
-    async def answer(request: web.Request, handler: Handler) -> web.StreamResponse:
-        length = request.content_length
-        if length is not None and length > max_body:
-            resp = error_response(PayloadTooLargeError(
-                f"request body of {length} bytes is over the limit of {max_body}"))
-            resp.force_close()
-            return resp
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        observers = self._observers
+        started = time.perf_counter() if observers else 0.0
+        status = 500  # no answer: the handler was cancelled (client gone) or did not return
         try:
-            return await handler(request)
-        except ParrotError as exc:
-            return error_response(exc)
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise
-            return web.json_response(error_body(exc.status, exc.reason), status=exc.status)
-        except Exception:  # noqa: BLE001 - a bug answers 500; the server keeps serving
-            log.exception("unhandled error in %s %s", request.method, request.path)
-            return web.json_response(error_body(500, "internal server error"), status=500)
-    return answer
+            length = request.content_length
+            if length is not None and length > self.max_body:
+                response: web.StreamResponse = self._too_large(request, length)
+            else:
+                try:
+                    response = await handler(request)
+                except ParrotError as exc:
+                    response = error_response(exc)
+                except web.HTTPException as exc:
+                    if exc.status < 400:
+                        status = exc.status
+                        raise
+                    response = web.json_response(error_body(exc.status, exc.reason),
+                                                 status=exc.status)
+                except Exception:  # noqa: BLE001 - a bug answers 500; the server keeps serving
+                    log.exception("unhandled error in %s %s", request.method, request.path)
+                    response = web.json_response(error_body(500, "internal server error"),
+                                                 status=500)
+            status = response.status
+            return response
+        finally:
+            if observers:
+                seconds = time.perf_counter() - started
+                for observe in observers:
+                    observe(request, status, seconds)
+
+    def _too_large(self, request: web.Request, length: int) -> web.Response:
+        shape = self._shapes.get(request.match_info.route.resource, error_response)
+        resp = shape(PayloadTooLargeError(
+            f"request body of {length} bytes is over the limit of {self.max_body}"))
+        resp.force_close()
+        return resp
+
+
+# The app's `Front`: the front door's setups plug their observer and error shapes into it.
+FRONT = web.AppKey("parrot_front", Front)
 
 
 AppSetup = Callable[[web.Application], None]
@@ -130,10 +199,10 @@ AppSetup = Callable[[web.Application], None]
 
 def create_app(api: WireAPI, setup: Sequence[AppSetup] = (),
                routes: Iterable[web.AbstractRouteDef] = ()) -> web.Application:
-    """`setup` callbacks add their own routes and middlewares (the OpenAI front door, /metrics,
-    /openapi.json: parrot/server/front_door.py) and `routes` plain routes, all before the wire
-    API's routes. The JSON-error middleware is the innermost, so the others (the
-    metrics of /metrics) see every error as the response it became."""
+    """`setup` callbacks add their own routes (the OpenAI front door, /metrics, /openapi.json:
+    parrot/server/front_door.py) and plug into the app's `Front` (`app[FRONT]`: the request
+    observer of /metrics, the OpenAI routes' 413 shape), and `routes` plain routes, all before
+    the wire API's routes. An observer sees every error as the response it became."""
     config = api.manager.config
     max_body = config.max_body_bytes
 
@@ -146,13 +215,16 @@ def create_app(api: WireAPI, setup: Sequence[AppSetup] = (),
         reply = await route(body)
         status = 503 if isinstance(reply, Health) and reply.status != "ok" else 200
         big = isinstance(reply, BatchReply) and len(reply.results) >= CALLS_PER_SLICE
-        text = await beside_loop(big, lambda: _encode(reply.to_wire()))  # the one serialisation
-        return web.Response(text=text, status=status, content_type="application/json")
+        # The one serialisation: a small reply here, without the coroutine of a hop.
+        text = (await beside_loop(True, lambda: _encode(reply.to_wire())) if big
+                else _encode(reply.to_wire()))
+        return web.Response(body=text.encode(), status=status, headers=_JSON_HEADERS)
 
     app = web.Application(client_max_size=max_body)
+    front = app[FRONT] = Front(max_body)
     for add in setup:
         add(app)
-    app.middlewares.append(json_errors(max_body))
+    app.middlewares.append(front.middleware)
     app.router.add_routes(list(routes))  # before the wire API's, so they win
     # The wire API's paths without parameters as routes of their own: aiohttp finds them at
     # its first lookup (a catch-all is its last), and /metrics labels them by that route.

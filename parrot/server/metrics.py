@@ -3,7 +3,8 @@
 State (queue depth per criterion, calls by state, engine load and KV use, prefix hits) is read
 from the manager when scraped, so it is never stale and costs nothing between scrapes. Events
 (per-call latencies, policy decision time, HTTP requests) are observed as they happen through
-the manager's `call_observers`, the scheduler's `round_observers` and an aiohttp middleware.
+the manager's `call_observers`, the scheduler's `round_observers` and the HTTP app's one
+middleware (`http_api.Front`, which calls `Metrics.observe_request` after every request).
 Every server has its own `CollectorRegistry` (no process-global state).
 
     parrot_ready_calls{criterion}          calls waiting for a placement
@@ -53,11 +54,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
 from collections.abc import Iterable, Sequence
 
 from aiohttp import web
-from aiohttp.typedefs import Handler
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram,
                                generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -66,6 +65,7 @@ from prometheus_client.registry import Collector
 from parrot.manager.engine_pool import EngineState
 from parrot.manager.manager import CANCELLED, Manager
 from parrot.manager.nodes import Call
+from parrot.server.http_api import FRONT, bearer_token
 from parrot.server.tenants import AccessControl
 from parrot.engines.counters import COUNTERS
 from parrot.engines.protocol import EngineStats
@@ -295,36 +295,24 @@ class Metrics:
 
     def setup(self, app: web.Application) -> None:
         app.router.add_get("/metrics", self.serve)
-        app.middlewares.append(self.middleware)
+        app[FRONT].observe(self.observe_request)
 
     async def serve(self, request: web.Request) -> web.Response:
         if self._access is not None:
-            from parrot.server.http_api import bearer_token
-
             self._access.require_admin(bearer_token(request), "/metrics")
         await self.state.refresh_engine_stats()
         return web.Response(body=generate_latest(self.registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    @web.middleware
-    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        started = time.perf_counter()
-        status = 500
-        try:
-            response = await handler(request)
-            status = response.status
-            return response
-        except web.HTTPException as exc:
-            status = exc.status
-            raise
-        finally:
-            seconds = time.perf_counter() - started
-            route = self.route_label(request)
-            self._request_count(request.method, route, status).inc()
-            self._request_timer(route).observe(seconds)
-            if access_log.isEnabledFor(logging.INFO):  # the peer and path cost a lookup each
-                access_log.info("%s %s %s %d %.1fms", request.remote, request.method,
-                                request.path_qs, status, seconds * 1000)
+    def observe_request(self, request: web.Request, status: int, seconds: float) -> None:
+        """A request answered (`http_api.Front`, the app's one middleware, calls it after
+        every request, with the status a client got or 500 where none came)."""
+        route = self.route_label(request)
+        self._request_count(request.method, route, status).inc()
+        self._request_timer(route).observe(seconds)
+        if access_log.isEnabledFor(logging.INFO):  # the peer and path cost a lookup each
+            access_log.info("%s %s %s %d %.1fms", request.remote, request.method,
+                            request.path_qs, status, seconds * 1000)
 
     def _request_count(self, method: str, route: str, status: int) -> Counter:
         key = (method, route, status)

@@ -21,13 +21,12 @@ from typing import Any
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from aiohttp.web_urldispatcher import AbstractResource
 
 from parrot.manager.admission import Admission
 from parrot.chat import load_renderer, renderer_loaded
 from parrot.server.chat_submit import chat_template_of
 from parrot.manager.engine_pool import EngineState
-from parrot.server.http_api import Handler, bearer_token, error_headers, read_json
+from parrot.server.http_api import FRONT, bearer_token, error_headers, read_json
 from parrot.manager.manager import Manager
 from parrot.server.off_loop import OFF_LOOP_BYTES, beside_loop, serving_http
 from parrot.server.oneshot import Delta, OneShot
@@ -38,8 +37,7 @@ from parrot.server.sse import finish, is_disconnect, open_stream, send
 from parrot.manager.sessions import Session
 from parrot.server.tenants import TenantGrant
 from parrot.errors import (CallFailedError, EngineUnavailableError, InvalidRequestError,
-                           NotFoundError, ParrotError, PayloadTooLargeError,
-                           PromptTooLongError)
+                           NotFoundError, ParrotError, PromptTooLongError)
 from parrot.sampling import SamplingParams
 from parrot.types import estimate_num_tokens
 
@@ -120,7 +118,6 @@ class OpenAIRoutes:
         # configured (the request's bearer token), draining, the session limit.
         self._admit_session = admit_session
         self.started = int(time.time())
-        self._resources: set[AbstractResource | None] = set()  # the routes answered in our shape
 
     def setup(self, app: web.Application) -> None:
         for method, path, route in (
@@ -128,22 +125,12 @@ class OpenAIRoutes:
                 ("GET", "/v1/models/{model:.+}", self.get_model),
                 ("POST", "/v1/completions", self.completions),
                 ("POST", "/v1/chat/completions", self.chat_completions)):
-            self._resources.add(app.router.add_route(method, path, self._guard(route)).resource)
+            resource = app.router.add_route(method, path, self._guard(route)).resource
+            # An over-limit Content-Length on an OpenAI route: the app's middleware answers
+            # its 413 at once, in OpenAI's error shape (Parrot's on the other routes).
+            if resource is not None:
+                app[FRONT].error_shape(resource, openai_error)
             app.router.add_route("*", path, _method_not_allowed(method))
-        app.middlewares.append(self._too_large)
-
-    @web.middleware
-    async def _too_large(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """An over-limit Content-Length on an OpenAI route: 413 at once in OpenAI's error shape
-        (the wire API's own check, further in, answers the other routes in Parrot's)."""
-        length = request.content_length
-        if (length is not None and length > self._max_body
-                and request.match_info.route.resource in self._resources):
-            resp = openai_error(PayloadTooLargeError(
-                f"request body of {length} bytes is over the limit of {self._max_body}"))
-            resp.force_close()
-            return resp
-        return await handler(request)
 
     def _guard(self, route: Route) -> Route:
         async def handler(request: web.Request) -> web.StreamResponse:
