@@ -49,11 +49,12 @@ engine's speed profile (placement.Slot.capacity).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 from collections.abc import Hashable, Sequence, Set
 
 from parrot.policies.base import CallView, EngineView, Placement, Policy, PolicyParams
 from parrot.errors import PolicyConfigError
-from parrot.policies.slots import Demand, Slot, spread_finish_ms
+from parrot.policies.slots import Demand, Slot, spread_finish_ms, with_room
 from parrot.types import Criterion
 from parrot.validation import Checks
 
@@ -124,6 +125,8 @@ class AppCentricParams(PolicyParams):
 _OTHER = {Criterion.LATENCY: Criterion.THROUGHPUT, Criterion.THROUGHPUT: Criterion.LATENCY}
 
 Assignment = tuple[CallView, Slot, Demand]
+# An option's finish time, read without a Python call per option (options: slot, demand, ms)
+_FINISH_MS = itemgetter(2)
 
 
 class AppCentricPolicy(Policy):
@@ -156,7 +159,8 @@ class AppCentricPolicy(Policy):
         # latency limit would otherwise wait in (Slot.has_room_backlogged).
         latency_waiting = sum(self._criterion(c) is Criterion.LATENCY for c in calls)
         for criterion, unit in self._by_priority(self._units(calls)):
-            usable = [s for s in slots if s.index not in reserved]
+            # (read only: without a reservation, the slots themselves)
+            usable = [s for s in slots if s.index not in reserved] if reserved else slots
             done = self._place_unit(unit, criterion, usable, saturated[criterion],
                                     latency_waiting)
             placed.extend(done)
@@ -216,7 +220,9 @@ class AppCentricPolicy(Policy):
         demand = {c: 0 for c in Criterion}
         for call in calls:
             demand[self._criterion(call)] += call.num_tokens
-        return {c: demand[c] > sum(s.free(c) for s in slots) for c in Criterion}
+        # (no demand exceeds no room: the engines' free tokens are summed only where asked)
+        return {c: demand[c] > 0 and demand[c] > sum(s.free(c) for s in slots)
+                for c in Criterion}
 
     # --- one unit ----------------------------------------------------------------------------
 
@@ -229,6 +235,8 @@ class AppCentricPolicy(Policy):
             for call, slot, demand in self._assign(unit, criterion, slots, saturated):
                 slot.add_call(call, criterion, demand)
                 placed.append((call, slot))
+        if len(placed) == len(unit):
+            return placed   # all of it fits: none waits for the backlog or an idle engine
         done = {call.call_id for call, _ in placed}
         # A per-token target is a promise the backlog would break: it never passes one.
         if (criterion is Criterion.LATENCY and self.params.admit_latency_backlog
@@ -324,7 +332,7 @@ class AppCentricPolicy(Policy):
     def _split(self, unit: list[CallView], criterion: Criterion, pool: list[Slot],
                saturated: bool) -> tuple[list[Assignment], float]:
         """Members one by one to where each finishes first; the unit's finish time (the latest
-        engine's)."""
+        engine's; 0.0 for a lone call, whose split `_assign` takes as it is)."""
         totals: dict[int, Demand] = {}
         brought: dict[int, set[str]] = {}
         assignments: list[Assignment] = []
@@ -336,8 +344,7 @@ class AppCentricPolicy(Policy):
             if plain is not None and not totals:
                 # The usual case in one pass: `has_room` of that demand decides alone (the
                 # bound `may_have_room` checks is this very demand for a plain call).
-                options = [(slot, plain, ms) for slot in pool
-                           if (ms := slot.finish_if_room(plain, criterion)) is not None]
+                options = with_room(pool, plain, criterion)
             else:
                 options = self._options(call, plain, criterion, pool, totals, brought)
             # Members of a larger unit go where they finish first: keeping them together is
@@ -346,9 +353,13 @@ class AppCentricPolicy(Policy):
             if best is None:
                 continue
             slot, after, _ = best
-            assignments.append((call, slot, _delta(after, totals.get(slot.index, Demand()))))
+            before = totals.get(slot.index)
+            # (the first on its engine adds all it demands: `after` is its delta, read only)
+            assignments.append((call, slot, after if before is None else _delta(after, before)))
             totals[slot.index] = after
             brought.setdefault(slot.index, set()).update(call.prefix_hashes)
+        if len(unit) == 1:
+            return assignments, 0.0
         finish = max((s.finish_ms(totals[s.index]) for _, s, _ in assignments), default=0.0)
         return assignments, finish
 
@@ -392,22 +403,25 @@ class AppCentricPolicy(Policy):
             return min(options, key=lambda o: (self._conflicts(o[0], criterion),
                                                not self._colocated(o, call),
                                                -(o[0].load + o[1].load), o[0].index))
-        bound = min([ms for _, _, ms in options]) * (1 + self.params.colocation_slack)
-        within = [o for o in options if o[2] <= bound]
-        # Among placements about as fast as the fastest: engines not serving the other
-        # criterion (isolation; a mixed engine only when much faster), co-located ones first.
-        # (`_conflicts` and `_colocated` inlined: this runs for every engine a call could take)
+        bound = min(map(_FINISH_MS, options)) * (1 + self.params.colocation_slack)
+        # Among placements about as fast as the fastest (`within` the bound): engines not
+        # serving the other criterion (isolation; a mixed engine only when much faster),
+        # co-located ones first. (`_conflicts` and `_colocated` inlined, and the calm ones
+        # taken from `options` in the same pass: this runs for every engine a call could take)
         other = _OTHER[criterion]
-        calm = ([o for o in within if not (o[0].isolates and o[0].num_by_criterion[other] > 0)]
-                or within if self.params.isolate_criteria else within)
+        if self.params.isolate_criteria:
+            calm = ([o for o in options if o[2] <= bound and (o[0].num_by_criterion[other] <= 0
+                                                              or not o[0].isolates)]
+                    or [o for o in options if o[2] <= bound])
+        else:
+            calm = [o for o in options if o[2] <= bound]
         if not colocate:
             together = []
         elif call.task_group is not None and self.params.colocate_task_groups:
             together = [o for o in calm if self._colocated(o, call)]
         else:
             together = [o for o in calm if o[1].affine]
-        return min(together or calm, key=lambda o: (o[2], o[0].num_by_criterion[criterion] <= 0,
-                                                    o[0].index))  # serves(), read inline
+        return _fastest(together or calm, criterion)
 
     def _conflicts(self, slot: Slot, criterion: Criterion) -> bool:
         # Only in a round that isolates: where isolation would cost the throughput work more
@@ -451,6 +465,20 @@ def can_isolate(throughput: Sequence[CallView], slots: Sequence[Slot], slack: fl
         return True
     return (spread_finish_ms(latency_free, throughput)
             <= spread_finish_ms(slots, throughput) * (1 + slack))
+
+
+def _fastest(options: list[tuple[Slot, Demand, float]],
+             criterion: Criterion) -> tuple[Slot, Demand, float]:
+    """The option first by (finish ms, not serving `criterion`, engine order): the least
+    finish time, ties to an engine already serving the criterion, then the first engine.
+    (The ties are taken apart only where there are any: the policy picks among every engine
+    for every call, and a key tuple built per option cost about as much as pricing them.)"""
+    fastest = min(map(_FINISH_MS, options))
+    ties = [o for o in options if o[2] == fastest]
+    if len(ties) == 1:
+        return ties[0]
+    # options come in engine order: the first of the ties serving the criterion, else the first
+    return next((o for o in ties if o[0].num_by_criterion[criterion] > 0), ties[0])
 
 
 def _delta(after: Demand, before: Demand) -> Demand:

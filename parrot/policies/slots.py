@@ -44,8 +44,8 @@ class Slot:
     # rounds, plus those placed this round.
     pending_prefill: int = 0
     # Whether throughput calls joining this engine while it serves latency calls are held to
-    # the latency capacity (see `capacity`).
-    isolates: bool = True
+    # the latency capacity (see `capacity`; a property, since setting it re-prices the slot).
+    _isolates: bool = True
     throughput_load: int = 0        # of `load`, the THROUGHPUT calls' own tokens
     # What this round placed here; the snapshot's own sets are read, never copied (an
     # engine may hold many cached prefixes).
@@ -65,15 +65,22 @@ class Slot:
     # While it serves no throughput work, latency calls are not held to the latency capacity
     # among themselves: they join up to the engine's own limit (`own_limit`). Holding one
     # back for other latency calls only moves its latency into the manager's queue. The
-    # policy sets it per round (AppCentricParams.work_conserving).
-    work_conserving: bool = False
+    # policy sets it per round (AppCentricParams.work_conserving; a property like `isolates`).
+    _work_conserving: bool = False
     # AppCentricParams.work_conserving, whatever this round's work: where throughput calls
     # fill the engine to the throughput capacity (no isolation), latency calls may too.
-    work_conserving_mixed: bool = False
+    _work_conserving_mixed: bool = False
     # Memo of `latency_limit`: the largest call size the capacity already suits (computed
     # on first use), and the limits of larger sizes.
     _suits_up_to: int | None = field(default=None, repr=False)
     _limits: dict[int, int] = field(default_factory=dict, repr=False)
+    # Memo of `finish_if_room` while the slot stays as it is: (criterion, load, prefill,
+    # output, own_min) of a demand → its finish ms, None where it has no room. The policy
+    # prices every queued call on every engine each round, many of them alike, and a
+    # placement changes one slot; so it is cleared by every change (`add_call`, the rule
+    # properties): change a slot only through those.
+    _prices: dict[tuple[Criterion, int, int, int, int], float | None] = field(
+        default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, view: EngineView, index: int, latency_step_slack: float = 0.0, *,
@@ -90,6 +97,33 @@ class Slot:
                    latency_step_slack=latency_step_slack,
                    chained_latency_seq=view.chained_latency_seq,
                    target_tokens=target)
+
+    @property
+    def isolates(self) -> bool:
+        return self._isolates
+
+    @isolates.setter
+    def isolates(self, value: bool) -> None:
+        self._isolates = value
+        self._prices.clear()
+
+    @property
+    def work_conserving(self) -> bool:
+        return self._work_conserving
+
+    @work_conserving.setter
+    def work_conserving(self, value: bool) -> None:
+        self._work_conserving = value
+        self._prices.clear()
+
+    @property
+    def work_conserving_mixed(self) -> bool:
+        return self._work_conserving_mixed
+
+    @work_conserving_mixed.setter
+    def work_conserving_mixed(self, value: bool) -> None:
+        self._work_conserving_mixed = value
+        self._prices.clear()
 
     def holds_task_group(self, task_group: str) -> bool:
         return task_group in self.placed_task_groups or task_group in self.view.task_groups
@@ -200,7 +234,14 @@ class Slot:
 
     def finish_if_room(self, demand: Demand, criterion: Criterion) -> float | None:
         """`finish_ms(demand)` where `has_room(demand, criterion)`, else None: one call per
-        engine a call could take, which the policy prices for every queued call."""
+        engine a call could take, which the policy prices for every queued call (so a
+        demand priced here before, the slot unchanged since, is read from `_prices`)."""
+        key = (criterion, demand.load, demand.prefill, demand.output, demand.own_min)
+        if key not in self._prices:
+            self._prices[key] = self._finish_if_room(demand, criterion)
+        return self._prices[key]
+
+    def _finish_if_room(self, demand: Demand, criterion: Criterion) -> float | None:
         load = self.load + demand.load
         if load > self.capacity(criterion, demand.own_min):
             return None
@@ -274,6 +315,7 @@ class Slot:
         return self.view.kv_free_tokens - (self.load - self.view.num_tokens_in_use)
 
     def add_call(self, call: CallView, criterion: Criterion, demand: Demand) -> None:
+        self._prices.clear()
         self.load += demand.load
         if criterion is Criterion.THROUGHPUT:
             self.throughput_load += demand.load
@@ -354,6 +396,18 @@ class Slot:
         profile = self.view.profile
         return (profile.prefill_ms_per_token * (self.pending_prefill + demand.prefill)
                 + profile.decode_ms(self.load + demand.load) * demand.output) / self.view.speed
+
+
+def with_room(slots: Sequence[Slot], demand: Demand,
+              criterion: Criterion) -> list[tuple[Slot, Demand, float]]:
+    """(slot, `demand`, finish ms) for each of `slots` with room for `demand`: its
+    `finish_if_room` on every engine, the memo read inline (the policy asks this of every
+    engine for every queued call without prefixes, and most of them are priced already)."""
+    key = (criterion, demand.load, demand.prefill, demand.output, demand.own_min)
+    for slot in slots:
+        if key not in slot._prices:
+            slot._prices[key] = slot._finish_if_room(demand, criterion)
+    return [(slot, demand, ms) for slot in slots if (ms := slot._prices[key]) is not None]
 
 
 def spread_finish_ms(slots: Sequence[Slot], calls: Sequence[CallView]) -> float:
