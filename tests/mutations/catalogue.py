@@ -750,11 +750,11 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "calm_engines_preferred_in_a_round_that_does_not_isolate",
         "parrot/policies/app_centric.py",
-        "        return (self.params.isolate_criteria and slot.isolates\n",
-        "        return (self.params.isolate_criteria\n",
+        "                                                              or not o[0].isolates)]\n",
+        "                                                              or False)]\n",
         ("tests/policies/test_app_centric.py::"
          "test_isolation_holds_while_confining_throughput_work_costs_little",),
-        where="AppCentricPolicy._conflicts"),
+        where="AppCentricPolicy._pick"),
     Mutation(
         "latency_capacity_defaults_to_the_a100s", "parrot/serve_config.py",
         "    latency_capacity: int | None = None\n",
