@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from collections.abc import Sequence, Set
+from typing import overload
 
 from parrot.policies.base import CallView, EngineView
 from parrot.types import Criterion
@@ -31,6 +32,30 @@ class Demand:
     output: int = 0                 # decode steps until the last of them finishes
     affine: bool = False            # one of them reuses a prefix held here (under the gate)
     own_min: int = 0                # the smallest whole footprint among them (0: none known)
+
+
+class _RuleFlag:
+    """A rule of the round a `Slot` prices by (`isolates`, `work_conserving`, ...), kept in
+    the slot's field of the same name with a leading underscore: setting it clears the
+    prices the slot remembers, which it changes."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._field = f"_{name}"
+
+    @overload
+    def __get__(self, slot: None, owner: type | None = None) -> _RuleFlag: ...
+
+    @overload
+    def __get__(self, slot: Slot, owner: type | None = None) -> bool: ...
+
+    def __get__(self, slot: Slot | None, owner: type | None = None) -> bool | _RuleFlag:
+        if slot is None:   # on the class: the descriptor, as a property is
+            return self
+        return getattr(slot, self._field)  # type: ignore[no-any-return]
+
+    def __set__(self, slot: Slot, value: bool) -> None:
+        setattr(slot, self._field, value)
+        slot._prices.clear()
 
 
 @dataclass(slots=True)
@@ -98,32 +123,10 @@ class Slot:
                    chained_latency_seq=view.chained_latency_seq,
                    target_tokens=target)
 
-    @property
-    def isolates(self) -> bool:
-        return self._isolates
-
-    @isolates.setter
-    def isolates(self, value: bool) -> None:
-        self._isolates = value
-        self._prices.clear()
-
-    @property
-    def work_conserving(self) -> bool:
-        return self._work_conserving
-
-    @work_conserving.setter
-    def work_conserving(self, value: bool) -> None:
-        self._work_conserving = value
-        self._prices.clear()
-
-    @property
-    def work_conserving_mixed(self) -> bool:
-        return self._work_conserving_mixed
-
-    @work_conserving_mixed.setter
-    def work_conserving_mixed(self, value: bool) -> None:
-        self._work_conserving_mixed = value
-        self._prices.clear()
+    # The round's rules, each in its underscored field: setting one re-prices the slot.
+    isolates = _RuleFlag()
+    work_conserving = _RuleFlag()
+    work_conserving_mixed = _RuleFlag()
 
     def holds_task_group(self, task_group: str) -> bool:
         return task_group in self.placed_task_groups or task_group in self.view.task_groups
