@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from parrot.constraints import Constraint, constraint_from_json
@@ -15,6 +15,8 @@ MAX_STOP_STRINGS = 16
 MAX_STOP_TOKEN_IDS = 64
 MAX_TOKEN_ID = 2**31 - 1   # ids index a vocabulary: never wider than int32
 MAX_TOP_K = 1_000_000      # no vocabulary is larger; a larger top_k means "no cut" anyway
+MAX_MAX_TOKENS = 1_000_000
+MAX_TEMPERATURE = 100.0
 
 
 @dataclass(frozen=True)
@@ -40,10 +42,11 @@ class SamplingParams:
     def __post_init__(self) -> None:
         # Runs for every submit: parameters of the usual exact types within their ranges,
         # with no stop string or id and no constraint, pass one cheap test (stricter than the
-        # rules); any other go through every rule, and the first broken one names its field.
+        # rules of `_check_fields`, on the same bounds); any other go through every rule, and
+        # the first broken one names its field.
         if (self.constraint is None and type(self.max_tokens) is int
-                and 1 <= self.max_tokens <= 1_000_000
-                and type(self.temperature) is float and 0.0 <= self.temperature <= 100.0
+                and 1 <= self.max_tokens <= MAX_MAX_TOKENS
+                and type(self.temperature) is float and 0.0 <= self.temperature <= MAX_TEMPERATURE
                 and type(self.top_p) is float and 0.0 < self.top_p <= 1.0
                 and type(self.top_k) is int and 0 <= self.top_k <= MAX_TOP_K
                 and self.seed is None and type(self.stop) is tuple and not self.stop
@@ -62,10 +65,10 @@ class SamplingParams:
     def _check_fields(self) -> None:
         """Each field's rule, in order: the first broken one raises, naming its field."""
         _check(isinstance(self.max_tokens, int) and not isinstance(self.max_tokens, bool)
-               and 1 <= self.max_tokens <= 1_000_000, "max_tokens", self.max_tokens,
-               "an integer in [1, 1000000]")
-        _check(_is_number(self.temperature) and 0.0 <= self.temperature <= 100.0,
-               "temperature", self.temperature, "a number in [0, 100]")
+               and 1 <= self.max_tokens <= MAX_MAX_TOKENS, "max_tokens", self.max_tokens,
+               _MAX_TOKENS_ALLOWED)
+        _check(_is_number(self.temperature) and 0.0 <= self.temperature <= MAX_TEMPERATURE,
+               "temperature", self.temperature, _TEMPERATURE_ALLOWED)
         _check(_is_number(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", self.top_p,
                "a number in (0, 1]")
         _check(isinstance(self.top_k, int) and not isinstance(self.top_k, bool)
@@ -98,8 +101,7 @@ class SamplingParams:
         if not known.issuperset(data):
             raise InvalidRequestError(f"unknown sampling field(s) {sorted(set(data) - known)}; "
                                       f"allowed: {sorted(known)}")
-        # SamplingParams' own fields are set at once (`_built`): its defaults, then the given.
-        kwargs = {**_DEFAULTS, **data} if cls is SamplingParams and _SET_AT_ONCE else dict(data)
+        kwargs = dict(data)
         if "stop" in data or "stop_token_ids" in data:
             _lists_as_tuples(kwargs, data)
         for key in _NUMBER_FIELDS:  # an integer is a number: 1 -> 1.0 (a bool is not)
@@ -107,7 +109,7 @@ class SamplingParams:
             if type(value) is not float and isinstance(value, int) \
                     and not isinstance(value, bool):
                 kwargs[key] = float(value)
-        return _built(cls, kwargs)
+        return cls(**kwargs)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -129,6 +131,8 @@ class SamplingParams:
 
 
 # What the checks of __post_init__ say is allowed, formatted once (they run on every submit).
+_MAX_TOKENS_ALLOWED = f"an integer in [1, {MAX_MAX_TOKENS}]"
+_TEMPERATURE_ALLOWED = f"a number in [0, {MAX_TEMPERATURE:g}]"
 _TOP_K_ALLOWED = f"an integer in [0, {MAX_TOP_K}] (0 disables top-k)"
 _STOP_ALLOWED = f"a list of at most {MAX_STOP_STRINGS} non-empty strings"
 _STOP_IDS_ALLOWED = f"a list of at most {MAX_STOP_TOKEN_IDS} integers in [0, {MAX_TOKEN_ID}]"
@@ -147,18 +151,6 @@ def _lists_as_tuples(kwargs: dict[str, Any], given: Mapping[str, Any]) -> None:
             if not isinstance(value, (list, tuple)):
                 raise InvalidRequestError(f"sampling.{key} must be a list, got {value!r}")
             kwargs[key] = tuple(value)
-
-
-def _built(cls: type[SamplingParams], given: dict[str, Any]) -> SamplingParams:
-    """`cls(**given)` for known fields. For SamplingParams itself (every submit parses one),
-    `given` has every field and becomes its fields at once: the dataclass `__init__` sets each
-    by a frozen `object.__setattr__`, half the cost of a parse; its rules then run as always."""
-    if cls is not SamplingParams or not _SET_AT_ONCE:
-        return cls(**given)
-    params = object.__new__(cls)
-    object.__setattr__(params, "__dict__", given)
-    params.__post_init__()
-    return params
 
 
 _FIELD_NAMES: dict[type, frozenset[str]] = {}
@@ -188,8 +180,3 @@ def _check(ok: bool, name: str, value: Any, allowed: str) -> None:
             text = text[:80] + f"...({len(text)} characters)"
         raise InvalidRequestError(f"invalid sampling.{name}={text}: must be {allowed}")
 
-
-# What `__init__` sets for a field not given. Set at once only while every field has a plain
-# default and is an `__init__` argument (a field with a factory would need its call).
-_DEFAULTS = {f.name: f.default for f in fields(SamplingParams)}
-_SET_AT_ONCE = all(f.init and f.default is not MISSING for f in fields(SamplingParams))

@@ -28,13 +28,8 @@ log = logging.getLogger(__name__)
 MIN_PREFILL_AHEAD_TOKENS = 256
 
 
-def known_prefix(session: Session, call: Call) -> tuple[PrefixPiece, ...]:
-    """The prefix pieces of a waiting call that are already certain (may be empty)."""
-    return prefix_pieces(call.template, _known_values(session, call), session.prefix_salt,
-                         call.input_token_counts(session.variables))
-
-
 def _known_values(session: Session, call: Call) -> dict[str, str]:
+    """The inputs of a waiting call whose values are already certain, by name."""
     values: dict[str, str] = {}
     for name, binding in call.inputs.items():
         var = session.variables[binding.var_id]
@@ -46,8 +41,8 @@ def _known_values(session: Session, call: Call) -> dict[str, str]:
 
 
 def _known_prefix_chars(call: Call, values: dict[str, str]) -> int:
-    """The characters of the certain prefix (what `known_prefix`'s pieces join to), counted
-    without hashing it: most waiting calls' certain prefix is too short to fill ahead."""
+    """The characters of the certain prefix (what its pieces join to), counted without
+    hashing it: most waiting calls' certain prefix is too short to fill ahead."""
     chars = 0
     for seg in call.template.segments:
         if isinstance(seg, Text):

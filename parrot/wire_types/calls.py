@@ -14,7 +14,6 @@ from parrot.sampling import SamplingParams
 from parrot.template import parse_template
 from parrot.transforms import MAX_TRANSFORMS, Transform
 from parrot.types import Criterion
-from parrot.wire_types import codec
 from parrot.wire_types.service import ErrorReply, SessionCreated
 from parrot.wire_types.codec import (Json, JsonObject, WireMessage, check, check_session_id,
                                      check_value, decode)
@@ -275,7 +274,7 @@ class SubmitBatchRequest(WireMessage):
         parsed: list[BatchCall | RejectedCall] = []
         for index, item in enumerate(calls):
             try:
-                call = _parse_call(item, index)
+                call = BatchCall.from_wire(item, f"calls[{index}]")
                 _check_refs(call, index)
                 parsed.append(call)
             except InvalidRequestError as exc:
@@ -301,18 +300,6 @@ class SubmitBatchRequest(WireMessage):
 
 
 _BATCH_FIELDS = frozenset({"session_id", "calls"})
-
-
-def _parse_call(item: object, index: int) -> BatchCall:
-    """Call `index` of a batch: by BatchCall's fast decoder where it takes the call as it is
-    (saving from_wire's layers and the call's path string, on each call of every batch), else
-    by `from_wire`, which rewrites `"chat": false` and names the call's path in its error."""
-    if type(item) is dict and item.get("chat") is not False:
-        try:
-            return codec.fast_decoder(BatchCall)(item, True)  # type: ignore[no-any-return]
-        except Exception:  # not taken as is: from_wire decides
-            pass
-    return BatchCall.from_wire(item, f"calls[{index}]")
 
 
 def _check_refs(call: BatchCall, index: int) -> None:

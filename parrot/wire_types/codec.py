@@ -39,7 +39,7 @@ M = TypeVar("M", bound="WireMessage")
 FOREIGN: dict[type, tuple[Callable[[Any], Json], Callable[[object, str], Any]]] = {
     SamplingParams: (lambda p: p.to_json(), lambda data, path: _sampling(data, path)),
     Transform: (lambda t: t.to_json(), lambda data, path: parse_transforms([data], path)[0]),
-    Criterion: (lambda c: c.value, lambda data, path: _criterion(data)),
+    Criterion: (lambda c: c.value, lambda data, path: Criterion.parse(data)),
     # the engine protocol's EngineInfo (parrot/engines/protocol.py)
     ChatTemplate: (lambda t: t.to_json(), lambda data, path: _chat_template(data, path)),
     SpeedProfile: (lambda p: p.to_latency_profile(),
@@ -459,7 +459,7 @@ def _foreign_lines(source: _Source, target: str, tp: type) -> list[str]:
         return ["if type(v) is not dict:", "    raise NotAsIs",
                 f"{target} = {source.name(SamplingParams.from_json)}(v)"]
     if tp is Criterion:
-        return [f"{target} = {source.name(_criterion)}(v)"]
+        return [f"{target} = {source.name(Criterion.parse)}(v)"]
     return [f"{target} = {source.name(FOREIGN[tp][1])}(v, NO_PATH)"]
 
 
@@ -490,17 +490,6 @@ def _sampling(data: object, path: str) -> SamplingParams:
     if type(data) is not dict and not isinstance(data, Mapping):  # a dict: no ABC check
         raise _bad(path, "an object", data)
     return SamplingParams.from_json(data)
-
-
-# The criteria by their wire names, as `Criterion.parse` reads them (a lowercase value is what
-# it reads its own name as): a dict lookup, where an Enum call is costly (every output has one).
-_CRITERIA: dict[str, Criterion] = {c.value: c for c in Criterion
-                                   if c.value == c.value.lower()}
-
-
-def _criterion(data: object) -> Criterion:
-    member = _CRITERIA.get(data) if type(data) is str else None
-    return member if member is not None else Criterion.parse(data)
 
 
 def _chat_template(data: object, path: str) -> ChatTemplate:
