@@ -81,8 +81,8 @@ class LaunchCache:
         if seen is not None:        # a dry run (`specialisations()`): note it, launch nothing
             seen.add(specialisation(self.fn, args, kwargs))
             return
-        only = getattr(_active, "only", None)
-        if only is not None and specialisation(self.fn, args, kwargs) not in only:
+        if (getattr(_active, "only", None) is not None
+                and not launches_now(specialisation(self.fn, args, kwargs))):
             return                  # `launching_only`: another specialisation, not launched
         key = (tuple(_arg_key(a) for a in args), tuple((k, type(v), v)
                                                      for k, v in kwargs.items()))
@@ -254,6 +254,15 @@ def launching_only(specs: set[tuple[object, ...]]) -> Iterator[None]:
     worker compiles its own share of specialisations)."""
     with _on_this_thread("only", specs):
         yield
+
+
+def launches_now(spec: tuple[object, ...]) -> bool:
+    """Whether a launch of `spec` (a `specialisation`) is really made on this thread now: not
+    inside a dry run (`specialisations`), and one `launching_only` allows."""
+    if getattr(_active, "specialisations", None) is not None:
+        return False
+    only = getattr(_active, "only", None)
+    return only is None or spec in only
 
 
 _caches: dict[int, LaunchCache] = {}

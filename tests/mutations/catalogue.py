@@ -141,12 +141,12 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_every_parrot_variant_warms_and_one_request_level_variant",),
         where="warmup_variants"),
     Mutation(
-        "warmup_every_prefill_tile", "parrot/engines/builtin/cuda/warmup.py",
+        "warmup_every_prefill_tile", "parrot/engines/builtin/cuda/precompile.py",
         '    tunings = getattr(kernels, "PREFILL_TUNINGS", (None,))\n',
         "    tunings = (None,)\n",
         ("tests/engines/builtin/cuda/test_startup.py::"
          "test_warm_up_compiles_the_paged_prefill_kernel_when_the_model_runs_it",),
-        where="prefill"),
+        where="prefill_variants"),
     Mutation(
         "prefill_without_cudnn", "parrot/engines/builtin/llama/attention.py",
         "    if device.type != \"cuda\":\n", "    if True:\n",
@@ -595,13 +595,13 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_keys_are_split_only_when_few_tiles_read_a_long_context",),
         where="key_splits"),
     Mutation(
-        "warmup_no_split_prefill", "parrot/engines/builtin/cuda/warmup.py",
-        "    variants = [v for t in tunings for v in ((t,) if t is None else "
-        "(t, replace(t, kv_splits=2)))]",
-        "    variants = list(tunings)",
+        "warmup_no_split_prefill", "parrot/engines/builtin/cuda/precompile.py",
+        "    return [v for t in tunings for v in ((t,) if t is None else (t, replace(t, "
+        "kv_splits=2)))]",
+        "    return list(tunings)",
         ("tests/engines/builtin/cuda/test_startup.py::"
          "test_warm_up_compiles_the_paged_prefill_kernel_when_the_model_runs_it",),
-        where="prefill"),
+        where="prefill_variants"),
     Mutation(
         "trace_gaps_longest_first", "parrot/engines/builtin/observe/trace_summary.py",
         "    waits = sorted(steps[1:], key=lambda r: -r.idle_ms)[:n]\n",
@@ -1163,7 +1163,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        new = sorted(launched, key=repr)\n",
         ("tests/engines/builtin/cuda/test_precompile.py::"
          "test_covering_keys_use_every_specialisation_of_the_whole_list",),
-        where="new_specialisations"),
+        where="first_met"),
     Mutation(
         "precompile_not_dealt", "parrot/engines/builtin/cuda/precompile.py",
         "    dealt = [(task, one) for task, specs in found for one in specs][worker::workers]\n",
@@ -1190,7 +1190,7 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_a_measured_profile_is_kept_and_read_by_the_next_start"),
         where="read_kept"),
     Mutation(
-        "stopgaps_never_deferred", "parrot/engines/builtin/cuda/warmup.py",
+        "stopgaps_never_deferred", "parrot/engines/builtin/cuda/buckets.py",
         "            + [k for k in stopgaps if k[0] > above])\n",
         "            + [])\n",
         ("tests/engines/builtin/cuda/test_startup.py::"
@@ -1231,8 +1231,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="ModelRunner._fed_prediction"),
     Mutation(
         "precompile_skips_the_linear_kernels", "parrot/engines/builtin/cuda/precompile.py",
-        "                + [(\"linear\", *launch) for launch in self.linear])\n",
-        "                + [])\n",
+        "                + [(\"linear\", *launch) for launch in self.linear]\n",
+        "                + []\n",
         ("tests/engines/builtin/cuda/test_precompile.py::"
          "test_spec_round_trips_through_json",
          "tests/engines/builtin/cuda/test_precompile.py::"
@@ -1252,4 +1252,25 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/manager/test_deduction_incremental.py::"
          "test_incremental_deduction_decides_what_a_full_one_would",),
         where="SessionGraph.add_call"),
+    Mutation(
+        "precompile_workers_capped_at_eight", "parrot/engines/builtin/cuda/precompile.py",
+        "    return max(1, min(MAX_WORKERS, usable_cores() - 1))\n",
+        "    return max(1, min(8, usable_cores() - 1))\n",
+        ("tests/engines/builtin/cuda/test_precompile.py::"
+         "test_workers_default_to_every_core_but_the_engines",),
+        where="default_workers"),
+    Mutation(
+        "precompile_skips_the_prefill_tiles", "parrot/engines/builtin/cuda/precompile.py",
+        "                + [(\"prefill\", i) for i in range(len(self.prefill))])\n",
+        "                + [])\n",
+        ("tests/engines/builtin/cuda/test_precompile.py::"
+         "test_workers_compile_the_paged_prefills_tiles_each_once_between_them",),
+        where="PrecompileSpec.tasks"),
+    Mutation(
+        "precompile_covering_not_handed_over", "parrot/engines/builtin/cuda/precompile.py",
+        "    if worker == 0 and spec.covering is not None:\n",
+        "    if False:\n",
+        ("tests/engines/builtin/cuda/test_precompile.py::"
+         "test_worker_0_hands_the_warm_up_its_covering_buckets",),
+        where="compile_share"),
 )

@@ -44,11 +44,11 @@ from parrot.engines.builtin.observe.startup_clock import StartupClock, process_a
 from parrot.engines.builtin.observe.startup_probe import StartupProbe
 from parrot.engines.builtin.start_cache import cache_key, software
 from parrot.engines.builtin.cuda.precompile import (AttentionPrecompile, PrecompileSpec,
-                                                    linear_launches,
-                                                    default_workers, stamp_path,
+                                                    WarmupCovering, linear_launches,
+                                                    default_workers, prefill_tiles, stamp_path,
                                                     workers_for_memory)
-from parrot.engines.builtin.cuda.warmup import (WarmupReport, attention_keys, warm_up,
-                                                width_buckets)
+from parrot.engines.builtin.cuda.buckets import attention_keys, width_buckets
+from parrot.engines.builtin.cuda.warmup import WarmupReport, warm_up
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def load_bundle(config: BuiltinEngineConfig, loaded: LoadedModel | None = None,
     # auto: the kernel wherever the Triton path runs on CUDA (without it — the torch
     # backend, an older parrot_kernels — SDPA); asked for by name, its absence is an error.
     choice = config.prefill_attention
-    if choice == "paged" or (choice == "auto" and device.type == "cuda"):
+    if wants_paged_prefill(config, device):
         try:
             model.use_paged_prefill(kernels)
         except ValueError as exc:
@@ -120,6 +120,19 @@ def load_bundle(config: BuiltinEngineConfig, loaded: LoadedModel | None = None,
                                          f"'paged': {exc}") from None
     return ModelBundle(loaded.name, loaded.shape, model, loaded.tokenizer,
                        loaded.eos_token_ids, kernels is not None)
+
+
+def wants_paged_prefill(config: BuiltinEngineConfig, device: torch.device) -> bool:
+    """Whether the model prefills through the kernels' paged prefill wherever they have it:
+    asked for, or by default on CUDA (load_bundle)."""
+    choice = config.prefill_attention
+    return choice == "paged" or (choice == "auto" and device.type == "cuda")
+
+
+def covering_folder(config: BuiltinEngineConfig) -> Path:
+    """Where the warm-up keeps its covering buckets (warmup.warm_up's covering_cache; the
+    precompile's worker 0 writes them there on a cold start)."""
+    return config.resolved_cache_dir() / "attention_covering"
 
 
 def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | None = None,
@@ -210,7 +223,7 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
                              clock=clock,
                              defer_above=config.eager_graph_rows if config.lazy_graphs
                              else None,
-                             covering_cache=config.resolved_cache_dir() / "attention_covering")
+                             covering_cache=covering_folder(config))
     warmup_pauses = pauses.totals() - before_warmup
     log.info("%s; %d Triton compilations in %.1f s; %s", startup_summary(
         name, bundle, size, graphs, piecewise, report),
@@ -249,8 +262,9 @@ def start_attention_precompile(config: BuiltinEngineConfig, *,
                                workers: int | None = None) -> AttentionPrecompile | None:
     """Workers compiling the decode attention of every bucket the warm-up can run, bounded
     from the config alone (the sizing is not known before the weights are loaded: with auto
-    limits, the largest they can take), when the engine will warm up on CUDA on the Triton
-    kernels; else None. Never fails the start: any error is logged and it returns None."""
+    limits, the largest they can take), the small-batch linear the linear choice times and
+    the paged prefill's tiles, when the engine will warm up on CUDA on the Triton kernels;
+    else None. Never fails the start: any error is logged and it returns None."""
     try:
         device = resolve_device(config.device)
         kernels = load_kernels()
@@ -263,20 +277,34 @@ def start_attention_precompile(config: BuiltinEngineConfig, *,
             return None
         bs = config.block_size
         seqs = config.max_num_seqs if isinstance(config.max_num_seqs, int) else MAX_AUTO_SEQS
-        graph_rows = (config.cuda_graph_max_batch
+        # capped by max_num_seqs, as sizing.size_serving caps it
+        graph_rows = (min(config.cuda_graph_max_batch, seqs)
                       if isinstance(config.cuda_graph_max_batch, int) else seqs)
-        keys = attention_keys(seqs, graph_rows, -(-context_limit(config, shape) // bs),
-                              config.shared_prefix_min_blocks, shared_prefix=True)
+        width = -(-context_limit(config, shape) // bs)
+        keys = attention_keys(seqs, graph_rows, width, config.shared_prefix_min_blocks,
+                              shared_prefix=True)
         dtype = resolve_dtype(config.dtype, device)
         # what choose_linear_layers times (the model's small-batch linear: fused ops on CUDA)
         linear = linear_launches(shape, batch_buckets(graph_rows),
                                  getattr(kernels, "MAX_GEMV_ROWS", 0)) \
             if config.fused_ops else []
+        # what the warm-up's prefill runs when the model prefills through the kernel
+        prefill = (prefill_tiles(kernels) if wants_paged_prefill(config, device)
+                   and hasattr(kernels, "paged_prefill_attention") else ())
+        # the bucket list the warm-up finds the covering of, at the same limits (a KV cache
+        # too small for the longest context, or an auto max_num_seqs below the largest, makes
+        # it another list: that start finds no file and finds the covering itself)
+        covering = WarmupCovering(
+            str(covering_folder(config)), max_batch=graph_rows, max_width=width,
+            max_rows=seqs, min_prefix_blocks=config.shared_prefix_min_blocks,
+            shared_prefix=True,
+            defer_above=config.eager_graph_rows if config.lazy_graphs else None)
         spec = PrecompileSpec(
             device=f"cuda:{torch.cuda.current_device() if device.index is None else device.index}",
             dtype=str(dtype).removeprefix("torch."),
             num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
-            head_dim=shape.head_dim, block_size=bs, keys=tuple(keys), linear=tuple(linear))
+            head_dim=shape.head_dim, block_size=bs, keys=tuple(keys), linear=tuple(linear),
+            prefill=prefill, covering=covering)
         stamp = stamp_path(spec)
         if stamp.is_file():
             log.info("attention kernels precompiled before (%s): no precompile workers", stamp)

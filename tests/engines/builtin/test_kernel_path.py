@@ -57,7 +57,7 @@ async def test_eager_steps_launch_only_the_shapes_the_warm_up_compiles(make_engi
     (unpadded, a step of 3 rows would compile a new one while serving)."""
     from types import SimpleNamespace
 
-    from parrot.engines.builtin.cuda.warmup import paged_keys, shared_keys
+    from parrot.engines.builtin.cuda.buckets import paged_keys, shared_keys
 
     launched = []
 

@@ -24,8 +24,13 @@ buckets use every specialisation that ~2,000 use (LLaMA-7B, 256 rows). Two thing
 
 The workers also compile the small-batch linear kernels the engine's linear choice times
 (`PrecompileSpec.linear`: the model's projection shapes at each row bucket up to the kernels'
-`MAX_GEMV_ROWS`; 5.0 s of the same cold start, one specialisation after another), dealt with
-the attention's specialisations the same way.
+`MAX_GEMV_ROWS`; 5.0 s of the same cold start, one specialisation after another) and the
+paged prefill attention's tiles the warm-up's prefill runs (`PrecompileSpec.prefill`: 5.4 s
+of a cold start, one eager forward per tile compiling its kernel), dealt with the attention's
+specialisations the same way. And worker 0, whose dry run met every bucket the engine's
+warm-up looks for the covering of, keeps that covering where the warm-up reads it
+(`PrecompileSpec.covering`, `keep_covering`): the engine's own dry run over ~2,000 buckets
+(1.5 s) is not run a second time.
 """
 
 from __future__ import annotations
@@ -37,25 +42,36 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, astuple, dataclass, replace
 from pathlib import Path
-from typing import TypeVar
+from types import ModuleType
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 
+from parrot.engines.builtin.cuda.buckets import compiled_keys
 from parrot.engines.builtin.cuda.graphs import GraphKey
-from parrot.engines.builtin.llama.attention import AttentionMetadata, DecodeFn, SharedPrefixMeta
+from parrot.engines.builtin.llama.attention import (AttentionMetadata, DecodeFn, PrefillChunk,
+                                                    SharedPrefixMeta)
 from parrot.engines.builtin.llama.shapes import ModelShape
 from parrot.engines.builtin.start_cache import cache_key, kept, software
 
 log = logging.getLogger(__name__)
 
 K = TypeVar("K")
+# A kernel launch as Triton compiles it (parrot_kernels.launch.specialisation).
+Specialisation = tuple[object, ...]
+# What a worker runs (PrecompileSpec.tasks): a kind, then its integers.
+Task = tuple[int | str, ...]
 
-# Workers at most: each compiles on one CPU core (Triton's compiler is single-threaded), and
-# the engine's own process keeps one.
-MAX_WORKERS = 8
+# Workers at most. Triton compiles one kernel at a time per process (its compiler is
+# single-threaded: ~0.66 s a specialisation on the H200's host, ~200 of them), so the
+# precompile shortens with every core that runs a worker: `default_workers` takes every core
+# but the one the engine loads its weights on. The bound keeps a very large host from
+# starting more processes than the work is worth (at 32, ~6 specialisations each, about what
+# starting one costs); `workers_for_memory` bounds them by the GPU's memory besides.
+MAX_WORKERS = 32
 # A worker still running after this long is killed (the warm-up compiles what it left).
 WORKER_TIMEOUT_S = 300.0
 # GPU memory a worker may hold while it runs (its CUDA context and small tensors: ~0.5 GB
@@ -138,9 +154,15 @@ def cached_covering_keys(run_attention: Callable[[GraphKey], object],
                          ) -> tuple[list[GraphKey], bool]:
     """(`covering_keys(run_attention, keys)`, whether it was read from `path`): a warm start
     skips the dry run over every bucket (1.5-2.4 s over ~2,000 buckets on an H200 host)."""
-    return kept(path, lambda: covering_keys(run_attention, keys),
-                lambda found: json.dumps([list(k) for k in found]), _keys_from_json,
-                "covering buckets")
+    return kept_covering(path, lambda: covering_keys(run_attention, keys))
+
+
+def kept_covering(path: Path | None, find: Callable[[], list[GraphKey]]
+                  ) -> tuple[list[GraphKey], bool]:
+    """(the covering buckets kept at `path`, True), else (`find()`, False), kept there: the
+    warm-up's file, read by it and written by it or by a precompile worker (`keep_covering`)."""
+    return kept(path, find, lambda found: json.dumps([list(k) for k in found]),
+                _keys_from_json, "covering buckets")
 
 
 def _keys_from_json(text: str) -> list[GraphKey]:
@@ -154,16 +176,32 @@ def _keys_from_json(text: str) -> list[GraphKey]:
 
 
 def new_specialisations(run: Callable[[K], object], keys: Sequence[K]
-                        ) -> list[tuple[K, list[tuple[object, ...]]]]:
+                        ) -> list[tuple[K, list[Specialisation]]]:
     """(key, the specialisations the dry run `run(key)` met first, in a fixed order) for each
     of `keys` that met one: every specialisation of the whole list exactly once."""
+    return first_met(dry_runs(run, keys))
+
+
+def dry_runs(run: Callable[[K], object], keys: Sequence[K]
+             ) -> list[tuple[K, set[Specialisation]]]:
+    """(key, the specialisations the dry run `run(key)` launches) for each of `keys`."""
     from parrot_kernels.launch import specialisations
 
-    found: list[tuple[K, list[tuple[object, ...]]]] = []
-    seen: set[tuple[object, ...]] = set()
+    found = []
     for key in keys:
         with specialisations() as launched:
             run(key)
+        found.append((key, launched))
+    return found
+
+
+def first_met(launches: Iterable[tuple[K, set[Specialisation]]]
+              ) -> list[tuple[K, list[Specialisation]]]:
+    """`new_specialisations` of dry runs already made: (key, those of its specialisations no
+    earlier key launched, in a fixed order) for each key that has one."""
+    found: list[tuple[K, list[Specialisation]]] = []
+    seen: set[Specialisation] = set()
+    for key, launched in launches:
         new = sorted(launched - seen, key=repr)
         if new:
             found.append((key, new))
@@ -171,9 +209,83 @@ def new_specialisations(run: Callable[[K], object], keys: Sequence[K]
     return found
 
 
+def prefill_variants(kernels: ModuleType | None) -> list[Any]:
+    """The paged prefill kernel's tiles the warm-up's prefill runs (parrot_kernels.prefill
+    PREFILL_TUNINGS), each once whole and once with its keys split in two ranges (the second
+    empty on a one-block chunk): a short Fill after a long context launches the split variant,
+    its own specialisation. [None]: one run on the plan's own choice (kernels without tunings)
+    or through torch (`kernels` None)."""
+    tunings = getattr(kernels, "PREFILL_TUNINGS", (None,))
+    return [v for t in tunings for v in ((t,) if t is None else (t, replace(t, kv_splits=2)))]
+
+
+def prefill_tiles(kernels: ModuleType) -> tuple[tuple[int | None, ...], ...]:
+    """`prefill_variants` as a spec carries them: each PrefillTuning's fields."""
+    return tuple(astuple(v) for v in prefill_variants(kernels) if v is not None)
+
+
+def scratch_prefill_meta(kernels: ModuleType | None, variant: Any, block_size: int,
+                         scratch_block: int, device: torch.device) -> AttentionMetadata:
+    """Metadata of one prefill chunk of `block_size` tokens at position 0 into `scratch_block`
+    (what is written goes there only), planned for the paged prefill kernel's tile `variant`
+    (no plan with `kernels` None: through torch): what compiles a tile's kernels, in the
+    warm-up's prefill and in the precompile workers (`run_scratch_prefill`). The plan's tensors
+    are always aligned (prefill.plan_prefill), so a tile is one specialisation whatever the
+    chunk."""
+    plan = None if kernels is None else kernels.plan_prefill(
+        [(0, block_size, 0)], torch.tensor([[scratch_block]], dtype=torch.int32, device=device),
+        variant)
+    return AttentionMetadata(
+        slot_mapping=torch.arange(scratch_block * block_size, (scratch_block + 1) * block_size,
+                                  device=device),
+        num_decode=0, decode_block_tables=None, decode_seq_lens=None, shared_prefix=None,
+        prefills=[PrefillChunk(0, block_size, 0, torch.tensor([scratch_block], device=device))],
+        prefill_plan=plan)
+
+
+def run_scratch_prefill(kernels: ModuleType, variant: Any, k_cache: torch.Tensor,
+                        v_cache: torch.Tensor, *, num_heads: int, scale: float) -> torch.Tensor:
+    """The paged prefill attention of `scratch_prefill_meta`'s chunk (scratch block 0) on tile
+    `variant`, launched as the model's attention launches it in the warm-up's prefill (its
+    query rows, a fresh output): a worker's prefill task. Zeros: garbage could hold NaNs the
+    interpreter warns of; the split launch's workspace too (the plan keeps it for the launch),
+    since a worker may launch the splits' merge alone (`launching_only`: the split kernel
+    dealt to another worker)."""
+    bs, head_dim = k_cache.shape[1], k_cache.shape[-1]
+    meta = scratch_prefill_meta(kernels, variant, bs, 0, k_cache.device)
+    _splits, _length, workspace = meta.prefill_plan.launch(num_heads, head_dim, k_cache.device)
+    if workspace is not None:
+        workspace.zero_()
+    q = torch.zeros(bs, num_heads, head_dim, dtype=k_cache.dtype, device=k_cache.device)
+    out: torch.Tensor = kernels.paged_prefill_attention(q, k_cache, v_cache, meta.prefill_plan,
+                                                        scale)
+    return out
+
+
+class WarmupCovering(NamedTuple):
+    """The buckets whose covering the engine's warm-up looks up (warmup.compiled_keys of these
+    limits, as the engine's sizing is predicted before its weights load) and the folder it
+    keeps it in (warm_up's covering_cache)."""
+
+    folder: str
+    max_batch: int
+    max_width: int
+    max_rows: int
+    min_prefix_blocks: int
+    shared_prefix: bool
+    defer_above: int | None
+
+    def buckets(self) -> list[GraphKey]:
+        return compiled_keys(self.max_batch, self.max_width, max_rows=self.max_rows,
+                             shared_prefix=self.shared_prefix,
+                             min_prefix_blocks=self.min_prefix_blocks,
+                             defer_above=self.defer_above)
+
+
 @dataclass(frozen=True)
 class PrecompileSpec:
-    """What a worker compiles: the attention of `keys` for one model's heads on one GPU."""
+    """What a worker compiles for one model's heads on one GPU: the decode attention of
+    `keys`, the small-batch linear's `linear` launches and the paged prefill's tiles."""
 
     device: str                 # "cuda:0" (or "cpu": the kernels interpreted, in tests)
     dtype: str                  # a torch dtype's name, e.g. "bfloat16"
@@ -185,6 +297,11 @@ class PrecompileSpec:
     # (N, K, rows) of the small-batch linear launches the engine's linear choice times (the
     # model's projection shapes at each row bucket it measures); () for none
     linear: tuple[tuple[int, int, int], ...] = ()
+    # the paged prefill kernel's tiles the warm-up's prefill runs (`prefill_tiles`: each a
+    # PrefillTuning's fields); () where the model prefills through torch
+    prefill: tuple[tuple[int | None, ...], ...] = ()
+    # the warm-up's bucket list and folder: worker 0 keeps their covering there; None: not
+    covering: WarmupCovering | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -192,14 +309,18 @@ class PrecompileSpec:
     @classmethod
     def from_json(cls, text: str) -> PrecompileSpec:
         data = json.loads(text)
+        covering = data.get("covering")
         return cls(**{**data, "keys": tuple(tuple(k) for k in data["keys"]),
-                      "linear": tuple(tuple(t) for t in data.get("linear", ()))})
+                      "linear": tuple(tuple(t) for t in data.get("linear", ())),
+                      "prefill": tuple(tuple(t) for t in data.get("prefill", ())),
+                      "covering": None if covering is None else WarmupCovering(*covering)})
 
-    def tasks(self) -> list[tuple[int | str, ...]]:
-        """What the workers run, each launching kernels: ("attention", *bucket) and
-        ("linear", N, K, rows)."""
+    def tasks(self) -> list[Task]:
+        """What the workers run, each launching kernels: ("attention", *bucket),
+        ("linear", N, K, rows) and ("prefill", i) (the tile `prefill[i]`)."""
         return ([("attention", *key) for key in self.keys]
-                + [("linear", *launch) for launch in self.linear])
+                + [("linear", *launch) for launch in self.linear]
+                + [("prefill", i) for i in range(len(self.prefill))])
 
 
 @dataclass(frozen=True)
@@ -215,7 +336,8 @@ class PrecompileReport:
     def describe(self) -> str:
         start, dry, compiling = self.slowest
         return (f"{self.workers} workers compiled the {self.compiled} kernels of {self.keys} "
-                f"attention buckets and the small-batch linear in {self.seconds:.1f} s (the "
+                f"attention buckets, the small-batch linear and the paged prefill in "
+                f"{self.seconds:.1f} s (the "
                 f"slowest: {start:.1f} s starting, {dry:.1f} s dry run, {compiling:.1f} s "
                 "compiling)"
                 + (f" ({self.failed} failed: the warm-up compiles the rest)"
@@ -295,40 +417,69 @@ class AttentionPrecompile:
 
 
 def default_workers() -> int:
-    return max(1, min(MAX_WORKERS, (os.cpu_count() or 2) - 1))
+    """A worker on every core this process may run on but the engine's own, at most
+    MAX_WORKERS."""
+    return max(1, min(MAX_WORKERS, usable_cores() - 1))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity where the OS tells it (a container's
+    cpuset, taskset), at most os.cpu_count()."""
+    count = os.cpu_count() or 2
+    try:
+        return max(1, min(count, len(os.sched_getaffinity(0))))
+    except (AttributeError, OSError):    # no affinity on this OS
+        return count
+
+
+class TaskRunner:
+    """Runs a spec's tasks (`PrecompileSpec.tasks`) on a KV cache of one block and zero
+    weights: a kernel's specialisation depends on neither the cache's size nor the values."""
+
+    def __init__(self, spec: PrecompileSpec) -> None:
+        import parrot_kernels
+        from parrot.engines.builtin.llama.attention import make_decode_fn
+
+        self.spec = spec
+        self.kernels: ModuleType = parrot_kernels
+        self.device = torch.device(spec.device)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        self.dtype = getattr(torch, spec.dtype)
+        self.cache = torch.zeros(2, 1, spec.block_size, spec.num_kv_heads, spec.head_dim,
+                                 dtype=self.dtype, device=self.device)
+        self.decode = make_decode_fn(parrot_kernels)
+
+    def __call__(self, task: Task, dry: bool = False) -> object:
+        """Run `task`; `dry`: for a dry run (`run_padded_attention`)."""
+        kind, *args = task
+        ints = [int(a) for a in args]
+        spec = self.spec
+        if kind == "attention":
+            key: GraphKey = (ints[0], ints[1], ints[2], ints[3])
+            return run_padded_attention(self.decode, key, self.cache[0], self.cache[1],
+                                        scratch_block=0, num_heads=spec.num_heads,
+                                        scale=spec.head_dim ** -0.5, dry=dry)
+        if kind == "prefill":
+            return run_scratch_prefill(
+                self.kernels, self.kernels.PrefillTuning(*spec.prefill[ints[0]]),
+                self.cache[0], self.cache[1], num_heads=spec.num_heads,
+                scale=spec.head_dim ** -0.5)
+        # zeros (garbage could hold NaNs the interpreter warns of), freed at once: a worker
+        # holds one projection's weight at a time
+        n, k, rows = ints
+        return self.kernels.small_batch_linear(
+            torch.zeros(rows, k, dtype=self.dtype, device=self.device),
+            torch.zeros(n, k, dtype=self.dtype, device=self.device))
 
 
 def compile_share(spec: PrecompileSpec, worker: int, workers: int,
                   times: dict[str, float] | None = None) -> int:
     """In a worker: compile every `workers`-th of the specialisations `spec.tasks()` launch,
-    from `worker` on, into Triton's disk cache, on a KV cache of one block and zero weights
-    (a kernel's specialisation depends on neither the cache's size nor the values).
-    Returns how many it compiled; `times` gets the seconds of the dry run and of the
-    compiling ("dry_s", "compile_s")."""
-    import parrot_kernels
-    from parrot.engines.builtin.llama.attention import make_decode_fn
-    device = torch.device(spec.device)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dtype = getattr(torch, spec.dtype)
-    cache = torch.zeros(2, 1, spec.block_size, spec.num_kv_heads, spec.head_dim, dtype=dtype,
-                        device=device)
-    decode = make_decode_fn(parrot_kernels)
-
-    def run(task: tuple[int | str, ...], dry: bool = False) -> object:
-        kind, *args = task
-        if kind == "attention":
-            key: GraphKey = (int(args[0]), int(args[1]), int(args[2]), int(args[3]))
-            return run_padded_attention(decode, key, cache[0], cache[1], scratch_block=0,
-                                        num_heads=spec.num_heads,
-                                        scale=spec.head_dim ** -0.5, dry=dry)
-        # zeros (garbage could hold NaNs the interpreter warns of), freed at once: a worker
-        # holds one projection's weight at a time
-        n, k, rows = (int(a) for a in args)
-        return parrot_kernels.small_batch_linear(
-            torch.zeros(rows, k, dtype=dtype, device=device),
-            torch.zeros(n, k, dtype=dtype, device=device))
-
+    from `worker` on, into Triton's disk cache (`TaskRunner`); worker 0 also keeps the
+    warm-up's covering buckets (`keep_covering`). Returns how many it compiled; `times` gets
+    the seconds of the dry run and of the compiling ("dry_s", "compile_s")."""
+    run = TaskRunner(spec)
     started = time.perf_counter()
     # Every specialisation once, dealt round-robin over the workers: each compiles its own
     # (a bucket shares kernels with others; running whole buckets, several workers would
@@ -336,20 +487,46 @@ def compile_share(spec: PrecompileSpec, worker: int, workers: int,
     # those launches made (parrot_kernels.launch.launching_only).
     from parrot_kernels.launch import launching_only
 
-    found = new_specialisations(functools.partial(run, dry=True), spec.tasks())
+    launches = dry_runs(functools.partial(run, dry=True), spec.tasks())
+    if worker == 0 and spec.covering is not None:
+        keep_covering(spec.covering, launches, run)
+    found = first_met(launches)
     dealt = [(task, one) for task, specs in found for one in specs][worker::workers]
-    mine: dict[tuple[int | str, ...], set[tuple[object, ...]]] = {}
+    mine: dict[Task, set[Specialisation]] = {}
     for task, one in dealt:
         mine.setdefault(task, set()).add(one)
     covered = time.perf_counter()
     for task, specs in mine.items():
         with launching_only(specs):
             run(task)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    if run.device.type == "cuda":
+        torch.cuda.synchronize(run.device)
     if times is not None:
         times.update(dry_s=covered - started, compile_s=time.perf_counter() - covered)
     return len(dealt)
+
+
+def keep_covering(covering: WarmupCovering,
+                  launches: Sequence[tuple[Task, set[Specialisation]]],
+                  run: TaskRunner) -> Path | None:
+    """Keep the covering buckets of the warm-up's bucket list where its `cached_covering_keys`
+    reads them (unless kept there already), found from the workers' dry run (`launches`; its
+    attention tasks only: a bucket it lacks is dry-run here). The file is keyed as the engine's
+    (`covering_cache_path`: the GPU, the software, the cache's dtype and block layout, the heads
+    and the exact bucket list): an engine whose sizing came out otherwise than predicted looks
+    for another file and finds the covering itself. Returns the file's path."""
+    seen = {tuple(task[1:]): specs for task, specs in launches if task[0] == "attention"}
+
+    def launched(key: GraphKey) -> set[Specialisation]:
+        if key not in seen:
+            seen[key] = dry_runs(functools.partial(run, dry=True), [("attention", *key)])[0][1]
+        return seen[key]
+
+    keys = covering.buckets()
+    path = covering_cache_path(Path(covering.folder), run.cache[0], run.spec.num_heads, keys)
+    kept_covering(path, lambda: [key for key, _ in first_met(
+        (key, launched(key)) for key in keys)])
+    return path
 
 
 def main() -> int:

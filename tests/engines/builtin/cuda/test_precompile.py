@@ -3,25 +3,37 @@ compile them (here on the CPU, the kernels interpreted; on a GPU into Triton's d
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
+import os
 
 import pytest
 import torch
 
 from parrot.engines.builtin.build import load_bundle, start_attention_precompile
 from parrot.engines.builtin.config import BuiltinEngineConfig
+from parrot.engines.builtin.cuda import precompile
+from parrot.engines.builtin.cuda.graphs import DecodeGraphs
 from parrot.engines.builtin.cuda.precompile import (AttentionPrecompile, PrecompileSpec,
+                                                    TaskRunner, WarmupCovering,
                                                     cached_covering_keys, compile_share,
                                                     covering_cache_path, covering_keys,
-                                                    linear_launches)
+                                                    keep_covering, linear_launches,
+                                                    new_specialisations, prefill_tiles)
 from parrot.engines.builtin.cuda.precompile import run_padded_attention
-from parrot.engines.builtin.cuda.warmup import (attention_keys, paged_keys,
-                                                shared_keys, stopgap_keys)
+from parrot.engines.builtin.cuda.buckets import (attention_keys, compiled_keys, paged_keys,
+                                                 shared_keys, stopgap_keys)
+from parrot.engines.builtin.cuda.warmup import compile_attention, warm_up
+from parrot.engines.builtin.kv_cache import KVCache
 from parrot.engines.builtin.llama.attention import make_decode_fn
 from parrot.engines.builtin.llama.loader import peek_shape
 
 kernels = pytest.importorskip("parrot_kernels")
 from parrot_kernels.launch import launch_counts, specialisations  # noqa: E402
+
+# the paged prefill attention's kernels (parrot_kernels._jit_prefill)
+PREFILL_KERNELS = {"_paged_prefill_kernel", "_merge_prefill_splits_kernel"}
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 4, 2, 16, 4
 
@@ -120,17 +132,52 @@ def test_the_specialisation_key_splits_what_triton_splits():
     assert specialisation(fn, (t,), {}) != specialisation(fn, (t[1:],), {})     # misaligned
 
 
-def small_spec(keys, linear=()) -> PrecompileSpec:
+def small_spec(keys, linear=(), **more) -> PrecompileSpec:
     return PrecompileSpec(device="cpu", dtype="float32", num_heads=HEADS,
                           num_kv_heads=KV_HEADS, head_dim=HEAD_DIM, block_size=BLOCK,
-                          keys=tuple(keys), linear=tuple(linear))
+                          keys=tuple(keys), linear=tuple(linear), **more)
 
 
-def test_spec_round_trips_through_json():
-    spec = small_spec([(1, 0, 0, 1), (2, 1, 2, 4)], [(64, 32, 1), (64, 32, 4)])
-    assert PrecompileSpec.from_json(spec.to_json()) == spec
+def test_spec_round_trips_through_json(tmp_path):
+    from parrot.engines.builtin.cuda.precompile import stamp_path
+
+    covering = WarmupCovering(str(tmp_path), max_batch=4, max_width=8, max_rows=8,
+                              min_prefix_blocks=2, shared_prefix=True, defer_above=None)
+    spec = small_spec([(1, 0, 0, 1), (2, 1, 2, 4)], [(64, 32, 1), (64, 32, 4)],
+                      prefill=prefill_tiles(kernels), covering=covering)
+    assert spec.prefill == tuple(dataclasses.astuple(v) for t in kernels.PREFILL_TUNINGS
+                                 for v in (t, dataclasses.replace(t, kv_splits=2)))
+    assert {v[-1] for v in spec.prefill} == {None, 2}          # a None field survives JSON
+    again = PrecompileSpec.from_json(spec.to_json())
+    assert again == spec and isinstance(again.covering, WarmupCovering)
+    assert again.covering.buckets() == covering.buckets() != []
     assert spec.tasks() == [("attention", 1, 0, 0, 1), ("attention", 2, 1, 2, 4),
-                            ("linear", 64, 32, 1), ("linear", 64, 32, 4)]
+                            ("linear", 64, 32, 1), ("linear", 64, 32, 4)] + [
+        ("prefill", i) for i in range(len(spec.prefill))]
+    # older specs (no prefill, no covering) still read; the stamp changes with the new fields
+    plain = small_spec(spec.keys, spec.linear)
+    assert PrecompileSpec.from_json(plain.to_json()) == plain
+    assert plain.prefill == () and plain.covering is None
+    assert stamp_path(plain) != stamp_path(dataclasses.replace(plain, prefill=spec.prefill))
+    assert stamp_path(plain) != stamp_path(dataclasses.replace(plain, covering=covering))
+
+
+def test_workers_default_to_every_core_but_the_engines(monkeypatch):
+    """Triton compiles one kernel at a time per process: a worker per core, the engine's own
+    core left to it, at most MAX_WORKERS; a process pinned to fewer cores counts those."""
+    from parrot.engines.builtin.cuda.precompile import MAX_WORKERS, default_workers
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4096)), raising=False)
+    for cores, workers in ((16, 15), (8, 7), (2, 1), (1, 1), (None, 1),
+                           (MAX_WORKERS + 1, MAX_WORKERS), (512, MAX_WORKERS)):
+        monkeypatch.setattr(os, "cpu_count", lambda cores=cores: cores)
+        assert default_workers() == workers, cores
+    assert 16 <= MAX_WORKERS <= 64
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert default_workers() == 3                   # pinned to 4 of the 16
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    assert default_workers() == 15                  # no affinity on this OS
 
 
 def linear_specs(n: int, k: int, rows: int) -> set:
@@ -186,14 +233,170 @@ def test_workers_compile_each_specialisation_once_between_them():
         assert sum(launch_counts()) - sum(before) == launches
 
 
+@pytest.fixture
+def launched(monkeypatch) -> list:
+    """The specialisation of every launch really made (not a dry run's, not one
+    `launching_only` skipped) through the kernels' LaunchCache while the test runs."""
+    from parrot_kernels import launch
+
+    made: list = []
+    original = launch.LaunchCache.__call__
+
+    def spy(self, grid, *args, **kwargs):
+        one = launch.specialisation(self.fn, args, kwargs)
+        if launch.launches_now(one):
+            made.append(one)
+        return original(self, grid, *args, **kwargs)
+
+    monkeypatch.setattr(launch.LaunchCache, "__call__", spy)
+    return made
+
+
+def tiny_graphs(paged_prefill: bool = False) -> DecodeGraphs:
+    """Uncaptured decode graphs of the tiny model on the kernels (interpreted), as the
+    engine's warm-up runs them: 2 rows, tables of up to 4 blocks of BLOCK."""
+    bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
+                                             num_blocks=16))
+    bundle.model.use_decode(make_decode_fn(kernels))
+    if paged_prefill:
+        bundle.model.use_paged_prefill(kernels)
+    kv = KVCache(bundle.shape, 16, BLOCK, torch.float32, torch.device("cpu"),
+                 scratch_block=True)
+    return DecodeGraphs(bundle.model, kv, max_batch=2, max_width=4, capture=False)
+
+
+def spec_for(graphs: DecodeGraphs, keys, **more) -> PrecompileSpec:
+    shape = graphs.model.shape
+    return PrecompileSpec(device="cpu", dtype="float32", num_heads=shape.num_heads,
+                          num_kv_heads=shape.num_kv_heads, head_dim=shape.head_dim,
+                          block_size=graphs.kv.block_size, keys=tuple(keys), **more)
+
+
+def test_workers_compile_the_paged_prefills_tiles_each_once_between_them(launched):
+    """The paged prefill attention's specialisations the warm-up's prefill launches (a tile
+    whole and split, and the splits' merge) are dealt to the workers with the attention's:
+    each launched exactly once over all the workers."""
+    from parrot.engines.builtin.cuda.warmup import prefill
+
+    graphs = tiny_graphs(paged_prefill=True)
+    with specialisations() as engine:             # the engine's own prefill, a dry run
+        prefill(graphs)
+    engine_prefill = {one for one in engine if one[0] in PREFILL_KERNELS}
+    assert {one[0] for one in engine_prefill} == PREFILL_KERNELS
+    assert len(engine_prefill) == 2 * len(kernels.PREFILL_TUNINGS) + 2  # + a merge per tile
+    keys = paged_keys(2, 2)
+    spec = spec_for(graphs, keys, prefill=prefill_tiles(kernels))
+    run = TaskRunner(spec)
+    found = new_specialisations(functools.partial(run, dry=True), spec.tasks())
+    assert set().union(*(set(specs) for task, specs in found
+                         if task[0] == "prefill")) == engine_prefill
+    attention = set().union(*(spec_of(("attention", *k), functools.partial(run, dry=True))
+                              for k in keys))
+    every = attention | engine_prefill
+    # a worker a specialisation each too: a split tile's merge launched without its partials
+    for workers in (3, len(every)):
+        launched.clear()
+        shares = [compile_share(spec, i, workers) for i in range(workers)]
+        assert sum(shares) == len(every) and max(shares) - min(shares) <= 1
+        assert sorted(launched, key=repr) == sorted(every, key=repr)   # each exactly once
+    # without prefill tiles (a model prefilling through torch) none of them is launched
+    launched.clear()
+    compile_share(dataclasses.replace(spec, prefill=()), 0, 1)
+    assert not {one[0] for one in launched} & PREFILL_KERNELS
+
+
+def test_worker_0_hands_the_warm_up_its_covering_buckets(tmp_path, monkeypatch):
+    """Worker 0 keeps the covering of the warm-up's bucket list, from its own dry run, in the
+    file the warm-up reads (same key, same buckets as the warm-up's own dry run finds); the
+    warm-up then runs no dry run of its own. Other limits name another file."""
+    graphs = tiny_graphs()
+    covering = WarmupCovering(str(tmp_path), max_batch=2, max_width=4, max_rows=4,
+                              min_prefix_blocks=2, shared_prefix=True, defer_above=1)
+    engine_keys = compiled_keys(2, 4, max_rows=4, shared_prefix=True, min_prefix_blocks=2,
+                                defer_above=1)
+    assert covering.buckets() == engine_keys
+    expected = covering_keys(functools.partial(compile_attention, graphs, dry=True),
+                             engine_keys)
+    path = covering_cache_path(tmp_path, graphs.kv.layers[0][0], graphs.model.shape.num_heads,
+                               engine_keys)
+    keys = attention_keys(4, 2, 4, 2, shared_prefix=True)
+    assert set(engine_keys) < set(keys)
+    spec = spec_for(graphs, keys, linear=[(64, 64, 1)], covering=covering)
+    compile_share(spec, 1, 2)
+    assert path is not None and not path.exists()            # only worker 0 writes it
+    compile_share(spec, 0, 2)
+    assert list(tmp_path.iterdir()) == [path]
+    assert json.loads(path.read_text()) == [list(k) for k in expected]
+    # buckets the workers' list lacks are dry-run for it: the same file
+    path.unlink()
+    assert keep_covering(covering, [], TaskRunner(spec_for(graphs, []))) == path
+    assert json.loads(path.read_text()) == [list(k) for k in expected]
+    # an engine sized otherwise (more rows) looks for another file
+    assert covering_cache_path(tmp_path, graphs.kv.layers[0][0], graphs.model.shape.num_heads,
+                               WarmupCovering(
+                                   covering.folder, covering.max_batch, covering.max_width, 8,
+                                   covering.min_prefix_blocks, covering.shared_prefix,
+                                   covering.defer_above).buckets()) != path
+    # the warm-up reads it: no dry run of its own
+    monkeypatch.setattr(precompile, "covering_keys",
+                        lambda *args: pytest.fail("the warm-up ran its own dry run"))
+    report = warm_up(graphs, shared_prefix=True, min_prefix_blocks=2, max_decode_rows=4,
+                     defer_above=1, covering_cache=tmp_path)
+    assert report.covering == len(expected) and report.shared_shapes == len(engine_keys)
+
+
+def test_the_workers_predict_the_warm_ups_buckets_and_prefill(monkeypatch, tmp_path):
+    """The spec a CUDA start gives its workers (start_attention_precompile; CUDA faked): the
+    covering list is the warm-up's of an engine whose KV cache holds the longest context
+    (build_engine's sizing, auto or set), the prefill tiles those its prefill runs."""
+    from parrot.engines.builtin import build
+    from parrot.engines.builtin.sizing import size_serving
+
+    specs: list[PrecompileSpec] = []
+
+    class Started:
+        def __init__(self, spec, workers, stamp):
+            specs.append(spec)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1 << 40, 1 << 40))
+    monkeypatch.setattr(build, "stamp_path", lambda spec: tmp_path / "no-stamp")
+    monkeypatch.setattr(build, "AttentionPrecompile", Started)
+    for more in ({}, {"max_num_seqs": 32, "cuda_graph_max_batch": 64},     # capped to 32
+                 {"max_num_seqs": 64, "cuda_graph_max_batch": 16, "eager_graph_rows": 4},
+                 {"lazy_graphs": False, "prefill_attention": "sdpa"}):
+        config = BuiltinEngineConfig(model="tiny", device="cuda:0", dtype="float16",
+                                     cache_dir=str(tmp_path), **more)
+        assert start_attention_precompile(config, workers=2) is not None
+        spec = specs.pop()
+        assert spec.covering is not None
+        assert spec.covering.folder == str(tmp_path / "attention_covering")
+        shape = peek_shape(config)
+        size = size_serving(config, shape, dtype_bytes=2, on_cuda=True, free_bytes=1 << 40)
+        width = -(-min(build.context_limit(config, shape), size.kv_tokens) // size.block_size)
+        assert spec.covering.buckets() == compiled_keys(   # what build_engine's warm_up runs
+            size.graph_max_batch, width, max_rows=max(size.graph_max_batch, size.max_num_seqs),
+            shared_prefix=True, min_prefix_blocks=config.shared_prefix_min_blocks,
+            defer_above=config.eager_graph_rows if config.lazy_graphs else None)
+        assert set(spec.covering.buckets()) <= set(spec.keys)
+        assert spec.prefill == (() if more.get("prefill_attention") == "sdpa"
+                                else prefill_tiles(kernels))
+
+
 def test_worker_processes_compile_report_and_stamp(tmp_path):
     keys = paged_keys(4, 4)
-    cache = torch.zeros(2, 1, BLOCK, KV_HEADS, HEAD_DIM)
-    run = runner(cache)
-    every = set().union(*(spec_of(k, run) for k in keys))
+    covering = WarmupCovering(str(tmp_path / "covering"), max_batch=2, max_width=4,
+                              max_rows=4, min_prefix_blocks=2, shared_prefix=False,
+                              defer_above=None)
+    spec = small_spec(keys, prefill=prefill_tiles(kernels), covering=covering)
+    run = TaskRunner(spec)
+    every = set().union(*(spec_of(task, functools.partial(run, dry=True))
+                          for task in spec.tasks()))
+    assert {one[0] for one in every} >= PREFILL_KERNELS
     stamp = tmp_path / "stamps" / "one"
-    report = AttentionPrecompile(small_spec(keys), 2, stamp).wait(timeout_s=240)
+    report = AttentionPrecompile(spec, 2, stamp).wait(timeout_s=240)
     assert (report.workers, report.keys, report.failed) == (2, len(keys), 0)
+    assert len(list((tmp_path / "covering").iterdir())) == 1      # worker 0's covering file
     assert report.compiled == len(every) > 0
     assert f"2 workers compiled the {len(every)} kernels of {len(keys)} attention buckets" \
         in report.describe()

@@ -17,8 +17,9 @@ from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfi
 from parrot.engines.builtin.cuda.graphs import DecodeGraphs
 from parrot.engines.builtin.kv_cache import KVCache
 from parrot.engines.builtin.sizing import ServingSize
-from parrot.engines.builtin.cuda.warmup import (covering_widths, paged_keys, shared_keys,
-                                                stopgap_keys, warm_up, width_buckets)
+from parrot.engines.builtin.cuda.buckets import (covering_widths, paged_keys, shared_keys,
+                                                 stopgap_keys, width_buckets)
+from parrot.engines.builtin.cuda.warmup import warm_up
 
 SIZE = ServingSize(num_blocks=8, block_size=4, max_num_seqs=64, graph_max_batch=64,
                    kv_source="num_blocks", seqs_source="config")
@@ -77,7 +78,7 @@ def test_config_keys():
 
 
 def test_stopgaps_of_more_rows_than_the_eager_graphs_are_deferred_after_the_paged_ones():
-    from parrot.engines.builtin.cuda.warmup import deferred_keys
+    from parrot.engines.builtin.cuda.buckets import deferred_keys
 
     gaps = stopgap_keys(4, 2, 1)
     assert gaps and {k[0] for k in gaps} == {4}
@@ -190,7 +191,7 @@ def test_warm_up_compiles_the_paged_prefill_kernel_when_the_model_runs_it():
 async def test_lazy_graphs_defer_the_large_buckets_to_idle_time(make_engine):
     """Graphs past `defer_above` rows are not captured by the warm-up (their attention is
     compiled); the engine captures them while idle, one at a time, fewer rows first."""
-    from parrot.engines.builtin.cuda.warmup import deferred_keys
+    from parrot.engines.builtin.cuda.buckets import deferred_keys
 
     kernels = pytest.importorskip("parrot_kernels")
     bundle = load_bundle(BuiltinEngineConfig(model="tiny", dtype="float32", device="cpu",
