@@ -50,10 +50,13 @@ class Case:
     fill: int            # tokens of each joining Fill
 
 
-# The engine's max_num_seqs is 64: the running decodes leave seats for the joining Fills
-# (a Fill takes a seat; with every seat taken it would wait for the decodes to end).
+# The engine's max_num_seqs is 256: the running decodes leave seats for the joining Fills
+# (a Fill takes a seat; with every seat taken it would wait for the decodes to end). The
+# serving-like case is the tail of bench_serving's 256-in-flight run: ~250 rows decoding while
+# each finished request's successor joins alone, a short prefill beside a full batch.
 CASES = (Case("16 own contexts of 1,024, 128-token Fills", 16, 1024, 0, 128),
-         Case("gpts-like: 56 rows sharing 3,328 tokens, 64-token Fills", 56, 64, 3328, 64))
+         Case("gpts-like: 56 rows sharing 3,328 tokens, 64-token Fills", 56, 64, 3328, 64),
+         Case("serving-like: 240 own contexts of 256, 256-token Fills", 240, 256, 0, 256))
 
 
 @contextlib.asynccontextmanager
@@ -225,7 +228,8 @@ async def _device_profile(torch, engine, vocab: int, case: Case, log) -> list[st
 
 async def run_mixed(torch, bundle, log) -> list[str]:
     vocab = bundle.shape.vocab_size
-    engine, start_s = make_engine(bundle, "mixed", num_blocks=3000, max_num_seqs=64,
+    # 9,000 blocks of 16: the serving-like case's 240 x (256 + 300) tokens and its Fills
+    engine, start_s = make_engine(bundle, "mixed", num_blocks=9000, max_num_seqs=256,
                                   max_batch_tokens=4096, max_context_len=4096,
                                   prefill_graph_max_tokens=512)
     try:
