@@ -48,6 +48,18 @@ class ScheduledChunk:
 class Batch:
     chunks: list[ScheduledChunk]            # decodes (one token each) first, then prefills
     copies: list[tuple[int, int]]           # fork copies to run before the forward pass
+    decode_rows: int = 0                    # how many of `chunks` are decodes (the first)
+    decode_kv_tokens: int = 0               # the context tokens those decodes attend
+
+    @property
+    def prefill_tokens(self) -> int:
+        """Tokens of the prefill chunks (the chunks after the decodes)."""
+        return sum(c.end - c.start for c in self.chunks[self.decode_rows:])
+
+    @property
+    def is_mixed(self) -> bool:
+        """Decode rows and prefill chunks in one step (what the step budget prices)."""
+        return 0 < self.decode_rows < len(self.chunks)
 
     @property
     def num_tokens(self) -> int:
@@ -152,14 +164,14 @@ class BatchScheduler:
         self._release_freed()
         self.works = [w for w in self.works if not w.state.is_finished]
         if decode_only and any(w.is_decoding for w in self.works):
-            chunks = self._pick_chunks(decodes_only=True)
+            chunks, rows, kv = self._pick_chunks(decodes_only=True)
             if chunks:
-                return Batch(chunks, [])
+                return Batch(chunks, [], rows, kv)
         for work in list(self.works):
             if not work.is_started:
                 self._start(work)
         self.works = [w for w in self.works if not w.state.is_finished]
-        chunks = self._pick_chunks()
+        chunks, rows, kv = self._pick_chunks()
         copies = self.blocks.take_copies()
         if not chunks:
             stuck = [w for w in self.works if w.is_started]
@@ -171,7 +183,7 @@ class BatchScheduler:
                 self.works.remove(stuck[0])
             if not copies:
                 return None
-        return Batch(chunks, copies)
+        return Batch(chunks, copies, rows, kv)
 
     def _release_freed(self) -> None:
         still: list[Context] = []
@@ -217,20 +229,22 @@ class BatchScheduler:
         else:
             work.stream = TextStream(work.tokenizer, ctx.token_ids, work.sampling.stop)
 
-    def _pick_chunks(self, *, decodes_only: bool = False) -> list[ScheduledChunk]:
+    def _pick_chunks(self, *, decodes_only: bool = False
+                     ) -> tuple[list[ScheduledChunk], int, int]:
         """Decodes first (one token each, within max_batch_tokens and max_num_seqs), then
-        prefill chunks within what the step budget leaves beside those decodes."""
+        prefill chunks within what the step budget leaves beside those decodes: (the chunks,
+        how many are decodes, the context tokens those attend)."""
         chunks: list[ScheduledChunk] = []
         protected: set[int] = set()
         started = [w for w in self.works if w.is_started]
         seats = self._take([w for w in started if w.is_decoding], self.max_batch_tokens,
                            self.max_num_seqs, chunks, protected)
+        rows, kv = len(chunks), sum(c.end for c in chunks)
         if not decodes_only:
-            budget = min(self.max_batch_tokens - len(chunks),
-                         self.step_budget.prefill_tokens(len(chunks), sum(c.end for c in chunks)))
+            budget = min(self.max_batch_tokens - rows, self.step_budget.prefill_tokens(rows, kv))
             self._take([w for w in started if not w.is_decoding], budget, seats, chunks,
                        protected)
-        return chunks
+        return chunks, rows, kv
 
     def _take(self, works: list[Work], budget: int, seats: int, chunks: list[ScheduledChunk],
               protected: set[int]) -> int:

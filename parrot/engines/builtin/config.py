@@ -72,7 +72,8 @@ class BuiltinEngineConfig:
       two from 64 to 256; graphs up to max_num_seqs rows); a number fixes them.
     step_token_budget / itl_target_ms: how much prefill a step with decode rows carries
       (step_budget.py: chunked prefill). "auto" prices a step with the engine's measured speed
-      profile and keeps it under itl_target_ms (without a profile: max_batch_tokens); a number
+      profile, plus what mixed steps have cost past that price while serving, and keeps it
+      under itl_target_ms (without a profile: max_batch_tokens); a number
       caps decodes + prefill of such a step at that many tokens.
     step_trace: a JSON-lines file the engine appends one line to per model step (its timing,
       shape and path: step_trace.py; `{engine}` in the path becomes the engine's name, so one

@@ -397,20 +397,27 @@ class BuiltinEngine(Engine):
                 idle_s += time.perf_counter() - started
                 continue
             if self._trace is None:
-                await self._step(batch)
+                run = await self._step(batch)
             else:
-                await self._traced_step(batch, started, idle_s)
+                run = await self._traced_step(batch, started, idle_s)
             idle_s = 0.0
-            self._counters.loop_s += time.perf_counter() - started
+            elapsed = time.perf_counter() - started
+            self._counters.loop_s += elapsed
+            if batch.is_mixed and run is not None and not run.pauses.jit_compiles:
+                # the gap every running stream saw: what mixing costs past the step budget's
+                # price (step_budget.py; a step that compiled a kernel says nothing of it)
+                self._scheduler.step_budget.observe_mixed(
+                    batch.decode_kv_tokens, batch.prefill_tokens, 1000 * elapsed)
 
-    async def _traced_step(self, batch: Batch, started: float, idle_s: float) -> None:
+    async def _traced_step(self, batch: Batch, started: float, idle_s: float
+                           ) -> StepRun | None:
         """`_step`, with its StepRecord written to the trace (a failed step writes none)."""
         assert self._trace is not None
         stepping = time.perf_counter()
         run = await self._step(batch)
         ended = time.perf_counter()
         if run is None:
-            return
+            return None
         self._trace.write(StepRecord(
             t=round(time.time() - (ended - started), 6), idle_ms=round(1000 * idle_s, 3),
             sched_ms=round(1000 * (stepping - started), 3), step_ms=round(1000 * run.seconds, 3),
@@ -418,6 +425,7 @@ class BuiltinEngine(Engine):
             ahead_hit=run.ahead_hit, ahead_miss=run.ahead_miss, **run.shape,
             jit_compiles=run.pauses.jit_compiles, jit_ms=round(1000 * run.pauses.jit_s, 3),
             gc_ms=round(1000 * run.pauses.gc_s, 3)))
+        return run
 
     def _scheduling_failed(self, exc: Exception) -> None:
         if self._unhealthy is None:  # the traceback once, not at every retry
