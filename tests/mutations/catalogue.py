@@ -509,7 +509,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="BuiltinEngine._run"),
     Mutation(
         "no_launch_ahead_while_prefill_waits", "parrot/engines/builtin/engine.py",
-        "                self._runner.hold_ahead = self._scheduler.has_prefill_work\n",
+        "                self._runner.hold_ahead = self._scheduler.prefill_waits_after(batch)\n",
         "                self._runner.hold_ahead = False\n",
         ("tests/engines/builtin/cuda/test_lookahead.py::"
          "test_prefill_arriving_during_a_launched_step_waits_one_step",),
@@ -527,7 +527,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        return could_join\n",
         ("tests/engines/builtin/test_batch_scheduler_order.py::"
          "test_no_prefill_work_while_the_decodes_take_every_seat",),
-        where="BatchScheduler.has_prefill_work"),
+        where="BatchScheduler.prefill_waits_after"),
     Mutation(
         "prefix_context_at_every_recurring_boundary", "parrot/manager/executor.py",
         "        branch[i] = counts[i] >= 2 and counts[i] > most\n",
@@ -1287,4 +1287,21 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/engines/builtin/test_step_budget.py::"
          "test_what_mixing_costs_past_its_price_is_learnt_and_left_out_of_the_budget",),
         where="StepBudget.prefill_tokens"),
+    Mutation(
+        "a_fill_a_step_ends_still_holds_launch_ahead",
+        "parrot/engines/builtin/batch_scheduler.py",
+        "        ending = () if batch is None else {\n",
+        "        ending = () if True else {\n",
+        ("tests/engines/builtin/test_batch_scheduler_order.py::"
+         "test_a_fill_the_batch_ends_holds_nothing_back_after_it",
+         "tests/engines/builtin/cuda/test_lookahead.py::"
+         "test_the_decode_step_after_a_mixed_step_that_ends_a_fill_is_launched_ahead"),
+        where="BatchScheduler.prefill_waits_after"),
+    Mutation(
+        "nothing_launched_ahead_after_a_mixed_step", "parrot/engines/builtin/runner.py",
+        "            elif host.prefills and host.decode_lens and host.groups is None:\n",
+        "            elif False:\n",
+        ("tests/engines/builtin/cuda/test_lookahead.py::"
+         "test_the_decode_step_after_a_mixed_step_that_ends_a_fill_is_launched_ahead",),
+        where="ModelRunner.step"),
 )

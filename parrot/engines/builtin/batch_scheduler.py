@@ -146,9 +146,18 @@ class BatchScheduler:
         """Work that the next iteration could start or prefill: a Fill, or a Generate whose
         context is not computed up to its pending token, unless it is a fork waiting for a
         busy parent, or the decodes take every seat (max_num_seqs)."""
+        return self.prefill_waits_after(None)
+
+    def prefill_waits_after(self, batch: Batch | None) -> bool:
+        """`has_prefill_work` once `batch` has run: a Fill whose last chunk the batch carries
+        is done by then (it never decodes), so it holds nothing back (lookahead.py: the
+        decode step after a mixed step that ends a Fill can be launched ahead)."""
+        ending = () if batch is None else {
+            id(c.work) for c in batch.chunks[batch.decode_rows:]
+            if c.work.is_fill and c.end >= c.work.context.target_computed}
         decoding, could_join = 0, False
         for w in self.works:     # one pass: the engine asks after every schedule
-            if w.state.is_finished:
+            if w.state.is_finished or id(w) in ending:
                 continue
             if w.is_decoding:
                 decoding += 1

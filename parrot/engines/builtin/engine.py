@@ -374,7 +374,7 @@ class BuiltinEngine(Engine):
                 # so that this step is the launched one (used, not wasted); it is not
                 # launched ahead again while prefill work waits (runner.hold_ahead).
                 batch = self._scheduler.schedule(decode_only=self._runner.has_ahead)
-                self._runner.hold_ahead = self._scheduler.has_prefill_work
+                self._runner.hold_ahead = self._scheduler.prefill_waits_after(batch)
             except Exception as exc:  # noqa: BLE001 - a scheduling bug: fail, back off, retry
                 self._scheduling_failed(exc)
                 await self._back_off(retry_s)

@@ -163,9 +163,22 @@ class ModelRunner:
                 sampled[i] = token
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        if out is not None and rows is not None and self.launch_ahead and not self.hold_ahead:
-            self._launch_ahead(batch, host, rows, sampled)
+        if self.launch_ahead and not self.hold_ahead and self.graphs is not None:
+            if out is not None and rows is not None:
+                self._launch_ahead(batch, host, rows, sampled)
+            elif host.prefills and host.decode_lens and host.groups is None:
+                # A mixed step whose prefill ends here (hold_ahead: none waits): its decode
+                # rows' next step, as after a decode step; a shared-prefix step is grouped
+                # otherwise beside a prefill, so it is not predicted from one.
+                self._launch_ahead(batch, host, self._decode_rows(host), sampled)
         return sampled
+
+    @staticmethod
+    def _decode_rows(host: HostInputs) -> DecodeRows:
+        """The decode rows of a mixed step (its first rows), as a decode step lists them."""
+        n = len(host.decode_lens)
+        return DecodeRows(host.token_ids[:n], host.positions[:n], host.slots[:n],
+                          host.decode_tables, host.decode_lens, host.groups)
 
     def _sample_index(self, host: HostInputs) -> torch.Tensor | None:
         """The rows to sample on the device; None when none or every row samples. Made

@@ -88,6 +88,30 @@ def test_decode_only_leaves_prefill_work_for_the_next_step():
     assert batch is not None and [c.work for c in batch.chunks] == [only]
 
 
+def test_a_fill_the_batch_ends_holds_nothing_back_after_it():
+    """Once a step has run, a Fill whose last chunk it carried is done: no prefill waits (the
+    decode step after it can be launched ahead); a Fill it carried only part of still waits."""
+    sched = make_scheduler(num_blocks=32, max_batch_tokens=8)
+    gen = Work(WorkKind.GENERATE, computed_context(sched, "g", 5), seq=0)
+    sched.add(gen)
+    sched.schedule()                                             # decoding
+    whole = add_fill(sched, "f", 6, seq=1)
+    batch = sched.schedule()
+    assert batch is not None and [(c.work, c.end - c.start) for c in batch.chunks] == [
+        (gen, 1), (whole, 5)]                                    # all but its pending token
+    assert sched.has_prefill_work and not sched.prefill_waits_after(batch)
+
+    sched = make_scheduler(num_blocks=32, max_batch_tokens=8)
+    gen = Work(WorkKind.GENERATE, computed_context(sched, "g", 5), seq=0)
+    sched.add(gen)
+    sched.schedule()
+    long = add_fill(sched, "l", 20, seq=1)                       # 7 of its 19 beside g
+    batch = sched.schedule()
+    assert batch is not None and [(c.work, c.end - c.start) for c in batch.chunks] == [
+        (gen, 1), (long, 7)]
+    assert sched.prefill_waits_after(batch)                      # its next chunk waits
+
+
 def test_a_fork_waiting_for_a_busy_parent_is_not_prefill_work():
     sched = make_scheduler(num_blocks=32)
     parent = computed_context(sched, "p", 5)

@@ -40,6 +40,14 @@ prediction, used; and nothing is launched ahead while prefill work that could jo
 step waits
 (`ModelRunner.hold_ahead`, `BatchScheduler.has_prefill_work`), so the step after takes the
 request with nothing to waste.
+
+That mixed step (decode rows and a prefill chunk, run through the piecewise graphs or
+eagerly) is not a graph step, but when its prefill ends there (a Fill's last chunk, which
+never decodes: `BatchScheduler.prefill_waits_after`) the step after it is its decode rows
+continuing, predicted and launched the same way once its tokens are read; a shared-prefix
+mixed step is not (its rows are grouped otherwise beside a prefill). Before, the step after
+every mixed step ran with the host's time exposed (~13 ms at 250 LLaMA-7B rows on an H200,
+docs/results/serving_h200.md).
 """
 
 from __future__ import annotations

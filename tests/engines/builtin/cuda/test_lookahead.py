@@ -121,10 +121,11 @@ async def test_an_eager_step_discards_the_prediction(make_engine, kernel_bundle)
 
     def checked(batch):
         eager = any(c.end - c.start > 1 for c in batch.chunks)
-        pending, hits = graphs.has_ahead, graphs.num_ahead_hits
+        pending, hits, misses = graphs.has_ahead, graphs.num_ahead_hits, graphs.num_ahead_misses
         result = step(batch)
-        if eager:   # nothing launched before it survives or is used
-            assert not graphs.has_ahead and graphs.num_ahead_hits == hits
+        if eager:   # nothing launched before it is used (a step launched after it may be)
+            assert graphs.num_ahead_hits == hits
+            assert graphs.num_ahead_misses == misses + pending
             seen.append(pending)
         return result
 
@@ -345,3 +346,43 @@ async def test_rows_that_end_ride_along_in_the_prediction(make_engine, kernel_bu
     assert (graphs.num_ahead_hits - hits, graphs.num_ahead_partial_hits - partial) == (9, 2)
     assert graphs.num_ahead_fed - fed == 9      # greedy rows: each queued behind its step
     assert graphs.num_ahead_misses == 0 and not graphs.has_ahead
+
+
+async def test_the_decode_step_after_a_mixed_step_that_ends_a_fill_is_launched_ahead(
+        make_engine, kernel_bundle):
+    """A Fill that joins a running decode and ends in that mixed step leaves the next step
+    predictable (the decodes continue): it is launched ahead right after the mixed step and
+    used (a hit), where before a mixed step nothing was, so the step after it exposed the
+    host's time. The tokens are those of an engine without launch-ahead."""
+    async def run(engine, record=None) -> tuple[tuple[int, ...], int]:
+        if record is not None:
+            step = engine.runner.step
+
+            def recorded(batch):
+                result = step(batch)
+                record.append((batch.is_mixed, engine.runner.graphs.has_ahead,
+                               engine.runner.graphs.num_ahead_hits))
+                return result
+            engine.runner.step = recorded
+        await engine.fill(FillRequest("a", token_ids=(1, 2, 3, 4, 5, 6)))
+        got: list[int] = []
+        filled = None
+        async for chunk in engine.generate(GenerateRequest(
+                "a", sampling=SamplingParams(max_tokens=16, ignore_eos=True))):
+            got.extend(chunk.token_ids)
+            if len(got) == 4:                      # joins the decode: one mixed step
+                filled = asyncio.create_task(engine.fill(FillRequest(
+                    "b", token_ids=tuple(range(7, 20)))))
+        assert filled is not None and (await filled).num_filled_tokens == 13
+        return tuple(got), 0
+
+    plain, _ = graph_engine(make_engine, kernel_bundle, launch_ahead=False, block_size=BS)
+    expected, _ = await run(plain)
+    engine, graphs = graph_engine(make_engine, kernel_bundle, block_size=BS)
+    steps: list[tuple[bool, bool, int]] = []   # (mixed, launched ahead after it, hits)
+    assert await run(engine, steps) == (expected, 0)
+    mixed = [i for i, step in enumerate(steps) if step[0]]
+    assert len(mixed) == 1 and mixed[0] + 1 < len(steps)
+    at, after = steps[mixed[0]], steps[mixed[0] + 1]
+    assert at[1] and after[2] == at[2] + 1       # launched after the mixed step, then used
+    assert graphs.num_ahead_misses == 0
