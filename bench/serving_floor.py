@@ -77,6 +77,24 @@ def serving_floor(sequences: Sequence[tuple[int, int]], steps: int, cost: ModelC
                  decode_s=decode_bytes / rates.copy_bytes_per_s)
 
 
+@dataclass(frozen=True)
+class StepFloor:
+    """The serving floor's rule for one engine iteration (a `trace_summary.StepPricer`): its
+    prefill tokens' matmul FLOPs at the matmul rate, plus every weight once (each step reads
+    them) and the KV its decode rows read, at the copy rate. Summed over a run's steps it is
+    `serving_floor` less the prompts' attention FLOPs (a step trace does not give each
+    chunk's context): it says which steps the wall over the floor went to."""
+
+    cost: ModelCost
+    rates: Rates
+
+    def iteration_seconds(self, decode_rows: int, decode_kv_tokens: int,
+                          prefill_tokens: int) -> float:
+        flops = prefill_tokens * self.cost.matmul_flops_per_token
+        read = self.cost.weight_bytes + decode_kv_tokens * self.cost.kv_bytes_per_token
+        return flops / self.rates.matmul_flops_per_s + read / self.rates.copy_bytes_per_s
+
+
 def _median_seconds(torch: Any, device: str, fn: Any, repeats: int = 10) -> float:
     fn()                                    # warm: allocation, cuBLAS heuristics
     times = []

@@ -47,6 +47,52 @@ def test_the_floor_adds_prefill_flops_and_decode_bytes():
     assert got.total_s == pytest.approx(got.prefill_s + got.decode_s)
 
 
+def test_a_step_is_priced_by_the_floors_rule():
+    floor = load("serving_floor")
+    cost = floor.ModelCost(weight_bytes=1000, matmul_flops_per_token=10,
+                           attention_flops_per_pair=2, kv_bytes_per_token=3)
+    step = floor.StepFloor(cost, floor.Rates(matmul_flops_per_s=100.0, copy_bytes_per_s=1000.0))
+    # a mixed step: 7 prefill tokens' FLOPs, the weights once, its 3 rows' 40 KV tokens
+    assert step.iteration_seconds(3, 40, 7) == pytest.approx(70 / 100 + (1000 + 120) / 1000)
+    assert step.iteration_seconds(0, 0, 7) == pytest.approx(70 / 100 + 1)   # weights too
+    assert step.iteration_seconds(2, 10, 0) == pytest.approx((1000 + 30) / 1000)
+
+
+def test_the_trace_report_prices_each_kind_of_step_at_the_floor(tmp_path: Path):
+    """step_trace_report.py --floor: each kind's floor is the StepFloor of its steps, summed,
+    and its ratio the loop time over it."""
+    import subprocess
+
+    from parrot.engines.builtin.llama.shapes import NAMED_SHAPES
+    from parrot.engines.builtin.observe.step_trace import StepRecord, StepTrace
+
+    def record(t: float, rows: int, kv: int, prefill: int, ms: float) -> StepRecord:
+        return StepRecord(t=t, idle_ms=0.0, sched_ms=1.0, step_ms=ms - 2.0, post_ms=1.0,
+                          path="graph" if not prefill else "eager", ahead_hit=False,
+                          ahead_miss=False, decode_rows=rows, kv_tokens=kv,
+                          shared_saved_tokens=0, shared_groups=0,
+                          prefill_chunks=1 if prefill else 0, prefill_tokens=prefill)
+
+    trace = StepTrace(tmp_path / "trace.jsonl")
+    steps = [record(100.0, 4, 2000, 0, 10.0), record(100.01, 4, 2004, 0, 10.0),
+             record(100.02, 4, 2008, 300, 40.0)]
+    for r in steps:
+        trace.write(r)
+    trace.close()
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "step_trace_report.py"),
+                          str(tmp_path / "trace.jsonl"), "--floor", "800:4000"],
+                         capture_output=True, text=True, check=True).stdout
+    floor = load("serving_floor")
+    price = floor.StepFloor(floor.ModelCost.of(NAMED_SHAPES["llama-7b"], 2),
+                            floor.Rates(800e12, 4000e9))
+    decode_ms = sum(1000 * price.iteration_seconds(4, r.kv_tokens, 0) for r in steps[:2])
+    mixed_ms = 1000 * price.iteration_seconds(4, 2008, 300)
+    lines = {line.split("  ")[0]: line.split() for line in out.splitlines()}
+    assert lines["kind"][-4:] == ["floor", "ms", "x", "floor"]
+    assert lines["decode 3-4 (graph)"][-2:] == [f"{decode_ms:.0f}", f"{20 / decode_ms:.2f}"]
+    assert lines["mixed (eager)"][-2:] == [f"{mixed_ms:.0f}", f"{40 / mixed_ms:.2f}"]
+
+
 def test_steps_are_summed_over_engines_from_metrics():
     floor = load("serve_metrics")
     page = ("# HELP parrot_engine_steps_total steps\n# TYPE parrot_engine_steps_total counter\n"

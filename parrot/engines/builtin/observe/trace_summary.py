@@ -5,18 +5,26 @@ A trace covers everything an engine did, warm-up and several runs included; `seg
 where the engine sat idle for long (a run ends, the next starts), so each run is summed on its
 own. `summarize` groups one segment's steps by how they ran (decode graph, piecewise, eager)
 and, for decode-only steps, by batch size; each group gets its count, its time in the loop
-(scheduling, the model step, postprocessing) and, with a LatencyModel, the profile's price
-for the same shapes (decode rows, KV read with shared prefixes read once, prefill tokens),
-which is how the simulated engine prices an iteration.
+(scheduling, the model step, postprocessing) and, with a pricer, the price of the same shapes
+(decode rows, KV read with shared prefixes read once, prefill tokens): a LatencyModel's (how
+the simulated engine prices an iteration) or any other `StepPricer`'s (bench/serving_floor.py
+`StepFloor`: the serving floor's, step by step).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from collections.abc import Sequence
+from typing import Protocol
 
 from parrot.engines.builtin.observe.step_trace import StepRecord
-from parrot.engines.latency_model import LatencyModel
+
+
+class StepPricer(Protocol):
+    """What an iteration of these shapes should cost, in seconds (LatencyModel is one)."""
+
+    def iteration_seconds(self, decode_rows: int, decode_kv_tokens: int,
+                          prefill_tokens: int, /) -> float: ...
 
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -84,13 +92,13 @@ class Summary:
     groups: dict[str, Group]     # by kind_of, plus "all"
 
 
-def price_ms(record: StepRecord, model: LatencyModel) -> float:
+def price_ms(record: StepRecord, model: StepPricer) -> float:
     """The profile's time for the record's step (the simulated engine's iteration price)."""
     return 1000 * model.iteration_seconds(record.decode_rows, record.unique_kv_tokens,
                                           record.prefill_tokens)
 
 
-def summarize(steps: Sequence[StepRecord], model: LatencyModel | None = None) -> Summary:
+def summarize(steps: Sequence[StepRecord], model: StepPricer | None = None) -> Summary:
     groups: dict[str, Group] = {"all": Group()}
     for record in steps:
         priced = 0.0 if model is None else price_ms(record, model)
@@ -114,7 +122,7 @@ def largest_gaps(steps: Sequence[StepRecord], n: int) -> list[tuple[float, StepR
     return [(r.t - t0, r) for r in waits if r.idle_ms > 0]
 
 
-def slowest(steps: Sequence[StepRecord], n: int, model: LatencyModel | None = None
+def slowest(steps: Sequence[StepRecord], n: int, model: StepPricer | None = None
             ) -> list[tuple[float, StepRecord, float]]:
     """The n steps that ran the longest over their price (over nothing without a model),
     worst first: (seconds since the segment's first step, the step, its price in ms). A step
