@@ -1165,7 +1165,7 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_covering_keys_use_every_specialisation_of_the_whole_list",),
         where="first_met"),
     Mutation(
-        "precompile_not_dealt", "parrot/engines/builtin/cuda/precompile.py",
+        "precompile_not_dealt", "parrot/engines/builtin/cuda/precompile_worker.py",
         "    dealt = [(task, one) for task, specs in found for one in specs][worker::workers]\n",
         "    dealt = [(task, one) for task, specs in found for one in specs]\n",
         ("tests/engines/builtin/cuda/test_precompile.py::"
@@ -1267,7 +1267,8 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_workers_compile_the_paged_prefills_tiles_each_once_between_them",),
         where="PrecompileSpec.tasks"),
     Mutation(
-        "precompile_covering_not_handed_over", "parrot/engines/builtin/cuda/precompile.py",
+        "precompile_covering_not_handed_over",
+        "parrot/engines/builtin/cuda/precompile_worker.py",
         "    if worker == 0 and spec.covering is not None:\n",
         "    if False:\n",
         ("tests/engines/builtin/cuda/test_precompile.py::"

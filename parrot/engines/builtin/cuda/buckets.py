@@ -104,7 +104,8 @@ def compiled_keys(max_batch: int, max_width: int, *, max_rows: int, shared_prefi
     """The buckets whose decode attention `warm_up` compiles without capturing them, in its
     order: the deferred ones (`deferred_keys`), the paged ones past the graphs' `max_batch`
     (eager steps of up to `max_rows` rows) and the shared-prefix ones. Their covering buckets
-    are what it compiles; a precompile worker finds them for it (precompile.keep_covering)."""
+    are what it compiles; a precompile worker finds them for it
+    (`precompile_worker.keep_covering`)."""
     stopgaps = stopgap_keys(max_batch, max_width, min_prefix_blocks) if shared_prefix else []
     eager_only = deferred_keys(max_batch, max_width, defer_above, stopgaps) + [
         k for k in paged_keys(max_rows, max_width) if k[0] > max_batch]

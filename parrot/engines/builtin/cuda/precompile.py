@@ -10,8 +10,8 @@ buckets use every specialisation that ~2,000 use (LLaMA-7B, 256 rows). Two thing
   list uses, found by a dry run (`parrot_kernels.launch.specialisations`: the wrappers plan
   each bucket's launches, nothing launches; ~1 ms a bucket on the H200's host). The warm-up
   compiles only those: every other bucket's launches hit the JIT's in-memory cache later.
-* `AttentionPrecompile`: worker processes (`python -m parrot.engines.builtin.cuda.precompile`),
-  each compiling its share of the specialisations (each one by exactly one worker: the
+* `AttentionPrecompile`: worker processes (precompile_worker.py, run as `python -m`), each
+  compiling its share of the specialisations (each one by exactly one worker: the
   bucket that first met it runs with only that launch made,
   `parrot_kernels.launch.launching_only`) into Triton's disk cache while the
   engine loads its weights. The engine joins them before it sizes its KV cache from the free
@@ -29,13 +29,12 @@ paged prefill attention's tiles the warm-up's prefill runs (`PrecompileSpec.pref
 of a cold start, one eager forward per tile compiling its kernel), dealt with the attention's
 specialisations the same way. And worker 0, whose dry run met every bucket the engine's
 warm-up looks for the covering of, keeps that covering where the warm-up reads it
-(`PrecompileSpec.covering`, `keep_covering`): the engine's own dry run over ~2,000 buckets
-(1.5 s) is not run a second time.
+(`PrecompileSpec.covering`, `precompile_worker.keep_covering`): the engine's own dry run over
+~2,000 buckets (1.5 s) is not run a second time.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -72,6 +71,8 @@ Task = tuple[int | str, ...]
 # starting more processes than the work is worth (at 32, ~6 specialisations each, about what
 # starting one costs); `workers_for_memory` bounds them by the GPU's memory besides.
 MAX_WORKERS = 32
+# What each worker runs (`python -m`): precompile_worker.py.
+WORKER_MODULE = "parrot.engines.builtin.cuda.precompile_worker"
 # A worker still running after this long is killed (the warm-up compiles what it left).
 WORKER_TIMEOUT_S = 300.0
 # GPU memory a worker may hold while it runs (its CUDA context and small tensors: ~0.5 GB
@@ -160,7 +161,8 @@ def cached_covering_keys(run_attention: Callable[[GraphKey], object],
 def kept_covering(path: Path | None, find: Callable[[], list[GraphKey]]
                   ) -> tuple[list[GraphKey], bool]:
     """(the covering buckets kept at `path`, True), else (`find()`, False), kept there: the
-    warm-up's file, read by it and written by it or by a precompile worker (`keep_covering`)."""
+    warm-up's file, read by it and written by it or by a precompile worker
+    (`precompile_worker.keep_covering`)."""
     return kept(path, find, lambda found: json.dumps([list(k) for k in found]),
                 _keys_from_json, "covering buckets")
 
@@ -229,9 +231,9 @@ def scratch_prefill_meta(kernels: ModuleType | None, variant: Any, block_size: i
     """Metadata of one prefill chunk of `block_size` tokens at position 0 into `scratch_block`
     (what is written goes there only), planned for the paged prefill kernel's tile `variant`
     (no plan with `kernels` None: through torch): what compiles a tile's kernels, in the
-    warm-up's prefill and in the precompile workers (`run_scratch_prefill`). The plan's tensors
-    are always aligned (prefill.plan_prefill), so a tile is one specialisation whatever the
-    chunk."""
+    warm-up's prefill and in the precompile workers (`precompile_worker.run_scratch_prefill`).
+    The plan's tensors are always aligned (prefill.plan_prefill), so a tile is one
+    specialisation whatever the chunk."""
     plan = None if kernels is None else kernels.plan_prefill(
         [(0, block_size, 0)], torch.tensor([[scratch_block]], dtype=torch.int32, device=device),
         variant)
@@ -241,25 +243,6 @@ def scratch_prefill_meta(kernels: ModuleType | None, variant: Any, block_size: i
         num_decode=0, decode_block_tables=None, decode_seq_lens=None, shared_prefix=None,
         prefills=[PrefillChunk(0, block_size, 0, torch.tensor([scratch_block], device=device))],
         prefill_plan=plan)
-
-
-def run_scratch_prefill(kernels: ModuleType, variant: Any, k_cache: torch.Tensor,
-                        v_cache: torch.Tensor, *, num_heads: int, scale: float) -> torch.Tensor:
-    """The paged prefill attention of `scratch_prefill_meta`'s chunk (scratch block 0) on tile
-    `variant`, launched as the model's attention launches it in the warm-up's prefill (its
-    query rows, a fresh output): a worker's prefill task. Zeros: garbage could hold NaNs the
-    interpreter warns of; the split launch's workspace too (the plan keeps it for the launch),
-    since a worker may launch the splits' merge alone (`launching_only`: the split kernel
-    dealt to another worker)."""
-    bs, head_dim = k_cache.shape[1], k_cache.shape[-1]
-    meta = scratch_prefill_meta(kernels, variant, bs, 0, k_cache.device)
-    _splits, _length, workspace = meta.prefill_plan.launch(num_heads, head_dim, k_cache.device)
-    if workspace is not None:
-        workspace.zero_()
-    q = torch.zeros(bs, num_heads, head_dim, dtype=k_cache.dtype, device=k_cache.device)
-    out: torch.Tensor = kernels.paged_prefill_attention(q, k_cache, v_cache, meta.prefill_plan,
-                                                        scale)
-    return out
 
 
 class WarmupCovering(NamedTuple):
@@ -378,7 +361,7 @@ class AttentionPrecompile:
         self.spec, self.stamp = spec, stamp
         self.started = time.perf_counter()
         self.procs = [subprocess.Popen(
-            [sys.executable, "-m", __name__, str(i), str(workers), spec.to_json(),
+            [sys.executable, "-m", WORKER_MODULE, str(i), str(workers), spec.to_json(),
              repr(time.time())],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True) for i in range(workers)]
@@ -430,116 +413,3 @@ def usable_cores() -> int:
         return max(1, min(count, len(os.sched_getaffinity(0))))
     except (AttributeError, OSError):    # no affinity on this OS
         return count
-
-
-class TaskRunner:
-    """Runs a spec's tasks (`PrecompileSpec.tasks`) on a KV cache of one block and zero
-    weights: a kernel's specialisation depends on neither the cache's size nor the values."""
-
-    def __init__(self, spec: PrecompileSpec) -> None:
-        import parrot_kernels
-        from parrot.engines.builtin.llama.attention import make_decode_fn
-
-        self.spec = spec
-        self.kernels: ModuleType = parrot_kernels
-        self.device = torch.device(spec.device)
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        self.dtype = getattr(torch, spec.dtype)
-        self.cache = torch.zeros(2, 1, spec.block_size, spec.num_kv_heads, spec.head_dim,
-                                 dtype=self.dtype, device=self.device)
-        self.decode = make_decode_fn(parrot_kernels)
-
-    def __call__(self, task: Task, dry: bool = False) -> object:
-        """Run `task`; `dry`: for a dry run (`run_padded_attention`)."""
-        kind, *args = task
-        ints = [int(a) for a in args]
-        spec = self.spec
-        if kind == "attention":
-            key: GraphKey = (ints[0], ints[1], ints[2], ints[3])
-            return run_padded_attention(self.decode, key, self.cache[0], self.cache[1],
-                                        scratch_block=0, num_heads=spec.num_heads,
-                                        scale=spec.head_dim ** -0.5, dry=dry)
-        if kind == "prefill":
-            return run_scratch_prefill(
-                self.kernels, self.kernels.PrefillTuning(*spec.prefill[ints[0]]),
-                self.cache[0], self.cache[1], num_heads=spec.num_heads,
-                scale=spec.head_dim ** -0.5)
-        # zeros (garbage could hold NaNs the interpreter warns of), freed at once: a worker
-        # holds one projection's weight at a time
-        n, k, rows = ints
-        return self.kernels.small_batch_linear(
-            torch.zeros(rows, k, dtype=self.dtype, device=self.device),
-            torch.zeros(n, k, dtype=self.dtype, device=self.device))
-
-
-def compile_share(spec: PrecompileSpec, worker: int, workers: int,
-                  times: dict[str, float] | None = None) -> int:
-    """In a worker: compile every `workers`-th of the specialisations `spec.tasks()` launch,
-    from `worker` on, into Triton's disk cache (`TaskRunner`); worker 0 also keeps the
-    warm-up's covering buckets (`keep_covering`). Returns how many it compiled; `times` gets
-    the seconds of the dry run and of the compiling ("dry_s", "compile_s")."""
-    run = TaskRunner(spec)
-    started = time.perf_counter()
-    # Every specialisation once, dealt round-robin over the workers: each compiles its own
-    # (a bucket shares kernels with others; running whole buckets, several workers would
-    # compile the shared ones at once), running the bucket that first met it with only
-    # those launches made (parrot_kernels.launch.launching_only).
-    from parrot_kernels.launch import launching_only
-
-    launches = dry_runs(functools.partial(run, dry=True), spec.tasks())
-    if worker == 0 and spec.covering is not None:
-        keep_covering(spec.covering, launches, run)
-    found = first_met(launches)
-    dealt = [(task, one) for task, specs in found for one in specs][worker::workers]
-    mine: dict[Task, set[Specialisation]] = {}
-    for task, one in dealt:
-        mine.setdefault(task, set()).add(one)
-    covered = time.perf_counter()
-    for task, specs in mine.items():
-        with launching_only(specs):
-            run(task)
-    if run.device.type == "cuda":
-        torch.cuda.synchronize(run.device)
-    if times is not None:
-        times.update(dry_s=covered - started, compile_s=time.perf_counter() - covered)
-    return len(dealt)
-
-
-def keep_covering(covering: WarmupCovering,
-                  launches: Sequence[tuple[Task, set[Specialisation]]],
-                  run: TaskRunner) -> Path | None:
-    """Keep the covering buckets of the warm-up's bucket list where its `cached_covering_keys`
-    reads them (unless kept there already), found from the workers' dry run (`launches`; its
-    attention tasks only: a bucket it lacks is dry-run here). The file is keyed as the engine's
-    (`covering_cache_path`: the GPU, the software, the cache's dtype and block layout, the heads
-    and the exact bucket list): an engine whose sizing came out otherwise than predicted looks
-    for another file and finds the covering itself. Returns the file's path."""
-    seen = {tuple(task[1:]): specs for task, specs in launches if task[0] == "attention"}
-
-    def launched(key: GraphKey) -> set[Specialisation]:
-        if key not in seen:
-            seen[key] = dry_runs(functools.partial(run, dry=True), [("attention", *key)])[0][1]
-        return seen[key]
-
-    keys = covering.buckets()
-    path = covering_cache_path(Path(covering.folder), run.cache[0], run.spec.num_heads, keys)
-    kept_covering(path, lambda: [key for key, _ in first_met(
-        (key, launched(key)) for key in keys)])
-    return path
-
-
-def main() -> int:
-    """A worker: `python -m parrot.engines.builtin.cuda.precompile WORKER WORKERS SPEC
-    SPAWNED` (SPAWNED: the parent's time.time() when it started it); prints one JSON line."""
-    worker, workers = int(sys.argv[1]), int(sys.argv[2])
-    spec = PrecompileSpec.from_json(sys.argv[3])
-    times: dict[str, float] = {}
-    start_s = time.time() - float(sys.argv[4])
-    compiled = compile_share(spec, worker, workers, times)
-    print(json.dumps({"compiled": compiled, "start_s": start_s, **times}), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,11 +16,12 @@ from parrot.engines.builtin.config import BuiltinEngineConfig
 from parrot.engines.builtin.cuda import precompile
 from parrot.engines.builtin.cuda.graphs import DecodeGraphs
 from parrot.engines.builtin.cuda.precompile import (AttentionPrecompile, PrecompileSpec,
-                                                    TaskRunner, WarmupCovering,
-                                                    cached_covering_keys, compile_share,
+                                                    WarmupCovering, cached_covering_keys,
                                                     covering_cache_path, covering_keys,
-                                                    keep_covering, linear_launches,
-                                                    new_specialisations, prefill_tiles)
+                                                    linear_launches, new_specialisations,
+                                                    prefill_tiles)
+from parrot.engines.builtin.cuda.precompile_worker import (TaskRunner, compile_share,
+                                                           keep_covering)
 from parrot.engines.builtin.cuda.precompile import run_padded_attention
 from parrot.engines.builtin.cuda.buckets import (attention_keys, compiled_keys, paged_keys,
                                                  shared_keys, stopgap_keys)
