@@ -132,8 +132,7 @@ class ModelRunner:
         index = self._sample_index(host)     # before any forward is queued
         out = rows = None
         if self.graphs is not None and not host.prefills:
-            rows = DecodeRows(host.token_ids, host.positions, host.slots, host.decode_tables,
-                              host.decode_lens, host.groups)
+            rows = self._decode_rows(host)
             out = self.graphs.run(rows)
         self.num_graph_steps += out is not None
         if out is not None and rows is not None and self.launch_ahead and not self.hold_ahead:
@@ -175,8 +174,12 @@ class ModelRunner:
 
     @staticmethod
     def _decode_rows(host: HostInputs) -> DecodeRows:
-        """The decode rows of a mixed step (its first rows), as a decode step lists them."""
+        """The step's decode rows (its first rows: all of a decode step's, a mixed step's
+        before its prefill chunks), as a decode graph takes them."""
         n = len(host.decode_lens)
+        if n == len(host.token_ids):      # a decode step: its lists as they are
+            return DecodeRows(host.token_ids, host.positions, host.slots, host.decode_tables,
+                              host.decode_lens, host.groups)
         return DecodeRows(host.token_ids[:n], host.positions[:n], host.slots[:n],
                           host.decode_tables, host.decode_lens, host.groups)
 
