@@ -83,6 +83,12 @@ COUNTERS: tuple[EngineCounter, ...] = (
                   "after the first, as the engine handed them over (over "
                   "parrot_engine_tpot_generates_total: the mean)", "parrot_engine_tpot_seconds",
                   "us"),
+    EngineCounter("prefix_cache_query_tokens", "prompt tokens looked up in the engine's "
+                  "automatic prefix cache (whole blocks)",
+                  "parrot_engine_prefix_cache_query_tokens"),
+    EngineCounter("prefix_cache_hit_tokens", "prompt tokens found computed in the engine's "
+                  "automatic prefix cache (not prefilled)",
+                  "parrot_engine_prefix_cache_hit_tokens"),
     EngineCounter("aborted_generates", "Generates aborted before they finished (caller gone, "
                   "stream dropped, abort route, context freed under them)",
                   "parrot_engine_aborted_generates"),

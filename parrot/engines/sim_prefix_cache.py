@@ -43,6 +43,7 @@ class PrefixCache:
         self._hashes: dict[str, list[str]] = {}                 # context id -> its blocks
         self._finished: OrderedDict[str, None] = OrderedDict()  # evictable, LRU first
         self._holder: dict[str, str] = {}       # block hash -> a context holding it
+        self.num_query_tokens = 0               # prompt tokens (whole blocks) looked up
         self.num_hit_tokens = 0                 # prompt tokens served from the cache
 
     def __contains__(self, context_id: str) -> bool:

@@ -246,6 +246,8 @@ class SimulatedEngine(Engine):
         """(a context holding the cached leading blocks of `text` to fork, their tokens), or
         (None, 0). At least the last prompt token is prefilled, as a real engine does."""
         assert self._cache is not None
+        self._cache.num_query_tokens += max(num_tokens - 1, 0) // self.config.block_size \
+            * self.config.block_size
         found = self._cache.match(text)
         if found is None:
             return None, 0
@@ -380,7 +382,13 @@ class SimulatedEngine(Engine):
                                loop_ms=round(self._step_s * 1000),
                                prefill_tokens=self._prefill_tokens,
                                decode_tokens=self._decode_tokens, **self._tpot.counters(),
-                               **self._aborted.counters()))
+                               **self._aborted.counters(), **self._cache_counters()))
+
+    def _cache_counters(self) -> dict[str, int]:
+        if self._cache is None:
+            return {}
+        return {"prefix_cache_query_tokens": self._cache.num_query_tokens,
+                "prefix_cache_hit_tokens": self._cache.num_hit_tokens}
 
     async def healthz(self) -> bool:
         return not self._closed

@@ -7,11 +7,15 @@ Order of an iteration (`schedule`):
    Generates whose context must be (re)computed), each by priority (the protocol's: lower
    first), then oldest first, within max_batch_tokens and max_num_seqs; the prefill chunks
    beside decodes also within the step budget (step_budget.py: chunked prefill, so a long
-   prompt is split over several steps instead of stalling the running streams);
-4. KV blocks: a chunk that does not fit evicts idle contexts (least recently used first), then
-   preempts the newest running work of the lowest priority not in this batch (its KV is
-   recomputed later); if nothing can be freed the chunk waits. Work that can never be
-   served fails with OutOfKVCacheError.
+   prompt is split over several steps instead of stalling the running streams); with
+   prefix caching (block_manager.py), a context that starts, or restarts after losing its
+   blocks, first takes its longest cached prefix, and every block a step completes is
+   offered to the cache;
+4. KV blocks: a chunk that does not fit first takes free blocks only the prefix cache still
+   names (least recently released first), then evicts idle contexts (LRU), then preempts
+   the newest running work of the lowest priority not in this batch (its KV is recomputed
+   later); if nothing can be freed the chunk waits. Work that can never be served fails
+   with OutOfKVCacheError.
 `postprocess` applies a step's result: computed counts, sampled tokens, finished work.
 
 `schedule(decode_only=True)` (the engine asks for it while a decode step launched ahead is in
@@ -211,6 +215,7 @@ class BatchScheduler:
             if parent.is_busy:
                 return
             ctx.token_ids = list(parent.token_ids)
+            ctx.block_digests = list(parent.block_digests)   # the same leading tokens
             self.blocks.fork(parent, ctx)
             ctx.fork_from = None
             parent.num_waiting_children -= 1
@@ -225,6 +230,7 @@ class BatchScheduler:
                 f"max_context_len is {self.max_context_len}"))
             return
         ctx.token_ids.extend(work.new_tokens)
+        self.blocks.reuse_cached(ctx)   # prefix caching: a new context's cached prefix
         if work.is_fill:
             if ctx.num_computed >= ctx.target_computed:
                 self._complete_fill(work)
@@ -263,6 +269,11 @@ class BatchScheduler:
             if budget == 0 or seats == 0:
                 break
             ctx = work.context
+            if (self.blocks.prefix_caching and not ctx.block_table
+                    and self.blocks.reuse_cached(ctx) and work.is_fill
+                    and ctx.num_computed >= ctx.target_computed):
+                self._complete_fill(work)   # evicted, and found whole in the prefix cache
+                continue
             start = ctx.num_computed
             end = min(work.chunk_end(), start + budget)
             if end <= start:
@@ -330,6 +341,8 @@ class BatchScheduler:
             if chunk.sample and token is not None and live:
                 work.emit(process_token(work, token, self.eos_token_ids, self.max_context_len))
             ctx.num_computed = min(chunk.end, ctx.target_computed)
+            if self.blocks.prefix_caching:
+                self.blocks.register_computed(ctx)
             if live and work.is_fill and ctx.num_computed >= ctx.target_computed:
                 self._complete_fill(work)
 

@@ -197,7 +197,8 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
                         step_tokens=(config.step_token_budget
                                      if isinstance(config.step_token_budget, int) else None),
                         itl_target_ms=config.itl_target_ms)
-    scheduler = scheduler_type(BlockManager(num_blocks, config.block_size),
+    scheduler = scheduler_type(BlockManager(num_blocks, config.block_size,
+                                            prefix_caching=config.prefix_caching),
                                max_batch_tokens=config.max_batch_tokens,
                                max_num_seqs=max_num_seqs,
                                max_context_len=max_context_len,

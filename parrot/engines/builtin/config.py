@@ -75,6 +75,11 @@ class BuiltinEngineConfig:
       profile, plus what mixed steps have cost past that price while serving, and keeps it
       under itl_target_ms (without a profile: max_batch_tokens); a number
       caps decodes + prefill of such a step at that many tokens.
+    prefix_caching: automatic prefix caching, as vLLM's APC and SGLang's radix cache give a
+      request-level client: a new context reuses the KV of its longest prefix (whole blocks)
+      that any earlier context computed, kept after that context is freed until the memory is
+      needed (block_manager.py). Off by default: Parrot's manager shares prefixes explicitly
+      through forks; on, it is today's request-level baseline (and harmless beside forks).
     step_trace: a JSON-lines file the engine appends one line to per model step (its timing,
       shape and path: step_trace.py; `{engine}` in the path becomes the engine's name, so one
       setting serves every engine of a config); null: no trace.
@@ -111,6 +116,7 @@ class BuiltinEngineConfig:
     cache_dir: str | None = None      # default: $PARROT_CACHE_DIR or ~/.cache/parrot/models
     step_trace: str | None = None     # JSON-lines file, one line per step; {engine}: its name
     speed_probe: str = "auto"         # measure the speed profile at start: auto/full/quick/off
+    prefix_caching: bool = False      # reuse any earlier context's computed prefix blocks
 
     def __post_init__(self) -> None:
         check = _CHECK
@@ -146,7 +152,7 @@ class BuiltinEngineConfig:
         check.one_of("prefill_attention", self.prefill_attention, PREFILL_ATTENTION)
         check.number("shared_prefix_min_group", self.shared_prefix_min_group, minimum=2,
                      integer=True)
-        for key in ("cuda_graphs", "fused_ops", "warmup", "lazy_graphs"):
+        for key in ("cuda_graphs", "fused_ops", "warmup", "lazy_graphs", "prefix_caching"):
             check.boolean(key, getattr(self, key))
         check.number("eager_graph_rows", self.eager_graph_rows, minimum=0, maximum=1024,
                      integer=True)

@@ -34,6 +34,11 @@ class Context:
     num_waiting_children: int = 0         # forks that still need this context's blocks
     is_freed: bool = False
     last_used: int = 0                    # iteration counter, for LRU eviction
+    # prefix caching (block_manager.py): digests of token_ids' full blocks, computed as
+    # needed (a pure function of the tokens, so never stale), and how many leading blocks of
+    # block_table were offered to the cache
+    block_digests: list[bytes] = field(default_factory=list)
+    num_registered: int = 0
 
     @property
     def is_busy(self) -> bool:

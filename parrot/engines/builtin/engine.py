@@ -192,6 +192,8 @@ class BuiltinEngine(Engine):
             ahead_hits=0 if graphs is None else graphs.num_ahead_hits,
             ahead_misses=0 if graphs is None else graphs.num_ahead_misses,
             graph_stopgap_steps=0 if graphs is None else graphs.num_stopgap_replays,
+            prefix_cache_query_tokens=s.blocks.cache_query_tokens,
+            prefix_cache_hit_tokens=s.blocks.cache_hit_tokens,
             **self._counters.counters(), **pauses.counters(), **self._tpot.counters(),
             **self._aborted.counters())
         return EngineStats(num_running=s.num_running, num_waiting=s.num_waiting,
