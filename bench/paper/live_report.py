@@ -35,6 +35,18 @@ async def engine_counters(engines: Sequence[Any]) -> dict[str, dict[str, int]]:
     return counts
 
 
+async def reset_prefix_caches(engines: Sequence[Any]) -> None:
+    """Forget each engine's automatic prefix cache (`prefix_caching: true`), so that no run
+    starts with the KV the warm-up or the variant before it computed for the same prompts
+    (a request-level baseline would reuse it for free). Engines that do not answer are left
+    as they are, as for the counters."""
+    for launched in engines:
+        try:
+            await launched.engine.reset_prefix_cache()
+        except Exception:  # noqa: BLE001 - see engine_counters
+            continue
+
+
 def counter_delta(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]
                    ) -> dict[str, dict[str, int]]:
     """What each engine that answered both times counted in between."""

@@ -32,7 +32,7 @@ from parrot.speed_profile import calibrated_latency_capacity
 from parrot.sim.compare import Settings, Variant, VariantRun, parse_variants, results_json
 from parrot.sim.live import as_remote, run_live_async
 from bench.paper.live_report import (counter_delta, counters_text, engine_counters, engine_tpot_s,
-                                    save_results)
+                                    reset_prefix_caches, save_results)
 from bench.paper.live_experiments import (LIVE_EXPERIMENTS, SMOKE_RATE_SEARCH,  # noqa: F401
                                          STATIC_SHARING, LiveExperiment, LiveExperimentError,
                                          RateSearchSpec)
@@ -269,6 +269,7 @@ async def _run_experiment(served: ServeConfig, config_path: str, e: LiveExperime
     variants = parse_variants(e.compare)
     runs, counters, windows = [], {}, {}
     for variant in variants:
+        await reset_prefix_caches(engines)
         before = await engine_counters(engines)
         began = time.time()
         run = await run_variant(served, e, variant, spec, delay_s)
@@ -326,6 +327,7 @@ async def _run_rate_search(served: ServeConfig, config_path: str, e: LiveExperim
             at = dataclasses.replace(spec, request_rate=rate, num_requests=max(
                 1, math.ceil(rate * search_spec.window_s)))
             # a rate far past the knee would drain for minutes: it has failed long before
+            await reset_prefix_caches(engines)
             before = await engine_counters(engines)
             run = await run_variant(served, e, variant, at, delay_s,
                              min(RUN_TIMEOUT_S, 4 * search_spec.window_s + 60))

@@ -114,6 +114,16 @@ class BlockAllocator:
             found.append(block)
         return found
 
+    def forget_cached(self) -> int:
+        """Drop every block's name: free cached blocks become plain free ones, named blocks in
+        use stay as they are, unnamed. How many names were dropped."""
+        forgotten = len(self._digest_of)
+        self._free.extend(self._evictable)
+        self._evictable.clear()
+        self._by_digest.clear()
+        self._digest_of.clear()
+        return forgotten
+
     def check_invariants(self) -> None:
         free = set(self._free)
         assert len(free) == len(self._free), "a block is on the free list twice"

@@ -168,6 +168,13 @@ class HttpEngine(Engine):
     async def stats(self) -> EngineStats:
         return EngineStats.from_wire(await self._call("GET", "/v1/engine/stats"), strict=False)
 
+    async def reset_prefix_cache(self) -> int:
+        data = await self._call("POST", "/v1/engine/reset_prefix_cache")
+        count = data.get("num_blocks") if isinstance(data, dict) else None
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise EngineError(f"engine {self.url}: reset_prefix_cache answered {data!r}")
+        return count
+
     async def healthz(self) -> bool:
         """One probe on the probe session (bounded by probe_timeout_s). A healthy answer ends an
         outage declared by abort_requests and delivers the frees that failed during it."""

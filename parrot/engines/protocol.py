@@ -256,5 +256,12 @@ class Engine(ABC):
     @abstractmethod
     async def stats(self) -> EngineStats: ...
 
+    async def reset_prefix_cache(self) -> int:
+        """Forget the engine's automatic prefix cache (as vLLM's `reset_prefix_cache`): no
+        later request reuses what an earlier one computed, while every live context keeps
+        its KV. A benchmark calls it between runs, so that no run starts with what the one
+        before it cached. How many cached blocks were forgotten (0: none, or no cache)."""
+        return 0
+
     async def healthz(self) -> bool:
         return True

@@ -93,6 +93,7 @@ def create_app(engine: Engine, *, secret: str | None = None,
     app.router.add_post(BATCH_PATH, batch.batch)
     app.router.add_post(ABORT_PATH, batch.abort)
     app.router.add_get("/v1/engine/stats", routes.stats)
+    app.router.add_post("/v1/engine/reset_prefix_cache", routes.reset_prefix_cache)
     app.router.add_get("/v1/engine/info", routes.info)
     app.router.add_get("/healthz", routes.healthz)
     if manage_engine:
@@ -141,6 +142,9 @@ class _Routes:
 
     async def stats(self, _: web.Request) -> web.Response:
         return web.json_response((await self.engine.stats()).to_wire())
+
+    async def reset_prefix_cache(self, _: web.Request) -> web.Response:
+        return web.json_response({"num_blocks": await self.engine.reset_prefix_cache()})
 
     async def info(self, _: web.Request) -> web.Response:
         return web.json_response((await self.engine.info()).to_wire())

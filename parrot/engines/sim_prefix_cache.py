@@ -77,6 +77,21 @@ class PrefixCache:
             self._finished.move_to_end(best[0])
         return best
 
+    def num_blocks(self, context_id: str) -> int:
+        """The full blocks `context_id` is indexed with."""
+        return len(self._hashes.get(context_id, ()))
+
+    def finished(self) -> list[str]:
+        """The finished contexts kept cached, least recently used first."""
+        return list(self._finished)
+
+    def forget_live(self) -> None:
+        """No live context's blocks are found any more (they keep them)."""
+        live = [c for c in self._hashes if c not in self._finished]
+        for context_id in live:
+            self.forget(context_id)
+            self._hashes[context_id] = []
+
     def oldest(self) -> str | None:
         """The least recently used finished context (the next to evict)."""
         return next(iter(self._finished), None)

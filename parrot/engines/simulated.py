@@ -271,6 +271,16 @@ class SimulatedEngine(Engine):
         if parent_id is not None and parent_id != asked:
             self._kv.free(parent_id)
 
+    async def reset_prefix_cache(self) -> int:
+        if self._cache is None:
+            return 0
+        finished = self._cache.finished()
+        blocks = sum(self._cache.num_blocks(c) for c in finished)
+        for cached_id in finished:
+            self._uncache(cached_id)
+        self._cache.forget_live()
+        return blocks
+
     def _uncache(self, cached_id: str) -> None:
         assert self._cache is not None
         self._cache.forget(cached_id)

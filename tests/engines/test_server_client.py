@@ -264,6 +264,7 @@ def test_client_rejects_a_bad_url() -> None:
     ("POST", "/v1/engine/abort", {"ids": ["1"]}),
     ("GET", "/v1/engine/stats", None),
     ("GET", "/v1/engine/info", None),
+    ("POST", "/v1/engine/reset_prefix_cache", None),
 ])
 async def test_engine_routes_need_the_engine_secret(method: str, path: str,
                                                      body: dict[str, Any] | None) -> None:

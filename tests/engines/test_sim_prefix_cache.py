@@ -81,3 +81,36 @@ def test_cached_contexts_are_evicted_when_a_request_needs_their_blocks():
         return stats.num_contexts
 
     assert run_virtual(main()) == 1     # only b's context is cached now
+
+
+async def test_reset_forgets_the_cache_over_http_and_the_next_request_prefills_in_full():
+    """Between two benchmark runs: the cached system prompt is forgotten, so the second
+    request prefills all of it; a live context keeps its KV. Over the engine's HTTP route."""
+    from aiohttp.test_utils import TestServer
+
+    from parrot.engines.client import HttpEngine
+    from parrot.engines.server import create_app
+
+    async def main() -> tuple[int, int, int, int]:
+        sim = engine(True)
+        server = TestServer(create_app(sim))
+        await server.start_server()
+        client = HttpEngine(str(server.make_url("")), name="remote", secret=None)
+        try:
+            await request(sim, "a", SYSTEM + " first?")          # cached when freed
+            await sim.fill(FillRequest("live", text=SYSTEM + " kept"))
+            forgotten = await client.reset_prefix_cache()
+            before = await sim.stats()
+            await request(sim, "b", SYSTEM + " second")
+            after = await sim.stats()
+            again = await client.reset_prefix_cache()
+            return (forgotten, after.counter("prefill_tokens") - before.counter("prefill_tokens"),
+                    after.counter("prefix_cache_hit_tokens")
+                    - before.counter("prefix_cache_hit_tokens"), again)
+        finally:
+            await client.close()
+            await server.close()
+
+    forgotten, prefilled, hits, again = await main()
+    assert (forgotten, prefilled, hits) == (17, 272, 0)   # 1,087 + 16 generated characters
+    assert again == 17        # "b" was cached when freed; "live" is never counted

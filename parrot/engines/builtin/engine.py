@@ -202,6 +202,12 @@ class BuiltinEngine(Engine):
                            num_tokens_in_use=sum(len(c.token_ids) for c in s.contexts.values()),
                            num_contexts=len(s.contexts), counters=counters)
 
+    async def reset_prefix_cache(self) -> int:
+        # Blocks in use keep their KV (the contexts holding them go on); they are only no
+        # longer found by content. A context's own count of registered blocks may run ahead
+        # of what is named now: its blocks are just not offered again, which is safe.
+        return self._scheduler.blocks.allocator.forget_cached()
+
     async def healthz(self) -> bool:
         return not self._closing and self._unhealthy is None \
             and (self._task is None or not self._task.done())

@@ -137,3 +137,25 @@ async def test_random_traffic_generates_the_same_with_and_without_the_cache(tiny
         if caching:
             assert (await counters(engine))[2] > 0, "the cache was never hit"
     assert outputs[0] == outputs[1]
+
+
+async def test_reset_forgets_what_was_cached_and_keeps_live_contexts(tiny_bundle, make_engine):
+    engine = make_engine(tiny_bundle, block_size=4, prefix_caching=True)
+    prompt = tokens(6, 25)
+    reference = await fill_generate(engine, "live", prompt)
+    await fill_generate(engine, "gone", tokens(7, 25))
+    await engine.free_context("gone")
+    assert await engine.reset_prefix_cache() == 7 + 7   # each: 30 computed, 7 whole blocks
+    before = await counters(engine)
+    await fill_generate(engine, "again", prompt)
+    after = await counters(engine)
+    assert (after[0] - before[0], after[2] - before[2]) == (24, 0)   # prefilled in full
+    stats = await engine.stats()
+    assert stats.num_blocks_free == stats.num_blocks_total - 2 * 8  # "live" and "again"
+    assert await generate_more(engine, "live") == await generate_more(engine, "again")
+    assert reference
+    engine.check_invariants()
+
+
+async def generate_more(engine: BuiltinEngine, ctx: str) -> tuple[int, ...]:
+    return (await engine.generate_all(GenerateRequest(ctx, None, GREEDY))).token_ids
