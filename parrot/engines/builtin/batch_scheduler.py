@@ -283,7 +283,9 @@ class BatchScheduler:
                 continue
             sample = not work.is_fill and end == len(ctx.token_ids)
             if (self.reserve_next_block and sample and end - start == 1
-                    and end < self.max_context_len and self.blocks.can_grow(ctx, end + 1)):
+                    and end < self.max_context_len
+                    and end + 1 > len(ctx.block_table) * self.blocks.block_size
+                    and self.blocks.can_grow(ctx, end + 1)):
                 self.blocks.grow(ctx, end + 1)   # never evicts for it
             chunks.append(ScheduledChunk(work, start, end, ctx.token_ids[start:end],
                                          list(ctx.block_table), sample))
@@ -295,6 +297,8 @@ class BatchScheduler:
 
     def _fit(self, ctx: Context, start: int, end: int, protected: set[int]) -> int:
         """Grow ctx's blocks to cover [0, end), evicting if needed; returns the end that fits."""
+        if end <= len(ctx.block_table) * self.blocks.block_size:
+            return end                      # covered already: most decode rows
         if self.blocks.can_grow(ctx, end):  # the common case: no eviction, no set copy
             self.blocks.grow(ctx, end)
             return end

@@ -72,7 +72,9 @@ class BlockManager:
         return self.allocator.can_allocate(self.blocks_needed(ctx, num_tokens))
 
     def grow(self, ctx: HasBlocks, num_tokens: int) -> None:
-        ctx.block_table.extend(self.allocator.allocate(self.blocks_needed(ctx, num_tokens)))
+        needed = self.blocks_needed(ctx, num_tokens)
+        if needed:
+            ctx.block_table.extend(self.allocator.allocate(needed))
 
     def fork(self, parent: HasBlocks, child: HasBlocks) -> None:
         """child (empty) takes parent's computed KV: full blocks shared, partial block copied.
