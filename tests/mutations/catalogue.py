@@ -1275,20 +1275,6 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_worker_0_hands_the_warm_up_its_covering_buckets",),
         where="compile_share"),
     Mutation(
-        "mixed_steps_never_observed", "parrot/engines/builtin/engine.py",
-        "            if batch.is_mixed and run is not None and not run.pauses.jit_compiles:\n",
-        "            if False:\n",
-        ("tests/engines/builtin/test_step_budget.py::"
-         "test_the_engine_teaches_the_budget_each_mixed_steps_wall_time",),
-        where="BuiltinEngine._run"),
-    Mutation(
-        "mixing_cost_not_in_the_budget", "parrot/engines/builtin/step_budget.py",
-        "                        - self.mixing.extra_ms)\n",
-        "                        - 0.0)\n",
-        ("tests/engines/builtin/test_step_budget.py::"
-         "test_what_mixing_costs_past_its_price_is_learnt_and_left_out_of_the_budget",),
-        where="StepBudget.prefill_tokens"),
-    Mutation(
         "a_fill_a_step_ends_still_holds_launch_ahead",
         "parrot/engines/builtin/batch_scheduler.py",
         "        ending = () if batch is None else {\n",

@@ -72,8 +72,7 @@ class BuiltinEngineConfig:
       two from 64 to 256; graphs up to max_num_seqs rows); a number fixes them.
     step_token_budget / itl_target_ms: how much prefill a step with decode rows carries
       (step_budget.py: chunked prefill). "auto" prices a step with the engine's measured speed
-      profile, plus what mixed steps have cost past that price while serving, and keeps it
-      under itl_target_ms (without a profile: max_batch_tokens); a number
+      profile and keeps it under itl_target_ms (without a profile: max_batch_tokens); a number
       caps decodes + prefill of such a step at that many tokens.
     prefix_caching: automatic prefix caching, as vLLM's APC and SGLang's radix cache give a
       request-level client: a new context reuses the KV of its longest prefix (whole blocks)

@@ -405,17 +405,12 @@ class BuiltinEngine(Engine):
                 idle_s += time.perf_counter() - started
                 continue
             if self._trace is None:
-                run = await self._step(batch)
+                await self._step(batch)
             else:
-                run = await self._traced_step(batch, started, idle_s)
+                await self._traced_step(batch, started, idle_s)
             idle_s = 0.0
             elapsed = time.perf_counter() - started
             self._counters.loop_s += elapsed
-            if batch.is_mixed and run is not None and not run.pauses.jit_compiles:
-                # the gap every running stream saw: what mixing costs past the step budget's
-                # price (step_budget.py; a step that compiled a kernel says nothing of it)
-                self._scheduler.step_budget.observe_mixed(
-                    batch.decode_kv_tokens, batch.prefill_tokens, 1000 * elapsed)
 
     async def _traced_step(self, batch: Batch, started: float, idle_s: float
                            ) -> StepRun | None:

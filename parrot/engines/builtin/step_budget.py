@@ -11,10 +11,9 @@ The rule, per step (decode rows D over K context tokens):
 * a fixed budget (`step_token_budget: N`): decodes and prefill together at most N tokens;
 * `step_token_budget: auto` with a speed profile (the one the engine measured at start-up,
   startup_probe.py): the step is priced as the profile's decode step over K tokens plus the
-  profile's cost per prefilled token, plus what mixing has been seen to cost beyond that
-  price (`MixingCost`), and the prefill gets what keeps that under `itl_target_ms`. A larger
-  decode batch (more KV to read) leaves less room, so the chunk shrinks as load grows, which
-  is when a stall hurts the most streams;
+  profile's cost per prefilled token, and the prefill gets what keeps that under
+  `itl_target_ms`. A larger decode batch (more KV to read) leaves less room, so the chunk
+  shrinks as load grows, which is when a stall hurts the most streams;
 * `auto` without a profile (the CPU, where the probe is off by default, or a failed probe): the
   old rule, `max_batch_tokens` per step, since there is nothing to price a step with;
 * whatever the rule, the prefill gets at least `MIN_PREFILL_TOKENS` beside decodes (fewer if
@@ -22,22 +21,22 @@ The rule, per step (decode rows D over K context tokens):
   decode batch that alone is over the target; such a step runs over the target by that small
   chunk's cost.
 
-What mixing costs beyond the price is learnt while serving. The profile's decode step is a
-decode graph's, launched ahead of the host's work (lookahead.py); a step that mixes in a
-prefill chunk runs through the piecewise graphs or eagerly and is never launched ahead, so
-the host's scheduling and post-processing (milliseconds at a few hundred rows) add to its GPU
-time, and its decode rows miss their graph. On an H200 with 250 LLaMA-7B rows that was
-~20 ms over the price (docs/results/serving_h200.md), so every mixed step ran past a 50 ms
-target and set the streams' ITL p99. The engine reports each mixed iteration's wall time
-(scheduling to post-processing: the gap every running stream sees) and `MixingCost` keeps an
-exponentially weighted mean of how far it ran past its price; the budget subtracts it.
+The price leaves out what mixing itself costs. The profile's decode step is a decode graph's,
+launched ahead of the host's work (lookahead.py); a step that mixes in a prefill chunk runs
+through the piecewise graphs or eagerly and is never launched ahead, so on an H200 with 250
+LLaMA-7B rows a mixed iteration ran ~20 ms past its price (docs/results/serving_h200.md).
+Learning that overrun and taking it out of the prefill (tried: an exponentially weighted mean
+of each mixed iteration's overrun) kept the iterations near the target but, since the
+overrun is a fixed cost per mixed step, split the same prefill over ~1.6x as many mixed
+steps: 13% fewer output tokens a second at 256 in flight, with the same ITL p99. The fixed
+cost has to go from the mixed step itself, not be priced in.
 
 No torch here: the scheduler's unit tests build budgets without a model.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from parrot.speed_profile import SpeedProfile
 
@@ -53,27 +52,6 @@ MIN_PREFILL_TOKENS = 64
 DEFAULT_ITL_TARGET_MS = 50.0
 
 
-# How much one mixed step moves the learnt extra cost (an exponentially weighted mean): a few
-# steps settle it, one odd step (a garbage collection, a compile) moves it by a fifth.
-MIXING_COST_WEIGHT = 0.2
-
-
-@dataclass
-class MixingCost:
-    """What a mixed step (prefill beside decode rows) has cost beyond its price, learnt from
-    the engine's mixed iterations: an exponentially weighted mean of (wall ms - priced ms)
-    from 0, never below 0 (steps faster than their price leave the price as it is)."""
-
-    extra_ms: float = 0.0
-    samples: int = 0
-    weight: float = MIXING_COST_WEIGHT
-
-    def observe(self, over_ms: float) -> None:
-        """One mixed step ran `over_ms` past its price (negative: under it)."""
-        self.extra_ms = max(0.0, self.extra_ms + self.weight * (over_ms - self.extra_ms))
-        self.samples += 1
-
-
 @dataclass(frozen=True)
 class StepBudget:
     """The prefill a step may carry beside its decode rows (see the module docstring)."""
@@ -83,8 +61,6 @@ class StepBudget:
     itl_target_ms: float = DEFAULT_ITL_TARGET_MS   # `auto`: the step time to stay under
     profile: SpeedProfile | None = None      # `auto`: what a step costs (None: unpriced)
     min_prefill_tokens: int = MIN_PREFILL_TOKENS
-    # learnt while serving (shared by the budgets `with_profile` derives: one engine's)
-    mixing: MixingCost = field(default_factory=MixingCost, compare=False)
 
     def __post_init__(self) -> None:
         if self.max_batch_tokens < 1:
@@ -116,8 +92,7 @@ class StepBudget:
             allowed = self.step_tokens - decode_rows
             floor = min(floor, self.step_tokens)    # a budget below the floor is kept
         elif self.profile is not None:
-            spare_ms = (self.itl_target_ms - self.profile.decode_ms(decode_kv_tokens)
-                        - self.mixing.extra_ms)
+            spare_ms = self.itl_target_ms - self.profile.decode_ms(decode_kv_tokens)
             per_token = self.profile.prefill_ms_per_token
             allowed = room if per_token <= 0 else int(spare_ms / per_token)
         else:
@@ -134,16 +109,6 @@ class StepBudget:
         return (self.profile.decode_ms(decode_kv_tokens)
                 + self.profile.prefill_ms_per_token * prefill_tokens)
 
-    def observe_mixed(self, decode_kv_tokens: int, prefill_tokens: int, wall_ms: float) -> None:
-        """A mixed step's iteration took `wall_ms` (scheduling to post-processing): learn how
-        far that was past its price. Nothing to learn outside `auto` with a profile."""
-        priced = self.priced_ms(decode_kv_tokens, prefill_tokens)
-        if priced is not None:
-            # a step past twice the target is a pause (a collection, a capture), not what
-            # mixing costs: it counts as one target over, so one such step cannot shut the
-            # prefill out of the next ones
-            self.mixing.observe(min(wall_ms - priced, self.itl_target_ms))
-
     def describe(self, kv_points: tuple[int, ...] = (0, 16384, 65536, 131072)) -> str:
         """One line for the start-up log: the rule, and under `auto` the prefill tokens a step
         beside one decode row gets at a few KV loads."""
@@ -154,7 +119,5 @@ class StepBudget:
             return (f"step token budget: auto without a speed profile, so {self.max_batch_tokens} "
                     "tokens per step (max_batch_tokens)")
         points = ", ".join(f"{self.prefill_tokens(1, kv)} at {kv} KV tokens" for kv in kv_points)
-        learnt = (f"; a mixed step costs {self.mixing.extra_ms:.1f} ms past its price (learnt "
-                  f"over {self.mixing.samples} steps)" if self.mixing.samples else "")
         return (f"step token budget: auto, ITL target {self.itl_target_ms:g} ms: prefill tokens "
-                f"beside decodes {points} (alone up to {self.max_batch_tokens}){learnt}")
+                f"beside decodes {points} (alone up to {self.max_batch_tokens})")

@@ -13,7 +13,7 @@ pytest.importorskip("torch")  # context.py types a torch.Generator
 from parrot.engines.builtin.block_manager import BlockManager  # noqa: E402
 from parrot.engines.builtin.context import Context, Work, WorkKind  # noqa: E402
 from parrot.engines.builtin.batch_scheduler import BatchScheduler  # noqa: E402
-from parrot.engines.builtin.step_budget import (MIN_PREFILL_TOKENS, MIXING_COST_WEIGHT,  # noqa: E402
+from parrot.engines.builtin.step_budget import (MIN_PREFILL_TOKENS,  # noqa: E402
                                                 StepBudget)
 from parrot.sampling import SamplingParams  # noqa: E402
 from parrot.speed_profile import SpeedProfile  # noqa: E402
@@ -49,35 +49,6 @@ def test_auto_prices_the_step_against_the_itl_target():
     assert StepBudget(1024, profile=PROFILE).prefill_tokens(24, 0) == 1000   # the hard cap
     # the floor never breaks the hard cap either
     assert StepBudget(100, profile=PROFILE).prefill_tokens(90, 100_000) == 10
-
-
-def test_what_mixing_costs_past_its_price_is_learnt_and_left_out_of_the_budget():
-    budget = StepBudget(8192, itl_target_ms=50.0, profile=PROFILE)
-    assert budget.priced_ms(20_000, 500) == 30.0 + 10.0       # decode over 20k + 500 x 0.02
-    # mixed steps 20 ms over their price: the mean moves a fifth of the way each step
-    for _ in range(3):
-        budget.observe_mixed(20_000, 500, 40.0 + 20.0)
-    extra = 20.0 * (1 - (1 - MIXING_COST_WEIGHT) ** 3)
-    assert budget.mixing.samples == 3 and budget.mixing.extra_ms == pytest.approx(extra)
-    # (50 - 30 - 9.76) / 0.02 = 512 (511 in binary floating point), against 1,000 unlearnt
-    assert budget.prefill_tokens(64, 20_000) in (511, 512)
-    # the budget the engine derives with a new profile learns on from the same steps
-    assert budget.with_profile(PROFILE).mixing is budget.mixing
-    assert "a mixed step costs 9.8 ms past its price (learnt over 3 steps)" in budget.describe()
-    # steps under their price bring it back, never below nothing
-    for _ in range(100):
-        budget.observe_mixed(20_000, 500, 25.0)
-    assert budget.mixing.extra_ms == 0.0 and budget.prefill_tokens(64, 20_000) == 1000
-    # one pause (a 2-second step) counts as one ITL target over, not two seconds
-    budget.observe_mixed(20_000, 500, 2040.0)
-    assert budget.mixing.extra_ms == pytest.approx(MIXING_COST_WEIGHT * 50.0)
-
-
-def test_only_a_priced_budget_learns_what_mixing_costs():
-    for budget in (StepBudget(4096, step_tokens=256), StepBudget(4096)):
-        budget.observe_mixed(20_000, 500, 500.0)
-        assert budget.priced_ms(20_000, 500) is None and budget.mixing.samples == 0
-        assert budget.prefill_tokens(10, 20_000) == (246 if budget.step_tokens else 4086)
 
 
 def test_auto_without_a_profile_keeps_max_batch_tokens():
@@ -143,29 +114,3 @@ async def test_a_long_prompt_is_chunked_beside_decodes_that_run_every_step(budge
     assert all(g.num_generated == len(chunks) for g in gens)
 
 
-async def test_the_engine_teaches_the_budget_each_mixed_steps_wall_time(tiny_bundle, make_engine,
-                                                                        tmp_path):
-    """Every mixed step the engine runs (decodes and a prefill chunk: the step trace's rows
-    with both) is one lesson, and only those: decode-only and prefill-only steps teach
-    nothing. A profile that prices a step at nearly nothing makes every lesson an overrun."""
-    import json
-
-    from parrot.engines.protocol import FillRequest, GenerateRequest
-
-    trace = tmp_path / "trace.jsonl"
-    engine = make_engine(tiny_bundle, num_blocks=64, max_batch_tokens=512,
-                         step_trace=str(trace))
-    engine.use_speed_profile(SpeedProfile(1e-6, ((0, 1e-6), (100_000, 2e-6))))
-    budget = engine.scheduler.step_budget
-    await engine.fill(FillRequest("a", token_ids=list(range(1, 9))))
-    generating = asyncio.create_task(engine.generate_all(GenerateRequest(
-        "a", sampling=SamplingParams(max_tokens=40, ignore_eos=True))))
-    while engine.scheduler.step_budget.mixing.samples == 0 and not generating.done():
-        await engine.fill(FillRequest("b", token_ids=list(range(1, 60))))
-        await engine.free_context("b")
-    await generating
-    await engine.close()
-    steps = [json.loads(line) for line in trace.read_text().splitlines()]
-    mixed = [s for s in steps if s["decode_rows"] and s["prefill_tokens"]]
-    assert mixed and budget.mixing.samples == len(mixed) < len(steps)
-    assert engine.scheduler.step_budget.mixing is budget.mixing and budget.mixing.extra_ms > 0
