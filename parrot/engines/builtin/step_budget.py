@@ -99,16 +99,6 @@ class StepBudget:
             return room
         return min(room, max(allowed, floor))
 
-    def priced_ms(self, decode_kv_tokens: int, prefill_tokens: int) -> float | None:
-        """What the profile prices a step of decode rows over `decode_kv_tokens` context
-        tokens and `prefill_tokens` prefill at (None: not priced, outside `auto` with a
-        profile)."""
-        if self.mode != "itl":
-            return None
-        assert self.profile is not None
-        return (self.profile.decode_ms(decode_kv_tokens)
-                + self.profile.prefill_ms_per_token * prefill_tokens)
-
     def describe(self, kv_points: tuple[int, ...] = (0, 16384, 65536, 131072)) -> str:
         """One line for the start-up log: the rule, and under `auto` the prefill tokens a step
         beside one decode row gets at a few KV loads."""
