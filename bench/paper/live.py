@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from parrot.serve_config import ServeConfig  # noqa: E402
 from bench.paper.live_experiments import (LiveExperimentError, select_experiments,  # noqa: E402
-                                         with_policy_params, with_rate_search, with_variants)
+                                         with_output_lengths, with_policy_params,
+                                         with_rate_search, with_variants)
 from bench.paper.live_runs import (ServeSetup, capacity_arg, run,  # noqa: E402
                                    with_engine_capacity, with_engine_params)
 
@@ -82,6 +83,11 @@ def main() -> int:
     parser.add_argument("--engine-param", action="append", default=[], metavar="KEY=VALUE",
                         help="a builtin engine parameter of every engine (repeatable), e.g. "
                              "prefill_attention=sdpa")
+    parser.add_argument("--lengths", default="exact", choices=("exact", "sampled"),
+                        help="exact (the paper's setting: every call's max_tokens is its "
+                             "length) or sampled (lengths drawn under a loose cap, ended by a "
+                             "marker only a random-weight engine reads: no scheduler knows "
+                             "them)")
     parser.add_argument("--tokenizer", default=None, metavar="PATH",
                         help="every builtin engine's tokenizer (a folder of tokenizer files)")
     parser.add_argument("--smoke", action="store_true",
@@ -116,6 +122,7 @@ def main() -> int:
         if args.variants is not None:
             experiments = with_variants(experiments, args.variants)
         experiments = with_policy_params(experiments, args.policy_param)
+        experiments = with_output_lengths(experiments, args.lengths)
         experiments = with_rate_search(experiments, window_s=args.rate_window_s,
                                        start=args.rate_start, max_rate=args.rate_max,
                                        refinements=args.rate_refinements)

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from parrot.sim.workloads.apps import ARTIFACT_CHAT_S, ARTIFACT_JOB_OFFSETS
 from parrot.sim.workloads.registry import WORKLOADS
-from parrot.sim.workloads.spec import WorkloadSpec
+from parrot.sim.workloads.spec import OUTPUT_LENGTHS, WorkloadSpec
 from parrot.validation import key_value
 
 # Turns the builtin engine's shared-prefix decode kernel off: forks still share KV blocks,
@@ -72,6 +72,11 @@ class LiveExperiment:
     # app_centric runs in the paper's setting (latency calls keep to the latency capacity).
     policy_params: Mapping[str, Mapping[str, Any]] = field(
         default_factory=lambda: {"app_centric": {"work_conserving": False}})
+    # "exact": every call's max_tokens is its length (ignore_eos: the paper's setting, an
+    # oracle); "sampled": drawn lengths under a loose cap, ended by a marker only the engine
+    # reads (a random-weight builtin engine honours it: docs/ENGINE.md), so no scheduler
+    # knows them
+    output_lengths: str = "exact"
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOADS:
@@ -83,9 +88,9 @@ class LiveExperiment:
                                       "allowed: integer >= 1")
 
     def workload_spec(self, smoke: bool) -> WorkloadSpec:
-        # the paper's setting: exact output lengths (as the simulated paper experiments)
-        return WorkloadSpec(**{"output_lengths": "exact", **WORKLOADS[self.workload].spec_defaults,
-                               **(self.smoke_spec if smoke else self.spec)})
+        return WorkloadSpec(**{**WORKLOADS[self.workload].spec_defaults,
+                               **(self.smoke_spec if smoke else self.spec),
+                               "output_lengths": self.output_lengths})
 
 
 _CHAIN = {"doc_tokens": 8192, "chunk_tokens": 1024, "output_tokens": 50}
@@ -243,6 +248,15 @@ def select_experiments(keys: str | None,
         raise LiveExperimentError(f"--only: {keys!r} is not valid; allowed: distinct keys "
                                   f"out of {list(by_key)}, comma-separated")
     return tuple(by_key[k] for k in wanted)
+
+
+def with_output_lengths(experiments: tuple[LiveExperiment, ...], lengths: str
+                        ) -> tuple[LiveExperiment, ...]:
+    """The experiments with `lengths` ("exact" or "sampled": LiveExperiment.output_lengths)."""
+    if lengths not in OUTPUT_LENGTHS:
+        raise LiveExperimentError(f"--lengths: {lengths!r} is not valid; allowed: "
+                                  f"{list(OUTPUT_LENGTHS)}")
+    return tuple(dataclasses.replace(e, output_lengths=lengths) for e in experiments)
 
 
 def with_variants(experiments: tuple[LiveExperiment, ...], compare: str

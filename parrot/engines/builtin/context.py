@@ -76,6 +76,7 @@ class Work:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     generator: torch.Generator | None = None
     grammar: Any = None                           # a constrained Generate's SequenceGrammar
+    eos_after: int | None = None                  # random weights: a hidden stop (engine.py)
     tokenizer: Any = None                         # for the text stream (None: ids only)
     stream: TextStream | None = None              # made when a Generate starts
     num_generated: int = 0

@@ -4,7 +4,8 @@ Every sampled token stays in the context and is reported in `token_ids`, includi
 ends the generation (EOS, a stop token id, the token completing a stop string). The text never
 contains EOS/stop-token text nor a stop string or anything after it.
 Stop conditions, first match wins: a stop token id -> "stop"; EOS (unless ignore_eos) -> "eos";
-a stop string -> "stop"; max_tokens or the context window full -> "length".
+a stop string -> "stop"; a random-weight model's hidden stop (`Work.eos_after`, unless
+ignore_eos) -> "eos"; max_tokens or the context window full -> "length".
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def process_token(work: Work, token: int, eos_token_ids: frozenset[int],
         text, hit_stop = work.stream.push(token)
         if hit_stop:
             finish = "stop"
+    if finish is None and work.eos_after is not None and work.num_generated >= work.eos_after:
+        finish = "eos"
     if finish is None and (work.num_generated >= params.max_tokens
                            or len(work.context.token_ids) >= max_context_len):
         finish = "length"
