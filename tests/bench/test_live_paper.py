@@ -13,8 +13,8 @@ from parrot.serve_config import EngineSpec, ServeConfig
 from parrot.engines.counters import COUNTER_NAMES
 from bench.paper.live_experiments import (EXTRA_EXPERIMENTS, LIVE_EXPERIMENTS,
                                          LiveExperiment, LiveExperimentError,
-                                         select_experiments, with_policy_params,
-                                         with_rate_search, with_variants)
+                                         select_experiments, with_output_lengths,
+                                         with_policy_params, with_rate_search, with_variants)
 from bench.paper.live_runs import ServeSetup, run_live_paper, warmup_spec
 from parrot.sim.workloads.gpts import system_prompt_lengths
 from parrot.sim.workloads.spec import WorkloadSpec
@@ -258,6 +258,19 @@ def test_variants_replace_one_experiments_runs_in_the_order_given():
         with_variants(select_experiments("gpts,mixed"), "app_centric,least_queue:baseline")
     with pytest.raises(LiveExperimentError, match="--variants"):
         with_variants(gpts, "app_centric,,least_queue:baseline")
+
+
+def test_lengths_are_exact_by_default_and_sampled_when_asked():
+    chosen = select_experiments("map_reduce,chain_summary")
+    assert {e.workload_spec(smoke=False).output_lengths for e in chosen} == {"exact"}
+    sampled = with_output_lengths(chosen, "sampled")
+    for before, after in zip(chosen, sampled):
+        spec = after.workload_spec(smoke=False)
+        assert spec.output_lengths == "sampled"
+        assert dataclasses.replace(spec, output_lengths="exact") == \
+            before.workload_spec(smoke=False)           # nothing else changes
+    with pytest.raises(LiveExperimentError, match="--lengths"):
+        with_output_lengths(chosen, "oracle")
 
 
 def test_the_two_engine_experiments_are_the_papers_multi_engine_ones():
