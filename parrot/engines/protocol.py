@@ -260,7 +260,8 @@ class Engine(ABC):
         """Forget the engine's automatic prefix cache (as vLLM's `reset_prefix_cache`): no
         later request reuses what an earlier one computed, while every live context keeps
         its KV. A benchmark calls it between runs, so that no run starts with what the one
-        before it cached. How many cached blocks were forgotten (0: none, or no cache)."""
+        before it cached. How many cached blocks were forgotten (0: none, no cache, or an
+        engine that does not say: vLLM's)."""
         return 0
 
     async def healthz(self) -> bool:

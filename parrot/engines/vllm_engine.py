@@ -162,6 +162,12 @@ class VLLMEngine(Engine):
         tokens = self._contexts.get(context_id)
         return None if tokens is None else list(tokens)
 
+    async def reset_prefix_cache(self) -> int:
+        """vLLM's own `reset_prefix_cache` (it frees every cached block no request holds); vLLM
+        does not say how many, so this answers 0."""
+        await _maybe_await(self._llm.reset_prefix_cache())
+        return 0
+
     async def stats(self) -> EngineStats:
         tokens = sum(len(c) for c in self._contexts.values())
         total = self._kv_tokens // BLOCK_SIZE

@@ -68,6 +68,7 @@ class _StandInLLM:
     def __init__(self) -> None:
         self.prompts: list[list[int]] = []
         self.aborted: list[str] = []
+        self.resets = 0
 
     async def get_tokenizer(self) -> Any:
         return _Tokenizer()
@@ -84,6 +85,10 @@ class _StandInLLM:
 
     async def abort(self, request_id: str) -> None:
         self.aborted.append(request_id)
+
+    async def reset_prefix_cache(self) -> bool:
+        self.resets += 1
+        return True
 
 
 async def test_contexts_lower_to_token_prompts():
@@ -104,6 +109,13 @@ async def test_contexts_lower_to_token_prompts():
         await engine.fill(FillRequest("c", text="x" * 65))
     with pytest.raises(UnknownContextError):
         await engine.free_context("nope")
+
+
+async def test_reset_prefix_cache_is_vllms_own():
+    llm = _StandInLLM()
+    engine = VLLMEngine("v0", VLLMEngineConfig("m", max_model_len=64), llm,
+                        to_vllm_sampling=lambda s: s)
+    assert await engine.reset_prefix_cache() == 0 and llm.resets == 1
 
 
 async def test_a_generate_let_go_mid_way_counts_the_tokens_vllm_handed_over():
