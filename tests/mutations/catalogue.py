@@ -1291,4 +1291,26 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/engines/builtin/cuda/test_lookahead.py::"
          "test_the_decode_step_after_a_mixed_step_that_ends_a_fill_is_launched_ahead",),
         where="ModelRunner.step"),
+    Mutation(
+        "a_context_scheduled_twice_in_a_step", "parrot/engines/builtin/batch_scheduler.py",
+        "            if id(ctx) in protected or (decodes and not work.is_decoding):\n",
+        "            if False:\n",
+        ("tests/engines/builtin/test_batch_scheduler_order.py::"
+         "test_a_decode_preempted_by_an_older_decode_in_the_same_step_runs_once",),
+        where="BatchScheduler._take"),
+    Mutation(
+        "prefix_cache_reuses_the_pending_tokens_block",
+        "parrot/engines/builtin/block_manager.py",
+        "        usable = max(len(ctx.token_ids) - 1, 0) // self.block_size\n",
+        "        usable = len(ctx.token_ids) // self.block_size\n",
+        ("tests/engines/builtin/test_block_manager.py::"
+         "test_prefix_caching_reuses_the_longest_computed_prefix_but_never_the_pending_block",),
+        where="BlockManager.reuse_cached"),
+    Mutation(
+        "prefix_cache_digest_without_the_chain", "parrot/engines/builtin/block_manager.py",
+        "        previous = hashlib.blake2b(previous + block, digest_size=16).digest()\n",
+        "        previous = hashlib.blake2b(block, digest_size=16).digest()\n",
+        ("tests/engines/builtin/test_block_manager.py::"
+         "test_a_blocks_name_covers_every_token_before_it",),
+        where="extend_digests"),
 )

@@ -253,7 +253,7 @@ class BatchScheduler:
         protected: set[int] = set()
         started = [w for w in self.works if w.is_started]
         seats = self._take([w for w in started if w.is_decoding], self.max_batch_tokens,
-                           self.max_num_seqs, chunks, protected)
+                           self.max_num_seqs, chunks, protected, decodes=True)
         rows, kv = len(chunks), sum(c.end for c in chunks)
         if not decodes_only:
             budget = min(self.max_batch_tokens - rows, self.step_budget.prefill_tokens(rows, kv))
@@ -262,13 +262,20 @@ class BatchScheduler:
         return chunks, rows, kv
 
     def _take(self, works: list[Work], budget: int, seats: int, chunks: list[ScheduledChunk],
-              protected: set[int]) -> int:
+              protected: set[int], *, decodes: bool = False) -> int:
         """Append each work's next chunk to `chunks` while `budget` tokens and `seats` last
-        (a chunk the budget cuts short continues in a later step); the seats left."""
+        (a chunk the budget cuts short continues in a later step); the seats left.
+
+        One chunk per context a step: a decode whose blocks an earlier row of this step took
+        (preempted before its turn) is no decode any more and waits for the prefill pass,
+        which must not give a context with a chunk a second one (two chunks of one context
+        would compute its positions twice and sample twice from one)."""
         for work in works:
             if budget == 0 or seats == 0:
                 break
             ctx = work.context
+            if id(ctx) in protected or (decodes and not work.is_decoding):
+                continue
             if (self.blocks.prefix_caching and not ctx.block_table
                     and self.blocks.reuse_cached(ctx) and work.is_fill
                     and ctx.num_computed >= ctx.target_computed):

@@ -160,3 +160,41 @@ def test_fills_of_one_priority_keep_their_arrival_order():
     batch = sched.schedule()
     assert batch is not None
     assert [(c.work, c.start, c.end) for c in batch.chunks] == [(first, 0, 5), (second, 0, 3)]
+
+
+def _decoding(sched: BatchScheduler, context_id: str, num_tokens: int, seq: int) -> Work:
+    """A started Generate whose context is computed up to its pending token."""
+    import asyncio
+
+    from parrot.engines.builtin.detokenizer import TextStream
+    from parrot.sampling import SamplingParams
+    ctx = computed_context(sched, context_id, num_tokens)
+    work = Work(WorkKind.GENERATE, ctx, seq,
+                sampling=SamplingParams(max_tokens=100, ignore_eos=True))
+    work.chunks = asyncio.Queue()
+    work.is_started, work.stream = True, TextStream(None, ctx.token_ids)
+    sched.add(work)
+    return work
+
+
+@pytest.mark.parametrize("prefix_caching", [False, True])
+async def test_a_decode_preempted_by_an_older_decode_in_the_same_step_runs_once(prefix_caching):
+    """The older decode's next position needs a block and none is free: the newest running
+    work (also decoding) gives its blocks back before its own turn. It is then no decode any
+    more: it must not run as one, nor twice (as a decode and as a prefill chunk, sampling two
+    tokens from one position)."""
+    sched = BatchScheduler(BlockManager(4, BLOCK, prefix_caching=prefix_caching),
+                           max_batch_tokens=64, max_num_seqs=8, max_context_len=256,
+                           eos_token_ids=(0,))
+    older = _decoding(sched, "older", 9, seq=1)     # 8 computed: 2 blocks; position 8 needs a 3rd
+    newer = _decoding(sched, "newer", 6, seq=2)     # 5 computed: 2 blocks
+    batch = sched.schedule()
+    assert batch is not None
+    runs = [(c.work.context.context_id, c.start, c.end, c.sample) for c in batch.chunks]
+    assert runs[0] == ("older", 8, 9, True)
+    assert [r[0] for r in runs].count("newer") <= 1, runs
+    assert batch.decode_rows == 1                   # only the real decode counts as one
+    assert all(c.end - c.start == 1 for c in batch.chunks[:batch.decode_rows])
+    sched.postprocess(batch, [7 if c.sample else None for c in batch.chunks])
+    assert older.num_generated == 1 and newer.num_generated == 0
+    sched.check_invariants()

@@ -159,3 +159,21 @@ async def test_reset_forgets_what_was_cached_and_keeps_live_contexts(tiny_bundle
 
 async def generate_more(engine: BuiltinEngine, ctx: str) -> tuple[int, ...]:
     return (await engine.generate_all(GenerateRequest(ctx, None, GREEDY))).token_ids
+
+
+async def test_preempted_work_restarts_from_the_cache_with_the_same_tokens(tiny_bundle,
+                                                                          make_engine):
+    """4 requests sharing a 12-token system prompt on 8 blocks of 4: they preempt each other;
+    a preempted one restarts from the prefix the cache still names, and every request
+    generates what it does on an engine with room and no cache."""
+    system = tokens(30, 12)
+    prompts = [system + tokens(31 + i, 2) for i in range(4)]
+    params = SamplingParams(max_tokens=8, ignore_eos=True)
+    roomy = make_engine(tiny_bundle, block_size=4, num_blocks=64)
+    expected = [await fill_generate(roomy, f"x{i}", p, params) for i, p in enumerate(prompts)]
+    tight = make_engine(tiny_bundle, block_size=4, num_blocks=8, prefix_caching=True)
+    got = await asyncio.gather(*(fill_generate(tight, f"x{i}", p, params)
+                                 for i, p in enumerate(prompts)))
+    assert list(got) == expected
+    assert (await counters(tight))[2] > 0
+    tight.check_invariants()
