@@ -1313,4 +1313,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/engines/builtin/test_block_manager.py::"
          "test_a_blocks_name_covers_every_token_before_it",),
         where="extend_digests"),
+    Mutation(
+        "decodes_and_prefill_never_apart", "parrot/engines/builtin/batch_scheduler.py",
+        "        apart = (not decodes_only and self.max_mixed_decode_rows is not None and waiting\n",
+        "        apart = (False and self.max_mixed_decode_rows is not None and waiting\n",
+        ("tests/engines/builtin/test_engine.py::"
+         "test_decodes_and_prefill_apart_give_the_same_tokens",
+         "tests/engines/builtin/test_batch_scheduler_order.py::"
+         "test_past_max_mixed_decode_rows_decodes_and_prefill_take_turns"),
+        where="BatchScheduler._pick_chunks"),
 )

@@ -203,7 +203,8 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
                                max_num_seqs=max_num_seqs,
                                max_context_len=max_context_len,
                                eos_token_ids=bundle.eos_token_ids,
-                               reserve_next_block=graphs is not None, step_budget=budget)
+                               reserve_next_block=graphs is not None, step_budget=budget,
+                               max_mixed_decode_rows=config.max_mixed_decode_rows)
     report = None
     # counts the Triton compilations and garbage collections of this process from here on:
     # the warm-up's (the start-up line) and, after it, the serving's (the engine's stats)

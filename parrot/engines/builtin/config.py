@@ -74,6 +74,11 @@ class BuiltinEngineConfig:
       (step_budget.py: chunked prefill). "auto" prices a step with the engine's measured speed
       profile and keeps it under itl_target_ms (without a profile: max_batch_tokens); a number
       caps decodes + prefill of such a step at that many tokens.
+    max_mixed_decode_rows: past this many decode rows a step carries no prefill chunk: the
+      decodes run alone and the prefill they would have carried (the same step budget) runs
+      in the next step, alone. null (the default): every step with decode rows may mix. A
+      mixed step of many rows can cost more than the two apart (docs/ENGINE.md, "Mixed
+      steps"); not yet measured while serving, so off by default.
     prefix_caching: automatic prefix caching, as vLLM's APC and SGLang's radix cache give a
       request-level client: a new context reuses the KV of its longest prefix (whole blocks)
       that any earlier context computed, kept after that context is freed until the memory is
@@ -116,6 +121,7 @@ class BuiltinEngineConfig:
     step_trace: str | None = None     # JSON-lines file, one line per step; {engine}: its name
     speed_probe: str = "auto"         # measure the speed profile at start: auto/full/quick/off
     prefix_caching: bool = False      # reuse any earlier context's computed prefix blocks
+    max_mixed_decode_rows: int | None = None  # more decode rows: decodes and prefill apart
 
     def __post_init__(self) -> None:
         check = _CHECK
@@ -165,6 +171,7 @@ class BuiltinEngineConfig:
                       "tokenizer", self.tokenizer, "null, 'smollm2' or a tokenizer folder")
         check.number("seed", self.seed, minimum=0, integer=True)
         check.positive_int("num_threads", self.num_threads, optional=True)
+        check.positive_int("max_mixed_decode_rows", self.max_mixed_decode_rows, optional=True)
         check.require(self.cache_dir is None or (isinstance(self.cache_dir, str)
                                                  and bool(self.cache_dir)),
                       "cache_dir", self.cache_dir, "null or a folder path")

@@ -198,3 +198,50 @@ async def test_a_decode_preempted_by_an_older_decode_in_the_same_step_runs_once(
     sched.postprocess(batch, [7 if c.sample else None for c in batch.chunks])
     assert older.num_generated == 1 and newer.num_generated == 0
     sched.check_invariants()
+
+
+async def test_past_max_mixed_decode_rows_decodes_and_prefill_take_turns():
+    """3 decode rows with max_mixed_decode_rows 2: a waiting Fill is not mixed in; the
+    decodes run alone, then the Fill's chunk alone (the budget it would have had beside
+    them), in turns, until it is done; then the decodes every step again."""
+    import asyncio
+
+    from parrot.engines.builtin.step_budget import StepBudget
+    sched = BatchScheduler(BlockManager(64, BLOCK), max_batch_tokens=64, max_num_seqs=8,
+                           max_context_len=256, eos_token_ids=(0,),
+                           step_budget=StepBudget(64, step_tokens=13),
+                           max_mixed_decode_rows=2)
+    gens = [_decoding(sched, f"g{i}", 9, seq=i) for i in range(3)]
+    fill = add_fill(sched, "fill", 25, seq=9)
+    fill.fill_result = asyncio.get_running_loop().create_future()
+    kinds = []
+    while True:
+        batch = sched.schedule()
+        assert batch is not None
+        decodes = [c for c in batch.chunks if c.work in gens]
+        prefill = [c for c in batch.chunks if c.work is fill]
+        assert not (decodes and prefill), "mixed"
+        assert batch.decode_rows == len(decodes) and not batch.is_mixed
+        kinds.append("d" if decodes else f"p{sum(c.end - c.start for c in prefill)}")
+        sched.postprocess(batch, [7 if c.sample else None for c in batch.chunks])
+        sched.check_invariants()
+        if fill.state.is_finished and kinds[-1] == "d":
+            break
+    # 24 tokens before the pending one, 13 a turn (the budget's floor: step_tokens itself)
+    assert kinds == ["d", "p13", "d", "p11", "d"]
+    assert all(g.num_generated == 3 for g in gens)
+
+
+async def test_at_most_max_mixed_decode_rows_steps_still_mix():
+    import asyncio
+
+    from parrot.engines.builtin.step_budget import StepBudget
+    sched = BatchScheduler(BlockManager(64, BLOCK), max_batch_tokens=64, max_num_seqs=8,
+                           max_context_len=256, eos_token_ids=(0,),
+                           step_budget=StepBudget(64, step_tokens=13),
+                           max_mixed_decode_rows=3)
+    [_decoding(sched, f"g{i}", 9, seq=i) for i in range(3)]
+    fill = add_fill(sched, "fill", 25, seq=9)
+    fill.fill_result = asyncio.get_running_loop().create_future()
+    batch = sched.schedule()
+    assert batch is not None and batch.is_mixed and batch.prefill_tokens == 13

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from parrot.engines.builtin.batch_scheduler import Batch, BatchScheduler
 from parrot.engines.builtin.engine import BuiltinEngine
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.protocol import FillRequest, GenerateRequest
@@ -308,3 +309,36 @@ async def test_a_failing_model_step_fails_only_its_requests(tiny_bundle, make_en
     assert len(await generate(engine, "a")) == 6               # same context, served again
     assert await engine.healthz()                               # a step fault is not sickness
     engine.check_invariants()
+
+
+async def test_decodes_and_prefill_apart_give_the_same_tokens(tiny_bundle, make_engine):
+    """max_mixed_decode_rows 1: with two or more streams running, a joining prompt's chunks
+    run in steps of their own between decode steps; every output is what it is one request
+    at a time."""
+    prompts = {f"c{i}": prompt(40 + i, 5 + 7 * i) for i in range(5)}
+    serial = make_engine(tiny_bundle)
+    expected = {}
+    for ctx, tokens in prompts.items():
+        await fill(serial, ctx, tokens)
+        expected[ctx] = await generate(serial, ctx)
+    seen: list[tuple[int, int]] = []     # (decode rows, prefill tokens) of each step
+
+    class Recording(BatchScheduler):
+        def schedule(self, *, decode_only: bool = False) -> Batch | None:
+            batch = super().schedule(decode_only=decode_only)
+            if batch is not None:
+                seen.append((batch.decode_rows, batch.prefill_tokens))
+            return batch
+
+    apart = make_engine(tiny_bundle, scheduler_type=Recording, max_batch_tokens=8,
+                        max_num_seqs=4, max_mixed_decode_rows=1)
+
+    async def run(ctx: str) -> tuple[int, ...]:
+        await fill(apart, ctx, prompts[ctx])
+        return await generate(apart, ctx)
+
+    got = await asyncio.gather(*(run(ctx) for ctx in prompts))
+    assert dict(zip(prompts, got)) == expected
+    assert not [step for step in seen if step[0] > 1 and step[1] > 0]      # never mixed
+    assert [step for step in seen if step[0] > 1] and [step for step in seen if step[0] == 0]
+    apart.check_invariants()
