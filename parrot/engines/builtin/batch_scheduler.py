@@ -10,7 +10,8 @@ Order of an iteration (`schedule`):
    prompt is split over several steps instead of stalling the running streams); with
    prefix caching (block_manager.py), a context that starts, or restarts after losing its
    blocks, first takes its longest cached prefix, and every block a step completes is
-   offered to the cache;
+   offered to the cache; past `max_mixed_decode_rows` decode rows, decodes and prefill take
+   turns (a step of each) instead of mixing;
 4. KV blocks: a chunk that does not fit first takes free blocks only the prefix cache still
    names (least recently released first), then evicts idle contexts (LRU), then preempts
    the newest running work of the lowest priority not in this batch (its KV is recomputed
@@ -254,7 +255,8 @@ class BatchScheduler:
                      ) -> tuple[list[ScheduledChunk], int, int]:
         """Decodes first (one token each, within max_batch_tokens and max_num_seqs), then
         prefill chunks within what the step budget leaves beside those decodes: (the chunks,
-        how many are decodes, the context tokens those attend)."""
+        how many are decodes, the context tokens those attend). Past max_mixed_decode_rows
+        the two take turns instead: the decodes alone, then their prefill alone."""
         chunks: list[ScheduledChunk] = []
         protected: set[int] = set()
         started = [w for w in self.works if w.is_started]
@@ -275,9 +277,9 @@ class BatchScheduler:
         seats = self._take(decoding, self.max_batch_tokens, self.max_num_seqs, chunks,
                            protected, decodes=True)
         rows, kv = len(chunks), sum(c.end for c in chunks)
-        if apart:
-            self._prefill_turn = True       # the decodes alone now, the prefill next step
-        elif not decodes_only:
+        if not decodes_only:
+            self._prefill_turn = bool(apart)   # the decodes alone now: the prefill next step
+        if not apart and not decodes_only:
             budget = min(self.max_batch_tokens - rows, self.step_budget.prefill_tokens(rows, kv))
             self._take([w for w in started if not w.is_decoding], budget, seats, chunks,
                        protected)
