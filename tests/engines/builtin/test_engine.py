@@ -82,22 +82,32 @@ async def test_freeing_parent_keeps_children(tiny_bundle, make_engine):
     engine.check_invariants()
 
 
+async def one_at_a_time(engine: BuiltinEngine, prompts: dict[str, tuple[int, ...]]
+                        ) -> dict[str, tuple[int, ...]]:
+    """Each prompt filled and generated alone, in turn: the reference outputs."""
+    outputs = {}
+    for ctx, tokens in prompts.items():
+        await fill(engine, ctx, tokens)
+        outputs[ctx] = await generate(engine, ctx)
+    return outputs
+
+
+async def all_at_once(engine: BuiltinEngine, prompts: dict[str, tuple[int, ...]]
+                      ) -> dict[str, tuple[int, ...]]:
+    """Every prompt filled and generated concurrently (batched by the engine)."""
+    async def run(ctx: str) -> tuple[int, ...]:
+        await fill(engine, ctx, prompts[ctx])
+        return await generate(engine, ctx)
+
+    return dict(zip(prompts, await asyncio.gather(*(run(ctx) for ctx in prompts))))
+
+
 async def test_batched_equals_one_at_a_time(tiny_bundle, make_engine):
     prompts = {f"c{i}": prompt(10 + i, 5 + 7 * i) for i in range(5)}
-    serial = make_engine(tiny_bundle)
-    expected = {}
-    for ctx, tokens in prompts.items():
-        await fill(serial, ctx, tokens)
-        expected[ctx] = await generate(serial, ctx)
+    expected = await one_at_a_time(make_engine(tiny_bundle), prompts)
     # small token budget: prefills are chunked and mixed with the other requests' decodes
     batched = make_engine(tiny_bundle, max_batch_tokens=8, max_num_seqs=3)
-
-    async def run(ctx: str) -> tuple[int, ...]:
-        await fill(batched, ctx, prompts[ctx])
-        return await generate(batched, ctx)
-
-    got = await asyncio.gather(*(run(ctx) for ctx in prompts))
-    assert dict(zip(prompts, got)) == expected
+    assert await all_at_once(batched, prompts) == expected
 
 
 async def test_kv_pressure_preempts_and_gives_same_tokens(tiny_bundle, make_engine):
@@ -316,11 +326,7 @@ async def test_decodes_and_prefill_apart_give_the_same_tokens(tiny_bundle, make_
     run in steps of their own between decode steps; every output is what it is one request
     at a time."""
     prompts = {f"c{i}": prompt(40 + i, 5 + 7 * i) for i in range(5)}
-    serial = make_engine(tiny_bundle)
-    expected = {}
-    for ctx, tokens in prompts.items():
-        await fill(serial, ctx, tokens)
-        expected[ctx] = await generate(serial, ctx)
+    expected = await one_at_a_time(make_engine(tiny_bundle), prompts)
     seen: list[tuple[int, int]] = []     # (decode rows, prefill tokens) of each step
 
     class Recording(BatchScheduler):
@@ -332,13 +338,7 @@ async def test_decodes_and_prefill_apart_give_the_same_tokens(tiny_bundle, make_
 
     apart = make_engine(tiny_bundle, scheduler_type=Recording, max_batch_tokens=8,
                         max_num_seqs=4, max_mixed_decode_rows=1)
-
-    async def run(ctx: str) -> tuple[int, ...]:
-        await fill(apart, ctx, prompts[ctx])
-        return await generate(apart, ctx)
-
-    got = await asyncio.gather(*(run(ctx) for ctx in prompts))
-    assert dict(zip(prompts, got)) == expected
+    assert await all_at_once(apart, prompts) == expected
     assert not [step for step in seen if step[0] > 1 and step[1] > 0]      # never mixed
     assert [step for step in seen if step[0] > 1] and [step for step in seen if step[0] == 0]
     apart.check_invariants()
