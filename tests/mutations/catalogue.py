@@ -1315,7 +1315,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="extend_digests"),
     Mutation(
         "decodes_and_prefill_never_apart", "parrot/engines/builtin/batch_scheduler.py",
-        "        apart = (not decodes_only and self.max_mixed_decode_rows is not None and waiting\n",
+        "        apart = (not decodes_only and self.max_mixed_decode_rows is not None"
+        " and waiting\n",
         "        apart = (False and self.max_mixed_decode_rows is not None and waiting\n",
         ("tests/engines/builtin/test_engine.py::"
          "test_decodes_and_prefill_apart_give_the_same_tokens",
