@@ -55,7 +55,7 @@ from parrot.engines.tpot import TpotMeter
 from parrot.engines.sim_values import sample_value
 from parrot.engines.sim_blocks import (FillerTokens, KVSpace, SimContext, count_tokens,
                                        detokenize, filler_token)
-from parrot.engines.sim_eos import find_eos
+from parrot.engines.sim_eos import HiddenStops
 from parrot.engines.sim_pacing import StepPacer
 from parrot.engines.sim_prefix_cache import PrefixCache
 from parrot.errors import (ContextExistsError, EngineConfigError, EngineError,
@@ -170,8 +170,8 @@ class SimulatedEngine(Engine):
         self._pacer = StepPacer()  # real-clock timer lateness made up (sim_pacing.py)
         self._tpot = TpotMeter()  # time per output token as Generates are handed over
         self._aborted = AbortedGenerates()  # decode work aborts threw away (aborted.py)
-        # context id -> where its next Generate stops on its own (an [[eos@N]] marker filled)
-        self._eos_at: dict[str, int] = {}
+        # where each context's next Generate stops on its own (an [[eos@N]] marker filled)
+        self._stops = HiddenStops()
         # With prefix caching: finished contexts cached by content, and every live context's
         # text (what a cached block holds); ids of the contexts the engine makes itself.
         self._cache = PrefixCache(self.config.block_size) if self.config.prefix_caching \
@@ -216,12 +216,7 @@ class SimulatedEngine(Engine):
         except BaseException:
             self._drop_cached_prefix(parent_id, request.parent_context_id)
             raise
-        stop = find_eos(request.text) if request.text else None
-        parent = request.parent_context_id
-        if stop is None and parent is not None and parent in self._eos_at:
-            stop = self._eos_at[parent]     # a fork inherits its parent's pending stop
-        if stop is not None:
-            self._eos_at[request.context_id] = stop
+        self._stops.filled(request.context_id, request.parent_context_id, request.text)
         try:
             if not req.ready:
                 assert self._loop is not None, "a submitted request started the engine"
@@ -288,9 +283,7 @@ class SimulatedEngine(Engine):
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         sampling = request.sampling
-        stop = self._eos_at.pop(request.context_id, None)
-        if stop is None and request.parent_context_id is not None:
-            stop = self._eos_at.get(request.parent_context_id)
+        stop = self._stops.take(request.context_id, request.parent_context_id)
         num_tokens = (sampling.max_tokens if sampling.ignore_eos or stop is None
                       else min(sampling.max_tokens, stop))
         finish_reason = "length" if num_tokens == sampling.max_tokens else "stop"
@@ -355,7 +348,7 @@ class SimulatedEngine(Engine):
         for req in pending:
             self._abort(req, UnknownContextError(
                 f"context {context_id!r} was freed while in use"), by_client=True)
-        self._eos_at.pop(context_id, None)
+        self._stops.forget(context_id)
         text = self._texts.pop(context_id, None)
         ctx = self._contexts.get(context_id)
         if (self._cache is not None and text and ctx is not None and ctx.is_resident

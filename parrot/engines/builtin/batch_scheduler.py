@@ -281,6 +281,7 @@ class BatchScheduler:
             self._prefill_turn = bool(apart)   # the decodes alone now: the prefill next step
         if not apart and not decodes_only:
             budget = min(self.max_batch_tokens - rows, self.step_budget.prefill_tokens(rows, kv))
+            # listed again, not `waiting`: a decode preempted by the decode pass waits now
             self._take([w for w in started if not w.is_decoding], budget, seats, chunks,
                        protected)
         return chunks, rows, kv

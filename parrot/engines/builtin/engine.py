@@ -17,9 +17,9 @@ Context rules (the protocol docstring, made exact):
   in progress with UnknownContextError. Children keep the blocks they share.
 * A random-weight model (`tiny`, `llama-7b`, ...: no text in what it generates, so it never
   ends an answer on its own) stops where the workload says its answer would: an `[[eos@N]]`
-  marker in a Fill's text (parrot/engines/sim_eos.py, as the simulated engine reads it) ends
-  the context's next Generate without `ignore_eos` after N tokens with "eos" (a fork inherits
-  its parent's stop; each is used once). Nothing but the engine reads it: to the manager and
+  marker in a Fill's text (`sim_eos.HiddenStops`, as the simulated engine reads it) ends the
+  context's next Generate without `ignore_eos` after N tokens with "eos" (a fork inherits its
+  parent's stop; each is used once). Nothing but the engine reads it: to the manager and
   every policy it is prompt text, so a live run has output lengths no scheduler knows.
 * A context longer than max_context_len -> PromptTooLongError; Generate stops with "length"
   when the context window is full. Token ids outside the vocabulary, or stop strings without a
@@ -56,7 +56,7 @@ from parrot.engines.builtin.observe.step_trace import StepRecord, StepTrace
 from parrot.engines.counters import engine_counters
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest, ServingLimits)
-from parrot.engines.sim_eos import find_eos
+from parrot.engines.sim_eos import HiddenStops
 from parrot.engines.tpot import TpotMeter
 from parrot.errors import (ContextExistsError, EngineError, EngineUnavailableError,
                            InvalidRequestError, PromptTooLongError, UnknownContextError)
@@ -108,8 +108,8 @@ class BuiltinEngine(Engine):
         bos = getattr(tokenizer, "bos_token_id", None)
         self._bos: int | None = (bos if tokenizer is not None and bos is not None
                                  and tokenizer("x").input_ids[:1] == [bos] else None)
-        # random weights: context id -> where its next Generate stops (an [[eos@N]] marker)
-        self._eos_at: dict[str, int] | None = {} if hidden_stops else None
+        # random weights: where each context's next Generate stops (an [[eos@N]] marker)
+        self._stops: HiddenStops | None = HiddenStops() if hidden_stops else None
 
     # -- the parts it was built from (build.build_engine), for inspection --------------------
 
@@ -247,8 +247,8 @@ class BuiltinEngine(Engine):
             tokens.insert(0, self._bos)
         work = self._admit(WorkKind.FILL, request.context_id, request.parent_context_id, tokens,
                            request.priority)
-        if self._eos_at is not None:
-            self._note_stop(request)
+        if self._stops is not None:
+            self._stops.filled(request.context_id, request.parent_context_id, request.text)
         work.fill_result = asyncio.get_running_loop().create_future()
         self._scheduler.add(work)
         self._wake.set()
@@ -272,10 +272,9 @@ class BuiltinEngine(Engine):
                            request.priority)
         work.sampling = params
         work.grammar = grammar
-        if self._eos_at is not None and not params.ignore_eos:
-            work.eos_after = self._eos_at.pop(request.context_id, None)
-            if work.eos_after is None and request.parent_context_id is not None:
-                work.eos_after = self._eos_at.get(request.parent_context_id)
+        if self._stops is not None:
+            stop = self._stops.take(request.context_id, request.parent_context_id)
+            work.eos_after = None if params.ignore_eos else stop
         if not params.is_greedy:
             seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
             work.generator = make_generator(seed, self._runner.device)
@@ -298,17 +297,6 @@ class BuiltinEngine(Engine):
                 self._count_abort(work)
                 self._wake.set()
 
-    def _note_stop(self, request: FillRequest) -> None:
-        """A random-weight model's hidden stop (the module docstring): the last [[eos@N]] in
-        the Fill's text, else the parent's pending one for a new fork."""
-        assert self._eos_at is not None
-        stop = find_eos(request.text) if request.text else None
-        parent = request.parent_context_id
-        if stop is None and parent is not None and parent in self._eos_at:
-            stop = self._eos_at[parent]
-        if stop is not None:
-            self._eos_at[request.context_id] = stop
-
     async def _start_grammar(self, constraint: Constraint) -> SequenceGrammar:
         """A new sequence's matcher; the tokenizer bridge and each new grammar are built off
         the loop (a large schema compiles for tens of milliseconds)."""
@@ -323,8 +311,8 @@ class BuiltinEngine(Engine):
         ctx = self._scheduler.contexts.get(context_id)
         if ctx is None:
             raise UnknownContextError(f"unknown context {context_id!r}")
-        if self._eos_at is not None:
-            self._eos_at.pop(context_id, None)
+        if self._stops is not None:
+            self._stops.forget(context_id)
         self._count_abort(self._scheduler.free(ctx, defer=self._step_in_flight))
         self._wake.set()
 
