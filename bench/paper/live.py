@@ -79,7 +79,8 @@ def main() -> int:
     parser.add_argument("--policy-param", action="append", default=[],
                         metavar="POLICY.KEY=VALUE",
                         help="a parameter of every variant of POLICY (repeatable), e.g. "
-                             "latency_centric.token_capacity=13312 (the calibrated cap)")
+                             "latency_centric.token_capacity=auto (each engine's latency "
+                             "capacity: the cap app_centric's latency work gets)")
     parser.add_argument("--engine-param", action="append", default=[], metavar="KEY=VALUE",
                         help="a builtin engine parameter of every engine (repeatable), e.g. "
                              "prefill_attention=sdpa")

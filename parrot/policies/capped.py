@@ -1,7 +1,9 @@
 """The shared loop of the two capacity-capped baselines (latency_centric, throughput_centric).
 
 Every engine carries at most `token_capacity` tokens of running calls (None: each engine's own
-throughput capacity, its share of its KV cache); each call goes to the
+throughput capacity, its share of its KV cache; "auto": each engine's latency capacity, the
+cap app_centric's latency work gets, so a baseline compared with app_centric is calibrated by
+the same rule on every profile); each call goes to the
 engine with room that the subclass ranks best; a call that fits nowhere waits, except that an
 idle engine always takes one call (so a call larger than the cap still runs). No task groups,
 no prefix affinity, no criteria: that is what makes them baselines.
@@ -12,11 +14,14 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from parrot.errors import PolicyConfigError
 from parrot.policies.base import CallView, EngineView, Placement, Policy, PolicyParams
-from parrot.validation import Checks
+from parrot.validation import Checks, is_int
+
+
+AUTO_CAPACITY = "auto"
 
 
 @dataclass(frozen=True)
@@ -25,12 +30,15 @@ class CappedParams(PolicyParams):
 
     policy_name: ClassVar[str]
     # Token load (sum of num_tokens of running calls) an engine may carry: the same for all
-    # engines, or None for each engine's `throughput_capacity`.
-    token_capacity: int | None
+    # engines, None for each engine's `throughput_capacity`, or "auto" for each engine's
+    # `latency_capacity` (configured, or calibrated from its measured speed profile).
+    token_capacity: int | Literal["auto"] | None
 
     def __post_init__(self) -> None:
-        Checks(self.policy_name, PolicyConfigError).positive_int(
-            "token_capacity", self.token_capacity, optional=True)
+        cap = self.token_capacity
+        Checks(self.policy_name, PolicyConfigError).require(
+            cap is None or cap == AUTO_CAPACITY or (is_int(cap) and int(cap) >= 1),
+            "token_capacity", cap, 'integer >= 1, "auto" or null')
 
 
 class CappedPolicy(Policy):
@@ -40,7 +48,9 @@ class CappedPolicy(Policy):
 
     def token_capacity(self, engine: EngineView) -> int:
         cap = self.params.token_capacity
-        return engine.throughput_capacity if cap is None else cap
+        if cap is None:
+            return engine.throughput_capacity
+        return engine.latency_capacity if isinstance(cap, str) else cap  # str: "auto"
 
     @staticmethod
     @abstractmethod

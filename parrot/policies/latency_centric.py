@@ -8,6 +8,7 @@ capped.py for the rest).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from parrot.policies.capped import CappedParams, CappedPolicy
 
@@ -15,7 +16,7 @@ from parrot.policies.capped import CappedParams, CappedPolicy
 @dataclass(frozen=True)
 class LatencyCentricParams(CappedParams):
     policy_name = "latency_centric"
-    token_capacity: int = 4096
+    token_capacity: int | Literal["auto"] | None = 4096
 
 
 class LatencyCentricPolicy(CappedPolicy):

@@ -11,6 +11,7 @@ the fullest engine leaves engines idle and is weaker.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from parrot.policies.capped import CappedParams, CappedPolicy
 
@@ -20,7 +21,7 @@ class ThroughputCentricParams(CappedParams):
     policy_name = "throughput_centric"
     # None: each engine's own throughput capacity (the same memory headroom app_centric's
     # throughput calls get), an integer: that cap on every engine.
-    token_capacity: int | None = None
+    token_capacity: int | Literal["auto"] | None = None
 
 
 class ThroughputCentricPolicy(CappedPolicy):

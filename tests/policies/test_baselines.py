@@ -60,6 +60,20 @@ def test_throughput_centric_fills_each_engine_to_its_own_throughput_capacity():
         "c0": "e0", "c1": "e1", "c2": "e0", "c3": "e1"}
 
 
+@pytest.mark.parametrize("schedule", [latency, throughput])
+def test_auto_capacity_is_each_engines_latency_capacity(schedule):
+    # "auto" caps each engine at its own latency capacity (what app_centric's latency work
+    # gets): e0 has room for one 4000-token call under 5000, e1 for two under 9000.
+    engines = [make_engine("e0", tokens=1000, lat=1, lat_cap=5000, thr_cap=10**6),
+               make_engine("e1", tokens=1000, lat=1, lat_cap=9000, thr_cap=10**6)]
+    calls = [make_call(f"c{i}", tokens=4000) for i in range(4)]
+    placed = schedule(calls, engines, token_capacity="auto")
+    assert sorted(placed) == ["c0", "c1", "c2"]
+    assert sorted(placed.values()) == ["e0", "e1", "e1"]
+    assert default_registry().create("latency_centric", {"token_capacity": "auto"}).params == (
+        LatencyCentricParams(token_capacity="auto"))
+
+
 def test_throughput_centric_spreads_over_idle_engines():
     engines = [make_engine(f"e{i}") for i in range(4)]
     calls = [make_call(f"c{i}", tokens=1000) for i in range(8)]
@@ -88,10 +102,11 @@ def test_unhealthy_engines_are_skipped(schedule):
 
 @pytest.mark.parametrize("name", ["latency_centric", "throughput_centric"])
 @pytest.mark.parametrize("value, message", [
-    (0, "token_capacity: 0 is out of range; allowed: integer >= 1"),
-    (-5, "-5 is out of range"),
+    (0, 'token_capacity: 0 is not valid; allowed: integer >= 1, "auto" or null'),
+    (-5, "-5 is not valid"),
     (True, "True is not"),
     ("4096", "'4096' is not"),
+    ("Auto", "'Auto' is not"),
 ])
 def test_token_capacity_validation(name, value, message):
     with pytest.raises(PolicyConfigError) as info:
@@ -105,5 +120,5 @@ def test_defaults_match_the_paper():
     # the throughput-centric cap is each engine's throughput capacity (its memory headroom)
     assert registry.create("throughput_centric").params == ThroughputCentricParams(
         token_capacity=None)
-    with pytest.raises(PolicyConfigError, match="allowed: integer >= 1"):
+    with pytest.raises(PolicyConfigError, match='allowed: integer >= 1, "auto" or null'):
         LatencyCentricParams(token_capacity=2.5)  # type: ignore[arg-type]
