@@ -84,7 +84,8 @@ def _ms(value: float | None) -> str:
 def live_table(summary: dict[str, Any]) -> str:
     """Mean E2E of the main apps and its ratio to the reference; ms per output token of the
     main apps and of background chat (mixed); the engines' mean TPOT."""
-    lines = [f"live paper runs ({'smoke, tiny model on the CPU' if summary['smoke'] else 'H200'}"
+    device = summary.get("device", "H200")   # results before 2026-12-05 ran on H200s only
+    lines = [f"live paper runs ({'smoke, tiny model on the CPU' if summary['smoke'] else device}"
              f"; {summary['wall_s']:.0f}s wall{', partial' if summary.get('partial') else ''}"
              "); x = mean E2E of the reference / mean E2E; "
              "ms/tok = mean latency per output token; tpot = the engines' mean time per output "

@@ -19,6 +19,8 @@ import asyncio
 import dataclasses
 import json
 import math
+import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -245,10 +247,24 @@ async def run_live_paper(setups: Sequence[ServeSetup], out: Path, *, smoke: bool
                 save_partial()
         finally:
             await stop_engines(launched)
-    summary = {"wall_s": time.perf_counter() - started, "smoke": smoke,
+    summary = {"wall_s": time.perf_counter() - started, "smoke": smoke, "device": device_name(),
                "engine_profiles": profiles, "experiments": results}
     log(save_results(out, summary))
     return summary
+
+
+def device_name() -> str:
+    """The GPU the engines ran on, as nvidia-smi names it (the runner does not touch CUDA
+    itself: a context here would take memory from the engines), or "no GPU"."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return "no GPU"
+    try:
+        names = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown GPU"
+    return ", ".join(sorted(set(filter(None, map(str.strip, names.splitlines()))))) or "no GPU"
 
 
 async def engine_profiles(engines: Sequence[Any]) -> dict[str, Any]:

@@ -455,3 +455,14 @@ async def test_results_record_each_engines_reported_profile_and_its_capacity():
                               # 40/22 x 3.95 ms at 21,529 tokens, rounded down to 1024
                               "calibrated_latency_capacity": 21504},
                         "b": None}
+
+
+def test_the_table_names_the_gpu_the_engines_ran_on(monkeypatch):
+    from bench.paper import live_runs
+    from bench.paper.live_report import live_table
+    summary = {"wall_s": 1.0, "smoke": False, "experiments": {}}
+    assert live_table({**summary, "device": "NVIDIA H100 80GB HBM3"}).startswith(
+        "live paper runs (NVIDIA H100 80GB HBM3; 1s wall)")
+    assert live_table(summary).startswith("live paper runs (H200; ")   # results before it
+    monkeypatch.setattr(live_runs.shutil, "which", lambda name: None)
+    assert live_runs.device_name() == "no GPU"
