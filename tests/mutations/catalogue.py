@@ -454,9 +454,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="auto_throughput_capacity"),
     Mutation(
         "throughput_centric_per_engine_cap", "parrot/policies/capped.py",
-        "        return engine.throughput_capacity if cap is None else cap\n",
-        "        return 32768 if cap is None else cap\n",
+        "            return engine.throughput_capacity\n",
+        "            return 32768\n",
         ("tests/policies/test_baselines.py",),
+        where="CappedPolicy.token_capacity"),
+    Mutation(
+        "capped_auto_capacity_is_not_the_engines_latency_capacity", "parrot/policies/capped.py",
+        "        return engine.latency_capacity if isinstance(cap, str) else cap",
+        "        return 4096 if isinstance(cap, str) else cap",
+        ("tests/policies/test_baselines.py::test_auto_capacity_is_each_engines_latency_capacity",),
         where="CappedPolicy.token_capacity"),
     Mutation(
         "rate_search_stops_at_budget", "bench/paper/live_runs.py",
