@@ -28,6 +28,9 @@ class HasBlocks(Protocol):
     block_table: list[int]
     num_computed: int
     num_registered: int          # leading blocks of block_table offered to the prefix cache
+    # leading tokens counted in cache_query_tokens while the context holds no blocks (a miss
+    # is looked up again at its turn, where a twin computed meanwhile may hit; it counts once)
+    num_queried: int
 
 
 class HasTokens(HasBlocks, Protocol):
@@ -105,6 +108,7 @@ class BlockManager:
         ctx.block_table = []
         ctx.num_computed = 0
         ctx.num_registered = 0
+        ctx.num_queried = 0
         return self.allocator.num_free_blocks - before
 
     # -- automatic prefix caching (prefix_caching) -------------------------------------------
@@ -120,7 +124,8 @@ class BlockManager:
             return 0
         extend_digests(ctx.block_digests, ctx.token_ids, self.block_size, usable)
         blocks = self.allocator.lookup(ctx.block_digests[:usable])
-        self.cache_query_tokens += usable * self.block_size
+        self.cache_query_tokens += max(usable * self.block_size - ctx.num_queried, 0)
+        ctx.num_queried = max(ctx.num_queried, usable * self.block_size)
         if not blocks:
             return 0
         self.allocator.share(blocks)

@@ -39,6 +39,7 @@ class Context:
     # block_table were offered to the cache
     block_digests: list[bytes] = field(default_factory=list)
     num_registered: int = 0
+    num_queried: int = 0                  # tokens counted as looked up while it held no blocks
 
     @property
     def is_busy(self) -> bool:

@@ -13,6 +13,7 @@ class Seq:
     block_table: list[int] = field(default_factory=list)
     num_computed: int = 0
     num_registered: int = 0
+    num_queried: int = 0
 
 
 def test_fork_shares_full_blocks_and_copies_the_partial_one():
@@ -114,6 +115,22 @@ def test_prefix_caching_reuses_the_longest_computed_prefix_but_never_the_pending
     assert bm.reuse_cached(other) == 0 and not other.block_table   # the chain differs
     # looked up: every context's whole blocks before its pending token, the first's too
     assert (bm.cache_query_tokens, bm.cache_hit_tokens) == (12 + 12 + 12 + 8 + 12, 8 + 12 + 8)
+
+
+def test_a_context_looked_up_again_before_it_holds_blocks_is_counted_once():
+    # a miss is looked up again at the context's turn (a twin may have computed it since):
+    # the same tokens count once as queried; grown tokens and a context released count again
+    bm = BlockManager(num_blocks=16, block_size=4, prefix_caching=True)
+    late = TokenSeq(token_ids=list(range(9)))
+    assert bm.reuse_cached(late) == 0 and bm.reuse_cached(late) == 0
+    assert (bm.cache_query_tokens, bm.cache_hit_tokens) == (8, 0)
+    computed(bm, list(range(14)))                # its twin computes blocks 0-2 meanwhile
+    late.token_ids.extend(range(9, 13))          # and the context grew to 13 tokens
+    assert bm.reuse_cached(late) == 12
+    assert (bm.cache_query_tokens, bm.cache_hit_tokens) == (8 + 12 + 4, 12)
+    bm.release(late)                             # preempted: its next lookup counts anew
+    assert bm.reuse_cached(late) == 12
+    assert (bm.cache_query_tokens, bm.cache_hit_tokens) == (8 + 12 + 4 + 12, 24)
 
 
 def test_a_freed_contexts_prefix_stays_cached_and_is_evicted_tail_first_when_needed():
