@@ -35,10 +35,12 @@ class CappedParams(PolicyParams):
     token_capacity: int | Literal["auto"] | None
 
     def __post_init__(self) -> None:
-        cap = self.token_capacity
-        Checks(self.policy_name, PolicyConfigError).require(
-            cap is None or cap == AUTO_CAPACITY or (is_int(cap) and int(cap) >= 1),
-            "token_capacity", cap, 'integer >= 1, "auto" or null')
+        cap, check = self.token_capacity, Checks(self.policy_name, PolicyConfigError)
+        if is_int(cap):
+            check.positive_int("token_capacity", cap)
+        else:
+            check.require(cap is None or cap == AUTO_CAPACITY, "token_capacity", cap,
+                          'integer >= 1, "auto" or null')
 
 
 class CappedPolicy(Policy):
