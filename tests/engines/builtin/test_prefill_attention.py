@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -9,7 +13,8 @@ F = torch.nn.functional
 
 from torch.nn.attention.bias import CausalBias  # noqa: E402
 
-from parrot.engines.builtin.llama.attention import PrefillChunk, prefill_torch  # noqa: E402
+from parrot.engines.builtin.llama.attention import (  # noqa: E402
+    PrefillChunk, lower_right_causal_mask, prefill_torch)
 
 
 def reference(q, k_all, v_all, pos_start, scale):
@@ -46,24 +51,34 @@ def test_new_rows_attend_the_cached_context_causally(num_heads, num_kv_heads):
                                rtol=1e-5, atol=1e-5)
 
 
-def test_no_boolean_mask_reaches_sdpa(monkeypatch):
+def test_no_boolean_mask_reaches_sdpa_on_cuda():
     """A boolean mask is a new shape per chunk for SDPA, which on CUDA sends it to cuDNN's
-    per-shape plan build (~50 ms each): the cached-context path passes a causal bias."""
-    seen = []
-    original = F.scaled_dot_product_attention
+    per-shape plan build (~50 ms each): the cached-context path passes a causal bias there;
+    on the CPU the same mask as booleans (row i sees keys up to position length - n + i)."""
+    bias = lower_right_causal_mask(3, 5, torch.device("cuda"))
+    assert isinstance(bias, CausalBias)
+    mask = lower_right_causal_mask(3, 5, torch.device("cpu"))
+    assert mask.dtype == torch.bool and mask.tolist() == [
+        [True, True, True, False, False],
+        [True, True, True, True, False],
+        [True, True, True, True, True]]
+    torch.testing.assert_close(bias._materialize(), mask)
 
-    def spy(*args, **kwargs):
-        seen.append(kwargs.get("attn_mask"))
-        return original(*args, **kwargs)
 
-    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
-    k_cache = v_cache = torch.randn(2, 4, 2, 8)
-    q, kv = torch.randn(3, 2, 8), torch.randn(3, 2, 8)
-    prefill_torch(q, kv, kv, k_cache, v_cache, PrefillChunk(0, 3, 2, torch.tensor([1, 0])),
-                  0.3)
-    assert seen and isinstance(seen[0], CausalBias)
-    assert not any(m is not None and m.dtype == torch.bool and not isinstance(m, CausalBias)
-                   for m in seen)
+def test_a_cpu_prefill_over_a_cached_context_imports_no_dynamo():
+    """The causal bias's module imports torch._dynamo (~1 s): on the CPU, where the bias is
+    only the same mask, the first request that continues a context must not pay it."""
+    code = (
+        "import sys, torch\n"
+        "from parrot.engines.builtin.llama.attention import PrefillChunk, prefill_torch\n"
+        "k_cache = v_cache = torch.randn(2, 4, 2, 8)\n"
+        "q, kv = torch.randn(3, 2, 8), torch.randn(3, 2, 8)\n"
+        "prefill_torch(q, kv, kv, k_cache, v_cache, PrefillChunk(0, 3, 2, torch.tensor([1, 0])),"
+        " 0.3)\n"
+        "print('torch._dynamo' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, cwd=Path(__file__).resolve().parents[3])
+    assert result.stdout.strip() == "False"
 
 
 def test_prefill_on_cuda_never_takes_the_cudnn_backend():

@@ -146,19 +146,29 @@ def prefill_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: to
         if gqa:   # the lower-right causal path below takes equal head counts
             ks = ks.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
             vs = vs.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-        # Row i (position pos_start + i) sees keys 0..pos_start + i: causal aligned to the
-        # bottom right. Not an explicit boolean mask: on CUDA SDPA would send that to cuDNN,
-        # which builds an execution plan for every new (n, length), ~50 ms each on an H200
-        # (every continued or forked context's prefill has a new shape: a serving engine
-        # would pay it on most requests); this bias runs flash attention, no per-shape cost
-        # (docs/ENGINE.md). On the CPU it materialises the same mask. Imported here: its
-        # module imports torch._dynamo (~1 s of every engine's start, which never uses it
-        # on the paged-prefill path).
-        from torch.nn.attention.bias import causal_lower_right
-
-        out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=causal_lower_right(n, length),
-                                             scale=scale)
+        out = F.scaled_dot_product_attention(
+            qs, ks, vs, attn_mask=lower_right_causal_mask(n, length, q.device), scale=scale)
     return out[0].transpose(0, 1)                                              # [n, Hq, D]
+
+
+def lower_right_causal_mask(n: int, length: int, device: torch.device) -> Any:
+    """Row i of n new rows (position length - n + i) sees keys 0..length - n + i: causal
+    aligned to the bottom right.
+
+    On CUDA a causal bias, not a boolean mask: SDPA would send a boolean mask to cuDNN, which
+    builds an execution plan for every new (n, length), ~50 ms each on an H200 (every
+    continued or forked context's prefill has a new shape: a serving engine would pay it on
+    most requests); the bias runs flash attention, no per-shape cost (docs/ENGINE.md). It is
+    imported here, not at module load: its module imports torch._dynamo (~1 s), which the
+    paged-prefill path (CUDA's default) never needs. On the CPU the boolean mask itself: the
+    bias only materialises the same mask there, and its import landed inside the first
+    request that continued a context (measured: one 49-token prefill step of 1,574 ms
+    against ~125 ms, in the demo's first Parrot run on the 2-core VM)."""
+    if device.type == "cpu":
+        return torch.ones(n, length, dtype=torch.bool).tril(length - n)
+    from torch.nn.attention.bias import causal_lower_right
+
+    return causal_lower_right(n, length)
 
 
 def load_kernels() -> ModuleType | None:
