@@ -66,6 +66,9 @@ from serving_floor import (ModelCost, Rates, measure_rates, model_cost,  # noqa:
 from serve_metrics import (RUNTIME_CAPTURE_S, RUNTIME_CAPTURES,  # noqa: E402
                            grown, idle_captures, server_metrics, settle_idle_captures,
                            steps_total)
+from provenance import provenance  # noqa: E402
+from report import record  # noqa: E402
+from serving_report import markdown  # noqa: E402
 
 # Lognormal shapes of chat traffic (tokens): median ~ exp(mu).
 PROMPT_MU, PROMPT_SIGMA, PROMPT_RANGE = math.log(250), 0.8, (16, 2048)
@@ -318,6 +321,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "step's weights and KV reads at the measured copy rate) and wall/floor")
     p.add_argument("--label", default="", help="a name for this run in the JSON")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
+    p.add_argument("--md", type=Path,
+                   help="write the results as a markdown page here (serving_report.py): "
+                        "date, commit, GPU, command, the runs, and each policy against the "
+                        "first one run")
     return p
 
 
@@ -450,14 +457,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         url = args.url.rstrip("/")
         rows = asyncio.run(run_specs(url, headers, args.model, requests, specs, args, ""))
     print(table(rows))
+    results = _strict({
+        "label": args.label, "url": url, "lengths": args.lengths,
+        "num_prompts": args.num_prompts, "seed": args.seed,
+        "mean_prompt_tokens": sum(r.prompt_tokens for r in requests) / len(requests),
+        "mean_output_tokens": sum(r.output_tokens for r in requests) / len(requests),
+        "provenance": provenance(sys.argv if argv is None else ["bench/bench_serving.py",
+                                                                 *argv]),
+        "runs": rows})
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(_strict({
-            "label": args.label, "url": url, "lengths": args.lengths,
-            "num_prompts": args.num_prompts, "seed": args.seed,
-            "mean_prompt_tokens": sum(r.prompt_tokens for r in requests) / len(requests),
-            "mean_output_tokens": sum(r.output_tokens for r in requests) / len(requests),
-            "runs": rows}), indent=2) + "\n")
+        record(json.dumps(results, indent=2) + "\n", args.out)
+    if args.md is not None:
+        record(markdown(results), args.md)
     return 0 if all(r["failed"] == 0 for r in rows) else 1
 
 if __name__ == "__main__":

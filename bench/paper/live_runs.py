@@ -19,8 +19,6 @@ import asyncio
 import dataclasses
 import json
 import math
-import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +29,7 @@ from parrot.serve_config import EngineSpec, ServeConfig
 from parrot.engines.launcher import LaunchSpec
 from parrot.engines.launcher import launch_engines, stop_engines
 from parrot.speed_profile import calibrated_latency_capacity
+from bench.provenance import device_name
 from parrot.sim.compare import Settings, Variant, VariantRun, parse_variants, results_json
 from parrot.sim.live import as_remote, run_live_async
 from bench.paper.live_report import (counter_delta, counters_text, engine_counters, engine_tpot_s,
@@ -251,20 +250,6 @@ async def run_live_paper(setups: Sequence[ServeSetup], out: Path, *, smoke: bool
                "engine_profiles": profiles, "experiments": results}
     log(save_results(out, summary))
     return summary
-
-
-def device_name() -> str:
-    """The GPU the engines ran on, as nvidia-smi names it (the runner does not touch CUDA
-    itself: a context here would take memory from the engines), or "no GPU"."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return "no GPU"
-    try:
-        names = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"],
-                               capture_output=True, text=True, timeout=10, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return "unknown GPU"
-    return ", ".join(sorted(set(filter(None, map(str.strip, names.splitlines()))))) or "no GPU"
 
 
 async def engine_profiles(engines: Sequence[Any]) -> dict[str, Any]:

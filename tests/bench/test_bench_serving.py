@@ -90,9 +90,19 @@ def test_serve_mode_runs_each_policy_on_a_parrot_serve_of_its_own(tmp_path: Path
     out = tmp_path / "serving.json"
     code = bench.main(["--serve", str(config), "--policies", "least_queue,app_centric",
                        "--engine-param", "decode_base_ms=1.0", "--num-prompts", "4",
-                       "--specs", "inf@2,50", "--warmup", "2", "--out", str(out)])
+                       "--specs", "inf@2,50", "--warmup", "2", "--out", str(out),
+                       "--md", str(tmp_path / "serving.md")])
     assert code == 0
     runs = json.loads(out.read_text())["runs"]
+    page = (tmp_path / "serving.md").read_text().splitlines()
+    assert page[0] == f"# Serving: least_queue, app_centric on parrot-serve --config {config}"
+    assert [line.split(":")[0] for line in page[2:7]] == [
+        "* date", "* commit", "* device", "* cpus", "* command"]
+    assert "--policies least_queue,app_centric" in page[6]
+    # one row per run, then app_centric against least_queue at each of the two specs
+    assert [line.split(" | ")[:3] for line in page if line.startswith("| app_centric")] == [
+        ["| app_centric", "inf", "2"], ["| app_centric", "50", "-"],
+        ["| app_centric", "inf", "2"], ["| app_centric", "50", "-"]]
     assert [(r["policy"], r["request_rate"], r["max_concurrency"], r["completed"], r["failed"])
             for r in runs] == [("least_queue", "inf", 2, 4, 0), ("least_queue", 50.0, None, 4, 0),
                                ("app_centric", "inf", 2, 4, 0), ("app_centric", 50.0, None, 4, 0)]

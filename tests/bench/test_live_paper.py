@@ -458,11 +458,12 @@ async def test_results_record_each_engines_reported_profile_and_its_capacity():
 
 
 def test_the_table_names_the_gpu_the_engines_ran_on(monkeypatch):
+    from bench import provenance
     from bench.paper import live_runs
     from bench.paper.live_report import live_table
     summary = {"wall_s": 1.0, "smoke": False, "experiments": {}}
     assert live_table({**summary, "device": "NVIDIA H100 80GB HBM3"}).startswith(
         "live paper runs (NVIDIA H100 80GB HBM3; 1s wall)")
     assert live_table(summary).startswith("live paper runs (H200; ")   # results before it
-    monkeypatch.setattr(live_runs.shutil, "which", lambda name: None)
+    monkeypatch.setattr(provenance.shutil, "which", lambda name: None)
     assert live_runs.device_name() == "no GPU"
