@@ -1329,4 +1329,11 @@ MUTATIONS: tuple[Mutation, ...] = (
          "tests/engines/builtin/test_batch_scheduler_order.py::"
          "test_past_max_mixed_decode_rows_decodes_and_prefill_take_turns"),
         where="BatchScheduler._pick_chunks"),
+    Mutation(
+        "speed_probe_fills_share_one_sequence", "parrot/engines/speed_probe.py",
+        "    rng = random.Random(seed)\n",
+        "    rng = random.Random(0)\n",
+        ("tests/engines/builtin/test_prefix_caching.py::"
+         "test_the_speed_probe_never_measures_a_cached_prefill",),
+        where="token_ids"),
 )

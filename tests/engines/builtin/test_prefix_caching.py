@@ -181,3 +181,17 @@ async def test_preempted_work_restarts_from_the_cache_with_the_same_tokens(tiny_
     assert list(got) == expected
     assert (await counters(tight))[2] > 0
     tight.check_invariants()
+
+
+async def test_the_speed_probe_never_measures_a_cached_prefill(tiny_bundle, make_engine):
+    # Each probe Fill has a sequence of its own: with prefix caching on, a timed Fill that
+    # found its tokens cached would price prefill at ~0 ms a token (and unbound the step
+    # budget). Integer seeds 256 apart once gave Fills one sequence (the tiny model's window
+    # is 256 tokens: 32 and 160 stand for the H200 plan's 256, 1024 and 2048).
+    from parrot.engines.speed_probe import ProbePlan, measure_decode, measure_prefill
+
+    engine = make_engine(tiny_bundle, block_size=4, prefix_caching=True)
+    await measure_prefill(engine, (32, 160), repeats=3)
+    await measure_decode(engine, ProbePlan((32, 64), (1, 2), 24, 2, 2))
+    queried, hits = (await counters(engine))[1:]
+    assert queried > 0 and hits == 0
