@@ -83,10 +83,10 @@ class BuiltinEngineConfig:
     prefix_caching: automatic prefix caching, as vLLM's APC and SGLang's radix cache give a
       request-level client: a new context reuses the KV of its longest prefix (whole blocks)
       that any earlier context computed, kept after that context is freed until the memory is
-      needed (block_manager.py). On by default, as in vLLM and SGLang: it finds what no
-      fork names (re-sent histories, system prompts of requests through the OpenAI API) and
-      costs nothing measurable while serving (docs/results/serving_h100.md); the paper-setting
-      live configs turn it off, as the paper's baselines had none.
+      needed (block_manager.py). Off by default: Parrot's manager shares the prefixes it
+      knows by forking; on, the engine is today's request-level baseline (vLLM and SGLang
+      have it on by default). Its cost while serving is not measured yet: the one A/B run
+      (docs/results/serving_h100.md) had the start-up probe served from the cache.
     step_trace: a JSON-lines file the engine appends one line to per model step (its timing,
       shape and path: step_trace.py; `{engine}` in the path becomes the engine's name, so one
       setting serves every engine of a config); null: no trace.
@@ -123,7 +123,7 @@ class BuiltinEngineConfig:
     cache_dir: str | None = None      # default: $PARROT_CACHE_DIR or ~/.cache/parrot/models
     step_trace: str | None = None     # JSON-lines file, one line per step; {engine}: its name
     speed_probe: str = "auto"         # measure the speed profile at start: auto/full/quick/off
-    prefix_caching: bool = True       # reuse any earlier context's computed prefix blocks
+    prefix_caching: bool = False      # reuse any earlier context's computed prefix blocks
     max_mixed_decode_rows: int | None = None  # more decode rows: decodes and prefill apart
 
     def __post_init__(self) -> None:

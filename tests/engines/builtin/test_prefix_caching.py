@@ -72,12 +72,12 @@ async def test_a_repeated_prompt_reuses_every_whole_block_before_its_pending_tok
     engine.check_invariants()
 
 
-async def test_on_by_default_and_off_when_set(tiny_bundle, make_engine):
+async def test_off_by_default_and_on_when_set(tiny_bundle, make_engine):
     # counters: (prompt tokens prefilled, prefix-cache query tokens, hit tokens); each Fill
     # of the same 25 tokens looks up 6 whole blocks of 4 once (a miss is looked up again at
     # its turn, counted once), and the second finds them all (not the pending token's block)
     prompt = tokens(5, 25)
-    for params, expected in (({}, (24, 48, 24)), ({"prefix_caching": False}, (48, 0, 0))):
+    for params, expected in (({"prefix_caching": True}, (24, 48, 24)), ({}, (48, 0, 0))):
         engine = make_engine(tiny_bundle, block_size=4, **params)
         await fill_generate(engine, "a", prompt)
         await fill_generate(engine, "b", prompt)
