@@ -35,6 +35,12 @@ from parrot.sampling import SamplingParams
 
 Timer = Callable[[Awaitable[Any]], Awaitable[float]]
 
+# Part of the key a kept profile is found by (the builtin engine's start cache): raised when a
+# change makes earlier measurements wrong, so every engine measures itself again. 2: each Fill
+# has tokens of its own (version 1's Fills shared one sequence, and an engine with prefix
+# caching served them from its cache).
+PROBE_VERSION = 2
+
 
 @dataclass(frozen=True)
 class ProbePlan:

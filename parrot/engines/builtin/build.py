@@ -28,6 +28,7 @@ from parrot.engines.builtin.llama.linear_choice import (LinearChoice, Timer, cac
                                                         choice_key, cuda_graph_timer,
                                                         measure_linear_choice)
 from parrot.engines.builtin.observe.host_pauses import pause_monitor
+from parrot.engines.speed_probe import PROBE_VERSION
 from parrot.engines.builtin.llama.loader import (LoadedModel, load_model, peek_shape,
                                                  resolve_device, resolve_dtype)
 from parrot.engines.builtin.llama.tokenizer import TokenizerLoad
@@ -250,13 +251,15 @@ def speed_profile_path(config: BuiltinEngineConfig, bundle: ModelBundle, size: S
     other devices, where a probe is asked for explicitly and runs each time): keyed by what the
     engine's speed depends on that a start knows. The KV cache's size is left out (auto sizing
     reads the free memory, which moves a little from start to start; the probe's contexts
-    fit either way); the config's own settings, explicit sizes among them, are in."""
+    fit either way); the config's own settings, explicit sizes among them, are in, and the
+    probe's version (a profile an older probe measured wrongly is measured again)."""
     if bundle.model.device.type != "cuda":
         return None
     parts = software(bundle.model.device, load_kernels() if bundle.uses_kernels else None) + [
         bundle.name, repr(bundle.shape), str(bundle.model.dtype), size.block_size,
         size.max_num_seqs, size.graph_max_batch,
-        sorted(dataclasses.asdict(config).items(), key=lambda kv: kv[0]), probe_mode]
+        sorted(dataclasses.asdict(config).items(), key=lambda kv: kv[0]), probe_mode,
+        PROBE_VERSION]
     return config.resolved_cache_dir() / "speed_profile" / f"{cache_key(parts)}.json"
 
 
