@@ -5,11 +5,14 @@ table of every run."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
 from parrot.engines.counters import COUNTER_NAMES
+
+log = logging.getLogger(__name__)
 
 
 def save_results(out: Path, summary: dict[str, Any]) -> str:
@@ -38,13 +41,15 @@ async def engine_counters(engines: Sequence[Any]) -> dict[str, dict[str, int]]:
 async def reset_prefix_caches(engines: Sequence[Any]) -> None:
     """Forget each engine's automatic prefix cache (`prefix_caching: true`), so that no run
     starts with the KV the warm-up or the variant before it computed for the same prompts
-    (a request-level baseline would reuse it for free). Engines that do not answer are left
-    as they are, as for the counters."""
+    (a request-level baseline would reuse it for free). An engine that does not answer is
+    left as it is, as for the counters, but said so: the run after it may then find the
+    warm-up's prompts cached."""
     for launched in engines:
         try:
             await launched.engine.reset_prefix_cache()
-        except Exception:  # noqa: BLE001 - see engine_counters
-            continue
+        except Exception as exc:  # noqa: BLE001 - see engine_counters
+            log.warning("engine %s: its prefix cache could not be reset (%s); the next run "
+                        "may reuse what the one before it computed", launched.name, exc)
 
 
 def counter_delta(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]

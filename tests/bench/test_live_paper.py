@@ -467,3 +467,29 @@ def test_the_table_names_the_gpu_the_engines_ran_on(monkeypatch):
     assert live_table(summary).startswith("live paper runs (H200; ")   # results before it
     monkeypatch.setattr(provenance.shutil, "which", lambda name: None)
     assert live_runs.device_name() == "no GPU"
+
+
+async def test_a_prefix_cache_that_cannot_be_reset_is_said(caplog):
+    from types import SimpleNamespace
+
+    from bench.paper.live_report import reset_prefix_caches
+
+    resets = []
+
+    class Engine:
+        def __init__(self, name, fails):
+            self.name, self.fails = name, fails
+
+        async def reset_prefix_cache(self):
+            if self.fails:
+                raise ConnectionError("refused")
+            resets.append(self.name)
+            return 0
+
+    engines = [SimpleNamespace(name=n, engine=Engine(n, n == "b")) for n in ("a", "b", "c")]
+    with caplog.at_level("WARNING", logger="bench.paper.live_report"):
+        await reset_prefix_caches(engines)
+    assert resets == ["a", "c"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "engine b: its prefix cache could not be reset (refused); the next run may reuse "
+        "what the one before it computed"]
