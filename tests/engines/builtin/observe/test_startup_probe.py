@@ -128,3 +128,26 @@ def test_only_a_gpu_engines_profile_is_kept(tiny_bundle):
     config = BuiltinEngineConfig(model="tiny", device="cpu", num_blocks=64, speed_probe="quick")
     assert speed_profile_path(config, tiny_bundle, serving_size(config, tiny_bundle),
                               "quick") is None
+
+
+def test_a_gpu_engines_kept_profile_is_keyed_by_the_probes_version(tiny_bundle, monkeypatch,
+                                                                    tmp_path):
+    """A probe that measured wrongly (PROBE_VERSION 1 timed Fills the prefix cache served)
+    must not be read back by a fixed one: its version is part of the key."""
+    import dataclasses
+
+    import torch
+
+    from parrot.engines.builtin import build
+
+    monkeypatch.setattr(build, "software", lambda device, kernels: ["a GPU", "torch"])
+    model = dataclasses.replace(tiny_bundle, model=type(
+        "OnCuda", (), {"device": torch.device("cuda"), "dtype": torch.bfloat16})())
+    config = BuiltinEngineConfig(model="tiny", device="cpu", num_blocks=64,
+                                 cache_dir=str(tmp_path))
+    size = build.serving_size(config, tiny_bundle)
+    first = build.speed_profile_path(config, model, size, "full")
+    assert first is not None and first.parent == tmp_path / "speed_profile"
+    assert build.speed_profile_path(config, model, size, "full") == first
+    monkeypatch.setattr(build, "PROBE_VERSION", build.PROBE_VERSION + 1)
+    assert build.speed_profile_path(config, model, size, "full") != first
