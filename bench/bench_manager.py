@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import gc
 import os
 import platform
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,6 +43,7 @@ from parrot.policies.registry import default_registry  # noqa: E402
 from parrot.sim.summary import percentile  # noqa: E402
 from parrot.types import Criterion  # noqa: E402
 from serve_subprocess import start_parrot_serve, zero_latency_engines  # noqa: E402
+from provenance import commit, utc_now  # noqa: E402
 
 NUM_ENGINES = 16
 QUEUED = 1000
@@ -194,13 +193,10 @@ async def http_throughput(url: str, num_calls: int, concurrency: int, chain: int
 
 def _machine() -> str:
     """The machine, the code and the moment a table was measured on."""
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                            capture_output=True).stdout.strip() or "unknown"
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"{now} — {platform.node()} ({os.cpu_count()} cores, "
+    return (f"{utc_now()} — {platform.node()} ({os.cpu_count()} cores, "
             f"{platform.processor() or platform.machine()}, Python {platform.python_version()}) "
-            f"— commit {commit} — load average at start {load}")
+            f"— commit {commit()} — load average at start {load}")
 
 
 async def main() -> None:

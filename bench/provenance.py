@@ -46,10 +46,14 @@ def commit() -> str:
     return f"{head} + changes" if dirty else head
 
 
+def utc_now() -> str:
+    """This minute, as results name it: "2026-12-05 21:36 UTC"."""
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def provenance(argv: list[str] | None = None) -> dict[str, str]:
     """{date, commit, device, cpus, command}: `argv` (default sys.argv) as a shell line."""
     args = sys.argv if argv is None else argv
-    return {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "commit": commit(), "device": device_name(),
+    return {"date": utc_now(), "commit": commit(), "device": device_name(),
             "cpus": str(os.cpu_count() or 0),
             "command": "python3 " + shlex.join(args)}
