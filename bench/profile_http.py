@@ -31,6 +31,7 @@ import asyncio
 import cProfile
 import gc
 import json
+import logging
 import os
 import pstats
 import sys
@@ -42,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from parrot.cli.limits import settle_heap  # noqa: E402
 from parrot.serve_config import ServeConfig  # noqa: E402
 from parrot.server.service import ParrotServer  # noqa: E402
 from serve_subprocess import zero_latency_engines  # noqa: E402
@@ -232,6 +234,8 @@ async def measure(calls: int, rounds: int, profile: bool, policy: str, no_gc: bo
         if no_gc:
             gc.collect()
             gc.disable()
+        else:
+            settle_heap(logging.getLogger("profile_http"))   # as parrot-serve does once ready
         for _ in range(rounds):
             profiler = cProfile.Profile() if profile else None
             cpu = time.process_time()
