@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import random
+
+import pytest
+
 from parrot.engines.builtin.detokenizer import TextStream
 
 
@@ -90,3 +94,106 @@ def test_a_real_fast_tokenizer_streams_the_same_text_either_way():
     text = fast.decode(ids, skip_special_tokens=True)
     assert decoder(fast)(ids) == text and "<e>" not in text and "hé" in text
     assert decoder(fast).func == fast.backend_tokenizer.decode
+
+
+# -- the Rust stream (tokenizers' DecodeStream) against the Python rule -----------------------
+
+def byte_level_tokenizer_json(path):
+    """GPT-2 / SmolLM2 style: byte-level BPE (a character of several bytes spans tokens)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    vocab = {c: i for i, c in enumerate(sorted(ByteLevel.alphabet()))}
+    for word in ("th", "he", "Ġa", "Ġth", "Ġthe"):
+        vocab[word] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab, [("t", "h"), ("h", "e"), ("Ġ", "a"), ("Ġ", "th"),
+                                       ("Ġth", "e")]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.save(str(path / "tokenizer.json"))
+
+
+def byte_fallback_tokenizer_json(path):
+    """LLaMA / sentencepiece style: "▁" for spaces, bytes as <0xNN> tokens, the decode's
+    leading space stripped (so a token's text depends on its left neighbour)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab[f"<0x{b:02X}>"] = len(vocab)
+    for piece in ("▁the", "▁a", "▁", "t", "h", "e", "a"):
+        vocab[piece] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab, [], byte_fallback=True, unk_token="<unk>"))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"),
+                                           normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
+                                     decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    tok.add_special_tokens(["<s>", "</s>"])
+    tok.save(str(path / "tokenizer.json"))
+
+
+class PythonOnly:
+    """A tokenizer without a Rust backend to offer: TextStream keeps the Python rule."""
+
+    def __init__(self, tokenizer) -> None:
+        self._tokenizer = tokenizer
+
+    def decode(self, ids, skip_special_tokens=True):
+        return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
+def stream_text(tokenizer, context, generated, stop=()):
+    stream = TextStream(tokenizer, context, stop)
+    pieces = []
+    for token in generated:
+        piece, hit = stream.push(token)
+        pieces.append(piece)
+        if hit:
+            return pieces, True, stream
+    pieces.append(stream.flush())
+    return pieces, False, stream
+
+
+@pytest.mark.parametrize("build,rust", [(byte_level_tokenizer_json, True),
+                                        (byte_fallback_tokenizer_json, False)])
+def test_the_rust_stream_gives_the_python_rules_pieces_token_by_token(tmp_path, build, rust):
+    from parrot.engines.builtin.llama.tokenizer import FastTokenizer
+
+    build(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text("{}")
+    fast = FastTokenizer.from_folder(tmp_path)
+    rng = random.Random(7)
+    texts = ["the a 世界 é → 🎉", "a the\n\tthe  é", "🎉🎉 三 四 五", " the"]
+    vocab = len(fast)
+    compared = in_rust = 0
+    for trial in range(600):
+        if trial % 2:
+            ids = fast(rng.choice(texts) + rng.choice(texts), add_special_tokens=False).input_ids
+        else:
+            ids = [rng.randrange(vocab) for _ in range(rng.randrange(1, 24))]
+        cut = rng.randrange(len(ids) + 1)
+        stop = rng.choice([(), ("e ",), ("世",)])
+        fast_pieces = stream_text(fast, ids[:cut], ids[cut:], stop)
+        python = stream_text(PythonOnly(fast), ids[:cut], ids[cut:], stop)
+        assert fast_pieces[:2] == python[:2], (ids[:cut], ids[cut:], stop)
+        assert not python[2].in_rust
+        compared += 1
+        in_rust += fast_pieces[2].in_rust
+    if rust:
+        assert in_rust > compared // 2   # most prompts end on a whole character
+    else:
+        assert in_rust == 0              # sentencepiece-style: the Python rule throughout
+
+
+def test_a_context_ending_inside_a_character_keeps_the_python_rule(tmp_path):
+    from parrot.engines.builtin.llama.tokenizer import FastTokenizer
+
+    byte_level_tokenizer_json(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text("{}")
+    fast = FastTokenizer.from_folder(tmp_path)
+    ids = fast("a 世界", add_special_tokens=False).input_ids   # 世 and 界: three bytes each
+    assert TextStream(fast, ids).in_rust
+    split = TextStream(fast, ids[:-1])                          # the prompt ends inside 界
+    assert not split.in_rust
+    assert "".join(stream_text(fast, ids[:-1], ids[-1:] + ids[:2])[0]) == \
+        "".join(stream_text(PythonOnly(fast), ids[:-1], ids[-1:] + ids[:2])[0])
