@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from parrot.engines.builtin.channel import Channel
 from parrot.engines.builtin.detokenizer import TextStream
 from parrot.engines.protocol import GenerateChunk
 from parrot.sampling import SamplingParams
@@ -84,7 +85,7 @@ class Work:
     state: WorkState = WorkState.WAITING
     is_started: bool = False                      # fork done and new tokens appended
     fill_result: asyncio.Future[Any] | None = None
-    chunks: asyncio.Queue[GenerateChunk | BaseException] | None = None
+    chunks: Channel[GenerateChunk | BaseException] | None = None
 
     @property
     def is_fill(self) -> bool:
@@ -106,7 +107,7 @@ class Work:
 
     def emit(self, chunk: GenerateChunk) -> None:
         assert self.chunks is not None
-        self.chunks.put_nowait(chunk)
+        self.chunks.put(chunk)
         if chunk.is_finished:
             self._finish(WorkState.DONE)
 
@@ -124,7 +125,7 @@ class Work:
         if self.fill_result is not None and not self.fill_result.done():
             self.fill_result.set_exception(exc)
         if self.chunks is not None:
-            self.chunks.put_nowait(exc)
+            self.chunks.put(exc)
         self._finish(WorkState.FAILED)
         return True
 

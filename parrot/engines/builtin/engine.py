@@ -42,6 +42,7 @@ from collections.abc import AsyncIterator
 
 from parrot.chat import ChatTemplate
 from parrot.engines.aborted import AbortedGenerates
+from parrot.engines.builtin.channel import Channel
 from parrot.engines.builtin.context import Context, Work, WorkKind
 from parrot.engines.builtin.observe.host_pauses import PauseMonitor, pause_monitor
 from parrot.engines.builtin.runner import ModelRunner
@@ -278,7 +279,7 @@ class BuiltinEngine(Engine):
         if not params.is_greedy:
             seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
             work.generator = make_generator(seed, self._runner.device)
-        work.chunks = asyncio.Queue()
+        work.chunks = Channel()
         self._scheduler.add(work)
         self._wake.set()
         timer = self._tpot.timer()
