@@ -8,6 +8,7 @@ import pytest
 pytest.importorskip("torch")  # context.py types a torch.Generator
 
 from parrot.engines.builtin.block_manager import BlockManager  # noqa: E402
+from parrot.engines.builtin.channel import Channel  # noqa: E402
 from parrot.engines.builtin.context import Context, Work, WorkKind  # noqa: E402
 from parrot.engines.builtin.batch_scheduler import BatchScheduler  # noqa: E402
 
@@ -164,14 +165,13 @@ def test_fills_of_one_priority_keep_their_arrival_order():
 
 def _decoding(sched: BatchScheduler, context_id: str, num_tokens: int, seq: int) -> Work:
     """A started Generate whose context is computed up to its pending token."""
-    import asyncio
 
     from parrot.engines.builtin.detokenizer import TextStream
     from parrot.sampling import SamplingParams
     ctx = computed_context(sched, context_id, num_tokens)
     work = Work(WorkKind.GENERATE, ctx, seq,
                 sampling=SamplingParams(max_tokens=100, ignore_eos=True))
-    work.chunks = asyncio.Queue()
+    work.chunks = Channel()
     work.is_started, work.stream = True, TextStream(None, ctx.token_ids)
     sched.add(work)
     return work

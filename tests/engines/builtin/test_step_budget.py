@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("torch")  # context.py types a torch.Generator
 
 from parrot.engines.builtin.block_manager import BlockManager  # noqa: E402
+from parrot.engines.builtin.channel import Channel  # noqa: E402
 from parrot.engines.builtin.context import Context, Work, WorkKind  # noqa: E402
 from parrot.engines.builtin.batch_scheduler import BatchScheduler  # noqa: E402
 from parrot.engines.builtin.step_budget import (MIN_PREFILL_TOKENS,  # noqa: E402
@@ -72,7 +73,7 @@ def _generate(sched: BatchScheduler, context_id: str, num_tokens: int, seq: int)
     sched.contexts[context_id] = ctx
     work = Work(WorkKind.GENERATE, ctx, seq, sampling=SamplingParams(max_tokens=1000,
                                                                       ignore_eos=True))
-    work.chunks = asyncio.Queue()
+    work.chunks = Channel()
     sched.add(work)
     return work
 
