@@ -1211,7 +1211,28 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    if backend is not None:\n",
         ("tests/engines/builtin/test_detokenizer.py::"
          "test_the_rust_decoder_is_used_only_where_it_gives_the_same_text",),
-        where="decoder"),
+        where="rust_backend"),
+    Mutation(
+        "detokenizer_rust_stream_for_any_decoder", "parrot/engines/builtin/detokenizer.py",
+        "                and isinstance(self._backend.decoder, _RUST_STREAM[0]) and not (\n",
+        "                and not (\n",
+        ("tests/engines/builtin/test_detokenizer.py::"
+         "test_the_rust_stream_gives_the_python_rules_pieces_token_by_token",),
+        where="TextStream.__init__"),
+    Mutation(
+        "detokenizer_rust_stream_after_a_split_character", "parrot/engines/builtin/detokenizer.py",
+        "                    self._ids and self._decode(self._ids).endswith(_REPLACEMENT)):\n",
+        "                    False):\n",
+        ("tests/engines/builtin/test_detokenizer.py::"
+         "test_a_context_ending_inside_a_character_keeps_the_python_rule",),
+        where="TextStream.__init__"),
+    Mutation(
+        "chunk_channel_never_wakes_its_reader", "parrot/engines/builtin/channel.py",
+        "                waiter.set_result(None)\n",
+        "                pass\n",
+        ("tests/engines/builtin/test_channel.py::"
+         "test_items_come_out_in_order_and_a_waiting_reader_wakes",),
+        where="Channel.put"),
     Mutation(
         "tokenizer_never_direct", "parrot/engines/builtin/llama/tokenizer.py",
         "    if fast is not None and why_not is None:\n",
