@@ -86,10 +86,12 @@ class Work:
     is_started: bool = False                      # fork done and new tokens appended
     fill_result: asyncio.Future[Any] | None = None
     chunks: Channel[GenerateChunk | BaseException] | None = None
+    # kind is FILL: an attribute, not a property, since the scheduler asks several times per
+    # row of every step
+    is_fill: bool = field(init=False)
 
-    @property
-    def is_fill(self) -> bool:
-        return self.kind is WorkKind.FILL
+    def __post_init__(self) -> None:
+        self.is_fill = self.kind is WorkKind.FILL
 
     @property
     def is_decoding(self) -> bool:
