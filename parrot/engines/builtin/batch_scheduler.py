@@ -259,9 +259,13 @@ class BatchScheduler:
         the two take turns instead: the decodes alone, then their prefill alone."""
         chunks: list[ScheduledChunk] = []
         protected: set[int] = set()
-        started = [w for w in self.works if w.is_started]
-        decoding = [w for w in started if w.is_decoding]
-        waiting = [w for w in started if not w.is_decoding]
+        started: list[Work] = []
+        decoding: list[Work] = []
+        waiting: list[Work] = []
+        for w in self.works:   # one pass: every row of every step comes through here
+            if w.is_started:
+                started.append(w)
+                (decoding if w.is_decoding else waiting).append(w)
         apart = (not decodes_only and self.max_mixed_decode_rows is not None and waiting
                  and min(len(decoding), self.max_num_seqs) > self.max_mixed_decode_rows)
         if apart and self._prefill_turn:

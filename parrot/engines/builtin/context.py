@@ -63,9 +63,13 @@ class WorkState(enum.Enum):
     DONE = "done"
     FAILED = "failed"
 
-    @property
-    def is_finished(self) -> bool:
-        return self in (WorkState.DONE, WorkState.FAILED)
+    # DONE or FAILED: a plain attribute of each member (set below), as CallState's, not a
+    # property: the batch scheduler asks it of every work several times a step.
+    is_finished: bool
+
+
+for _state in WorkState:
+    _state.is_finished = _state in (WorkState.DONE, WorkState.FAILED)
 
 
 @dataclass(eq=False)
