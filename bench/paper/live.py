@@ -4,6 +4,12 @@
     python bench/paper/live.py --out $OUT --only gpts,mixed --tokenizer $PWD/.tok
     python bench/paper/live.py --out $OUT --only gpts_rate ...  # the live gpts rate search
     python bench/paper/live.py --out /tmp/smoke --smoke     # tiny random model on the CPU
+    python bench/paper/live.py --out $OUT --setting fair --only map_reduce,chain_summary ...
+
+`--setting fair` (default `paper`) runs today's calibration on every side: prefix caching on
+every engine, app_centric work-conserving, the latency-centric cap and every engine's latency
+capacity calibrated from its measured speed profile, output lengths hidden (SETTINGS in
+live_experiments.py); options given beside it win.
 
 Experiments on one engine use --config; those on two engines (gpts, mixed) use
 --two-engine-config. Only the configs the selected experiments need are read.
@@ -23,9 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from parrot.serve_config import ServeConfig  # noqa: E402
-from bench.paper.live_experiments import (LiveExperimentError, select_experiments,  # noqa: E402
-                                         with_output_lengths, with_policy_params,
-                                         with_rate_search, with_variants)
+from bench.paper.live_experiments import (SETTINGS, LiveExperimentError,  # noqa: E402
+                                         select_experiments, with_output_lengths,
+                                         with_policy_params, with_rate_search, with_variants)
 from bench.paper.live_runs import (ServeSetup, capacity_arg, run,  # noqa: E402
                                    with_engine_capacity, with_engine_params)
 
@@ -84,7 +90,11 @@ def main() -> int:
     parser.add_argument("--engine-param", action="append", default=[], metavar="KEY=VALUE",
                         help="a builtin engine parameter of every engine (repeatable), e.g. "
                              "prefill_attention=sdpa")
-    parser.add_argument("--lengths", default="exact", choices=("exact", "sampled"),
+    parser.add_argument("--setting", default="paper", choices=sorted(SETTINGS),
+                        help="paper (default) or fair: prefix caching, work-conserving "
+                             "app_centric, every cap calibrated from each engine's speed "
+                             "profile, sampled lengths (the options below override it)")
+    parser.add_argument("--lengths", default=None, choices=("exact", "sampled"),
                         help="exact (the paper's setting: every call's max_tokens is its "
                              "length) or sampled (lengths drawn under a loose cap, ended by a "
                              "marker only a random-weight engine reads: no scheduler knows "
@@ -122,8 +132,10 @@ def main() -> int:
         experiments = select_experiments(args.only)
         if args.variants is not None:
             experiments = with_variants(experiments, args.variants)
-        experiments = with_policy_params(experiments, args.policy_param)
-        experiments = with_output_lengths(experiments, args.lengths)
+        setting = SETTINGS[args.setting]
+        experiments = with_policy_params(experiments,
+                                         [*setting.policy_params, *args.policy_param])
+        experiments = with_output_lengths(experiments, args.lengths or setting.lengths)
         experiments = with_rate_search(experiments, window_s=args.rate_window_s,
                                        start=args.rate_start, max_rate=args.rate_max,
                                        refinements=args.rate_refinements)
@@ -135,6 +147,8 @@ def main() -> int:
         parser.error(f"experiments need {counts} engines; configs exist for {sorted(paths)}")
     setups = [load_setup(paths[n], smoke=args.smoke, tokenizer=args.tokenizer)
               for n in counts]
+    if args.latency_capacity is None and setting.latency_capacity is not None:
+        args.latency_capacity = capacity_arg(setting.latency_capacity)
     for field in ("latency_capacity", "throughput_capacity"):
         if getattr(args, field) is not None:
             try:
@@ -142,7 +156,8 @@ def main() -> int:
             except LiveExperimentError as exc:
                 parser.error(str(exc))
     try:
-        setups = [with_engine_params(s, args.engine_param) for s in setups]
+        setups = [with_engine_params(s, [*setting.engine_params, *args.engine_param])
+                  for s in setups]
     except LiveExperimentError as exc:
         parser.error(str(exc))
     delay = args.network_delay_ms or ("10:20" if args.smoke else "200:300")

@@ -280,6 +280,32 @@ def with_variants(experiments: tuple[LiveExperiment, ...], compare: str
     return (dataclasses.replace(e, compare=compare),)
 
 
+@dataclass(frozen=True)
+class LiveSetting:
+    """What `live.py --setting` sets before the command line's own options, which win (each
+    list is applied first; a latency capacity or lengths given on the command line replace
+    these)."""
+
+    engine_params: tuple[str, ...]    # KEY=VALUE, as --engine-param
+    policy_params: tuple[str, ...]    # POLICY.KEY=VALUE, as --policy-param
+    latency_capacity: str | None      # as --latency-capacity (None: the configs')
+    lengths: str                      # as --lengths
+
+
+SETTINGS: dict[str, LiveSetting] = {
+    # The paper's: the configs' capacities, app_centric's latency rule (the experiments'
+    # default policy_params), exact output lengths, no prefix caching.
+    "paper": LiveSetting((), (), None, "exact"),
+    # Today's baselines calibrated as app_centric is (docs/RESULTS.md, issue "honest wins"):
+    # every engine caches prompt prefixes, app_centric work-conserving (its default), the
+    # latency-centric cap its latency capacity, each engine's capacity from its own speed
+    # profile, output lengths hidden from every scheduler.
+    "fair": LiveSetting(("prefix_caching=true",),
+                        ("app_centric.work_conserving=true", "latency_centric.token_capacity=auto"),
+                        "auto", "sampled"),
+}
+
+
 def with_policy_params(experiments: tuple[LiveExperiment, ...],
                        items: Sequence[str]) -> tuple[LiveExperiment, ...]:
     """The experiments with `POLICY.KEY=VALUE` items (values YAML scalars) applied to every

@@ -493,3 +493,50 @@ async def test_a_prefix_cache_that_cannot_be_reset_is_said(caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "engine b: its prefix cache could not be reset (refused); the next run may reuse "
         "what the one before it computed"]
+
+
+def _live_main(monkeypatch, tmp_path, *argv: str) -> dict:
+    """live.py's main with these options, stopped where the runs would start: what it hands
+    to them."""
+    import sys
+
+    from bench.paper import live
+
+    seen: dict = {}
+
+    def fake_run(setups, out, **kwargs):  # noqa: ANN001, ANN003
+        seen.update(setups=setups, **kwargs)
+        return 0
+
+    monkeypatch.setattr(live, "run", fake_run)
+    monkeypatch.setattr(sys, "argv", ["live.py", "--out", str(tmp_path),
+                                      "--only", "chain_summary", *argv])
+    assert live.main() == 0
+    return seen
+
+
+def test_the_fair_setting_calibrates_every_side_and_options_beside_it_win(monkeypatch, tmp_path):
+    paper = _live_main(monkeypatch, tmp_path)
+    (experiment,) = paper["experiments"]
+    assert experiment.policy_params == {"app_centric": {"work_conserving": False}}
+    assert experiment.workload_spec(smoke=False).output_lengths == "exact"
+    (engine,) = paper["setups"][0].config.engines
+    assert engine.params["prefix_caching"] is False   # the config says so outright
+
+    fair = _live_main(monkeypatch, tmp_path, "--setting", "fair")
+    (experiment,) = fair["experiments"]
+    assert experiment.policy_params == {"app_centric": {"work_conserving": True},
+                                        "latency_centric": {"token_capacity": "auto"}}
+    assert experiment.workload_spec(smoke=False).output_lengths == "sampled"
+    (engine,) = fair["setups"][0].config.engines
+    assert engine.params["prefix_caching"] is True
+    assert "latency_capacity=auto" in fair["setups"][0].path   # whatever the config says
+
+    mixed = _live_main(monkeypatch, tmp_path, "--setting", "fair", "--lengths", "exact",
+                       "--policy-param", "app_centric.work_conserving=false",
+                       "--engine-param", "prefix_caching=false", "--latency-capacity", "20480")
+    (experiment,) = mixed["experiments"]
+    assert experiment.policy_params["app_centric"] == {"work_conserving": False}
+    assert experiment.workload_spec(smoke=False).output_lengths == "exact"
+    (engine,) = mixed["setups"][0].config.engines
+    assert engine.params["prefix_caching"] is False and engine.latency_capacity == 20480
