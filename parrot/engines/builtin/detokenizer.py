@@ -80,9 +80,20 @@ class TextStream:
         if self._backend is not None and _RUST_STREAM is not None \
                 and isinstance(self._backend.decoder, _RUST_STREAM[0]) and not (
                     self._ids and self._decode(self._ids).endswith(_REPLACEMENT)):
-            self._rust = _RUST_STREAM[1](skip_special_tokens=True)
-            for token_id in self._ids:   # the prompt's window: what the first token follows
-                self._rust.step(self._backend, token_id)
+            self._rust = self._primed_rust_stream(_RUST_STREAM[1])
+
+    def _primed_rust_stream(self, stream_type: Any) -> Any | None:
+        """A Rust stream that has read the prompt's window (what the first token follows), or
+        None where it fails: the Python rule then."""
+        stream = stream_type(skip_special_tokens=True)
+        try:
+            for token_id in self._ids:
+                stream.step(self._backend, token_id)
+        except Exception as exc:  # noqa: BLE001 - any failure: the Python rule decides
+            log.warning("incremental detokenization uses the Python rule for one stream: %r",
+                        exc)
+            return None
+        return stream
 
     @property
     def in_rust(self) -> bool:

@@ -197,3 +197,46 @@ def test_a_context_ending_inside_a_character_keeps_the_python_rule(tmp_path):
     assert not split.in_rust
     assert "".join(stream_text(fast, ids[:-1], ids[-1:] + ids[:2])[0]) == \
         "".join(stream_text(PythonOnly(fast), ids[:-1], ids[-1:] + ids[:2])[0])
+
+
+class NotRustBackend:
+    """A backend that says it is byte-level but that tokenizers' Rust stream cannot take (it
+    wants a Rust Tokenizer): every step of the stream raises."""
+
+    def __init__(self) -> None:
+        from tokenizers import decoders
+
+        self.decoder = decoders.ByteLevel()
+
+    def decode(self, ids, skip_special_tokens=True):
+        return ByteTokenizer().decode(ids)
+
+
+class FailingRustTokenizer:
+    clean_up_tokenization_spaces = False
+
+    def __init__(self) -> None:
+        self.backend_tokenizer = NotRustBackend()
+
+
+@pytest.mark.parametrize("prompt,failed_at", [(b"", "falls back"),
+                                               (b"prompt: ", "uses the Python rule")])
+def test_a_rust_stream_that_fails_hands_the_stream_to_the_python_rule(prompt, failed_at, caplog):
+    """Failing while reading the prompt's window (a prompt) or at the first token (none): the
+    Python rule streams the same text, and the step goes on."""
+    text = "héllo → 世界, stop here"
+
+    def pieces(tokenizer) -> tuple[list[str], TextStream]:
+        stream = TextStream(tokenizer, list(prompt), ("stop",))
+        out = []
+        for byte in text.encode():
+            piece, hit = stream.push(byte)
+            out.append(piece)
+            if hit:
+                break
+        return out, stream
+
+    streamed, stream = pieces(FailingRustTokenizer())
+    assert not stream.in_rust and failed_at in caplog.text
+    assert "".join(streamed) == "héllo → 世界, "
+    assert streamed == pieces(ByteTokenizer())[0]
