@@ -186,8 +186,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="BatchScheduler._evict_one"),
     Mutation(
         "builtin_prefill_before_decode", "parrot/engines/builtin/batch_scheduler.py",
-        "        decoding = [w for w in started if w.is_decoding]\n",
-        "        decoding = [w for w in started if not w.is_decoding]\n",
+        "                (decoding if w.is_decoding else waiting).append(w)\n",
+        "                (waiting if w.is_decoding else decoding).append(w)\n",
         ("tests/engines/builtin/test_batch_scheduler_order.py::"
          "test_a_decode_step_goes_before_an_older_prefill_that_would_eat_the_budget",),
         where="BatchScheduler._pick_chunks"),
