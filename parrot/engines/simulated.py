@@ -39,8 +39,6 @@ from scratch forks the cached leading blocks of its text, as vLLM's APC does.
 from __future__ import annotations
 
 import asyncio
-import bisect
-import enum
 import logging
 import random
 from collections.abc import AsyncIterator
@@ -53,9 +51,9 @@ from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillReques
                                      GenerateChunk, GenerateRequest, ServingLimits)
 from parrot.engines.tpot import TpotMeter
 from parrot.engines.sim_values import sample_value
-from parrot.engines.sim_blocks import (FillerTokens, KVSpace, SimContext, count_tokens,
-                                       detokenize, filler_token)
+from parrot.engines.sim_blocks import KVSpace, count_tokens, detokenize, filler_token
 from parrot.engines.sim_eos import HiddenStops
+from parrot.engines.sim_requests import SimRequest, SimRequestKind, enqueue
 from parrot.engines.sim_pacing import StepPacer
 from parrot.engines.sim_prefix_cache import PrefixCache
 from parrot.errors import (ContextExistsError, EngineConfigError, EngineError,
@@ -67,91 +65,6 @@ __all__ = ["SimulatedEngine", "SimulatedEngineConfig", "LatencyModel", "EngineCo
 
 log = logging.getLogger(__name__)
 
-class _Kind(enum.Enum):
-    FILL = "fill"
-    GENERATE = "generate"
-
-
-class _Request:
-    """One Fill or Generate inside the engine, with its collector's signal: `ready` and a
-    future to wait on, an asyncio.Event's semantics (set, wait, clear) without its coroutine
-    and waiter list per wait (a request has one collector). A plain class with slots: one is
-    made per request, and the batching loop reads its fields every step."""
-
-    __slots__ = ("kind", "is_fill", "context_id", "parent_id", "num_tokens", "seed",
-                 "eos_mean_tokens", "finish_reason", "priority", "num_done", "num_recompute",
-                 "context", "new_token_ids", "start_len", "created_context", "final_len",
-                 "is_finished", "error", "ready", "_waiter", "tokens", "_turn_ends")
-
-    def __init__(self, kind: _Kind, context_id: str, parent_id: str | None, num_tokens: int,
-                 seed: int | None = None, *, priority: int = 0,
-                 eos_mean_tokens: int | None = None) -> None:
-        self.kind = kind
-        self.is_fill = kind is _Kind.FILL
-        self.context_id = context_id
-        self.parent_id = parent_id
-        self.num_tokens = num_tokens  # fill: tokens to prefill; generate: tokens to produce
-        self.seed = seed
-        self.eos_mean_tokens = eos_mean_tokens  # generate: may end early ("eos"), see above
-        self.finish_reason = "length"
-        self.priority = priority  # lower first, for admission and prefill (the protocol's)
-        self.num_done = 0
-        self.num_recompute = 0  # evicted KV of its context to prefill again before its work
-        self.context: SimContext | None = None
-        self.new_token_ids: list[int] = []  # generated, not yet streamed
-        self.start_len = 0
-        self.created_context = False
-        self.final_len = 0
-        self.is_finished = False
-        self.error: BaseException | None = None
-        self.ready = False   # signalled since the collector last looked
-        self._waiter: asyncio.Future[None] | None = None
-        # A Generate's tokens: filler_token(context_id, seed, position), the hash's fixed
-        # prefix hashed once (its context's id is its own: contexts are found by id).
-        self.tokens = FillerTokens(context_id, seed) if kind is _Kind.GENERATE else None
-        self._turn_ends: FillerTokens | None = None   # made at its first end-of-turn draw
-
-    @property
-    def held_context(self) -> SimContext:
-        assert self.context is not None, "admission gives a running request its context"
-        return self.context
-
-    def signal(self) -> None:
-        """Wake the collector (Event.set)."""
-        self.ready = True
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():   # not cancelled with its collector
-                waiter.set_result(None)
-
-    def next_signal(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
-        """What the collector awaits when not `ready` (Event.wait), on the engine's loop."""
-        waiter = self._waiter = loop.create_future()
-        return waiter
-
-    def ends_turn(self, position: int, mean_tokens: int) -> bool:
-        """Whether the Generate's token at `position` is the last of its turn: probability
-        1 / mean_tokens, a hash of ("eos", context, seed, position), so a seeded request ends
-        where it ended before."""
-        if self._turn_ends is None:
-            self._turn_ends = FillerTokens(self.context_id, self.seed, salt="eos")
-        return self._turn_ends.digest(position) % mean_tokens == 0
-
-
-def _by_priority(req: _Request) -> int:
-    return req.priority
-
-
-def _enqueue(queue: list[_Request], req: _Request) -> None:
-    """Queue `req` by priority, then arrival: both queues stay so ordered (insort goes after
-    equals). Most requests go last: appended without a search."""
-    if queue and _by_priority(req) < _by_priority(queue[-1]):
-        bisect.insort(queue, req, key=_by_priority)
-    else:
-        queue.append(req)
-
-
 class SimulatedEngine(Engine):
     def __init__(self, name: str, config: SimulatedEngineConfig | None = None) -> None:
         self.name = name
@@ -159,8 +72,8 @@ class SimulatedEngine(Engine):
         self._kv = KVSpace(self.config.num_blocks, self.config.block_size)
         self._contexts = self._kv.contexts  # by id (the same dict)
         self._claimed: set[str] = set()  # context ids with a queued or running request
-        self._waiting: list[_Request] = []
-        self._running: list[_Request] = []
+        self._waiting: list[SimRequest] = []
+        self._running: list[SimRequest] = []
         self._idle: asyncio.Future[None] | None = None  # what an idle batching loop awaits
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the batching loop's, once started
@@ -211,8 +124,8 @@ class SimulatedEngine(Engine):
                 and request.context_id not in self._contexts):
             parent_id, cached = self._cached_prefix(request.text, n)
         try:
-            req = self._submit(_Request(_Kind.FILL, request.context_id, parent_id, n - cached,
-                                        priority=request.priority))
+            req = self._submit(SimRequest(SimRequestKind.FILL, request.context_id, parent_id,
+                                          n - cached, priority=request.priority))
         except BaseException:
             self._drop_cached_prefix(parent_id, request.parent_context_id)
             raise
@@ -292,11 +205,11 @@ class SimulatedEngine(Engine):
         value = None if sampling.constraint is None else sample_value(
             sampling.constraint, random.Random(f"{request.context_id}|{sampling.seed}"))
         held: list[int] = []   # a constrained output's token ids, sent with its value
-        req = self._submit(_Request(_Kind.GENERATE, request.context_id,
-                                    request.parent_context_id, num_tokens, sampling.seed,
-                                    priority=request.priority,
-                                    eos_mean_tokens=None if sampling.ignore_eos
-                                    else self.config.eos_mean_tokens))
+        req = self._submit(SimRequest(SimRequestKind.GENERATE, request.context_id,
+                                      request.parent_context_id, num_tokens, sampling.seed,
+                                      priority=request.priority,
+                                      eos_mean_tokens=None if sampling.ignore_eos
+                                      else self.config.eos_mean_tokens))
         timer = self._tpot.timer()
         generated: list[str] = []
         loop = self._loop
@@ -429,10 +342,10 @@ class SimulatedEngine(Engine):
             self._closed = True
             self._fail_all(EngineError(f"engine {self.name!r} failed: {exc!r}"))
 
-    def _plan(self) -> tuple[list[_Request], list[tuple[_Request, int]], int]:
+    def _plan(self) -> tuple[list[SimRequest], list[tuple[SimRequest, int]], int]:
         """(the decodes, the prefill chunks, their tokens) of the next iteration."""
-        decodes: list[_Request] = []
-        prefilling: list[_Request] = []
+        decodes: list[SimRequest] = []
+        prefilling: list[SimRequest] = []
         for req in self._running:   # by priority, then admission order (see _admit)
             (prefilling if req.is_fill or req.num_recompute > 0 else decodes).append(req)
         budget = self.config.max_num_batched_tokens - len(decodes)
@@ -448,13 +361,13 @@ class SimulatedEngine(Engine):
             prefill_tokens += chunk
         return decodes, prefills, prefill_tokens
 
-    def _decode_kv_tokens(self, decodes: list[_Request]) -> int:
+    def _decode_kv_tokens(self, decodes: list[SimRequest]) -> int:
         """The KV the decodes read: a shared prefix once with `shared_prefix_decode`."""
         contexts = [r.held_context for r in decodes]
         return (self._kv.unique_tokens(contexts) if self.config.shared_prefix_decode
                 else sum(ctx.length for ctx in contexts))
 
-    def _apply(self, decodes: list[_Request], prefills: list[tuple[_Request, int]]) -> None:
+    def _apply(self, decodes: list[SimRequest], prefills: list[tuple[SimRequest, int]]) -> None:
         for req in decodes:
             if req.is_finished or req.error is not None or req.context is None:
                 continue  # aborted during the iteration
@@ -531,13 +444,13 @@ class SimulatedEngine(Engine):
             req.context, req.created_context = reservation.context, reservation.created
             req.start_len, req.num_recompute = base_len, reservation.num_recompute
             self._waiting.remove(req)
-            _enqueue(self._running, req)
+            enqueue(self._running, req)
             if req.num_tokens == 0:
                 self._finish(req)
 
     # ---- helpers ---------------------------------------------------------------------------
 
-    def _submit(self, req: _Request) -> _Request:
+    def _submit(self, req: SimRequest) -> SimRequest:
         if self._closed:
             raise EngineUnavailableError(f"engine {self.name!r} is closed")
         if self._task is None:
@@ -553,11 +466,11 @@ class SimulatedEngine(Engine):
         parent = self._contexts.get(req.parent_id) if req.parent_id is not None else None
         self._check_fits(req, ctx.length if ctx else parent.length if parent else 0)
         self._claimed.add(req.context_id)
-        _enqueue(self._waiting, req)
+        enqueue(self._waiting, req)
         self._wake()
         return req
 
-    def _check_fits(self, req: _Request, base_len: int) -> None:
+    def _check_fits(self, req: SimRequest, base_len: int) -> None:
         c = self.config
         final_len = base_len + req.num_tokens
         if final_len > c.max_context_len:
@@ -569,7 +482,7 @@ class SimulatedEngine(Engine):
                 f"context {req.context_id!r} needs {final_len} tokens of KV cache; the engine "
                 f"has only {c.num_blocks} blocks of {c.block_size}")
 
-    def _finish(self, req: _Request) -> None:
+    def _finish(self, req: SimRequest) -> None:
         assert req.context is not None
         req.is_finished = True
         req.final_len = req.context.length
@@ -577,7 +490,7 @@ class SimulatedEngine(Engine):
         self._claimed.discard(req.context_id)
         req.signal()
 
-    def _abort(self, req: _Request, exc: BaseException | None = None, *,
+    def _abort(self, req: SimRequest, exc: BaseException | None = None, *,
                by_client: bool = False) -> None:
         """Take a request out of the engine. An aborted Fill leaves no trace (a context it
         created is dropped, one it appended to is cut back); an aborted Generate's context keeps
@@ -586,7 +499,7 @@ class SimulatedEngine(Engine):
         count as thrown away (once: a request already finished or failed is left alone)."""
         if req.is_finished or req.error is not None:
             return
-        if by_client and req.kind is _Kind.GENERATE:
+        if by_client and req.kind is SimRequestKind.GENERATE:
             self._aborted.add(req.num_done)
         req.error = exc or EngineError("request aborted")
         if req in self._waiting:
@@ -595,10 +508,10 @@ class SimulatedEngine(Engine):
             self._running.remove(req)
             ctx = req.context
             if ctx is not None and self._contexts.get(ctx.context_id) is ctx:
-                if req.kind is _Kind.FILL and req.created_context:
+                if req.kind is SimRequestKind.FILL and req.created_context:
                     self._kv.free(ctx.context_id)
                 else:
-                    length = req.start_len if req.kind is _Kind.FILL else ctx.length
+                    length = req.start_len if req.kind is SimRequestKind.FILL else ctx.length
                     self._kv.cut_back(ctx, length, is_computed=req.num_recompute == 0)
         self._claimed.discard(req.context_id)
         req.signal()

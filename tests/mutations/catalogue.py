@@ -700,11 +700,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/bench/test_live_paper.py::test_warmup_keeps_the_shapes_and_cuts_the_time",),
         where="warmup_spec"),
     Mutation(
-        "simulated_engine_ignores_priority", "parrot/engines/simulated.py",
+        "simulated_engine_ignores_priority", "parrot/engines/sim_requests.py",
         "    return req.priority\n", "    return 0\n",
         ("tests/engines/test_simulated.py::"
          "test_a_latency_critical_fill_is_prefilled_before_older_throughput_fills",),
-        where="_by_priority"),
+        where="by_priority"),
     Mutation(
         "builtin_scheduler_ignores_priority", "parrot/engines/builtin/batch_scheduler.py",
         "    return work.priority\n", "    return 0\n",
@@ -1041,8 +1041,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="OpBatcher.release"),
     Mutation(
         "simulated_only_client_aborts_counted", "parrot/engines/simulated.py",
-        "        if by_client and req.kind is _Kind.GENERATE:\n",
-        "        if req.kind is _Kind.GENERATE:\n",
+        "        if by_client and req.kind is SimRequestKind.GENERATE:\n",
+        "        if req.kind is SimRequestKind.GENERATE:\n",
         ("tests/engines/test_simulated.py::"
          "test_fills_and_failed_generates_are_not_aborted_work",),
         where="SimulatedEngine._abort"),
