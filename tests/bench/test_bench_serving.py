@@ -3,23 +3,17 @@ streamed completions, every number of its JSON accounted for."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.serve_process import ROOT, parrot_serve
+from tests.bench.scripts import load_script
+from tests.serve_process import parrot_serve
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_serving",
-                                                  ROOT / "bench" / "bench_serving.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_serving"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_serving")
 
 
 CONFIG = {"manager": {"host": "127.0.0.1", "port": 0},

@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.bench.scripts import load_script
 from tests.serve_process import NEEDS_SMOLLM2, ROOT, smollm2_config
-
-
-def load(name: str):
-    sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_llama_7b_costs_its_known_parameter_count():
     from parrot.engines.builtin.llama.shapes import NAMED_SHAPES
 
-    floor = load("serving_floor")
+    floor = load_script("serving_floor")
     cost = floor.ModelCost.of(NAMED_SHAPES["llama-7b"], 2)
     assert cost.weight_bytes == 6_738_415_616 * 2          # LLaMA-7B's 6.74B weights, bf16
     # every weight but the input embedding and the norms is multiplied, twice a FLOP each
@@ -34,7 +25,7 @@ def test_llama_7b_costs_its_known_parameter_count():
 
 
 def test_the_floor_adds_prefill_flops_and_decode_bytes():
-    floor = load("serving_floor")
+    floor = load_script("serving_floor")
     cost = floor.ModelCost(weight_bytes=1000, matmul_flops_per_token=10,
                            attention_flops_per_pair=2, kv_bytes_per_token=3)
     rates = floor.Rates(matmul_flops_per_s=100.0, copy_bytes_per_s=1000.0)
@@ -48,7 +39,7 @@ def test_the_floor_adds_prefill_flops_and_decode_bytes():
 
 
 def test_a_step_is_priced_by_the_floors_rule():
-    floor = load("serving_floor")
+    floor = load_script("serving_floor")
     cost = floor.ModelCost(weight_bytes=1000, matmul_flops_per_token=10,
                            attention_flops_per_pair=2, kv_bytes_per_token=3)
     step = floor.StepFloor(cost, floor.Rates(matmul_flops_per_s=100.0, copy_bytes_per_s=1000.0))
@@ -82,7 +73,7 @@ def test_the_trace_report_prices_each_kind_of_step_at_the_floor(tmp_path: Path):
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "step_trace_report.py"),
                           str(tmp_path / "trace.jsonl"), "--floor", "800:4000"],
                          capture_output=True, text=True, check=True).stdout
-    floor = load("serving_floor")
+    floor = load_script("serving_floor")
     price = floor.StepFloor(floor.ModelCost.of(NAMED_SHAPES["llama-7b"], 2),
                             floor.Rates(800e12, 4000e9))
     decode_ms = sum(1000 * price.iteration_seconds(4, r.kv_tokens, 0) for r in steps[:2])
@@ -94,7 +85,7 @@ def test_the_trace_report_prices_each_kind_of_step_at_the_floor(tmp_path: Path):
 
 
 def test_steps_are_summed_over_engines_from_metrics():
-    floor = load("serve_metrics")
+    floor = load_script("serve_metrics")
     page = ("# HELP parrot_engine_steps_total steps\n# TYPE parrot_engine_steps_total counter\n"
             'parrot_engine_steps_total{engine="a"} 12.0\n'
             'parrot_engine_steps_total{engine="b"} 30.0\n'
@@ -107,7 +98,7 @@ def test_steps_are_summed_over_engines_from_metrics():
 def test_bench_serving_prints_the_floor_of_a_builtin_engine_run(tmp_path: Path):
     import yaml
 
-    bench = load("bench_serving")
+    bench = load_script("bench_serving")
     config = smollm2_config(kv_cache_tokens=4096)
     config["engines"][0]["in_process"] = False
     path = tmp_path / "serve.yaml"
