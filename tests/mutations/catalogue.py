@@ -1280,7 +1280,8 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_incremental_deduction_decides_what_a_full_one_would",),
         where="SessionGraph.add_call"),
     Mutation(
-        "precompile_workers_capped_at_eight", "parrot/engines/builtin/cuda/precompile.py",
+        "precompile_workers_capped_at_eight",
+        "parrot/engines/builtin/cuda/early_precompile.py",
         "    return max(1, min(MAX_WORKERS, usable_cores() - 1))\n",
         "    return max(1, min(8, usable_cores() - 1))\n",
         ("tests/engines/builtin/cuda/test_precompile.py::"

@@ -32,10 +32,17 @@ def create_engine(name: str, params: Mapping[str, Any] | None) -> Engine:
 
     Bad keys or values raise BuiltinConfigError (an InvalidRequestError) naming them."""
     config = BuiltinEngineConfig.from_mapping(params)
+    # before the imports below (torch, Triton: seconds on a fresh machine), so the kernels'
+    # precompile workers import alongside them (cuda/early_precompile.py)
+    from parrot.engines.builtin.cuda.early_precompile import launch_early_precompile
+
+    early = launch_early_precompile(config)
     try:
         from parrot.engines.builtin.build import build_engine
     except ImportError as exc:
+        if early is not None:
+            early.stop()
         from parrot.extras import missing_extra
         raise missing_extra("engine", "the builtin engine", exc) from None
 
-    return build_engine(name, config)
+    return build_engine(name, config, early_precompile=early)

@@ -44,9 +44,11 @@ from parrot.engines.builtin.observe.step_trace import StepTrace
 from parrot.engines.builtin.observe.startup_clock import StartupClock, process_age_s
 from parrot.engines.builtin.observe.startup_probe import StartupProbe
 from parrot.engines.builtin.start_cache import cache_key, software
-from parrot.engines.builtin.cuda.precompile import (AttentionPrecompile, PrecompileSpec,
-                                                    WarmupCovering, linear_launches,
-                                                    default_workers, prefill_tiles, stamp_path,
+from parrot.engines.builtin.cuda.early_precompile import EarlyPrecompile, default_workers
+from parrot.engines.builtin.cuda.precompile import (WORKER_BYTES, AttentionPrecompile,
+                                                    PrecompileReport, PrecompileSpec,
+                                                    WarmupCovering,
+                                                    linear_launches, prefill_tiles, stamp_path,
                                                     workers_for_memory)
 from parrot.engines.builtin.cuda.buckets import attention_keys, width_buckets
 from parrot.engines.builtin.cuda.warmup import WarmupReport, warm_up
@@ -141,14 +143,17 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
                  scheduler_type: type[BatchScheduler] = BatchScheduler,
                  clock: StartupClock | None = None,
                  decode_graphs: DecodeGraphsFactory | None = None,
-                 prefill_graphs: PrefillGraphsFactory | None = None) -> BuiltinEngine:
+                 prefill_graphs: PrefillGraphsFactory | None = None,
+                 early_precompile: EarlyPrecompile | None = None) -> BuiltinEngine:
     """Blocking when it loads the model (bundle None). `runner_type` / `scheduler_type`: a
     subclass to build instead (tests inject faults through them). `clock`: the start-up's
     phases (startup_clock.py; by default a clock started here). `decode_graphs`: makes the
     decode graphs over the engine's KV cache, on any device (the CPU tests run the graph and
     launch-ahead paths on graphs that do not capture); by default CUDA graphs wherever the
     kernels run on CUDA, warmed up before the engine is returned. `prefill_graphs`: likewise
-    the piecewise prefill graphs (by default where the fused layer ops run in CUDA graphs)."""
+    the piecewise prefill graphs (by default where the fused layer ops run in CUDA graphs).
+    `early_precompile`: the precompile workers `create_engine` started before the imports
+    (early_precompile.py), adopted instead of starting others."""
     if clock is None:
         clock = StartupClock(name)
         age = process_age_s()
@@ -157,12 +162,12 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
                      "imports, config)", name, age)
     # compiling the attention kernels in other processes while this one loads the weights,
     # joined before the KV cache is sized from the free memory (their CUDA contexts hold some)
-    precompile = start_attention_precompile(config)
+    precompile = start_attention_precompile(config, early=early_precompile)
     if bundle is None:
         bundle = load_bundle(config, clock=clock)
     if precompile is not None:
         with clock.phase("precompile", "waiting for the attention precompile workers"):
-            log.info("%s", precompile.wait().describe())
+            log.info("%s", join_precompile(precompile, early_precompile).describe())
     model = bundle.model
     size = serving_size(config, bundle)
     num_blocks, max_num_seqs = size.num_blocks, size.max_num_seqs
@@ -263,60 +268,96 @@ def speed_profile_path(config: BuiltinEngineConfig, bundle: ModelBundle, size: S
     return config.resolved_cache_dir() / "speed_profile" / f"{cache_key(parts)}.json"
 
 
-def start_attention_precompile(config: BuiltinEngineConfig, *,
-                               workers: int | None = None) -> AttentionPrecompile | None:
-    """Workers compiling the decode attention of every bucket the warm-up can run, bounded
-    from the config alone (the sizing is not known before the weights are loaded: with auto
-    limits, the largest they can take), the small-batch linear the linear choice times and
-    the paged prefill's tiles, when the engine will warm up on CUDA on the Triton kernels;
-    else None. Never fails the start: any error is logged and it returns None."""
+def precompile_plan(config: BuiltinEngineConfig) -> tuple[PrecompileSpec, Path] | None:
+    """(what the precompile workers compile, its stamp) for an engine that will warm up on
+    CUDA on the Triton kernels, bounded from the config alone (the sizing is not known before
+    the weights are loaded: with auto limits, the largest they can take): the decode attention
+    of every bucket the warm-up can run, the small-batch linear the linear choice times and
+    the paged prefill's tiles; else None. The engine runs it, and so do workers started from
+    the config (early_precompile.py): the same spec either way."""
+    device = resolve_device(config.device)
+    kernels = load_kernels()
+    if (device.type != "cuda" or not torch.cuda.is_available() or not config.warmup
+            or not config.cuda_graphs or config.attention_backend == "torch"
+            or kernels is None):
+        return None
+    shape = peek_shape(config)
+    if shape is None:
+        return None
+    bs = config.block_size
+    seqs = config.max_num_seqs if isinstance(config.max_num_seqs, int) else MAX_AUTO_SEQS
+    # capped by max_num_seqs, as sizing.size_serving caps it
+    graph_rows = (min(config.cuda_graph_max_batch, seqs)
+                  if isinstance(config.cuda_graph_max_batch, int) else seqs)
+    width = -(-context_limit(config, shape) // bs)
+    keys = attention_keys(seqs, graph_rows, width, config.shared_prefix_min_blocks,
+                          shared_prefix=True)
+    dtype = resolve_dtype(config.dtype, device)
+    # what choose_linear_layers times (the model's small-batch linear: fused ops on CUDA)
+    linear = linear_launches(shape, batch_buckets(graph_rows),
+                             getattr(kernels, "MAX_GEMV_ROWS", 0)) \
+        if config.fused_ops else []
+    # what the warm-up's prefill runs when the model prefills through the kernel
+    prefill = (prefill_tiles(kernels) if wants_paged_prefill(config, device)
+               and hasattr(kernels, "paged_prefill_attention") else ())
+    # the bucket list the warm-up finds the covering of, at the same limits (a KV cache
+    # too small for the longest context, or an auto max_num_seqs below the largest, makes
+    # it another list: that start finds no file and finds the covering itself)
+    covering = WarmupCovering(
+        str(covering_folder(config)), max_batch=graph_rows, max_width=width,
+        max_rows=seqs, min_prefix_blocks=config.shared_prefix_min_blocks,
+        shared_prefix=True,
+        defer_above=config.eager_graph_rows if config.lazy_graphs else None)
+    spec = PrecompileSpec(
+        device=f"cuda:{torch.cuda.current_device() if device.index is None else device.index}",
+        dtype=str(dtype).removeprefix("torch."),
+        num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
+        head_dim=shape.head_dim, block_size=bs, keys=tuple(keys), linear=tuple(linear),
+        prefill=prefill, covering=covering)
+    return spec, stamp_path(spec)
+
+
+def start_attention_precompile(config: BuiltinEngineConfig, *, workers: int | None = None,
+                               early: EarlyPrecompile | None = None
+                               ) -> AttentionPrecompile | None:
+    """Workers compiling `precompile_plan`'s spec while the engine loads its weights, as many
+    as the GPU's memory holds beside the weights, unless its stamp says an earlier start
+    compiled it all; else None. `early`: workers started from the config before the engine's
+    imports (early_precompile.py), adopted here instead of starting others (trimmed to what
+    the memory holds; stopped when there is nothing to compile). Never fails the start: any
+    error is logged and it returns None."""
     try:
-        device = resolve_device(config.device)
-        kernels = load_kernels()
-        if (device.type != "cuda" or not torch.cuda.is_available() or not config.warmup
-                or not config.cuda_graphs or config.attention_backend == "torch"
-                or kernels is None):
+        plan = precompile_plan(config)
+        if plan is None:
+            if early is not None:
+                early.stop()
             return None
-        shape = peek_shape(config)
-        if shape is None:
-            return None
-        bs = config.block_size
-        seqs = config.max_num_seqs if isinstance(config.max_num_seqs, int) else MAX_AUTO_SEQS
-        # capped by max_num_seqs, as sizing.size_serving caps it
-        graph_rows = (min(config.cuda_graph_max_batch, seqs)
-                      if isinstance(config.cuda_graph_max_batch, int) else seqs)
-        width = -(-context_limit(config, shape) // bs)
-        keys = attention_keys(seqs, graph_rows, width, config.shared_prefix_min_blocks,
-                              shared_prefix=True)
-        dtype = resolve_dtype(config.dtype, device)
-        # what choose_linear_layers times (the model's small-batch linear: fused ops on CUDA)
-        linear = linear_launches(shape, batch_buckets(graph_rows),
-                                 getattr(kernels, "MAX_GEMV_ROWS", 0)) \
-            if config.fused_ops else []
-        # what the warm-up's prefill runs when the model prefills through the kernel
-        prefill = (prefill_tiles(kernels) if wants_paged_prefill(config, device)
-                   and hasattr(kernels, "paged_prefill_attention") else ())
-        # the bucket list the warm-up finds the covering of, at the same limits (a KV cache
-        # too small for the longest context, or an auto max_num_seqs below the largest, makes
-        # it another list: that start finds no file and finds the covering itself)
-        covering = WarmupCovering(
-            str(covering_folder(config)), max_batch=graph_rows, max_width=width,
-            max_rows=seqs, min_prefix_blocks=config.shared_prefix_min_blocks,
-            shared_prefix=True,
-            defer_above=config.eager_graph_rows if config.lazy_graphs else None)
-        spec = PrecompileSpec(
-            device=f"cuda:{torch.cuda.current_device() if device.index is None else device.index}",
-            dtype=str(dtype).removeprefix("torch."),
-            num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
-            head_dim=shape.head_dim, block_size=bs, keys=tuple(keys), linear=tuple(linear),
-            prefill=prefill, covering=covering)
-        stamp = stamp_path(spec)
+        spec, stamp = plan
         if stamp.is_file():
             log.info("attention kernels precompiled before (%s): no precompile workers", stamp)
+            if early is not None:
+                early.stop()
+                early.mark()
             return None
         free, _total = torch.cuda.mem_get_info(torch.device(spec.device))
+        dtype, shape = getattr(torch, spec.dtype), peek_shape(config)
+        assert shape is not None      # precompile_plan found it
         weight_bytes = shape.num_parameters() * dtype.itemsize
-        largest_linear = max((n * k * dtype.itemsize for n, k, _ in linear), default=0)
+        largest_linear = max((n * k * dtype.itemsize for n, k, _ in spec.linear), default=0)
+        if early is not None:
+            # the early workers' CUDA contexts may already hold some of `free`: count them in
+            held = sum(proc.poll() is None for proc in early.procs) * WORKER_BYTES
+            count = workers_for_memory(len(early.procs), free + held, weight_bytes,
+                                       largest_linear)
+            whole = count == len(early.procs)
+            early.keep(count)
+            if count == 0:
+                log.info("no attention precompile workers: %.1f GiB free, the weights take "
+                         "%.1f", free / 2 ** 30, weight_bytes / 2 ** 30)
+                return None
+            # a trimmed set leaves the stopped workers' shares to the warm-up: no stamp
+            return AttentionPrecompile(spec, count, stamp if whole else None,
+                                       procs=early.procs, started=early.started)
         count = workers_for_memory(workers or default_workers(), free, weight_bytes,
                                    largest_linear)
         if count == 0:
@@ -327,7 +368,20 @@ def start_attention_precompile(config: BuiltinEngineConfig, *,
     except Exception:  # noqa: BLE001 - an optimisation never stops the engine
         log.exception("starting the attention precompile workers failed; the warm-up "
                       "compiles alone")
+        if early is not None:
+            early.stop()
         return None
+
+
+def join_precompile(precompile: AttentionPrecompile, early: EarlyPrecompile | None
+                    ) -> PrecompileReport:
+    """Wait for the precompile workers; when they were started early and compiled all of the
+    spec (its stamp written), mark the config so the next start starts none before its
+    imports."""
+    report = precompile.wait()
+    if early is not None and precompile.stamp is not None and not report.failed:
+        early.mark()
+    return report
 
 
 def context_limit(config: BuiltinEngineConfig, shape: ModelShape) -> int:

@@ -14,7 +14,8 @@ buckets use every specialisation that ~2,000 use (LLaMA-7B, 256 rows). Two thing
   compiling its share of the specialisations (each one by exactly one worker: the
   bucket that first met it runs with only that launch made,
   `parrot_kernels.launch.launching_only`) into Triton's disk cache while the
-  engine loads its weights. The engine joins them before it sizes its KV cache from the free
+  engine imports torch and loads its weights (started from the engine's config before its
+  imports where it can: early_precompile.py; else here, from the spec). The engine joins them before it sizes its KV cache from the free
   memory (each worker's CUDA context holds some), then its own warm-up finds the kernels on
   disk. An optimisation only: a worker that fails or times out is logged, and the warm-up
   compiles what is missing itself. When every worker succeeded, a stamp in Triton's cache
@@ -39,7 +40,6 @@ import json
 import logging
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, astuple, dataclass, replace
@@ -50,6 +50,7 @@ from typing import Any, NamedTuple, TypeVar
 import torch
 
 from parrot.engines.builtin.cuda.buckets import compiled_keys
+from parrot.engines.builtin.cuda.early_precompile import spawn_worker, worker_command
 from parrot.engines.builtin.cuda.graphs import GraphKey
 from parrot.engines.builtin.llama.attention import (AttentionMetadata, DecodeFn, PrefillChunk,
                                                     SharedPrefixMeta)
@@ -64,15 +65,6 @@ Specialisation = tuple[object, ...]
 # What a worker runs (PrecompileSpec.tasks): a kind, then its integers.
 Task = tuple[int | str, ...]
 
-# Workers at most. Triton compiles one kernel at a time per process (its compiler is
-# single-threaded: ~0.66 s a specialisation on the H200's host, ~200 of them), so the
-# precompile shortens with every core that runs a worker: `default_workers` takes every core
-# but the one the engine loads its weights on. The bound keeps a very large host from
-# starting more processes than the work is worth (at 32, ~6 specialisations each, about what
-# starting one costs); `workers_for_memory` bounds them by the GPU's memory besides.
-MAX_WORKERS = 32
-# What each worker runs (`python -m`): precompile_worker.py.
-WORKER_MODULE = "parrot.engines.builtin.cuda.precompile_worker"
 # A worker still running after this long is killed (the warm-up compiles what it left).
 WORKER_TIMEOUT_S = 300.0
 # GPU memory a worker may hold while it runs (its CUDA context and small tensors: ~0.5 GB
@@ -355,16 +347,17 @@ def stamp_path(spec: PrecompileSpec) -> Path:
 
 class AttentionPrecompile:
     """Worker processes compiling `spec`'s covering buckets, `workers` shares of them; the
-    stamp written when all of them succeed."""
+    stamp written when all of them succeed. `procs`: workers started already, each computing
+    `spec` itself (early_precompile.py), adopted instead of starting new ones; `started`:
+    their time.perf_counter() start."""
 
-    def __init__(self, spec: PrecompileSpec, workers: int, stamp: Path | None = None) -> None:
+    def __init__(self, spec: PrecompileSpec, workers: int, stamp: Path | None = None, *,
+                 procs: list[subprocess.Popen[str]] | None = None,
+                 started: float | None = None) -> None:
         self.spec, self.stamp = spec, stamp
-        self.started = time.perf_counter()
-        self.procs = [subprocess.Popen(
-            [sys.executable, "-m", WORKER_MODULE, str(i), str(workers), spec.to_json(),
-             repr(time.time())],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True) for i in range(workers)]
+        self.started = time.perf_counter() if started is None else started
+        self.procs = procs if procs is not None else [
+            spawn_worker(worker_command(i, workers, spec.to_json())) for i in range(workers)]
 
     def wait(self, timeout_s: float = WORKER_TIMEOUT_S) -> PrecompileReport:
         deadline = self.started + timeout_s
@@ -387,7 +380,8 @@ class AttentionPrecompile:
                 continue
             done = json.loads(out.strip().splitlines()[-1])
             compiled += int(done["compiled"])
-            times = (float(done["start_s"]), float(done["dry_s"]), float(done["compile_s"]))
+            times = (float(done["start_s"]), float(done.get("dry_s", 0.0)),
+                     float(done.get("compile_s", 0.0)))
             slowest = max(slowest, times, key=sum)
         if not failed and self.stamp is not None:
             try:
@@ -397,19 +391,3 @@ class AttentionPrecompile:
                 log.warning("could not write the precompile stamp %s: %s", self.stamp, exc)
         return PrecompileReport(len(self.procs), len(self.spec.keys), compiled, failed,
                                 time.perf_counter() - self.started, slowest)
-
-
-def default_workers() -> int:
-    """A worker on every core this process may run on but the engine's own, at most
-    MAX_WORKERS."""
-    return max(1, min(MAX_WORKERS, usable_cores() - 1))
-
-
-def usable_cores() -> int:
-    """The cores this process may run on: its CPU affinity where the OS tells it (a container's
-    cpuset, taskset), at most os.cpu_count()."""
-    count = os.cpu_count() or 2
-    try:
-        return max(1, min(count, len(os.sched_getaffinity(0))))
-    except (AttributeError, OSError):    # no affinity on this OS
-        return count

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from parrot.engines.builtin.config import BuiltinEngineConfig
+from parrot.engines.builtin.cuda.early_precompile import job_config
 from parrot.engines.builtin.cuda.graphs import GraphKey
 from parrot.engines.builtin.cuda.precompile import (PrecompileSpec, Specialisation, Task,
                                                     WarmupCovering, covering_cache_path,
@@ -141,14 +143,31 @@ def keep_covering(covering: WarmupCovering,
     return path
 
 
+def spec_of_job(job: str) -> PrecompileSpec | None:
+    """The spec a worker compiles: `job` itself (a PrecompileSpec's JSON), or, for a worker
+    started from the engine's config before the spec was known (early_precompile.py), the
+    spec the engine computes from that config (`build.precompile_plan`); None when that engine
+    wants no precompile or the stamp says its kernels are all compiled already."""
+    config = job_config(json.loads(job))
+    if config is None:
+        return PrecompileSpec.from_json(job)
+    from parrot.engines.builtin.build import precompile_plan   # the engine's own rule
+
+    plan = precompile_plan(BuiltinEngineConfig.from_mapping(config))
+    if plan is None or plan[1].is_file():
+        return None
+    return plan[0]
+
+
 def main() -> int:
-    """A worker: `python -m parrot.engines.builtin.cuda.precompile_worker WORKER WORKERS SPEC
-    SPAWNED` (SPAWNED: the parent's time.time() when it started it); prints one JSON line."""
+    """A worker: `python -m parrot.engines.builtin.cuda.precompile_worker WORKER WORKERS JOB
+    SPAWNED` (JOB: a spec's JSON or `early_precompile.config_job`'s; SPAWNED: the parent's
+    time.time() when it started it); prints one JSON line."""
     worker, workers = int(sys.argv[1]), int(sys.argv[2])
-    spec = PrecompileSpec.from_json(sys.argv[3])
+    spec = spec_of_job(sys.argv[3])
     times: dict[str, float] = {}
     start_s = time.time() - float(sys.argv[4])
-    compiled = compile_share(spec, worker, workers, times)
+    compiled = 0 if spec is None else compile_share(spec, worker, workers, times)
     print(json.dumps({"compiled": compiled, "start_s": start_s, **times}), flush=True)
     return 0
 

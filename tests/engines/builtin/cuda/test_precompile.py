@@ -166,7 +166,7 @@ def test_spec_round_trips_through_json(tmp_path):
 def test_workers_default_to_every_core_but_the_engines(monkeypatch):
     """Triton compiles one kernel at a time per process: a worker per core, the engine's own
     core left to it, at most MAX_WORKERS; a process pinned to fewer cores counts those."""
-    from parrot.engines.builtin.cuda.precompile import MAX_WORKERS, default_workers
+    from parrot.engines.builtin.cuda.early_precompile import MAX_WORKERS, default_workers
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4096)), raising=False)
     for cores, workers in ((16, 15), (8, 7), (2, 1), (1, 1), (None, 1),
