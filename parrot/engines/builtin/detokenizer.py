@@ -60,7 +60,10 @@ def decoder(tokenizer: Any) -> Callable[[list[int]], str]:
     """`tokenizer.decode(ids, skip_special_tokens=True)`, through its Rust tokenizer where
     `rust_backend` finds one: at 250 rows a step, transformers' Python around each call (~3 us
     of ~4.4 on the 2-core VM) was most of an H200 engine's ~7 ms of post-processing."""
-    backend = rust_backend(tokenizer)
+    return _decoder(tokenizer, rust_backend(tokenizer))
+
+
+def _decoder(tokenizer: Any, backend: Any | None) -> Callable[[list[int]], str]:
     return functools.partial((tokenizer if backend is None else backend).decode,
                              skip_special_tokens=True)
 
@@ -69,13 +72,13 @@ class TextStream:
     def __init__(self, tokenizer: Any | None, context_ids: list[int],
                  stop: tuple[str, ...] = ()) -> None:
         self._tokenizer = tokenizer
-        self._decode = decoder(tokenizer) if tokenizer is not None else _no_text
+        self._backend = None if tokenizer is None else rust_backend(tokenizer)
+        self._decode = _no_text if tokenizer is None else _decoder(tokenizer, self._backend)
         self._ids = list(context_ids[-_CONTEXT_TOKENS:])
         self._prefix_offset = 0
         self._read_offset = len(self._ids)
         self._stop = stop
         self._held = ""
-        self._backend = None if tokenizer is None else rust_backend(tokenizer)
         self._rust: Any | None = None
         if self._backend is not None and _RUST_STREAM is not None \
                 and isinstance(self._backend.decoder, _RUST_STREAM[0]) and not (
@@ -114,7 +117,10 @@ class TextStream:
                 self._prefix_offset = max(len(self._ids) - _CONTEXT_TOKENS, 0)
                 self._read_offset = len(self._ids)
             else:
+                # the Python rule's window, should the Rust stream fail later: the last ids only
                 self._ids.append(token_id)
+                if len(self._ids) > 2 * _CONTEXT_TOKENS:
+                    del self._ids[:-_CONTEXT_TOKENS]
                 return self._apply_stop(piece or "")
         self._ids.append(token_id)
         known = self._decode(self._ids[self._prefix_offset:self._read_offset])
