@@ -15,9 +15,9 @@ buckets use every specialisation that ~2,000 use (LLaMA-7B, 256 rows). Two thing
   bucket that first met it runs with only that launch made,
   `parrot_kernels.launch.launching_only`) into Triton's disk cache while the
   engine imports torch and loads its weights (started from the engine's config before its
-  imports where it can: early_precompile.py; else here, from the spec). The engine joins them before it sizes its KV cache from the free
-  memory (each worker's CUDA context holds some), then its own warm-up finds the kernels on
-  disk. An optimisation only: a worker that fails or times out is logged, and the warm-up
+  imports where it can: early_precompile.py; else here, from the spec). The engine joins
+  them before it sizes its KV cache from the free memory (each worker's CUDA context holds
+  some), then its own warm-up finds the kernels on disk. An optimisation only: a worker that fails or times out is logged, and the warm-up
   compiles what is missing itself. When every worker succeeded, a stamp in Triton's cache
   directory (`stamp_path`: the spec, torch, Triton and the kernels' source) says so, and
   later starts with the same stamp start no workers (a warm start would pay their start for
