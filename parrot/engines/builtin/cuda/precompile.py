@@ -11,17 +11,17 @@ buckets use every specialisation that ~2,000 use (LLaMA-7B, 256 rows). Two thing
   each bucket's launches, nothing launches; ~1 ms a bucket on the H200's host). The warm-up
   compiles only those: every other bucket's launches hit the JIT's in-memory cache later.
 * `AttentionPrecompile`: worker processes (precompile_worker.py, run as `python -m`), each
-  compiling its share of the specialisations (each one by exactly one worker: the
-  bucket that first met it runs with only that launch made,
-  `parrot_kernels.launch.launching_only`) into Triton's disk cache while the
-  engine imports torch and loads its weights (started from the engine's config before its
-  imports where it can: early_precompile.py; else here, from the spec). The engine joins
-  them before it sizes its KV cache from the free memory (each worker's CUDA context holds
-  some), then its own warm-up finds the kernels on disk. An optimisation only: a worker that fails or times out is logged, and the warm-up
-  compiles what is missing itself. When every worker succeeded, a stamp in Triton's cache
-  directory (`stamp_path`: the spec, torch, Triton and the kernels' source) says so, and
-  later starts with the same stamp start no workers (a warm start would pay their start for
-  nothing); clearing Triton's cache clears the stamp with it.
+  compiling its share of the specialisations (each one by exactly one worker: the bucket
+  that first met it runs with only that launch made, `parrot_kernels.launch.launching_only`)
+  into Triton's disk cache while the engine imports torch and loads its weights (started
+  from the engine's config before its imports where it can: early_precompile.py; else here,
+  from the spec). The engine joins them before it sizes its KV cache from the free memory
+  (each worker's CUDA context holds some), then its own warm-up finds the kernels on disk.
+  An optimisation only: a worker that fails or times out is logged, and the warm-up compiles
+  what is missing itself. When every worker succeeded, a stamp in Triton's cache directory
+  (`stamp_path`: the spec, torch, Triton and the kernels' source) says so, and later starts
+  with the same stamp start no workers (a warm start would pay their start for nothing);
+  clearing Triton's cache clears the stamp with it.
 
 The workers also compile the small-batch linear kernels the engine's linear choice times
 (`PrecompileSpec.linear`: the model's projection shapes at each row bucket up to the kernels'
