@@ -43,7 +43,7 @@ from parrot.policies.registry import default_registry  # noqa: E402
 from parrot.sim.summary import percentile  # noqa: E402
 from parrot.types import Criterion  # noqa: E402
 from serve_subprocess import start_parrot_serve, zero_latency_engines  # noqa: E402
-from provenance import commit, utc_now  # noqa: E402
+from provenance import provenance  # noqa: E402
 
 NUM_ENGINES = 16
 QUEUED = 1000
@@ -192,11 +192,13 @@ async def http_throughput(url: str, num_calls: int, concurrency: int, chain: int
 
 
 def _machine() -> str:
-    """The machine, the code and the moment a table was measured on."""
+    """The machine, the code and the moment a table was measured on (provenance.py's, with
+    what a CPU benchmark adds: the host, its processor and Python, the load average)."""
+    where = provenance()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"{utc_now()} — {platform.node()} ({os.cpu_count()} cores, "
+    return (f"{where['date']} — {platform.node()} ({where['cpus']} cores, "
             f"{platform.processor() or platform.machine()}, Python {platform.python_version()}) "
-            f"— commit {commit()} — load average at start {load}")
+            f"— commit {where['commit']} — load average at start {load}")
 
 
 async def main() -> None:
