@@ -37,8 +37,7 @@ from parrot.engines.builtin.cuda.prefill_graphs import PrefillGraphs
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.batch_scheduler import BatchScheduler
 from parrot.engines.builtin.llama.shapes import ModelShape
-from parrot.engines.builtin.sizing import (MAX_AUTO_SEQS, ServingSize, batch_buckets,
-                                           size_serving)
+from parrot.engines.builtin.sizing import ServingSize, batch_buckets, size_serving
 from parrot.engines.builtin.step_budget import StepBudget
 from parrot.engines.builtin.observe.step_trace import StepTrace
 from parrot.engines.builtin.observe.startup_clock import StartupClock, process_age_s
@@ -268,6 +267,11 @@ def speed_profile_path(config: BuiltinEngineConfig, bundle: ModelBundle, size: S
     return config.resolved_cache_dir() / "speed_profile" / f"{cache_key(parts)}.json"
 
 
+# What precompile_plan sizes with: more memory than any GPU has, so an auto limit takes the
+# largest value the engine's sizing can give it.
+UNBOUNDED_BYTES = 1 << 62
+
+
 def precompile_plan(config: BuiltinEngineConfig) -> tuple[PrecompileSpec, Path] | None:
     """(what the precompile workers compile, its stamp) for an engine that will warm up on
     CUDA on the Triton kernels, bounded from the config alone (the sizing is not known before
@@ -285,14 +289,18 @@ def precompile_plan(config: BuiltinEngineConfig) -> tuple[PrecompileSpec, Path] 
     if shape is None:
         return None
     bs = config.block_size
-    seqs = config.max_num_seqs if isinstance(config.max_num_seqs, int) else MAX_AUTO_SEQS
-    # capped by max_num_seqs, as sizing.size_serving caps it
-    graph_rows = (min(config.cuda_graph_max_batch, seqs)
-                  if isinstance(config.cuda_graph_max_batch, int) else seqs)
-    width = -(-context_limit(config, shape) // bs)
+    dtype = resolve_dtype(config.dtype, device)
+    # the engine's own sizing rule, with all the memory there could be (the weights are not
+    # loaded yet): the limits it gives, or the largest an auto limit can take
+    try:
+        size = size_serving(config, shape, dtype_bytes=dtype.itemsize, on_cuda=True,
+                            free_bytes=UNBOUNDED_BYTES)
+    except ValueError:
+        return None       # no KV block: the engine's own sizing says why
+    seqs, graph_rows = size.max_num_seqs, size.graph_max_batch
+    width = -(-min(context_limit(config, shape), size.kv_tokens) // bs)
     keys = attention_keys(seqs, graph_rows, width, config.shared_prefix_min_blocks,
                           shared_prefix=True)
-    dtype = resolve_dtype(config.dtype, device)
     # what choose_linear_layers times (the model's small-batch linear: fused ops on CUDA)
     linear = linear_launches(shape, batch_buckets(graph_rows),
                              getattr(kernels, "MAX_GEMV_ROWS", 0)) \

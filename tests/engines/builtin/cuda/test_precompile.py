@@ -349,7 +349,8 @@ def test_worker_0_hands_the_warm_up_its_covering_buckets(tmp_path, monkeypatch):
 def test_the_workers_predict_the_warm_ups_buckets_and_prefill(monkeypatch, tmp_path):
     """The spec a CUDA start gives its workers (start_attention_precompile; CUDA faked): the
     covering list is the warm-up's of an engine whose KV cache holds the longest context
-    (build_engine's sizing, auto or set), the prefill tiles those its prefill runs."""
+    (build_engine's sizing, auto or set; a cache of set size bounds the auto limits and the
+    width), the prefill tiles those its prefill runs."""
     from parrot.engines.builtin import build
     from parrot.engines.builtin.sizing import size_serving
 
@@ -365,7 +366,8 @@ def test_the_workers_predict_the_warm_ups_buckets_and_prefill(monkeypatch, tmp_p
     monkeypatch.setattr(build, "AttentionPrecompile", Started)
     for more in ({}, {"max_num_seqs": 32, "cuda_graph_max_batch": 64},     # capped to 32
                  {"max_num_seqs": 64, "cuda_graph_max_batch": 16, "eager_graph_rows": 4},
-                 {"lazy_graphs": False, "prefill_attention": "sdpa"}):
+                 {"lazy_graphs": False, "prefill_attention": "sdpa"},
+                 {"num_blocks": 512}):           # a set cache bounds the auto limits
         config = BuiltinEngineConfig(model="tiny", device="cuda:0", dtype="float16",
                                      cache_dir=str(tmp_path), **more)
         assert start_attention_precompile(config, workers=2) is not None
