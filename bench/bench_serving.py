@@ -297,6 +297,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--serve: comma-separated policy names (default: the config's)")
     p.add_argument("--engine-param", action="append", default=[], metavar="KEY=VALUE",
                    help="--serve: set on every engine's params (YAML value), repeatable")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="with --serve: run every policy this many times, each round in the "
+                        "other order from the round before (A B, B A, ...), each run on a "
+                        "parrot-serve of its own; the page compares policies round by round "
+                        "and by the geometric mean over the rounds")
     p.add_argument("--warmup", type=int, default=16,
                    help="--serve: untimed requests first (graphs, kernels), 0 for none")
     p.add_argument("--api-key", help="a tenant's API key (when the server has tenants)")
@@ -406,6 +411,14 @@ def floor_inputs(args: argparse.Namespace) -> FloorInputs:
     return FloorInputs(cost, rates)
 
 
+def round_order(policies: Sequence[str], rounds: int) -> list[tuple[int, str]]:
+    """(round, policy) in the order they run: every policy each round, each round in the
+    other order from the round before, so that neither is always the first server started
+    on the machine (one server process's speed moves a few percent from another's)."""
+    return [(r, policy) for r in range(rounds)
+            for policy in (policies if r % 2 == 0 else list(reversed(policies)))]
+
+
 async def serve_and_run(args: argparse.Namespace, requests: Sequence[Request],
                         specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
     """Each policy on a parrot-serve of its own, started from args.serve and warmed first."""
@@ -414,7 +427,8 @@ async def serve_and_run(args: argparse.Namespace, requests: Sequence[Request],
 
     floor = floor_inputs(args) if args.floor else None
     rows: list[dict[str, Any]] = []
-    for policy in [p for p in args.policies.split(",") if p] or [""]:
+    for round_, policy in round_order([p for p in args.policies.split(",") if p] or [""],
+                                      args.rounds):
         config = serve_config(args.serve, policy, args.engine_param)
         proc, url, admin = await start_parrot_serve(config, timeout_s=900.0)
         try:
@@ -427,8 +441,9 @@ async def serve_and_run(args: argparse.Namespace, requests: Sequence[Request],
                 functools.partial(idle_captures, url, admin))
             print(f"[{policy or 'server'}] warm: {captured} graphs captured while idle, "
                   f"{waited:.1f} s waited for them", file=sys.stderr)
-            rows += await run_specs(url, {}, model, requests, specs, args, policy,
-                                    floor=floor, admin_token=admin)
+            rows += [{**row, "round": round_} for row in await run_specs(
+                url, {}, model, requests, specs, args, policy, floor=floor,
+                admin_token=admin)]
         finally:
             proc.terminate()
             await asyncio.wait_for(proc.wait(), 60)
@@ -443,6 +458,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("--floor needs --serve (the engine's model and this machine's rates)")
     if args.num_prompts < 1:
         raise SystemExit("--num-prompts must be >= 1")
+    if args.rounds < 1 or (args.rounds > 1 and args.serve is None):
+        raise SystemExit("--rounds must be >= 1, and more than 1 needs --serve")
     requests = synthetic_chat(args.num_prompts, args.seed, args.lengths, args.cap_factor)
     concurrencies: list[int | None] = (
         [int(x) for x in args.max_concurrency.split(",")] if args.max_concurrency else [None])

@@ -1,5 +1,7 @@
 """bench_serving's results as a markdown page: where, when and how they were measured, one
-row per run, and each policy against a reference policy, run by run.
+row per run, and each policy against a reference policy, run by run; with several rounds
+(`bench_serving.py --rounds`), each round's runs against the same round's, then the
+geometric mean over the rounds.
 
     python bench/serving_report.py results.json [--vs least_queue] > docs/results/serving_x.md
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +31,10 @@ def _rate(row: dict[str, Any]) -> str:
 
 def _key(row: dict[str, Any]) -> tuple[str, str]:
     return _rate(row), str(row.get("max_concurrency") or "-")
+
+
+def _rounds(rows: Sequence[dict[str, Any]]) -> int:
+    return 1 + max((int(r.get("round", 0)) for r in rows), default=0)
 
 
 def run_row(row: dict[str, Any]) -> list[str]:
@@ -48,20 +55,50 @@ def _ratio(value: float, reference: float) -> str:
     return f"{value / reference:.2f}x" if reference else "-"
 
 
-def ratio_rows(rows: Sequence[dict[str, Any]], reference: str) -> list[list[str]]:
-    """Each other policy's run against the reference policy's run of the same rate and
-    concurrency: output tok/s (higher is better), TTFT p50 and p99 (lower is better)."""
-    ref = {_key(r): r for r in rows if r.get("policy") == reference}
-    out = []
+def _ratios(row: dict[str, Any], base: dict[str, Any]) -> tuple[float, float, float]:
+    return (row["output_throughput"] / base["output_throughput"],
+            row["ttft_ms"]["p50"] / base["ttft_ms"]["p50"],
+            row["ttft_ms"]["p99"] / base["ttft_ms"]["p99"])
+
+
+def _compared(rows: Sequence[dict[str, Any]], reference: str
+              ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(run, the reference policy's run of the same rate, concurrency and round)."""
+    ref = {(_key(r), r.get("round", 0)): r for r in rows if r.get("policy") == reference}
+    pairs = []
     for row in rows:
-        base = ref.get(_key(row))
-        if row.get("policy") == reference or base is None:
-            continue
-        out.append([row.get("policy") or "-", *_key(row),
-                    _ratio(row["output_throughput"], base["output_throughput"]),
-                    _ratio(row["ttft_ms"]["p50"], base["ttft_ms"]["p50"]),
-                    _ratio(row["ttft_ms"]["p99"], base["ttft_ms"]["p99"])])
+        base = ref.get((_key(row), row.get("round", 0)))
+        if row.get("policy") != reference and base is not None:
+            pairs.append((row, base))
+    return pairs
+
+
+def ratio_rows(rows: Sequence[dict[str, Any]], reference: str) -> list[list[str]]:
+    """Each other policy's run against the reference policy's run of the same rate,
+    concurrency and round: output tok/s (higher is better), TTFT p50 and p99 (lower is
+    better); a round column when there are several."""
+    several = _rounds(rows) > 1
+    out = []
+    for row, base in _compared(rows, reference):
+        cells = [_ratio(row["output_throughput"], base["output_throughput"]),
+                 _ratio(row["ttft_ms"]["p50"], base["ttft_ms"]["p50"]),
+                 _ratio(row["ttft_ms"]["p99"], base["ttft_ms"]["p99"])]
+        round_cell = [str(row.get("round", 0) + 1)] if several else []
+        out.append([row.get("policy") or "-", *_key(row), *round_cell, *cells])
     return out
+
+
+def pooled_ratio_rows(rows: Sequence[dict[str, Any]], reference: str) -> list[list[str]]:
+    """Each other policy against the reference at each rate and concurrency: the geometric
+    mean of its rounds' ratios, and how many rounds."""
+    pooled: dict[tuple[str, tuple[str, str]], list[tuple[float, float, float]]] = {}
+    for row, base in _compared(rows, reference):
+        if all((base["output_throughput"], base["ttft_ms"]["p50"], base["ttft_ms"]["p99"])):
+            pooled.setdefault((row.get("policy") or "-", _key(row)), []).append(
+                _ratios(row, base))
+    return [[policy, *key, *(f"{math.exp(sum(map(math.log, col)) / len(col)):.2f}x"
+                             for col in zip(*ratios)), str(len(ratios))]
+            for (policy, key), ratios in pooled.items()]
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -87,13 +124,23 @@ def markdown(results: dict[str, Any], reference: str | None = None) -> str:
               f"{results.get('mean_output_tokens', 0):.0f} tokens; `inf` with a number in "
               "flight: all at once, at most that many in flight; a rate: Poisson arrivals",
               ""]
-    lines += _table(COLUMNS, [run_row(r) for r in rows])
+    several = _rounds(rows) > 1
+    if several:
+        lines += _table(("round", *COLUMNS),
+                        [[str(r.get("round", 0) + 1), *run_row(r)] for r in rows])
+    else:
+        lines += _table(COLUMNS, [run_row(r) for r in rows])
     compared = ratio_rows(rows, reference)
     if compared:
         lines += ["", f"Against {reference}, run by run (output tok/s: higher is better; "
                       "TTFT: lower is better):", ""]
+        lines += _table(("policy", "rate", "in flight", *(("round",) if several else ()),
+                         "output tok/s", "TTFT p50", "TTFT p99"), compared)
+    if several and compared:
+        lines += ["", f"Against {reference}, the geometric mean over the rounds (each round "
+                      "ran the policies in the other order from the round before):", ""]
         lines += _table(("policy", "rate", "in flight", "output tok/s", "TTFT p50",
-                         "TTFT p99"), compared)
+                         "TTFT p99", "rounds"), pooled_ratio_rows(rows, reference))
     return "\n".join(lines) + "\n"
 
 

@@ -149,3 +149,13 @@ def test_metric_totals_sum_every_engine_and_no_other_metric():
         'parrot_engine_graph_captures_idle_totalx{engine="a"} 99.0'])
     assert steps_total(page) == 15
     assert metric_total(page, "parrot_engine_graph_captures_idle_total") == 4.0
+
+
+def test_rounds_alternate_the_policies_order():
+    bench = load_bench()
+    assert bench.round_order(["least_queue", "app_centric"], 3) == [
+        (0, "least_queue"), (0, "app_centric"), (1, "app_centric"), (1, "least_queue"),
+        (2, "least_queue"), (2, "app_centric")]
+    assert bench.round_order(["x"], 1) == [(0, "x")]
+    with pytest.raises(SystemExit, match="--rounds"):
+        bench.main(["--url", "http://127.0.0.1:1", "--rounds", "2"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.serving_report import main, markdown, ratio_rows
+from bench.serving_report import main, markdown, pooled_ratio_rows, ratio_rows
 
 
 def run(policy: str, rate: object, conc: int | None, tok_s: float, ttft50: float,
@@ -54,3 +54,23 @@ def test_the_page_says_where_and_how_and_has_a_row_per_run(tmp_path: Path, capsy
     path.write_text(json.dumps(results))
     assert main([str(path), "--vs", "app_centric"]) == 0
     assert "Against app_centric, run by run" in capsys.readouterr().out
+
+
+def test_rounds_compare_within_a_round_then_pool_by_geometric_mean(tmp_path: Path):
+    rounds = [{**run("least_queue", "inf", 64, 4000.0, 80.0, 400.0), "round": 0},
+              {**run("app_centric", "inf", 64, 3600.0, 100.0, 420.0), "round": 0},
+              {**run("app_centric", "inf", 64, 4400.0, 64.0, 380.0), "round": 1},
+              {**run("least_queue", "inf", 64, 4000.0, 80.0, 400.0), "round": 1}]
+    assert ratio_rows(rounds, "least_queue") == [
+        ["app_centric", "inf", "64", "1", "0.90x", "1.25x", "1.05x"],
+        ["app_centric", "inf", "64", "2", "1.10x", "0.80x", "0.95x"]]
+    # (0.9 x 1.1) ** 0.5, (1.25 x 0.8) ** 0.5, (1.05 x 0.95) ** 0.5
+    assert pooled_ratio_rows(rounds, "least_queue") == [
+        ["app_centric", "inf", "64", "0.99x", "1.00x", "1.00x", "2"]]
+    page = markdown({"url": "u", "runs": rounds}).splitlines()
+    assert sum(line.startswith("| round | policy | rate | in flight |") for line in page) == 1
+    assert "| 2 | app_centric | inf | 64 | 4,400 | 64 / 64 / 380 " in "\n".join(page)
+    assert "| app_centric | inf | 64 | 0.99x | 1.00x | 1.00x | 2 |" in page
+    # one round: no round column, no pooled table
+    single = markdown({"url": "u", "runs": ROWS})
+    assert "| round |" not in single and "geometric mean" not in single
