@@ -54,6 +54,13 @@ MAX_WORKERS = 32
 WORKER_MODULE = "parrot.engines.builtin.cuda.precompile_worker"
 # The software whose change makes a kept marker stale (read without importing it).
 MARKER_PACKAGES = ("torch", "triton")
+# Config keys that change nothing the workers compile (scheduling, tracing, tokenizing):
+# left out of the marker's key, so a run that only sets one of them (a benchmark's trace
+# path) still starts warm. Any key not listed counts, so a new key errs on the side of an
+# early start whose workers find the stamp and stop.
+MARKER_IGNORED_KEYS = frozenset({"tokenizer", "seed", "step_trace", "speed_probe",
+                                 "itl_target_ms", "step_token_budget", "prefix_caching",
+                                 "num_threads", "max_mixed_decode_rows"})
 
 Spawn = Callable[[list[str]], "subprocess.Popen[str]"]
 
@@ -124,9 +131,11 @@ def _version(package: str) -> str:
 
 def marker_path(config: BuiltinEngineConfig) -> Path:
     """The file saying an earlier start with this config and this software found every kernel
-    its workers compile in Triton's cache: the config, the versions of torch and Triton, the
-    kernels' source, the visible GPUs."""
-    parts = [dataclasses.asdict(config), [_version(p) for p in MARKER_PACKAGES],
+    its workers compile in Triton's cache: the config (less MARKER_IGNORED_KEYS), the
+    versions of torch and Triton, the kernels' source, the visible GPUs."""
+    compiled_for = {key: value for key, value in dataclasses.asdict(config).items()
+                    if key not in MARKER_IGNORED_KEYS}
+    parts = [compiled_for, [_version(p) for p in MARKER_PACKAGES],
              _kernels_source_digest(), os.environ.get("CUDA_VISIBLE_DEVICES")]
     key = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
     return triton_cache_guess() / "parrot-precompiled" / f"early-{key[:32]}"

@@ -3,6 +3,7 @@ and the engine adopting, trimming or stopping them (build.start_attention_precom
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -15,7 +16,8 @@ from parrot.engines.builtin import build
 from parrot.engines.builtin.build import (join_precompile, precompile_plan,
                                           start_attention_precompile)
 from parrot.engines.builtin.config import BuiltinEngineConfig
-from parrot.engines.builtin.cuda.early_precompile import (EarlyPrecompile, config_job,
+from parrot.engines.builtin.cuda.early_precompile import (MARKER_IGNORED_KEYS,
+                                                          EarlyPrecompile, config_job,
                                                           launch_early_precompile,
                                                           marker_path, worker_command)
 from parrot.engines.builtin.cuda.precompile import (SPARE_BYTES, WORKER_BYTES,
@@ -77,9 +79,13 @@ def test_workers_start_early_from_the_config_only_where_the_engine_wants_them(tr
     early.mark()
     assert marker_path(CUDA).parent == triton_cache / "parrot-precompiled"
     assert launch_early_precompile(CUDA, workers=3, spawn=spawn) is None
-    # another config is another marker
+    # another config is another marker, unless it differs only where nothing compiled does
     other = BuiltinEngineConfig(model="tiny", device="cuda:0", dtype="float16", block_size=32)
     assert marker_path(other) != marker_path(CUDA)
+    traced = BuiltinEngineConfig(model="tiny", device="cuda:0", dtype="float16",
+                                 step_trace="/tmp/{engine}.jsonl", tokenizer="smollm2", seed=3)
+    assert marker_path(traced) == marker_path(CUDA)
+    assert MARKER_IGNORED_KEYS <= {f.name for f in dataclasses.fields(BuiltinEngineConfig)}
 
 
 def test_a_worker_started_from_the_config_compiles_the_engines_own_spec(fake_cuda, tmp_path):
