@@ -135,3 +135,10 @@ def size_serving(config: BuiltinEngineConfig, shape: ModelShape, *, dtype_bytes:
     graph_max = config.cuda_graph_max_batch
     graph_max = seqs if not isinstance(graph_max, int) else min(graph_max, seqs)
     return ServingSize(blocks, bs, seqs, graph_max, kv_source, seqs_source)
+
+
+def context_limit(config: BuiltinEngineConfig, shape: ModelShape) -> int:
+    """The longest context the config and the model's positions allow (the KV cache's size
+    may cap it further)."""
+    return min(config.max_context_len or shape.max_position_embeddings,
+               shape.max_position_embeddings)

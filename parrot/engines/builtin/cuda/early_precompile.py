@@ -6,8 +6,8 @@ worker then spent ~5 s in the same imports before compiling anything: 36.7 s to 
 served request, of which 20 s waiting for the workers (docs/results/startup_h200.md). So
 `create_engine` calls `launch_early_precompile` first, while nothing heavy is imported: the
 workers start with the engine's config instead of a spec, each computes the spec itself
-(`build.precompile_plan`, the same function the engine runs) and their imports overlap the
-engine's. `build_engine` then adopts them (`build.start_attention_precompile`): it checks
+(`precompile_plan.py`, the same function the engine runs) and their imports overlap the
+engine's. `build_engine` then adopts them (`precompile_plan.start_attention_precompile`): it checks
 the spec's stamp, bounds the workers by the GPU's memory beside the weights (stopping the
 extra ones before the weights load), and joins them as it joined the workers it started.
 
@@ -89,7 +89,7 @@ def worker_command(worker: int, workers: int, job: str) -> list[str]:
 
 def config_job(config: BuiltinEngineConfig) -> str:
     """What a worker started before the spec is known is given: the engine's config, from
-    which it computes the spec itself (`build.precompile_plan`)."""
+    which it computes the spec itself (`precompile_plan.precompile_plan`)."""
     return json.dumps({"config": dataclasses.asdict(config)})
 
 

@@ -146,12 +146,12 @@ def keep_covering(covering: WarmupCovering,
 def spec_of_job(job: str) -> PrecompileSpec | None:
     """The spec a worker compiles: `job` itself (a PrecompileSpec's JSON), or, for a worker
     started from the engine's config before the spec was known (early_precompile.py), the
-    spec the engine computes from that config (`build.precompile_plan`); None when that engine
-    wants no precompile or the stamp says its kernels are all compiled already."""
+    spec the engine computes from that config (precompile_plan.py); None when that engine wants
+    no precompile or the stamp says its kernels are all compiled already."""
     config = job_config(json.loads(job))
     if config is None:
         return PrecompileSpec.from_json(job)
-    from parrot.engines.builtin.build import precompile_plan   # the engine's own rule
+    from parrot.engines.builtin.cuda.precompile_plan import precompile_plan  # the engine's
 
     plan = precompile_plan(BuiltinEngineConfig.from_mapping(config))
     if plan is None or plan[1].is_file():

@@ -1,5 +1,5 @@
 """Precompile workers started from the engine's config before its imports (early_precompile.py),
-and the engine adopting, trimming or stopping them (build.start_attention_precompile)."""
+and the engine adopting, trimming or stopping them (precompile_plan.start_attention_precompile)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from parrot.engines.builtin import build
-from parrot.engines.builtin.build import (join_precompile, precompile_plan,
-                                          start_attention_precompile)
+from parrot.engines.builtin.cuda import precompile_plan as plans
+from parrot.engines.builtin.cuda.precompile_plan import (join_precompile, precompile_plan,
+                                                         start_attention_precompile)
 from parrot.engines.builtin.config import BuiltinEngineConfig
 from parrot.engines.builtin.cuda.early_precompile import (MARKER_IGNORED_KEYS,
                                                           EarlyPrecompile, config_job,
@@ -44,7 +45,7 @@ def fake_cuda(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "mem_get_info",
                         lambda device=None: (free["bytes"], free["bytes"]))
-    monkeypatch.setattr(build, "stamp_path", lambda spec: tmp_path / "stamp")
+    monkeypatch.setattr(plans, "stamp_path", lambda spec: tmp_path / "stamp")
     return free
 
 

@@ -11,7 +11,8 @@ import os
 import pytest
 import torch
 
-from parrot.engines.builtin.build import load_bundle, start_attention_precompile
+from parrot.engines.builtin.build import load_bundle
+from parrot.engines.builtin.cuda.precompile_plan import start_attention_precompile
 from parrot.engines.builtin.config import BuiltinEngineConfig
 from parrot.engines.builtin.cuda import precompile
 from parrot.engines.builtin.cuda.graphs import DecodeGraphs
@@ -351,8 +352,8 @@ def test_the_workers_predict_the_warm_ups_buckets_and_prefill(monkeypatch, tmp_p
     covering list is the warm-up's of an engine whose KV cache holds the longest context
     (build_engine's sizing, auto or set; a cache of set size bounds the auto limits and the
     width), the prefill tiles those its prefill runs."""
-    from parrot.engines.builtin import build
-    from parrot.engines.builtin.sizing import size_serving
+    from parrot.engines.builtin.cuda import precompile_plan as plans
+    from parrot.engines.builtin.sizing import context_limit, size_serving
 
     specs: list[PrecompileSpec] = []
 
@@ -362,8 +363,8 @@ def test_the_workers_predict_the_warm_ups_buckets_and_prefill(monkeypatch, tmp_p
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1 << 40, 1 << 40))
-    monkeypatch.setattr(build, "stamp_path", lambda spec: tmp_path / "no-stamp")
-    monkeypatch.setattr(build, "AttentionPrecompile", Started)
+    monkeypatch.setattr(plans, "stamp_path", lambda spec: tmp_path / "no-stamp")
+    monkeypatch.setattr(plans, "AttentionPrecompile", Started)
     for more in ({}, {"max_num_seqs": 32, "cuda_graph_max_batch": 64},     # capped to 32
                  {"max_num_seqs": 64, "cuda_graph_max_batch": 16, "eager_graph_rows": 4},
                  {"lazy_graphs": False, "prefill_attention": "sdpa"},
@@ -376,7 +377,7 @@ def test_the_workers_predict_the_warm_ups_buckets_and_prefill(monkeypatch, tmp_p
         assert spec.covering.folder == str(tmp_path / "attention_covering")
         shape = peek_shape(config)
         size = size_serving(config, shape, dtype_bytes=2, on_cuda=True, free_bytes=1 << 40)
-        width = -(-min(build.context_limit(config, shape), size.kv_tokens) // size.block_size)
+        width = -(-min(context_limit(config, shape), size.kv_tokens) // size.block_size)
         assert spec.covering.buckets() == compiled_keys(   # what build_engine's warm_up runs
             size.graph_max_batch, width, max_rows=max(size.graph_max_batch, size.max_num_seqs),
             shared_prefix=True, min_prefix_blocks=config.shared_prefix_min_blocks,
