@@ -307,10 +307,13 @@ class PrecompileReport:
     seconds: float              # from the workers' start to the last one's end
     # the slowest worker's seconds: starting (Python, torch, CUDA), its dry run, compiling
     slowest: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    early: bool = False         # started from the config before the engine's imports
 
     def describe(self) -> str:
         start, dry, compiling = self.slowest
-        return (f"{self.workers} workers compiled the {self.compiled} kernels of {self.keys} "
+        return (f"{self.workers} workers"
+                + (" (started before the engine's imports)" if self.early else "")
+                + f" compiled the {self.compiled} kernels of {self.keys} "
                 f"attention buckets, the small-batch linear and the paged prefill in "
                 f"{self.seconds:.1f} s (the "
                 f"slowest: {start:.1f} s starting, {dry:.1f} s dry run, {compiling:.1f} s "
@@ -355,6 +358,7 @@ class AttentionPrecompile:
                  procs: list[subprocess.Popen[str]] | None = None,
                  started: float | None = None) -> None:
         self.spec, self.stamp = spec, stamp
+        self.adopted = procs is not None
         self.started = time.perf_counter() if started is None else started
         self.procs = procs if procs is not None else [
             spawn_worker(worker_command(i, workers, spec.to_json())) for i in range(workers)]
@@ -390,4 +394,4 @@ class AttentionPrecompile:
             except OSError as exc:
                 log.warning("could not write the precompile stamp %s: %s", self.stamp, exc)
         return PrecompileReport(len(self.procs), len(self.spec.keys), compiled, failed,
-                                time.perf_counter() - self.started, slowest)
+                                time.perf_counter() - self.started, slowest, self.adopted)

@@ -160,6 +160,8 @@ def test_config_workers_report_to_the_engine_like_spec_workers(fake_cuda):
                           head_dim=16, block_size=4, keys=((1, 0, 0, 1),))
     report = AttentionPrecompile(spec, 2, None, procs=procs).wait(timeout_s=240)
     assert (report.workers, report.compiled, report.failed) == (2, 0, 0)
+    assert report.describe().startswith(
+        "2 workers (started before the engine's imports) compiled the 0 kernels")
 
 
 def reporting(code: int) -> subprocess.Popen:
