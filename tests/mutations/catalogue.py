@@ -50,6 +50,20 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_constrained_rows_sample_only_allowed_tokens_and_free_rows_are_untouched",),
         where="sample"),
     Mutation(
+        "sampled_constrained_row_unmasked", "parrot/engines/builtin/sampler.py",
+        "                    sub[k] = masked[where[row]]\n",
+        "                    pass\n",
+        ("tests/engines/builtin/test_sampler.py::"
+         "test_constrained_rows_sample_only_allowed_tokens_and_free_rows_are_untouched",),
+        where="sample"),
+    Mutation(
+        "sampled_row_ignores_its_generator", "parrot/engines/builtin/sampler.py",
+        "            uniforms.append((gen or random).random())\n",
+        "            uniforms.append(random.random())\n",
+        ("tests/engines/builtin/test_sampler.py::"
+         "test_a_seeded_request_samples_the_same_tokens_whoever_shares_its_batch",),
+        where="sample"),
+    Mutation(
         "constraint_checked_at_submit", "parrot/wire_types/calls.py",
         "                check_constraint(self.output_sampling(spec.name).constraint,\n",
         "                check_constraint(None,\n",

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 
 from parrot.engines.builtin.channel import Channel
 from parrot.engines.builtin.detokenizer import TextStream
@@ -80,7 +80,7 @@ class Work:
     priority: int = 0                             # lower first (the protocol's priority)
     new_tokens: list[int] = field(default_factory=list)        # fill: appended when it starts
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    generator: torch.Generator | None = None
+    generator: random.Random | None = None     # a sampled request's (sampler.py)
     grammar: Any = None                           # a constrained Generate's SequenceGrammar
     eos_after: int | None = None                  # random weights: a hidden stop (engine.py)
     tokenizer: Any = None                         # for the text stream (None: ids only)

@@ -278,7 +278,7 @@ class BuiltinEngine(Engine):
             work.eos_after = None if params.ignore_eos else stop
         if not params.is_greedy:
             seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
-            work.generator = make_generator(seed, self._runner.device)
+            work.generator = make_generator(seed)
         work.chunks = Channel()
         self._scheduler.add(work)
         self._wake.set()
