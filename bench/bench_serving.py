@@ -49,7 +49,7 @@ import random
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,8 @@ class Request:
     output_tokens: int          # the drawn length
     max_tokens: int
     ignore_eos: bool
+    temperature: float = 0.0    # 0: greedy; else sampled (OpenAI's default is 1.0)
+    top_p: float = 1.0
 
 
 @dataclass
@@ -115,6 +117,12 @@ def _clipped_lognormal(rng: random.Random, mu: float, sigma: float,
     return min(bounds[1], max(bounds[0], round(rng.lognormvariate(mu, sigma))))
 
 
+def with_sampling(requests: Sequence[Request], args: argparse.Namespace) -> list[Request]:
+    """The requests with the run's `--temperature` and `--top-p`."""
+    return [replace(r, temperature=args.temperature, top_p=args.top_p)
+            for r in requests]
+
+
 def synthetic_chat(num: int, seed: int, lengths: str, cap_factor: float) -> list[Request]:
     """`num` chat requests with seeded prompt and output lengths."""
     rng = random.Random(f"bench_serving|{seed}")
@@ -139,7 +147,8 @@ async def send(session: aiohttp.ClientSession, url: str, model: str, headers: di
                request: Request) -> Outcome:
     """One streamed completion; times its first chunk, the gaps between chunks and the end."""
     body = {"model": model, "prompt": request.prompt, "max_tokens": request.max_tokens,
-            "ignore_eos": request.ignore_eos, "temperature": 0.0, "stream": True,
+            "ignore_eos": request.ignore_eos, "temperature": request.temperature,
+            "top_p": request.top_p, "stream": True,
             "stream_options": {"include_usage": True}}
     started = time.perf_counter()
     outcome = Outcome(ok=False)
@@ -320,6 +329,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slo-ttft-ms", type=float, default=1000.0)
     p.add_argument("--slo-tpot-ms", type=float, default=100.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="every request's temperature (0: greedy, the default; chat traffic "
+                        "samples: OpenAI's default is 1.0)")
+    p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--floor", action="store_true",
                    help="with --serve and one builtin engine: print each run's floor for the "
                         "tokens it sent (prompt FLOPs at the measured matmul rate + every "
@@ -434,7 +447,8 @@ async def serve_and_run(args: argparse.Namespace, requests: Sequence[Request],
         try:
             model = args.model or await model_of(url, {})
             if args.warmup:
-                warm = synthetic_chat(args.warmup, args.seed + 1, args.lengths, args.cap_factor)
+                warm = with_sampling(synthetic_chat(args.warmup, args.seed + 1, args.lengths,
+                                                    args.cap_factor), args)
                 await run_one(url, model, {}, warm, RunSpec(math.inf, None), args.seed)
 
             waited, captured = await settle_idle_captures(
@@ -460,7 +474,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("--num-prompts must be >= 1")
     if args.rounds < 1 or (args.rounds > 1 and args.serve is None):
         raise SystemExit("--rounds must be >= 1, and more than 1 needs --serve")
-    requests = synthetic_chat(args.num_prompts, args.seed, args.lengths, args.cap_factor)
+    requests = with_sampling(synthetic_chat(args.num_prompts, args.seed, args.lengths,
+                                            args.cap_factor), args)
     concurrencies: list[int | None] = (
         [int(x) for x in args.max_concurrency.split(",")] if args.max_concurrency else [None])
     specs = ([_spec(item) for item in args.specs.split(",") if item] if args.specs else
@@ -477,6 +492,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = _strict({
         "label": args.label, "url": url, "lengths": args.lengths,
         "num_prompts": args.num_prompts, "seed": args.seed,
+        "temperature": args.temperature, "top_p": args.top_p,
         "mean_prompt_tokens": sum(r.prompt_tokens for r in requests) / len(requests),
         "mean_output_tokens": sum(r.output_tokens for r in requests) / len(requests),
         "provenance": provenance(sys.argv if argv is None else ["bench/bench_serving.py",

@@ -118,8 +118,11 @@ def markdown(results: dict[str, Any], reference: str | None = None) -> str:
         if key in where:
             value = f"`{where[key]}`" if key == "command" else where[key]
             lines.append(f"* {key}: {value}")
+    sampling = (f"temperature {results['temperature']:g}, top_p {results.get('top_p', 1.0):g}"
+                if results.get("temperature") else "greedy")
     lines += [f"* load: {results.get('num_prompts')} streamed completions, "
-              f"{results.get('lengths')} lengths, seed {results.get('seed')}, mean prompt "
+              f"{results.get('lengths')} lengths, {sampling}, seed {results.get('seed')}, "
+              "mean prompt "
               f"{results.get('mean_prompt_tokens', 0):.0f} tokens, mean output "
               f"{results.get('mean_output_tokens', 0):.0f} tokens; `inf` with a number in "
               "flight: all at once, at most that many in flight; a rate: Poisson arrivals",

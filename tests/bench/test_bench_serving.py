@@ -50,16 +50,19 @@ def test_tpot_is_reported_against_the_target():
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("lengths", ["exact", "hidden"])
-def test_bench_serving_against_a_simulated_parrot_serve(tmp_path: Path, lengths: str):
+@pytest.mark.parametrize("lengths,temperature", [("exact", "0"), ("hidden", "1.0")])
+def test_bench_serving_against_a_simulated_parrot_serve(tmp_path: Path, lengths: str,
+                                                        temperature: str):
     bench = load_bench()
     out = tmp_path / "serving.json"
     with parrot_serve(CONFIG, tmp_path) as (url, _proc):
         code = bench.main(["--url", url, "--num-prompts", "6", "--request-rate", "inf,40",
                            "--max-concurrency", "3", "--lengths", lengths, "--seed", "1",
+                           "--temperature", temperature, "--top-p", "0.9",
                            "--out", str(out)])
     assert code == 0
     result = json.loads(out.read_text())
+    assert (result["temperature"], result["top_p"]) == (float(temperature), 0.9)
     drawn = sum(r.output_tokens for r in bench.synthetic_chat(6, 1, lengths, 4.0))
     assert [(r["request_rate"], r["max_concurrency"]) for r in result["runs"]] == [
         ("inf", 3), (40.0, 3)]

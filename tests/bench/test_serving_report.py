@@ -74,3 +74,9 @@ def test_rounds_compare_within_a_round_then_pool_by_geometric_mean(tmp_path: Pat
     # one round: no round column, no pooled table
     single = markdown({"url": "u", "runs": ROWS})
     assert "| round |" not in single and "geometric mean" not in single
+
+
+def test_the_load_line_says_how_the_requests_sample():
+    assert ", greedy, seed 0," in markdown({"url": "u", "runs": ROWS, "seed": 0})
+    assert ", temperature 1, top_p 0.95, seed 0," in markdown(
+        {"url": "u", "runs": ROWS, "seed": 0, "temperature": 1.0, "top_p": 0.95})
