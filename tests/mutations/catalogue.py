@@ -51,18 +51,25 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="sample"),
     Mutation(
         "sampled_constrained_row_unmasked", "parrot/engines/builtin/sampler.py",
-        "                    sub[k] = masked[where[row]]\n",
-        "                    pass\n",
+        "                sub[k] = masked[where[row]]\n",
+        "                pass\n",
         ("tests/engines/builtin/test_sampler.py::"
          "test_constrained_rows_sample_only_allowed_tokens_and_free_rows_are_untouched",),
-        where="sample"),
+        where="_tokens"),
     Mutation(
         "sampled_row_ignores_its_generator", "parrot/engines/builtin/sampler.py",
-        "            uniforms.append((gen or random).random())\n",
-        "            uniforms.append(random.random())\n",
+        "        uniforms.append((gen or random).random())\n",
+        "        uniforms.append(random.random())\n",
         ("tests/engines/builtin/test_sampler.py::"
          "test_a_seeded_request_samples_the_same_tokens_whoever_shares_its_batch",),
-        where="sample"),
+        where="_tokens"),
+    Mutation(
+        "sampled_steps_not_fed", "parrot/engines/builtin/runner.py",
+        "            if work.grammar is not None:\n",
+        "            if work.grammar is not None or not work.sampling.is_greedy:\n",
+        ("tests/engines/builtin/cuda/test_lookahead.py::"
+         "test_steps_are_queued_before_their_tokens_are_read_greedy_or_sampled",),
+        where="ModelRunner._fed_prediction"),
     Mutation(
         "constraint_checked_at_submit", "parrot/wire_types/calls.py",
         "                check_constraint(self.output_sampling(spec.name).constraint,\n",

@@ -20,13 +20,13 @@ import torch
 from parrot.engines.builtin.llama.attention import AttentionMetadata, PrefillChunk, SharedPrefixMeta
 from parrot.engines.builtin.llama.cascade import (GroupedRows, pad_groups, plan_shared_prefix,
                                                   split_groups)
-from parrot.engines.builtin.cuda.graphs import (DecodeGraphs, DecodeRows, batch_bucket, next_pow2,
-                                                width_bucket)
+from parrot.engines.builtin.cuda.graphs import (DecodeGraphs, DecodeRows, StepOutput,
+                                                batch_bucket, next_pow2, width_bucket)
 from parrot.engines.builtin.kv_cache import KVCache
 from parrot.engines.builtin.cuda.lookahead import ends_regardless, finishes, next_rows
 from parrot.engines.builtin.llama.model import LlamaModel
 from parrot.engines.builtin.cuda.prefill_graphs import PrefillGraphs
-from parrot.engines.builtin.sampler import sample
+from parrot.engines.builtin.sampler import sample, sample_on_device
 from parrot.engines.builtin.batch_scheduler import Batch, ScheduledChunk
 from parrot.engines.builtin.cuda.staging import StaticInputs, upload_packed
 
@@ -138,8 +138,9 @@ class ModelRunner:
         if out is not None and rows is not None and self.launch_ahead and not self.hold_ahead:
             assert self.graphs is not None
             predicted = self._fed_prediction(batch, host, rows)
-            if predicted is not None:   # greedy rows: the next step queued behind this one
-                tokens = self.graphs.launch_ahead_fed(predicted, out)
+            if predicted is not None:   # the next step queued behind this one, fed its tokens
+                tokens = self.graphs.launch_ahead_fed(predicted,
+                                                      self._fed_source(batch, host, out))
                 for i, token in zip(host.sample_chunks, tokens):
                     sampled[i] = token
                 return sampled
@@ -209,20 +210,32 @@ class ModelRunner:
     def _fed_prediction(self, batch: Batch, host: HostInputs, rows: DecodeRows
                         ) -> DecodeRows | None:
         """The next step's rows (token ids to be fed on the device) when it can be queued
-        before this step's tokens are read: every row samples greedily and some row goes on
-        whatever its token is (a row that ends rides along, and the real step leaves it
-        out: lookahead.py)."""
+        before this step's tokens are read: every row samples, none under a grammar (its mask
+        is made on the host), and some row goes on whatever its token is (a row that ends
+        rides along, and the real step leaves it out: lookahead.py)."""
         if host.sample_rows != list(range(len(rows.token_ids))):
             return None
         ending = 0
         for i in host.sample_chunks:
             work = batch.chunks[i].work
-            if not work.sampling.is_greedy or work.grammar is not None:   # masked on the host
+            if work.grammar is not None:
                 return None
             ending += ends_regardless(work, self.max_context_len)
         if ending == len(host.sample_chunks) or (ending and rows.groups is not None):
             return None   # a step nobody wants; a shared-prefix step is used only as is
         return self._next_rows(batch, host, rows, rows.token_ids)
+
+    @staticmethod
+    def _fed_source(batch: Batch, host: HostInputs, out: StepOutput) -> StepOutput:
+        """What a fed launch-ahead copies the next step's token ids from: the graph's argmax
+        when every row is greedy, else each row's token drawn on the device (sampler.py: the
+        sampled rows draw their uniforms here, once, as `sample` would have)."""
+        works = [batch.chunks[i].work for i in host.sample_chunks]
+        if all(w.sampling.is_greedy for w in works):
+            return out
+        return StepOutput(out.logits, sample_on_device(
+            out.logits, [w.sampling for w in works], [w.generator for w in works],
+            greedy=out.greedy))
 
     def _next_rows(self, batch: Batch, host: HostInputs, rows: DecodeRows,
                    tokens: list[int]) -> DecodeRows | None:

@@ -83,26 +83,8 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
     constraint state (None: free); a constrained row samples, greedy or not, from its logits
     masked to the tokens its grammar allows (grammar.py)."""
     rows, masked = masked_rows(logits, grammars) if grammars else ([], None)
-    tokens = torch.argmax(logits, dim=-1) if greedy is None else greedy
     where = {row: j for j, row in enumerate(rows)}
-    hot = [row for row, p in enumerate(params) if not p.is_greedy]
-    if hot:
-        index = torch.tensor(hot, device=logits.device)
-        sub = logits.index_select(0, index).float()
-        if masked is not None:
-            for k, row in enumerate(hot):
-                if row in where:
-                    sub[k] = masked[where[row]]
-        chosen = [params[row] for row in hot]
-        probs = filter_rows(sub, torch.tensor([p.temperature for p in chosen],
-                                              device=logits.device),
-                            [p.top_k for p in chosen], [p.top_p for p in chosen])
-        uniforms = []
-        for row in hot:
-            gen = generators[row]
-            uniforms.append((gen or random).random())
-        tokens = tokens.clone().index_copy_(0, index, draw(probs, uniforms).to(tokens.dtype))
-    out: list[int] = tokens.tolist()
+    out: list[int] = _tokens(logits, params, generators, greedy, where, masked).tolist()
     if masked is not None:
         greedy_rows = [j for j, row in enumerate(rows) if params[row].is_greedy]
         if greedy_rows:   # the argmax under the mask (the sampled ones were drawn above)
@@ -110,3 +92,39 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
             for j, token in zip(greedy_rows, torch.argmax(picked, dim=-1).tolist()):
                 out[rows[j]] = token
     return out
+
+
+def sample_on_device(logits: torch.Tensor, params: list[SamplingParams],
+                     generators: list[random.Random | None],
+                     greedy: torch.Tensor | None = None) -> torch.Tensor:
+    """`sample`'s tokens of unconstrained rows as a device tensor [N], nothing read back: what a
+    launch-ahead feeds to the next step on the device (runner.py). Each sampled row draws its
+    uniform here, as `sample` would."""
+    return _tokens(logits, params, generators, greedy, {}, None)
+
+
+def _tokens(logits: torch.Tensor, params: list[SamplingParams],
+            generators: list[random.Random | None], greedy: torch.Tensor | None,
+            where: dict[int, int], masked: torch.Tensor | None) -> torch.Tensor:
+    """Every row's token on the device: the argmax, or for a sampled row a draw from its
+    filtered probabilities (row `row`'s logits masked by `masked[where[row]]` when
+    constrained)."""
+    tokens = torch.argmax(logits, dim=-1) if greedy is None else greedy
+    hot = [row for row, p in enumerate(params) if not p.is_greedy]
+    if not hot:
+        return tokens
+    index = torch.tensor(hot, device=logits.device)
+    sub = logits.index_select(0, index).float()
+    if masked is not None:
+        for k, row in enumerate(hot):
+            if row in where:
+                sub[k] = masked[where[row]]
+    chosen = [params[row] for row in hot]
+    probs = filter_rows(sub, torch.tensor([p.temperature for p in chosen], device=logits.device),
+                        [p.top_k for p in chosen], [p.top_p for p in chosen])
+    uniforms = []
+    for row in hot:
+        gen = generators[row]
+        uniforms.append((gen or random).random())
+    # a copy: `greedy` may be a graph's output buffer
+    return tokens.clone().index_copy_(0, index, draw(probs, uniforms).to(tokens.dtype))

@@ -9,13 +9,14 @@ step n+1 arrives, the runner compares it with the prediction, field by field, an
 launched results only when it is the prediction, or the prediction less rows that finished
 (`graphs.predicted_rows_index`; else it runs the real step as usual).
 
-When every row is greedy the prediction does not wait for the tokens at all: the next step is
-queued on the GPU right behind step n, its token ids copied on the device from step n's
-argmax (`DecodeGraphs.launch_ahead_fed`), and step n's tokens are read back while step n+1
-runs, so the GPU does not idle between the steps for the read-back, the host's checks and the
-staging. A row that then turns out to finish (EOS, a stop token) is simply left out of the
-real step, as is a row whose end is known beforehand (max_tokens, a full window); only a step
-whose rows all end that way is not predicted.
+When no row is under a grammar the prediction does not wait for the tokens at all: the next
+step is queued on the GPU right behind step n, its token ids copied on the device from step
+n's tokens there (the argmax, or for sampled rows the draw sampler.py makes on the device:
+`runner._fed_source`; `DecodeGraphs.launch_ahead_fed`), and step n's tokens are read back
+while step n+1 runs, so the GPU does not idle between the steps for the read-back, the
+host's checks and the staging. A row that then turns out to finish (EOS, a stop token) is
+simply left out of the real step, as is a row whose end is known beforehand (max_tokens, a
+full window); only a step whose rows all end that way is not predicted.
 
 Why a wrong guess is harmless: the predicted step writes K/V only at each row's next position,
 and only when that slot lies in a block the row already owns that is not full (a not-full
