@@ -12,6 +12,7 @@ synchronisations a step, when the OpenAI API's default is to sample.)
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 import torch
 
@@ -24,11 +25,22 @@ def make_generator(seed: int) -> random.Random:
     return random.Random(seed)
 
 
+def on_device(values: Sequence[float], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """`values` as a tensor on `device`, copied without waiting for the work queued there:
+    `torch.tensor(values, device=cuda)` blocks until the stream is idle, here until the very
+    step whose logits are being sampled has finished (a pinned copy, as the engine's staging
+    makes: cuda/staging.py)."""
+    host = torch.tensor(values, dtype=dtype)
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
 def filter_logits(logits: torch.Tensor, temperature: float, top_k: int,
                   top_p: float) -> torch.Tensor:
     """One row [V] float32 -> probabilities [V] after temperature, top-k and top-p."""
     device = logits.device
-    return filter_rows(logits.unsqueeze(0), torch.tensor([temperature], device=device),
+    return filter_rows(logits.unsqueeze(0), on_device([temperature], torch.float32, device),
                        [top_k], [top_p])[0]
 
 
@@ -42,10 +54,10 @@ def filter_rows(logits: torch.Tensor, temperatures: torch.Tensor, top_ks: list[i
     if any(cut):
         widest = max(k for k, c in zip(top_ks, cut) if c)
         values = torch.topk(x, widest, dim=-1).values                  # [N, widest]
-        kth_index = torch.tensor([k - 1 if c else 0 for k, c in zip(top_ks, cut)],
-                                 device=x.device).unsqueeze(1)
+        kth_index = on_device([k - 1 if c else 0 for k, c in zip(top_ks, cut)], torch.int64,
+                              x.device).unsqueeze(1)
         kth = values.gather(1, kth_index)
-        kth = kth.masked_fill(~torch.tensor(cut, device=x.device).unsqueeze(1), float("-inf"))
+        kth = kth.masked_fill(~on_device(cut, torch.bool, x.device).unsqueeze(1), float("-inf"))
         x = x.masked_fill(x < kth, float("-inf"))
     probs = torch.softmax(x, dim=-1)
     nucleus = [p < 1.0 for p in top_ps]
@@ -54,9 +66,9 @@ def filter_rows(logits: torch.Tensor, temperatures: torch.Tensor, top_ks: list[i
         cumulative = torch.cumsum(sorted_probs, dim=-1)
         # keep the smallest prefix whose mass reaches top_p (always at least the top token);
         # a row without top_p keeps everything (its cumulative mass may round past 1.0)
-        limit = torch.tensor(top_ps, device=x.device).unsqueeze(1)
-        drop = ((cumulative - sorted_probs) >= limit) & torch.tensor(
-            nucleus, device=x.device).unsqueeze(1)
+        limit = on_device(top_ps, torch.float32, x.device).unsqueeze(1)
+        drop = ((cumulative - sorted_probs) >= limit) & on_device(
+            nucleus, torch.bool, x.device).unsqueeze(1)
         sorted_probs = sorted_probs.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter_(1, order, sorted_probs)
         probs = probs / probs.sum(dim=-1, keepdim=True)
@@ -68,9 +80,12 @@ def draw(probs: torch.Tensor, uniforms: list[float]) -> torch.Tensor:
     the first token whose cumulative probability passes it, so a token of probability 0 is
     never drawn."""
     cdf = torch.cumsum(probs, dim=-1)
-    at = torch.tensor(uniforms, dtype=cdf.dtype, device=cdf.device) * cdf[:, -1]
+    at = on_device(uniforms, cdf.dtype, cdf.device) * cdf[:, -1]
     picks = torch.searchsorted(cdf, at.unsqueeze(1), right=True).squeeze(1)
-    return picks.clamp_(max=probs.shape[-1] - 1)
+    # a uniform that rounds to 1.0 in float32 lands past the end: the last token of any
+    # probability instead (never a cut one)
+    last = probs.shape[-1] - 1 - torch.argmax((probs > 0).flip(-1).to(torch.uint8), dim=-1)
+    return torch.minimum(picks, last)
 
 
 def sample(logits: torch.Tensor, params: list[SamplingParams],
@@ -113,14 +128,15 @@ def _tokens(logits: torch.Tensor, params: list[SamplingParams],
     hot = [row for row, p in enumerate(params) if not p.is_greedy]
     if not hot:
         return tokens
-    index = torch.tensor(hot, device=logits.device)
+    index = on_device(hot, torch.int64, logits.device)
     sub = logits.index_select(0, index).float()
     if masked is not None:
         for k, row in enumerate(hot):
             if row in where:
                 sub[k] = masked[where[row]]
     chosen = [params[row] for row in hot]
-    probs = filter_rows(sub, torch.tensor([p.temperature for p in chosen], device=logits.device),
+    probs = filter_rows(sub, on_device([p.temperature for p in chosen], torch.float32,
+                                       logits.device),
                         [p.top_k for p in chosen], [p.top_p for p in chosen])
     uniforms = []
     for row in hot:

@@ -60,6 +60,8 @@ def test_a_draw_follows_the_probabilities_and_never_picks_a_cut_token():
     # inverse CDF: [0, .5) -> 0, [.5, .8) -> 2, [.8, 1) -> 3; token 1 (probability 0) never
     at = [0.0, 0.49, 0.5, 0.79, 0.8, 0.999999]
     assert draw(probs.expand(len(at), 4), at).tolist() == [0, 0, 2, 2, 3, 3]
+    # a uniform that rounds to 1.0 takes the last token of any probability, never a cut one
+    assert draw(torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]]), [1.0, 1.0]).tolist() == [1, 2]
     rng = torch.Generator().manual_seed(0)
     uniforms = torch.rand(40_000, generator=rng).tolist()
     counts = torch.bincount(draw(probs.expand(len(uniforms), 4), uniforms), minlength=4)
