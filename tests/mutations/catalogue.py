@@ -58,8 +58,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="_tokens"),
     Mutation(
         "sampled_row_ignores_its_generator", "parrot/engines/builtin/sampler.py",
-        "        uniforms.append((gen or random).random())\n",
-        "        uniforms.append(random.random())\n",
+        "    uniforms = [(generators[row] or random).random() for row in hot]\n",
+        "    uniforms = [random.random() for row in hot]\n",
         ("tests/engines/builtin/test_sampler.py::"
          "test_a_seeded_request_samples_the_same_tokens_whoever_shares_its_batch",),
         where="_tokens"),

@@ -16,7 +16,6 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-
 from parrot.engines.builtin.channel import Channel
 from parrot.engines.builtin.detokenizer import TextStream
 from parrot.engines.protocol import GenerateChunk

@@ -227,12 +227,10 @@ class ModelRunner:
 
     @staticmethod
     def _fed_source(batch: Batch, host: HostInputs, out: StepOutput) -> StepOutput:
-        """What a fed launch-ahead copies the next step's token ids from: the graph's argmax
-        when every row is greedy, else each row's token drawn on the device (sampler.py: the
-        sampled rows draw their uniforms here, once, as `sample` would have)."""
+        """What a fed launch-ahead copies the next step's token ids from: each row's token on
+        the device (the graph's argmax for a greedy row; sampler.py: a sampled row draws its
+        uniform here, once, as `sample` would have)."""
         works = [batch.chunks[i].work for i in host.sample_chunks]
-        if all(w.sampling.is_greedy for w in works):
-            return out
         return StepOutput(out.logits, sample_on_device(
             out.logits, [w.sampling for w in works], [w.generator for w in works],
             greedy=out.greedy))

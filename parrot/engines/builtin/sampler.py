@@ -12,10 +12,12 @@ synchronisations a step, when the OpenAI API's default is to sample.)
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from parrot.engines.builtin.cuda.staging import upload_packed
 from parrot.engines.builtin.grammar import SequenceGrammar, masked_rows
 from parrot.sampling import SamplingParams
 
@@ -25,62 +27,64 @@ def make_generator(seed: int) -> random.Random:
     return random.Random(seed)
 
 
-def on_device(values: Sequence[float], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """`values` as a tensor on `device`, copied without waiting for the work queued there:
-    `torch.tensor(values, device=cuda)` blocks until the stream is idle, here until the very
-    step whose logits are being sampled has finished (a pinned copy, as the engine's staging
-    makes: cuda/staging.py)."""
-    host = torch.tensor(values, dtype=dtype)
-    if device.type != "cuda":
-        return host.to(device)
-    return host.pin_memory().to(device, non_blocking=True)
+@dataclass(frozen=True)
+class SampledRows:
+    """A step's sampled rows and their parameters on the device, in two copies made without
+    waiting for the step being sampled (cuda/staging.py `upload_packed`: a
+    `torch.tensor(values, device=cuda)` apiece would block until the stream is idle)."""
+
+    index: torch.Tensor          # [n] int64: their rows in the step's logits
+    top_k: torch.Tensor          # [n] int64: the top-k cut, 0 for none
+    temperature: torch.Tensor    # [n] float32
+    top_p: torch.Tensor          # [n] float32: 1.0 for none
+    uniform: torch.Tensor        # [n] float32: each row's draw in [0, 1)
+    widest_k: int                # the largest top-k cut (0: no row cuts)
+    any_top_p: bool              # some row keeps a nucleus
+
+    @classmethod
+    def upload(cls, rows: list[int], params: list[SamplingParams], uniforms: list[float],
+               vocab: int, device: torch.device) -> SampledRows:
+        """`params[i]` and `uniforms[i]` are row `rows[i]`'s."""
+        top_ks = [p.top_k if 0 < p.top_k < vocab else 0 for p in params]
+        index, top_k = upload_packed([np.array(rows, dtype=np.int64),
+                                      np.array(top_ks, dtype=np.int64)], device)
+        temperature, top_p, uniform = upload_packed(
+            [np.array([p.temperature for p in params], dtype=np.float32),
+             np.array([p.top_p for p in params], dtype=np.float32),
+             np.array(uniforms, dtype=np.float32)], device)
+        return cls(index, top_k, temperature, top_p, uniform, max(top_ks, default=0),
+                   any(p.top_p < 1.0 for p in params))
 
 
-def filter_logits(logits: torch.Tensor, temperature: float, top_k: int,
-                  top_p: float) -> torch.Tensor:
-    """One row [V] float32 -> probabilities [V] after temperature, top-k and top-p."""
-    device = logits.device
-    return filter_rows(logits.unsqueeze(0), on_device([temperature], torch.float32, device),
-                       [top_k], [top_p])[0]
-
-
-def filter_rows(logits: torch.Tensor, temperatures: torch.Tensor, top_ks: list[int],
-                top_ps: list[float]) -> torch.Tensor:
-    """Rows [N, V] float32 -> probabilities [N, V] after each row's temperature, top-k (0 or
-    >= V: none) and top-p (1.0: none), in a fixed number of batched operations."""
-    n, vocab = logits.shape
-    x = logits / temperatures.unsqueeze(1)
-    cut = [0 < k < vocab for k in top_ks]
-    if any(cut):
-        widest = max(k for k, c in zip(top_ks, cut) if c)
-        values = torch.topk(x, widest, dim=-1).values                  # [N, widest]
-        kth_index = on_device([k - 1 if c else 0 for k, c in zip(top_ks, cut)], torch.int64,
-                              x.device).unsqueeze(1)
-        kth = values.gather(1, kth_index)
-        kth = kth.masked_fill(~on_device(cut, torch.bool, x.device).unsqueeze(1), float("-inf"))
+def filter_rows(logits: torch.Tensor, rows: SampledRows) -> torch.Tensor:
+    """The sampled rows' logits [n, V] float32 -> probabilities [n, V] after each row's
+    temperature, top-k and top-p, in a fixed number of batched operations."""
+    x = logits / rows.temperature.unsqueeze(1)
+    if rows.widest_k:
+        values = torch.topk(x, rows.widest_k, dim=-1).values            # [n, widest]
+        kth = values.gather(1, (rows.top_k - 1).clamp_(min=0).unsqueeze(1))
+        kth = kth.masked_fill((rows.top_k == 0).unsqueeze(1), float("-inf"))   # no cut
         x = x.masked_fill(x < kth, float("-inf"))
     probs = torch.softmax(x, dim=-1)
-    nucleus = [p < 1.0 for p in top_ps]
-    if any(nucleus):
+    if rows.any_top_p:
         sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
         cumulative = torch.cumsum(sorted_probs, dim=-1)
         # keep the smallest prefix whose mass reaches top_p (always at least the top token);
         # a row without top_p keeps everything (its cumulative mass may round past 1.0)
-        limit = on_device(top_ps, torch.float32, x.device).unsqueeze(1)
-        drop = ((cumulative - sorted_probs) >= limit) & on_device(
-            nucleus, torch.bool, x.device).unsqueeze(1)
+        limit = rows.top_p.unsqueeze(1)
+        drop = ((cumulative - sorted_probs) >= limit) & (limit < 1.0)
         sorted_probs = sorted_probs.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter_(1, order, sorted_probs)
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs
 
 
-def draw(probs: torch.Tensor, uniforms: list[float]) -> torch.Tensor:
+def draw(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     """Each row's token by inverse CDF at its uniform in [0, 1) (on the device, no read-back):
     the first token whose cumulative probability passes it, so a token of probability 0 is
     never drawn."""
     cdf = torch.cumsum(probs, dim=-1)
-    at = on_device(uniforms, cdf.dtype, cdf.device) * cdf[:, -1]
+    at = uniform.to(cdf.dtype) * cdf[:, -1]
     picks = torch.searchsorted(cdf, at.unsqueeze(1), right=True).squeeze(1)
     # a uniform that rounds to 1.0 in float32 lands past the end: the last token of any
     # probability instead (never a cut one)
@@ -128,19 +132,14 @@ def _tokens(logits: torch.Tensor, params: list[SamplingParams],
     hot = [row for row, p in enumerate(params) if not p.is_greedy]
     if not hot:
         return tokens
-    index = on_device(hot, torch.int64, logits.device)
-    sub = logits.index_select(0, index).float()
+    chosen = [params[row] for row in hot]
+    uniforms = [(generators[row] or random).random() for row in hot]
+    rows = SampledRows.upload(hot, chosen, uniforms, logits.shape[-1], logits.device)
+    sub = logits.index_select(0, rows.index).float()
     if masked is not None:
         for k, row in enumerate(hot):
             if row in where:
                 sub[k] = masked[where[row]]
-    chosen = [params[row] for row in hot]
-    probs = filter_rows(sub, on_device([p.temperature for p in chosen], torch.float32,
-                                       logits.device),
-                        [p.top_k for p in chosen], [p.top_p for p in chosen])
-    uniforms = []
-    for row in hot:
-        gen = generators[row]
-        uniforms.append((gen or random).random())
     # a copy: `greedy` may be a graph's output buffer
-    return tokens.clone().index_copy_(0, index, draw(probs, uniforms).to(tokens.dtype))
+    return tokens.clone().index_copy_(0, rows.index,
+                                      draw(filter_rows(sub, rows), rows.uniform).to(tokens.dtype))

@@ -6,9 +6,19 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from parrot.engines.builtin.sampler import (draw, filter_logits, filter_rows,  # noqa: E402
+from parrot.engines.builtin.sampler import (SampledRows, draw, filter_rows,  # noqa: E402
                                             make_generator, sample)
 from parrot.sampling import SamplingParams  # noqa: E402
+
+
+CPU = torch.device("cpu")
+
+
+def filter_logits(logits, temperature: float, top_k: int, top_p: float):
+    """One row [V] through the batched filter."""
+    params = [SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)]
+    return filter_rows(logits.unsqueeze(0),
+                       SampledRows.upload([0], params, [0.0], logits.shape[-1], CPU))[0]
 
 
 def test_top_k_and_top_p_cut_the_tail():
@@ -49,8 +59,9 @@ def test_rows_are_filtered_together_as_each_alone():
     logits = torch.randn(6, vocab) * 3
     cases = [(1.0, 0, 1.0), (0.5, 5, 1.0), (2.0, 0, 0.7), (0.7, 10, 0.9), (1.0, vocab, 1.0),
              (1.3, 1, 0.5)]
-    batched = filter_rows(logits, torch.tensor([t for t, _, _ in cases]),
-                          [k for _, k, _ in cases], [p for _, _, p in cases])
+    params = [SamplingParams(temperature=t, top_k=k, top_p=p) for t, k, p in cases]
+    batched = filter_rows(logits, SampledRows.upload(list(range(len(cases))), params,
+                                                     [0.0] * len(cases), vocab, CPU))
     for row, (t, k, p) in enumerate(cases):
         assert torch.allclose(batched[row], one_row_filter(logits[row], t, k, p), atol=1e-6), row
 
@@ -59,11 +70,12 @@ def test_a_draw_follows_the_probabilities_and_never_picks_a_cut_token():
     probs = torch.tensor([[0.5, 0.0, 0.3, 0.2]])
     # inverse CDF: [0, .5) -> 0, [.5, .8) -> 2, [.8, 1) -> 3; token 1 (probability 0) never
     at = [0.0, 0.49, 0.5, 0.79, 0.8, 0.999999]
-    assert draw(probs.expand(len(at), 4), at).tolist() == [0, 0, 2, 2, 3, 3]
+    assert draw(probs.expand(len(at), 4), torch.tensor(at)).tolist() == [0, 0, 2, 2, 3, 3]
     # a uniform that rounds to 1.0 takes the last token of any probability, never a cut one
-    assert draw(torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]]), [1.0, 1.0]).tolist() == [1, 2]
+    assert draw(torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]]),
+                torch.tensor([1.0, 1.0])).tolist() == [1, 2]
     rng = torch.Generator().manual_seed(0)
-    uniforms = torch.rand(40_000, generator=rng).tolist()
+    uniforms = torch.rand(40_000, generator=rng)
     counts = torch.bincount(draw(probs.expand(len(uniforms), 4), uniforms), minlength=4)
     assert counts[1] == 0
     assert (counts / len(uniforms)).tolist() == pytest.approx([0.5, 0.0, 0.3, 0.2], abs=0.01)
