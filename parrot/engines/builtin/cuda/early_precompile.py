@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -109,17 +109,18 @@ def triton_cache_guess() -> Path:
 
 
 def _kernels_source_digest() -> str:
-    """A digest of the kernels' Python source (what they compile), read without importing
-    them (parrot_kernels imports torch)."""
+    """parrot_kernels' own digest of its source (`version.source_digest`), read from its
+    version module alone: importing the package imports torch."""
     found = importlib.util.find_spec("parrot_kernels")
     if found is None or not found.submodule_search_locations:
         return "none"
-    digest = hashlib.sha256()
-    for folder in found.submodule_search_locations:
-        for path in sorted(Path(folder).glob("*.py")):
-            digest.update(path.name.encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
+    path = Path(next(iter(found.submodule_search_locations))) / "version.py"
+    spec = importlib.util.spec_from_file_location("_parrot_kernels_version", path)
+    if spec is None or spec.loader is None:
+        return "none"
+    version = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(version)
+    return str(version.source_digest())
 
 
 def _version(package: str) -> str:
@@ -159,7 +160,6 @@ class EarlyPrecompile:
     procs: list[subprocess.Popen[str]]
     started: float                       # time.perf_counter() when they were started
     marker: Path
-    stopped: list[subprocess.Popen[str]] = field(default_factory=list)
 
     def keep(self, count: int) -> None:
         """Stop every worker from `count` on (the GPU's memory holds only `count` beside the
@@ -169,7 +169,6 @@ class EarlyPrecompile:
             proc.kill()
         for proc in extra:
             proc.communicate()
-        self.stopped += extra
 
     def stop(self) -> None:
         """Stop every worker (nothing to compile, or the stamp says it is compiled)."""

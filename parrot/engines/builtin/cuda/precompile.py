@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -50,7 +49,8 @@ from typing import Any, NamedTuple, TypeVar
 import torch
 
 from parrot.engines.builtin.cuda.buckets import compiled_keys
-from parrot.engines.builtin.cuda.early_precompile import spawn_worker, worker_command
+from parrot.engines.builtin.cuda.early_precompile import (spawn_worker, triton_cache_guess,
+                                                          worker_command)
 from parrot.engines.builtin.cuda.graphs import GraphKey
 from parrot.engines.builtin.llama.attention import (AttentionMetadata, DecodeFn, PrefillChunk,
                                                     SharedPrefixMeta)
@@ -336,8 +336,8 @@ def triton_cache_dir() -> Path:
     try:
         from triton import knobs
         return Path(knobs.cache.dir)
-    except (ImportError, AttributeError):
-        return Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
+    except (ImportError, AttributeError):   # an older Triton: its default, found as 3.x does
+        return triton_cache_guess()
 
 
 def stamp_path(spec: PrecompileSpec) -> Path:

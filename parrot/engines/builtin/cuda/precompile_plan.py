@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -44,8 +45,14 @@ def covering_folder(config: BuiltinEngineConfig) -> Path:
 UNBOUNDED_BYTES = 1 << 62
 
 
-def precompile_plan(config: BuiltinEngineConfig) -> tuple[PrecompileSpec, Path] | None:
-    """(what the precompile workers compile, its stamp) for an engine that will warm up on
+class PrecompilePlan(NamedTuple):
+    spec: PrecompileSpec         # what the workers compile
+    stamp: Path                  # the file saying an earlier start compiled all of it
+    weight_bytes: int            # the model's weights (what the workers must fit beside)
+
+
+def precompile_plan(config: BuiltinEngineConfig) -> PrecompilePlan | None:
+    """What the precompile workers compile, and its stamp, for an engine that will warm up on
     CUDA on the Triton kernels, bounded from the config alone (the sizing is not known before
     the weights are loaded: with auto limits, the largest they can take): the decode attention
     of every bucket the warm-up can run, the small-batch linear the linear choice times and
@@ -94,7 +101,7 @@ def precompile_plan(config: BuiltinEngineConfig) -> tuple[PrecompileSpec, Path] 
         num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
         head_dim=shape.head_dim, block_size=bs, keys=tuple(keys), linear=tuple(linear),
         prefill=prefill, covering=covering)
-    return spec, stamp_path(spec)
+    return PrecompilePlan(spec, stamp_path(spec), shape.num_parameters() * dtype.itemsize)
 
 
 def start_attention_precompile(config: BuiltinEngineConfig, *, workers: int | None = None,
@@ -104,53 +111,47 @@ def start_attention_precompile(config: BuiltinEngineConfig, *, workers: int | No
     as the GPU's memory holds beside the weights, unless its stamp says an earlier start
     compiled it all; else None. `early`: workers started from the config before the engine's
     imports (early_precompile.py), adopted here instead of starting others (trimmed to what
-    the memory holds; stopped when there is nothing to compile). Never fails the start: any
-    error is logged and it returns None."""
+    the memory holds; stopped, whatever happens, when none is adopted). Never fails the
+    start: any error is logged and it returns None."""
     try:
-        plan = precompile_plan(config)
-        if plan is None:
-            if early is not None:
-                early.stop()
-            return None
-        spec, stamp = plan
-        if stamp.is_file():
-            log.info("attention kernels precompiled before (%s): no precompile workers", stamp)
-            if early is not None:
-                early.stop()
-                early.mark()
-            return None
-        free, _total = torch.cuda.mem_get_info(torch.device(spec.device))
-        dtype, shape = getattr(torch, spec.dtype), peek_shape(config)
-        assert shape is not None      # precompile_plan found it
-        weight_bytes = shape.num_parameters() * dtype.itemsize
-        largest_linear = max((n * k * dtype.itemsize for n, k, _ in spec.linear), default=0)
-        if early is not None:
-            # the early workers' CUDA contexts may already hold some of `free`: count them in
-            held = sum(proc.poll() is None for proc in early.procs) * WORKER_BYTES
-            count = workers_for_memory(len(early.procs), free + held, weight_bytes,
-                                       largest_linear)
-            whole = count == len(early.procs)
-            early.keep(count)
-            if count == 0:
-                log.info("no attention precompile workers: %.1f GiB free, the weights take "
-                         "%.1f", free / 2 ** 30, weight_bytes / 2 ** 30)
-                return None
-            # a trimmed set leaves the stopped workers' shares to the warm-up: no stamp
-            return AttentionPrecompile(spec, count, stamp if whole else None,
-                                       procs=early.procs, started=early.started)
-        count = workers_for_memory(workers or default_workers(), free, weight_bytes,
-                                   largest_linear)
-        if count == 0:
-            log.info("no attention precompile workers: %.1f GiB free, the weights take %.1f",
-                     free / 2 ** 30, weight_bytes / 2 ** 30)
-            return None
-        return AttentionPrecompile(spec, count, stamp)
+        started = _start_workers(config, workers, early)
     except Exception:  # noqa: BLE001 - an optimisation never stops the engine
         log.exception("starting the attention precompile workers failed; the warm-up "
                       "compiles alone")
-        if early is not None:
-            early.stop()
+        started = None
+    if early is not None and started is None:
+        early.stop()
+    return started
+
+
+def _start_workers(config: BuiltinEngineConfig, workers: int | None,
+                   early: EarlyPrecompile | None) -> AttentionPrecompile | None:
+    plan = precompile_plan(config)
+    if plan is None:
         return None
+    spec, stamp = plan.spec, plan.stamp
+    if stamp.is_file():
+        log.info("attention kernels precompiled before (%s): no precompile workers", stamp)
+        if early is not None:
+            early.mark()
+        return None
+    free, _total = torch.cuda.mem_get_info(torch.device(spec.device))
+    itemsize = getattr(torch, spec.dtype).itemsize
+    largest_linear = max((n * k * itemsize for n, k, _ in spec.linear), default=0)
+    wanted = len(early.procs) if early is not None else workers or default_workers()
+    # early workers' CUDA contexts may already hold some of `free`: count them back in
+    held = 0 if early is None else sum(p.poll() is None for p in early.procs) * WORKER_BYTES
+    count = workers_for_memory(wanted, free + held, plan.weight_bytes, largest_linear)
+    if count == 0:
+        log.info("no attention precompile workers: %.1f GiB free, the weights take %.1f",
+                 free / 2 ** 30, plan.weight_bytes / 2 ** 30)
+        return None
+    if early is None:
+        return AttentionPrecompile(spec, count, stamp)
+    early.keep(count)
+    # a trimmed set leaves the stopped workers' shares to the warm-up: no stamp
+    return AttentionPrecompile(spec, count, stamp if count == wanted else None,
+                               procs=early.procs, started=early.started)
 
 
 def join_precompile(precompile: AttentionPrecompile, early: EarlyPrecompile | None

@@ -154,9 +154,9 @@ def spec_of_job(job: str) -> PrecompileSpec | None:
     from parrot.engines.builtin.cuda.precompile_plan import precompile_plan  # the engine's
 
     plan = precompile_plan(BuiltinEngineConfig.from_mapping(config))
-    if plan is None or plan[1].is_file():
+    if plan is None or plan.stamp.is_file():
         return None
-    return plan[0]
+    return plan.spec
 
 
 def main() -> int:

@@ -92,7 +92,7 @@ def test_workers_start_early_from_the_config_only_where_the_engine_wants_them(tr
 def test_a_worker_started_from_the_config_compiles_the_engines_own_spec(fake_cuda, tmp_path):
     plan = precompile_plan(CUDA)
     assert plan is not None
-    spec, stamp = plan
+    spec, stamp = plan.spec, plan.stamp
     assert spec_of_job(config_job(CUDA)) == spec            # the same rule, in the worker
     assert spec_of_job(spec.to_json()) == spec              # a spec given as it is
     stamp.write_text("compiled\n")
@@ -115,7 +115,7 @@ def test_the_engine_adopts_trims_or_stops_the_early_workers(fake_cuda, triton_ca
     shape, plan = peek_shape(CUDA), precompile_plan(CUDA)
     assert shape is not None and plan is not None
     weights = shape.num_parameters() * 2
-    per_worker = WORKER_BYTES + max(n * k * 2 for n, k, _ in plan[0].linear)
+    per_worker = WORKER_BYTES + max(n * k * 2 for n, k, _ in plan.spec.linear)
     # memory for all three: adopted as they are, with the stamp to write when they succeed
     early = sleepers(3)
     procs = list(early.procs)
