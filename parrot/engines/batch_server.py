@@ -150,7 +150,7 @@ class BatchRoutes:
         if not op.stream:
             result = await self.engine.generate_all(op.request)
             outbox.chunk(op_id, GenerateChunk(result.text, result.token_ids,
-                                              result.finish_reason))
+                                              result.finish_reason, result.prompt_len))
             return
         # Every engine's generate is an async generator (the protocol declares AsyncIterator).
         chunks = cast(AsyncGenerator[GenerateChunk, None], self.engine.generate(op.request))

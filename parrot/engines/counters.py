@@ -51,7 +51,11 @@ COUNTERS: tuple[EngineCounter, ...] = (
     EngineCounter("loop_ms", "time in batching-loop iterations that ran a step (scheduling "
                   "and postprocessing included)", "parrot_engine_loop_seconds", "ms"),
     EngineCounter("prefill_tokens", "tokens prefilled", "parrot_engine_prefill_tokens"),
-    EngineCounter("decode_tokens", "tokens decoded", "parrot_engine_decode_tokens"),
+    EngineCounter("decode_tokens", "tokens decoded (one a decode row; a Generate's first "
+                  "token sampled by its prompt's prefill is not one)",
+                  "parrot_engine_decode_tokens"),
+    EngineCounter("generated_tokens", "tokens the Generates produced, each one's first "
+                  "included", "parrot_engine_generated_tokens"),
     EngineCounter("graph_captures_at_runtime", "CUDA graphs captured while serving (each "
                   "stalls the engine)", "parrot_engine_graph_captures_at_runtime"),
     EngineCounter("graph_capture_ms_at_runtime", "time spent capturing CUDA graphs while "

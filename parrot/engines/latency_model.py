@@ -146,6 +146,9 @@ class SimulatedEngineConfig:
     # scratch forks the longest run of leading full blocks a finished context left cached
     # (sim_prefix_cache.py). Off: what a request-level engine without it does.
     prefix_caching: bool = False
+    # Say in its info that it takes a prompt in a Generate (false: the manager sends a Fill
+    # and then a Generate, a step later to the first token; an A/B switch).
+    prompt_in_generate: bool = True
     # A Generate that does not set ignore_eos ends, as a model's turn does, after a length drawn
     # from a geometric distribution of this mean (capped by max_tokens); None: every Generate
     # runs to max_tokens (what the benchmark workloads ask for with ignore_eos anyway).
@@ -160,6 +163,7 @@ class SimulatedEngineConfig:
         _CHECK.text("model", self.model)
         _CHECK.boolean("shared_prefix_decode", self.shared_prefix_decode)
         _CHECK.boolean("prefix_caching", self.prefix_caching)
+        _CHECK.boolean("prompt_in_generate", self.prompt_in_generate)
         if self.eos_mean_tokens is not None:
             _CHECK.positive_int("eos_mean_tokens", self.eos_mean_tokens)
 

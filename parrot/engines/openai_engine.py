@@ -116,7 +116,8 @@ class OpenAIEngine(Engine):
     async def info(self) -> EngineInfo:
         return EngineInfo(self.name, "openai", await self._model_name(),
                           self.config.max_context_len, BLOCK_SIZE,
-                          self.config.kv_cache_tokens // BLOCK_SIZE, self._template)
+                          self.config.kv_cache_tokens // BLOCK_SIZE, self._template,
+                          takes_prompt_in_generate=True)
 
     async def healthz(self) -> bool:
         try:
@@ -140,6 +141,9 @@ class OpenAIEngine(Engine):
                           estimate_num_tokens(text))
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        # (a prompt is a Fill first: the server gets the whole text with the Generate anyway)
+        prompt_len = ((await self.fill(request.prompt_fill())).context_len
+                      if request.has_prompt else None)
         prompt = self._open(request.context_id, request.parent_context_id)
         self._contexts[request.context_id] = prompt
         body = {"model": await self._model_name(), "prompt": prompt, "stream": True,
@@ -172,7 +176,8 @@ class OpenAIEngine(Engine):
                                 # an event of text counts as one token (one per decode step
                                 # on vLLM, SGLang, llama.cpp; a server that merges steps reads
                                 # as slower per token until its usage corrects the count)
-                                chunk = GenerateChunk(text, (0,))
+                                chunk = GenerateChunk(text, (0,), prompt_len=prompt_len)
+                                prompt_len = None
                                 counted += 1
                                 timer.observe(chunk, tokens=1)
                                 yield chunk
@@ -185,7 +190,7 @@ class OpenAIEngine(Engine):
                                          "a finish_reason")
         text, reason = last
         tokens = max(usage - counted, 0) if usage is not None else int(bool(text))
-        chunk = GenerateChunk(text, (0,) * tokens, reason)
+        chunk = GenerateChunk(text, (0,) * tokens, reason, prompt_len)
         timer.observe(chunk, tokens=tokens)
         yield chunk
 

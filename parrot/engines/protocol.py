@@ -65,6 +65,20 @@ def check_priority(value: Any) -> None:
             f"priority must be an integer in [-{MAX_PRIORITY}, {MAX_PRIORITY}], got {value!r}")
 
 
+def check_prompt(token_ids: Any, text: Any, op: str, *, optional: bool) -> None:
+    """A Fill's tokens (or text), or a Generate's optional prompt: at most one of the two (a
+    Fill exactly one), token ids non-negative integers."""
+    if token_ids is not None and text is not None:
+        raise InvalidRequestError(f"{op} takes at most one of token_ids and text")
+    if token_ids is None and text is None and not optional:
+        raise InvalidRequestError(f"{op} needs exactly one of token_ids and text")
+    if token_ids is not None and not all(
+            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in token_ids):
+        raise InvalidRequestError("token_ids must be non-negative integers")
+    if text is not None and not isinstance(text, str):
+        raise InvalidRequestError("text must be a string")
+
+
 @dataclass(frozen=True)
 class FillRequest(EngineMessage):
     """Append tokens (or text, tokenized by the engine) to a context."""
@@ -81,13 +95,7 @@ class FillRequest(EngineMessage):
         check_context_id(self.context_id)
         check_context_id(self.parent_context_id, "parent_context_id", optional=True)
         check_priority(self.priority)
-        if (self.token_ids is None) == (self.text is None):
-            raise InvalidRequestError("fill needs exactly one of token_ids and text")
-        if self.token_ids is not None and not all(
-                isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.token_ids):
-            raise InvalidRequestError("token_ids must be non-negative integers")
-        if self.text is not None and not isinstance(self.text, str):
-            raise InvalidRequestError("text must be a string")
+        check_prompt(self.token_ids, self.text, "fill", optional=False)
 
 
 @dataclass(frozen=True)
@@ -107,6 +115,13 @@ class GenerateRequest(EngineMessage):
     parent_context_id: str | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
     priority: int = 0
+    # A prompt appended first, as a Fill of it would (at most one of the two): a Fill and a
+    # Generate in one request, so the step that computes the prompt's last token samples the
+    # first generated one (a Fill leaves that token for the Generate's first step) and the
+    # caller waits for one answer, not two. Only for an engine whose info says
+    # `takes_prompt_in_generate`; the first chunk then carries `prompt_len`.
+    token_ids: tuple[int, ...] | None = None
+    text: str | None = None
 
     def __post_init__(self) -> None:
         check_context_id(self.context_id)
@@ -114,6 +129,17 @@ class GenerateRequest(EngineMessage):
         check_priority(self.priority)
         if not isinstance(self.sampling, SamplingParams):
             raise InvalidRequestError("sampling must be SamplingParams")
+        check_prompt(self.token_ids, self.text, "generate", optional=True)
+
+    @property
+    def has_prompt(self) -> bool:
+        return self.token_ids is not None or self.text is not None
+
+    def prompt_fill(self) -> FillRequest:
+        """The Fill its prompt stands for: an engine whose Fill costs no model step (an
+        adapter that sends the whole text with the Generate) runs it, then generates."""
+        return FillRequest(self.context_id, self.parent_context_id, self.token_ids, self.text,
+                           self.priority)
 
 
 @dataclass(frozen=True)
@@ -123,6 +149,9 @@ class GenerateChunk(EngineMessage):
     text: str
     token_ids: tuple[int, ...]
     finish_reason: str | None = None  # "length" | "stop" | "eos" when finished
+    # The first chunk of a Generate that carried a prompt: the context's length after the
+    # prompt, before the first generated token (a Fill's `context_len`); null otherwise.
+    prompt_len: int | None = None
 
     @property
     def is_finished(self) -> bool:
@@ -134,6 +163,7 @@ class GenerateResult(EngineMessage):
     text: str
     token_ids: tuple[int, ...]
     finish_reason: str
+    prompt_len: int | None = None   # as the first chunk's
 
 
 @dataclass(frozen=True)
@@ -203,6 +233,9 @@ class EngineInfo(EngineMessage):
     # manager costs placements with it and calibrates `latency_capacity: auto` from it.
     speed_profile: SpeedProfile | None = None
     serving: ServingLimits | None = None      # what it serves with; None: it does not say
+    # It takes a prompt in a Generate (GenerateRequest.token_ids / text); an engine that does
+    # not say so is sent a Fill and then a Generate, as before the field existed.
+    takes_prompt_in_generate: bool = False
 
 
 class Engine(ABC):
@@ -242,12 +275,15 @@ class Engine(ABC):
         texts: list[str] = []
         token_ids: list[int] = []
         finish_reason = "length"
+        prompt_len = None
         async for chunk in self.generate(request):
+            if not texts:
+                prompt_len = chunk.prompt_len
             texts.append(chunk.text)
             token_ids.extend(chunk.token_ids)
             if chunk.finish_reason is not None:
                 finish_reason = chunk.finish_reason
-        return GenerateResult("".join(texts), tuple(token_ids), finish_reason)
+        return GenerateResult("".join(texts), tuple(token_ids), finish_reason, prompt_len)
 
     @abstractmethod
     async def free_context(self, context_id: str) -> None:

@@ -21,19 +21,21 @@ class SimRequest:
     and waiter list per wait (a request has one collector). A plain class with slots: one is
     made per request, and the batching loop reads its fields every step."""
 
-    __slots__ = ("kind", "is_fill", "context_id", "parent_id", "num_tokens", "seed",
+    __slots__ = ("kind", "is_fill", "context_id", "parent_id", "num_tokens", "num_prompt", "seed",
                  "eos_mean_tokens", "finish_reason", "priority", "num_done", "num_recompute",
                  "context", "new_token_ids", "start_len", "created_context", "final_len",
                  "is_finished", "error", "ready", "_waiter", "tokens", "_turn_ends")
 
     def __init__(self, kind: SimRequestKind, context_id: str, parent_id: str | None,
                  num_tokens: int, seed: int | None = None, *, priority: int = 0,
-                 eos_mean_tokens: int | None = None) -> None:
+                 eos_mean_tokens: int | None = None, num_prompt: int = 0) -> None:
         self.kind = kind
         self.is_fill = kind is SimRequestKind.FILL
         self.context_id = context_id
         self.parent_id = parent_id
         self.num_tokens = num_tokens  # fill: tokens to prefill; generate: tokens to produce
+        # generate: its prompt's tokens, prefilled before it decodes (counted down as they are)
+        self.num_prompt = num_prompt
         self.seed = seed
         self.eos_mean_tokens = eos_mean_tokens  # generate: may end early ("eos"), simulated.py
         self.finish_reason = "length"
@@ -53,6 +55,16 @@ class SimRequest:
         # prefix hashed once (its context's id is its own: contexts are found by id).
         self.tokens = FillerTokens(context_id, seed) if kind is SimRequestKind.GENERATE else None
         self._turn_ends: FillerTokens | None = None   # made at its first end-of-turn draw
+
+    @property
+    def num_new_tokens(self) -> int:
+        """The tokens it adds to its context: what admission reserves blocks for."""
+        return self.num_tokens + self.num_prompt
+
+    @property
+    def is_prefilling(self) -> bool:
+        """Its next step prefills (a Fill, evicted KV to compute again, a Generate's prompt)."""
+        return self.is_fill or self.num_recompute > 0 or self.num_prompt > 0
 
     @property
     def held_context(self) -> SimContext:

@@ -20,8 +20,12 @@ early with finish_reason "eos", as a model ends its turn: each token is the last
 probability 1 / eos_mean_tokens (a hash of the same triple), a geometric length of that mean,
 so a chat without max_tokens ends by itself.
 
+A Generate that carries a prompt prefills it first, as a Fill of it would, and the step that
+prefills its last token also produces the first generated one (a Fill and then a Generate take
+a step more: the Generate's first token is a decode step of its own).
+
 Memory: a request reserves every block it will need when it is admitted (fill: its tokens;
-generate: the tokens it will produce), so admitted requests never stall. Requests are
+generate: its prompt and the tokens it will produce), so admitted requests never stall. Requests are
 admitted, and prefilled, by priority (the protocol's, lower first), then first come, first
 served; one that does not fit waits while requests run (they always finish). When none
 runs, nothing else would ever return blocks, so the KV of idle contexts is evicted, least
@@ -51,7 +55,8 @@ from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillReques
                                      GenerateChunk, GenerateRequest, ServingLimits)
 from parrot.engines.tpot import TpotMeter
 from parrot.engines.sim_values import sample_value
-from parrot.engines.sim_blocks import KVSpace, count_tokens, detokenize, filler_token
+from parrot.engines.sim_blocks import (KVSpace, SimContext, count_tokens, detokenize,
+                                       filler_token)
 from parrot.engines.sim_eos import HiddenStops
 from parrot.engines.sim_requests import SimRequest, SimRequestKind, enqueue
 from parrot.engines.sim_pacing import StepPacer
@@ -79,6 +84,7 @@ class SimulatedEngine(Engine):
         self._loop: asyncio.AbstractEventLoop | None = None  # the batching loop's, once started
         self._closed = False
         self._num_steps = self._prefill_tokens = self._decode_tokens = 0
+        self._generated_tokens = 0   # decode_tokens and each prompted Generate's first
         self._step_s = 0.0
         self._pacer = StepPacer()  # real-clock timer lateness made up (sim_pacing.py)
         self._tpot = TpotMeter()  # time per output token as Generates are handed over
@@ -114,7 +120,8 @@ class SimulatedEngine(Engine):
                               max_batch_tokens=c.max_num_batched_tokens,
                               kv_cache_tokens=c.num_blocks * c.block_size,
                               step_token_budget=f"{c.max_num_batched_tokens} tokens per step "
-                                                "(decodes first)"))
+                                                "(decodes first)"),
+                          takes_prompt_in_generate=c.prompt_in_generate)
 
     async def fill(self, request: FillRequest) -> FillResult:
         n = (len(request.token_ids) if request.token_ids is not None
@@ -143,12 +150,19 @@ class SimulatedEngine(Engine):
         if req.error is not None:
             raise req.error
         if self._cache is not None:
-            base = (request.context_id if request.context_id in self._texts
-                    else request.parent_context_id or request.context_id)
-            text = self._texts[request.context_id] = (self._texts.get(base, "")
-                                                      + (request.text or ""))
-            self._cache.index(request.context_id, text, req.final_len)
+            self._index_text(request.context_id, request.parent_context_id,
+                             request.text or "", req.final_len)
         return FillResult(request.context_id, n, req.final_len)
+
+    def _index_text(self, context_id: str, parent_id: str | None, appended: str,
+                    final_len: int) -> None:
+        """With prefix caching: the context's text is its base's (its own so far, or the
+        parent's it forked) and what was appended (a Fill's text, a Generate's prompt or what
+        it generated); its full blocks become reusable."""
+        assert self._cache is not None
+        base = context_id if context_id in self._texts else parent_id or context_id
+        text = self._texts[context_id] = self._texts.get(base, "") + appended
+        self._cache.index(context_id, text, final_len)
 
     def _cached_prefix(self, text: str, num_tokens: int) -> tuple[str | None, int]:
         """(a context holding the cached leading blocks of `text` to fork, their tokens), or
@@ -196,6 +210,17 @@ class SimulatedEngine(Engine):
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         sampling = request.sampling
+        # A prompt in the request: prefilled first, as a Fill of it would be (a cached prefix
+        # of it forked), its last chunk's step producing the first token.
+        num_prompt = cached = 0
+        parent_id = request.parent_context_id
+        if request.has_prompt:
+            num_prompt = (len(request.token_ids) if request.token_ids is not None
+                          else count_tokens(request.text or ""))
+            if (self._cache is not None and request.text and parent_id is None
+                    and request.context_id not in self._contexts):
+                parent_id, cached = self._cached_prefix(request.text, num_prompt)
+            self._stops.filled(request.context_id, request.parent_context_id, request.text)
         stop = self._stops.take(request.context_id, request.parent_context_id)
         num_tokens = (sampling.max_tokens if sampling.ignore_eos or stop is None
                       else min(sampling.max_tokens, stop))
@@ -205,13 +230,20 @@ class SimulatedEngine(Engine):
         value = None if sampling.constraint is None else sample_value(
             sampling.constraint, random.Random(f"{request.context_id}|{sampling.seed}"))
         held: list[int] = []   # a constrained output's token ids, sent with its value
-        req = self._submit(SimRequest(SimRequestKind.GENERATE, request.context_id,
-                                      request.parent_context_id, num_tokens, sampling.seed,
-                                      priority=request.priority,
-                                      eos_mean_tokens=None if sampling.ignore_eos
-                                      else self.config.eos_mean_tokens))
+        try:
+            req = self._submit(SimRequest(SimRequestKind.GENERATE, request.context_id,
+                                          parent_id, num_tokens, sampling.seed,
+                                          priority=request.priority,
+                                          eos_mean_tokens=None if sampling.ignore_eos
+                                          else self.config.eos_mean_tokens,
+                                          num_prompt=num_prompt - cached))
+        except BaseException:
+            self._drop_cached_prefix(parent_id, request.parent_context_id)
+            raise
         timer = self._tpot.timer()
         generated: list[str] = []
+        # the first chunk says how long the context is after the prompt
+        prompt_len = None if not request.has_prompt else -1
         loop = self._loop
         assert loop is not None, "a submitted request started the engine"
         try:
@@ -221,11 +253,18 @@ class SimulatedEngine(Engine):
                 req.ready = False
                 if req.error is not None:
                     raise req.error
+                if prompt_len == -1:   # its first token: the prompt is prefilled
+                    prompt_len = req.start_len + num_prompt - cached
+                    self._drop_cached_prefix(parent_id, request.parent_context_id)
+                    if self._cache is not None:
+                        # (as after a Fill: later requests find the prompt while this decodes)
+                        self._index_text(request.context_id, request.parent_context_id,
+                                         request.text or "", prompt_len)
                 token_ids, req.new_token_ids = req.new_token_ids, []
                 if value is not None:
                     held.extend(token_ids)
                     if req.is_finished:
-                        chunk = GenerateChunk(value, tuple(held), "eos")
+                        chunk = GenerateChunk(value, tuple(held), "eos", prompt_len)
                         timer.observe(chunk)
                         yield chunk
                         return
@@ -233,22 +272,23 @@ class SimulatedEngine(Engine):
                 if req.is_finished:
                     chunk = GenerateChunk(detokenize(token_ids), tuple(token_ids),
                                           "eos" if req.finish_reason == "eos"
-                                          else finish_reason)
+                                          else finish_reason, prompt_len)
                     if self._cache is not None:
-                        base = (request.context_id if request.context_id in self._texts
-                                else request.parent_context_id or request.context_id)
-                        text = self._texts[request.context_id] = (
-                            self._texts.get(base, "") + "".join(generated) + chunk.text)
-                        self._cache.index(request.context_id, text, req.final_len)
+                        self._index_text(request.context_id, request.parent_context_id,
+                                         "".join(generated) + chunk.text, req.final_len)
                     timer.observe(chunk)
                     yield chunk
                     return
                 if token_ids:
-                    chunk = GenerateChunk(detokenize(token_ids), tuple(token_ids))
+                    chunk = GenerateChunk(detokenize(token_ids), tuple(token_ids),
+                                          prompt_len=prompt_len)
+                    prompt_len = None
                     generated.append(chunk.text)
                     timer.observe(chunk)
                     yield chunk
         finally:
+            if prompt_len == -1:   # failed or aborted before it was admitted
+                self._drop_cached_prefix(parent_id, request.parent_context_id)
             if not req.is_finished:  # consumer went away (or the request failed): free the slot
                 self._abort(req, by_client=True)
 
@@ -297,7 +337,9 @@ class SimulatedEngine(Engine):
                                num_steps=self._num_steps, step_ms=round(self._step_s * 1000),
                                loop_ms=round(self._step_s * 1000),
                                prefill_tokens=self._prefill_tokens,
-                               decode_tokens=self._decode_tokens, **self._tpot.counters(),
+                               decode_tokens=self._decode_tokens,
+                               generated_tokens=self._generated_tokens,
+                               **self._tpot.counters(),
                                **self._aborted.counters(), **self._cache_counters()))
 
     def _cache_counters(self) -> dict[str, int]:
@@ -347,14 +389,15 @@ class SimulatedEngine(Engine):
         decodes: list[SimRequest] = []
         prefilling: list[SimRequest] = []
         for req in self._running:   # by priority, then admission order (see _admit)
-            (prefilling if req.is_fill or req.num_recompute > 0 else decodes).append(req)
+            (prefilling if req.is_prefilling else decodes).append(req)
         budget = self.config.max_num_batched_tokens - len(decodes)
         prefills = []
         prefill_tokens = 0
         for req in prefilling:
             if budget <= 0:
                 break
-            left = req.num_recompute + (req.num_tokens - req.num_done if req.is_fill else 0)
+            left = req.num_recompute + (req.num_tokens - req.num_done if req.is_fill
+                                        else req.num_prompt)
             chunk = min(budget, left)
             prefills.append((req, chunk))
             budget -= chunk
@@ -371,21 +414,7 @@ class SimulatedEngine(Engine):
         for req in decodes:
             if req.is_finished or req.error is not None or req.context is None:
                 continue  # aborted during the iteration
-            ctx = req.context
-            assert req.tokens is not None, "a Generate has its tokens"
-            req.new_token_ids.append(req.tokens.token(ctx.length))
-            ctx.length += 1
-            req.num_done += 1
-            if req.num_done == req.num_tokens:
-                self._finish(req)   # (which signals the token to the collector)
-            elif req.eos_mean_tokens is not None and req.ends_turn(ctx.length,
-                                                                   req.eos_mean_tokens):
-                req.finish_reason = "eos"
-                self._finish(req)
-                # the blocks reserved for the tokens it will not generate go back
-                self._kv.cut_back(ctx, ctx.length, is_computed=True)
-            else:
-                req.signal()
+            self._decode_token(req, req.context)
         for req, chunk in prefills:
             if req.is_finished or req.error is not None or req.context is None:
                 continue
@@ -396,6 +425,31 @@ class SimulatedEngine(Engine):
                 req.num_done += chunk - recomputed
                 if req.num_done == req.num_tokens and req.num_recompute == 0:
                     self._finish(req)
+            elif req.num_prompt > 0 and chunk > recomputed:
+                prompted = min(chunk - recomputed, req.num_prompt)
+                req.context.length += prompted
+                req.num_prompt -= prompted
+                if req.num_prompt == 0 and req.num_recompute == 0:
+                    # the step that computed the prompt's last token samples the first one
+                    self._decode_token(req, req.context)
+
+    def _decode_token(self, req: SimRequest, ctx: SimContext) -> None:
+        """A Generate's next token, at the end of its context; it finishes or is signalled."""
+        assert req.tokens is not None, "a Generate has its tokens"
+        self._generated_tokens += 1
+        req.new_token_ids.append(req.tokens.token(ctx.length))
+        ctx.length += 1
+        req.num_done += 1
+        if req.num_done == req.num_tokens:
+            self._finish(req)   # (which signals the token to the collector)
+        elif req.eos_mean_tokens is not None and req.ends_turn(ctx.length,
+                                                               req.eos_mean_tokens):
+            req.finish_reason = "eos"
+            self._finish(req)
+            # the blocks reserved for the tokens it will not generate go back
+            self._kv.cut_back(ctx, ctx.length, is_computed=True)
+        else:
+            req.signal()
 
     def _admit(self) -> None:
         """Move waiting requests into the running batch, by priority, then first come first
@@ -426,14 +480,14 @@ class SimulatedEngine(Engine):
             if self._cache is not None:
                 # Cached contexts never hold a request back: dropped, least recently used
                 # first, before anything else is evicted.
-                reservation = self._kv.reserve(req.context_id, parent, req.num_tokens,
+                reservation = self._kv.reserve(req.context_id, parent, req.num_new_tokens,
                                                may_evict=False)
                 while reservation is None and (oldest := self._cache.oldest()) is not None:
                     self._uncache(oldest)
-                    reservation = self._kv.reserve(req.context_id, parent, req.num_tokens,
+                    reservation = self._kv.reserve(req.context_id, parent, req.num_new_tokens,
                                                    may_evict=False)
             if reservation is None:
-                reservation = self._kv.reserve(req.context_id, parent, req.num_tokens,
+                reservation = self._kv.reserve(req.context_id, parent, req.num_new_tokens,
                                                may_evict=not self._running)
             if reservation is None and self._running:
                 return  # they hold every block they need: wait for them to finish
@@ -445,7 +499,7 @@ class SimulatedEngine(Engine):
             req.start_len, req.num_recompute = base_len, reservation.num_recompute
             self._waiting.remove(req)
             enqueue(self._running, req)
-            if req.num_tokens == 0:
+            if req.num_new_tokens == 0:
                 self._finish(req)
 
     # ---- helpers ---------------------------------------------------------------------------
@@ -472,11 +526,12 @@ class SimulatedEngine(Engine):
 
     def _check_fits(self, req: SimRequest, base_len: int) -> None:
         c = self.config
-        final_len = base_len + req.num_tokens
+        final_len = base_len + req.num_new_tokens
         if final_len > c.max_context_len:
             raise PromptTooLongError(
                 f"context {req.context_id!r} would hold {final_len} tokens ({base_len} + "
-                f"{req.num_tokens} to {req.kind.value}); max_context_len is {c.max_context_len}")
+                f"{req.num_new_tokens} to {req.kind.value}); max_context_len is "
+                f"{c.max_context_len}")
         if -(-final_len // c.block_size) > c.num_blocks:
             raise OutOfKVCacheError(
                 f"context {req.context_id!r} needs {final_len} tokens of KV cache; the engine "

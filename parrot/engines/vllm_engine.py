@@ -94,7 +94,8 @@ class VLLMEngine(Engine):
     async def info(self) -> EngineInfo:
         return EngineInfo(self.name, "vllm", self.config.model, self._max_model_len, BLOCK_SIZE,
                           self._kv_tokens // BLOCK_SIZE,
-                          ChatTemplate.from_tokenizer(self._tokenizer))
+                          ChatTemplate.from_tokenizer(self._tokenizer),
+                          takes_prompt_in_generate=True)
 
     @property
     def _kv_tokens(self) -> int:
@@ -118,6 +119,9 @@ class VLLMEngine(Engine):
         return FillResult(request.context_id, len(ids), len(context))
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        # (a prompt is a Fill first: vLLM gets the whole context with the Generate anyway)
+        prompt_len = ((await self.fill(request.prompt_fill())).context_len
+                      if request.has_prompt else None)
         context = self._open(request.context_id, request.parent_context_id)
         self._contexts[request.context_id] = context
         request_id = f"{self.name}-{next(self._requests)}"
@@ -138,7 +142,8 @@ class VLLMEngine(Engine):
                 finished = output.finished
                 reason = sample.finish_reason if finished else None
                 chunk = GenerateChunk(piece, tuple(new_ids),
-                                      (reason or "stop") if finished else None)
+                                      (reason or "stop") if finished else None, prompt_len)
+                prompt_len = None
                 timer.observe(chunk)
                 yield chunk
         except (asyncio.CancelledError, GeneratorExit):

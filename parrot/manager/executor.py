@@ -3,8 +3,9 @@
 The prompt before the first output is split at variable boundaries into prefix pieces whose
 contexts are shared through `EngineContexts` (forked, never recomputed). From the first output
 on, the call works in its own context forked from the deepest prefix context: pending text is
-filled, each output is generated (its tokens stay in the context, so later text follows what the
-model said), and its value is published the moment it exists — consumers of an early output of a
+filled (in the output's Generate where the engine takes a prompt there), each output is
+generated (its tokens stay in the context, so later text follows what the model said), and its
+value is published the moment it exists — consumers of an early output of a
 multi-output call start before the call finishes.
 """
 
@@ -129,34 +130,39 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
         else ContextChain()
     context_id = f"c-{call.call_id}-{call.attempts}"
     parent = chain.leaf_id
+    # Text before an output goes in that output's Generate where the engine takes it: one
+    # request, one answer, and the step that computes the text's last token samples the first
+    # generated one (a Fill leaves it for the Generate's first step: a step later).
+    in_generate = engine.info.takes_prompt_in_generate
     created = False
     try:
         segments = call.template.segments
         first_output = next(i for i, s in enumerate(segments)
                             if isinstance(s, Placeholder) and s.is_output)
         pending: list[str] = [head] if head else []
-        context_len = sum(c.num_tokens for c in chain.contexts)
         for seg in segments[first_output:]:
             if isinstance(seg, Text):
                 pending.append(seg.text)
             elif not seg.is_output:
                 pending.append(call.rendered_inputs[seg.name])
             else:
-                if pending:
+                prompt = "".join(pending) if pending else None
+                pending = []
+                fork = None if created else parent
+                if prompt is not None and not in_generate:
                     filled = await engine.engine.fill(FillRequest(
-                        context_id=context_id, parent_context_id=None if created else parent,
-                        text="".join(pending), priority=priority))
-                    if not created:  # the whole prompt before the first output, in real tokens
-                        engine.note_prompt_tokens(call.call_id, filled.context_len)
-                    created, pending, context_len = True, [], filled.context_len
-                elif not created:   # the whole prompt is a prefix context: prefilled
+                        context_id=context_id, parent_context_id=fork, text=prompt,
+                        priority=priority))
+                    _prompt_in_kv(call, engine, filled.context_len, first=not created)
+                    created, prompt, fork = True, None, None
+                elif prompt is None and not created:   # the whole prompt is a prefix context
                     engine.note_prefilled(call.call_id)
-                if call.num_prompt_tokens is None:
-                    call.num_prompt_tokens = context_len
+                    if call.num_prompt_tokens is None:
+                        call.num_prompt_tokens = sum(c.num_tokens for c in chain.contexts)
                 binding = call.outputs[seg.name]
                 text = await _generate(call, binding, engine, GenerateRequest(
-                    context_id=context_id, parent_context_id=None if created else parent,
-                    sampling=binding.sampling, priority=priority))
+                    context_id=context_id, parent_context_id=fork, text=prompt,
+                    sampling=binding.sampling, priority=priority), first=not created)
                 created = True
                 await publish(binding, text)  # the sink applies the output's transforms
         # Text after the last output conditions nothing: it is never sent to the engine.
@@ -164,6 +170,19 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
         engine.contexts.release(chain)
         if created:
             await _free_private_context(engine, context_id)
+
+
+def _prompt_in_kv(call: Call, engine: EngineState, context_len: int | None, *,
+                  first: bool) -> None:
+    """The engine has the text before an output in KV: `context_len` tokens in the call's
+    context (a Fill's `context_len`, a Generate's `prompt_len`). The first time, the whole
+    prompt in real tokens replaces the engine's estimate of it."""
+    if context_len is None:   # (an engine that does not report it: the estimate stays)
+        return
+    if first:
+        engine.note_prompt_tokens(call.call_id, context_len)
+    if call.num_prompt_tokens is None:
+        call.num_prompt_tokens = context_len
 
 
 async def _free_private_context(engine: EngineState, context_id: str) -> None:
@@ -182,17 +201,20 @@ async def _free_private_context(engine: EngineState, context_id: str) -> None:
 
 
 async def _generate(call: Call, binding: OutputBinding, engine: EngineState,
-                    request: GenerateRequest) -> str:
+                    request: GenerateRequest, *, first: bool) -> str:
     """One Generate. Streamed when someone reads the output as it is generated (an OpenAI
     `stream` request, `astream`) or when streaming costs nothing (an in-process engine, whose
     `generate_all` is the protocol's loop over `generate`): each chunk then goes to the output
     variable's stream as it arrives (not shown for outputs with transforms: their value is not a
     prefix of the raw text). Over HTTP an unwatched output is one non-streamed request: per-token
-    NDJSON lines halve what the manager's loop can carry (docs/results/openai_api.md)."""
+    NDJSON lines halve what the manager's loop can carry (docs/results/openai_api.md).
+    `first`: the request's prompt (if any) is the first text sent to the call's context."""
     stream = binding.stream
     stream.begin_attempt()
     if not stream.wanted and type(engine.engine).generate_all is not Engine.generate_all:
         result = await engine.engine.generate_all(request)
+        if request.has_prompt:
+            _prompt_in_kv(call, engine, result.prompt_len, first=first)
         stream.push(result.text, len(result.token_ids), result.finish_reason,
                     visible=not binding.transforms)
         return result.text
@@ -204,6 +226,8 @@ async def _generate(call: Call, binding: OutputBinding, engine: EngineState,
         async for chunk in chunks:
             if not texts:   # the first chunk: its first token
                 call.timings.setdefault("first_token", asyncio.get_running_loop().time())
+                if request.has_prompt:
+                    _prompt_in_kv(call, engine, chunk.prompt_len, first=first)
             texts.append(chunk.text)
             stream.push(chunk.text, len(chunk.token_ids), chunk.finish_reason, visible=visible)
             if chunk.is_finished:

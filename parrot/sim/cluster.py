@@ -33,7 +33,7 @@ from parrot.validation import Checks, is_number
 
 # The engines' work counters a simulated run records per engine (results.json `engines[]`),
 # comparable with a live run's `engine_counters`.
-WORK_COUNTERS = ("num_steps", "step_ms", "prefill_tokens", "decode_tokens")
+WORK_COUNTERS = ("num_steps", "step_ms", "prefill_tokens", "decode_tokens", "generated_tokens")
 
 MAX_ENGINES = 1024
 # A simulated get may wait as long as the simulated traffic lasts.

@@ -52,10 +52,12 @@ def by_op(lines: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 
 def joined(chunks: list[dict[str, Any]]) -> dict[str, Any]:
-    """A Generate's chunks as one: text and token ids concatenated, the last finish_reason."""
+    """A Generate's chunks as one: text and token ids concatenated, the last finish_reason,
+    the first prompt_len."""
     return {"text": "".join(c["chunk"]["text"] for c in chunks),
             "token_ids": [t for c in chunks for t in c["chunk"]["token_ids"]],
-            "finish_reason": chunks[-1]["chunk"]["finish_reason"]}
+            "finish_reason": chunks[-1]["chunk"]["finish_reason"],
+            "prompt_len": chunks[0]["chunk"]["prompt_len"]}
 
 
 GEN = {"sampling": {"max_tokens": 12, "seed": 3}}
@@ -75,7 +77,8 @@ async def test_a_batch_gives_what_the_per_op_routes_give() -> None:
                                    "stream": True})
             expected[f"s{i}"] = {"text": "".join(c["text"] for c in lines),
                                  "token_ids": [t for c in lines for t in c["token_ids"]],
-                                 "finish_reason": lines[-1]["finish_reason"]}
+                                 "finish_reason": lines[-1]["finish_reason"],
+                                 "prompt_len": lines[0]["prompt_len"]}
         _, expected["whole"] = await post(alone, "/v1/engine/generate",
                                           {"context_id": "w", "parent_context_id": "p0", **GEN})
         _, expected["free"] = await post(alone, "/v1/engine/free_context", {"context_id": "g0"})
@@ -190,7 +193,7 @@ class _Lines:
 
 async def test_an_ops_chunks_that_wait_for_the_writer_merge_into_one_event() -> None:
     outbox = Outbox(2)
-    outbox.chunk("a", GenerateChunk("he", (1, 2)))
+    outbox.chunk("a", GenerateChunk("he", (1, 2), prompt_len=7))   # the first chunk's, kept
     outbox.put({"id": "b", "fill": {"context_id": "b", "num_filled_tokens": 1,
                                     "context_len": 1}})
     outbox.finished()
@@ -201,7 +204,7 @@ async def test_an_ops_chunks_that_wait_for_the_writer_merge_into_one_event() -> 
     await asyncio.wait_for(outbox.write_all(response), 1)  # type: ignore[arg-type]
     assert response.lines == [{"events": [
         {"id": "a", "chunk": {"text": "hello!", "token_ids": [1, 2, 3, 4],
-                              "finish_reason": "length"}},
+                              "finish_reason": "length", "prompt_len": 7}},
         {"id": "b", "fill": {"context_id": "b", "num_filled_tokens": 1, "context_len": 1}}]}]
 
 

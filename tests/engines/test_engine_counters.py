@@ -14,7 +14,7 @@ CORE = {"num_running": 1, "num_waiting": 2, "num_blocks_total": 64, "num_blocks_
 
 
 def test_the_registry_names_each_counter_once_with_its_metric_and_scale():
-    assert len(set(COUNTER_NAMES)) == len(COUNTER_NAMES) == 25
+    assert len(set(COUNTER_NAMES)) == len(COUNTER_NAMES) == 26
     assert len({c.metric for c in COUNTERS}) == len(COUNTERS)
     scales = {c.name: c.scale for c in COUNTERS}
     assert (scales["num_steps"], scales["step_ms"], scales["tpot_us_sum"]) == (1.0, 1e-3, 1e-6)

@@ -476,3 +476,31 @@ async def test_a_stats_reply_carries_the_counters_as_one_object() -> None:
     finally:
         await client.close()
         await server.close()
+
+
+async def test_a_prompt_in_a_generate_crosses_the_wire_with_its_length_back() -> None:
+    """Over HTTP, streamed and whole: the info says the engine takes it, the first chunk (or
+    the whole result) carries the prompt's length, and the tokens are the Fill-then-Generate
+    ones; a Generate with both token ids and text is a 400 the client raises typed."""
+    engine = sim(SMALL)
+    server, client = await serve(engine)
+    try:
+        assert (await client.info()).takes_prompt_in_generate
+        reference = sim(SMALL)   # (a simulated token depends on its context's id)
+        await reference.fill(FillRequest("s", text="y" * 36))
+        expected = await reference.generate_all(gen("s", 5))
+        request = GenerateRequest("s", sampling=SamplingParams(max_tokens=5, seed=3),
+                                  text="y" * 36)
+        chunks = [c async for c in client.generate(request)]
+        assert [c.prompt_len for c in chunks][:2] == [9, None]
+        assert tuple(t for c in chunks for t in c.token_ids) == expected.token_ids
+        whole = await client.generate_all(GenerateRequest(
+            "w", "s", SamplingParams(max_tokens=2, seed=3), token_ids=(1, 2, 3)))
+        assert (whole.prompt_len, len(whole.token_ids)) == (9 + 5 + 3, 2)
+        status, payload = await raw(server, "POST", "/v1/engine/generate", json.dumps(
+            {"context_id": "x", "token_ids": [1], "text": "a"}).encode())
+        assert (status, payload["error"]["type"]) == (400, "InvalidRequestError")
+        assert "at most one of token_ids and text" in payload["error"]["message"]
+    finally:
+        await client.close()
+        await server.close()

@@ -35,12 +35,14 @@ class RecordingEngine(Engine):
     capacity_blocks: int = 1 << 16
     alive: bool = True        # what healthz answers (a dead engine also fails its operations)
     window: int = 1 << 20     # max_context_len
+    prompt_in_generate: bool = False   # takes a prompt in a Generate (says so in its info)
 
     async def start(self) -> None: ...
     async def close(self) -> None: ...
 
     async def info(self) -> EngineInfo:
-        return EngineInfo(self.name, "fake", "fake", self.window, 16, self.capacity_blocks)
+        return EngineInfo(self.name, "fake", "fake", self.window, 16, self.capacity_blocks,
+                          takes_prompt_in_generate=self.prompt_in_generate)
 
     async def healthz(self) -> bool:
         return self.alive
@@ -69,14 +71,19 @@ class RecordingEngine(Engine):
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         await asyncio.sleep(self.delay)
+        assert self.prompt_in_generate or not request.has_prompt, "not in its info"
         text = self.open_context(request.context_id, request.parent_context_id)
         self.log.append(("generate", request.context_id, request.parent_context_id))
         self.priorities[request.context_id] = request.priority
+        prompt_len = None
+        if request.has_prompt:
+            text = self.contexts[request.context_id] = text + (request.text or "")
+            prompt_len = -(-len(text) // 4)
         answer = next((v for k, v in self.outputs.items() if text.endswith(k)), None)
         if answer is None:
             answer = "gen(" + hashlib.sha1(text.encode()).hexdigest()[:8] + ")"
         self.contexts[request.context_id] += answer
-        yield GenerateChunk(answer, (1,), "length")
+        yield GenerateChunk(answer, (1,), "length", prompt_len)
 
     async def free_context(self, context_id: str) -> None:
         if context_id not in self.contexts:

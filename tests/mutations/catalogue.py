@@ -1379,4 +1379,25 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/engines/builtin/test_prefix_caching.py::"
          "test_the_speed_probe_never_measures_a_cached_prefill",),
         where="token_ids"),
+    Mutation(
+        "executor_never_puts_the_prompt_in_the_generate", "parrot/manager/executor.py",
+        "    in_generate = engine.info.takes_prompt_in_generate\n",
+        "    in_generate = False\n",
+        ("tests/manager/test_executor_prompt_in_generate.py::"
+         "test_text_before_each_output_rides_in_its_generate_and_changes_nothing_else",),
+        where="_run_once"),
+    Mutation(
+        "sim_prompt_last_chunk_samples_nothing", "parrot/engines/simulated.py",
+        "one\n                    self._decode_token(req, req.context)\n",
+        "one\n                    pass\n",
+        ("tests/engines/test_sim_prompt_in_generate.py::"
+         "test_the_same_tokens_as_a_fill_and_a_generate_one_decode_step_sooner",),
+        where="SimulatedEngine._apply"),
+    Mutation(
+        "builtin_prompt_len_never_reported", "parrot/engines/builtin/batch_scheduler.py",
+        "            work.prompt_len = len(ctx.token_ids)\n",
+        "            work.prompt_len = None\n",
+        ("tests/engines/builtin/test_prompt_in_generate.py::"
+         "test_a_prompt_in_the_generate_gives_the_fill_then_generate_tokens_a_step_sooner",),
+        where="BatchScheduler._start"),
 )

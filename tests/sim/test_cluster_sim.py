@@ -48,9 +48,12 @@ def test_chain_summary_runs_its_steps_one_after_another_on_the_virtual_clock():
     for before, after in zip(app.calls, app.calls[1:]):
         assert after.dispatched >= before.finished  # each step needs the previous summary
     assert 0 < app.latency_s < 60 and result.wall_s < 5
-    # the engine's work counters, as a live run records them: every output token decoded
+    # the engine's work counters, as a live run records them
     (engine,) = result.engines
-    assert engine["decode_tokens"] == app.output_tokens
+    # every output token decoded but each call's first: the step that prefilled the call's
+    # prompt (sent in its Generate) sampled it
+    assert engine["decode_tokens"] == app.output_tokens - len(app.calls)
+    assert engine["generated_tokens"] == app.output_tokens
     assert engine["num_steps"] >= app.output_tokens and engine["prefill_tokens"] > 0
     assert 0 < engine["step_ms"] <= app.latency_s * 1000
 

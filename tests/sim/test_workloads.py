@@ -282,12 +282,12 @@ def test_sampled_lengths_are_seeded_per_call_under_a_loose_cap():
 
 @pytest.mark.parametrize("lengths", ["sampled", "exact"])
 def test_the_engine_generates_the_hidden_lengths_and_the_service_sees_only_the_cap(lengths):
-    """gpts with 6 requests: the engines decode exactly the tokens the workload drew (its
+    """gpts with 6 requests: the engines generate exactly the tokens the workload drew (its
     records' output_tokens), which differ from max_tokens when sampled."""
     result = run("gpts", num_requests=6, request_rate=4.0, prompt_scale=0.1,
                  output_tokens=20, output_lengths=lengths)
     generated = sum(r.output_tokens for r in result.records)
-    assert sum(e["decode_tokens"] for e in result.engines) == generated
+    assert sum(e["generated_tokens"] for e in result.engines) == generated
     if lengths == "exact":
         assert generated == 6 * 20
     else:
@@ -302,12 +302,12 @@ def test_the_engine_generates_the_hidden_lengths_and_the_service_sees_only_the_c
 @pytest.mark.parametrize("mode", ["parrot", "baseline"])
 def test_every_call_of_these_workloads_stops_at_its_hidden_length(name, spec, mode):
     """copilot, map-reduce (the reduce too) and multi-agent draw each call's length and hide
-    it under a loose cap: the engines decode exactly the drawn tokens (the records'
+    it under a loose cap: the engines generate exactly the drawn tokens (the records'
     output_tokens), not the calls' max_tokens; with exact lengths, every call's max_tokens."""
     def decoded(lengths: str) -> tuple[int, int, int]:
         result = run(name, mode=mode, output_lengths=lengths, **spec)
         calls = sum(len(r.calls) for r in result.records)
-        return (sum(e["decode_tokens"] for e in result.engines),
+        return (sum(e["generated_tokens"] for e in result.engines),
                 sum(r.output_tokens for r in result.records), calls)
 
     sampled, drawn, calls = decoded("sampled")
@@ -325,7 +325,7 @@ def test_the_reduce_stops_at_its_own_hidden_length():
     maps = sum(output_length(spec, 20, f"mapreduce-0|{i}").num_tokens for i in range(chunks))
     reduce = output_length(spec, 20, "mapreduce-0|reduce").num_tokens
     assert reduce != 20
-    assert sum(e["decode_tokens"] for e in result.engines) == maps + reduce
+    assert sum(e["generated_tokens"] for e in result.engines) == maps + reduce
 
 
 def test_the_prefix_caching_baseline_reuses_the_shared_system_prompt():

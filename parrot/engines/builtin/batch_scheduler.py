@@ -237,6 +237,8 @@ class BatchScheduler:
                 f"max_context_len is {self.max_context_len}"))
             return
         ctx.token_ids.extend(work.new_tokens)
+        if work.reports_prompt_len:
+            work.prompt_len = len(ctx.token_ids)
         self.blocks.reuse_cached(ctx)   # prefix caching: a new context's cached prefix
         if work.is_fill:
             if ctx.num_computed >= ctx.target_computed:

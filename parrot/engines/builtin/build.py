@@ -232,7 +232,8 @@ def build_engine(name: str, config: BuiltinEngineConfig, bundle: ModelBundle | N
                          speed_probe=None if probe_mode is None else StartupProbe(
                              probe_mode, max_num_seqs, device_key(model.device),
                              speed_profile_path(config, bundle, size, probe_mode)),
-                         startup_clock=clock, hidden_stops=config.is_random_shape)
+                         startup_clock=clock, hidden_stops=config.is_random_shape,
+                         prompt_in_generate=config.prompt_in_generate)
 
 
 def speed_profile_path(config: BuiltinEngineConfig, bundle: ModelBundle, size: ServingSize,

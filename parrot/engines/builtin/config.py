@@ -124,6 +124,9 @@ class BuiltinEngineConfig:
     step_trace: str | None = None     # JSON-lines file, one line per step; {engine}: its name
     speed_probe: str = "auto"         # measure the speed profile at start: auto/full/quick/off
     prefix_caching: bool = False      # reuse any earlier context's computed prefix blocks
+    # say in its info that it takes a prompt in a Generate (false: the manager sends a Fill,
+    # then a Generate; an A/B switch)
+    prompt_in_generate: bool = True
     max_mixed_decode_rows: int | None = None  # more decode rows: decodes and prefill apart
 
     def __post_init__(self) -> None:
@@ -160,7 +163,8 @@ class BuiltinEngineConfig:
         check.one_of("prefill_attention", self.prefill_attention, PREFILL_ATTENTION)
         check.number("shared_prefix_min_group", self.shared_prefix_min_group, minimum=2,
                      integer=True)
-        for key in ("cuda_graphs", "fused_ops", "warmup", "lazy_graphs", "prefix_caching"):
+        for key in ("cuda_graphs", "fused_ops", "warmup", "lazy_graphs", "prefix_caching",
+                    "prompt_in_generate"):
             check.boolean(key, getattr(self, key))
         check.number("eager_graph_rows", self.eager_graph_rows, minimum=0, maximum=1024,
                      integer=True)

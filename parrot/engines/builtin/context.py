@@ -77,7 +77,8 @@ class Work:
     context: Context
     seq: int                                      # admission order (FCFS)
     priority: int = 0                             # lower first (the protocol's priority)
-    new_tokens: list[int] = field(default_factory=list)        # fill: appended when it starts
+    # appended to the context when it starts (a Fill's, or a Generate's prompt)
+    new_tokens: list[int] = field(default_factory=list)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     generator: random.Random | None = None     # a sampled request's (sampler.py)
     grammar: Any = None                           # a constrained Generate's SequenceGrammar
@@ -85,6 +86,10 @@ class Work:
     tokenizer: Any = None                         # for the text stream (None: ids only)
     stream: TextStream | None = None              # made when a Generate starts
     num_generated: int = 0
+    # A Generate that carried a prompt: its first chunk reports the context's length after
+    # it (set when the work starts and its tokens are appended)
+    reports_prompt_len: bool = False
+    prompt_len: int | None = None
     state: WorkState = WorkState.WAITING
     is_started: bool = False                      # fork done and new tokens appended
     fill_result: asyncio.Future[Any] | None = None

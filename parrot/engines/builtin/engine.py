@@ -79,8 +79,10 @@ class BuiltinEngine(Engine):
                  tokenizer: Any | None, vocab_size: int, seed: int,
                  trace: StepTrace | None = None, pauses: PauseMonitor | None = None,
                  speed_probe: StartupProbe | None = None,
-                 startup_clock: StartupClock | None = None, hidden_stops: bool = False) -> None:
+                 startup_clock: StartupClock | None = None, hidden_stops: bool = False,
+                 prompt_in_generate: bool = True) -> None:
         self._name, self._model_name = name, model_name
+        self._prompt_in_generate = prompt_in_generate   # said in info() (config.py)
         self._trace = trace             # one line per step (step_trace.py), when configured
         # compilations and collections from here on are the serving's (build.py makes the
         # engine after its warm-up)
@@ -176,7 +178,8 @@ class BuiltinEngine(Engine):
                           block_size=blocks.block_size,
                           num_blocks_total=blocks.allocator.num_blocks_total,
                           chat_template=ChatTemplate.from_tokenizer(self._tokenizer),
-                          speed_profile=self._speed_profile, serving=self.serving_limits())
+                          speed_profile=self._speed_profile, serving=self.serving_limits(),
+                          takes_prompt_in_generate=self._prompt_in_generate)
 
     def serving_limits(self) -> ServingLimits:
         """What this engine serves with (sizing.py chose what the config left `auto`)."""
@@ -238,14 +241,7 @@ class BuiltinEngine(Engine):
 
     async def fill(self, request: FillRequest) -> FillResult:
         await self.start()
-        if request.token_ids is not None:
-            tokens = list(request.token_ids)
-        else:
-            assert request.text is not None
-            tokens = await self._tokenize(request.text)
-        if self._bos is not None and request.parent_context_id is None \
-                and request.context_id not in self._scheduler.contexts:
-            tokens.insert(0, self._bos)
+        tokens = await self._prompt_tokens(request)
         work = self._admit(WorkKind.FILL, request.context_id, request.parent_context_id, tokens,
                            request.priority)
         if self._stops is not None:
@@ -267,10 +263,16 @@ class BuiltinEngine(Engine):
             raise InvalidRequestError("stop strings need a tokenizer; this model has none")
         self._check_token_ids(params.stop_token_ids, "sampling.stop_token_ids")
         # compiled before admission: a constraint that fails leaves no work behind
+        # A prompt in the request is appended when the work starts, as a Fill's tokens; the
+        # step that computes its last token samples the first generated one.
+        tokens = await self._prompt_tokens(request) if request.has_prompt else []
         grammar = (None if params.constraint is None
                    else await self._start_grammar(params.constraint))
-        work = self._admit(WorkKind.GENERATE, request.context_id, request.parent_context_id, [],
-                           request.priority)
+        work = self._admit(WorkKind.GENERATE, request.context_id, request.parent_context_id,
+                           tokens, request.priority, creates=request.has_prompt)
+        work.reports_prompt_len = request.has_prompt
+        if request.has_prompt and self._stops is not None:
+            self._stops.filled(request.context_id, request.parent_context_id, request.text)
         work.sampling = params
         work.grammar = grammar
         if self._stops is not None:
@@ -326,9 +328,23 @@ class BuiltinEngine(Engine):
 
     # -- admission ------------------------------------------------------------------------------
 
+    async def _prompt_tokens(self, request: FillRequest | GenerateRequest) -> list[int]:
+        """A Fill's tokens, or a Generate's prompt: its token ids, or its text tokenized, with
+        BOS first where it starts a new root context (for tokenizers that add one)."""
+        if request.token_ids is not None:
+            tokens = list(request.token_ids)
+        else:
+            assert request.text is not None
+            tokens = await self._tokenize(request.text)
+        if self._bos is not None and request.parent_context_id is None \
+                and request.context_id not in self._scheduler.contexts:
+            tokens.insert(0, self._bos)
+        return tokens
+
     def _admit(self, kind: WorkKind, context_id: str, parent_id: str | None,
-               tokens: list[int], priority: int = 0) -> Work:
-        """Validate a request against the engine's state and make its work item."""
+               tokens: list[int], priority: int = 0, *, creates: bool = False) -> Work:
+        """Validate a request against the engine's state and make its work item; `creates`:
+        a Generate with a prompt, which may start a new root context as a Fill does."""
         if self._closing:
             raise EngineUnavailableError(f"engine {self._name!r} is closed")
         if self._unhealthy is not None:
@@ -347,10 +363,10 @@ class BuiltinEngine(Engine):
             base_len = len(ctx.token_ids)
             parent = None
         else:
-            if parent_id is None and kind is WorkKind.GENERATE:
+            if parent_id is None and kind is WorkKind.GENERATE and not creates:
                 raise UnknownContextError(
-                    f"unknown context {context_id!r} (generate needs an existing context or "
-                    "a parent_context_id)")
+                    f"unknown context {context_id!r} (generate needs an existing context, "
+                    "a parent_context_id or a prompt)")
             parent = contexts.get(parent_id) if parent_id is not None else None
             if parent_id is not None and parent is None:
                 raise UnknownContextError(f"unknown parent context {parent_id!r}")

@@ -40,4 +40,6 @@ def process_token(work: Work, token: int, eos_token_ids: frozenset[int],
         finish = "length"
     if finish is not None:
         text += work.stream.flush()
-    return GenerateChunk(text, (token,), finish)
+    # (the first chunk of a Generate that carried a prompt says how long the prompt made it)
+    return GenerateChunk(text, (token,), finish,
+                         work.prompt_len if work.num_generated == 1 else None)

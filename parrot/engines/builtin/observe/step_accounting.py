@@ -29,6 +29,7 @@ class StepCounters:
     loop_s: float = 0.0          # whole iterations that ran a batch: schedule, step, postprocess
     prefill_tokens: int = 0
     decode_tokens: int = 0
+    generated_tokens: int = 0    # sampled rows: a decode's, or a prompt's last chunk's
 
     def counters(self) -> dict[str, int]:
         """As engine counters (`EngineStats.counters`), times in milliseconds."""
@@ -37,7 +38,8 @@ class StepCounters:
                                piecewise_step_ms=round(self.piecewise_step_s * 1000),
                                loop_ms=round(self.loop_s * 1000),
                                prefill_tokens=self.prefill_tokens,
-                               decode_tokens=self.decode_tokens)
+                               decode_tokens=self.decode_tokens,
+                               generated_tokens=self.generated_tokens)
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class StepWatch:
         shape = step_shape(batch, runner.last_groups)
         counters.prefill_tokens += shape["prefill_tokens"]
         counters.decode_tokens += shape["decode_rows"]
+        counters.generated_tokens += sum(1 for chunk in batch.chunks if chunk.sample)
         graphs = runner.graphs
         return StepRun(seconds, path,
                        ahead_hit=graphs is not None and graphs.num_ahead_hits > self._ahead[0],
