@@ -63,6 +63,21 @@ async def test_fill_fork_generate_free(engine: OpenAIEngine):
         await engine.fill(FillRequest("c2", parent_context_id="gone", text="x"))
 
 
+async def test_a_prompt_in_the_generate_is_sent_with_it(engine: OpenAIEngine):
+    assert (await engine.info()).takes_prompt_in_generate
+    await engine.fill(FillRequest("sys", text="You are a parrot. " * 4))
+    chunks = [c async for c in engine.generate(GenerateRequest(
+        "c1", parent_context_id="sys", sampling=SamplingParams(max_tokens=3),
+        text="Say hi. "))]
+    text = "".join(c.text for c in chunks)
+    # the prompt's length as a Fill of it reports it (estimated at 4 characters a token)
+    assert [c.prompt_len for c in chunks][0] == 20
+    assert all(c.prompt_len is None for c in chunks[1:])
+    assert engine.context_text("c1") == "You are a parrot. " * 4 + "Say hi. " + text
+    await engine.free_context("c1")
+    await engine.free_context("sys")
+
+
 async def test_errors(engine: OpenAIEngine, backend_url):
     with pytest.raises(PromptTooLongError):
         await engine.fill(FillRequest("big", text="x" * 4 * 3000))

@@ -111,6 +111,22 @@ async def test_contexts_lower_to_token_prompts():
         await engine.free_context("nope")
 
 
+async def test_a_prompt_in_the_generate_joins_the_context_and_its_length_comes_first():
+    llm = _StandInLLM()
+    engine = VLLMEngine("v0", VLLMEngineConfig("m", max_model_len=64), llm,
+                        to_vllm_sampling=lambda s: s)
+    await engine.start()
+    assert (await engine.info()).takes_prompt_in_generate
+    await engine.fill(FillRequest("a", text="abc"))
+    chunks = [c async for c in engine.generate(GenerateRequest(
+        "b", parent_context_id="a", sampling=SamplingParams(max_tokens=2), text="de"))]
+    assert llm.prompts == [[97, 98, 99, 100, 101]]   # the parent's tokens, then the prompt
+    assert [c.prompt_len for c in chunks] == [5, None]
+    assert engine.context_tokens("b") == [97, 98, 99, 100, 101, 101, 100]
+    with pytest.raises(PromptTooLongError):   # checked as a Fill of it would be
+        await engine.generate_all(GenerateRequest("c", text="x" * 65))
+
+
 async def test_reset_prefix_cache_is_vllms_own():
     llm = _StandInLLM()
     engine = VLLMEngine("v0", VLLMEngineConfig("m", max_model_len=64), llm,
