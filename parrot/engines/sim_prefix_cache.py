@@ -10,8 +10,8 @@ them (shared, reference counted, like a paged engine's prefix cache). Cached con
 evicted least recently used first whenever a request needs their blocks, so a cache never
 holds back a request.
 
-The engine keeps the text only while prefix caching is on (`prefix_caching: true`); the
-manager and policies never see any of it.
+The engine keeps the text only while prefix caching is on (`prefix_caching: true`,
+`CachedPrefixes`); the manager and policies never see any of it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Iterator
 
+from parrot.engines.sim_blocks import KVSpace
 from parrot.types import CHARS_PER_TOKEN
 
 
@@ -101,3 +102,91 @@ class PrefixCache:
         for digest in self._hashes.pop(context_id, ()):
             if self._holder.get(digest) == context_id:
                 del self._holder[digest]
+
+
+class CachedPrefixes:
+    """The simulated engine's prefix caching over its KV space: each live context's text,
+    the PrefixCache of their blocks, and the contexts it makes itself (a cached prefix forked
+    for a request, a finished context kept cached), named `apc-…`."""
+
+    def __init__(self, kv: KVSpace) -> None:
+        self._kv = kv
+        self._block_size = kv.block_size
+        self._cache = PrefixCache(kv.block_size)
+        self._texts: dict[str, str] = {}   # context id -> its text (what its blocks hold)
+        self._own_ids = 0
+
+    def fork(self, text: str, num_tokens: int) -> tuple[str | None, int]:
+        """For a new root context of `text` (`num_tokens`): (a context holding the cached
+        leading blocks to fork, their tokens), or (None, 0). At least the last prompt token
+        is prefilled, as a real engine does. The caller drops the context once its request
+        forked it (`drop_fork`)."""
+        bs = self._block_size
+        self._cache.num_query_tokens += max(num_tokens - 1, 0) // bs * bs
+        found = self._cache.match(text)
+        if found is None:
+            return None, 0
+        holder_id, num_blocks = found
+        holder = self._kv.contexts.get(holder_id)
+        if holder is None or not holder.is_resident:   # its KV was evicted meanwhile
+            self.evict(holder_id)
+            return None, 0
+        num_blocks = min(num_blocks, (num_tokens - 1) // bs, holder.length // bs)
+        if num_blocks <= 0:
+            return None, 0
+        self._own_ids += 1
+        prefix_id = f"apc-prefix-{self._own_ids}"
+        self._kv.fork_blocks(prefix_id, holder, num_blocks)
+        self._cache.num_hit_tokens += num_blocks * bs
+        return prefix_id, num_blocks * bs
+
+    def index(self, context_id: str, parent_id: str | None, appended: str,
+              num_tokens: int) -> None:
+        """The context's text is its base's (its own so far, or the parent's it forked) and
+        what was appended (a Fill's text, a Generate's prompt or what it generated); its full
+        blocks (of `num_tokens` in KV) become reusable."""
+        base = context_id if context_id in self._texts else parent_id or context_id
+        text = self._texts[context_id] = self._texts.get(base, "") + appended
+        self._cache.index(context_id, text, num_tokens)
+
+    def release(self, context_id: str, *, in_use: bool) -> None:
+        """A context freed: kept by content (its blocks reused by later requests until one
+        needs them) when it holds a text and a whole resident block and no request was using
+        it, else its KV freed."""
+        text = self._texts.pop(context_id, None)
+        ctx = self._kv.contexts.get(context_id)
+        if (text and ctx is not None and ctx.is_resident and not in_use
+                and ctx.length >= self._block_size):
+            self._own_ids += 1
+            cached_id = f"apc-{self._own_ids}"
+            self._kv.rename(context_id, cached_id)
+            self._cache.keep(context_id, cached_id)
+        else:
+            self._cache.forget(context_id)
+            self._kv.free(context_id)
+
+    def evict_oldest(self) -> bool:
+        """Drop the least recently used cached context; whether there was one."""
+        oldest = self._cache.oldest()
+        if oldest is None:
+            return False
+        self.evict(oldest)
+        return True
+
+    def evict(self, cached_id: str) -> None:
+        self._cache.forget(cached_id)
+        self._kv.free(cached_id)
+
+    def reset(self) -> int:
+        """Forget every cached context and every live context's blocks (they keep them):
+        the cached blocks dropped."""
+        finished = self._cache.finished()
+        blocks = sum(self._cache.num_blocks(c) for c in finished)
+        for cached_id in finished:
+            self.evict(cached_id)
+        self._cache.forget_live()
+        return blocks
+
+    def counters(self) -> dict[str, int]:
+        return {"prefix_cache_query_tokens": self._cache.num_query_tokens,
+                "prefix_cache_hit_tokens": self._cache.num_hit_tokens}

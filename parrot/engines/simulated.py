@@ -60,7 +60,7 @@ from parrot.engines.sim_blocks import (KVSpace, SimContext, count_tokens, detoke
 from parrot.engines.sim_eos import HiddenStops
 from parrot.engines.sim_requests import SimRequest, SimRequestKind, enqueue
 from parrot.engines.sim_pacing import StepPacer
-from parrot.engines.sim_prefix_cache import PrefixCache
+from parrot.engines.sim_prefix_cache import CachedPrefixes
 from parrot.errors import (ContextExistsError, EngineConfigError, EngineError,
                            EngineUnavailableError, InvalidRequestError, OutOfKVCacheError,
                            PromptTooLongError, UnknownContextError)
@@ -91,12 +91,8 @@ class SimulatedEngine(Engine):
         self._aborted = AbortedGenerates()  # decode work aborts threw away (aborted.py)
         # where each context's next Generate stops on its own (an [[eos@N]] marker filled)
         self._stops = HiddenStops()
-        # With prefix caching: finished contexts cached by content, and every live context's
-        # text (what a cached block holds); ids of the contexts the engine makes itself.
-        self._cache = PrefixCache(self.config.block_size) if self.config.prefix_caching \
-            else None
-        self._texts: dict[str, str] = {}
-        self._own_ids = 0
+        # With prefix caching: finished contexts cached by content (sim_prefix_cache.py)
+        self._cache = CachedPrefixes(self._kv) if self.config.prefix_caching else None
 
     # ---- Engine protocol -------------------------------------------------------------------
 
@@ -129,7 +125,7 @@ class SimulatedEngine(Engine):
         parent_id, cached = request.parent_context_id, 0
         if (self._cache is not None and request.text and parent_id is None
                 and request.context_id not in self._contexts):
-            parent_id, cached = self._cached_prefix(request.text, n)
+            parent_id, cached = self._cache.fork(request.text, n)
         try:
             req = self._submit(SimRequest(SimRequestKind.FILL, request.context_id, parent_id,
                                           n - cached, priority=request.priority))
@@ -150,43 +146,9 @@ class SimulatedEngine(Engine):
         if req.error is not None:
             raise req.error
         if self._cache is not None:
-            self._index_text(request.context_id, request.parent_context_id,
-                             request.text or "", req.final_len)
+            self._cache.index(request.context_id, request.parent_context_id,
+                              request.text or "", req.final_len)
         return FillResult(request.context_id, n, req.final_len)
-
-    def _index_text(self, context_id: str, parent_id: str | None, appended: str,
-                    final_len: int) -> None:
-        """With prefix caching: the context's text is its base's (its own so far, or the
-        parent's it forked) and what was appended (a Fill's text, a Generate's prompt or what
-        it generated); its full blocks become reusable."""
-        assert self._cache is not None
-        base = context_id if context_id in self._texts else parent_id or context_id
-        text = self._texts[context_id] = self._texts.get(base, "") + appended
-        self._cache.index(context_id, text, final_len)
-
-    def _cached_prefix(self, text: str, num_tokens: int) -> tuple[str | None, int]:
-        """(a context holding the cached leading blocks of `text` to fork, their tokens), or
-        (None, 0). At least the last prompt token is prefilled, as a real engine does."""
-        assert self._cache is not None
-        self._cache.num_query_tokens += max(num_tokens - 1, 0) // self.config.block_size \
-            * self.config.block_size
-        found = self._cache.match(text)
-        if found is None:
-            return None, 0
-        holder_id, num_blocks = found
-        holder = self._contexts.get(holder_id)
-        if holder is None or not holder.is_resident:   # its KV was evicted meanwhile
-            self._uncache(holder_id)
-            return None, 0
-        bs = self.config.block_size
-        num_blocks = min(num_blocks, (num_tokens - 1) // bs, holder.length // bs)
-        if num_blocks <= 0:
-            return None, 0
-        self._own_ids += 1
-        prefix_id = f"apc-prefix-{self._own_ids}"
-        self._kv.fork_blocks(prefix_id, holder, num_blocks)
-        self._cache.num_hit_tokens += num_blocks * bs
-        return prefix_id, num_blocks * bs
 
     def _drop_cached_prefix(self, parent_id: str | None, asked: str | None) -> None:
         """Free the cached-prefix context a fill forked (its blocks stay with the fork)."""
@@ -194,19 +156,7 @@ class SimulatedEngine(Engine):
             self._kv.free(parent_id)
 
     async def reset_prefix_cache(self) -> int:
-        if self._cache is None:
-            return 0
-        finished = self._cache.finished()
-        blocks = sum(self._cache.num_blocks(c) for c in finished)
-        for cached_id in finished:
-            self._uncache(cached_id)
-        self._cache.forget_live()
-        return blocks
-
-    def _uncache(self, cached_id: str) -> None:
-        assert self._cache is not None
-        self._cache.forget(cached_id)
-        self._kv.free(cached_id)
+        return 0 if self._cache is None else self._cache.reset()
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         sampling = request.sampling
@@ -219,7 +169,7 @@ class SimulatedEngine(Engine):
                           else count_tokens(request.text or ""))
             if (self._cache is not None and request.text and parent_id is None
                     and request.context_id not in self._contexts):
-                parent_id, cached = self._cached_prefix(request.text, num_prompt)
+                parent_id, cached = self._cache.fork(request.text, num_prompt)
             self._stops.filled(request.context_id, request.parent_context_id, request.text)
         stop = self._stops.take(request.context_id, request.parent_context_id)
         num_tokens = (sampling.max_tokens if sampling.ignore_eos or stop is None
@@ -258,8 +208,8 @@ class SimulatedEngine(Engine):
                     self._drop_cached_prefix(parent_id, request.parent_context_id)
                     if self._cache is not None:
                         # (as after a Fill: later requests find the prompt while this decodes)
-                        self._index_text(request.context_id, request.parent_context_id,
-                                         request.text or "", prompt_len)
+                        self._cache.index(request.context_id, request.parent_context_id,
+                                          request.text or "", prompt_len)
                 token_ids, req.new_token_ids = req.new_token_ids, []
                 if value is not None:
                     held.extend(token_ids)
@@ -274,8 +224,8 @@ class SimulatedEngine(Engine):
                                           "eos" if req.finish_reason == "eos"
                                           else finish_reason, prompt_len)
                     if self._cache is not None:
-                        self._index_text(request.context_id, request.parent_context_id,
-                                         "".join(generated) + chunk.text, req.final_len)
+                        self._cache.index(request.context_id, request.parent_context_id,
+                                          "".join(generated) + chunk.text, req.final_len)
                     timer.observe(chunk)
                     yield chunk
                     return
@@ -302,18 +252,9 @@ class SimulatedEngine(Engine):
             self._abort(req, UnknownContextError(
                 f"context {context_id!r} was freed while in use"), by_client=True)
         self._stops.forget(context_id)
-        text = self._texts.pop(context_id, None)
-        ctx = self._contexts.get(context_id)
-        if (self._cache is not None and text and ctx is not None and ctx.is_resident
-                and not pending and ctx.length >= self.config.block_size):
-            # Kept by content, its blocks reused by later fills, until a request needs them.
-            self._own_ids += 1
-            cached_id = f"apc-{self._own_ids}"
-            self._kv.rename(context_id, cached_id)
-            self._cache.keep(context_id, cached_id)
+        if self._cache is not None:   # kept by content unless it was in use
+            self._cache.release(context_id, in_use=bool(pending))
         else:
-            if self._cache is not None:
-                self._cache.forget(context_id)
             self._kv.free(context_id)
         self._wake()
 
@@ -340,13 +281,8 @@ class SimulatedEngine(Engine):
                                decode_tokens=self._decode_tokens,
                                generated_tokens=self._generated_tokens,
                                **self._tpot.counters(),
-                               **self._aborted.counters(), **self._cache_counters()))
-
-    def _cache_counters(self) -> dict[str, int]:
-        if self._cache is None:
-            return {}
-        return {"prefix_cache_query_tokens": self._cache.num_query_tokens,
-                "prefix_cache_hit_tokens": self._cache.num_hit_tokens}
+                               **self._aborted.counters(),
+                               **({} if self._cache is None else self._cache.counters())))
 
     async def healthz(self) -> bool:
         return not self._closed
@@ -482,8 +418,7 @@ class SimulatedEngine(Engine):
                 # first, before anything else is evicted.
                 reservation = self._kv.reserve(req.context_id, parent, req.num_new_tokens,
                                                may_evict=False)
-                while reservation is None and (oldest := self._cache.oldest()) is not None:
-                    self._uncache(oldest)
+                while reservation is None and self._cache.evict_oldest():
                     reservation = self._kv.reserve(req.context_id, parent, req.num_new_tokens,
                                                    may_evict=False)
             if reservation is None:

@@ -376,7 +376,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="SimulatedEngine.generate"),
     Mutation(
         "sim_prefix_cache_forks_cached_blocks", "parrot/engines/simulated.py",
-        "            parent_id, cached = self._cached_prefix(request.text, n)\n",
+        "            parent_id, cached = self._cache.fork(request.text, n)\n",
         "            pass\n",
         ("tests/engines/test_sim_prefix_cache.py::"
          "test_a_second_request_reuses_the_cached_system_prompt",),
