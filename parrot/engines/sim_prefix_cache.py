@@ -44,8 +44,6 @@ class PrefixCache:
         self._hashes: dict[str, list[str]] = {}                 # context id -> its blocks
         self._finished: OrderedDict[str, None] = OrderedDict()  # evictable, LRU first
         self._holder: dict[str, str] = {}       # block hash -> a context holding it
-        self.num_query_tokens = 0               # prompt tokens (whole blocks) looked up
-        self.num_hit_tokens = 0                 # prompt tokens served from the cache
 
     def __contains__(self, context_id: str) -> bool:
         return context_id in self._hashes
@@ -115,6 +113,8 @@ class CachedPrefixes:
         self._cache = PrefixCache(kv.block_size)
         self._texts: dict[str, str] = {}   # context id -> its text (what its blocks hold)
         self._own_ids = 0
+        self._query_tokens = 0   # prompt tokens (whole blocks) looked up
+        self._hit_tokens = 0     # of those, served from the cache
 
     def fork(self, text: str, num_tokens: int) -> tuple[str | None, int]:
         """For a new root context of `text` (`num_tokens`): (a context holding the cached
@@ -122,7 +122,7 @@ class CachedPrefixes:
         is prefilled, as a real engine does. The caller drops the context once its request
         forked it (`drop_fork`)."""
         bs = self._block_size
-        self._cache.num_query_tokens += max(num_tokens - 1, 0) // bs * bs
+        self._query_tokens += max(num_tokens - 1, 0) // bs * bs
         found = self._cache.match(text)
         if found is None:
             return None, 0
@@ -137,7 +137,7 @@ class CachedPrefixes:
         self._own_ids += 1
         prefix_id = f"apc-prefix-{self._own_ids}"
         self._kv.fork_blocks(prefix_id, holder, num_blocks)
-        self._cache.num_hit_tokens += num_blocks * bs
+        self._hit_tokens += num_blocks * bs
         return prefix_id, num_blocks * bs
 
     def index(self, context_id: str, parent_id: str | None, appended: str,
@@ -188,5 +188,5 @@ class CachedPrefixes:
         return blocks
 
     def counters(self) -> dict[str, int]:
-        return {"prefix_cache_query_tokens": self._cache.num_query_tokens,
-                "prefix_cache_hit_tokens": self._cache.num_hit_tokens}
+        return {"prefix_cache_query_tokens": self._query_tokens,
+                "prefix_cache_hit_tokens": self._hit_tokens}
