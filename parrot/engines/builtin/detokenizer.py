@@ -56,14 +56,11 @@ def rust_backend(tokenizer: Any) -> Any | None:
     return None
 
 
-def decoder(tokenizer: Any) -> Callable[[list[int]], str]:
-    """`tokenizer.decode(ids, skip_special_tokens=True)`, through its Rust tokenizer where
-    `rust_backend` finds one: at 250 rows a step, transformers' Python around each call (~3 us
-    of ~4.4 on the 2-core VM) was most of an H200 engine's ~7 ms of post-processing."""
-    return _decoder(tokenizer, rust_backend(tokenizer))
-
-
-def _decoder(tokenizer: Any, backend: Any | None) -> Callable[[list[int]], str]:
+def decoder(tokenizer: Any, backend: Any | None) -> Callable[[list[int]], str]:
+    """`tokenizer.decode(ids, skip_special_tokens=True)`, through `backend` (its Rust
+    tokenizer: `rust_backend(tokenizer)`) where there is one: at 250 rows a step,
+    transformers' Python around each call (~3 us of ~4.4 on the 2-core VM) was most of an
+    H200 engine's ~7 ms of post-processing."""
     return functools.partial((tokenizer if backend is None else backend).decode,
                              skip_special_tokens=True)
 
@@ -73,7 +70,7 @@ class TextStream:
                  stop: tuple[str, ...] = ()) -> None:
         self._tokenizer = tokenizer
         self._backend = None if tokenizer is None else rust_backend(tokenizer)
-        self._decode = _no_text if tokenizer is None else _decoder(tokenizer, self._backend)
+        self._decode = _no_text if tokenizer is None else decoder(tokenizer, self._backend)
         self._ids = list(context_ids[-_CONTEXT_TOKENS:])
         self._prefix_offset = 0
         self._read_offset = len(self._ids)

@@ -66,21 +66,24 @@ class FastLike:
 
 
 def test_the_rust_decoder_is_used_only_where_it_gives_the_same_text():
-    from parrot.engines.builtin.detokenizer import decoder
+    from parrot.engines.builtin.detokenizer import decoder, rust_backend
+
+    def chosen(tokenizer):
+        return decoder(tokenizer, rust_backend(tokenizer)).func
 
     fast = FastLike(clean_up=False)
-    assert decoder(fast).func == fast.backend_tokenizer.decode      # same object here
+    assert chosen(fast) == fast.backend_tokenizer.decode            # same object here
     cleaning = FastLike(clean_up=True)
     cleaning.backend_tokenizer = ByteTokenizer()                    # another object
-    assert decoder(cleaning).func == cleaning.decode                # the wrapper, cleaning
+    assert chosen(cleaning) == cleaning.decode                      # the wrapper, cleaning
     plain = ByteTokenizer()
-    assert decoder(plain).func == plain.decode
+    assert chosen(plain) == plain.decode
 
 
 def test_a_real_fast_tokenizer_streams_the_same_text_either_way():
     import pytest
 
-    from parrot.engines.builtin.detokenizer import decoder
+    from parrot.engines.builtin.detokenizer import decoder, rust_backend
 
     transformers = pytest.importorskip("transformers")
     tokenizers = pytest.importorskip("tokenizers")
@@ -92,8 +95,8 @@ def test_a_real_fast_tokenizer_streams_the_same_text_either_way():
                                                 clean_up_tokenization_spaces=False)
     ids = [5, 3, 3, 4, 2, 0, 1, 6]
     text = fast.decode(ids, skip_special_tokens=True)
-    assert decoder(fast)(ids) == text and "<e>" not in text and "hé" in text
-    assert decoder(fast).func == fast.backend_tokenizer.decode
+    assert decoder(fast, rust_backend(fast))(ids) == text and "<e>" not in text and "hé" in text
+    assert rust_backend(fast) is fast.backend_tokenizer
 
 
 # -- the Rust stream (tokenizers' DecodeStream) against the Python rule -----------------------
