@@ -73,3 +73,19 @@ async def test_a_generate_on_a_new_context_needs_a_parent_or_a_prompt(tiny_bundl
     got = await engine.generate_all(GenerateRequest("ok", sampling=GREEDY, token_ids=(5, 6)))
     assert (len(got.token_ids), got.prompt_len) == (6, 2)
     engine.check_invariants()
+
+
+async def test_text_in_the_generate_is_tokenized_as_a_fill_on_smollm2(smollm2_bundle,
+                                                                       make_engine):
+    """The real tokenizer: a system prompt filled, then a question as the Generate's text,
+    gives the greedy tokens of a Fill of the question and a Generate."""
+    split = make_engine(smollm2_bundle, num_blocks=64)
+    fused = make_engine(smollm2_bundle, num_blocks=64)
+    system, question = "You are a helpful assistant. ", "What is the capital of France?"
+    for engine in (split, fused):
+        await engine.fill(FillRequest("sys", text=system))
+    filled = await split.fill(FillRequest("q", "sys", text=question))
+    expected = await split.generate_all(GenerateRequest("q", sampling=GREEDY))
+    got = await fused.generate_all(GenerateRequest("q", "sys", GREEDY, text=question))
+    assert got.token_ids == expected.token_ids and got.text == expected.text
+    assert got.prompt_len == filled.context_len
