@@ -44,6 +44,9 @@ class _ReadOnlyKeys(Set[str]):
         return len(self._mapping)
 
 
+_NO_GROUPS: frozenset[str] = frozenset()
+
+
 def prefix_num_tokens(call: Call) -> tuple[int, ...]:
     """Estimated prompt tokens up to each of `call.prefix_hashes` (non-decreasing)."""
     shareable = set(call.prefix_hashes)
@@ -163,6 +166,9 @@ class EngineState:
 
     def _apply_spec(self) -> None:
         # Computed once here, not per view: every scheduling round reads every engine's.
+        # (live read-only views of the cached and the running prefixes)
+        self._cached_keys = _ReadOnlyKeys(self.contexts.prefix_hashes)
+        self._running_keys = _ReadOnlyKeys(self.prefix_refs)
         self.profile, self.profile_source = engine_profile(self.spec, self.info)
         configured = self.spec.latency_capacity
         self.latency_capacity = (configured if configured is not None
@@ -316,12 +322,14 @@ class EngineState:
         self._set_running(call_id, placed.prefilled(own))
 
     def view(self) -> EngineView:
-        # Every scheduling round views every engine: an engine without latency calls skips
-        # the walks over its running calls that only latency calls feed.
-        latency = ([p for p in self.running.values() if not p.is_throughput]
-                   if self.num_latency_calls else [])
+        # Every scheduling round views every engine (the real server's chains: 12 us an
+        # engine, 16 engines a round): one pass over the running latency calls, none for an
+        # engine without them, and the live key views made once (_apply_spec).
+        floor, chained_seq, latency_tokens = (self._latency_summary() if self.num_latency_calls
+                                              else (0, None, 0))
+        kv_capacity = self.kv_capacity_tokens
         return EngineView(
-            engine_id=self.engine_id,
+            engine_id=self.spec.name,
             num_running_calls=len(self.running),
             num_tokens_in_use=self.num_tokens_in_use,
             latency_capacity=self.latency_capacity,
@@ -329,31 +337,50 @@ class EngineState:
             speed=self.spec.speed,
             num_latency_calls=self.num_latency_calls,
             num_throughput_calls=self.num_throughput_calls,
-            task_groups=frozenset(self.task_groups),
-            cached_prefixes=_ReadOnlyKeys(self.contexts.prefix_hashes),
+            task_groups=frozenset(self.task_groups) if self.task_groups else _NO_GROUPS,
+            cached_prefixes=self._cached_keys,
             is_healthy=self.is_healthy,
             profile=self.profile,
-            running_prefixes=_ReadOnlyKeys(self.prefix_refs),
-            latency_floor_tokens=min((p.whole_tokens for p in latency), default=0),
+            running_prefixes=self._running_keys,
+            latency_floor_tokens=floor,
             # Idle contexts count as free (evicted least recently used first), but those
             # filled ahead for a waiting call: evicting one makes that call fill it again.
-            kv_free_tokens=(self.kv_capacity_tokens - self._running_kv_tokens()
-                            - self.contexts.num_ahead_tokens
-                            if self.kv_capacity_tokens > 0 else None),
-            chained_latency_seq=(max(p.call.arrival_seq for p in latency)
-                                 if latency and all(p.call.has_waiting_consumer
-                                                    for p in latency) else None),
+            kv_free_tokens=(kv_capacity - self._running_kv_tokens()
+                            - self.contexts.num_ahead_tokens if kv_capacity > 0 else None),
+            chained_latency_seq=chained_seq,
             queued_prefill_tokens=self.queued_prefill_tokens,
-            throughput_tokens_in_use=self.num_tokens_in_use - (self._latency_tokens(latency)
-                                                               if latency else 0),
+            throughput_tokens_in_use=self.num_tokens_in_use - latency_tokens,
         )
 
-    def _latency_tokens(self, latency: list[_Placed]) -> int:
-        """Of num_tokens_in_use, what the running LATENCY calls hold: their own tokens and
-        every prefix one of them uses (counted once, as the accounting counts it)."""
-        prefixes = {prefix for p in latency for prefix, _ in p.prefixes}
-        return (sum(p.num_tokens for p in latency)
-                + sum(self.prefix_tokens[prefix] for prefix in prefixes))
+    def _latency_summary(self) -> tuple[int, int | None, int]:
+        """Over the running LATENCY calls, in one pass: the smallest whole footprint; the
+        latest arrival when every one of them has a consumer waiting on it alone (else
+        None); and what they hold of num_tokens_in_use, their own tokens and every prefix
+        one of them uses (counted once, as the accounting counts it)."""
+        floor: int | None = None
+        latest = -1
+        all_waited = True
+        own = 0
+        prefixes: set[str] = set()
+        for placed in self.running.values():
+            if placed.is_throughput:
+                continue
+            whole = placed.whole_tokens
+            if floor is None or whole < floor:
+                floor = whole
+            call = placed.call
+            if call.arrival_seq > latest:
+                latest = call.arrival_seq
+            if all_waited and not call.has_waiting_consumer:
+                all_waited = False
+            own += placed.num_tokens
+            for prefix, _ in placed.prefixes:
+                prefixes.add(prefix)
+        if floor is None:
+            return 0, None, 0
+        prefix_tokens = self.prefix_tokens
+        return (floor, latest if all_waited else None,
+                own + sum(prefix_tokens[prefix] for prefix in prefixes))
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.engine_id, "kind": self.info.kind, "model": self.info.model,
