@@ -56,6 +56,32 @@ async def test_the_view_gives_the_smallest_latency_calls_whole_footprint(manager
         await manager.get(session, out(call, "a"), Criterion.LATENCY)
 
 
+async def test_the_view_splits_the_tokens_in_use_between_throughput_and_latency_calls(
+        manager, engine):
+    """EngineView.throughput_tokens_in_use: what the running THROUGHPUT calls hold of
+    num_tokens_in_use, i.e. all of it but the latency calls' own tokens and every prefix one
+    of them uses (a prefix a latency and a throughput call share is the latency side's)."""
+    session = manager.create_session()
+    a, b = (submit(manager, session, SYSTEM + "{{input:q}} {{output:a}}", q=f"question {i}")
+            for i in range(2))
+    bulk = submit(manager, session, SYSTEM + "{{input:q}} {{output:a}}", q="a batch item")
+    plain = submit(manager, session, "{{input:q}} {{output:a}}", q="x" * 40)
+    prefix = -(-len(SYSTEM) // 4)
+    state = manager.engines.get("e0")
+    state.add_call(bulk, Criterion.THROUGHPUT)
+    state.add_call(plain, Criterion.THROUGHPUT)
+    assert state.view().throughput_tokens_in_use == state.num_tokens_in_use
+    state.add_call(a)
+    state.add_call(b)
+    latency = a.num_tokens + b.num_tokens - prefix       # the shared prefix counted once
+    assert state.view().throughput_tokens_in_use == state.num_tokens_in_use - latency
+    assert state.view().throughput_tokens_in_use == bulk.num_tokens - prefix + plain.num_tokens
+    for call in (a, b, bulk, plain):
+        state.remove_call(call)
+    for call in (a, b, bulk, plain):
+        await manager.get(session, out(call, "a"), Criterion.LATENCY)
+
+
 async def test_the_view_gives_the_kv_free_of_running_calls_and_contexts_filled_ahead(
         manager, engine):
     """EngineView.kv_free_tokens: the engine's KV cache less its running calls (two blocks of

@@ -412,11 +412,19 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="EngineState.kv_overflow_tokens"),
     Mutation(
         "kv_free_keeps_room_of_contexts_filled_ahead", "parrot/manager/engine_pool.py",
-        "                            - self.contexts.num_ahead_tokens\n",
-        "                            - 0\n",
+        "                            - self.contexts.num_ahead_tokens if kv_capacity > 0"
+        " else None),\n",
+        "                            - 0 if kv_capacity > 0 else None),\n",
         ("tests/manager/test_engine_pool.py::"
          "test_the_view_gives_the_kv_free_of_running_calls_and_contexts_filled_ahead",),
         where="EngineState.view"),
+    Mutation(
+        "latency_tokens_without_their_prefixes", "parrot/manager/engine_pool.py",
+        "                own + sum(prefix_tokens[prefix] for prefix in prefixes))\n",
+        "                own)\n",
+        ("tests/manager/test_engine_pool.py::"
+         "test_the_view_splits_the_tokens_in_use_between_throughput_and_latency_calls",),
+        where="EngineState._latency_summary"),
     Mutation(
         "prefill_ahead_reserves_its_context", "parrot/manager/prefill_ahead.py",
         "    engine.contexts.release_ahead(chain)\n",
