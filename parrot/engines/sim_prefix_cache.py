@@ -119,8 +119,8 @@ class CachedPrefixes:
     def fork(self, text: str, num_tokens: int) -> tuple[str | None, int]:
         """For a new root context of `text` (`num_tokens`): (a context holding the cached
         leading blocks to fork, their tokens), or (None, 0). At least the last prompt token
-        is prefilled, as a real engine does. The caller drops the context once its request
-        forked it (`drop_fork`)."""
+        is prefilled, as a real engine does. The caller frees that context once its request
+        has forked it."""
         bs = self._block_size
         self._query_tokens += max(num_tokens - 1, 0) // bs * bs
         found = self._cache.match(text)

@@ -120,12 +120,7 @@ class SimulatedEngine(Engine):
                           takes_prompt_in_generate=c.prompt_in_generate)
 
     async def fill(self, request: FillRequest) -> FillResult:
-        n = (len(request.token_ids) if request.token_ids is not None
-             else count_tokens(request.text or ""))
-        parent_id, cached = request.parent_context_id, 0
-        if (self._cache is not None and request.text and parent_id is None
-                and request.context_id not in self._contexts):
-            parent_id, cached = self._cache.fork(request.text, n)
+        n, parent_id, cached = self._prompt(request)
         try:
             req = self._submit(SimRequest(SimRequestKind.FILL, request.context_id, parent_id,
                                           n - cached, priority=request.priority))
@@ -150,6 +145,18 @@ class SimulatedEngine(Engine):
                               request.text or "", req.final_len)
         return FillResult(request.context_id, n, req.final_len)
 
+    def _prompt(self, request: FillRequest | GenerateRequest) -> tuple[int, str | None, int]:
+        """A Fill's tokens or a Generate's prompt: (its tokens, the parent its context forks,
+        of its tokens those a cached prefix gives). With prefix caching a new root context
+        forks the cached leading blocks of its text, as vLLM's APC; the forked context is
+        dropped once the request has forked it (`_drop_cached_prefix`)."""
+        n = (len(request.token_ids) if request.token_ids is not None
+             else count_tokens(request.text or ""))
+        if (self._cache is not None and request.text and request.parent_context_id is None
+                and request.context_id not in self._contexts):
+            return (n, *self._cache.fork(request.text, n))
+        return n, request.parent_context_id, 0
+
     def _drop_cached_prefix(self, parent_id: str | None, asked: str | None) -> None:
         """Free the cached-prefix context a fill forked (its blocks stay with the fork)."""
         if parent_id is not None and parent_id != asked:
@@ -162,14 +169,9 @@ class SimulatedEngine(Engine):
         sampling = request.sampling
         # A prompt in the request: prefilled first, as a Fill of it would be (a cached prefix
         # of it forked), its last chunk's step producing the first token.
-        num_prompt = cached = 0
-        parent_id = request.parent_context_id
+        num_prompt, parent_id, cached = 0, request.parent_context_id, 0
         if request.has_prompt:
-            num_prompt = (len(request.token_ids) if request.token_ids is not None
-                          else count_tokens(request.text or ""))
-            if (self._cache is not None and request.text and parent_id is None
-                    and request.context_id not in self._contexts):
-                parent_id, cached = self._cache.fork(request.text, num_prompt)
+            num_prompt, parent_id, cached = self._prompt(request)
             self._stops.filled(request.context_id, request.parent_context_id, request.text)
         stop = self._stops.take(request.context_id, request.parent_context_id)
         num_tokens = (sampling.max_tokens if sampling.ignore_eos or stop is None
@@ -192,8 +194,10 @@ class SimulatedEngine(Engine):
             raise
         timer = self._tpot.timer()
         generated: list[str] = []
-        # the first chunk says how long the context is after the prompt
-        prompt_len = None if not request.has_prompt else -1
+        # the first chunk says how long the context is after the prompt, known at its first
+        # signal (its first token: the prompt is prefilled)
+        prompt_len: int | None = None
+        awaiting_prompt = request.has_prompt
         loop = self._loop
         assert loop is not None, "a submitted request started the engine"
         try:
@@ -203,7 +207,8 @@ class SimulatedEngine(Engine):
                 req.ready = False
                 if req.error is not None:
                     raise req.error
-                if prompt_len == -1:   # its first token: the prompt is prefilled
+                if awaiting_prompt:
+                    awaiting_prompt = False
                     prompt_len = req.start_len + num_prompt - cached
                     self._drop_cached_prefix(parent_id, request.parent_context_id)
                     if self._cache is not None:
@@ -237,7 +242,7 @@ class SimulatedEngine(Engine):
                     timer.observe(chunk)
                     yield chunk
         finally:
-            if prompt_len == -1:   # failed or aborted before it was admitted
+            if awaiting_prompt:   # failed or aborted before it was admitted
                 self._drop_cached_prefix(parent_id, request.parent_context_id)
             if not req.is_finished:  # consumer went away (or the request failed): free the slot
                 self._abort(req, by_client=True)

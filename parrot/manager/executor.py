@@ -153,7 +153,8 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
                     filled = await engine.engine.fill(FillRequest(
                         context_id=context_id, parent_context_id=fork, text=prompt,
                         priority=priority))
-                    _prompt_in_kv(call, engine, filled.context_len, first=not created)
+                    if not created:
+                        _prompt_in_kv(call, engine, filled.context_len)
                     created, prompt, fork = True, None, None
                 elif prompt is None and not created:   # the whole prompt is a prefix context
                     engine.note_prefilled(call.call_id)
@@ -162,7 +163,8 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
                 binding = call.outputs[seg.name]
                 text = await _generate(call, binding, engine, GenerateRequest(
                     context_id=context_id, parent_context_id=fork, text=prompt,
-                    sampling=binding.sampling, priority=priority), first=not created)
+                    sampling=binding.sampling, priority=priority),
+                    first_prompt=prompt is not None and not created)
                 created = True
                 await publish(binding, text)  # the sink applies the output's transforms
         # Text after the last output conditions nothing: it is never sent to the engine.
@@ -172,15 +174,13 @@ async def _run_once(call: Call, engine: EngineState, publish: OutputSink,
             await _free_private_context(engine, context_id)
 
 
-def _prompt_in_kv(call: Call, engine: EngineState, context_len: int | None, *,
-                  first: bool) -> None:
-    """The engine has the text before an output in KV: `context_len` tokens in the call's
-    context (a Fill's `context_len`, a Generate's `prompt_len`). The first time, the whole
-    prompt in real tokens replaces the engine's estimate of it."""
+def _prompt_in_kv(call: Call, engine: EngineState, context_len: int | None) -> None:
+    """The engine has the call's prompt before its first output in KV: `context_len` tokens in
+    the call's context (a Fill's `context_len`, a Generate's `prompt_len`), which replace the
+    engine's estimate of the prompt."""
     if context_len is None:   # (an engine that does not report it: the estimate stays)
         return
-    if first:
-        engine.note_prompt_tokens(call.call_id, context_len)
+    engine.note_prompt_tokens(call.call_id, context_len)
     if call.num_prompt_tokens is None:
         call.num_prompt_tokens = context_len
 
@@ -201,20 +201,21 @@ async def _free_private_context(engine: EngineState, context_id: str) -> None:
 
 
 async def _generate(call: Call, binding: OutputBinding, engine: EngineState,
-                    request: GenerateRequest, *, first: bool) -> str:
+                    request: GenerateRequest, *, first_prompt: bool) -> str:
     """One Generate. Streamed when someone reads the output as it is generated (an OpenAI
     `stream` request, `astream`) or when streaming costs nothing (an in-process engine, whose
     `generate_all` is the protocol's loop over `generate`): each chunk then goes to the output
     variable's stream as it arrives (not shown for outputs with transforms: their value is not a
     prefix of the raw text). Over HTTP an unwatched output is one non-streamed request: per-token
     NDJSON lines halve what the manager's loop can carry (docs/results/openai_api.md).
-    `first`: the request's prompt (if any) is the first text sent to the call's context."""
+    `first_prompt`: the request carries the first text of the call's context, whose length
+    (the first chunk's `prompt_len`) is the call's prompt in real tokens."""
     stream = binding.stream
     stream.begin_attempt()
     if not stream.wanted and type(engine.engine).generate_all is not Engine.generate_all:
         result = await engine.engine.generate_all(request)
-        if request.has_prompt:
-            _prompt_in_kv(call, engine, result.prompt_len, first=first)
+        if first_prompt:
+            _prompt_in_kv(call, engine, result.prompt_len)
         stream.push(result.text, len(result.token_ids), result.finish_reason,
                     visible=not binding.transforms)
         return result.text
@@ -226,8 +227,8 @@ async def _generate(call: Call, binding: OutputBinding, engine: EngineState,
         async for chunk in chunks:
             if not texts:   # the first chunk: its first token
                 call.timings.setdefault("first_token", asyncio.get_running_loop().time())
-                if request.has_prompt:
-                    _prompt_in_kv(call, engine, chunk.prompt_len, first=first)
+                if first_prompt:
+                    _prompt_in_kv(call, engine, chunk.prompt_len)
             texts.append(chunk.text)
             stream.push(chunk.text, len(chunk.token_ids), chunk.finish_reason, visible=visible)
             if chunk.is_finished:

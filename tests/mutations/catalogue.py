@@ -376,11 +376,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="SimulatedEngine.generate"),
     Mutation(
         "sim_prefix_cache_forks_cached_blocks", "parrot/engines/simulated.py",
-        "            parent_id, cached = self._cache.fork(request.text, n)\n",
+        "            return (n, *self._cache.fork(request.text, n))\n",
         "            pass\n",
         ("tests/engines/test_sim_prefix_cache.py::"
          "test_a_second_request_reuses_the_cached_system_prompt",),
-        where="SimulatedEngine.fill"),
+        where="SimulatedEngine._prompt"),
     Mutation(
         "batch_waits_a_turn_for_gets", "parrot/frontend/session.py",
         "        await asyncio.sleep(0)\n", "",

@@ -262,15 +262,14 @@ class BuiltinEngine(Engine):
         if params.stop and self._tokenizer is None:
             raise InvalidRequestError("stop strings need a tokenizer; this model has none")
         self._check_token_ids(params.stop_token_ids, "sampling.stop_token_ids")
-        # compiled before admission: a constraint that fails leaves no work behind
         # A prompt in the request is appended when the work starts, as a Fill's tokens; the
         # step that computes its last token samples the first generated one.
         tokens = await self._prompt_tokens(request) if request.has_prompt else []
+        # compiled before admission: a constraint that fails leaves no work behind
         grammar = (None if params.constraint is None
                    else await self._start_grammar(params.constraint))
         work = self._admit(WorkKind.GENERATE, request.context_id, request.parent_context_id,
-                           tokens, request.priority, creates=request.has_prompt)
-        work.reports_prompt_len = request.has_prompt
+                           tokens, request.priority, has_prompt=request.has_prompt)
         if request.has_prompt and self._stops is not None:
             self._stops.filled(request.context_id, request.parent_context_id, request.text)
         work.sampling = params
@@ -342,9 +341,10 @@ class BuiltinEngine(Engine):
         return tokens
 
     def _admit(self, kind: WorkKind, context_id: str, parent_id: str | None,
-               tokens: list[int], priority: int = 0, *, creates: bool = False) -> Work:
-        """Validate a request against the engine's state and make its work item; `creates`:
-        a Generate with a prompt, which may start a new root context as a Fill does."""
+               tokens: list[int], priority: int = 0, *, has_prompt: bool = False) -> Work:
+        """Validate a request against the engine's state and make its work item; `has_prompt`:
+        a Generate with a prompt, which may start a new root context as a Fill does and
+        reports the prompt's length on its first chunk."""
         if self._closing:
             raise EngineUnavailableError(f"engine {self._name!r} is closed")
         if self._unhealthy is not None:
@@ -363,7 +363,7 @@ class BuiltinEngine(Engine):
             base_len = len(ctx.token_ids)
             parent = None
         else:
-            if parent_id is None and kind is WorkKind.GENERATE and not creates:
+            if parent_id is None and kind is WorkKind.GENERATE and not has_prompt:
                 raise UnknownContextError(
                     f"unknown context {context_id!r} (generate needs an existing context, "
                     "a parent_context_id or a prompt)")
@@ -383,7 +383,7 @@ class BuiltinEngine(Engine):
             contexts[context_id] = ctx
         self._seq += 1
         return Work(kind, ctx, self._seq, priority, new_tokens=tokens,
-                    tokenizer=self._tokenizer)
+                    tokenizer=self._tokenizer, reports_prompt_len=has_prompt)
 
     def _check_token_ids(self, tokens: Any, what: str) -> None:
         bad = [t for t in tokens if t >= self._vocab_size]
