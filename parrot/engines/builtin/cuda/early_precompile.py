@@ -60,7 +60,8 @@ MARKER_PACKAGES = ("torch", "triton")
 # early start whose workers find the stamp and stop.
 MARKER_IGNORED_KEYS = frozenset({"tokenizer", "seed", "step_trace", "speed_probe",
                                  "itl_target_ms", "step_token_budget", "prefix_caching",
-                                 "num_threads", "max_mixed_decode_rows"})
+                                 "num_threads", "max_mixed_decode_rows",
+                                 "prompt_in_generate"})
 
 Spawn = Callable[[list[str]], "subprocess.Popen[str]"]
 
