@@ -158,7 +158,7 @@ class Scheduler:
                 topo_rank=call.topo_rank, arrival_seq=call.arrival_seq,
                 num_output_tokens=sizes.num_output_tokens,
                 prefix_num_tokens=sizes.prefix_num_tokens, shared_prefix=shared,
-                has_waiting_consumer=call.has_waiting_consumer))
+                has_waiting_consumer=call.has_waiting_consumer, demand=call.demand))
         return views
 
 

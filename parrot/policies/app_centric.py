@@ -101,6 +101,14 @@ class AppCentricParams(PolicyParams):
     # profile) takes longer: a bound on all its tokens, latency and throughput alike, which
     # the latency backlog never passes (docs/POLICIES.md says what it guarantees).
     tpot_target_ms: float | None = None
+    # With work_conserving: throughput work nobody waits on latency-critically (its demand is
+    # THROUGHPUT: a batch job fetched as throughput, not a task group of a latency-critical
+    # application) is placed after all other work of the round and held to the latency
+    # capacity on an engine carrying latency calls even in a round that cannot isolate: the
+    # latency calls' steps stay short, at the background work's expense (docs/POLICIES.md
+    # measures both). false (default): it fills such engines to the throughput capacity like
+    # any throughput call.
+    hold_background_work: bool = False
     # Ablation switches (the paper's "affinity scheduling off" experiment).
     prefix_affinity: bool = True
     colocate_task_groups: bool = True
@@ -118,11 +126,14 @@ class AppCentricParams(PolicyParams):
             check.positive("tpot_target_ms", self.tpot_target_ms)
             object.__setattr__(self, "tpot_target_ms", float(self.tpot_target_ms))
         for key in ("isolate_criteria", "prefix_affinity", "colocate_task_groups",
-                    "admit_latency_backlog", "work_conserving"):
+                    "admit_latency_backlog", "work_conserving", "hold_background_work"):
             check.boolean(key, getattr(self, key))
 
 
 _OTHER = {Criterion.LATENCY: Criterion.THROUGHPUT, Criterion.THROUGHPUT: Criterion.LATENCY}
+# The tiers of a work-conserving round (AppCentricPolicy._by_priority): latency units, the
+# throughput units a latency-critical call waits on (task groups), background throughput.
+_LATENCY, _THROUGHPUT, _BACKGROUND = 0, 1, 2
 
 Assignment = tuple[CallView, Slot, Demand]
 # An option's finish time, read without a Python call per option (options: slot, demand, ms)
@@ -158,7 +169,14 @@ class AppCentricPolicy(Policy):
         # Latency calls of this round not placed yet: the backlog a latency call past every
         # latency limit would otherwise wait in (Slot.has_room_backlogged).
         latency_waiting = sum(self._criterion(c) is Criterion.LATENCY for c in calls)
+        holding_background = isolates   # (a round that isolates holds all throughput work)
         for criterion, unit in self._by_priority(self._units(calls)):
+            if not holding_background and self._tier(criterion, unit) == _BACKGROUND:
+                # Background work comes last (_by_priority): from here on it is held to the
+                # latency limit on engines serving latency calls, as in a round that isolates.
+                holding_background = True
+                for slot in slots:
+                    slot.isolates = True
             # (read only: without a reservation, the slots themselves)
             usable = [s for s in slots if s.index not in reserved] if reserved else slots
             done = self._place_unit(unit, criterion, usable, saturated[criterion],
@@ -202,13 +220,23 @@ class AppCentricPolicy(Policy):
 
     def _by_priority(self, units: list[tuple[Criterion, list[CallView]]]
                      ) -> list[tuple[Criterion, list[CallView]]]:
-        """With `work_conserving`, latency units before throughput units (each in order):
-        room that frees up goes to the calls whose latency someone waits on, and a
-        throughput unit that fits nowhere keeps its engine only against later throughput
-        work. Otherwise first come, first served, as the paper."""
+        """With `work_conserving`, latency units first, then throughput units, then (with
+        `hold_background_work`) background throughput units, each tier in order: room that
+        frees up goes to the calls whose latency someone waits on, directly or through a task
+        group, and a throughput unit that fits nowhere keeps its engine only against later
+        work of its tier or below. Otherwise first come, first served, as the paper."""
         if not self.params.work_conserving:
             return units
-        return sorted(units, key=lambda unit: unit[0] is not Criterion.LATENCY)
+        return sorted(units, key=lambda unit: self._tier(*unit))
+
+    def _tier(self, criterion: Criterion, unit: list[CallView]) -> int:
+        """A unit's place in `_by_priority`'s order (_LATENCY, _THROUGHPUT, _BACKGROUND)."""
+        if criterion is Criterion.LATENCY:
+            return _LATENCY
+        if (self.params.hold_background_work and self.params.work_conserving
+                and all(call.demand is Criterion.THROUGHPUT for call in unit)):
+            return _BACKGROUND
+        return _THROUGHPUT
 
     def _can_isolate(self, calls: Sequence[CallView], slots: list[Slot]) -> bool:
         throughput = [c for c in calls if self._criterion(c) is Criterion.THROUGHPUT]

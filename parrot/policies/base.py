@@ -41,6 +41,11 @@ class CallView:
     # A call of its session waits on its outputs alone (Call.has_waiting_consumer): its
     # application's next call follows it.
     has_waiting_consumer: bool = False
+    # What its outputs are needed for, downstream included (deduction's demand, before task
+    # grouping): a task group's member is THROUGHPUT with a LATENCY demand when a
+    # latency-critical call waits on the group; THROUGHPUT with a THROUGHPUT demand, nobody
+    # waits on it latency-critically (background work). None: nothing asked yet.
+    demand: Criterion | None = None
 
     @property
     def num_prompt_tokens(self) -> int:

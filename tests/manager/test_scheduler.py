@@ -111,6 +111,11 @@ async def test_criteria_given_at_submit_are_deduced_before_the_first_round():
     assert views[maps[0].call_id].task_group == views[maps[1].call_id].task_group is not None
     assert views[chat.call_id].criterion is Criterion.THROUGHPUT
     assert reduce.call_id not in views
+    # Their demands tell the two apart: the maps' is the reduce's LATENCY (someone waits on
+    # them), the other call's THROUGHPUT (background work, AppCentricParams.
+    # hold_background_work).
+    assert [views[m.call_id].demand for m in maps] == [Criterion.LATENCY] * 2
+    assert views[chat.call_id].demand is Criterion.THROUGHPUT
 
 
 class CriterionPolicy(Policy):

@@ -1408,4 +1408,32 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/engines/builtin/test_prompt_in_generate.py::"
          "test_a_prompt_in_the_generate_gives_the_fill_then_generate_tokens_a_step_sooner",),
         where="BatchScheduler._start"),
+    Mutation(
+        "background_work_held_beside_latency_calls", "parrot/policies/app_centric.py",
+        "                for slot in slots:\n                    slot.isolates = True\n",
+        "                pass\n",
+        ("tests/policies/test_work_conserving.py::"
+         "test_background_work_is_held_to_the_latency_limit_beside_latency_calls",),
+        where="AppCentricPolicy.schedule"),
+    Mutation(
+        "background_is_demand_throughput", "parrot/policies/app_centric.py",
+        "                and all(call.demand is Criterion.THROUGHPUT for call in unit)):\n",
+        "                and all(call.demand is not Criterion.LATENCY for call in unit)):\n",
+        ("tests/policies/test_work_conserving.py::"
+         "test_throughput_work_a_latency_critical_call_waits_on_is_not_background",),
+        where="AppCentricPolicy._tier"),
+    Mutation(
+        "background_placed_last", "parrot/policies/app_centric.py",
+        "        return sorted(units, key=lambda unit: self._tier(*unit))\n",
+        "        return sorted(units, key=lambda unit: min(self._tier(*unit), _THROUGHPUT))\n",
+        ("tests/policies/test_work_conserving.py::"
+         "test_background_work_comes_after_the_work_someone_waits_on",),
+        where="AppCentricPolicy._by_priority"),
+    Mutation(
+        "call_view_carries_demand", "parrot/manager/scheduler.py",
+        "                has_waiting_consumer=call.has_waiting_consumer, demand=call.demand))\n",
+        "                has_waiting_consumer=call.has_waiting_consumer))\n",
+        ("tests/manager/test_scheduler.py::"
+         "test_criteria_given_at_submit_are_deduced_before_the_first_round",),
+        where="Scheduler._call_views"),
 )

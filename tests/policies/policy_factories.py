@@ -16,16 +16,18 @@ def make_call(call_id: str, *, criterion: Criterion | None = LAT, tokens: int = 
               group: str | None = None, group_size: int = 1,
               prefixes: Iterable[str] = (), session: str = "s", seq: int = 0,
               output: int = 0, prefix_tokens: Iterable[int] = (),
-              shared: str | None = None, chained: bool = False) -> CallView:
+              shared: str | None = None, chained: bool = False,
+              demand: Criterion | None = None) -> CallView:
     """`output`: of `tokens`, the decode steps; `prefix_tokens`: prompt tokens up to each of
     `prefixes`; `shared`: the prefix another queued call shares (SharedReqsInQueue);
-    `chained`: a call of its session waits on its output."""
+    `chained`: a call of its session waits on its output; `demand`: what downstream needs
+    (THROUGHPUT with criterion THROUGHPUT: background work)."""
     return CallView(call_id=call_id, session_id=session, criterion=criterion, task_group=group,
                     task_group_size=group_size if group else 1,
                     prefix_hashes=tuple(prefixes), num_tokens=tokens, topo_rank=0,
                     arrival_seq=seq, num_output_tokens=output,
                     prefix_num_tokens=tuple(prefix_tokens), shared_prefix=shared,
-                    has_waiting_consumer=chained)
+                    has_waiting_consumer=chained, demand=demand)
 
 
 def make_engine(engine_id: str, *, tokens: int = 0, lat: int = 0, thr: int = 0,

@@ -224,3 +224,59 @@ def test_a_slot_that_does_not_isolate_lets_latency_calls_to_the_throughput_capac
     assert slot.capacity(LAT) == 32768
     slot.isolates = True                               # isolation protects: the rule holds
     assert slot.capacity(LAT) == 4096 + 3000
+
+
+# --- background work held beside latency calls (hold_background_work) ----------------------
+
+def background(call_id, *, tokens=3000, seq=0):
+    """A throughput call whose output nobody waits on latency-critically (a batch job)."""
+    return make_call(call_id, criterion=THR, tokens=tokens, output=100, seq=seq, demand=THR)
+
+
+def test_background_work_is_held_to_the_latency_limit_beside_latency_calls():
+    """The one engine serves a chat (2,000 tokens), so no round can isolate: a 3,000-token
+    batch call fills it past the 4,096-token latency capacity by default, and waits with
+    `hold_background_work`, which keeps the chat's steps short."""
+    engine = make_engine("e0", tokens=2000, lat=1, kv_free=30000, latency_floor=2000)
+    assert schedule([background("b")], [engine]) == {"b": "e0"}
+    assert schedule([background("b")], [engine], hold_background_work=True) == {}
+    # Under the limit it joins: holding is a bound, not a ban.
+    small = background("b", tokens=2000)
+    assert schedule([small], [engine], hold_background_work=True) == {"b": "e0"}
+    # An engine free of latency calls takes it to the throughput capacity, as before.
+    idle = make_engine("e1", tokens=20000, thr=2, kv_free=12000)
+    assert schedule([background("b")], [engine, idle], hold_background_work=True) == {
+        "b": "e1"}
+
+
+def test_throughput_work_a_latency_critical_call_waits_on_is_not_background():
+    """A task group's maps feeding a latency-critical reduce are THROUGHPUT with a LATENCY
+    demand: someone waits on them, so they fill the engine as any throughput work; so does a
+    throughput call nothing has asked about downstream yet (no demand)."""
+    engine = make_engine("e0", tokens=2000, lat=1, kv_free=30000, latency_floor=2000)
+    maps = [make_call(f"m{i}", criterion=THR, group="g", group_size=2, tokens=1500,
+                      output=100, seq=i, demand=LAT) for i in range(2)]
+    assert schedule(maps, [engine], hold_background_work=True) == {"m0": "e0", "m1": "e0"}
+    unknown = make_call("u", criterion=THR, tokens=3000, output=100)
+    assert schedule([unknown], [engine], hold_background_work=True) == {"u": "e0"}
+
+
+def test_background_work_comes_after_the_work_someone_waits_on():
+    """Room for one 3,000-token call on a latency-free engine: a batch call that arrived
+    first yields it to a map a latency-critical reduce waits on (by default, first come)."""
+    engine = make_engine("e0", tokens=26000, thr=2, kv_free=6000, thr_cap=29000)
+    calls = [background("b", seq=0),
+             make_call("m", criterion=THR, group="g", group_size=1, tokens=3000, output=100,
+                       seq=1, demand=LAT)]
+    assert schedule(calls, [engine]) == {"b": "e0"}
+    assert schedule(calls, [engine], hold_background_work=True) == {"m": "e0"}
+    # The paper's first come, first served (work_conserving: false) keeps no tiers.
+    assert schedule(calls, [engine], hold_background_work=True,
+                    work_conserving=False) == {"b": "e0"}
+
+
+def test_hold_background_work_from_yaml_and_validated():
+    policy = default_registry().create("app_centric", {"hold_background_work": True})
+    assert policy.params.hold_background_work is True
+    with pytest.raises(PolicyConfigError, match="hold_background_work"):
+        default_registry().create("app_centric", {"hold_background_work": "yes"})
