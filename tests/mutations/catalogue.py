@@ -1069,12 +1069,12 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_an_op_let_go_before_the_engine_answered_is_aborted_once_it_has",),
         where="OpBatcher.release"),
     Mutation(
-        "simulated_only_client_aborts_counted", "parrot/engines/simulated.py",
+        "simulated_only_client_aborts_counted", "parrot/engines/sim_batch.py",
         "        if by_client and req.kind is SimRequestKind.GENERATE:\n",
         "        if req.kind is SimRequestKind.GENERATE:\n",
         ("tests/engines/test_simulated.py::"
          "test_fills_and_failed_generates_are_not_aborted_work",),
-        where="SimulatedEngine._abort"),
+        where="SimBatch.abort"),
     Mutation(
         "builtin_aborted_generate_counted_once", "parrot/engines/builtin/engine.py",
         "            if work.fail(EngineError(\"generate abandoned by its caller\")):\n",
@@ -1395,12 +1395,12 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_text_before_each_output_rides_in_its_generate_and_changes_nothing_else",),
         where="_run_once"),
     Mutation(
-        "sim_prompt_last_chunk_samples_nothing", "parrot/engines/simulated.py",
+        "sim_prompt_last_chunk_samples_nothing", "parrot/engines/sim_batch.py",
         "one\n                    self._decode_token(req, req.context)\n",
         "one\n                    pass\n",
         ("tests/engines/test_sim_prompt_in_generate.py::"
          "test_the_same_tokens_as_a_fill_and_a_generate_one_decode_step_sooner",),
-        where="SimulatedEngine._apply"),
+        where="SimBatch._apply"),
     Mutation(
         "builtin_prompt_len_never_reported", "parrot/engines/builtin/batch_scheduler.py",
         "            work.prompt_len = len(ctx.token_ids)\n",
