@@ -266,16 +266,16 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_the_placement_criterion_is_what_the_engine_counts",),
         where="Manager._dispatch"),
     Mutation(
-        "builtin_loop_spins_on_scheduler_error", "parrot/engines/builtin/engine.py",
+        "builtin_loop_spins_on_scheduler_error", "parrot/engines/builtin/engine_loop.py",
         "                await self._back_off(retry_s)\n",
         "",
         ("tests/engines/builtin/test_engine_scheduling_faults.py::"
          "test_a_raising_scheduler_fails_requests_backs_off_and_recovers",),
-        where="BuiltinEngine._run"),
+        where="EngineLoop._run"),
     Mutation(
         "builtin_healthy_while_scheduling_fails", "parrot/engines/builtin/engine.py",
-        "return not self._closing and self._unhealthy is None \\\n",
-        "return not self._closing \\\n",
+        "        return not self._batching.closing and self._batching.unhealthy is None \\\n",
+        "        return not self._batching.closing \\\n",
         ("tests/engines/builtin/test_engine_scheduling_faults.py::"
          "test_engine_server_healthz_is_503_while_scheduling_fails",),
         where="BuiltinEngine.healthz"),
@@ -536,19 +536,19 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_piecewise_prefill_matches_the_eager_forward",),
         where="PrefillGraphs.run"),
     Mutation(
-        "prefill_waits_for_launched_step", "parrot/engines/builtin/engine.py",
+        "prefill_waits_for_launched_step", "parrot/engines/builtin/engine_loop.py",
         "                batch = self._scheduler.schedule(decode_only=self._runner.has_ahead)\n",
         "                batch = self._scheduler.schedule()\n",
         ("tests/engines/builtin/cuda/test_lookahead.py::"
          "test_prefill_arriving_during_a_launched_step_waits_one_step",),
-        where="BuiltinEngine._run"),
+        where="EngineLoop._run"),
     Mutation(
-        "no_launch_ahead_while_prefill_waits", "parrot/engines/builtin/engine.py",
+        "no_launch_ahead_while_prefill_waits", "parrot/engines/builtin/engine_loop.py",
         "                self._runner.hold_ahead = self._scheduler.prefill_waits_after(batch)\n",
         "                self._runner.hold_ahead = False\n",
         ("tests/engines/builtin/cuda/test_lookahead.py::"
          "test_prefill_arriving_during_a_launched_step_waits_one_step",),
-        where="BuiltinEngine._run"),
+        where="EngineLoop._run"),
     Mutation(
         "simulated_engine_makes_up_late_timers", "parrot/engines/sim_pacing.py",
         "        if now - LATE_TIMER_S <= self.step_end < now:\n",
@@ -1086,8 +1086,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="BuiltinEngine.generate"),
     Mutation(
         "builtin_freed_generate_counted", "parrot/engines/builtin/engine.py",
-        "        self._count_abort(self._scheduler.free(ctx, defer=self._step_in_flight))\n",
-        "        self._scheduler.free(ctx, defer=self._step_in_flight)\n",
+        "        self._count_abort(self._scheduler.free(ctx, defer=self._batching.step_in_flight)"
+        ")\n",
+        "        self._scheduler.free(ctx, defer=self._batching.step_in_flight)\n",
         ("tests/engines/builtin/test_aborted_work.py::"
          "test_a_generate_freed_under_and_then_let_go_counts_once",),
         where="BuiltinEngine.free_context"),

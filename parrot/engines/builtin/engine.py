@@ -1,9 +1,8 @@
 """BuiltinEngine: the Engine protocol in-process over a real model.
 
-One batching task per engine runs `_run`: schedule -> model step (in a worker thread, the one
-blocking boundary) -> postprocess. When there is no work it waits on an asyncio.Event that
-admissions and frees set; nothing polls. Requests hand results back through a future (Fill) or
-a queue of chunks (Generate) per work item.
+The protocol in front: requests are validated and admitted as work items (the batch
+scheduler's), and hand results back through a future (Fill) or a channel of chunks (Generate);
+the batching task that runs them is engine_loop.py's `EngineLoop`.
 
 Context rules (the protocol docstring, made exact):
 * Fill on an unknown id creates the context (forking `parent_context_id` if given); Generate
@@ -25,10 +24,9 @@ Context rules (the protocol docstring, made exact):
   when the context window is full. Token ids outside the vocabulary, or stop strings without a
   tokenizer -> InvalidRequestError.
 
-When the batch scheduler raises (a bug), the loop fails every queued request with
-EngineUnavailableError, reports itself unhealthy (`healthz` False, new requests refused with the
-same error, so the manager re-dispatches them elsewhere) and retries scheduling with a growing
-back-off; the first iteration that schedules without raising makes it healthy again.
+While the batch scheduler raises (a bug: engine_loop.py), the engine is unhealthy (`healthz`
+False) and refuses new requests with EngineUnavailableError, so the manager re-dispatches them
+elsewhere.
 """
 
 from __future__ import annotations
@@ -36,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
 from typing import Any
 from collections.abc import AsyncIterator
 
@@ -48,12 +45,12 @@ from parrot.engines.builtin.observe.host_pauses import PauseMonitor, pause_monit
 from parrot.engines.builtin.runner import ModelRunner
 from parrot.engines.builtin.grammar import GrammarCache, SequenceGrammar
 from parrot.engines.builtin.sampler import make_generator
-from parrot.engines.builtin.batch_scheduler import Batch, BatchScheduler
+from parrot.engines.builtin.batch_scheduler import BatchScheduler
+from parrot.engines.builtin.engine_loop import EngineLoop
 from parrot.engines.builtin.sizing import batch_buckets
-from parrot.engines.builtin.observe.step_accounting import StepCounters, StepRun, StepWatch
 from parrot.engines.builtin.observe.startup_clock import StartupClock
 from parrot.engines.builtin.observe.startup_probe import StartupProbe
-from parrot.engines.builtin.observe.step_trace import StepRecord, StepTrace
+from parrot.engines.builtin.observe.step_trace import StepTrace
 from parrot.engines.counters import engine_counters
 from parrot.engines.protocol import (Engine, EngineInfo, EngineStats, FillRequest, FillResult,
                                      GenerateChunk, GenerateRequest, ServingLimits)
@@ -67,11 +64,6 @@ from parrot.speed_profile import SpeedProfile
 log = logging.getLogger(__name__)
 
 _TOKENIZE_INLINE_CHARS = 4096  # longer texts are tokenized in a worker thread
-# While the batch scheduler raises, scheduling is retried after a back-off growing from
-# RETRY_MIN_S to RETRY_MAX_S: the loop awaits on its error path, so a broken scheduler never
-# starves the event loop (or the engine server's /healthz) with a busy retry loop.
-RETRY_MIN_S = 0.01
-RETRY_MAX_S = 1.0
 
 
 class BuiltinEngine(Engine):
@@ -89,7 +81,8 @@ class BuiltinEngine(Engine):
         self._pauses = pauses if pauses is not None else pause_monitor(triton=False)
         self._pauses_at_start = self._pauses.totals()
         self._runner, self._scheduler = runner, scheduler
-        self._counters = StepCounters()
+        # the batching task (engine_loop.py), started by the first start()
+        self._batching = EngineLoop(name, runner, scheduler, self._pauses, trace)
         self._tpot = TpotMeter()        # time per output token as Generates are handed over
         self._aborted = AbortedGenerates()  # decode work aborts threw away (aborted.py)
         self._tokenizer = tokenizer
@@ -97,16 +90,9 @@ class BuiltinEngine(Engine):
         self._grammars: GrammarCache | None = None   # made by the first constrained Generate
         self._rng = random.Random(seed)
         self._seq = 0
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._closing = False
-        self._closed = asyncio.Event()  # ends a back-off early
-        self._step_in_flight = False
-        self._unhealthy: str | None = None  # why, while the batch scheduler keeps raising
         # measured once by the first start() (startup_probe.py); reported in info()
         self._speed_probe = speed_probe
         self._startup_clock = startup_clock   # the probe is start-up's last phase
-        self._probing = False           # no idle-time graph capture inside the probe's timing
         self._speed_profile: SpeedProfile | None = None
         bos = getattr(tokenizer, "bos_token_id", None)
         self._bos: int | None = (bos if tokenizer is not None and bos is not None
@@ -133,20 +119,20 @@ class BuiltinEngine(Engine):
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self._closing:
+        if self._batching.closing:
             raise EngineUnavailableError(f"engine {self._name!r} is closed")
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=f"builtin-engine-{self._name}")
+        if not self._batching.started:
+            self._batching.start()
             if self._speed_probe is not None:
                 # Its Fills call start() again, which returns at once: the task exists.
                 clock = self._startup_clock or StartupClock(self._name, quiet=True)
-                self._probing = True
+                self._batching.probing = True
                 try:
                     with clock.phase("probe", "measuring the speed profile"):
                         self._speed_profile = await self._speed_probe.run(self, self._name)
                 finally:
-                    self._probing = False
-                    self._wake.set()    # the deferred captures may start
+                    self._batching.probing = False
+                    self._batching.wake.set()    # the deferred captures may start
                 log.info("%s", clock.summary())
                 self.use_speed_profile(self._speed_profile)
 
@@ -159,12 +145,7 @@ class BuiltinEngine(Engine):
         log.info("engine %s: %s", self._name, self._scheduler.step_budget.describe())
 
     async def close(self) -> None:
-        self._closing = True
-        self._closed.set()
-        self._wake.set()
-        if self._task is not None:
-            await self._task  # finishes the step in flight, then returns
-            self._task = None
+        await self._batching.close()  # finishes the step in flight, then returns
         for work in self._scheduler.works:
             work.fail(EngineUnavailableError(f"engine {self._name!r} closed"))
         self._scheduler.works.clear()
@@ -207,7 +188,7 @@ class BuiltinEngine(Engine):
             graph_stopgap_steps=0 if graphs is None else graphs.num_stopgap_replays,
             prefix_cache_query_tokens=s.blocks.cache_query_tokens,
             prefix_cache_hit_tokens=s.blocks.cache_hit_tokens,
-            **self._counters.counters(), **pauses.counters(), **self._tpot.counters(),
+            **self._batching.counters.counters(), **pauses.counters(), **self._tpot.counters(),
             **self._aborted.counters())
         return EngineStats(num_running=s.num_running, num_waiting=s.num_waiting,
                            num_blocks_total=alloc.num_blocks_total,
@@ -222,8 +203,8 @@ class BuiltinEngine(Engine):
         return self._scheduler.blocks.allocator.forget_cached()
 
     async def healthz(self) -> bool:
-        return not self._closing and self._unhealthy is None \
-            and (self._task is None or not self._task.done())
+        return not self._batching.closing and self._batching.unhealthy is None \
+            and self._batching.alive
 
     def check_invariants(self) -> None:
         """Assert the KV blocks' bookkeeping is consistent (every block's reference count is
@@ -248,13 +229,13 @@ class BuiltinEngine(Engine):
             self._stops.filled(request.context_id, request.parent_context_id, request.text)
         work.fill_result = asyncio.get_running_loop().create_future()
         self._scheduler.add(work)
-        self._wake.set()
+        self._batching.wake.set()
         try:
             return await work.fill_result
         finally:
             if not work.state.is_finished:  # cancelled: the context keeps what was computed
                 work.fail(EngineError("fill abandoned by its caller"))
-                self._wake.set()
+                self._batching.wake.set()
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         await self.start()
@@ -282,7 +263,7 @@ class BuiltinEngine(Engine):
             work.generator = make_generator(seed)
         work.chunks = Channel()
         self._scheduler.add(work)
-        self._wake.set()
+        self._batching.wake.set()
         timer = self._tpot.timer()
         try:
             while True:
@@ -297,7 +278,7 @@ class BuiltinEngine(Engine):
             # the caller stopped reading: abort (fail is False once it finished or failed)
             if work.fail(EngineError("generate abandoned by its caller")):
                 self._count_abort(work)
-                self._wake.set()
+                self._batching.wake.set()
 
     async def _start_grammar(self, constraint: Constraint) -> SequenceGrammar:
         """A new sequence's matcher; the tokenizer bridge and each new grammar are built off
@@ -315,8 +296,8 @@ class BuiltinEngine(Engine):
             raise UnknownContextError(f"unknown context {context_id!r}")
         if self._stops is not None:
             self._stops.forget(context_id)
-        self._count_abort(self._scheduler.free(ctx, defer=self._step_in_flight))
-        self._wake.set()
+        self._count_abort(self._scheduler.free(ctx, defer=self._batching.step_in_flight))
+        self._batching.wake.set()
 
     def _count_abort(self, work: Work | None) -> None:
         """A client aborted `work` (its caller went away, or its context was freed under
@@ -345,10 +326,11 @@ class BuiltinEngine(Engine):
         """Validate a request against the engine's state and make its work item; `has_prompt`:
         a Generate with a prompt, which may start a new root context as a Fill does and
         reports the prompt's length on its first chunk."""
-        if self._closing:
+        if self._batching.closing:
             raise EngineUnavailableError(f"engine {self._name!r} is closed")
-        if self._unhealthy is not None:
-            raise EngineUnavailableError(f"engine {self._name!r} is unhealthy: {self._unhealthy}")
+        if self._batching.unhealthy is not None:
+            raise EngineUnavailableError(
+                f"engine {self._name!r} is unhealthy: {self._batching.unhealthy}")
         self._check_token_ids(tokens, "token_ids")
         contexts = self._scheduler.contexts
         ctx = contexts.get(context_id)
@@ -401,104 +383,3 @@ class BuiltinEngine(Engine):
     def _encode(self, text: str) -> list[int]:
         assert self._tokenizer is not None
         return list(self._tokenizer(text, add_special_tokens=False).input_ids)
-
-    # -- the batching loop ------------------------------------------------------------------------
-
-    async def _run(self) -> None:
-        retry_s = RETRY_MIN_S
-        idle_s = 0.0
-        while not self._closing:
-            self._wake.clear()
-            started = time.perf_counter()
-            try:
-                # A decode step launched ahead is in flight: new prefill work waits one step,
-                # so that this step is the launched one (used, not wasted); it is not
-                # launched ahead again while prefill work waits (runner.hold_ahead).
-                batch = self._scheduler.schedule(decode_only=self._runner.has_ahead)
-                self._runner.hold_ahead = self._scheduler.prefill_waits_after(batch)
-            except Exception as exc:  # noqa: BLE001 - a scheduling bug: fail, back off, retry
-                self._scheduling_failed(exc)
-                await self._back_off(retry_s)
-                retry_s = min(2 * retry_s, RETRY_MAX_S)
-                continue
-            retry_s = RETRY_MIN_S
-            if self._unhealthy is not None:
-                log.warning("engine %s schedules again: healthy", self._name)
-                self._unhealthy = None
-            if batch is None:
-                if self._runner.has_deferred_captures and not self._probing:
-                    # Idle: capture one graph the warm-up deferred (warmup.py
-                    # deferred_keys), then look for work again, so a request
-                    # that arrives waits for at most one capture.
-                    await asyncio.to_thread(self._runner.capture_deferred)
-                    continue
-                if self._trace is not None:
-                    self._trace.flush()   # never inside a busy stretch
-                await self._wake.wait()
-                idle_s += time.perf_counter() - started
-                continue
-            if self._trace is None:
-                await self._step(batch)
-            else:
-                await self._traced_step(batch, started, idle_s)
-            idle_s = 0.0
-            elapsed = time.perf_counter() - started
-            self._counters.loop_s += elapsed
-
-    async def _traced_step(self, batch: Batch, started: float, idle_s: float
-                           ) -> StepRun | None:
-        """`_step`, with its StepRecord written to the trace (a failed step writes none)."""
-        assert self._trace is not None
-        stepping = time.perf_counter()
-        run = await self._step(batch)
-        ended = time.perf_counter()
-        if run is None:
-            return None
-        self._trace.write(StepRecord(
-            t=round(time.time() - (ended - started), 6), idle_ms=round(1000 * idle_s, 3),
-            sched_ms=round(1000 * (stepping - started), 3), step_ms=round(1000 * run.seconds, 3),
-            post_ms=round(1000 * (ended - stepping - run.seconds), 3), path=run.path,
-            ahead_hit=run.ahead_hit, ahead_miss=run.ahead_miss, **run.shape,
-            jit_compiles=run.pauses.jit_compiles, jit_ms=round(1000 * run.pauses.jit_s, 3),
-            gc_ms=round(1000 * run.pauses.gc_s, 3)))
-        return run
-
-    def _scheduling_failed(self, exc: Exception) -> None:
-        if self._unhealthy is None:  # the traceback once, not at every retry
-            log.exception("engine %s: scheduling failed; unhealthy until it succeeds", self._name)
-        self._unhealthy = f"its batch scheduler failed: {exc!r}"
-        error = EngineUnavailableError(f"engine {self._name!r} is unhealthy: {self._unhealthy}")
-        for work in self._scheduler.works:
-            work.fail(error)
-
-    async def _back_off(self, seconds: float) -> None:
-        try:
-            await asyncio.wait_for(self._closed.wait(), seconds)
-        except TimeoutError:
-            pass
-
-    async def _step(self, batch: Batch) -> StepRun | None:
-        """Run one model step and postprocess it; how it ran, or None when the step failed."""
-        self._step_in_flight = True
-        watch = StepWatch(self._runner, self._pauses)
-        try:
-            sampled = await asyncio.to_thread(self._runner.step, batch)  # the blocking boundary
-            run = watch.finish(batch, self._counters)
-        except Exception as exc:  # a failed step fails its requests, never the loop
-            log.exception("model step failed")
-            self._scheduler.fail_batch(batch, EngineError(f"model step failed: {exc!r}"))
-            return None
-        finally:
-            self._step_in_flight = False
-        if run.pauses.jit_compiles:
-            log.warning("engine %s: %d Triton compilation(s) inside one %s step (%.0f ms): a "
-                        "kernel specialisation the warm-up did not compile; latest: %s",
-                        self._name, run.pauses.jit_compiles, run.path, 1000 * run.pauses.jit_s,
-                        ", ".join(list(self._pauses.recent_compiles)[-run.pauses.jit_compiles:]))
-        try:
-            self._scheduler.postprocess(batch, sampled)
-        except Exception as exc:
-            log.exception("postprocessing a step failed")
-            for chunk in batch.chunks:
-                chunk.work.fail(EngineError(f"postprocessing failed: {exc!r}"))
-        return run

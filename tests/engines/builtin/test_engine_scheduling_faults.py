@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestServer
 
 from parrot.serve_config import EngineSpec, ManagerConfig
 from parrot.manager.manager import Manager
-from parrot.engines.builtin.engine import RETRY_MAX_S, RETRY_MIN_S
+from parrot.engines.builtin.engine_loop import RETRY_MAX_S, RETRY_MIN_S
 from parrot.engines.builtin.batch_scheduler import Batch, BatchScheduler
 from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.engines.server import create_app
