@@ -15,6 +15,7 @@ from parrot.wire_types.calls import (MAX_BATCH_CALLS, MAX_PLACEHOLDERS, BatchCal
                                      RejectedCall, SamplingOverride, SubmitBatchRequest,
                                      SubmitReply, SubmitRequest)
 from parrot.wire_types.codec import MAX_VALUE_CHARS, Json, JsonObject, WireMessage
+from parrot.wire_types import fast_decoder  # noqa: F401 - installs the fast decoders
 from parrot.wire_types.service import (CallNode, CreateVariableRequest, EngineDescription,
                                        EngineList, EngineServing, ErrorDetail, ErrorReply,
                                        GetRequest, Graph, GraphLink, Health, Registered,

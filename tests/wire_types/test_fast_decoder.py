@@ -1,7 +1,7 @@
-"""The codec's fast decoders (parrot/wire_types/codec.py): a well-formed message is decoded by
-the class's generated function alone, and anything it does not take is decoded again by the
-path-tracking decoder, so every result and every error is that decoder's: the error of a bad
-field deep in a message still names its path."""
+"""The codec's fast decoders (parrot/wire_types/fast_decoder.py): a well-formed message is
+decoded by the class's generated function alone, and anything it does not take is decoded
+again by the path-tracking decoder (codec.py), so every result and every error is that
+decoder's: the error of a bad field deep in a message still names its path."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 import parrot.wire_types as wt
 from parrot.errors import InvalidRequestError
 from parrot.sampling import SamplingParams
-from parrot.wire_types import codec
+from parrot.wire_types import codec, fast_decoder
 
 SUBMIT: dict[str, Any] = {
     "session_id": "s-0123456789abcdef", "prompt": "Go on: {{input:x}} {{output:y}}",
@@ -65,21 +65,21 @@ def _batch_ref(ref: dict[str, Any]) -> dict[str, Any]:
 ])
 def test_the_fast_decoder_alone_decodes_a_well_formed_message(cls, body):
     # It raises for anything it does not take: here it must take the message itself.
-    decoded = codec.fast_decoder(cls)(json.loads(json.dumps(body)), True)
+    decoded = fast_decoder.for_class(cls)(json.loads(json.dumps(body)), True)
     assert decoded == cls.from_wire(body)
     assert vars(decoded) == vars(cls.from_wire(body))
 
 
 def test_an_int_given_for_a_float_is_converted_by_the_fast_decoder():
-    request = codec.fast_decoder(wt.GetRequest)({"session_id": "s", "semantic_var_id": "v",
+    request = fast_decoder.for_class(wt.GetRequest)({"session_id": "s", "semantic_var_id": "v",
                                                  "timeout": 3}, True)
     assert type(request.timeout) is float and request.timeout == 3.0
 
 
-def test_a_well_formed_message_never_takes_the_path_decoder(monkeypatch):
+def test_a_well_formed_message_never_takes_the_path_decoder():
     used: list[type] = []
     refused: list[type] = []
-    real = codec.fast_decoder
+    real = fast_decoder.for_class
 
     def watched(cls: type[wt.WireMessage]) -> Callable[[object, bool], Any]:
         fast = real(cls)
@@ -92,10 +92,14 @@ def test_a_well_formed_message_never_takes_the_path_decoder(monkeypatch):
                 refused.append(cls)
                 raise
         return run
-    monkeypatch.setattr(codec, "fast_decoder", watched)
-    wt.SubmitRequest.from_wire(SUBMIT)
-    wt.SubmitRequest.from_wire(FULL)
-    batch = wt.SubmitBatchRequest.from_wire(BATCH)
+    installed = codec.use_fast_decoders(watched)
+    try:
+        wt.SubmitRequest.from_wire(SUBMIT)
+        wt.SubmitRequest.from_wire(FULL)
+        batch = wt.SubmitBatchRequest.from_wire(BATCH)
+    finally:
+        codec.use_fast_decoders(installed)
+    assert installed is fast_decoder.for_class   # what the package installs
     assert all(isinstance(call, wt.BatchCall) for call in batch.calls)
     assert used.count(wt.SubmitRequest) == 2 and used.count(wt.BatchCall) == 3
     assert refused == []
@@ -165,7 +169,7 @@ def test_what_the_fast_decoder_leaves_decodes_as_before():
     # an unknown field ignored when not strict
     assert wt.SubmitRequest.from_wire({**SUBMIT, "new": 1}, strict=False) == expected
     with pytest.raises(Exception):  # noqa: B017 - what it raises is the path decoder's concern
-        codec.fast_decoder(wt.SubmitRequest)({**SUBMIT, "new": 1}, False)
+        fast_decoder.for_class(wt.SubmitRequest)({**SUBMIT, "new": 1}, False)
 
 
 # --- the fast decoder and the path decoder agree on every variation ----------------------------
@@ -218,7 +222,7 @@ def _outcome(cls: type[wt.WireMessage], body: Any) -> str:
 
 @pytest.mark.parametrize("cls, body", [(wt.SubmitRequest, FULL),
                                        (wt.SubmitBatchRequest, BATCH)])
-def test_the_fast_and_the_path_decoder_agree_on_every_variation(monkeypatch, cls, body):
+def test_the_fast_and_the_path_decoder_agree_on_every_variation(cls, body):
     bodies = list(_variations(body))
     fast = [_outcome(cls, b) for b in bodies]
 
@@ -226,8 +230,11 @@ def test_the_fast_and_the_path_decoder_agree_on_every_variation(monkeypatch, cls
         def refuse(data: object, strict: bool) -> Any:
             raise LookupError("the path decoder only")
         return refuse
-    monkeypatch.setattr(codec, "fast_decoder", refusing)
-    assert [_outcome(cls, b) for b in bodies] == fast
+    installed = codec.use_fast_decoders(refusing)
+    try:
+        assert [_outcome(cls, b) for b in bodies] == fast
+    finally:
+        codec.use_fast_decoders(installed)
     assert sum(o.startswith(cls.__name__) for o in fast) > 10   # some variations are accepted
 
 
@@ -281,7 +288,7 @@ class Tree(wt.WireMessage):
 def test_a_message_nesting_its_own_type_compiles_and_decodes():
     body = {"name": "a", "children": [{"name": "b", "children": [{"name": "c"}]}]}
     expected = Tree("a", (Tree("b", (Tree("c"),)),))
-    assert codec.fast_decoder(Tree)(body, True) == expected
+    assert fast_decoder.for_class(Tree)(body, True) == expected
     with pytest.raises(InvalidRequestError, match=r"^Tree\.children\[0\]\.children\[0\]\.name "
                                                   "must be a string, got 1$"):
         Tree.from_wire({"name": "a", "children": [{"name": "b", "children": [{"name": 1}]}]})
