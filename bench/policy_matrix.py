@@ -4,6 +4,7 @@ least_queue:baseline, latency_centric:baseline, throughput_centric:baseline}.
     python bench/policy_matrix.py --out docs/results/matrix_fair       # the fair setting
     python bench/policy_matrix.py --setting paper --out docs/results/matrix   # the ablation
     python bench/policy_matrix.py --workloads map_reduce --engines 4   # one cell
+    python bench/policy_matrix.py --parrot app_centric+policy.hold_background_work=true
 
 `--setting fair` (the default): hidden output lengths under loose caps, baselines with
 automatic prefix caching, app_centric's defaults, the latency-centric cap equal to
@@ -29,6 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.matrix import (ENGINE_COUNTS, SETTINGS, MatrixSpec, run_matrix,  # noqa: E402
                           write_outputs)
+from parrot.policies import PolicyConfigError, default_registry  # noqa: E402
+from parrot.sim.compare import parse_variant  # noqa: E402
 from parrot.sim.workloads.registry import WORKLOADS  # noqa: E402
 
 
@@ -45,12 +48,18 @@ def main(argv: list[str] | None = None) -> int:
                         "context window; copilot and gpts always use h200_llama7b")
     p.add_argument("--setting", default="fair", choices=SETTINGS)
     p.add_argument("--processes", type=int, default=2)
+    p.add_argument("--parrot", default="app_centric",
+                   help="the application-centric variant, with parameters of its own over "
+                        "the setting's: e.g. app_centric+policy.hold_background_work=true")
     args = p.parse_args(argv)
     try:
         spec = MatrixSpec(workloads=tuple(args.workloads.split(",")),
                           engine_counts=tuple(int(n) for n in args.engines.split(",")),
-                          seed=args.seed, profile=args.profile, setting=args.setting)
-    except ValueError as exc:
+                          seed=args.seed, profile=args.profile, setting=args.setting,
+                          parrot=args.parrot)
+        parrot = parse_variant(spec.parrot)   # its parameters checked here, not in a worker
+        default_registry().create(parrot.registry_name, parrot.policy_params)
+    except (ValueError, PolicyConfigError) as exc:   # (a CompareError is a ValueError)
         p.error(str(exc))
     out = args.out or Path("docs/results/matrix_fair" if spec.setting == "fair"
                            else "docs/results/matrix")

@@ -160,3 +160,28 @@ def test_the_script_runs_from_a_checkout_as_documented(tmp_path):
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     assert (tmp_path / "matrix.json").is_file() and "Geometric mean" in run.stdout
+
+
+def test_the_app_centric_variant_takes_parameters_of_its_own(monkeypatch, tmp_path, capsys):
+    """`--parrot app_centric+policy.KEY=VALUE`: app_centric runs with them over the setting's
+    and its cells stay under "app_centric"; a parameter it does not have is a usage error."""
+    import bench.matrix as matrix
+    from bench.policy_matrix import main
+
+    seen = []
+    real = matrix.run_variant
+
+    def spy(settings, variant, *args, **kwargs):
+        seen.append((variant.policy, settings.params_for(variant)))
+        return real(settings, variant, *args, **kwargs)
+
+    monkeypatch.setattr(matrix, "run_variant", spy)
+    spec = MatrixSpec(workloads=("chain_summary",), engine_counts=(1,),
+                      parrot="app_centric+policy.hold_background_work=true")
+    cell = run_cell(spec, "chain_summary", 1)
+    assert dict(seen)["app_centric"] == {"hold_background_work": True}
+    assert cell.speedup is not None and cell.mean_e2e_s["app_centric"] is not None
+    with pytest.raises(SystemExit) as exit_:
+        main(["--out", str(tmp_path), "--workloads", "chain_summary", "--engines", "1",
+              "--parrot", "app_centric+policy.no_such_knob=1"])
+    assert exit_.value.code == 2 and "no_such_knob" in capsys.readouterr().err
