@@ -134,6 +134,7 @@ _OTHER = {Criterion.LATENCY: Criterion.THROUGHPUT, Criterion.THROUGHPUT: Criteri
 # The tiers of a work-conserving round (AppCentricPolicy._by_priority): latency units, the
 # throughput units a latency-critical call waits on (task groups), background throughput.
 _LATENCY, _THROUGHPUT, _BACKGROUND = 0, 1, 2
+_TIER = itemgetter(0)
 
 Assignment = tuple[CallView, Slot, Demand]
 # An option's finish time, read without a Python call per option (options: slot, demand, ms)
@@ -170,8 +171,8 @@ class AppCentricPolicy(Policy):
         # latency limit would otherwise wait in (Slot.has_room_backlogged).
         latency_waiting = sum(self._criterion(c) is Criterion.LATENCY for c in calls)
         holding_background = isolates   # (a round that isolates holds all throughput work)
-        for criterion, unit in self._by_priority(self._units(calls)):
-            if not holding_background and self._tier(criterion, unit) == _BACKGROUND:
+        for tier, criterion, unit in self._by_priority(self._units(calls)):
+            if tier == _BACKGROUND and not holding_background:
                 # Background work comes last (_by_priority): from here on it is held to the
                 # latency limit on engines serving latency calls, as in a round that isolates.
                 holding_background = True
@@ -219,15 +220,17 @@ class AppCentricPolicy(Policy):
         return list(units.values())
 
     def _by_priority(self, units: list[tuple[Criterion, list[CallView]]]
-                     ) -> list[tuple[Criterion, list[CallView]]]:
-        """With `work_conserving`, latency units first, then throughput units, then (with
-        `hold_background_work`) background throughput units, each tier in order: room that
-        frees up goes to the calls whose latency someone waits on, directly or through a task
-        group, and a throughput unit that fits nowhere keeps its engine only against later
-        work of its tier or below. Otherwise first come, first served, as the paper."""
+                     ) -> list[tuple[int, Criterion, list[CallView]]]:
+        """Each unit with its tier (`_tier`). With `work_conserving`, latency units first,
+        then throughput units, then (with `hold_background_work`) background throughput
+        units, each tier in order: room that frees up goes to the calls whose latency someone
+        waits on, directly or through a task group, and a throughput unit that fits nowhere
+        keeps its engine only against later work of its tier or below. Otherwise first come,
+        first served, as the paper."""
+        tiered = [(self._tier(criterion, unit), criterion, unit) for criterion, unit in units]
         if not self.params.work_conserving:
-            return units
-        return sorted(units, key=lambda unit: self._tier(*unit))
+            return tiered
+        return sorted(tiered, key=_TIER)   # (stable: each tier keeps its order)
 
     def _tier(self, criterion: Criterion, unit: list[CallView]) -> int:
         """A unit's place in `_by_priority`'s order (_LATENCY, _THROUGHPUT, _BACKGROUND)."""

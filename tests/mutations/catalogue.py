@@ -1425,8 +1425,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="AppCentricPolicy._tier"),
     Mutation(
         "background_placed_last", "parrot/policies/app_centric.py",
-        "        return sorted(units, key=lambda unit: self._tier(*unit))\n",
-        "        return sorted(units, key=lambda unit: min(self._tier(*unit), _THROUGHPUT))\n",
+        "        return sorted(tiered, key=_TIER)   # (stable: each tier keeps its order)\n",
+        "        return sorted(tiered, key=lambda unit: min(unit[0], _THROUGHPUT))\n",
         ("tests/policies/test_work_conserving.py::"
          "test_background_work_comes_after_the_work_someone_waits_on",),
         where="AppCentricPolicy._by_priority"),
