@@ -141,9 +141,7 @@ class OpenAIEngine(Engine):
                           estimate_num_tokens(text))
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
-        # (a prompt is a Fill first: the server gets the whole text with the Generate anyway)
-        prompt_len = ((await self.fill(request.prompt_fill())).context_len
-                      if request.has_prompt else None)
+        prompt_len = await self.fill_prompt(request)   # (it gets the whole text anyway)
         prompt = self._open(request.context_id, request.parent_context_id)
         self._contexts[request.context_id] = prompt
         body = {"model": await self._model_name(), "prompt": prompt, "stream": True,

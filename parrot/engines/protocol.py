@@ -285,6 +285,16 @@ class Engine(ABC):
                 finish_reason = chunk.finish_reason
         return GenerateResult("".join(texts), tuple(token_ids), finish_reason, prompt_len)
 
+    async def fill_prompt(self, request: GenerateRequest) -> int | None:
+        """The prompt a Generate carries, run as the Fill it stands for (`prompt_fill`):
+        the context's length after it, for the first chunk's `prompt_len`; None when it
+        carries none. For an engine whose Fill costs no model step (an adapter that sends the
+        whole text with the Generate anyway): it says `takes_prompt_in_generate` and calls
+        this first."""
+        if not request.has_prompt:
+            return None
+        return (await self.fill(request.prompt_fill())).context_len
+
     @abstractmethod
     async def free_context(self, context_id: str) -> None:
         """Drop a context; its blocks return to the pool when no other context shares them."""

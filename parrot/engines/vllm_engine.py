@@ -119,9 +119,7 @@ class VLLMEngine(Engine):
         return FillResult(request.context_id, len(ids), len(context))
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
-        # (a prompt is a Fill first: vLLM gets the whole context with the Generate anyway)
-        prompt_len = ((await self.fill(request.prompt_fill())).context_len
-                      if request.has_prompt else None)
+        prompt_len = await self.fill_prompt(request)   # (it gets the whole text anyway)
         context = self._open(request.context_id, request.parent_context_id)
         self._contexts[request.context_id] = context
         request_id = f"{self.name}-{next(self._requests)}"
