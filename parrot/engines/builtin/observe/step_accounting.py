@@ -9,6 +9,7 @@ that both the counters and the step trace read (the batch's shape is worked out 
 from __future__ import annotations
 
 import time
+from itertools import islice
 from dataclasses import dataclass
 
 from parrot.engines.counters import engine_counters
@@ -85,7 +86,10 @@ class StepWatch:
         shape = step_shape(batch, runner.last_groups)
         counters.prefill_tokens += shape["prefill_tokens"]
         counters.decode_tokens += shape["decode_rows"]
-        counters.generated_tokens += sum(1 for chunk in batch.chunks if chunk.sample)
+        # every decode row samples (a decoding Generate's chunk ends at its last token); of
+        # the prefill chunks, a Generate's prompt's last one does: a walk over those alone
+        counters.generated_tokens += batch.decode_rows + sum(
+            1 for chunk in islice(batch.chunks, batch.decode_rows, None) if chunk.sample)
         graphs = runner.graphs
         return StepRun(seconds, path,
                        ahead_hit=graphs is not None and graphs.num_ahead_hits > self._ahead[0],
