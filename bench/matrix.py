@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Sequence
 
-from parrot.manager.engine_pool import speed_profile
+from parrot.manager.engine_profiles import speed_profile
 from parrot.speed_profile import calibrated_latency_capacity
 from parrot.sim.cluster import ClusterSpec
 from parrot.sim.compare import Settings, parse_variant, run_variant

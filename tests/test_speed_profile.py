@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from parrot.manager.engine_pool import speed_profile
+from parrot.manager.engine_profiles import speed_profile
 from parrot.speed_profile import (DEFAULT_PROFILE, PAPER_LATENCY_STEP_RATIO, ProfileError,
                                   SpeedProfile, calibrated_latency_capacity)
 

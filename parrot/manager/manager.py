@@ -1,67 +1,49 @@
-"""The manager: sessions, the call lifecycle over each session's DAG, and the engines.
+"""The manager: sessions, submit, the scheduling loop, deduction and the engines.
 
-One asyncio loop, event-driven: a call becomes READY when its last input arrives → the
-scheduler asks the policy where ready calls go → `_dispatch` starts a task that lowers the call
-onto its engine → each output value set wakes exactly the consumers of that variable. Every
-state change goes through `lifecycle.transition`.
-Engine failures (engine_health.py): a call whose engine dies or freezes is re-dispatched, up to
-`max_call_retries` times; with no engine left it fails after `no_engine_grace_s`.
+One asyncio loop, event-driven: `submit` checks and builds a call into its session's DAG; a
+call becomes READY when its last input arrives → the scheduler asks the policy where ready
+calls go → each placement is dispatched onto its engine. What happens to a call from READY on
+(dispatch, the run on its engine, publishing its outputs, failing downstream) is
+`call_flow.CallFlow`'s. Engine failures (engine_health.py): a call whose engine dies or freezes
+is re-dispatched, up to `max_call_retries` times; with no engine left it fails after
+`no_engine_grace_s`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import logging
 import secrets
-from dataclasses import dataclass, field
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from parrot.serve_config import EngineSpec, ManagerConfig
-from parrot.manager.admission import Slices
+from parrot.manager.call_flow import CallFlow
 from parrot.manager.deduction import deduce, deduce_changed
 from parrot.manager.engine_health import EngineHealth
 from parrot.manager.events import EngineUp, HealthEvent, NoEngine
 from parrot.manager.engine_pool import EnginePool, EngineState
-from parrot.manager.executor import run_call, shareable_hashes
+from parrot.manager.admission import Slices
 from parrot.manager.lifecycle import transition
 from parrot.manager.nodes import Call, InputBinding, OutputBinding, Variable
 from parrot.manager.output_lengths import OutputLengthEstimator
-from parrot.manager.prefill_ahead import plan_ahead, prefill_ahead
-from parrot.manager.prefix import PrefixIndex, estimate_prompt
+from parrot.manager.prefix import PrefixIndex
 from parrot.manager.requests import SubmitRequest
 from parrot.manager.scheduler import Decision, Scheduler
 from parrot.manager.sessions import IdleExpiry, Session, SessionStore
 from parrot.manager.submission import check_submit
+from parrot.manager.transform_budget import TenantTransformBuckets
 from parrot.engines.protocol import Engine
-from parrot.errors import (CallFailedError, ConflictError, EngineUnavailableError,
-                           GetTimeoutError, InvalidRequestError, NotFoundError, ParrotError,
-                           PromptTooLongError, TooManyRequestsError)
+from parrot.errors import (CallFailedError, ConflictError, GetTimeoutError,
+                           InvalidRequestError, NotFoundError, PromptTooLongError,
+                           TooManyRequestsError)
 from parrot.policies.base import Policy
 from parrot.template import Template
-from parrot.manager.transform_budget import TenantTransformBuckets, TransformJobs
-from parrot.transforms import TransformError
 from parrot.types import CallState, Criterion, strongest
 from parrot.wire_types.service import Graph
 
 log = logging.getLogger(__name__)
-# The error of a call cancelled on its engine (session deleted, client gone, drain): what the
-# metrics count as aborted work.
-CANCELLED = "cancelled (session deleted or manager stopped)"
-
-
-@dataclass
-class CallRun:
-    """One run of a call on an engine: the outputs the executor has reported so far."""
-
-    session: Session
-    call: Call
-    engine: EngineState
-    published: list[str] = field(default_factory=list)
-
-
 class Manager:
     def __init__(self, policy: Policy, config: ManagerConfig | None = None) -> None:
         self.config = config or ManagerConfig()
@@ -80,8 +62,11 @@ class Manager:
         self._background: set[asyncio.Task[Any]] = set()
         self.health = EngineHealth(self.engines, self.config, spawn=self._spawn_background,
                                    notify=self.handle)
+        self.flow = CallFlow(self.sessions, self.config, self.health, self.scheduler,
+                             self.prefix_index, self.output_lengths, self.transform_buckets,
+                             self._spawn_background)
         # Called with every call that leaves an engine (done, failed or re-queued): /metrics.
-        self.call_observers: list[Callable[[Call], None]] = []
+        self.call_observers: list[Callable[[Call], None]] = self.flow.observers
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -98,7 +83,7 @@ class Manager:
         at once. Returns how many calls were dispatched."""
         decision = self._decide()
         for d in decision.dispatches:
-            self._dispatch(d.call, d.engine, d.criterion)
+            self.flow.dispatch(d.call, d.engine, d.criterion)
         self._fail_unplaced(decision)
         return len(decision.dispatches)
 
@@ -119,7 +104,7 @@ class Manager:
                 if d.call.state is CallState.READY:
                     self.scheduler.enqueue(d.call)
                 continue
-            self._dispatch(d.call, d.engine, d.criterion)
+            self.flow.dispatch(d.call, d.engine, d.criterion)
             dispatched += 1
         self._fail_unplaced(decision)
         return dispatched
@@ -133,7 +118,7 @@ class Manager:
     def _fail_unplaced(self, decision: Decision) -> None:
         """The calls of a policy that kept failing (the scheduler gave up on them)."""
         if decision.error is not None:
-            self._fail_calls(decision.failed, decision.error)
+            self.flow.fail_calls(decision.failed, decision.error)
 
     async def _schedule_forever(self) -> None:
         while True:
@@ -204,7 +189,7 @@ class Manager:
         session.variables[var.var_id] = var
         session.graph.add_variable(var)
         if value is not None:
-            self._publish_value(session, var, value)
+            self.flow.publish_value(session, var, value)
         return var
 
     def set_variable(self, session: Session, var_id: str, value: str) -> None:
@@ -214,7 +199,7 @@ class Manager:
                                 "it cannot be set by the client")
         if var.is_finished:
             raise ConflictError(f"variable {var_id} already has a value")
-        self._publish_value(session, var, value)
+        self.flow.publish_value(session, var, value)
 
     async def get(self, session: Session, var_id: str, criterion: Criterion,
                   timeout: float | None = None) -> str:
@@ -297,10 +282,10 @@ class Manager:
         call.num_missing_inputs = len({b.var_id for b in inputs.values()
                                        if not session.variables[b.var_id].is_ready})
         if failed:
-            self._fail_call(session, call, CallFailedError(
+            self.flow.fail_call(session, call, CallFailedError(
                 f"input {failed[0].name!r} failed: {failed[0].error}"))
         elif call.num_missing_inputs == 0:
-            self._make_ready(session, call)
+            self.flow.make_ready(session, call)
         return call
 
     def _check_prompt_chars(self, session: Session, template: Template,
@@ -323,169 +308,6 @@ class Manager:
                 self.config.retry_after_s)
         return chars
 
-    # --- the call lifecycle ------------------------------------------------------------------
-
-    def _make_ready(self, session: Session, call: Call) -> None:
-        if (error := self.health.no_engine_error()) is not None:
-            self._fail_call(session, call, CallFailedError(str(error)))
-            return
-        values = {name: (b.transforms, session.variables[b.var_id].value or "")
-                  for name, b in call.inputs.items()}
-        if any(transforms for transforms, _ in values.values()):
-            # User transforms run in a worker, never on the loop (transform_budget.py): the
-            # call stays PENDING until they are done.
-            self._spawn_background(self._transform_inputs(session, call, values),
-                                   f"transforms-{call.call_id}")
-            return
-        self._render_ready(session, call, {name: value for name, (_, value) in values.items()})
-
-    async def _transform_inputs(self, session: Session, call: Call,
-                                values: TransformJobs) -> None:
-        try:
-            rendered = await self.transform_buckets.apply(session.tenant, values)
-        except TransformError as exc:
-            if call.state is CallState.PENDING:
-                self._fail_call(session, call, CallFailedError(f"input transform failed: {exc}"))
-            return
-        # Meanwhile the session may have been deleted (its calls failed with it).
-        if call.state is CallState.PENDING and self.sessions.find(session.session_id) is session:
-            self._render_ready(session, call, rendered)
-
-    def _render_ready(self, session: Session, call: Call, rendered: dict[str, str]) -> None:
-        call.rendered_inputs = rendered
-        chars = call.template.rendered_chars({name: len(value) for name, value
-                                              in call.rendered_inputs.items()})
-        call.account_prompt(chars)
-        if chars > self.config.max_prompt_chars:  # inputs that arrived after the submit
-            self._fail_call(session, call, CallFailedError(
-                f"PromptTooLongError: the prompt would render to {chars} characters; at most "
-                f"{self.config.max_prompt_chars} are allowed (manager.max_prompt_chars)"))
-            call.rendered_inputs = {}
-            return
-        prompt = estimate_prompt(call.template, call.rendered_inputs, session.prefix_salt,
-                                 call.input_token_counts(session.variables))
-        call.prefix_pieces = prompt.pieces
-        # Only boundaries far enough in to be worth a context are advertised to the policy:
-        # affinity to a prefix no engine would cache only piles unrelated calls together.
-        call.prefix_hashes = shareable_hashes(call.prefix_pieces)
-        call.num_output_estimate = sum(
-            self.output_lengths.estimate(call.output_length_key(name), b.sampling.max_tokens)
-            for name, b in call.outputs.items())
-        call.num_tokens = prompt.num_tokens + call.num_output_estimate
-        transition(call, CallState.READY)
-        self.prefix_index.add(call.prefix_hashes)
-        self.scheduler.enqueue(call)
-
-    def _dispatch(self, call: Call, engine: EngineState, criterion: Criterion | None) -> None:
-        session = self._session_of(call)
-        transition(call, CallState.RUNNING)
-        call.engine_id = engine.engine_id
-        engine.add_call(call, criterion)
-        session.tasks[call.call_id] = asyncio.create_task(
-            self._run(session, call, engine), name=f"call-{call.call_id}")
-        for var in session.graph.output_variables(call):
-            for consumer in session.graph.get_consumers(var.var_id):
-                if consumer.state is not CallState.PENDING or consumer.prefill_ahead_decided:
-                    continue
-                # Decided once, at its first producer's dispatch.
-                consumer.prefill_ahead_decided = True
-                pieces = plan_ahead(session, consumer, engine, call)
-                if pieces:
-                    self._spawn_background(prefill_ahead(consumer, engine, pieces),
-                                           f"prefill-ahead-{consumer.call_id}")
-
-    async def _output_produced(self, run: CallRun, binding: OutputBinding, text: str) -> None:
-        """The executor's report of one output's final text (its OutputSink): transformed,
-        observed for the function's length estimate, and published to its consumers."""
-        session, call, engine = run.session, run.call, run.engine
-        value = text if not binding.transforms else (await self.transform_buckets.apply(
-            session.tenant, {binding.name: (binding.transforms, text)}))[binding.name]
-        run.published.append(binding.name)
-        if len(run.published) == len(call.outputs):
-            # Its work on the engine is done (what is left is freeing its context): the
-            # calls this output unblocks are placed against the load without it, not in
-            # the window before its `finally` runs (measured live: a phase of 8 reviewers
-            # placed 6 against the previous phase's stale load, the other 2 a phase later).
-            engine.remove_call(call)
-        self.output_lengths.observe(call.output_length_key(binding.name),
-                                    binding.stream.num_tokens, binding.sampling.max_tokens)
-        # The generated tokens, unless a transform changed the text.
-        num_tokens = None if binding.transforms else binding.stream.num_tokens
-        self._publish_value(session, session.variables[binding.var_id], value, num_tokens)
-
-    async def _run(self, session: Session, call: Call, engine: EngineState) -> None:
-        run = CallRun(session, call, engine)
-        requeue = False
-        try:
-            # a slot of the engine's (call_slots.py), the latency-critical first
-            async with engine.call_slots.held(engine.request_priority(call.call_id)):
-                await run_call(call, engine, functools.partial(self._output_produced, run),
-                               self.prefix_index.occurrences)
-            transition(call, CallState.DONE)
-            engine.num_calls_done += 1
-        except asyncio.CancelledError:
-            transition(call, CallState.FAILED)
-            call.error = CANCELLED
-            raise
-        except EngineUnavailableError as exc:
-            try:
-                await self.health.confirm_down(engine, exc)
-            except asyncio.CancelledError:  # cancelled while probing: it ends like any cancel
-                transition(call, CallState.FAILED)
-                call.error = CANCELLED
-                raise
-            call.attempts += 1
-            requeue = not run.published and call.attempts <= self.config.max_call_retries \
-                and self.health.no_engine_error() is None
-            if not requeue:
-                self._fail_call(session, call, CallFailedError(f"engine {engine.engine_id} "
-                                                               f"failed: {exc}"))
-        except (ParrotError, TransformError) as exc:
-            failure = CallFailedError(f"{type(exc).__name__}: {exc}")
-            # kept as the cause, so that a front door can answer in its own terms (the OpenAI
-            # routes answer a prompt over the window with a 400 context_length_exceeded)
-            failure.__cause__ = exc
-            self._fail_call(session, call, failure)
-        except Exception as exc:  # noqa: BLE001 - one bad call must not take the manager down
-            log.exception("call %s crashed", call.call_id)
-            self._fail_call(session, call, CallFailedError(f"internal error: {exc!r}"))
-        finally:
-            call.mark("finished", asyncio.get_running_loop().time())
-            for observe in self.call_observers:
-                observe(call)
-            engine.remove_call(call)
-            session.tasks.pop(call.call_id, None)
-            if requeue:
-                transition(call, CallState.READY)   # ready (queued) again from now
-                call.engine_id = None
-                self.scheduler.enqueue(call)
-            self.scheduler.wake()
-
-    def _publish_value(self, session: Session, var: Variable, value: str,
-                       num_tokens: int | None = None) -> None:
-        var.set_value(value, num_tokens)
-        for consumer in session.graph.get_consumers(var.var_id):
-            consumer.num_missing_inputs -= 1
-            if consumer.num_missing_inputs == 0 and consumer.state is CallState.PENDING:
-                self._make_ready(session, consumer)
-
-    def _fail_call(self, session: Session, call: Call, error: ParrotError) -> None:
-        """Fail a call and, transitively, every call and variable downstream of it."""
-        pending = [(call, error)]
-        while pending:
-            failing, cause = pending.pop()
-            if failing.state.is_finished:
-                continue
-            self.scheduler.discard(failing)
-            transition(failing, CallState.FAILED)
-            failing.error = str(cause)
-            for var in session.graph.output_variables(failing):
-                var.fail(cause)
-                for consumer in session.graph.get_consumers(var.var_id):
-                    if consumer.state in (CallState.PENDING, CallState.READY):
-                        pending.append((consumer, CallFailedError(
-                            f"input {var.name!r} failed: {cause}")))
-
     def _spawn_background(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
         """A task the manager owns (kept referenced, cancelled on close)."""
         task = asyncio.create_task(coro, name=name)
@@ -500,16 +322,7 @@ class Manager:
             case EngineUp():
                 self.scheduler.wake()
             case NoEngine(error=error):
-                self._fail_ready_calls(error)
-
-    def _fail_ready_calls(self, error: EngineUnavailableError) -> None:
-        """No engine came back within the grace period: fail what waits for one."""
-        self._fail_calls([call for session in self.sessions for call in session.calls.values()
-                          if call.state is CallState.READY], CallFailedError(str(error)))
-
-    def _fail_calls(self, calls: list[Call], error: ParrotError) -> None:
-        for call in calls:
-            self._fail_call(self._session_of(call), call, error)
+                self.flow.fail_ready_calls(error)
 
     # --- deduction -------------------------------------------------------------------------
 
@@ -528,7 +341,3 @@ class Manager:
         deduce_changed(session.graph)  # the calls whose objectives can have changed
         session.needs_deduction = False
         self._dirty.discard(session)
-
-    def _session_of(self, call: Call) -> Session:
-        return self.sessions.get(call.session_id)
-

@@ -34,7 +34,7 @@ def _known_values(session: Session, call: Call) -> dict[str, str]:
     for name, binding in call.inputs.items():
         var = session.variables[binding.var_id]
         # An input with transforms ends the certain prefix: transforms cost loop time, which
-        # the call pays once, from its tenant's budget, when it becomes ready (manager.py).
+        # the call pays once, from its tenant's budget, when it becomes ready (call_flow.py).
         if var.value is not None and not binding.transforms:
             values[name] = var.value
     return values

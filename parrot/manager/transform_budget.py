@@ -1,6 +1,6 @@
 """User transforms, run off the manager's loop, within each tenant's share of transform time.
 
-A call's transforms (`Manager._make_ready` for inputs, the executor's sink for outputs) run in a
+A call's transforms (`CallFlow.make_ready` for inputs, the executor's sink for outputs) run in a
 small worker pool (`TRANSFORM_WORKERS` threads, one per process), never on the loop: a regex
 search releases the GIL while it matches, so however long a tenant's searches take, the loop
 (other tenants' work, the heartbeats, `/healthz`) keeps running. One call's transforms are

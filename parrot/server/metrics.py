@@ -63,7 +63,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from parrot.manager.engine_pool import EngineState
-from parrot.manager.manager import CANCELLED, Manager
+from parrot.manager.call_flow import CANCELLED
+from parrot.manager.manager import Manager
 from parrot.manager.nodes import Call
 from parrot.server.http_api import FRONT, bearer_token
 from parrot.server.tenants import AccessControl

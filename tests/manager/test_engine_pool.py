@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 
 from parrot.serve_config import EngineSpec
-from parrot.manager.engine_pool import speed_profile
+from parrot.manager.engine_profiles import speed_profile
 from parrot.engines.protocol import EngineInfo, FillRequest, FillResult
 from parrot.speed_profile import DEFAULT_PROFILE, SpeedProfile, calibrated_latency_capacity
 from parrot.types import Criterion

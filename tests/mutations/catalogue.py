@@ -213,13 +213,13 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_a_decode_step_goes_before_an_older_prefill_that_would_eat_the_budget",),
         where="BatchScheduler._pick_chunks"),
     Mutation(
-        "manager_no_failure_propagation", "parrot/manager/manager.py",
+        "manager_no_failure_propagation", "parrot/manager/call_flow.py",
         "                    if consumer.state in (CallState.PENDING, CallState.READY):\n"
         "                        pending.append((consumer,",
         "                    if False:\n"
         "                        pending.append((consumer,",
         ("tests/manager/test_manager.py::test_failure_propagates_downstream",),
-        where="Manager._fail_call"),
+        where="CallFlow.fail_call"),
     Mutation(
         "executor_free_swallows_everything", "parrot/manager/executor.py",
         "    except UnknownContextError:\n",
@@ -259,12 +259,12 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_a_policy_that_recovers_resets_the_count",),
         where="Scheduler.decide"),
     Mutation(
-        "placement_criterion_ignored", "parrot/manager/manager.py",
+        "placement_criterion_ignored", "parrot/manager/call_flow.py",
         "        engine.add_call(call, criterion)\n",
         "        engine.add_call(call)\n",
         ("tests/manager/test_scheduler_policy_failures.py::"
          "test_the_placement_criterion_is_what_the_engine_counts",),
-        where="Manager._dispatch"),
+        where="CallFlow.dispatch"),
     Mutation(
         "builtin_loop_spins_on_scheduler_error", "parrot/engines/builtin/engine_loop.py",
         "                await self._back_off(retry_s)\n",

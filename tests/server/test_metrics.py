@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from parrot.serve_config import ServeConfig
 from parrot.server.service import ParrotServer
 from parrot.engines.launcher import relay_line
-from parrot.manager.manager import CANCELLED
+from parrot.manager.call_flow import CANCELLED
 from tests.server.front_door import SLOW_ENGINE, config, new_session, one_call, running
 
 SIM = {"kind": "simulated", "in_process": True, "params": {"zero_latency": True}}
@@ -296,7 +296,7 @@ async def test_tpot_is_reported_per_engine_since_the_previous_scrape_and_against
     completion of 12 tokens its recent TPOT is that step; with a target, the target, the
     ratio and the load that meets the target on the engine's profile. A scrape with no
     Generate finished since the previous one has no recent TPOT."""
-    from parrot.manager.engine_pool import speed_profile
+    from parrot.manager.engine_profiles import speed_profile
 
     params = {} if target_ms is None else {"tpot_target_ms": target_ms}
     srv = ParrotServer(ServeConfig.from_mapping({
