@@ -652,14 +652,14 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_the_paper_rule_gives_the_papers_capacity_on_its_own_hardware",),
         where="calibrated_latency_capacity"),
     Mutation(
-        "reported_profile_ignored", "parrot/manager/engine_pool.py",
+        "reported_profile_ignored", "parrot/manager/engine_profiles.py",
         "    if info.speed_profile is not None:\n",
         "    if False:\n",
         ("tests/manager/test_engine_pool.py::"
          "test_auto_latency_capacity_follows_the_profile_the_engine_reports",),
         where="engine_profile"),
     Mutation(
-        "configured_profile_loses", "parrot/manager/engine_pool.py",
+        "configured_profile_loses", "parrot/manager/engine_profiles.py",
         "    if configured is not None:\n        return configured, \"configured\"\n",
         "    if configured is not None and info.speed_profile is None:\n"
         "        return configured, \"configured\"\n",
