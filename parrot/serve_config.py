@@ -57,6 +57,11 @@ class ManagerConfig:
     # others wait in the manager, latency-critical first). None: the engine's batch (the
     # max_num_seqs it reports; unbounded if it reports none); 0: no bound.
     engine_max_calls: int | None = None
+    # A scheduling round waits, after the wake that calls for it, while the loop's next turns
+    # keep bringing more ready calls, at most this long (manager/scheduler.py, COALESCE_TURNS):
+    # under load one round then places what a burst of turns made ready instead of one round
+    # each. 0: a round at the first wake.
+    round_coalesce_ms: float = 5.0
     engine_heartbeat_interval_s: float = 1.0  # an engine's /healthz is asked this often
     engine_heartbeat_timeout_s: float = 5.0   # unanswered this long: engine down, calls moved
     no_engine_grace_s: float = 10.0           # with every engine down, calls wait this long
@@ -97,6 +102,7 @@ class ManagerConfig:
         check.number("max_call_retries", self.max_call_retries, minimum=0, integer=True)
         check.number("engine_max_calls", self.engine_max_calls, minimum=0, integer=True,
                      optional=True)
+        check.number("round_coalesce_ms", self.round_coalesce_ms, minimum=0.0, maximum=1000.0)
         check.number("engine_restart_max", self.engine_restart_max, minimum=0, integer=True)
         check.number("shutdown_grace_s", self.shutdown_grace_s, minimum=0)
         for key in ("engine_pool_size", "max_sessions", "max_active_calls",

@@ -55,7 +55,8 @@ class Manager:
         # Output lengths learnt per function: calls are costed with them, not max_tokens.
         self.output_lengths = OutputLengthEstimator()
         self.transform_buckets = TenantTransformBuckets()
-        self.scheduler = Scheduler(policy, self.engines)
+        self.scheduler = Scheduler(policy, self.engines,
+                                   coalesce_s=self.config.round_coalesce_ms / 1000)
         self._dirty: set[Session] = set()
         self._arrivals = itertools.count()
         self._scheduler_task: asyncio.Task[None] | None = None

@@ -1437,4 +1437,32 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/manager/test_scheduler.py::"
          "test_criteria_given_at_submit_are_deduced_before_the_first_round",),
         where="Scheduler._call_views"),
+    Mutation(
+        "round_not_coalesced", "parrot/manager/scheduler.py",
+        "        if self.coalesce_s > 0:\n",
+        "        if False:\n",
+        ("tests/manager/test_round_coalescing.py::"
+         "test_calls_ready_in_consecutive_turns_share_one_round",),
+        where="Scheduler.wait"),
+    Mutation(
+        "round_coalescing_past_a_quiet_turn", "parrot/manager/scheduler.py",
+        "                if not self._wakeup.is_set() or loop.time() >= deadline:\n",
+        "                if loop.time() >= deadline:\n",
+        ("tests/manager/test_round_coalescing.py::"
+         "test_a_lone_call_is_placed_one_turn_after_its_wake",),
+        where="Scheduler.wait"),
+    Mutation(
+        "round_coalescing_without_a_time_bound", "parrot/manager/scheduler.py",
+        "                if not self._wakeup.is_set() or loop.time() >= deadline:\n",
+        "                if not self._wakeup.is_set():\n",
+        ("tests/manager/test_round_coalescing.py::"
+         "test_a_loop_that_keeps_bringing_work_gets_its_round_within_the_time_bound",),
+        where="Scheduler.wait"),
+    Mutation(
+        "round_coalescing_without_a_turn_limit", "parrot/manager/scheduler.py",
+        "            for _ in range(COALESCE_TURNS):\n",
+        "            while True:\n",
+        ("tests/manager/test_round_coalescing.py::"
+         "test_more_turns_of_work_than_the_limit_get_more_rounds",),
+        where="Scheduler.wait"),
 )
