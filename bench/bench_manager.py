@@ -7,8 +7,9 @@ bookkeeping), not the model's.
   A. decision latency: 1,000 READY calls queued at once on 16 engines; one scheduling round
      places them all. Reported per call (round time / 1,000) and per round, p50/p99 over trials.
      The scale row does the same with 10,000 queued calls on 64 engines.
-  B. HTTP throughput: parrot-serve in a subprocess, a client process with C concurrent
-     workers, each doing submit + get per call (the worst case: every call is fetched).
+  B. HTTP throughput: parrot-serve in a subprocess (16 engines, --http-engines), a client
+     process with C concurrent workers, each doing submit + get per call (the worst case:
+     every call is fetched).
   C. HTTP throughput, Parrot style: each worker submits a chain of 10 dependent calls and gets
      only the last one (values flow inside the service).
   D. as C, with the chain sent in one `submit_batch` message, as the frontend does.
@@ -132,9 +133,10 @@ async def idle_session_bytes(count: int) -> float:
     return grown / count
 
 
-async def start_server(policy: str) -> tuple[asyncio.subprocess.Process, str]:
+async def start_server(policy: str, num_engines: int = NUM_ENGINES
+                       ) -> tuple[asyncio.subprocess.Process, str]:
     config = {"manager": {"port": 0}, "policy": {"name": policy},
-              "engines": zero_latency_engines(NUM_ENGINES, in_process=True)}
+              "engines": zero_latency_engines(num_engines, in_process=True)}
     proc, url, _ = await start_parrot_serve(config, timeout_s=60)
     return proc, url
 
@@ -210,6 +212,8 @@ async def main() -> None:
     parser.add_argument("--scale-trials", type=int, default=5,
                         help="trials of the 10,000 queued x 64 engines round (0: skip)")
     parser.add_argument("--no-http", action="store_true", help="decision latency only")
+    parser.add_argument("--http-engines", type=int, default=NUM_ENGINES,
+                        help="engines of the HTTP runs' server (B-E)")
     parser.add_argument("--out", default=None, help="append the table to this markdown file")
     args = parser.parse_args()
     machine = _machine()
@@ -222,7 +226,7 @@ async def main() -> None:
                  if args.scale_trials > 0 else None)
         http: tuple[float, ...] = ()
         if not args.no_http:
-            proc, url = await start_server(policy)
+            proc, url = await start_server(policy, args.http_engines)
             try:
                 await http_throughput(url, 200, 8, 1)  # warm-up
                 http = (await http_throughput(url, args.calls, args.concurrency, 1),
@@ -241,7 +245,8 @@ async def main() -> None:
         f"`{' '.join(['python', 'bench/bench_manager.py', *sys.argv[1:]])}`; zero-latency "
         f"simulated engines in the server process. Decision latency: {QUEUED:,} queued calls "
         f"on {NUM_ENGINES} engines, and {SCALE_QUEUED:,} on {SCALE_ENGINES}. HTTP: "
-        f"{args.concurrency} concurrent sessions (B–D) and {WIDE_SESSIONS:,} (E).",
+        f"{args.http_engines} engines, {args.concurrency} concurrent sessions (B–D) and "
+        f"{WIDE_SESSIONS:,} (E).",
         "",
         "| policy | decision p50 / p99 (µs/call) | round of 1,000 p50 / p99 (ms) "
         "| 10,000 × 64: decision p50 / p99 (µs/call) | 10,000 × 64: round p50 / p99 (ms) "

@@ -19,6 +19,7 @@ children (blocks are reference counted).
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -164,6 +165,9 @@ class GenerateResult(EngineMessage):
     token_ids: tuple[int, ...]
     finish_reason: str
     prompt_len: int | None = None   # as the first chunk's
+    # Seconds from the engine taking the Generate to its first token, as the engine measured
+    # them (null: not measured): the first token's time of a Generate answered whole.
+    first_token_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -238,6 +242,27 @@ class EngineInfo(EngineMessage):
     takes_prompt_in_generate: bool = False
 
 
+async def collect_generate(chunks: AsyncIterator[GenerateChunk]) -> GenerateResult:
+    """A Generate's chunks, read to the end, as its whole result (`Engine.generate_all`),
+    with the time its first chunk took (the loop's clock: virtual in a simulation)."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    texts: list[str] = []
+    token_ids: list[int] = []
+    finish_reason = "length"
+    prompt_len = None
+    first_token_s = None
+    async for chunk in chunks:
+        if not texts:
+            prompt_len, first_token_s = chunk.prompt_len, loop.time() - started
+        texts.append(chunk.text)
+        token_ids.extend(chunk.token_ids)
+        if chunk.finish_reason is not None:
+            finish_reason = chunk.finish_reason
+    return GenerateResult("".join(texts), tuple(token_ids), finish_reason, prompt_len,
+                          first_token_s)
+
+
 class Engine(ABC):
     """The protocol every engine implements (in-process or over HTTP)."""
 
@@ -272,18 +297,7 @@ class Engine(ABC):
 
     async def generate_all(self, request: GenerateRequest) -> GenerateResult:
         """Run a Generate to completion and return the whole text."""
-        texts: list[str] = []
-        token_ids: list[int] = []
-        finish_reason = "length"
-        prompt_len = None
-        async for chunk in self.generate(request):
-            if not texts:
-                prompt_len = chunk.prompt_len
-            texts.append(chunk.text)
-            token_ids.extend(chunk.token_ids)
-            if chunk.finish_reason is not None:
-                finish_reason = chunk.finish_reason
-        return GenerateResult("".join(texts), tuple(token_ids), finish_reason, prompt_len)
+        return await collect_generate(self.generate(request))
 
     async def fill_prompt(self, request: GenerateRequest) -> int | None:
         """The prompt a Generate carries, run as the Fill it stands for (`prompt_fill`):

@@ -166,7 +166,7 @@ class SimBatch:
             self._finish(req)
             # the blocks reserved for the tokens it will not generate go back
             self._kv.cut_back(ctx, ctx.length, is_computed=True)
-        else:
+        elif not req.whole or req.num_done == 1:
             req.signal()
 
     def _admit(self) -> None:

@@ -24,11 +24,12 @@ class SimRequest:
     __slots__ = ("kind", "is_fill", "context_id", "parent_id", "num_tokens", "num_prompt", "seed",
                  "eos_mean_tokens", "finish_reason", "priority", "num_done", "num_recompute",
                  "context", "new_token_ids", "start_len", "created_context", "final_len",
-                 "is_finished", "error", "ready", "_waiter", "tokens", "_turn_ends")
+                 "is_finished", "error", "ready", "_waiter", "tokens", "_turn_ends", "whole")
 
     def __init__(self, kind: SimRequestKind, context_id: str, parent_id: str | None,
                  num_tokens: int, seed: int | None = None, *, priority: int = 0,
-                 eos_mean_tokens: int | None = None, num_prompt: int = 0) -> None:
+                 eos_mean_tokens: int | None = None, num_prompt: int = 0,
+                 whole: bool = False) -> None:
         self.kind = kind
         self.is_fill = kind is SimRequestKind.FILL
         self.context_id = context_id
@@ -55,6 +56,10 @@ class SimRequest:
         # prefix hashed once (its context's id is its own: contexts are found by id).
         self.tokens = FillerTokens(context_id, seed) if kind is SimRequestKind.GENERATE else None
         self._turn_ends: FillerTokens | None = None   # made at its first end-of-turn draw
+        # A Generate answered whole (generate_all): its collector is signalled at its first
+        # token (the prompt is in KV: prompt_len, the prefix cache's index) and when it ends,
+        # not at every token in between, which nobody reads.
+        self.whole = whole
 
     @property
     def num_new_tokens(self) -> int:

@@ -203,17 +203,23 @@ async def _free_private_context(engine: EngineState, context_id: str) -> None:
 async def _generate(call: Call, binding: OutputBinding, engine: EngineState,
                     request: GenerateRequest, *, first_prompt: bool) -> str:
     """One Generate. Streamed when someone reads the output as it is generated (an OpenAI
-    `stream` request, `astream`) or when streaming costs nothing (an in-process engine, whose
-    `generate_all` is the protocol's loop over `generate`): each chunk then goes to the output
+    `stream` request, `astream`) or when the engine's `generate_all` is only the protocol's
+    loop over `generate` (the in-process builtin engine): each chunk then goes to the output
     variable's stream as it arrives (not shown for outputs with transforms: their value is not a
-    prefix of the raw text). Over HTTP an unwatched output is one non-streamed request: per-token
-    NDJSON lines halve what the manager's loop can carry (docs/results/openai_api.md).
+    prefix of the raw text). Otherwise one whole answer: over HTTP an unwatched output is one
+    non-streamed request (per-token NDJSON lines halve what the manager's loop can carry,
+    docs/results/openai_api.md); the simulated engine answers whole in process too, without
+    waking this loop for every token; either reports when its first token came
+    (`first_token_s`) where it timed it.
     `first_prompt`: the request carries the first text of the call's context, whose length
     (the first chunk's `prompt_len`) is the call's prompt in real tokens."""
     stream = binding.stream
     stream.begin_attempt()
     if not stream.wanted and type(engine.engine).generate_all is not Engine.generate_all:
+        started = asyncio.get_running_loop().time()
         result = await engine.engine.generate_all(request)
+        if result.first_token_s is not None:   # the engine timed it: TTFT and TPOT in /metrics
+            call.timings.setdefault("first_token", started + result.first_token_s)
         if first_prompt:
             _prompt_in_kv(call, engine, result.prompt_len)
         stream.push(result.text, len(result.token_ids), result.finish_reason,

@@ -29,8 +29,10 @@ Every server has its own `CollectorRegistry` (no process-global state).
                                            TPOT against the policy's per-token target
                                            (tpot_target block below)
     parrot_call_ttft_seconds, parrot_call_tpot_seconds, parrot_call_e2e_seconds  (histograms;
-        TTFT/TPOT of calls whose outputs were streamed: always on in-process engines, over
-        HTTP when a reader streams the output)
+        TTFT/TPOT of calls whose outputs were streamed, or answered whole with the first
+        token's time (`GenerateResult.first_token_s`: in-process engines, and an engine
+        process's single-request route); over the batched engine wire, only when a reader
+        streams the output)
     parrot_calls_finished_total{state}
     parrot_policy_decision_seconds         one scheduling round (histogram)
     parrot_http_requests_total{method,route,status}, parrot_http_request_seconds{route}
@@ -40,9 +42,9 @@ client that went away, a session DELETE, a drain) and the tokens the manager rec
 
     parrot_aborted_calls_total             calls cancelled on an engine
     parrot_aborted_tokens_total            tokens the manager had received for them: a lower
-                                           bound (a Generate over HTTP that nobody streamed
-                                           reports its tokens only when it finishes: an abort
-                                           before then counts its call, not its tokens)
+                                           bound (a Generate that nobody streamed is answered
+                                           whole, in process or over HTTP: an abort before its
+                                           end counts its call, not its tokens)
 
 What the engines decoded for nobody is theirs to count, exactly, per engine:
 parrot_engine_aborted_generates_total and parrot_engine_aborted_decode_tokens_total (every

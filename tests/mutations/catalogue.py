@@ -82,7 +82,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        value = None if sampling.constraint is None else sample_value(\n",
         "        value = None if True else sample_value(\n",
         ("tests/engines/test_sim_values.py::test_the_simulated_engine_generates_the_value",),
-        where="SimulatedEngine.generate"),
+        where="SimulatedEngine._chunks"),
     Mutation(
         "forced_tool_call_decoded_under_schema", "parrot/server/openai_tools.py",
         "        if not self.forced:\n            return self.response_format\n",
@@ -373,7 +373,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        num_tokens = (sampling.max_tokens if True\n",
         ("tests/engines/test_sim_eos.py::"
          "test_a_generate_stops_at_the_marker_under_a_loose_cap",),
-        where="SimulatedEngine.generate"),
+        where="SimulatedEngine._chunks"),
     Mutation(
         "sim_prefix_cache_forks_cached_blocks", "parrot/engines/simulated.py",
         "            return (n, *self._cache.fork(request.text, n))\n",
@@ -950,7 +950,7 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_a_generate_ends_its_turn_by_itself_unless_ignore_eos",
          "tests/server/test_openai_api.py::"
          "test_a_chat_without_max_tokens_on_the_sim_config_ends_by_itself"),
-        where="SimulatedEngine.generate"),
+        where="SimulatedEngine._chunks"),
     Mutation(
         "second_ctrl_c_ignored", "parrot/cli/serve.py",
         "        (signals[1] if signals[0].is_set() else signals[0]).set()\n",
@@ -1465,4 +1465,31 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/manager/test_round_coalescing.py::"
          "test_more_turns_of_work_than_the_limit_get_more_rounds",),
         where="Scheduler.wait"),
+    Mutation(
+        "sim_whole_generate_signals_every_token", "parrot/engines/sim_batch.py",
+        "        elif not req.whole or req.num_done == 1:\n",
+        "        elif True:\n",
+        ("tests/engines/test_simulated_generate_all.py::"
+         "test_a_whole_generate_wakes_its_collector_at_its_first_token_and_its_end",),
+        where="SimBatch._decode_token"),
+    Mutation(
+        "sim_generate_all_streams", "parrot/engines/simulated.py",
+        "        return await collect_generate(self._chunks(request, whole=True))\n",
+        "        return await collect_generate(self._chunks(request, whole=False))\n",
+        ("tests/engines/test_simulated_generate_all.py::"
+         "test_a_whole_generate_wakes_its_collector_at_its_first_token_and_its_end",),
+        where="SimulatedEngine.generate_all"),
+    Mutation(
+        "whole_generate_first_token_ignored", "parrot/manager/executor.py",
+        "        if result.first_token_s is not None:",
+        "        if False:",
+        ("tests/server/test_metrics.py::test_metrics_count_requests_calls_and_engines",),
+        where="_generate"),
+    Mutation(
+        "collect_generate_untimed", "parrot/engines/protocol.py",
+        "            prompt_len, first_token_s = chunk.prompt_len, loop.time() - started\n",
+        "            prompt_len = chunk.prompt_len\n",
+        ("tests/engines/test_simulated_generate_all.py::"
+         "test_generate_all_answers_as_reading_the_stream_does",),
+        where="collect_generate"),
 )

@@ -239,12 +239,14 @@ def test_engine_work_counters_are_exported_in_seconds_and_tokens():
 
 async def test_aborted_calls_and_their_tokens_are_counted():
     """A session DELETE and a client leaving an OpenAI request each abort calls on the engine:
-    the counters show those calls and exactly the tokens generated for them."""
+    the counters show those calls and, for outputs streamed to the manager (a submit's
+    `stream`, a streamed completion), exactly the tokens generated for them."""
     async with running(config(engine=SLOW_ENGINE)) as (server, http):
         ended: list = []
         server.manager.call_observers.append(ended.append)
         sid, auth = await new_session(http)
-        async with http.post("/v1/submit", json=one_call(sid, sampling={"max_tokens": 2000}),
+        async with http.post("/v1/submit", json=one_call(sid, sampling={"max_tokens": 2000},
+                                                         stream=["y"]),
                              headers=auth) as resp:
             assert resp.status == 200
         session = server.manager.sessions.get(sid)
@@ -270,7 +272,7 @@ async def test_aborted_calls_and_their_tokens_are_counted():
         try:
             async with http.post("/v1/completions", timeout=aiohttp.ClientTimeout(total=0.5),
                                  json={"model": "simulated", "prompt": "p", "max_tokens": 2000,
-                                       "n": 2}) as resp:
+                                       "n": 2, "stream": True}) as resp:
                 await resp.read()
         except TimeoutError:
             pass
@@ -285,6 +287,34 @@ async def test_aborted_calls_and_their_tokens_are_counted():
         assert m[("parrot_aborted_tokens_total", ())] == sum(
             b.stream.num_tokens for c in cancelled for b in c.outputs.values())
         assert m[("parrot_aborted_tokens_total", ())] > tokens
+
+
+async def test_an_aborted_call_nobody_streamed_counts_its_call_and_no_tokens():
+    """An output nobody reads as it is generated runs as one whole Generate, also on an
+    in-process engine: the manager holds none of its tokens until it finishes, so an abort
+    counts the call and no tokens (the documented lower bound); the engine counts what it
+    decoded for it."""
+    async with running(config(engine=SLOW_ENGINE)) as (server, http):
+        sid, auth = await new_session(http)
+        async with http.post("/v1/submit", json=one_call(sid, sampling={"max_tokens": 2000}),
+                             headers=auth) as resp:
+            assert resp.status == 200
+        (state,) = list(server.manager.engines)
+        while (await state.engine.stats()).counter("decode_tokens") < 3:
+            await asyncio.sleep(0.01)
+        (running_call,) = server.manager.sessions.get(sid).calls.values()
+        assert sum(b.stream.num_tokens for b in running_call.outputs.values()) == 0
+        async with http.delete(f"/v1/sessions/{sid}", headers=auth) as resp:
+            assert resp.status == 200
+        engine = (("engine", state.engine_id),)
+        for _ in range(200):
+            m = await scrape(http, server.admin_token)
+            if m[("parrot_engine_aborted_generates_total", engine)] == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert m[("parrot_aborted_calls_total", ())] == 1
+        assert m[("parrot_aborted_tokens_total", ())] == 0
+        assert m[("parrot_engine_aborted_decode_tokens_total", engine)] >= 3
 
 
 # --- TPOT against the per-token latency target --------------------------------------------
