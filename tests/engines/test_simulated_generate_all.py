@@ -11,18 +11,15 @@ import pytest
 from parrot.constraints import Choice
 from parrot.engines import sim_requests
 from parrot.engines.protocol import FillRequest, GenerateRequest, collect_generate
-from parrot.engines.simulated import SimulatedEngine, SimulatedEngineConfig
+from parrot.engines.simulated import SimulatedEngine
 from parrot.sampling import SamplingParams
 from parrot.sim.clock import run_virtual
-
-ITER_MS = 10.0
+from tests.engines.test_simulated import ITER_MS
+from tests.engines.test_simulated import make_engine as sim_engine
 
 
 def make_engine(**params: object) -> SimulatedEngine:
-    base: dict[str, object] = {"decode_base_ms": ITER_MS, "decode_per_token_ms": 0.0,
-                               "prefill_per_token_ms": 0.01}
-    base.update(params)
-    return SimulatedEngine("sim", SimulatedEngineConfig.from_mapping(base))
+    return sim_engine(prefill_per_token_ms=0.01, **params)
 
 
 REQUESTS = {
