@@ -66,12 +66,11 @@ POLICY_RETRY_DELAY_S = 0.2
 # each brings another wake, up to COALESCE_TURNS turns and `coalesce_s` of the loop's clock
 # (manager.round_coalesce_ms, 5 ms by default: a call's placement waits at most that, against
 # the 10-50 ms of an engine step it then waits for anyway); a wake followed by a quiet turn
-# runs the round one turn later. Measured
-# with bench_manager's HTTP workloads on the 2-core VM (docs/BENCH_MANAGER.md): with 16
-# engines submit + get 1,828 -> 2,414 calls/s and chains in one submit_batch 4,080 -> 4,632;
-# with 64 engines 1,414 -> 2,233 and 3,320 -> 4,054 (4 turns did less, 16 no more). On a
-# simulation's virtual clock the turns take no time: a round there takes what became ready at
-# the same instant.
+# runs the round one turn later. Measured with bench_manager's HTTP workloads on the 2-core
+# VM (docs/BENCH_MANAGER.md): with 16 engines submit + get 1,751-1,807 -> 2,379-2,380 calls/s
+# and chains in one submit_batch 4,030-4,151 -> 4,289-4,305 (4 turns did less, 16 no more;
+# a 2-ms bound less than 5). On a simulation's virtual clock the turns take no time: a round
+# there takes what became ready at the same instant.
 COALESCE_TURNS = 8
 
 
