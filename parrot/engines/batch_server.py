@@ -148,9 +148,10 @@ class BatchRoutes:
     async def _generate(self, op_id: str, op: GenerateOp, outbox: Outbox) -> None:
         await self.window.check(op.request)
         if not op.stream:
+            # one finished event, the whole answer with the first token's time (first_token_s:
+            # the manager's TTFT of a call nobody streamed)
             result = await self.engine.generate_all(op.request)
-            outbox.chunk(op_id, GenerateChunk(result.text, result.token_ids,
-                                              result.finish_reason, result.prompt_len))
+            outbox.put({"id": op_id, "chunk": result.to_wire()})
             return
         # Every engine's generate is an async generator (the protocol declares AsyncIterator).
         chunks = cast(AsyncGenerator[GenerateChunk, None], self.engine.generate(op.request))

@@ -30,9 +30,8 @@ Every server has its own `CollectorRegistry` (no process-global state).
                                            (tpot_target block below)
     parrot_call_ttft_seconds, parrot_call_tpot_seconds, parrot_call_e2e_seconds  (histograms;
         TTFT/TPOT of calls whose outputs were streamed, or answered whole with the first
-        token's time (`GenerateResult.first_token_s`: in-process engines, and an engine
-        process's single-request route); over the batched engine wire, only when a reader
-        streams the output)
+        token's time as the engine measured it (`GenerateResult.first_token_s`: in process
+        and over either engine wire; an engine that does not time it gives none))
     parrot_calls_finished_total{state}
     parrot_policy_decision_seconds         one scheduling round (histogram)
     parrot_http_requests_total{method,route,status}, parrot_http_request_seconds{route}

@@ -81,7 +81,7 @@ async def test_a_batch_gives_what_the_per_op_routes_give() -> None:
                                  "prompt_len": lines[0]["prompt_len"]}
         _, expected["whole"] = await post(alone, "/v1/engine/generate",
                                           {"context_id": "w", "parent_context_id": "p0", **GEN})
-        # the single route times the first token; the batch wire's answer does not carry it
+        # both time the first token (not the same run: compared apart from the answer)
         assert expected["whole"].pop("first_token_s") > 0
         _, expected["free"] = await post(alone, "/v1/engine/free_context", {"context_id": "g0"})
 
@@ -98,6 +98,7 @@ async def test_a_batch_gives_what_the_per_op_routes_give() -> None:
         events = by_op(lines)
         got.update({op: joined(events[op]) for op in ("s0", "s1", "s2", "whole")})
         assert len(events["whole"]) == 1  # not streamed: one event with the whole text
+        assert events["whole"][0]["chunk"]["first_token_s"] > 0   # ...and its first token's time
         assert len(events["s0"]) > 1
         _, lines = await post(batched, "/v1/engine/batch",
                               {"ops": [{"id": "free", "free": {"context_id": "g0"}}]})

@@ -1492,4 +1492,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/engines/test_simulated_generate_all.py::"
          "test_generate_all_answers_as_reading_the_stream_does",),
         where="collect_generate"),
+    Mutation(
+        "batch_whole_answer_untimed", "parrot/engines/batch_server.py",
+        "            outbox.put({\"id\": op_id, \"chunk\": result.to_wire()})\n",
+        "            outbox.chunk(op_id, GenerateChunk(result.text, result.token_ids,\n"
+        "                                              result.finish_reason, result.prompt_len))\n",
+        ("tests/engines/test_batch_server.py::test_a_batch_gives_what_the_per_op_routes_give",
+         "tests/engines/test_batch_client.py::"
+         "test_concurrent_generates_leave_in_one_request_and_match_the_engine"),
+        where="BatchRoutes._generate"),
 )
