@@ -155,25 +155,40 @@ def test_engine_log_lines_are_relayed_at_their_level(caplog):
 
 
 async def test_outputs_stream_from_an_engine_process_only_when_read_as_a_stream():
-    """Over HTTP an unwatched output is one non-streamed Generate (no first-token time); a
-    stream request streams it (TTFT observed)."""
+    """Over HTTP an unwatched output is one non-streamed Generate, whose answer still says
+    when its first token came (`first_token_s`: TTFT observed); a stream request streams it."""
     srv = ParrotServer(ServeConfig.from_mapping({
         "policy": {"name": "least_queue"},
         "engines": [{"name": "proc", "kind": "simulated", "params": {"zero_latency": True}}]}))
     await srv.start(port=0)
     try:
+        (state,) = list(srv.manager.engines)
+        client, asked = state.engine, []
+        whole, streamed = client.generate_all, client.generate
+
+        async def recorded_whole(request):
+            asked.append("whole")
+            return await whole(request)
+
+        def recorded_stream(request):
+            asked.append("stream")
+            return streamed(request)
+
+        client.generate_all, client.generate = recorded_whole, recorded_stream
         async with aiohttp.ClientSession(base_url=srv.url) as http:
             body = {"model": "simulated", "prompt": "p", "max_tokens": 4}
             async with http.post("/v1/completions", json=body) as resp:
                 assert resp.status == 200
             m = await scrape(http, srv.admin_token)
+            assert asked == ["whole"]
             assert m[("parrot_call_e2e_seconds_count", ())] == 1
-            assert m[("parrot_call_ttft_seconds_count", ())] == 0
+            assert m[("parrot_call_ttft_seconds_count", ())] == 1
             async with http.post("/v1/completions", json={**body, "stream": True}) as resp:
                 assert resp.status == 200 and (await resp.read()).endswith(b"[DONE]\n\n")
             m = await scrape(http, srv.admin_token)
+            assert asked == ["whole", "stream"]
             assert m[("parrot_call_e2e_seconds_count", ())] == 2
-            assert m[("parrot_call_ttft_seconds_count", ())] == 1
+            assert m[("parrot_call_ttft_seconds_count", ())] == 2
     finally:
         await srv.stop()
 
