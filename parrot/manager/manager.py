@@ -66,8 +66,12 @@ class Manager:
         self.flow = CallFlow(self.sessions, self.config, self.health, self.scheduler,
                              self.prefix_index, self.output_lengths, self.transform_buckets,
                              self._spawn_background)
-        # Called with every call that leaves an engine (done, failed or re-queued): /metrics.
-        self.call_observers: list[Callable[[Call], None]] = self.flow.observers
+
+    @property
+    def call_observers(self) -> list[Callable[[Call], None]]:
+        """Called with every call that leaves an engine (done, failed or re-queued): /metrics.
+        (The call flow's list: it is the flow that reports them.)"""
+        return self.flow.observers
 
     # --- lifecycle -------------------------------------------------------------------------
 
