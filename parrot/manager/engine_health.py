@@ -82,7 +82,7 @@ class EngineHealth:
             if state.is_healthy and not same_url:
                 raise ConflictError(f"an engine named {spec.name!r} is already registered")
             old = state.engine
-            state.reconnect(spec, engine, info)
+            self._pool.reconnect(state, spec, engine, info)
             old.abort_requests(f"engine {spec.name} re-registered")  # its calls move over
             self._spawn(_close_later(old), f"close-old-{spec.name}")
             log.info("engine %s re-registered at %s", spec.name, getattr(engine, "url", "-"))
@@ -152,7 +152,7 @@ class EngineHealth:
         and would hold a batch slot until the window fills) or over `max_output_tokens`."""
         if (error := self.no_engine_error()) is not None:
             raise error
-        window = max((e.info.max_context_len for e in self._pool), default=None)
+        window = self._pool.max_context_len
         cap = self._config.max_output_tokens
         known = [n for n in (window, cap) if n is not None]
         if not known:

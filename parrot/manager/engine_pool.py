@@ -356,6 +356,9 @@ class EnginePool:
         """max_calls: manager.engine_max_calls."""
         self._engines: dict[str, EngineState] = {}
         self._max_calls = max_calls
+        # The largest context window of any engine, up or down (every submit checks its
+        # max_tokens against it): kept as engines join or come back, not walked per submit.
+        self.max_context_len: int | None = None
 
     def add(self, spec: EngineSpec, engine: Engine, info: EngineInfo) -> EngineState:
         if spec.name in self._engines:
@@ -364,7 +367,18 @@ class EnginePool:
                             EngineContexts(engine, spec.name, info.block_size),
                             max_calls_setting=self._max_calls)
         self._engines[spec.name] = state
+        self._note_window()
         return state
+
+    def reconnect(self, state: EngineState, spec: EngineSpec, engine: Engine,
+                  info: EngineInfo) -> None:
+        """`state`'s engine back as a new process or client (EngineState.reconnect): its
+        window may have changed."""
+        state.reconnect(spec, engine, info)
+        self._note_window()
+
+    def _note_window(self) -> None:
+        self.max_context_len = max(e.info.max_context_len for e in self._engines.values())
 
     def get(self, engine_id: str) -> EngineState:
         try:

@@ -255,6 +255,27 @@ async def test_max_tokens_over_every_engine_window_is_refused_at_submit(manager)
     assert call.outputs["y"].sampling.max_tokens == 4096
 
 
+async def test_an_engine_back_with_another_window_moves_the_max_tokens_bound(manager):
+    from parrot.errors import InvalidRequestError
+
+    first = RecordingEngine(window=2048)
+    await manager.add_engine(EngineSpec(name="e0", in_process=True), first)
+    session = manager.create_session()
+
+    def ask(max_tokens: int) -> None:
+        submit(manager, session, "A {{input:x}} {{output:y}}",
+               x="1", y={"in_out": "output", "sampling": {"max_tokens": max_tokens}})
+
+    with pytest.raises(InvalidRequestError, match=r"max_tokens=4096 exceeds .*2048 tokens"):
+        ask(4096)
+    first.alive = False
+    manager.health.mark_down(manager.engines.get("e0"), "killed")
+    await manager.add_engine(EngineSpec(name="e0", in_process=True), RecordingEngine(window=8192))
+    ask(4096)   # the restarted process's window
+    with pytest.raises(InvalidRequestError, match=r"max_tokens=9000 exceeds .*8192 tokens"):
+        ask(9000)
+
+
 async def test_the_same_name_readmits_a_down_engine_with_its_new_client(manager, engine):
     engine.alive = False
     manager.health.mark_down(manager.engines.get("e0"), "killed")
