@@ -158,6 +158,8 @@ class SimBatch:
         req.new_token_ids.append(req.tokens.token(ctx.length))
         ctx.length += 1
         req.num_done += 1
+        if req.num_done == 1:
+            req.first_token_at = self._now()
         if req.num_done == req.num_tokens:
             self._finish(req)   # (which signals the token to the collector)
         elif req.eos_mean_tokens is not None and req.ends_turn(ctx.length,
@@ -166,8 +168,12 @@ class SimBatch:
             self._finish(req)
             # the blocks reserved for the tokens it will not generate go back
             self._kv.cut_back(ctx, ctx.length, is_computed=True)
-        elif not req.whole or req.num_done == 1:
+        elif not req.whole or (req.num_done == 1 and req.signal_first_token):
             req.signal()
+
+    def _now(self) -> float:
+        assert self.loop is not None, "the batching loop runs on it"
+        return self.loop.time()
 
     def _admit(self) -> None:
         """Move waiting requests into the running batch, by priority, then first come first

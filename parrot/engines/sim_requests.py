@@ -24,12 +24,13 @@ class SimRequest:
     __slots__ = ("kind", "is_fill", "context_id", "parent_id", "num_tokens", "num_prompt", "seed",
                  "eos_mean_tokens", "finish_reason", "priority", "num_done", "num_recompute",
                  "context", "new_token_ids", "start_len", "created_context", "final_len",
-                 "is_finished", "error", "ready", "_waiter", "tokens", "_turn_ends", "whole")
+                 "is_finished", "error", "ready", "_waiter", "tokens", "_turn_ends", "whole",
+                 "signal_first_token", "first_token_at")
 
     def __init__(self, kind: SimRequestKind, context_id: str, parent_id: str | None,
                  num_tokens: int, seed: int | None = None, *, priority: int = 0,
                  eos_mean_tokens: int | None = None, num_prompt: int = 0,
-                 whole: bool = False) -> None:
+                 whole: bool = False, signal_first_token: bool = True) -> None:
         self.kind = kind
         self.is_fill = kind is SimRequestKind.FILL
         self.context_id = context_id
@@ -56,10 +57,14 @@ class SimRequest:
         # prefix hashed once (its context's id is its own: contexts are found by id).
         self.tokens = FillerTokens(context_id, seed) if kind is SimRequestKind.GENERATE else None
         self._turn_ends: FillerTokens | None = None   # made at its first end-of-turn draw
-        # A Generate answered whole (generate_all): its collector is signalled at its first
-        # token (the prompt is in KV: prompt_len, the prefix cache's index) and when it ends,
-        # not at every token in between, which nobody reads.
+        # A Generate answered whole (generate_all): its collector is signalled when it ends,
+        # not at every token, which nobody reads; and at its first token only with
+        # `signal_first_token` (the prompt is in KV: what the prefix cache indexes then).
         self.whole = whole
+        self.signal_first_token = signal_first_token
+        # The loop time of a Generate's first token (set by the batching loop): a whole
+        # Generate's time to first token without waking its collector for it.
+        self.first_token_at: float | None = None
 
     @property
     def num_new_tokens(self) -> int:

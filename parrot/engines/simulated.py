@@ -45,6 +45,7 @@ from scratch forks the cached leading blocks of its text, as vLLM's APC does.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from collections.abc import AsyncIterator
 
@@ -152,13 +153,19 @@ class SimulatedEngine(Engine):
 
     async def generate_all(self, request: GenerateRequest) -> GenerateResult:
         """One answer, as an engine process gives a non-streamed Generate: its request
-        signals only its first token and its end (SimRequest.whole), so the caller's loop is
-        woken twice, not once a token (measured in-process, bench_manager's HTTP workloads:
-        4-13% more calls a second)."""
-        return await collect_generate(self._chunks(request, whole=True))
+        signals its end only (SimRequest.whole; and its first token where the prefix cache
+        indexes the prompt then), so the caller's loop is woken once, not once a token
+        (measured in-process, bench_manager's HTTP workloads: 4-13% more calls a second).
+        Its time to first token is the batching loop's (SimRequest.first_token_at)."""
+        started = asyncio.get_running_loop().time()
+        first = _FirstToken()
+        result = await collect_generate(self._chunks(request, whole=True, first=first))
+        if first.at is None:
+            return result
+        return dataclasses.replace(result, first_token_s=first.at - started)
 
-    async def _chunks(self, request: GenerateRequest, *, whole: bool
-                      ) -> AsyncIterator[GenerateChunk]:
+    async def _chunks(self, request: GenerateRequest, *, whole: bool,
+                      first: _FirstToken | None = None) -> AsyncIterator[GenerateChunk]:
         sampling = request.sampling
         # A prompt in the request: prefilled first, as a Fill of it would be (a cached prefix
         # of it forked), its last chunk's step producing the first token.
@@ -181,7 +188,8 @@ class SimulatedEngine(Engine):
                                           priority=request.priority,
                                           eos_mean_tokens=None if sampling.ignore_eos
                                           else self.config.eos_mean_tokens,
-                                          num_prompt=num_prompt - cached, whole=whole))
+                                          num_prompt=num_prompt - cached, whole=whole,
+                                          signal_first_token=self._cache is not None))
         except BaseException:
             self._drop_cached_prefix(parent_id, request.parent_context_id)
             raise
@@ -218,6 +226,11 @@ class SimulatedEngine(Engine):
                         return
                     continue
                 if req.is_finished:
+                    if first is not None and not generated and req.first_token_at is not None:
+                        # Nothing handed over yet: its first token's time is the loop's
+                        # (SimRequest.signal_first_token off), for TTFT and TPOT alike.
+                        first.at = req.first_token_at
+                        timer.first_token(first.at)
                     chunk = GenerateChunk(detokenize(token_ids), tuple(token_ids),
                                           "eos" if req.finish_reason == "eos"
                                           else finish_reason, prompt_len)
@@ -280,3 +293,13 @@ class SimulatedEngine(Engine):
 
     async def healthz(self) -> bool:
         return not self._batch.closed
+
+
+class _FirstToken:
+    """Where a whole Generate's reader leaves the loop time of its first token (its collector
+    is not woken for it: SimRequest.signal_first_token)."""
+
+    __slots__ = ("at",)
+
+    def __init__(self) -> None:
+        self.at: float | None = None

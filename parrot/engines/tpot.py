@@ -48,6 +48,12 @@ class TpotTimer:
         self._after_first = 0
         self._loop: asyncio.AbstractEventLoop | None = None  # its Generate's, at the 1st chunk
 
+    def first_token(self, at: float) -> None:
+        """The Generate's first token was produced at loop time `at` and is handed over with
+        later tokens (an engine that answers a Generate whole times its first token without
+        handing it over then): the next chunk counts the tokens after it."""
+        self._first, self._after_first = at, -1
+
     def observe(self, chunk: GenerateChunk, tokens: int | None = None) -> float | None:
         """Note a chunk handed over, of `tokens` tokens (default: its token ids; an engine
         that streams text only says how many it counts); the Generate's TPOT (seconds) when

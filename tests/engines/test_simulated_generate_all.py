@@ -1,6 +1,7 @@
 """The simulated engine's `generate_all`: the same answer, at the same (virtual) time and with
-the same TPOT as reading `generate` to its end, but its collector woken at its first token and
-its end only (SimRequest.whole), not once a token."""
+the same time to first token and TPOT as reading `generate` to its end, but its collector
+woken at its end only (SimRequest.whole; also at its first token where the prefix cache
+indexes the prompt then), not once a token."""
 
 from __future__ import annotations
 
@@ -42,11 +43,14 @@ async def one(engine: SimulatedEngine, request: GenerateRequest, whole: bool):
     return result, took, stats.counter("tpot_generates"), stats.counter("tpot_us_sum")
 
 
+@pytest.mark.parametrize("prefix_caching", [False, True])
 @pytest.mark.parametrize("case", sorted(REQUESTS))
-def test_generate_all_answers_as_reading_the_stream_does(case):
+def test_generate_all_answers_as_reading_the_stream_does(case, prefix_caching):
     request = REQUESTS[case]
-    streamed = run_virtual(one(make_engine(eos_mean_tokens=16), request, whole=False))
-    whole = run_virtual(one(make_engine(eos_mean_tokens=16), request, whole=True))
+    streamed = run_virtual(one(make_engine(eos_mean_tokens=16, prefix_caching=prefix_caching),
+                               request, whole=False))
+    whole = run_virtual(one(make_engine(eos_mean_tokens=16, prefix_caching=prefix_caching),
+                            request, whole=True))
     assert whole == streamed
     result, took, tpot_generates, _ = whole
     # (a constrained value comes in one chunk: no TPOT)
@@ -61,7 +65,8 @@ def test_generate_all_answers_as_reading_the_stream_does(case):
         assert result.prompt_len is not None and result.prompt_len > 100
 
 
-def test_a_whole_generate_wakes_its_collector_at_its_first_token_and_its_end(monkeypatch):
+@pytest.mark.parametrize("prefix_caching", [False, True])
+def test_a_whole_generate_wakes_its_collector_at_its_end(monkeypatch, prefix_caching):
     signals: list[bool] = []
     original = sim_requests.SimRequest.signal
 
@@ -73,7 +78,7 @@ def test_a_whole_generate_wakes_its_collector_at_its_first_token_and_its_end(mon
     request = GenerateRequest("g", None, SamplingParams(max_tokens=50, ignore_eos=True))
 
     async def main(whole: bool) -> None:
-        engine = make_engine()
+        engine = make_engine(prefix_caching=prefix_caching)
         if whole:
             await engine.generate_all(request)
         else:
@@ -84,4 +89,12 @@ def test_a_whole_generate_wakes_its_collector_at_its_first_token_and_its_end(mon
     assert signals == [False] * 50
     signals.clear()
     run_virtual(main(whole=True))
-    assert signals == [True, True]
+    # with the prefix cache, the first token too: the prompt is indexed while it decodes
+    assert signals == ([True, True] if prefix_caching else [True])
+
+
+def test_a_whole_generate_of_one_token_is_timed_at_it():
+    request = GenerateRequest("g", None, SamplingParams(max_tokens=1, ignore_eos=True))
+    streamed = run_virtual(one(make_engine(), request, whole=False))
+    whole = run_virtual(one(make_engine(), request, whole=True))
+    assert whole == streamed and whole[0].first_token_s == pytest.approx(ITER_MS / 1000)
