@@ -1467,18 +1467,39 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="Scheduler.wait"),
     Mutation(
         "sim_whole_generate_signals_every_token", "parrot/engines/sim_batch.py",
-        "        elif not req.whole or req.num_done == 1:\n",
+        "        elif not req.whole or (req.num_done == 1 and req.signal_first_token):\n",
         "        elif True:\n",
         ("tests/engines/test_simulated_generate_all.py::"
-         "test_a_whole_generate_wakes_its_collector_at_its_first_token_and_its_end",),
+         "test_a_whole_generate_wakes_its_collector_at_its_end",),
         where="SimBatch._decode_token"),
     Mutation(
         "sim_generate_all_streams", "parrot/engines/simulated.py",
-        "        return await collect_generate(self._chunks(request, whole=True))\n",
-        "        return await collect_generate(self._chunks(request, whole=False))\n",
+        "        result = await collect_generate(self._chunks(request, whole=True, first=first))\n",
+        "        result = await collect_generate(self._chunks(request, whole=False, first=first))\n",
         ("tests/engines/test_simulated_generate_all.py::"
-         "test_a_whole_generate_wakes_its_collector_at_its_first_token_and_its_end",),
+         "test_a_whole_generate_wakes_its_collector_at_its_end",),
         where="SimulatedEngine.generate_all"),
+    Mutation(
+        "sim_whole_generate_untimed", "parrot/engines/simulated.py",
+        "                    if first is not None and not generated and req.first_token_at is not None:\n",
+        "                    if False:\n",
+        ("tests/engines/test_simulated_generate_all.py::"
+         "test_generate_all_answers_as_reading_the_stream_does",),
+        where="SimulatedEngine._chunks"),
+    Mutation(
+        "sim_whole_generate_tpot_from_its_end", "parrot/engines/simulated.py",
+        "                        timer.first_token(first.at)\n",
+        "                        pass\n",
+        ("tests/engines/test_simulated_generate_all.py::"
+         "test_generate_all_answers_as_reading_the_stream_does",),
+        where="SimulatedEngine._chunks"),
+    Mutation(
+        "pool_window_kept_on_reconnect", "parrot/manager/engine_pool.py",
+        "        state.reconnect(spec, engine, info)\n        self._note_window()\n",
+        "        state.reconnect(spec, engine, info)\n",
+        ("tests/manager/test_manager.py::"
+         "test_an_engine_back_with_another_window_moves_the_max_tokens_bound",),
+        where="EnginePool.reconnect"),
     Mutation(
         "whole_generate_first_token_ignored", "parrot/manager/executor.py",
         "        if result.first_token_s is not None:",
