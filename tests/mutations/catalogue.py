@@ -1474,14 +1474,17 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="SimBatch._decode_token"),
     Mutation(
         "sim_generate_all_streams", "parrot/engines/simulated.py",
-        "        result = await collect_generate(self._chunks(request, whole=True, first=first))\n",
-        "        result = await collect_generate(self._chunks(request, whole=False, first=first))\n",
+        "        result = await collect_generate(self._chunks(request, whole=True, "
+        "first=first))\n",
+        "        result = await collect_generate(self._chunks(request, whole=False, "
+        "first=first))\n",
         ("tests/engines/test_simulated_generate_all.py::"
          "test_a_whole_generate_wakes_its_collector_at_its_end",),
         where="SimulatedEngine.generate_all"),
     Mutation(
         "sim_whole_generate_untimed", "parrot/engines/simulated.py",
-        "                    if first is not None and not generated and req.first_token_at is not None:\n",
+        "                    if first is not None and not generated and "
+        "req.first_token_at is not None:\n",
         "                    if False:\n",
         ("tests/engines/test_simulated_generate_all.py::"
          "test_generate_all_answers_as_reading_the_stream_does",),
