@@ -440,7 +440,7 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_waiting_latency_calls_join_while_the_mean_completion_drops",),
         where="Slot.has_room_backlogged"),
     Mutation(
-        "graphs_wider_bucket", "parrot/engines/builtin/cuda/graphs.py",
+        "graphs_wider_bucket", "parrot/engines/builtin/cuda/buckets.py",
         "WIDER_BUCKET_FACTOR = 2\n", "WIDER_BUCKET_FACTOR = 1\n",
         ("tests/engines/builtin/cuda/test_graphs.py::"
          "test_a_shared_prefix_step_replays_a_captured_wider_bucket",),

@@ -20,8 +20,8 @@ import torch
 from parrot.engines.builtin.llama.attention import AttentionMetadata, PrefillChunk, SharedPrefixMeta
 from parrot.engines.builtin.llama.cascade import (GroupedRows, pad_groups, plan_shared_prefix,
                                                   split_groups)
-from parrot.engines.builtin.cuda.graphs import (DecodeGraphs, DecodeRows, StepOutput,
-                                                batch_bucket, next_pow2, width_bucket)
+from parrot.engines.builtin.cuda.buckets import batch_bucket, next_pow2, width_bucket
+from parrot.engines.builtin.cuda.graphs import DecodeGraphs, DecodeRows, StepOutput
 from parrot.engines.builtin.kv_cache import KVCache
 from parrot.engines.builtin.cuda.lookahead import ends_regardless, finishes, next_rows
 from parrot.engines.builtin.llama.model import LlamaModel

@@ -1,14 +1,43 @@
-"""The decode buckets a CUDA engine's start-up works over: every (batch, group count, prefix
-width, suffix width) a step can map to, which of them are captured as graphs, which only
-compiled, which deferred to idle time. Plain lists of keys (no torch work): the warm-up
+"""The decode buckets: the bucket a step's batch and table widths map to (`batch_bucket`,
+`width_bucket`; graphs.py keys its graphs by them, and the eager kernel path pads to them),
+and the buckets a CUDA engine's start-up works over: every (batch, group count, prefix width,
+suffix width) a step can map to, which of them are captured as graphs, which only compiled,
+which deferred to idle time. Plain arithmetic and lists of keys (no torch work): the warm-up
 (warmup.py) runs them, and the precompile workers (precompile.py) predict the same lists
 before the engine is sized.
 """
 
 from __future__ import annotations
 
-from parrot.engines.builtin.cuda.graphs import WIDER_BUCKET_FACTOR, GraphKey
 from parrot.engines.builtin.sizing import batch_buckets, pow2_buckets
+
+# (batch bucket, group bucket (0: paged), prefix table width (0: paged), table width)
+GraphKey = tuple[int, int, int, int]
+
+# A shared-prefix step whose own bucket is not captured replays a captured bucket up to this
+# many times its batch, group count and table widths instead of stalling the engine to capture
+# its own (~40 ms, several decode steps): their combinations are too many to capture at
+# start-up, and a live gpts run on two engines captured 41 while serving (1.7 s of a 20-s
+# run). The wider bucket pads the same way (padding rows on the scratch block, empty groups,
+# table entries past a row's length never read); its launch plan is a larger problem's, so the
+# step reads the same KV in a few more, partly idle programs, and its GEMMs (weight-bound at
+# decode batches) take a few more rows. A bucket of the step's own batch is preferred.
+WIDER_BUCKET_FACTOR = 2
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def batch_bucket(n: int, max_batch: int) -> int | None:
+    """The graph batch size for n decode rows, or None when n is over the largest bucket."""
+    return None if n > max_batch else min(next_pow2(n), max_batch)
+
+
+def width_bucket(width: int, max_width: int | None) -> int:
+    """Block-table width (blocks) the kernel path pads `width` to."""
+    padded = next_pow2(max(1, width))
+    return padded if max_width is None else max(width, min(padded, max_width))
 
 
 def width_buckets(max_width: int) -> list[int]:

@@ -44,25 +44,14 @@ import torch
 
 from parrot.engines.builtin.llama.attention import AttentionMetadata, SharedPrefixMeta
 from parrot.engines.builtin.llama.cascade import GroupedRows
+from parrot.engines.builtin.cuda.buckets import (WIDER_BUCKET_FACTOR, GraphKey, batch_bucket,
+                                                next_pow2, width_bucket)
 from parrot.engines.builtin.cuda.graph_capture import GraphBuckets, capture_graph
 from parrot.engines.builtin.kv_cache import KVCache
 from parrot.engines.builtin.llama.model import LlamaModel
 from parrot.engines.builtin.cuda.staging import StaticInputs
 
 log = logging.getLogger(__name__)
-
-# (batch bucket, group bucket (0: paged), prefix table width (0: paged), table width)
-GraphKey = tuple[int, int, int, int]
-
-# A shared-prefix step whose own bucket is not captured replays a captured bucket up to this
-# many times its batch, group count and table widths instead of stalling the engine to capture
-# its own (~40 ms, several decode steps): their combinations are too many to capture at
-# start-up, and a live gpts run on two engines captured 41 while serving (1.7 s of a 20-s
-# run). The wider bucket pads the same way (padding rows on the scratch block, empty groups,
-# table entries past a row's length never read); its launch plan is a larger problem's, so the
-# step reads the same KV in a few more, partly idle programs, and its GEMMs (weight-bound at
-# decode batches) take a few more rows. A bucket of the step's own batch is preferred.
-WIDER_BUCKET_FACTOR = 2
 
 # A shared-prefix step with no such bucket replays a "stopgap": a captured bucket of any larger
 # batch and group count (tables still at most WIDER_BUCKET_FACTOR wider), for its bucket's
@@ -73,21 +62,6 @@ WIDER_BUCKET_FACTOR = 2
 # against 4.05 ms. So a shape that lasts has paid about one capture after ~24 stopgap steps
 # and gets its own then (ski rental: never more than twice the cost of knowing the future).
 STOPGAP_STEPS = 24
-
-
-def next_pow2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
-
-
-def batch_bucket(n: int, max_batch: int) -> int | None:
-    """The graph batch size for n decode rows, or None when n is over the largest bucket."""
-    return None if n > max_batch else min(next_pow2(n), max_batch)
-
-
-def width_bucket(width: int, max_width: int | None) -> int:
-    """Block-table width (blocks) the kernel path pads `width` to."""
-    padded = next_pow2(max(1, width))
-    return padded if max_width is None else max(width, min(padded, max_width))
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import torch
 
 from parrot.engines.builtin.config import BuiltinEngineConfig
 from parrot.engines.builtin.cuda.early_precompile import job_config
-from parrot.engines.builtin.cuda.graphs import GraphKey
+from parrot.engines.builtin.cuda.buckets import GraphKey
 from parrot.engines.builtin.cuda.precompile import (PrecompileSpec, Specialisation, Task,
                                                     WarmupCovering, covering_cache_path,
                                                     dry_runs, first_met, kept_covering,

@@ -29,7 +29,8 @@ from parrot.engines.builtin.cuda.precompile import (cached_covering_keys, coveri
                                                      scratch_prefill_meta)
 from parrot.engines.builtin.cuda.buckets import (compiled_keys,
                                                   deferred_keys, paged_keys, stopgap_keys)
-from parrot.engines.builtin.cuda.graphs import DecodeGraphs, GraphKey
+from parrot.engines.builtin.cuda.buckets import GraphKey
+from parrot.engines.builtin.cuda.graphs import DecodeGraphs
 from parrot.engines.builtin.cuda.prefill_graphs import PrefillGraphs
 from parrot.engines.builtin.observe.startup_clock import StartupClock
 

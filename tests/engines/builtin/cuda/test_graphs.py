@@ -12,8 +12,8 @@ import torch
 from parrot.engines.builtin.cuda import graphs as graphs_module
 from parrot.engines.builtin.llama.cascade import split_groups
 from parrot.engines.builtin.config import BuiltinConfigError, BuiltinEngineConfig
-from parrot.engines.builtin.cuda.graphs import (DecodeGraphs, DecodeRows, batch_bucket, graph_key,
-                                                width_bucket)
+from parrot.engines.builtin.cuda.buckets import batch_bucket, width_bucket
+from parrot.engines.builtin.cuda.graphs import DecodeGraphs, DecodeRows, graph_key
 from parrot.engines.builtin.kv_cache import KVCache
 from parrot.engines.protocol import FillRequest, GenerateRequest
 from parrot.sampling import SamplingParams
