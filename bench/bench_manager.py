@@ -29,6 +29,7 @@ import platform
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -135,10 +136,62 @@ async def idle_session_bytes(count: int) -> float:
 
 async def start_server(policy: str, num_engines: int = NUM_ENGINES
                        ) -> tuple[asyncio.subprocess.Process, str]:
+    proc, url, _ = await start_admin_server(policy, num_engines)
+    return proc, url
+
+
+async def start_admin_server(policy: str, num_engines: int = NUM_ENGINES
+                             ) -> tuple[asyncio.subprocess.Process, str, str]:
+    """(process, URL, admin token) of parrot-serve with `num_engines` zero-latency engines."""
     config = {"manager": {"port": 0}, "policy": {"name": policy},
               "engines": zero_latency_engines(num_engines, in_process=True)}
-    proc, url, _ = await start_parrot_serve(config, timeout_s=60)
-    return proc, url
+    return await start_parrot_serve(config, timeout_s=60)
+
+
+@dataclass(frozen=True)
+class HttpRun:
+    """One HTTP workload: the client's calls/s, and what the server spent per call: its CPU
+    (user + system, the process's /proc counters; None off Linux) and its scheduling rounds'
+    time (`parrot_policy_decision_seconds`). On a shared 2-core machine the client and other
+    jobs move calls/s by ±10-30%; the server's CPU per call moves far less."""
+
+    calls_per_s: float
+    server_us_per_call: float | None
+    decision_us_per_call: float
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of process `pid` so far (Linux's /proc; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def decision_s(url: str, admin: str) -> float:
+    """The server's scheduling rounds' total time so far, from its /metrics."""
+    async with aiohttp.ClientSession(base_url=url) as http:
+        async with http.get("/metrics", headers={"Authorization": f"Bearer {admin}"}) as resp:
+            text = await resp.text()
+    for line in text.splitlines():
+        if line.startswith("parrot_policy_decision_seconds_sum"):
+            return float(line.split()[-1])
+    raise RuntimeError("the server's /metrics has no parrot_policy_decision_seconds_sum")
+
+
+async def measured_throughput(proc: asyncio.subprocess.Process, url: str, admin: str,
+                              num_calls: int, concurrency: int, chain: int,
+                              batched: bool = False) -> HttpRun:
+    """`http_throughput`, with the server's CPU and rounds per call over the run."""
+    cpu, rounds = process_cpu_s(proc.pid), await decision_s(url, admin)
+    started = time.perf_counter()
+    rate = await http_throughput(url, num_calls, concurrency, chain, batched)
+    calls = rate * (time.perf_counter() - started)   # (the run's calls: rate x its time)
+    cpu_after = process_cpu_s(proc.pid)
+    rounds_after = await decision_s(url, admin)
+    server = None if cpu is None or cpu_after is None else 1e6 * (cpu_after - cpu) / calls
+    return HttpRun(rate, server, 1e6 * (rounds_after - rounds) / calls)
 
 
 def chain_batch(chain: int) -> list[dict]:
@@ -224,17 +277,20 @@ async def main() -> None:
         d = await decision_latency(policy, args.trials)
         scale = (await decision_latency(policy, args.scale_trials, SCALE_ENGINES, SCALE_QUEUED)
                  if args.scale_trials > 0 else None)
-        http: tuple[float, ...] = ()
+        http: tuple[HttpRun, ...] = ()
         if not args.no_http:
-            proc, url = await start_server(policy, args.http_engines)
+            proc, url, admin = await start_admin_server(policy, args.http_engines)
             try:
                 await http_throughput(url, 200, 8, 1)  # warm-up
-                http = (await http_throughput(url, args.calls, args.concurrency, 1),
-                        await http_throughput(url, args.calls, args.concurrency, 10),
-                        await http_throughput(url, args.calls, args.concurrency, 10,
-                                              batched=True),
-                        await http_throughput(url, max(args.calls, WIDE_SESSIONS),
-                                              WIDE_SESSIONS, 1))
+                http = (await measured_throughput(proc, url, admin, args.calls,
+                                                  args.concurrency, 1),
+                        await measured_throughput(proc, url, admin, args.calls,
+                                                  args.concurrency, 10),
+                        await measured_throughput(proc, url, admin, args.calls,
+                                                  args.concurrency, 10, batched=True),
+                        await measured_throughput(proc, url, admin,
+                                                  max(args.calls, WIDE_SESSIONS),
+                                                  WIDE_SESSIONS, 1))
             finally:
                 proc.send_signal(signal.SIGTERM)
                 await proc.wait()
@@ -263,9 +319,20 @@ async def main() -> None:
         return f"{d['round_p50_ms']:.1f} / {d['round_p99_ms']:.1f}"
 
     for policy, d, scale, http in rows:
-        rates = " | ".join(f"{r:,.0f}" for r in http) if http else " | ".join(["—"] * 4)
+        rates = (" | ".join(f"{r.calls_per_s:,.0f}" for r in http) if http
+                 else " | ".join(["—"] * 4))
         lines.append(f"| {policy} | {pair(d, 'us')} | {pair(d, 'ms')} | {pair(scale, 'us')} "
                      f"| {pair(scale, 'ms')} | {rates} |")
+    if any(http for *_, http in rows):
+        lines += ["", "The server's CPU per call in the same HTTP runs (µs: all of the server "
+                  "process, its in-process engines included; in parentheses its scheduling "
+                  "rounds' share):", "",
+                  "| policy | B | C | D | E |", "|---|---:|---:|---:|---:|"]
+        for policy, _, _, http in rows:
+            if http:
+                lines.append(f"| {policy} | " + " | ".join(
+                    f"{'—' if r.server_us_per_call is None else f'{r.server_us_per_call:.0f}'}"
+                    f" ({r.decision_us_per_call:.0f})" for r in http) + " |")
     lines += ["", f"Manager RSS per idle session (F, {IDLE_SESSIONS:,} sessions created in "
               f"process): {idle / 1024:.1f} KB."]
     table = "\n".join(lines) + "\n"
