@@ -48,10 +48,9 @@ from typing import Any, NamedTuple, TypeVar
 
 import torch
 
-from parrot.engines.builtin.cuda.buckets import compiled_keys
+from parrot.engines.builtin.cuda.buckets import GraphKey, compiled_keys
 from parrot.engines.builtin.cuda.early_precompile import (spawn_worker, triton_cache_guess,
                                                           worker_command)
-from parrot.engines.builtin.cuda.buckets import GraphKey
 from parrot.engines.builtin.llama.attention import (AttentionMetadata, DecodeFn, PrefillChunk,
                                                     SharedPrefixMeta)
 from parrot.engines.builtin.llama.shapes import ModelShape
