@@ -48,6 +48,7 @@ engine's speed profile (placement.Slot.capacity).
 
 from __future__ import annotations
 
+import math
 from operator import itemgetter
 from collections.abc import Hashable, Sequence, Set
 
@@ -191,7 +192,16 @@ class AppCentricPolicy(Policy):
         """Place what fits of `unit` (the rest stays queued; `waiting`: the round's latency
         calls not placed before this unit); returns (call, slot) pairs."""
         placed: list[tuple[CallView, Slot]] = []
-        if slots:
+        if slots and len(unit) == 1 and not unit[0].prefix_hashes and not (
+                saturated and criterion is Criterion.THROUGHPUT):
+            # The usual unit: one call without a prefix to reuse (`_place_plain`: the same
+            # choice as `_assign`'s, without its bookkeeping for units and prefixes).
+            lone = self._place_plain(unit[0], criterion, slots)
+            if lone is not None:
+                slot, demand = lone
+                slot.add_call(unit[0], criterion, demand)
+                placed.append((unit[0], slot))
+        elif slots:
             for call, slot, demand in self._assign(unit, criterion, slots, saturated):
                 slot.add_call(call, criterion, demand)
                 placed.append((call, slot))
@@ -322,6 +332,59 @@ class AppCentricPolicy(Policy):
             return assignments, 0.0
         finish = max((s.finish_ms(totals[s.index]) for _, s, _ in assignments), default=0.0)
         return assignments, finish
+
+    def _place_plain(self, call: CallView, criterion: Criterion,
+                     pool: list[Slot]) -> tuple[Slot, Demand] | None:
+        """Where a lone call with no prefix goes, and its demand there: what `_split` and
+        `_pick` choose for it (it demands the same of every engine; `with_room`'s memo), in
+        two passes over the engines instead of a list per rule. `_pick`'s rules, read as
+        keys: the options finishing within `colocation_slack` of the fastest; of those, the
+        calm ones (not serving the other criterion on an isolating engine) where there are
+        any; of those, the ones holding its task group where there are any; and the first by
+        (finish ms, not serving `criterion`, engine order), which is `_fastest`. Not for a
+        saturated round's throughput work (`_pick` packs that)."""
+        demand = Demand(call.num_tokens, call.num_prompt_tokens, max(call.num_output_tokens, 1),
+                        own_min=call.num_tokens)
+        key = (criterion, demand.load, demand.prefill, demand.output, demand.own_min)
+        priced: list[tuple[Slot, float]] = []
+        fastest = math.inf
+        for slot in pool:
+            prices = slot._prices
+            if key in prices:
+                ms = prices[key]
+            else:
+                ms = prices[key] = slot._finish_if_room(demand, criterion)
+            if ms is not None:
+                priced.append((slot, ms))
+                if ms < fastest:
+                    fastest = ms
+        if not priced:
+            return None
+        bound = fastest * (1 + self.params.colocation_slack)
+        other = _OTHER[criterion]
+        isolate = self.params.isolate_criteria
+        group = call.task_group if self.params.colocate_task_groups else None
+        # The least (finish ms, not serving `criterion`, engine order) of: every option within
+        # the bound, the calm ones, and of each the ones holding the call's task group.
+        within = calm = within_group = calm_group = None
+        for slot, ms in priced:
+            if ms > bound:
+                continue
+            serving = slot.num_by_criterion
+            option = (ms, serving[criterion] <= 0, slot.index, slot)
+            is_calm = not isolate or serving[other] <= 0 or not slot.isolates
+            if within is None or option < within:
+                within = option
+            if is_calm and (calm is None or option < calm):
+                calm = option
+            if group is not None and slot.holds_task_group(group):
+                if within_group is None or option < within_group:
+                    within_group = option
+                if is_calm and (calm_group is None or option < calm_group):
+                    calm_group = option
+        best = (calm_group or calm) if calm is not None else (within_group or within)
+        assert best is not None   # the fastest option is within the bound
+        return best[3], demand
 
     def _options(self, call: CallView, plain: Demand | None, criterion: Criterion,
                  pool: list[Slot], totals: dict[int, Demand],

@@ -1504,6 +1504,20 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_an_engine_back_with_another_window_moves_the_max_tokens_bound",),
         where="EnginePool.reconnect"),
     Mutation(
+        "plain_placement_without_the_calm_rule", "parrot/policies/app_centric.py",
+        "            is_calm = not isolate or serving[other] <= 0 or not slot.isolates\n",
+        "            is_calm = True\n",
+        ("tests/policies/test_app_centric_plain.py::"
+         "test_a_lone_plain_call_goes_where_the_general_path_puts_it",),
+        where="AppCentricPolicy._place_plain"),
+    Mutation(
+        "plain_placement_ties_to_the_first", "parrot/policies/app_centric.py",
+        "            option = (ms, serving[criterion] <= 0, slot.index, slot)\n",
+        "            option = (ms, False, slot.index, slot)\n",
+        ("tests/policies/test_app_centric_plain.py::"
+         "test_ties_go_to_an_engine_serving_the_criterion_then_the_first",),
+        where="AppCentricPolicy._place_plain"),
+    Mutation(
         "whole_generate_first_token_ignored", "parrot/manager/executor.py",
         "        if result.first_token_s is not None:",
         "        if False:",
