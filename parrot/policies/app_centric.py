@@ -336,39 +336,49 @@ class AppCentricPolicy(Policy):
     def _place_plain(self, call: CallView, criterion: Criterion,
                      pool: list[Slot]) -> tuple[Slot, Demand] | None:
         """Where a lone call with no prefix goes, and its demand there: what `_split` and
-        `_pick` choose for it (it demands the same of every engine; `with_room`'s memo), in
-        two passes over the engines instead of a list per rule. `_pick`'s rules, read as
-        keys: the options finishing within `colocation_slack` of the fastest; of those, the
-        calm ones (not serving the other criterion on an isolating engine) where there are
-        any; of those, the ones holding its task group where there are any; and the first by
-        (finish ms, not serving `criterion`, engine order), which is `_fastest`. Not for a
-        saturated round's throughput work (`_pick` packs that)."""
+        `_pick` choose for it (it demands the same of every engine; `with_room`'s memo)
+        without their lists. `_pick`'s rules, read as keys: the options finishing within
+        `colocation_slack` of the fastest; of those, the calm ones (not serving the other
+        criterion on an isolating engine) where there are any; of those, the ones holding
+        its task group where there are any; and the first by (finish ms, not serving
+        `criterion`, engine order), which is `_fastest`. The first of all by that key is
+        within the slack; when it is calm and the call has no task group to seek, it is the
+        answer (one pass over the engines, the usual case); else a second pass applies the
+        rules. Not for a saturated round's throughput work (`_pick` packs that)."""
         demand = Demand(call.num_tokens, call.num_prompt_tokens, max(call.num_output_tokens, 1),
                         own_min=call.num_tokens)
         key = (criterion, demand.load, demand.prefill, demand.output, demand.own_min)
-        priced: list[tuple[Slot, float]] = []
+        first: Slot | None = None          # the least (finish ms, not serving, order)
         fastest = math.inf
+        first_idle = True                  # `first` does not serve `criterion`
         for slot in pool:
             prices = slot._prices
             if key in prices:
                 ms = prices[key]
             else:
                 ms = prices[key] = slot._finish_if_room(demand, criterion)
-            if ms is not None:
-                priced.append((slot, ms))
-                if ms < fastest:
-                    fastest = ms
-        if not priced:
+            if ms is None or ms > fastest:
+                continue
+            if ms < fastest:
+                first, fastest = slot, ms
+                first_idle = slot.num_by_criterion[criterion] <= 0
+            elif first_idle and slot.num_by_criterion[criterion] > 0:
+                first, first_idle = slot, False
+        if first is None:
             return None
-        bound = fastest * (1 + self.params.colocation_slack)
         other = _OTHER[criterion]
         isolate = self.params.isolate_criteria
         group = call.task_group if self.params.colocate_task_groups else None
-        # The least (finish ms, not serving `criterion`, engine order) of: every option within
+        if group is None and (not isolate or first.num_by_criterion[other] <= 0
+                              or not first.isolates):
+            return first, demand
+        bound = fastest * (1 + self.params.colocation_slack)
+        # The least (finish ms, not serving `criterion`, engine order) of the options within
         # the bound, the calm ones, and of each the ones holding the call's task group.
         within = calm = within_group = calm_group = None
-        for slot, ms in priced:
-            if ms > bound:
+        for slot in pool:
+            ms = slot._prices[key]
+            if ms is None or ms > bound:
                 continue
             serving = slot.num_by_criterion
             option = (ms, serving[criterion] <= 0, slot.index, slot)

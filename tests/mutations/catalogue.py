@@ -1512,10 +1512,17 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="AppCentricPolicy._place_plain"),
     Mutation(
         "plain_placement_ties_to_the_first", "parrot/policies/app_centric.py",
-        "            option = (ms, serving[criterion] <= 0, slot.index, slot)\n",
-        "            option = (ms, False, slot.index, slot)\n",
+        "            elif first_idle and slot.num_by_criterion[criterion] > 0:\n",
+        "            elif False:\n",
         ("tests/policies/test_app_centric_plain.py::"
          "test_ties_go_to_an_engine_serving_the_criterion_then_the_first",),
+        where="AppCentricPolicy._place_plain"),
+    Mutation(
+        "plain_placement_first_taken_when_not_calm", "parrot/policies/app_centric.py",
+        "        if group is None and (not isolate or first.num_by_criterion[other] <= 0\n",
+        "        if group is None or (not isolate or first.num_by_criterion[other] <= 0\n",
+        ("tests/policies/test_app_centric_plain.py::"
+         "test_a_lone_plain_call_goes_where_the_general_path_puts_it",),
         where="AppCentricPolicy._place_plain"),
     Mutation(
         "whole_generate_first_token_ignored", "parrot/manager/executor.py",
