@@ -110,6 +110,14 @@ class EngineState:
     # (call_slots.py: the engine's batch unless configured; in-process engines unbounded).
     max_calls_setting: int | None = None
     call_slots: CallSlots = field(default_factory=CallSlots)
+    # The last view made while it ran no LATENCY call, and what it was made from (`view`):
+    # bumped by every change of its running calls or spec (`_changed`), with its health and
+    # the KV of contexts filled ahead. A view of running latency calls also reads whether
+    # their applications wait on them (Call.has_waiting_consumer), which changes outside
+    # this engine: such a view is made every time.
+    _changes: int = field(default=0, repr=False)
+    _view: EngineView | None = field(default=None, repr=False)
+    _view_key: tuple[int, bool, int] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._apply_spec()
@@ -122,6 +130,7 @@ class EngineState:
         self._apply_spec()
 
     def _apply_spec(self) -> None:
+        self._changes += 1
         # Computed once here, not per view: every scheduling round reads every engine's.
         # (live read-only views of the cached and the running prefixes)
         self._cached_keys = _ReadOnlyKeys(self.contexts.prefix_hashes)
@@ -189,6 +198,7 @@ class EngineState:
     def _set_running(self, call_id: str, placed: _Placed | None) -> None:
         """Record, replace (`placed`) or drop (None) a running call, keeping the prefill
         counts in step."""
+        self._changes += 1   # (add_call, remove_call and the notes all come through here)
         before = self.running.pop(call_id, None) if placed is None else \
             self.running.get(call_id)
         if before is not None and before.prefill_tokens:
@@ -279,9 +289,21 @@ class EngineState:
         self._set_running(call_id, placed.prefilled(own))
 
     def view(self) -> EngineView:
-        # Every scheduling round views every engine (the real server's chains: 12 us an
-        # engine, 16 engines a round): one pass over the running latency calls, none for an
-        # engine without them, and the live key views made once (_apply_spec).
+        """What the policy sees of this engine. Every scheduling round views every engine,
+        and most of a large pool's engines do not change between two rounds: an engine
+        running no latency call gives the view it gave last while nothing it is made from
+        changed (`_changes`, its health, the KV filled ahead)."""
+        if self.num_latency_calls:
+            return self._make_view()
+        key = (self._changes, self.is_healthy, self.contexts.num_ahead_tokens)
+        if self._view is None or key != self._view_key:
+            self._view, self._view_key = self._make_view(), key
+        return self._view
+
+    def _make_view(self) -> EngineView:
+        # (the real server's chains: 12 us an engine, 16 engines a round): one pass over the
+        # running latency calls, none for an engine without them, and the live key views
+        # made once (_apply_spec).
         floor, chained_seq, latency_tokens = (self._latency_summary() if self.num_latency_calls
                                               else (0, None, 0))
         kv_capacity = self.kv_capacity_tokens

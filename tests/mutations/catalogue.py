@@ -417,7 +417,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                            - 0 if kv_capacity > 0 else None),\n",
         ("tests/manager/test_engine_pool.py::"
          "test_the_view_gives_the_kv_free_of_running_calls_and_contexts_filled_ahead",),
-        where="EngineState.view"),
+        where="EngineState._make_view"),
     Mutation(
         "latency_tokens_without_their_prefixes", "parrot/manager/engine_pool.py",
         "                own + sum(prefix_tokens[prefix] for prefix in prefixes))\n",
@@ -1524,6 +1524,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/policies/test_app_centric_plain.py::"
          "test_a_lone_plain_call_goes_where_the_general_path_puts_it",),
         where="AppCentricPolicy._place_plain"),
+    Mutation(
+        "engine_view_kept_across_running_changes", "parrot/manager/engine_pool.py",
+        "        self._changes += 1   # (add_call, remove_call and the notes all come "
+        "through here)\n",
+        "",
+        ("tests/manager/test_engine_view_reuse.py::test_every_change_shows_in_the_next_view",),
+        where="EngineState._set_running"),
+    Mutation(
+        "engine_view_kept_across_health", "parrot/manager/engine_pool.py",
+        "        key = (self._changes, self.is_healthy, self.contexts.num_ahead_tokens)\n",
+        "        key = (self._changes, True, self.contexts.num_ahead_tokens)\n",
+        ("tests/manager/test_engine_view_reuse.py::"
+         "test_an_idle_engine_gives_its_last_view_until_something_changes",),
+        where="EngineState.view"),
     Mutation(
         "whole_generate_first_token_ignored", "parrot/manager/executor.py",
         "        if result.first_token_s is not None:",
