@@ -90,10 +90,11 @@ class AppCentricPolicy(Policy):
         # the latency-free engines) places latency calls up to its own limit (Slot.capacity).
         throughput_ready = any(self._criterion(c) is Criterion.THROUGHPUT for c in calls)
         for slot in slots:
-            slot.isolates = isolates
-            slot.work_conserving_mixed = self.params.work_conserving
-            slot.work_conserving = self.params.work_conserving and (
-                not throughput_ready or (isolates and slot.serves(Criterion.LATENCY)))
+            slot.set_rules(isolates=isolates,
+                           work_conserving=self.params.work_conserving and (
+                               not throughput_ready
+                               or (isolates and slot.serves(Criterion.LATENCY))),
+                           work_conserving_mixed=self.params.work_conserving)
         saturated = self._saturation(calls, slots)
         placed: list[tuple[CallView, Slot]] = []
         reserved: set[int] = set()
@@ -181,9 +182,7 @@ class AppCentricPolicy(Policy):
         demand = {c: 0 for c in Criterion}
         for call in calls:
             demand[self._criterion(call)] += call.num_tokens
-        # (no demand exceeds no room: the engines' free tokens are summed only where asked)
-        return {c: demand[c] > 0 and demand[c] > sum(s.free(c) for s in slots)
-                for c in Criterion}
+        return {c: _exceeds(demand[c], slots, c) for c in Criterion}
 
     # --- one unit ----------------------------------------------------------------------------
 
@@ -490,14 +489,31 @@ def can_isolate(throughput: Sequence[CallView], slots: Sequence[Slot], slack: fl
     10.64 s isolating by room, 8.63 s with this rule, throughput-centric 9.00 s).
     Otherwise they fill up to the throughput capacity."""
     latency_free = [s for s in slots if not s.serves(Criterion.LATENCY)]
+    if not throughput:   # nothing to isolate: room for none (below) is no question
+        return bool(latency_free)
     need = sum(c.num_tokens for c in throughput)
     room = sum(max(0, s.view.throughput_capacity - s.load) for s in latency_free)
     if not latency_free or need > room:
         return False
-    if not throughput or len(latency_free) == len(slots):
+    if len(latency_free) == len(slots):
         return True
     return (spread_finish_ms(latency_free, throughput)
             <= spread_finish_ms(slots, throughput) * (1 + slack))
+
+
+def _exceeds(demand: int, slots: Sequence[Slot], criterion: Criterion) -> bool:
+    """Whether `demand` tokens of `criterion` exceed the engines' free tokens (none exceeds
+    nothing): summed engine by engine until they cover it (each engine's free is at least 0,
+    so a partial sum that covers it decides; a round's latency demand is usually covered by
+    the first engine)."""
+    if demand <= 0:
+        return False
+    free = 0
+    for slot in slots:
+        free += slot.free(criterion)
+        if free >= demand:
+            return False
+    return True
 
 
 def _fastest(options: list[tuple[Slot, Demand, float]],

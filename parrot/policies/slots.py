@@ -128,6 +128,13 @@ class Slot:
     work_conserving = _RuleFlag()
     work_conserving_mixed = _RuleFlag()
 
+    def set_rules(self, *, isolates: bool, work_conserving: bool,
+                  work_conserving_mixed: bool) -> None:
+        """The round's three rules at once (each property re-prices the slot; this once)."""
+        self._isolates, self._work_conserving = isolates, work_conserving
+        self._work_conserving_mixed = work_conserving_mixed
+        self._prices.clear()
+
     def holds_task_group(self, task_group: str) -> bool:
         return task_group in self.placed_task_groups or task_group in self.view.task_groups
 

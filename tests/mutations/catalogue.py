@@ -1539,6 +1539,18 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_an_idle_engine_gives_its_last_view_until_something_changes",),
         where="EngineState.view"),
     Mutation(
+        "saturation_partial_sum_strict", "parrot/policies/app_centric.py",
+        "        if free >= demand:\n", "        if free > demand:\n",
+        ("tests/policies/test_app_centric_round.py::"
+         "test_demand_exceeds_only_what_the_engines_have_free_together",),
+        where="_exceeds"),
+    Mutation(
+        "isolation_without_throughput_always", "parrot/policies/app_centric.py",
+        "        return bool(latency_free)\n", "        return True\n",
+        ("tests/policies/test_app_centric_round.py::"
+         "test_with_no_throughput_work_a_round_isolates_where_an_engine_serves_no_latency",),
+        where="can_isolate"),
+    Mutation(
         "whole_generate_first_token_ignored", "parrot/manager/executor.py",
         "        if result.first_token_s is not None:",
         "        if False:",
