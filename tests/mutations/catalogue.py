@@ -775,7 +775,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="Slot.capacity"),
     Mutation(
         "isolation_whatever_it_costs", "parrot/policies/app_centric.py",
-        "    if not throughput or len(latency_free) == len(slots):\n",
+        "    if len(latency_free) == len(slots):\n",
         "    if True:\n",
         ("tests/policies/test_app_centric.py::"
          "test_isolation_holds_while_confining_throughput_work_costs_little",
