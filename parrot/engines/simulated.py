@@ -45,7 +45,6 @@ from scratch forks the cached leading blocks of its text, as vLLM's APC does.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import random
 from collections.abc import AsyncIterator
 
@@ -162,7 +161,9 @@ class SimulatedEngine(Engine):
         result = await collect_generate(self._chunks(request, whole=True, first=first))
         if first.at is None:
             return result
-        return dataclasses.replace(result, first_token_s=first.at - started)
+        # (built directly: dataclasses.replace walks the fields, ~2 us a call)
+        return GenerateResult(result.text, result.token_ids, result.finish_reason,
+                              result.prompt_len, first.at - started)
 
     async def _chunks(self, request: GenerateRequest, *, whole: bool,
                       first: _FirstToken | None = None) -> AsyncIterator[GenerateChunk]:
