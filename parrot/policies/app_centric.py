@@ -48,13 +48,13 @@ engine's speed profile (placement.Slot.capacity).
 
 from __future__ import annotations
 
-import math
 from operator import itemgetter
 from collections.abc import Hashable, Sequence, Set
 
 from parrot.policies.app_centric_params import AppCentricParams
 from parrot.policies.base import CallView, EngineView, Placement, Policy
-from parrot.policies.slots import Demand, Slot, spread_finish_ms, with_room
+from parrot.policies.slots import (Demand, Slot, fastest_with_room, spread_finish_ms,
+                                   with_room)
 from parrot.types import Criterion
 
 __all__ = ["AppCentricParams", "AppCentricPolicy"]
@@ -346,23 +346,7 @@ class AppCentricPolicy(Policy):
         rules. Not for a saturated round's throughput work (`_pick` packs that)."""
         demand = Demand(call.num_tokens, call.num_prompt_tokens, max(call.num_output_tokens, 1),
                         own_min=call.num_tokens)
-        key = (criterion, demand.load, demand.prefill, demand.output, demand.own_min)
-        first: Slot | None = None          # the least (finish ms, not serving, order)
-        fastest = math.inf
-        first_idle = True                  # `first` does not serve `criterion`
-        for slot in pool:
-            prices = slot._prices
-            if key in prices:
-                ms = prices[key]
-            else:
-                ms = prices[key] = slot._finish_if_room(demand, criterion)
-            if ms is None or ms > fastest:
-                continue
-            if ms < fastest:
-                first, fastest = slot, ms
-                first_idle = slot.num_by_criterion[criterion] <= 0
-            elif first_idle and slot.num_by_criterion[criterion] > 0:
-                first, first_idle = slot, False
+        first, fastest = fastest_with_room(pool, demand, criterion)
         if first is None:
             return None
         other = _OTHER[criterion]
@@ -376,7 +360,7 @@ class AppCentricPolicy(Policy):
         # the bound, the calm ones, and of each the ones holding the call's task group.
         within = calm = within_group = calm_group = None
         for slot in pool:
-            ms = slot._prices[key]
+            ms = slot.finish_if_room(demand, criterion)   # (priced above: the memo's)
             if ms is None or ms > bound:
                 continue
             serving = slot.num_by_criterion

@@ -8,6 +8,7 @@ turns that into an estimated finish time with the engine's speed profile (parrot
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from collections.abc import Sequence, Set
 from typing import overload
@@ -418,6 +419,32 @@ def with_room(slots: Sequence[Slot], demand: Demand,
         if key not in slot._prices:
             slot._prices[key] = slot._finish_if_room(demand, criterion)
     return [(slot, demand, ms) for slot in slots if (ms := slot._prices[key]) is not None]
+
+
+def fastest_with_room(slots: Sequence[Slot], demand: Demand,
+                      criterion: Criterion) -> tuple[Slot | None, float]:
+    """The engine where `demand` finishes first among `slots` with room for it, ties to the
+    first serving `criterion`, else the first (app_centric `_fastest`'s order); and that
+    finish ms (None and infinity when none has room). Every engine is priced (`with_room`'s
+    memo, read inline: the policy asks this of every engine for every lone call)."""
+    key = (criterion, demand.load, demand.prefill, demand.output, demand.own_min)
+    first: Slot | None = None
+    fastest = math.inf
+    first_idle = True     # `first` does not serve `criterion`
+    for slot in slots:
+        prices = slot._prices
+        if key in prices:
+            ms = prices[key]
+        else:
+            ms = prices[key] = slot._finish_if_room(demand, criterion)
+        if ms is None or ms > fastest:
+            continue
+        if ms < fastest:
+            first, fastest = slot, ms
+            first_idle = slot.num_by_criterion[criterion] <= 0
+        elif first_idle and slot.num_by_criterion[criterion] > 0:
+            first, first_idle = slot, False
+    return first, fastest
 
 
 def spread_finish_ms(slots: Sequence[Slot], calls: Sequence[CallView]) -> float:

@@ -1511,12 +1511,12 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_a_lone_plain_call_goes_where_the_general_path_puts_it",),
         where="AppCentricPolicy._place_plain"),
     Mutation(
-        "plain_placement_ties_to_the_first", "parrot/policies/app_centric.py",
-        "            elif first_idle and slot.num_by_criterion[criterion] > 0:\n",
-        "            elif False:\n",
+        "plain_placement_ties_to_the_first", "parrot/policies/slots.py",
+        "        elif first_idle and slot.num_by_criterion[criterion] > 0:\n",
+        "        elif False:\n",
         ("tests/policies/test_app_centric_plain.py::"
          "test_ties_go_to_an_engine_serving_the_criterion_then_the_first",),
-        where="AppCentricPolicy._place_plain"),
+        where="fastest_with_room"),
     Mutation(
         "plain_placement_first_taken_when_not_calm", "parrot/policies/app_centric.py",
         "        if group is None and (not isolate or first.num_by_criterion[other] <= 0\n",
