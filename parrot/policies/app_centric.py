@@ -182,7 +182,7 @@ class AppCentricPolicy(Policy):
         demand = {c: 0 for c in Criterion}
         for call in calls:
             demand[self._criterion(call)] += call.num_tokens
-        return {c: _exceeds(demand[c], slots, c) for c in Criterion}
+        return {c: exceeds_free(demand[c], slots, c) for c in Criterion}
 
     # --- one unit ----------------------------------------------------------------------------
 
@@ -485,7 +485,7 @@ def can_isolate(throughput: Sequence[CallView], slots: Sequence[Slot], slack: fl
             <= spread_finish_ms(slots, throughput) * (1 + slack))
 
 
-def _exceeds(demand: int, slots: Sequence[Slot], criterion: Criterion) -> bool:
+def exceeds_free(demand: int, slots: Sequence[Slot], criterion: Criterion) -> bool:
     """Whether `demand` tokens of `criterion` exceed the engines' free tokens (none exceeds
     nothing): summed engine by engine until they cover it (each engine's free is at least 0,
     so a partial sum that covers it decides; a round's latency demand is usually covered by

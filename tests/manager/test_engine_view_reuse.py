@@ -46,7 +46,7 @@ async def test_an_engine_running_latency_calls_is_viewed_afresh(manager, engine)
 
 async def test_every_change_shows_in_the_next_view(manager, engine):
     """Random runs of the changes an engine's accounting sees; after each, the view equals
-    one made afresh (EngineState._make_view)."""
+    one made afresh (EngineState.make_view)."""
     state = manager.engines.get("e0")
     session = manager.create_session()
     rng = random.Random(7)
@@ -80,7 +80,7 @@ async def test_every_change_shows_in_the_next_view(manager, engine):
         else:
             state.view()      # a round that changes nothing
         reused += state.num_latency_calls == 0
-        assert state.view() == state._make_view()
+        assert state.view() == state.make_view()
     assert reused > 100
     for call in running:
         state.remove_call(call)

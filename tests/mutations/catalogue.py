@@ -417,7 +417,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                            - 0 if kv_capacity > 0 else None),\n",
         ("tests/manager/test_engine_pool.py::"
          "test_the_view_gives_the_kv_free_of_running_calls_and_contexts_filled_ahead",),
-        where="EngineState._make_view"),
+        where="EngineState.make_view"),
     Mutation(
         "latency_tokens_without_their_prefixes", "parrot/manager/engine_pool.py",
         "                own + sum(prefix_tokens[prefix] for prefix in prefixes))\n",
@@ -1508,7 +1508,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            is_calm = not isolate or serving[other] <= 0 or not slot.isolates\n",
         "            is_calm = True\n",
         ("tests/policies/test_app_centric_plain.py::"
-         "test_a_lone_plain_call_goes_where_the_general_path_puts_it",),
+         "test_lone_calls_go_where_the_general_path_puts_them",),
         where="AppCentricPolicy._place_plain"),
     Mutation(
         "plain_placement_ties_to_the_first", "parrot/policies/slots.py",
@@ -1522,7 +1522,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if group is None and (not isolate or first.num_by_criterion[other] <= 0\n",
         "        if group is None or (not isolate or first.num_by_criterion[other] <= 0\n",
         ("tests/policies/test_app_centric_plain.py::"
-         "test_a_lone_plain_call_goes_where_the_general_path_puts_it",),
+         "test_lone_calls_go_where_the_general_path_puts_them",),
         where="AppCentricPolicy._place_plain"),
     Mutation(
         "engine_view_kept_across_running_changes", "parrot/manager/engine_pool.py",
@@ -1543,7 +1543,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if free >= demand:\n", "        if free > demand:\n",
         ("tests/policies/test_app_centric_round.py::"
          "test_demand_exceeds_only_what_the_engines_have_free_together",),
-        where="_exceeds"),
+        where="exceeds_free"),
     Mutation(
         "isolation_without_throughput_always", "parrot/policies/app_centric.py",
         "        return bool(latency_free)\n", "        return True\n",

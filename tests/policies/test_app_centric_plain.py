@@ -1,15 +1,18 @@
-"""app_centric's lone-call path (`_place_plain`): a call without prefixes in a unit of its own
-goes where the general path (`_assign`: `_split`, `with_room`, `_pick`) would put it, with
-the same demand, whatever the engines' loads, criteria, task groups and the round's rules."""
+"""app_centric's lone-call path: a call without prefixes in a unit of its own is placed in
+one pass over the engines (`slots.fastest_with_room`, the rules' second pass only where the
+fastest engine is not calm or the call seeks its task group). It must place every round as
+the general path does, which a call takes once it has a prefix: the same call with a
+prefix no engine holds demands exactly what it demands without one."""
 
 from __future__ import annotations
+
+import dataclasses
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parrot.policies.app_centric import AppCentricParams, AppCentricPolicy
-from parrot.policies.slots import Slot
-from policy_factories import LAT, THR, make_call, make_engine
+from policy_factories import LAT, THR, by_call, make_call, make_engine
 
 GROUPS = ("g1", "g2")
 
@@ -17,52 +20,48 @@ engines = st.builds(
     lambda tokens, lat, thr, groups, speed, lat_cap: make_engine(
         "e", tokens=tokens, lat=lat, thr=thr, groups=GROUPS[:groups], speed=speed,
         lat_cap=lat_cap, thr_cap=32768),
-    # coarse loads, so that engines often price alike (ties) or land just past the bound
+    # coarse loads, so that engines often price alike (ties) or land just past the slack
     st.sampled_from((0, 1000, 2000, 3000, 4000, 6000, 20000)), st.integers(0, 2),
     st.integers(0, 2), st.integers(0, 2), st.sampled_from((1.0, 1.5)),
     st.sampled_from((4096, 8192)))
 
 lone_calls = st.builds(
-    lambda tokens, output, group: make_call("c", tokens=tokens, output=min(output, tokens - 1),
-                                            group=group),
+    lambda tokens, output, group, criterion: (tokens, min(output, tokens - 1), group, criterion),
     st.sampled_from((50, 500, 2000, 5000)), st.sampled_from((0, 20, 300)),
-    st.sampled_from((None, *GROUPS)))
+    st.sampled_from((None, *GROUPS)), st.sampled_from((LAT, THR, None)))
 
 
-@settings(max_examples=600, deadline=None)
-@given(st.lists(engines, min_size=1, max_size=6), lone_calls, st.sampled_from((LAT, THR)),
-       st.booleans(), st.booleans(), st.booleans(), st.booleans(),
-       st.sampled_from((0.0, 0.1, 0.5)))
-def test_a_lone_plain_call_goes_where_the_general_path_puts_it(
-        views, call, criterion, isolates, isolate_criteria, colocate, work_conserving, slack):
+def with_unheld_prefix(call):
+    """The same call with a prefix of its own that no engine holds and no other call brings
+    (the general path, where it saves nothing)."""
+    return dataclasses.replace(call, prefix_hashes=(f"only-{call.call_id}",),
+                               prefix_num_tokens=(1,))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(engines, min_size=1, max_size=6), st.lists(lone_calls, min_size=1, max_size=4),
+       st.booleans(), st.booleans(), st.booleans(), st.sampled_from((0.0, 0.1, 0.5)))
+def test_lone_calls_go_where_the_general_path_puts_them(
+        views, shapes, isolate_criteria, colocate, work_conserving, slack):
+    views = [dataclasses.replace(v, engine_id=f"e{i}") for i, v in enumerate(views)]
+    calls = [make_call(f"c{i}", tokens=tokens, output=output, group=group, criterion=criterion,
+                       seq=i)
+             for i, (tokens, output, group, criterion) in enumerate(shapes)]
     policy = AppCentricPolicy(AppCentricParams(isolate_criteria=isolate_criteria,
                                                colocate_task_groups=colocate,
+                                               work_conserving=work_conserving,
                                                colocation_slack=slack))
-
-    def slots() -> list[Slot]:
-        made = [Slot.of(view, i) for i, view in enumerate(views)]
-        for slot in made:
-            slot.isolates, slot.work_conserving = isolates, work_conserving
-        return made
-
-    general = policy._assign([call], criterion, slots(), False)
-    lone = policy._place_plain(call, criterion, slots())
-    if not general:
-        assert lone is None
-        return
-    assert lone is not None
-    (_, slot, demand), = general
-    assert (lone[0].index, lone[1]) == (slot.index, demand)
+    lone = policy.schedule(calls=calls, engines=views)
+    general = policy.schedule(calls=[with_unheld_prefix(c) for c in calls], engines=views)
+    assert by_call(lone) == by_call(general)
+    assert [p.criterion for p in lone] == [p.criterion for p in general]
 
 
 def test_ties_go_to_an_engine_serving_the_criterion_then_the_first():
     policy = AppCentricPolicy()
     call = make_call("c", tokens=500)
-    # three idle-alike engines: equal finish times; the second already serves latency work
-    # but has no load, so it prices the same
+    # alike engines: equal finish times; "b" already serves latency work (no load)
     views = [make_engine("a"), make_engine("b", lat=1, latency_floor=10), make_engine("c")]
-    lone = policy._place_plain(call, LAT, [Slot.of(v, i) for i, v in enumerate(views)])
-    assert lone is not None and lone[0].view.engine_id == "b"
+    assert by_call(policy.schedule(calls=[call], engines=views)) == {"c": "b"}
     views = [make_engine("a"), make_engine("b"), make_engine("c")]
-    lone = policy._place_plain(call, LAT, [Slot.of(v, i) for i, v in enumerate(views)])
-    assert lone is not None and lone[0].view.engine_id == "a"
+    assert by_call(policy.schedule(calls=[call], engines=views)) == {"c": "a"}

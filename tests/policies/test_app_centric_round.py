@@ -1,10 +1,10 @@
 """The per-round rules app_centric computes before placing: whether a criterion's ready work
-exceeds the engines' free tokens (`_exceeds`, summed until covered) and whether throughput
-work can be isolated (`can_isolate`)."""
+exceeds the engines' free tokens (`exceeds_free`, summed until covered) and whether
+throughput work can be isolated (`can_isolate`)."""
 
 from __future__ import annotations
 
-from parrot.policies.app_centric import _exceeds, can_isolate
+from parrot.policies.app_centric import can_isolate, exceeds_free
 from parrot.policies.slots import Slot
 from policy_factories import LAT, THR, make_call, make_engine
 
@@ -17,12 +17,12 @@ def test_demand_exceeds_only_what_the_engines_have_free_together():
     pool = slots(make_engine("a", tokens=3096, lat_cap=4096),     # 1,000 free for latency
                  make_engine("b", tokens=3596, lat_cap=4096))     # 500
     assert [s.free(LAT) for s in pool] == [1000, 500]
-    assert not _exceeds(0, pool, LAT)
-    assert not _exceeds(900, pool, LAT)          # the first engine covers it
-    assert not _exceeds(1500, pool, LAT)         # both together, exactly
-    assert _exceeds(1501, pool, LAT)
-    assert _exceeds(1, slots(make_engine("c", tokens=4096, lat_cap=4096)), LAT)
-    assert _exceeds(1, [], LAT)
+    assert not exceeds_free(0, pool, LAT)
+    assert not exceeds_free(900, pool, LAT)          # the first engine covers it
+    assert not exceeds_free(1500, pool, LAT)         # both together, exactly
+    assert exceeds_free(1501, pool, LAT)
+    assert exceeds_free(1, slots(make_engine("c", tokens=4096, lat_cap=4096)), LAT)
+    assert exceeds_free(1, [], LAT)
 
 
 def test_with_no_throughput_work_a_round_isolates_where_an_engine_serves_no_latency():
