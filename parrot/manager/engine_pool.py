@@ -111,7 +111,7 @@ class EngineState:
     max_calls_setting: int | None = None
     call_slots: CallSlots = field(default_factory=CallSlots)
     # The last view made while it ran no LATENCY call, and what it was made from (`view`):
-    # bumped by every change of its running calls or spec (`_changed`), with its health and
+    # bumped by every change of its running calls or spec (`_changes`), with its health and
     # the KV of contexts filled ahead. A view of running latency calls also reads whether
     # their applications wait on them (Call.has_waiting_consumer), which changes outside
     # this engine: such a view is made every time.

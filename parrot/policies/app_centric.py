@@ -191,19 +191,19 @@ class AppCentricPolicy(Policy):
         """Place what fits of `unit` (the rest stays queued; `waiting`: the round's latency
         calls not placed before this unit); returns (call, slot) pairs."""
         placed: list[tuple[CallView, Slot]] = []
+        assignments: list[Assignment] = []
         if slots and len(unit) == 1 and not unit[0].prefix_hashes and not (
                 saturated and criterion is Criterion.THROUGHPUT):
-            # The usual unit: one call without a prefix to reuse (`_place_plain`: the same
-            # choice as `_assign`'s, without its bookkeeping for units and prefixes).
-            lone = self._place_plain(unit[0], criterion, slots)
+            # The usual unit, one call without a prefix to reuse: its fastest engine, where
+            # that decides (`_lone_fastest`); else the rules of `_assign`.
+            lone = self._lone_fastest(unit[0], criterion, slots)
             if lone is not None:
-                slot, demand = lone
-                slot.add_call(unit[0], criterion, demand)
-                placed.append((unit[0], slot))
-        elif slots:
-            for call, slot, demand in self._assign(unit, criterion, slots, saturated):
-                slot.add_call(call, criterion, demand)
-                placed.append((call, slot))
+                assignments = [(unit[0], *lone)]
+        if slots and not assignments:
+            assignments = self._assign(unit, criterion, slots, saturated)
+        for call, slot, demand in assignments:
+            slot.add_call(call, criterion, demand)
+            placed.append((call, slot))
         if len(placed) == len(unit):
             return placed   # all of it fits: none waits for the backlog or an idle engine
         done = {call.call_id for call, _ in placed}
@@ -332,52 +332,23 @@ class AppCentricPolicy(Policy):
         finish = max((s.finish_ms(totals[s.index]) for _, s, _ in assignments), default=0.0)
         return assignments, finish
 
-    def _place_plain(self, call: CallView, criterion: Criterion,
-                     pool: list[Slot]) -> tuple[Slot, Demand] | None:
-        """Where a lone call with no prefix goes, and its demand there: what `_split` and
-        `_pick` choose for it (it demands the same of every engine; `with_room`'s memo)
-        without their lists. `_pick`'s rules, read as keys: the options finishing within
-        `colocation_slack` of the fastest; of those, the calm ones (not serving the other
-        criterion on an isolating engine) where there are any; of those, the ones holding
-        its task group where there are any; and the first by (finish ms, not serving
-        `criterion`, engine order), which is `_fastest`. The first of all by that key is
-        within the slack; when it is calm and the call has no task group to seek, it is the
-        answer (one pass over the engines, the usual case); else a second pass applies the
-        rules. Not for a saturated round's throughput work (`_pick` packs that)."""
+    def _lone_fastest(self, call: CallView, criterion: Criterion,
+                      pool: list[Slot]) -> tuple[Slot, Demand] | None:
+        """Where a lone call with no prefix goes, and its demand there, when one pass over the
+        engines decides it (`slots.fastest_with_room`); None where `_assign` must (no engine
+        has room, or the rules below may pick another). Such a call demands the same of every
+        engine, so `_pick` chooses the least (finish ms, not serving `criterion`, engine
+        order) among the calm options within `colocation_slack` of the fastest, preferring
+        ones holding its task group: the fastest itself, when it is calm (not serving the
+        other criterion on an isolating engine) and the call seeks no task group."""
         demand = Demand(call.num_tokens, call.num_prompt_tokens, max(call.num_output_tokens, 1),
                         own_min=call.num_tokens)
-        first, fastest = fastest_with_room(pool, demand, criterion)
-        if first is None:
+        first = fastest_with_room(pool, demand, criterion)
+        if first is None or (call.task_group is not None and self.params.colocate_task_groups):
             return None
-        other = _OTHER[criterion]
-        isolate = self.params.isolate_criteria
-        group = call.task_group if self.params.colocate_task_groups else None
-        if group is None and (not isolate or first.num_by_criterion[other] <= 0
-                              or not first.isolates):
-            return first, demand
-        bound = fastest * (1 + self.params.colocation_slack)
-        # The least (finish ms, not serving `criterion`, engine order) of the options within
-        # the bound, the calm ones, and of each the ones holding the call's task group.
-        within = calm = within_group = calm_group = None
-        for slot in pool:
-            ms = slot.finish_if_room(demand, criterion)   # (priced above: the memo's)
-            if ms is None or ms > bound:
-                continue
-            serving = slot.num_by_criterion
-            option = (ms, serving[criterion] <= 0, slot.index, slot)
-            is_calm = not isolate or serving[other] <= 0 or not slot.isolates
-            if within is None or option < within:
-                within = option
-            if is_calm and (calm is None or option < calm):
-                calm = option
-            if group is not None and slot.holds_task_group(group):
-                if within_group is None or option < within_group:
-                    within_group = option
-                if is_calm and (calm_group is None or option < calm_group):
-                    calm_group = option
-        best = (calm_group or calm) if calm is not None else (within_group or within)
-        assert best is not None   # the fastest option is within the bound
-        return best[3], demand
+        calm = (not self.params.isolate_criteria or not first.isolates
+                or first.num_by_criterion[_OTHER[criterion]] <= 0)
+        return (first, demand) if calm else None
 
     def _options(self, call: CallView, plain: Demand | None, criterion: Criterion,
                  pool: list[Slot], totals: dict[int, Demand],

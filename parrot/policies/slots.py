@@ -421,12 +421,11 @@ def with_room(slots: Sequence[Slot], demand: Demand,
     return [(slot, demand, ms) for slot in slots if (ms := slot._prices[key]) is not None]
 
 
-def fastest_with_room(slots: Sequence[Slot], demand: Demand,
-                      criterion: Criterion) -> tuple[Slot | None, float]:
+def fastest_with_room(slots: Sequence[Slot], demand: Demand, criterion: Criterion) -> Slot | None:
     """The engine where `demand` finishes first among `slots` with room for it, ties to the
-    first serving `criterion`, else the first (app_centric `_fastest`'s order); and that
-    finish ms (None and infinity when none has room). Every engine is priced (`with_room`'s
-    memo, read inline: the policy asks this of every engine for every lone call)."""
+    first serving `criterion`, else the first (app_centric `_fastest`'s order); None when
+    none has room. Every engine is priced (`with_room`'s memo, read inline: the policy asks
+    this of every engine for every lone call)."""
     key = (criterion, demand.load, demand.prefill, demand.output, demand.own_min)
     first: Slot | None = None
     fastest = math.inf
@@ -444,7 +443,7 @@ def fastest_with_room(slots: Sequence[Slot], demand: Demand,
             first_idle = slot.num_by_criterion[criterion] <= 0
         elif first_idle and slot.num_by_criterion[criterion] > 0:
             first, first_idle = slot, False
-    return first, fastest
+    return first
 
 
 def spread_finish_ms(slots: Sequence[Slot], calls: Sequence[CallView]) -> float:

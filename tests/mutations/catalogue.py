@@ -1505,11 +1505,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         where="EnginePool.reconnect"),
     Mutation(
         "plain_placement_without_the_calm_rule", "parrot/policies/app_centric.py",
-        "            is_calm = not isolate or serving[other] <= 0 or not slot.isolates\n",
-        "            is_calm = True\n",
+        "        calm = (not self.params.isolate_criteria or not first.isolates\n",
+        "        calm = (True or not first.isolates\n",
         ("tests/policies/test_app_centric_plain.py::"
          "test_lone_calls_go_where_the_general_path_puts_them",),
-        where="AppCentricPolicy._place_plain"),
+        where="AppCentricPolicy._lone_fastest"),
     Mutation(
         "plain_placement_ties_to_the_first", "parrot/policies/slots.py",
         "        elif first_idle and slot.num_by_criterion[criterion] > 0:\n",
@@ -1518,12 +1518,13 @@ MUTATIONS: tuple[Mutation, ...] = (
          "test_ties_go_to_an_engine_serving_the_criterion_then_the_first",),
         where="fastest_with_room"),
     Mutation(
-        "plain_placement_first_taken_when_not_calm", "parrot/policies/app_centric.py",
-        "        if group is None and (not isolate or first.num_by_criterion[other] <= 0\n",
-        "        if group is None or (not isolate or first.num_by_criterion[other] <= 0\n",
+        "plain_placement_ignores_the_task_group", "parrot/policies/app_centric.py",
+        "        if first is None or (call.task_group is not None and "
+        "self.params.colocate_task_groups):\n",
+        "        if first is None:\n",
         ("tests/policies/test_app_centric_plain.py::"
          "test_lone_calls_go_where_the_general_path_puts_them",),
-        where="AppCentricPolicy._place_plain"),
+        where="AppCentricPolicy._lone_fastest"),
     Mutation(
         "engine_view_kept_across_running_changes", "parrot/manager/engine_pool.py",
         "        self._changes += 1   # (add_call, remove_call and the notes all come "

@@ -1,6 +1,6 @@
-"""app_centric's lone-call path: a call without prefixes in a unit of its own is placed in
-one pass over the engines (`slots.fastest_with_room`, the rules' second pass only where the
-fastest engine is not calm or the call seeks its task group). It must place every round as
+"""app_centric's lone-call path: a call without prefixes in a unit of its own goes to its
+fastest engine, found in one pass (`slots.fastest_with_room`), where that engine is calm and
+the call seeks no task group (else the general path decides). It must place every round as
 the general path does, which a call takes once it has a prefix: the same call with a
 prefix no engine holds demands exactly what it demands without one."""
 
